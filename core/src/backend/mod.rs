@@ -1,0 +1,226 @@
+//! The backend traits: what every backend (host, CUDA, ROCm) implements. All traits are
+//! object safe: backends are chosen at run time.
+//!
+//! Pointers crossing this interface are [`DevicePtr`]s: opaque device addresses that only the
+//! backend that produced them may dereference. Every backend checks a pointer range against
+//! its live allocations before touching it, so a wrong address is an error, not memory
+//! corruption.
+
+use crate::error::Result;
+use crate::ir::{DType, MemorySpace, MemsetPattern, Module, Scalar};
+use std::any::Any;
+use std::fmt;
+use std::sync::Arc;
+
+mod registry;
+pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
+
+/// An address in a device's memory (for the host backend, a host address).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub struct DevicePtr(pub u64);
+
+impl DevicePtr {
+    /// The address `bytes` further on.
+    pub fn offset(self, bytes: u64) -> DevicePtr {
+        DevicePtr(self.0.wrapping_add(bytes))
+    }
+}
+
+impl fmt::Display for DevicePtr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:#x}", self.0)
+    }
+}
+
+/// Who made a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Vendor {
+    Host,
+    Nvidia,
+    Amd,
+}
+
+impl fmt::Display for Vendor {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Vendor::Host => "host",
+            Vendor::Nvidia => "NVIDIA",
+            Vendor::Amd => "AMD",
+        })
+    }
+}
+
+/// What a device is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub vendor: Vendor,
+    /// `sm_90`, `gfx90a`, or the host CPU architecture.
+    pub arch: String,
+    pub total_memory: u64,
+    /// SMs, compute units, or CPU cores.
+    pub compute_units: u32,
+    /// True for devices of the driver emulator: never to be reported as a GPU result.
+    pub emulated: bool,
+}
+
+/// What a backend found when probed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BackendInfo {
+    /// Runtime or driver version, and the library paths loaded.
+    pub version: String,
+    pub devices: Vec<DeviceInfo>,
+}
+
+/// What a device can do. Programs needing something absent fail with `Unsupported`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Capabilities {
+    pub memory_spaces: Vec<MemorySpace>,
+    pub gemm_dtypes: Vec<DType>,
+    /// Command buffers map onto native graphs.
+    pub supports_graphs: bool,
+    /// The warp (wavefront) size; 1 for the host.
+    pub warp_size: u32,
+}
+
+/// Live bytes per memory space (allocated and not yet freed).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MemoryStats {
+    pub live_bytes: u64,
+    pub live_allocations: u64,
+    pub per_space: Vec<(MemorySpace, u64)>,
+    /// The largest `live_bytes` seen.
+    pub peak_bytes: u64,
+}
+
+/// An allocation. Dropping it frees the memory (after work already queued on it finished).
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    fn ptr(&self) -> DevicePtr;
+    fn size(&self) -> u64;
+    fn space(&self) -> MemorySpace;
+}
+
+/// An owned allocation.
+pub type Buffer = Box<dyn DeviceMemory>;
+
+/// A backend: a way to reach devices of one kind.
+pub trait Backend: Send + Sync {
+    /// `host`, `cuda`, `rocm`.
+    fn name(&self) -> &'static str;
+    /// Looks for the backend's libraries and devices: `Unavailable` says why not.
+    fn probe(&self) -> Result<BackendInfo>;
+    /// Opens a device (a cheap handle to a shared per-process device).
+    fn device(&self, ordinal: usize) -> Result<Arc<dyn Device>>;
+}
+
+/// A device: memory, streams, events, modules.
+pub trait Device: Send + Sync {
+    fn backend_name(&self) -> &'static str;
+    fn info(&self) -> &DeviceInfo;
+    fn capabilities(&self) -> &Capabilities;
+    /// Allocates `size` bytes (0 is allowed) aligned to at least `alignment`.
+    fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer>;
+    fn memory_stats(&self) -> MemoryStats;
+    fn create_stream(&self) -> Result<Arc<dyn Stream>>;
+    fn create_event(&self) -> Result<Arc<dyn Event>>;
+    /// Loads a module, picking the best image for this device; the error names what the
+    /// module has and what the device needs.
+    fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>>;
+    /// Copies device memory to the host, synchronously (after all queued work on it).
+    fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()>;
+    /// Copies host memory to the device, synchronously.
+    fn copy_from_host(&self, src: &[u8], dst: DevicePtr) -> Result<()>;
+    /// Waits for all work on all streams of the device.
+    fn synchronize(&self) -> Result<()>;
+}
+
+/// A loaded module.
+pub trait LoadedModule: Send + Sync {
+    fn name(&self) -> &str;
+    /// Which image was loaded, e.g. `cubin(sm_90)`.
+    fn image(&self) -> String;
+    fn kernel(&self, name: &str) -> Result<Arc<dyn KernelHandle>>;
+}
+
+/// A kernel ready to launch.
+pub trait KernelHandle: Send + Sync {
+    fn name(&self) -> &str;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A kernel argument at launch time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum LaunchArg {
+    /// A pointer into device memory, with the byte length the kernel may touch.
+    Buffer {
+        ptr: DevicePtr,
+        len: u64,
+    },
+    Scalar(Scalar),
+}
+
+/// Launch configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    pub grid: crate::ir::Dim3,
+    pub block: crate::ir::Dim3,
+    pub shared_mem: u32,
+}
+
+/// A gemm with resolved pointers; fields as in [`crate::ir::GemmThunk`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct GemmLaunch {
+    pub a: DevicePtr,
+    pub b: DevicePtr,
+    pub c: DevicePtr,
+    pub a_len: u64,
+    pub b_len: u64,
+    pub c_len: u64,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub lda: u64,
+    pub ldb: u64,
+    pub ldc: u64,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f64,
+    pub beta: f64,
+    pub dtype: DType,
+    pub batch: u64,
+    pub stride_a: u64,
+    pub stride_b: u64,
+    pub stride_c: u64,
+}
+
+/// An in-order queue of device work. Work on different streams may run concurrently; order
+/// across streams comes only from events.
+pub trait Stream: Send + Sync {
+    fn copy(&self, src: DevicePtr, dst: DevicePtr, size: u64) -> Result<()>;
+    fn memset(&self, dst: DevicePtr, size: u64, pattern: MemsetPattern) -> Result<()>;
+    fn launch(
+        &self,
+        kernel: &Arc<dyn KernelHandle>,
+        dims: LaunchDims,
+        args: &[LaunchArg],
+    ) -> Result<()>;
+    fn gemm(&self, gemm: &GemmLaunch) -> Result<()>;
+    /// Records `event` at the current end of this stream.
+    fn record(&self, event: &dyn Event) -> Result<()>;
+    /// Makes later work on this stream wait for the last record of `event`.
+    fn wait(&self, event: &dyn Event) -> Result<()>;
+    /// Blocks until all queued work finished; returns the first error of that work.
+    fn synchronize(&self) -> Result<()>;
+    /// True when all queued work finished (an error of that work is returned).
+    fn query(&self) -> Result<bool>;
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A marker in a stream.
+pub trait Event: Send + Sync {
+    /// Blocks until the last record completed.
+    fn synchronize(&self) -> Result<()>;
+    fn query(&self) -> Result<bool>;
+    fn as_any(&self) -> &dyn Any;
+}

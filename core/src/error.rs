@@ -1,0 +1,78 @@
+//! The core error type.
+
+use crate::ir::{MemorySpace, ThunkPath, ValidationError};
+use std::time::Duration;
+
+/// Errors of the core runtime: backends, loading, execution.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A backend (its library or its device) is not there. `reason` says what was tried.
+    #[error("backend `{backend}` is unavailable: {reason}")]
+    Unavailable { backend: String, reason: String },
+    /// The backend or device does not support a feature the program needs.
+    #[error("`{backend}` does not support {feature}")]
+    Unsupported { backend: String, feature: String },
+    /// The program failed validation.
+    #[error(transparent)]
+    Invalid(#[from] ValidationError),
+    /// An allocation failed.
+    #[error("out of memory: could not allocate {requested} bytes of {space} memory on {device}")]
+    OutOfMemory {
+        device: String,
+        requested: u64,
+        space: MemorySpace,
+    },
+    /// A call into a backend (a vendor library, or the host runtime) failed.
+    #[error("{backend}: {call} failed: {message}")]
+    Backend {
+        backend: String,
+        call: String,
+        message: String,
+    },
+    /// A module could not be loaded or a kernel found in it.
+    #[error("module `{module}`: {message}")]
+    Module { module: String, message: String },
+    /// A kernel failed while running.
+    #[error("kernel `{kernel}` failed: {message}")]
+    Kernel { kernel: String, message: String },
+    /// A caller passed something inconsistent (wrong buffer count, size, device, …).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+    /// An execution did not finish before its deadline.
+    #[error("deadline of {deadline:?} exceeded; first pending thunks: {pending}")]
+    DeadlineExceeded { deadline: Duration, pending: String },
+    /// A thunk failed; `path` names it.
+    #[error("thunk {path} ({kind}): {source}")]
+    Thunk {
+        path: ThunkPath,
+        kind: &'static str,
+        #[source]
+        source: Box<Error>,
+    },
+}
+
+impl Error {
+    /// Shorthand for [`Error::Backend`].
+    pub fn backend(backend: &str, call: &str, message: impl Into<String>) -> Self {
+        Error::Backend {
+            backend: backend.into(),
+            call: call.into(),
+            message: message.into(),
+        }
+    }
+
+    /// Wraps this error with the thunk that caused it (once: an error that already names a
+    /// thunk keeps the innermost path).
+    pub fn at_thunk(self, path: &ThunkPath, kind: &'static str) -> Self {
+        match self {
+            e @ Error::Thunk { .. } => e,
+            e => Error::Thunk {
+                path: path.clone(),
+                kind,
+                source: Box::new(e),
+            },
+        }
+    }
+}
+
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,301 @@
+//! A typed builder for executables.
+//!
+//! ```
+//! use xthunk_core::ir::{DType, ExecutableBuilder};
+//! let mut b = ExecutableBuilder::new("axpy");
+//! let x = b.parameter("x", DType::F32, &[1024]);
+//! let y = b.output("y", DType::F32, &[1024]);
+//! let m = b.standard_module();
+//! b.copy(x.slice(), y.slice());
+//! b.kernel(&m, "scale_f32", 1024, vec![y.rw(), 2.0f32.into(), (1024i64).into()]);
+//! let exe = b.build().unwrap();
+//! assert_eq!(exe.thunk_count(), 2);
+//! ```
+
+use super::dtype::DType;
+use super::types::*;
+use super::verify::{ValidationError, verify};
+
+/// A typed view of a whole allocation (or part of one) created by the builder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Tensor {
+    pub slice: Slice,
+    pub dtype: DType,
+    pub dims: Vec<u64>,
+}
+
+impl Tensor {
+    pub fn slice(&self) -> Slice {
+        self.slice
+    }
+    pub fn elements(&self) -> u64 {
+        self.dims.iter().product()
+    }
+    /// As a read-only kernel argument.
+    pub fn r(&self) -> KernelArg {
+        KernelArg::Buffer {
+            slice: self.slice,
+            access: Access::Read,
+        }
+    }
+    /// As a write-only kernel argument.
+    pub fn w(&self) -> KernelArg {
+        KernelArg::Buffer {
+            slice: self.slice,
+            access: Access::Write,
+        }
+    }
+    /// As a read-write kernel argument.
+    pub fn rw(&self) -> KernelArg {
+        KernelArg::Buffer {
+            slice: self.slice,
+            access: Access::ReadWrite,
+        }
+    }
+    /// A sub-range of elements `[start, start+count)` viewed as a 1-D tensor.
+    pub fn elems(&self, start: u64, count: u64) -> Tensor {
+        let es = self.dtype.size() as u64;
+        Tensor {
+            slice: Slice::new(
+                self.slice.allocation,
+                self.slice.offset + start * es,
+                count * es,
+            ),
+            dtype: self.dtype,
+            dims: vec![count],
+        }
+    }
+}
+
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KernelArg {
+            fn from(x: $t) -> Self { KernelArg::Scalar(Scalar::$v(x)) }
+        }
+        impl From<$t> for Scalar {
+            fn from(x: $t) -> Self { Scalar::$v(x) }
+        }
+    )*};
+}
+scalar_from!(bool => Pred, i8 => I8, u8 => U8, i32 => I32, i64 => I64, f32 => F32, f64 => F64);
+
+impl From<half::f16> for KernelArg {
+    fn from(x: half::f16) -> Self {
+        KernelArg::Scalar(Scalar::F16(x.to_bits()))
+    }
+}
+impl From<half::bf16> for KernelArg {
+    fn from(x: half::bf16) -> Self {
+        KernelArg::Scalar(Scalar::BF16(x.to_bits()))
+    }
+}
+
+/// Default block size used by [`ExecutableBuilder::kernel`].
+pub const DEFAULT_BLOCK: u32 = 256;
+
+/// Builds an [`Executable`] step by step; [`ExecutableBuilder::build`] validates it.
+#[derive(Debug)]
+pub struct ExecutableBuilder {
+    exe: Executable,
+    stack: Vec<Vec<Thunk>>,
+}
+
+impl ExecutableBuilder {
+    pub fn new(name: impl Into<String>) -> Self {
+        ExecutableBuilder {
+            exe: Executable {
+                abi_version: ABI_VERSION,
+                name: name.into(),
+                allocations: vec![],
+                modules: vec![],
+                entry: vec![],
+                signature: Signature::default(),
+            },
+            stack: vec![vec![]],
+        }
+    }
+
+    fn alloc(&mut self, size: u64, kind: AllocationKind, space: MemorySpace) -> u32 {
+        let index = self.exe.allocations.len() as u32;
+        self.exe.allocations.push(BufferAllocation {
+            index,
+            size,
+            alignment: 64,
+            kind,
+            memory_space: space,
+        });
+        index
+    }
+
+    fn tensor(index: u32, dtype: DType, dims: &[u64]) -> Tensor {
+        let size = dims.iter().product::<u64>() * dtype.size() as u64;
+        Tensor {
+            slice: Slice::new(index, 0, size),
+            dtype,
+            dims: dims.to_vec(),
+        }
+    }
+
+    /// Declares the next parameter.
+    pub fn parameter(&mut self, name: &str, dtype: DType, dims: &[u64]) -> Tensor {
+        let n = self.exe.signature.parameters.len() as u32;
+        let size = dims.iter().product::<u64>() * dtype.size() as u64;
+        let index = self.alloc(size, AllocationKind::Parameter(n), MemorySpace::Device);
+        self.exe.signature.parameters.push(TensorSpec {
+            name: name.into(),
+            dtype,
+            dims: dims.to_vec(),
+            allocation: index,
+        });
+        Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares the next output.
+    pub fn output(&mut self, name: &str, dtype: DType, dims: &[u64]) -> Tensor {
+        let n = self.exe.signature.outputs.len() as u32;
+        let size = dims.iter().product::<u64>() * dtype.size() as u64;
+        let index = self.alloc(size, AllocationKind::Output(n), MemorySpace::Device);
+        self.exe.signature.outputs.push(TensorSpec {
+            name: name.into(),
+            dtype,
+            dims: dims.to_vec(),
+            allocation: index,
+        });
+        Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares a scratch buffer.
+    pub fn temp(&mut self, dtype: DType, dims: &[u64]) -> Tensor {
+        let size = dims.iter().product::<u64>() * dtype.size() as u64;
+        let index = self.alloc(size, AllocationKind::Temp, MemorySpace::Device);
+        Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares a scratch buffer in a given memory space.
+    pub fn temp_in(&mut self, dtype: DType, dims: &[u64], space: MemorySpace) -> Tensor {
+        let size = dims.iter().product::<u64>() * dtype.size() as u64;
+        let index = self.alloc(size, AllocationKind::Temp, space);
+        Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares a constant from raw little-endian bytes.
+    pub fn constant(&mut self, dtype: DType, dims: &[u64], bytes: Vec<u8>) -> Tensor {
+        let index = self.alloc(
+            bytes.len() as u64,
+            AllocationKind::Constant(bytes),
+            MemorySpace::Device,
+        );
+        Self::tensor(index, dtype, dims)
+    }
+
+    /// Adds the standard kernel library as module `std` (once) and returns its name.
+    pub fn standard_module(&mut self) -> String {
+        if self.exe.module("std").is_none() {
+            self.exe.modules.push(Module {
+                name: "std".into(),
+                images: vec![ModuleImage::Standard],
+            });
+        }
+        "std".into()
+    }
+
+    /// Adds a module.
+    pub fn module(&mut self, module: Module) -> String {
+        let name = module.name.clone();
+        self.exe.modules.push(module);
+        name
+    }
+
+    /// Appends a thunk to the innermost open sequence.
+    pub fn push(&mut self, t: Thunk) {
+        if let Some(top) = self.stack.last_mut() {
+            top.push(t);
+        }
+    }
+
+    pub fn copy(&mut self, src: Slice, dst: Slice) {
+        self.push(Thunk::Copy { src, dst });
+    }
+
+    pub fn memset(&mut self, dst: Slice, pattern: MemsetPattern) {
+        self.push(Thunk::Memset { dst, pattern });
+    }
+
+    /// Launches `name` from `module` over `threads` work items with the default block size
+    /// (the grid is capped at 65535 blocks; portable kernels use grid-stride loops).
+    pub fn kernel(&mut self, module: &str, name: &str, threads: u64, args: Vec<KernelArg>) {
+        let blocks = threads.div_ceil(DEFAULT_BLOCK as u64).clamp(1, 65535) as u32;
+        self.push(Thunk::Kernel(KernelThunk {
+            module: module.into(),
+            name: name.into(),
+            grid: Dim3::x(blocks),
+            block: Dim3::x(DEFAULT_BLOCK),
+            shared_mem: 0,
+            args,
+        }));
+    }
+
+    /// Row-major `c = alpha * a @ b + beta * c` on whole tensors of shapes `[m,k]`, `[k,n]`,
+    /// `[m,n]` (or with a leading batch dimension on all three).
+    pub fn matmul(&mut self, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) {
+        let (batch, m, k) = match a.dims.as_slice() {
+            [m, k] => (1, *m, *k),
+            [bt, m, k] => (*bt, *m, *k),
+            _ => (1, 0, 0),
+        };
+        let n = *b.dims.last().unwrap_or(&0);
+        self.push(Thunk::Gemm(GemmThunk {
+            a: a.slice,
+            b: b.slice,
+            c: c.slice,
+            m,
+            n,
+            k,
+            lda: k,
+            ldb: n,
+            ldc: n,
+            trans_a: false,
+            trans_b: false,
+            alpha,
+            beta,
+            dtype: a.dtype,
+            batch,
+            stride_a: m * k,
+            stride_b: k * n,
+            stride_c: m * n,
+        }));
+    }
+
+    /// Opens a nested sequence; thunks pushed until [`Self::end_sequence`] go into it.
+    pub fn begin_sequence(&mut self) {
+        self.stack.push(vec![]);
+    }
+
+    /// Closes the innermost nested sequence.
+    pub fn end_sequence(&mut self) {
+        if self.stack.len() > 1 {
+            if let Some(body) = self.stack.pop() {
+                self.push(Thunk::Sequence(body));
+            }
+        }
+    }
+
+    /// Finishes (closing open sequences) and validates.
+    pub fn build(mut self) -> Result<Executable, ValidationError> {
+        while self.stack.len() > 1 {
+            self.end_sequence();
+        }
+        self.exe.entry = self.stack.pop().unwrap_or_default();
+        verify(&self.exe)?;
+        Ok(self.exe)
+    }
+
+    /// Finishes without validating (for tests of the validator).
+    pub fn build_unchecked(mut self) -> Executable {
+        while self.stack.len() > 1 {
+            self.end_sequence();
+        }
+        self.exe.entry = self.stack.pop().unwrap_or_default();
+        self.exe
+    }
+}

@@ -1,0 +1,13 @@
+//! The thunk IR.
+
+mod builder;
+mod dtype;
+mod path;
+mod types;
+mod verify;
+
+pub use builder::ExecutableBuilder;
+pub use dtype::DType;
+pub use path::{PathSegment, ThunkPath};
+pub use types::*;
+pub use verify::{ValidationError, verify};

@@ -1,0 +1,569 @@
+//! The thunk IR: allocations, slices, modules, thunks and executables.
+
+use super::dtype::DType;
+use std::fmt;
+
+/// Version of the program ABI (the protobuf schema and the IR semantics). A loader refuses
+/// programs whose major version differs from its own.
+pub const ABI_VERSION: u32 = 1;
+
+/// Where an allocation lives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Default)]
+pub enum MemorySpace {
+    /// Device memory (the default).
+    #[default]
+    Device,
+    /// Page-locked host memory visible to the device.
+    HostPinned,
+    /// Unified / managed memory.
+    Unified,
+    /// Symmetric memory registered for collectives.
+    Collective,
+}
+
+impl MemorySpace {
+    pub const ALL: [MemorySpace; 4] = [
+        MemorySpace::Device,
+        MemorySpace::HostPinned,
+        MemorySpace::Unified,
+        MemorySpace::Collective,
+    ];
+
+    pub const fn name(self) -> &'static str {
+        match self {
+            MemorySpace::Device => "device",
+            MemorySpace::HostPinned => "host_pinned",
+            MemorySpace::Unified => "unified",
+            MemorySpace::Collective => "collective",
+        }
+    }
+}
+
+impl fmt::Display for MemorySpace {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What an allocation holds and who provides it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum AllocationKind {
+    /// Provided by the caller: the `n`-th parameter of the executable.
+    Parameter(u32),
+    /// Returned to the caller: the `n`-th output.
+    Output(u32),
+    /// Scratch memory owned by one execution.
+    Temp,
+    /// Read-only data stored in the program, uploaded once at load.
+    Constant(Vec<u8>),
+}
+
+impl AllocationKind {
+    pub fn name(&self) -> &'static str {
+        match self {
+            AllocationKind::Parameter(_) => "parameter",
+            AllocationKind::Output(_) => "output",
+            AllocationKind::Temp => "temp",
+            AllocationKind::Constant(_) => "constant",
+        }
+    }
+}
+
+/// A buffer the program uses. `index` is its position in [`Executable::allocations`].
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct BufferAllocation {
+    pub index: u32,
+    pub size: u64,
+    /// Required alignment of the base address in bytes (a power of two).
+    pub alignment: u64,
+    pub kind: AllocationKind,
+    pub memory_space: MemorySpace,
+}
+
+/// A byte range of an allocation; every buffer operand of every thunk is a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct Slice {
+    pub allocation: u32,
+    pub offset: u64,
+    pub size: u64,
+}
+
+impl Slice {
+    pub const fn new(allocation: u32, offset: u64, size: u64) -> Self {
+        Slice {
+            allocation,
+            offset,
+            size,
+        }
+    }
+
+    /// One past the last byte, or `None` on overflow.
+    pub fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.size)
+    }
+
+    /// True if both slices share at least one byte.
+    pub fn overlaps(&self, other: &Slice) -> bool {
+        self.allocation == other.allocation
+            && self.size > 0
+            && other.size > 0
+            && self.offset < other.offset.saturating_add(other.size)
+            && other.offset < self.offset.saturating_add(self.size)
+    }
+}
+
+impl fmt::Display for Slice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "%{}[{}..+{}]", self.allocation, self.offset, self.size)
+    }
+}
+
+/// How a thunk uses a slice.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl Access {
+    pub const fn reads(self) -> bool {
+        matches!(self, Access::Read | Access::ReadWrite)
+    }
+    pub const fn writes(self) -> bool {
+        matches!(self, Access::Write | Access::ReadWrite)
+    }
+    pub const fn name(self) -> &'static str {
+        match self {
+            Access::Read => "read",
+            Access::Write => "write",
+            Access::ReadWrite => "read_write",
+        }
+    }
+}
+
+/// One buffer use of a thunk.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct BufferUse {
+    pub slice: Slice,
+    pub access: Access,
+}
+
+/// A launch dimension.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct Dim3 {
+    pub x: u32,
+    pub y: u32,
+    pub z: u32,
+}
+
+impl Dim3 {
+    pub const fn new(x: u32, y: u32, z: u32) -> Self {
+        Dim3 { x, y, z }
+    }
+    pub const fn x(x: u32) -> Self {
+        Dim3 { x, y: 1, z: 1 }
+    }
+    /// Product of the three extents (as u64, no overflow).
+    pub fn count(&self) -> u64 {
+        self.x as u64 * self.y as u64 * self.z as u64
+    }
+}
+
+impl Default for Dim3 {
+    fn default() -> Self {
+        Dim3::new(1, 1, 1)
+    }
+}
+
+impl fmt::Display for Dim3 {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "({},{},{})", self.x, self.y, self.z)
+    }
+}
+
+/// A typed immediate kernel argument.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Scalar {
+    Pred(bool),
+    I8(i8),
+    U8(u8),
+    I32(i32),
+    I64(i64),
+    /// Raw bits of an IEEE half.
+    F16(u16),
+    /// Raw bits of a bfloat16.
+    BF16(u16),
+    F32(f32),
+    F64(f64),
+}
+
+impl Scalar {
+    pub fn dtype(&self) -> DType {
+        match self {
+            Scalar::Pred(_) => DType::Pred,
+            Scalar::I8(_) => DType::I8,
+            Scalar::U8(_) => DType::U8,
+            Scalar::I32(_) => DType::I32,
+            Scalar::I64(_) => DType::I64,
+            Scalar::F16(_) => DType::F16,
+            Scalar::BF16(_) => DType::BF16,
+            Scalar::F32(_) => DType::F32,
+            Scalar::F64(_) => DType::F64,
+        }
+    }
+
+    /// Little-endian bytes, as a kernel parameter of its C type.
+    pub fn to_le_bytes(&self) -> Vec<u8> {
+        match *self {
+            Scalar::Pred(v) => vec![v as u8],
+            Scalar::I8(v) => v.to_le_bytes().to_vec(),
+            Scalar::U8(v) => vec![v],
+            Scalar::I32(v) => v.to_le_bytes().to_vec(),
+            Scalar::I64(v) => v.to_le_bytes().to_vec(),
+            Scalar::F16(v) | Scalar::BF16(v) => v.to_le_bytes().to_vec(),
+            Scalar::F32(v) => v.to_le_bytes().to_vec(),
+            Scalar::F64(v) => v.to_le_bytes().to_vec(),
+        }
+    }
+
+    /// The value as an i64 when it is an integer (used for extents).
+    pub fn as_i64(&self) -> Option<i64> {
+        match *self {
+            Scalar::I8(v) => Some(v as i64),
+            Scalar::U8(v) => Some(v as i64),
+            Scalar::I32(v) => Some(v as i64),
+            Scalar::I64(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The value as an f64 (floats are widened exactly; integers converted).
+    pub fn as_f64(&self) -> f64 {
+        match *self {
+            Scalar::Pred(v) => v as u8 as f64,
+            Scalar::I8(v) => v as f64,
+            Scalar::U8(v) => v as f64,
+            Scalar::I32(v) => v as f64,
+            Scalar::I64(v) => v as f64,
+            Scalar::F16(v) => half::f16::from_bits(v).to_f64(),
+            Scalar::BF16(v) => half::bf16::from_bits(v).to_f64(),
+            Scalar::F32(v) => v as f64,
+            Scalar::F64(v) => v,
+        }
+    }
+}
+
+impl fmt::Display for Scalar {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {
+            Scalar::Pred(v) => write!(f, "pred:{v}"),
+            Scalar::I8(v) => write!(f, "i8:{v}"),
+            Scalar::U8(v) => write!(f, "u8:{v}"),
+            Scalar::I32(v) => write!(f, "i32:{v}"),
+            Scalar::I64(v) => write!(f, "i64:{v}"),
+            Scalar::F16(v) => write!(f, "f16:{}", half::f16::from_bits(v)),
+            Scalar::BF16(v) => write!(f, "bf16:{}", half::bf16::from_bits(v)),
+            Scalar::F32(v) => write!(f, "f32:{v}"),
+            Scalar::F64(v) => write!(f, "f64:{v}"),
+        }
+    }
+}
+
+/// One argument of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A buffer, passed as a device pointer to the slice's first byte.
+    Buffer { slice: Slice, access: Access },
+    /// An immediate, passed by value.
+    Scalar(Scalar),
+}
+
+/// Byte pattern of a memset.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemsetPattern {
+    U8(u8),
+    U16(u16),
+    U32(u32),
+}
+
+impl MemsetPattern {
+    /// Width of the repeated pattern in bytes.
+    pub const fn width(&self) -> u64 {
+        match self {
+            MemsetPattern::U8(_) => 1,
+            MemsetPattern::U16(_) => 2,
+            MemsetPattern::U32(_) => 4,
+        }
+    }
+}
+
+/// `Kernel` thunk: launch a kernel from one of the executable's modules.
+#[derive(Clone, Debug, PartialEq)]
+pub struct KernelThunk {
+    /// Name of a module in [`Executable::modules`].
+    pub module: String,
+    /// Name of the kernel in that module.
+    pub name: String,
+    pub grid: Dim3,
+    pub block: Dim3,
+    /// Dynamic shared memory in bytes.
+    pub shared_mem: u32,
+    pub args: Vec<KernelArg>,
+}
+
+/// Element types a `Gemm` supports. f16/bf16 accumulate in f32.
+pub const GEMM_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
+
+/// `Gemm` thunk, row-major: `C = alpha * op(A) * op(B) + beta * C` for each batch entry, with
+/// `op(A)` of shape m×k and `op(B)` k×n. `lda`/`ldb`/`ldc` are row strides (in elements) of the
+/// matrices as stored (A is stored k×m when `trans_a`). Batch strides are in elements.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GemmThunk {
+    pub a: Slice,
+    pub b: Slice,
+    pub c: Slice,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub lda: u64,
+    pub ldb: u64,
+    pub ldc: u64,
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub alpha: f64,
+    pub beta: f64,
+    pub dtype: DType,
+    pub batch: u64,
+    pub stride_a: u64,
+    pub stride_b: u64,
+    pub stride_c: u64,
+}
+
+impl GemmThunk {
+    /// Rows and columns of A and B as stored.
+    pub fn stored_a(&self) -> (u64, u64) {
+        if self.trans_a {
+            (self.k, self.m)
+        } else {
+            (self.m, self.k)
+        }
+    }
+    pub fn stored_b(&self) -> (u64, u64) {
+        if self.trans_b {
+            (self.n, self.k)
+        } else {
+            (self.k, self.n)
+        }
+    }
+}
+
+/// One operation of a program.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Thunk {
+    /// Copy `src` to `dst` (equal sizes).
+    Copy {
+        src: Slice,
+        dst: Slice,
+    },
+    /// Fill `dst` with a repeated pattern (size a multiple of the pattern width).
+    Memset {
+        dst: Slice,
+        pattern: MemsetPattern,
+    },
+    Kernel(KernelThunk),
+    Gemm(GemmThunk),
+    /// A nested list of thunks, run in order.
+    Sequence(Vec<Thunk>),
+}
+
+impl Thunk {
+    /// Short kind name (`copy`, `memset`, `kernel`, `gemm`, `sequence`).
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Thunk::Copy { .. } => "copy",
+            Thunk::Memset { .. } => "memset",
+            Thunk::Kernel(_) => "kernel",
+            Thunk::Gemm(_) => "gemm",
+            Thunk::Sequence(_) => "sequence",
+        }
+    }
+
+    /// Buffer uses of this thunk itself (not of nested thunks).
+    pub fn buffer_uses(&self) -> Vec<BufferUse> {
+        match self {
+            Thunk::Copy { src, dst } => vec![
+                BufferUse {
+                    slice: *src,
+                    access: Access::Read,
+                },
+                BufferUse {
+                    slice: *dst,
+                    access: Access::Write,
+                },
+            ],
+            Thunk::Memset { dst, .. } => vec![BufferUse {
+                slice: *dst,
+                access: Access::Write,
+            }],
+            Thunk::Kernel(k) => k
+                .args
+                .iter()
+                .filter_map(|a| match a {
+                    KernelArg::Buffer { slice, access } => Some(BufferUse {
+                        slice: *slice,
+                        access: *access,
+                    }),
+                    KernelArg::Scalar(_) => None,
+                })
+                .collect(),
+            Thunk::Gemm(g) => vec![
+                BufferUse {
+                    slice: g.a,
+                    access: Access::Read,
+                },
+                BufferUse {
+                    slice: g.b,
+                    access: Access::Read,
+                },
+                BufferUse {
+                    slice: g.c,
+                    access: if g.beta != 0.0 {
+                        Access::ReadWrite
+                    } else {
+                        Access::Write
+                    },
+                },
+            ],
+            Thunk::Sequence(_) => vec![],
+        }
+    }
+
+    /// Buffer uses of this thunk and everything nested in it.
+    pub fn all_buffer_uses(&self) -> Vec<BufferUse> {
+        let mut out = Vec::new();
+        self.collect_uses(&mut out);
+        out
+    }
+
+    fn collect_uses(&self, out: &mut Vec<BufferUse>) {
+        out.extend(self.buffer_uses());
+        for c in self.children() {
+            c.collect_uses(out);
+        }
+    }
+
+    /// Nested thunk lists with the field name used in paths.
+    pub fn nested(&self) -> Vec<(&'static str, &[Thunk])> {
+        match self {
+            Thunk::Sequence(v) => vec![("thunks", v.as_slice())],
+            _ => vec![],
+        }
+    }
+
+    fn children(&self) -> impl Iterator<Item = &Thunk> {
+        let lists = self.nested();
+        lists.into_iter().flat_map(|(_, l)| l.iter())
+    }
+
+    /// Number of thunks in this subtree, this one included.
+    pub fn count(&self) -> usize {
+        1 + self.children().map(Thunk::count).sum::<usize>()
+    }
+}
+
+/// A kernel image in a module.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum ModuleImage {
+    /// The xthunk standard kernel library: portable source shipped with xthunk, compiled by
+    /// NVRTC/hipRTC on GPUs, with built-in host implementations.
+    Standard,
+    /// Portable source in the xthunk CUDA-C subset (the prelude is prepended by the compiler).
+    Source { code: String },
+    /// PTX text.
+    Ptx { code: String },
+    /// A CUDA binary for one SM architecture, e.g. `sm_90`.
+    Cubin { arch: String, data: Vec<u8> },
+    /// An AMD code object for one gfx target, e.g. `gfx90a`.
+    Hsaco { arch: String, data: Vec<u8> },
+    /// Host implementations registered under this library name.
+    Host { library: String },
+}
+
+impl ModuleImage {
+    pub fn kind(&self) -> &'static str {
+        match self {
+            ModuleImage::Standard => "standard",
+            ModuleImage::Source { .. } => "source",
+            ModuleImage::Ptx { .. } => "ptx",
+            ModuleImage::Cubin { .. } => "cubin",
+            ModuleImage::Hsaco { .. } => "hsaco",
+            ModuleImage::Host { .. } => "host",
+        }
+    }
+
+    /// Short description, e.g. `cubin(sm_90)`.
+    pub fn describe(&self) -> String {
+        match self {
+            ModuleImage::Cubin { arch, .. } => format!("cubin({arch})"),
+            ModuleImage::Hsaco { arch, .. } => format!("hsaco({arch})"),
+            ModuleImage::Host { library } => format!("host({library})"),
+            other => other.kind().to_string(),
+        }
+    }
+}
+
+/// A named set of kernels with one or more images.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Module {
+    pub name: String,
+    pub images: Vec<ModuleImage>,
+}
+
+/// A named, typed parameter or output of an executable, stored in one allocation.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorSpec {
+    pub name: String,
+    pub dtype: DType,
+    pub dims: Vec<u64>,
+    pub allocation: u32,
+}
+
+impl TensorSpec {
+    pub fn element_count(&self) -> Option<u64> {
+        self.dims.iter().try_fold(1u64, |a, d| a.checked_mul(*d))
+    }
+    pub fn byte_size(&self) -> Option<u64> {
+        self.element_count()?.checked_mul(self.dtype.size() as u64)
+    }
+}
+
+/// Parameters and outputs, in order: `parameters[i]` lives in the allocation of kind
+/// `Parameter(i)`, `outputs[i]` in the one of kind `Output(i)`.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Signature {
+    pub parameters: Vec<TensorSpec>,
+    pub outputs: Vec<TensorSpec>,
+}
+
+/// A complete program.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Executable {
+    pub abi_version: u32,
+    pub name: String,
+    pub allocations: Vec<BufferAllocation>,
+    pub modules: Vec<Module>,
+    pub entry: Vec<Thunk>,
+    pub signature: Signature,
+}
+
+impl Executable {
+    /// Total number of thunks, nested ones included.
+    pub fn thunk_count(&self) -> usize {
+        self.entry.iter().map(Thunk::count).sum()
+    }
+
+    pub fn module(&self, name: &str) -> Option<&Module> {
+        self.modules.iter().find(|m| m.name == name)
+    }
+}

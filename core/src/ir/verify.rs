@@ -1,0 +1,471 @@
+//! Validation of an executable, done once at load. Every failure names the thunk (its path in
+//! the nested sequences) and the field.
+
+use super::path::ThunkPath;
+use super::types::*;
+use crate::kernels::standard_library;
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt;
+
+/// A validation failure: where, which field, and what is wrong.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub struct ValidationError {
+    /// The thunk (empty for executable-level fields such as allocations).
+    pub path: ThunkPath,
+    /// The field, e.g. `src`, `args[2]`, `allocations[3].alignment`.
+    pub field: String,
+    pub message: String,
+}
+
+impl fmt::Display for ValidationError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.path.is_root() {
+            write!(f, "invalid program: {}: {}", self.field, self.message)
+        } else {
+            write!(
+                f,
+                "invalid program: thunk {}: {}: {}",
+                self.path, self.field, self.message
+            )
+        }
+    }
+}
+
+fn err(path: &ThunkPath, field: impl Into<String>, message: impl Into<String>) -> ValidationError {
+    ValidationError {
+        path: path.clone(),
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Validates an executable: ABI version, allocations (indices, alignment, constant sizes,
+/// parameter/output numbering), the signature, modules, and every thunk (slices inside their
+/// allocations, no writes to constants, sizes, kernel references and, for the standard
+/// library, argument kinds and element counts).
+pub fn verify(exe: &Executable) -> Result<(), ValidationError> {
+    let root = ThunkPath::default();
+    if exe.abi_version != ABI_VERSION {
+        return Err(err(
+            &root,
+            "abi_version",
+            format!(
+                "program ABI version {} is not supported (this build reads version {})",
+                exe.abi_version, ABI_VERSION
+            ),
+        ));
+    }
+    let mut params = BTreeMap::new();
+    let mut outputs = BTreeMap::new();
+    for (i, a) in exe.allocations.iter().enumerate() {
+        let f = |name: &str| format!("allocations[{i}].{name}");
+        if a.index as usize != i {
+            return Err(err(
+                &root,
+                f("index"),
+                format!("allocation at position {i} has index {}", a.index),
+            ));
+        }
+        if a.alignment == 0 || !a.alignment.is_power_of_two() {
+            return Err(err(
+                &root,
+                f("alignment"),
+                format!("{} is not a power of two", a.alignment),
+            ));
+        }
+        if a.alignment > 4096 {
+            return Err(err(
+                &root,
+                f("alignment"),
+                format!("{} is larger than the supported maximum 4096", a.alignment),
+            ));
+        }
+        match &a.kind {
+            AllocationKind::Parameter(n) => {
+                if params.insert(*n, i).is_some() {
+                    return Err(err(
+                        &root,
+                        f("kind"),
+                        format!("parameter {n} is declared twice"),
+                    ));
+                }
+            }
+            AllocationKind::Output(n) => {
+                if outputs.insert(*n, i).is_some() {
+                    return Err(err(
+                        &root,
+                        f("kind"),
+                        format!("output {n} is declared twice"),
+                    ));
+                }
+            }
+            AllocationKind::Constant(bytes) => {
+                if bytes.len() as u64 != a.size {
+                    return Err(err(
+                        &root,
+                        f("kind"),
+                        format!(
+                            "constant holds {} bytes but the allocation size is {}",
+                            bytes.len(),
+                            a.size
+                        ),
+                    ));
+                }
+            }
+            AllocationKind::Temp => {}
+        }
+    }
+    check_dense("parameter", &params)?;
+    check_dense("output", &outputs)?;
+    check_signature(exe, "parameters", &exe.signature.parameters, &params)?;
+    check_signature(exe, "outputs", &exe.signature.outputs, &outputs)?;
+
+    let mut names = BTreeSet::new();
+    for (i, m) in exe.modules.iter().enumerate() {
+        if m.name.is_empty() {
+            return Err(err(
+                &root,
+                format!("modules[{i}].name"),
+                "empty module name",
+            ));
+        }
+        if !names.insert(m.name.as_str()) {
+            return Err(err(
+                &root,
+                format!("modules[{i}].name"),
+                format!("module `{}` is declared twice", m.name),
+            ));
+        }
+        if m.images.is_empty() {
+            return Err(err(
+                &root,
+                format!("modules[{i}].images"),
+                format!("module `{}` has no image", m.name),
+            ));
+        }
+        for (j, img) in m.images.iter().enumerate() {
+            let bad = match img {
+                ModuleImage::Cubin { arch, data } => (!arch.starts_with("sm_"))
+                    .then(|| format!("cubin arch `{arch}` is not sm_NN"))
+                    .or_else(|| data.is_empty().then(|| "empty cubin".to_string())),
+                ModuleImage::Hsaco { arch, data } => (!arch.starts_with("gfx"))
+                    .then(|| format!("hsaco arch `{arch}` is not gfxNNN"))
+                    .or_else(|| data.is_empty().then(|| "empty code object".to_string())),
+                ModuleImage::Source { code } | ModuleImage::Ptx { code } => {
+                    code.trim().is_empty().then(|| "empty source".to_string())
+                }
+                ModuleImage::Host { library } => library
+                    .is_empty()
+                    .then(|| "empty host library name".to_string()),
+                ModuleImage::Standard => None,
+            };
+            if let Some(msg) = bad {
+                return Err(err(&root, format!("modules[{i}].images[{j}]"), msg));
+            }
+        }
+    }
+
+    let mut v = Verifier { exe };
+    for (i, t) in exe.entry.iter().enumerate() {
+        v.thunk(t, &ThunkPath::entry(i))?;
+    }
+    Ok(())
+}
+
+fn check_dense(what: &str, m: &BTreeMap<u32, usize>) -> Result<(), ValidationError> {
+    for (expected, (n, i)) in m.iter().enumerate() {
+        if *n as usize != expected {
+            return Err(err(
+                &ThunkPath::default(),
+                format!("allocations[{i}].kind"),
+                format!("{what} numbers must be 0..{}, found {what} {n}", m.len()),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn check_signature(
+    exe: &Executable,
+    field: &str,
+    specs: &[TensorSpec],
+    allocs: &BTreeMap<u32, usize>,
+) -> Result<(), ValidationError> {
+    let root = ThunkPath::default();
+    if specs.len() != allocs.len() {
+        return Err(err(
+            &root,
+            format!("signature.{field}"),
+            format!(
+                "the signature lists {} {field} but the program has {} such allocations",
+                specs.len(),
+                allocs.len()
+            ),
+        ));
+    }
+    let mut names = BTreeSet::new();
+    for (i, s) in specs.iter().enumerate() {
+        let f = format!("signature.{field}[{i}]");
+        if s.name.is_empty() || !names.insert(s.name.as_str()) {
+            return Err(err(
+                &root,
+                f,
+                format!("name `{}` is empty or repeated", s.name),
+            ));
+        }
+        let Some(&ai) = allocs.get(&(i as u32)) else {
+            return Err(err(&root, f, "no allocation of that kind and number"));
+        };
+        if s.allocation as usize != ai {
+            return Err(err(
+                &root,
+                format!("{f}.allocation"),
+                format!(
+                    "is {}, but allocation {ai} holds this {field} entry",
+                    s.allocation
+                ),
+            ));
+        }
+        let size = exe.allocations[ai].size;
+        match s.byte_size() {
+            Some(b) if b == size => {}
+            b => {
+                return Err(err(
+                    &root,
+                    format!("{f}.dims"),
+                    format!(
+                        "`{}`: {:?} x {} is {} bytes, the allocation has {size}",
+                        s.name,
+                        s.dims,
+                        s.dtype,
+                        b.map(|b| b.to_string())
+                            .unwrap_or_else(|| "overflowing".into())
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+struct Verifier<'a> {
+    exe: &'a Executable,
+}
+
+impl Verifier<'_> {
+    fn slice(
+        &self,
+        s: &Slice,
+        path: &ThunkPath,
+        field: &str,
+        write: bool,
+    ) -> Result<(), ValidationError> {
+        let Some(a) = self.exe.allocations.get(s.allocation as usize) else {
+            return Err(err(
+                path,
+                field,
+                format!(
+                    "allocation {} does not exist (the program has {})",
+                    s.allocation,
+                    self.exe.allocations.len()
+                ),
+            ));
+        };
+        match s.end() {
+            Some(end) if end <= a.size => {}
+            _ => {
+                return Err(err(
+                    path,
+                    field,
+                    format!(
+                        "slice {s} ends at byte {} past the end of allocation {} ({} bytes)",
+                        s.offset as u128 + s.size as u128,
+                        s.allocation,
+                        a.size
+                    ),
+                ));
+            }
+        }
+        if write {
+            if let AllocationKind::Constant(_) = a.kind {
+                return Err(err(
+                    path,
+                    field,
+                    format!("writes constant allocation {}", s.allocation),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn thunk(&mut self, t: &Thunk, path: &ThunkPath) -> Result<(), ValidationError> {
+        match t {
+            Thunk::Copy { src, dst } => {
+                self.slice(src, path, "src", false)?;
+                self.slice(dst, path, "dst", true)?;
+                if src.size != dst.size {
+                    return Err(err(
+                        path,
+                        "dst",
+                        format!("copy of {} bytes into a slice of {}", src.size, dst.size),
+                    ));
+                }
+                if src.overlaps(dst) {
+                    return Err(err(path, "dst", format!("overlaps the source {src}")));
+                }
+            }
+            Thunk::Memset { dst, pattern } => {
+                self.slice(dst, path, "dst", true)?;
+                let w = pattern.width();
+                if dst.size % w != 0 || dst.offset % w != 0 {
+                    return Err(err(
+                        path,
+                        "dst",
+                        format!("{dst} is not aligned to the {w}-byte pattern width"),
+                    ));
+                }
+            }
+            Thunk::Kernel(k) => self.kernel(k, path)?,
+            Thunk::Gemm(g) => self.gemm(g, path)?,
+            Thunk::Sequence(body) => {
+                for (i, c) in body.iter().enumerate() {
+                    self.thunk(c, &path.child("thunks", i))?;
+                }
+            }
+        }
+        Ok(())
+    }
+
+    fn kernel(&self, k: &KernelThunk, path: &ThunkPath) -> Result<(), ValidationError> {
+        for (i, a) in k.args.iter().enumerate() {
+            if let KernelArg::Buffer { slice, access } = a {
+                self.slice(slice, path, &format!("args[{i}]"), access.writes())?;
+            }
+        }
+        for (f, d) in [("grid", k.grid), ("block", k.block)] {
+            if d.x == 0 || d.y == 0 || d.z == 0 {
+                return Err(err(path, f, format!("{d} has a zero extent")));
+            }
+        }
+        if k.block.count() > 1024 {
+            return Err(err(
+                path,
+                "block",
+                format!("{} threads per block exceeds 1024", k.block.count()),
+            ));
+        }
+        let Some(m) = self.exe.module(&k.module) else {
+            let have: Vec<&str> = self.exe.modules.iter().map(|m| m.name.as_str()).collect();
+            return Err(err(
+                path,
+                "module",
+                format!(
+                    "unknown module `{}` (the program has: {})",
+                    k.module,
+                    have.join(", ")
+                ),
+            ));
+        };
+        if m.images.iter().any(|i| matches!(i, ModuleImage::Standard)) {
+            let lib = standard_library();
+            let Some(kern) = lib.get(&k.name) else {
+                return Err(err(
+                    path,
+                    "name",
+                    format!(
+                        "unknown kernel `{}` in module `{}` (the standard library has no such kernel)",
+                        k.name, k.module
+                    ),
+                ));
+            };
+            if let Err((i, msg)) = kern.signature.check_args(&k.args) {
+                return Err(err(path, format!("args[{i}]"), msg));
+            }
+        }
+        Ok(())
+    }
+
+    fn gemm(&self, g: &GemmThunk, path: &ThunkPath) -> Result<(), ValidationError> {
+        if !GEMM_DTYPES.contains(&g.dtype) {
+            return Err(err(
+                path,
+                "dtype",
+                format!("gemm does not support {}", g.dtype),
+            ));
+        }
+        if g.batch == 0 {
+            return Err(err(path, "batch", "must be at least 1"));
+        }
+        if !g.alpha.is_finite() || !g.beta.is_finite() {
+            return Err(err(path, "alpha", "alpha and beta must be finite"));
+        }
+        let es = g.dtype.size() as u64;
+        let (ar, ac) = g.stored_a();
+        let (br, bc) = g.stored_b();
+        for (name, rows, cols, ld, stride, slice) in [
+            ("a", ar, ac, g.lda, g.stride_a, g.a),
+            ("b", br, bc, g.ldb, g.stride_b, g.b),
+            ("c", g.m, g.n, g.ldc, g.stride_c, g.c),
+        ] {
+            self.slice(&slice, path, name, name == "c")?;
+            if ld < cols.max(1) {
+                return Err(err(
+                    path,
+                    format!("ld{name}"),
+                    format!("row stride {ld} is smaller than the {cols} columns of {name}"),
+                ));
+            }
+            // Elements touched by one matrix: (rows-1)*ld + cols; the batch adds (batch-1)*stride.
+            let one = if rows == 0 || cols == 0 {
+                Some(0)
+            } else {
+                (rows - 1).checked_mul(ld).and_then(|x| x.checked_add(cols))
+            };
+            let need = one.and_then(|one| {
+                if one == 0 {
+                    return Some(0);
+                }
+                if g.batch > 1 && stride < one {
+                    return None;
+                }
+                (g.batch - 1)
+                    .checked_mul(stride)?
+                    .checked_add(one)?
+                    .checked_mul(es)
+            });
+            match need {
+                Some(n) if n <= slice.size => {}
+                Some(n) => {
+                    return Err(err(
+                        path,
+                        name,
+                        format!(
+                            "{name} needs {n} bytes, the slice {slice} has {}",
+                            slice.size
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(err(
+                        path,
+                        format!("stride_{name}"),
+                        format!(
+                            "batch stride {stride} is smaller than one matrix, or sizes overflow"
+                        ),
+                    ));
+                }
+            }
+            if slice.offset % es != 0 {
+                return Err(err(
+                    path,
+                    name,
+                    format!("offset {} is not aligned to {}", slice.offset, g.dtype),
+                ));
+            }
+        }
+        if g.c.overlaps(&g.a) || g.c.overlaps(&g.b) {
+            return Err(err(path, "c", "the output overlaps an input"));
+        }
+        Ok(())
+    }
+}
