@@ -1,1 +1,60 @@
-pub fn x() {}
+//! xthunk: a vendor-neutral GPU runtime. Programs are serializable thunk sequences; one
+//! executor runs them through one backend trait on CUDA, HIP or the host (CPU) reference
+//! backend, chosen at run time.
+//!
+//! ```no_run
+//! use xthunk::{Runtime, BackendChoice, ExecuteOptions};
+//! let rt = Runtime::new();
+//! let (backend, _skipped) = rt.select(&BackendChoice::Auto)?;
+//! let device = backend.device(0)?;
+//! let program = xthunk::proto::load_file("examples/mlp.txtpb")?;
+//! let exe = xthunk::LoadedExecutable::load(device, program)?;
+//! # let inputs: Vec<&[u8]> = vec![];
+//! let outputs = exe.run_with_host_data(&inputs, &ExecuteOptions::default())?;
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+pub use xthunk_core as core;
+pub use xthunk_core::backend::{
+    Backend, BackendChoice, BackendRegistry, Buffer, Device, DeviceInfo, DeviceMemory, Stream,
+};
+pub use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
+pub use xthunk_core::ir;
+pub use xthunk_core::{Error, Result};
+pub use xthunk_proto as proto;
+
+use std::sync::Arc;
+
+/// The backends compiled into this binary, in `auto` order (GPU backends first, host last).
+pub struct Runtime {
+    registry: BackendRegistry,
+}
+
+impl Runtime {
+    /// A runtime with every backend of this build; the host backend has one device.
+    pub fn new() -> Self {
+        Self::with_host_devices(1)
+    }
+
+    /// A runtime whose host backend exposes `n` devices.
+    pub fn with_host_devices(n: usize) -> Self {
+        let mut registry = BackendRegistry::new();
+        registry.register(Arc::new(xthunk_core::host::HostBackend::with_devices(n)));
+        Runtime { registry }
+    }
+
+    pub fn registry(&self) -> &BackendRegistry {
+        &self.registry
+    }
+
+    /// Picks a backend (see [`BackendRegistry::select`]).
+    pub fn select(&self, choice: &BackendChoice) -> Result<(Arc<dyn Backend>, Vec<String>)> {
+        self.registry.select(choice)
+    }
+}
+
+impl Default for Runtime {
+    fn default() -> Self {
+        Self::new()
+    }
+}

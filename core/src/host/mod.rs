@@ -1,1 +1,261 @@
-//! Host backend.
+//! The host (CPU) backend: the reference every GPU result is compared with.
+//!
+//! Devices are host memory with per-space accounting; streams are worker threads; kernels
+//! are the standard library's host implementations (and any registered host library); gemm
+//! runs on the `gemm` crate. A host backend can expose several devices (for collectives and
+//! multi-device tests); they share the machine but not their allocations.
+
+mod gemm;
+mod memory;
+mod module;
+mod stream;
+
+pub use memory::HostBuffer;
+pub use module::{HostKernelHandle, HostModule};
+pub use stream::{HostEvent, HostStream};
+
+use crate::backend::{
+    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event,
+    LoadedModule, MemoryStats, Stream, Vendor,
+};
+use crate::error::{Error, Result};
+use crate::ir::{DType, MemorySpace, Module, ModuleImage};
+use crate::kernels::{KernelLibrary, standard_library};
+use memory::MemoryRegistry;
+use parking_lot::{Mutex, RwLock};
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+/// Shared registry of host kernel libraries (besides the standard one).
+type Libraries = Arc<RwLock<BTreeMap<String, Arc<KernelLibrary>>>>;
+
+/// The host backend.
+pub struct HostBackend {
+    num_devices: usize,
+    devices: Mutex<Vec<Option<Arc<HostDevice>>>>,
+    libraries: Libraries,
+}
+
+impl HostBackend {
+    /// A host backend with one device.
+    pub fn new() -> Self {
+        Self::with_devices(1)
+    }
+
+    /// A host backend exposing `n` devices (at least one).
+    pub fn with_devices(n: usize) -> Self {
+        let n = n.max(1);
+        HostBackend {
+            num_devices: n,
+            devices: Mutex::new(vec![None; n]),
+            libraries: Default::default(),
+        }
+    }
+
+    /// Registers a host kernel library, loadable through `ModuleImage::Host { library }`.
+    pub fn register_library(&self, library: KernelLibrary) {
+        self.libraries
+            .write()
+            .insert(library.name.clone(), Arc::new(library));
+    }
+
+    fn info(ordinal: usize) -> DeviceInfo {
+        DeviceInfo {
+            ordinal,
+            name: format!("host CPU ({})", cpu_model()),
+            vendor: Vendor::Host,
+            arch: std::env::consts::ARCH.to_string(),
+            total_memory: total_memory(),
+            compute_units: std::thread::available_parallelism()
+                .map(|n| n.get() as u32)
+                .unwrap_or(1),
+            emulated: false,
+        }
+    }
+}
+
+impl Default for HostBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn cpu_model() -> String {
+    std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|m| m.trim().to_string())
+        })
+        .unwrap_or_else(|| std::env::consts::ARCH.to_string())
+}
+
+fn total_memory() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with("MemTotal:"))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|kb| kb.parse::<u64>().ok())
+        })
+        .map(|kb| kb * 1024)
+        .unwrap_or(0)
+}
+
+impl Backend for HostBackend {
+    fn name(&self) -> &'static str {
+        "host"
+    }
+
+    fn probe(&self) -> Result<BackendInfo> {
+        Ok(BackendInfo {
+            version: format!("xthunk {} host reference backend", env!("CARGO_PKG_VERSION")),
+            devices: (0..self.num_devices).map(Self::info).collect(),
+        })
+    }
+
+    fn device(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let mut devs = self.devices.lock();
+        let Some(slot) = devs.get_mut(ordinal) else {
+            return Err(Error::InvalidArgument(format!(
+                "host device {ordinal} does not exist ({} devices)",
+                self.num_devices
+            )));
+        };
+        if let Some(d) = slot {
+            return Ok(d.clone());
+        }
+        let d = Arc::new(HostDevice {
+            info: Self::info(ordinal),
+            caps: Capabilities {
+                memory_spaces: MemorySpace::ALL.to_vec(),
+                gemm_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
+                supports_graphs: false,
+                warp_size: 1,
+            },
+            memory: Arc::new(MemoryRegistry::default()),
+            streams: Mutex::new(vec![]),
+            next_stream: AtomicU64::new(0),
+            libraries: self.libraries.clone(),
+        });
+        *slot = Some(d.clone());
+        Ok(d)
+    }
+}
+
+/// A host device.
+pub struct HostDevice {
+    info: DeviceInfo,
+    caps: Capabilities,
+    memory: Arc<MemoryRegistry>,
+    streams: Mutex<Vec<Weak<HostStream>>>,
+    next_stream: AtomicU64,
+    libraries: Libraries,
+}
+
+impl Device for HostDevice {
+    fn backend_name(&self) -> &'static str {
+        "host"
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
+        let alloc = self.memory.allocate(&self.info.name, size, alignment, space)?;
+        Ok(Box::new(HostBuffer {
+            alloc,
+            registry: self.memory.clone(),
+        }))
+    }
+
+    fn memory_stats(&self) -> MemoryStats {
+        self.memory.stats()
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        let id = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        let s = Arc::new(HostStream::new(self.memory.clone(), id)?);
+        let mut streams = self.streams.lock();
+        streams.retain(|w| w.strong_count() > 0);
+        streams.push(Arc::downgrade(&s));
+        Ok(s)
+    }
+
+    fn create_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(HostEvent::default()))
+    }
+
+    fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
+        for img in &module.images {
+            match img {
+                ModuleImage::Standard => {
+                    return Ok(Arc::new(HostModule {
+                        name: module.name.clone(),
+                        image: img.describe(),
+                        library: Arc::new(KernelLibrary::new("")),
+                        library_ref: Some(standard_library()),
+                    }));
+                }
+                ModuleImage::Host { library } => {
+                    if let Some(lib) = self.libraries.read().get(library) {
+                        return Ok(Arc::new(HostModule {
+                            name: module.name.clone(),
+                            image: img.describe(),
+                            library: lib.clone(),
+                            library_ref: None,
+                        }));
+                    }
+                }
+                _ => {}
+            }
+        }
+        let have: Vec<String> = module.images.iter().map(|i| i.describe()).collect();
+        let libs: Vec<String> = self.libraries.read().keys().cloned().collect();
+        Err(Error::Module {
+            module: module.name.clone(),
+            message: format!(
+                "no image the host backend can run: the module has [{}], the host needs `standard` or host(<library>) with a registered library (registered: [{}])",
+                have.join(", "),
+                libs.join(", ")
+            ),
+        })
+    }
+
+    fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        let r = self.memory.region(src, dst.len() as u64)?;
+        // SAFETY: the region lies inside a live allocation (kept alive by `r`) and has
+        // exactly `dst.len()` bytes; `dst` is a distinct host slice.
+        unsafe { std::ptr::copy_nonoverlapping(r.ptr(), dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
+    fn copy_from_host(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
+        let r = self.memory.region(dst, src.len() as u64)?;
+        // SAFETY: as in `copy_to_host`, in the other direction.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr(), src.len()) };
+        Ok(())
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let streams: Vec<Arc<HostStream>> =
+            self.streams.lock().iter().filter_map(Weak::upgrade).collect();
+        let mut first = Ok(());
+        for s in streams {
+            let r = s.synchronize();
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first
+    }
+}

@@ -1,0 +1,245 @@
+//! Host gemm through the `gemm` crate (blocked, SIMD, multithreaded). f16 and bf16 are
+//! widened to f32, multiplied with f32 accumulation and rounded once when stored, which is
+//! what cuBLAS/rocBLAS do with an f32 compute type.
+
+use super::memory::Region;
+use crate::backend::GemmLaunch;
+use crate::error::{Error, Result};
+use crate::ir::DType;
+use gemm::Parallelism;
+
+/// Below this many multiply-adds a single thread is faster.
+const PARALLEL_THRESHOLD: u64 = 1 << 18;
+
+fn err(msg: impl Into<String>) -> Error {
+    Error::backend("host", "gemm", msg)
+}
+
+/// Reads `len` bytes of a region as `T`s (copying when unaligned).
+fn load<T: bytemuck::Pod>(r: &Region) -> Vec<T> {
+    // SAFETY: the region lies inside a live allocation it keeps alive; we only read it.
+    let bytes = unsafe { std::slice::from_raw_parts(r.ptr(), r.len()) };
+    bytes
+        .chunks_exact(std::mem::size_of::<T>())
+        .map(bytemuck::pod_read_unaligned)
+        .collect()
+}
+
+struct Strides {
+    rs: isize,
+    cs: isize,
+}
+
+fn lhs_strides(g: &GemmLaunch) -> Strides {
+    if g.trans_a {
+        Strides { rs: 1, cs: g.lda as isize }
+    } else {
+        Strides { rs: g.lda as isize, cs: 1 }
+    }
+}
+
+fn rhs_strides(g: &GemmLaunch) -> Strides {
+    if g.trans_b {
+        Strides { rs: 1, cs: g.ldb as isize }
+    } else {
+        Strides { rs: g.ldb as isize, cs: 1 }
+    }
+}
+
+/// Element counts needed by one operand (as validated for the thunk).
+fn needed(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
+    (batch - 1).checked_mul(stride)?.checked_add(one)
+}
+
+fn check(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
+    let es = g.dtype.size() as u64;
+    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
+    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
+    if g.batch == 0 {
+        return Err(err("batch count is 0"));
+    }
+    for (name, rows, cols, ld, stride, r) in [
+        ("a", ar, ac, g.lda, g.stride_a, a),
+        ("b", br, bc, g.ldb, g.stride_b, b),
+        ("c", g.m, g.n, g.ldc, g.stride_c, c),
+    ] {
+        if ld < cols {
+            return Err(err(format!("ld{name} {ld} < {cols} columns")));
+        }
+        match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
+            Some(n) if n <= r.len() as u64 => {}
+            _ => return Err(err(format!("operand {name} is smaller than its shape needs"))),
+        }
+        if (r.ptr() as usize) % g.dtype.size() != 0 {
+            return Err(err(format!("operand {name} is not aligned to {}", g.dtype)));
+        }
+    }
+    Ok(())
+}
+
+/// Runs a gemm on checked regions.
+pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
+    check(g, a, b, c)?;
+    if g.m == 0 || g.n == 0 {
+        return Ok(());
+    }
+    match g.dtype {
+        DType::F32 => {
+            // SAFETY: regions are checked for size and alignment; C does not overlap A or B
+            // (checked when the gemm was queued); the stream gives exclusive use of C.
+            unsafe {
+                native::<f32>(
+                    g,
+                    a.ptr() as *const f32,
+                    b.ptr() as *const f32,
+                    c.ptr() as *mut f32,
+                    g.alpha as f32,
+                    g.beta as f32,
+                );
+            }
+            Ok(())
+        }
+        DType::F64 => {
+            // SAFETY: as for f32.
+            unsafe {
+                native::<f64>(
+                    g,
+                    a.ptr() as *const f64,
+                    b.ptr() as *const f64,
+                    c.ptr() as *mut f64,
+                    g.alpha,
+                    g.beta,
+                );
+            }
+            Ok(())
+        }
+        DType::F16 => widened(g, a, b, c, |x: half::f16| x.to_f32(), half::f16::from_f32),
+        DType::BF16 => widened(g, a, b, c, |x: half::bf16| x.to_f32(), half::bf16::from_f32),
+        other => Err(err(format!("unsupported dtype {other}"))),
+    }
+}
+
+trait Zero: Copy + 'static {
+    const ZERO: Self;
+    fn mul(self, o: Self) -> Self;
+}
+impl Zero for f32 {
+    const ZERO: f32 = 0.0;
+    fn mul(self, o: f32) -> f32 {
+        self * o
+    }
+}
+impl Zero for f64 {
+    const ZERO: f64 = 0.0;
+    fn mul(self, o: f64) -> f64 {
+        self * o
+    }
+}
+
+/// # Safety
+/// `a`, `b`, `c` must be valid for the shapes, strides and batch of `g`; `c` must not overlap
+/// `a` or `b` and must not be accessed by anyone else during the call.
+unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, alpha: T, beta: T) {
+    let ls = lhs_strides(g);
+    let rs = rhs_strides(g);
+    let par = if g.m * g.n * g.k.max(1) >= PARALLEL_THRESHOLD {
+        Parallelism::Rayon(0)
+    } else {
+        Parallelism::None
+    };
+    for bi in 0..g.batch as usize {
+        // SAFETY: offsets stay inside the operands (checked against their sizes).
+        let (ab, bb, cb) = unsafe {
+            (
+                a.add(bi * g.stride_a as usize),
+                b.add(bi * g.stride_b as usize),
+                c.add(bi * g.stride_c as usize),
+            )
+        };
+        if g.k == 0 {
+            for i in 0..g.m as usize {
+                for j in 0..g.n as usize {
+                    // SAFETY: (i, j) is inside C.
+                    unsafe {
+                        let p = cb.add(i * g.ldc as usize + j);
+                        *p = if g.beta == 0.0 { T::ZERO } else { (*p).mul(beta) };
+                    }
+                }
+            }
+            continue;
+        }
+        // SAFETY: shapes and strides describe memory inside the operands (see above);
+        // `gemm` computes dst := alpha·dst + beta·lhs·rhs, so our alpha/beta swap places, and
+        // dst is not read when our beta is 0 (it may hold NaN poison).
+        unsafe {
+            gemm::gemm(
+                g.m as usize,
+                g.n as usize,
+                g.k as usize,
+                cb,
+                1,
+                g.ldc as isize,
+                g.beta != 0.0,
+                ab,
+                ls.cs,
+                ls.rs,
+                bb,
+                rs.cs,
+                rs.rs,
+                beta,
+                alpha,
+                false,
+                false,
+                false,
+                par,
+            );
+        }
+    }
+}
+
+fn widened<H: bytemuck::Pod>(
+    g: &GemmLaunch,
+    a: &Region,
+    b: &Region,
+    c: &Region,
+    to: impl Fn(H) -> f32,
+    from: impl Fn(f32) -> H,
+) -> Result<()> {
+    let af: Vec<f32> = load::<H>(a).into_iter().map(&to).collect();
+    let bf: Vec<f32> = load::<H>(b).into_iter().map(&to).collect();
+    let ch: Vec<H> = load::<H>(c);
+    let mut cf: Vec<f32> = if g.beta != 0.0 {
+        ch.iter().map(|x| to(*x)).collect()
+    } else {
+        vec![0.0; ch.len()]
+    };
+    // SAFETY: the f32 copies have the same element counts as the checked operands.
+    unsafe {
+        native::<f32>(
+            g,
+            af.as_ptr(),
+            bf.as_ptr(),
+            cf.as_mut_ptr(),
+            g.alpha as f32,
+            g.beta as f32,
+        );
+    }
+    let es = std::mem::size_of::<H>();
+    for bi in 0..g.batch as usize {
+        for i in 0..g.m as usize {
+            for j in 0..g.n as usize {
+                let idx = bi * g.stride_c as usize + i * g.ldc as usize + j;
+                let v = from(cf[idx]);
+                // SAFETY: idx is inside C (checked); unaligned write of a Pod value.
+                unsafe {
+                    std::ptr::write_unaligned(c.ptr().add(idx * es) as *mut H, v);
+                }
+            }
+        }
+    }
+    Ok(())
+}

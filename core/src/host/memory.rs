@@ -1,0 +1,210 @@
+//! Host "device" memory: real host allocations, tracked in a registry so every pointer a
+//! stream touches is checked against a live allocation first.
+
+use crate::backend::{DeviceMemory, DevicePtr, MemoryStats};
+use crate::error::{Error, Result};
+use crate::ir::MemorySpace;
+use parking_lot::{Mutex, RwLock};
+use std::alloc::Layout;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// Live-byte accounting of one device.
+#[derive(Debug, Default)]
+pub(crate) struct Accounting {
+    inner: Mutex<AccountingInner>,
+}
+
+#[derive(Debug, Default)]
+struct AccountingInner {
+    live_bytes: u64,
+    live_allocations: u64,
+    peak: u64,
+    per_space: BTreeMap<MemorySpace, u64>,
+}
+
+impl Accounting {
+    fn add(&self, space: MemorySpace, size: u64) {
+        let mut g = self.inner.lock();
+        g.live_bytes += size;
+        g.live_allocations += 1;
+        g.peak = g.peak.max(g.live_bytes);
+        *g.per_space.entry(space).or_default() += size;
+    }
+
+    fn sub(&self, space: MemorySpace, size: u64) {
+        let mut g = self.inner.lock();
+        g.live_bytes = g.live_bytes.saturating_sub(size);
+        g.live_allocations = g.live_allocations.saturating_sub(1);
+        let e = g.per_space.entry(space).or_default();
+        *e = e.saturating_sub(size);
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        let g = self.inner.lock();
+        MemoryStats {
+            live_bytes: g.live_bytes,
+            live_allocations: g.live_allocations,
+            per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
+            peak_bytes: g.peak,
+        }
+    }
+}
+
+/// One host allocation. The memory is released when the last reference goes: the owner's
+/// [`HostBuffer`] and any queued stream work that uses it.
+#[derive(Debug)]
+pub(crate) struct HostAllocation {
+    ptr: *mut u8,
+    size: u64,
+    layout: Layout,
+    space: MemorySpace,
+    accounting: Arc<Accounting>,
+}
+
+// SAFETY: the allocation is plain bytes owned by this struct; access is synchronized by the
+// streams (ordered work) and the executor, as device memory is on a GPU.
+unsafe impl Send for HostAllocation {}
+// SAFETY: as above; the struct itself is immutable after creation.
+unsafe impl Sync for HostAllocation {}
+
+impl HostAllocation {
+    pub(crate) fn base(&self) -> *mut u8 {
+        self.ptr
+    }
+}
+
+impl Drop for HostAllocation {
+    fn drop(&mut self) {
+        // SAFETY: `ptr` came from `alloc_zeroed(self.layout)` and is freed exactly once, here.
+        unsafe { std::alloc::dealloc(self.ptr, self.layout) };
+        self.accounting.sub(self.space, self.size);
+    }
+}
+
+/// The registry of live allocations of one device, keyed by base address.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRegistry {
+    map: RwLock<BTreeMap<u64, Arc<HostAllocation>>>,
+    pub(crate) accounting: Arc<Accounting>,
+}
+
+/// A checked view of `len` bytes inside a live allocation. Holding it keeps the memory alive.
+#[derive(Clone, Debug)]
+pub(crate) struct Region {
+    alloc: Arc<HostAllocation>,
+    offset: usize,
+    len: usize,
+}
+
+impl Region {
+    pub(crate) fn ptr(&self) -> *mut u8 {
+        // SAFETY: `offset + len <= size` was checked when the region was made, so the result
+        // stays inside (or one past the end of) the allocation.
+        unsafe { self.alloc.base().add(self.offset) }
+    }
+    pub(crate) fn len(&self) -> usize {
+        self.len
+    }
+    /// Absolute address range, for overlap checks.
+    pub(crate) fn range(&self) -> (usize, usize) {
+        let start = self.ptr() as usize;
+        (start, start + self.len)
+    }
+}
+
+impl MemoryRegistry {
+    pub(crate) fn allocate(
+        &self,
+        device: &str,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+    ) -> Result<Arc<HostAllocation>> {
+        let oom = || Error::OutOfMemory {
+            device: device.to_string(),
+            requested: size,
+            space,
+        };
+        let align = alignment.max(64);
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "alignment {alignment} is not a power of two"
+            )));
+        }
+        let bytes = usize::try_from(size.max(1)).map_err(|_| oom())?;
+        let layout = Layout::from_size_align(bytes, align as usize).map_err(|_| oom())?;
+        // SAFETY: the layout has a non-zero size.
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            return Err(oom());
+        }
+        self.accounting.add(space, size);
+        let a = Arc::new(HostAllocation {
+            ptr,
+            size,
+            layout,
+            space,
+            accounting: self.accounting.clone(),
+        });
+        self.map.write().insert(ptr as u64, a.clone());
+        Ok(a)
+    }
+
+    /// Removes an allocation from the registry (its memory goes when the last user is done).
+    pub(crate) fn release(&self, ptr: DevicePtr) {
+        self.map.write().remove(&ptr.0);
+    }
+
+    /// Resolves `len` bytes at `ptr` to a region of one live allocation.
+    pub(crate) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+        let map = self.map.read();
+        let found = map.range(..=ptr.0).next_back();
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "{len} bytes at {ptr} are not inside a live allocation of this device"
+            ))
+        };
+        let Some((&base, alloc)) = found else {
+            return Err(bad());
+        };
+        let offset = ptr.0 - base;
+        match offset.checked_add(len) {
+            Some(end) if end <= alloc.size => Ok(Region {
+                alloc: alloc.clone(),
+                offset: offset as usize,
+                len: len as usize,
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        self.accounting.stats()
+    }
+}
+
+/// The owner's handle to a host allocation.
+#[derive(Debug)]
+pub struct HostBuffer {
+    pub(crate) alloc: Arc<HostAllocation>,
+    pub(crate) registry: Arc<MemoryRegistry>,
+}
+
+impl DeviceMemory for HostBuffer {
+    fn ptr(&self) -> DevicePtr {
+        DevicePtr(self.alloc.base() as u64)
+    }
+    fn size(&self) -> u64 {
+        self.alloc.size
+    }
+    fn space(&self) -> MemorySpace {
+        self.alloc.space
+    }
+}
+
+impl Drop for HostBuffer {
+    fn drop(&mut self) {
+        self.registry.release(self.ptr());
+    }
+}

@@ -1,0 +1,318 @@
+//! Host streams and events: each stream is a worker thread running its queue in order, so
+//! different streams run concurrently, exactly as GPU streams do.
+
+use crate::backend::{Event, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
+use crate::backend::DevicePtr;
+use crate::error::{Error, Result};
+use crate::ir::MemsetPattern;
+use crate::kernels::HostArg;
+use super::memory::{MemoryRegistry, Region};
+use super::module::HostKernelHandle;
+use parking_lot::{Condvar, Mutex};
+use std::any::Any;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::thread::JoinHandle;
+
+type Work = Box<dyn FnOnce() -> Result<()> + Send>;
+
+enum Op {
+    /// Device work: skipped once the stream has a pending error.
+    Work(Work),
+    /// Synchronization (event records and waits): always runs, so that other streams waiting
+    /// on this one never hang because of an error here.
+    Control(Box<dyn FnOnce() + Send>),
+}
+
+#[derive(Default)]
+struct Progress {
+    done: Mutex<u64>,
+    cv: Condvar,
+    error: Mutex<Option<Error>>,
+}
+
+/// A host stream.
+pub struct HostStream {
+    tx: Option<crossbeam_channel::Sender<Op>>,
+    issued: AtomicU64,
+    progress: Arc<Progress>,
+    worker: Option<JoinHandle<()>>,
+    memory: Arc<MemoryRegistry>,
+    id: u64,
+}
+
+impl std::fmt::Debug for HostStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HostStream").field("id", &self.id).finish_non_exhaustive()
+    }
+}
+
+impl HostStream {
+    pub(crate) fn new(memory: Arc<MemoryRegistry>, id: u64) -> Result<Self> {
+        let (tx, rx) = crossbeam_channel::unbounded::<Op>();
+        let progress = Arc::new(Progress::default());
+        let p = progress.clone();
+        let worker = std::thread::Builder::new()
+            .name(format!("xthunk-host-stream-{id}"))
+            .spawn(move || {
+                while let Ok(op) = rx.recv() {
+                    match op {
+                        Op::Work(w) => {
+                            let failed = p.error.lock().is_some();
+                            if !failed {
+                                if let Err(e) = w() {
+                                    let mut g = p.error.lock();
+                                    if g.is_none() {
+                                        *g = Some(e);
+                                    }
+                                }
+                            }
+                        }
+                        Op::Control(c) => c(),
+                    }
+                    let mut d = p.done.lock();
+                    *d += 1;
+                    p.cv.notify_all();
+                }
+            })
+            .map_err(|e| Error::backend("host", "spawn stream thread", e.to_string()))?;
+        Ok(HostStream {
+            tx: Some(tx),
+            issued: AtomicU64::new(0),
+            progress,
+            worker: Some(worker),
+            memory,
+            id,
+        })
+    }
+
+    fn push(&self, op: Op) -> Result<()> {
+        let Some(tx) = &self.tx else {
+            return Err(Error::backend("host", "stream", "stream is closed"));
+        };
+        self.issued.fetch_add(1, Ordering::SeqCst);
+        tx.send(op)
+            .map_err(|_| Error::backend("host", "stream", "stream worker has exited"))
+    }
+
+    fn work(&self, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
+        self.push(Op::Work(Box::new(f)))
+    }
+
+    fn take_error(&self) -> Result<()> {
+        match self.progress.error.lock().take() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+        self.memory.region(ptr, len)
+    }
+}
+
+impl Drop for HostStream {
+    fn drop(&mut self) {
+        self.tx = None;
+        if let Some(w) = self.worker.take() {
+            let _ = w.join();
+        }
+    }
+}
+
+fn host_event(event: &dyn Event) -> Result<&HostEvent> {
+    event
+        .as_any()
+        .downcast_ref::<HostEvent>()
+        .ok_or_else(|| Error::InvalidArgument("event does not belong to the host backend".into()))
+}
+
+impl Stream for HostStream {
+    fn copy(&self, src: DevicePtr, dst: DevicePtr, size: u64) -> Result<()> {
+        let s = self.region(src, size)?;
+        let d = self.region(dst, size)?;
+        self.work(move || {
+            // SAFETY: both regions were checked to lie inside live allocations that the
+            // regions keep alive; `copy` allows overlap.
+            unsafe { std::ptr::copy(s.ptr(), d.ptr(), s.len()) };
+            Ok(())
+        })
+    }
+
+    fn memset(&self, dst: DevicePtr, size: u64, pattern: MemsetPattern) -> Result<()> {
+        let w = pattern.width();
+        if size % w != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "memset of {size} bytes is not a multiple of the {w}-byte pattern"
+            )));
+        }
+        let d = self.region(dst, size)?;
+        self.work(move || {
+            // SAFETY: the region was checked to lie inside a live allocation kept alive by it.
+            let bytes = unsafe { std::slice::from_raw_parts_mut(d.ptr(), d.len()) };
+            match pattern {
+                MemsetPattern::U8(v) => bytes.fill(v),
+                MemsetPattern::U16(v) => {
+                    let p = v.to_le_bytes();
+                    bytes.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&p));
+                }
+                MemsetPattern::U32(v) => {
+                    let p = v.to_le_bytes();
+                    bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&p));
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn launch(&self, kernel: &Arc<dyn KernelHandle>, _dims: LaunchDims, args: &[LaunchArg]) -> Result<()> {
+        let Some(k) = kernel.as_any().downcast_ref::<HostKernelHandle>() else {
+            return Err(Error::InvalidArgument(format!(
+                "kernel `{}` was not loaded by the host backend",
+                kernel.name()
+            )));
+        };
+        let func = k.kernel.func;
+        let name = k.kernel.signature.name.clone();
+        let mut regions = Vec::with_capacity(args.len());
+        let mut slots = Vec::with_capacity(args.len());
+        for a in args {
+            match *a {
+                LaunchArg::Buffer { ptr, len } => {
+                    slots.push(None);
+                    regions.push(self.region(ptr, len)?);
+                }
+                LaunchArg::Scalar(s) => slots.push(Some(s)),
+            }
+        }
+        self.work(move || {
+            let mut it = regions.iter();
+            let mut host_args = Vec::with_capacity(slots.len());
+            for s in &slots {
+                match s {
+                    Some(s) => host_args.push(HostArg::Scalar(*s)),
+                    None => {
+                        let Some(r) = it.next() else {
+                            return Err(Error::Kernel {
+                                kernel: name,
+                                message: "argument list changed".into(),
+                            });
+                        };
+                        host_args.push(HostArg::Buffer {
+                            ptr: r.ptr(),
+                            len: r.len(),
+                        });
+                    }
+                }
+            }
+            // SAFETY: every buffer argument is a checked region of a live allocation kept
+            // alive by `regions` for the whole call; stream order gives this call exclusive
+            // use of the memory it writes, as a GPU stream does.
+            unsafe { func(&host_args) }.map_err(|e| Error::Kernel {
+                kernel: name,
+                message: e.to_string(),
+            })
+        })
+    }
+
+    fn gemm(&self, g: &GemmLaunch) -> Result<()> {
+        let a = self.region(g.a, g.a_len)?;
+        let b = self.region(g.b, g.b_len)?;
+        let c = self.region(g.c, g.c_len)?;
+        let overlaps = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
+        if overlaps(c.range(), a.range()) || overlaps(c.range(), b.range()) {
+            return Err(Error::InvalidArgument("gemm output overlaps an input".into()));
+        }
+        let g = *g;
+        self.work(move || super::gemm::run(&g, &a, &b, &c))
+    }
+
+    fn record(&self, event: &dyn Event) -> Result<()> {
+        let e = host_event(event)?.state.clone();
+        let generation = {
+            let mut s = e.state.lock();
+            s.recorded += 1;
+            s.recorded
+        };
+        self.push(Op::Control(Box::new(move || {
+            let mut s = e.state.lock();
+            s.completed = s.completed.max(generation);
+            e.cv.notify_all();
+        })))
+    }
+
+    fn wait(&self, event: &dyn Event) -> Result<()> {
+        let e = host_event(event)?.state.clone();
+        let target = e.state.lock().recorded;
+        if e.state.lock().completed >= target {
+            return Ok(());
+        }
+        self.push(Op::Control(Box::new(move || {
+            let mut s = e.state.lock();
+            while s.completed < target {
+                e.cv.wait(&mut s);
+            }
+        })))
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        let target = self.issued.load(Ordering::SeqCst);
+        let mut d = self.progress.done.lock();
+        while *d < target {
+            self.progress.cv.wait(&mut d);
+        }
+        drop(d);
+        self.take_error()
+    }
+
+    fn query(&self) -> Result<bool> {
+        let target = self.issued.load(Ordering::SeqCst);
+        let done = *self.progress.done.lock() >= target;
+        if done {
+            self.take_error()?;
+        }
+        Ok(done)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[derive(Default, Debug)]
+struct EventState {
+    recorded: u64,
+    completed: u64,
+}
+
+#[derive(Default, Debug)]
+struct EventShared {
+    state: Mutex<EventState>,
+    cv: Condvar,
+}
+
+/// A host event.
+#[derive(Default, Debug)]
+pub struct HostEvent {
+    state: Arc<EventShared>,
+}
+
+impl Event for HostEvent {
+    fn synchronize(&self) -> Result<()> {
+        let mut s = self.state.state.lock();
+        let target = s.recorded;
+        while s.completed < target {
+            self.state.cv.wait(&mut s);
+        }
+        Ok(())
+    }
+
+    fn query(&self) -> Result<bool> {
+        let s = self.state.state.lock();
+        Ok(s.completed >= s.recorded)
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
