@@ -28,8 +28,14 @@ pub struct ExecuteOptions {
 /// One thunk, resolved at load.
 #[derive(Clone)]
 enum Step {
-    Copy { src: Slice, dst: Slice },
-    Memset { dst: Slice, pattern: MemsetPattern },
+    Copy {
+        src: Slice,
+        dst: Slice,
+    },
+    Memset {
+        dst: Slice,
+        pattern: MemsetPattern,
+    },
     Kernel {
         handle: Arc<dyn KernelHandle>,
         dims: LaunchDims,
@@ -73,10 +79,7 @@ impl LoadedExecutable {
             if !caps.memory_spaces.contains(&a.memory_space) {
                 return Err(Error::Unsupported {
                     backend: device.backend_name().into(),
-                    feature: format!(
-                        "{} memory (allocation {})",
-                        a.memory_space, a.index
-                    ),
+                    feature: format!("{} memory (allocation {})", a.memory_space, a.index),
                 });
             }
         }
@@ -88,7 +91,13 @@ impl LoadedExecutable {
         }
         let mut steps = Vec::with_capacity(exe.thunk_count());
         for (i, t) in exe.entry.iter().enumerate() {
-            plan(t, ThunkPath::entry(i), &modules, device.as_ref(), &mut steps)?;
+            plan(
+                t,
+                ThunkPath::entry(i),
+                &modules,
+                device.as_ref(),
+                &mut steps,
+            )?;
         }
         let mut constants = BTreeMap::new();
         for a in &exe.allocations {
@@ -184,15 +193,16 @@ impl LoadedExecutable {
         let mut temps: Vec<Buffer> = vec![];
         for a in &self.exe.allocations {
             let (buf, what): (Option<&dyn DeviceMemory>, String) = match &a.kind {
-                AllocationKind::Parameter(n) => (
-                    params.get(*n as usize).copied(),
-                    format!("parameter {n}"),
-                ),
+                AllocationKind::Parameter(n) => {
+                    (params.get(*n as usize).copied(), format!("parameter {n}"))
+                }
                 AllocationKind::Output(n) => {
                     (outputs.get(*n as usize).copied(), format!("output {n}"))
                 }
                 AllocationKind::Constant(_) => (
-                    self.constants.get(&a.index).map(|b| b.as_ref() as &dyn DeviceMemory),
+                    self.constants
+                        .get(&a.index)
+                        .map(|b| b.as_ref() as &dyn DeviceMemory),
                     "constant".into(),
                 ),
                 AllocationKind::Temp => {
@@ -303,7 +313,11 @@ impl LoadedExecutable {
     }
 
     /// Convenience: uploads host bytes for every parameter, runs, and downloads every output.
-    pub fn run_with_host_data(&self, inputs: &[&[u8]], opts: &ExecuteOptions) -> Result<Vec<Vec<u8>>> {
+    pub fn run_with_host_data(
+        &self,
+        inputs: &[&[u8]],
+        opts: &ExecuteOptions,
+    ) -> Result<Vec<Vec<u8>>> {
         let sig = &self.exe.signature;
         if inputs.len() != sig.parameters.len() {
             return Err(Error::InvalidArgument(format!(

@@ -32,17 +32,29 @@ struct Strides {
 
 fn lhs_strides(g: &GemmLaunch) -> Strides {
     if g.trans_a {
-        Strides { rs: 1, cs: g.lda as isize }
+        Strides {
+            rs: 1,
+            cs: g.lda as isize,
+        }
     } else {
-        Strides { rs: g.lda as isize, cs: 1 }
+        Strides {
+            rs: g.lda as isize,
+            cs: 1,
+        }
     }
 }
 
 fn rhs_strides(g: &GemmLaunch) -> Strides {
     if g.trans_b {
-        Strides { rs: 1, cs: g.ldb as isize }
+        Strides {
+            rs: 1,
+            cs: g.ldb as isize,
+        }
     } else {
-        Strides { rs: g.ldb as isize, cs: 1 }
+        Strides {
+            rs: g.ldb as isize,
+            cs: 1,
+        }
     }
 }
 
@@ -72,7 +84,11 @@ fn check(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
         }
         match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
             Some(n) if n <= r.len() as u64 => {}
-            _ => return Err(err(format!("operand {name} is smaller than its shape needs"))),
+            _ => {
+                return Err(err(format!(
+                    "operand {name} is smaller than its shape needs"
+                )));
+            }
         }
         if (r.ptr() as usize) % g.dtype.size() != 0 {
             return Err(err(format!("operand {name} is not aligned to {}", g.dtype)));
@@ -166,7 +182,11 @@ unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, a
                     // SAFETY: (i, j) is inside C.
                     unsafe {
                         let p = cb.add(i * g.ldc as usize + j);
-                        *p = if g.beta == 0.0 { T::ZERO } else { (*p).mul(beta) };
+                        *p = if g.beta == 0.0 {
+                            T::ZERO
+                        } else {
+                            (*p).mul(beta)
+                        };
                     }
                 }
             }

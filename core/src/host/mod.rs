@@ -15,8 +15,8 @@ pub use module::{HostKernelHandle, HostModule};
 pub use stream::{HostEvent, HostStream};
 
 use crate::backend::{
-    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event,
-    LoadedModule, MemoryStats, Stream, Vendor,
+    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
+    MemoryStats, Stream, Vendor,
 };
 use crate::error::{Error, Result};
 use crate::ir::{DType, MemorySpace, Module, ModuleImage};
@@ -113,7 +113,10 @@ impl Backend for HostBackend {
 
     fn probe(&self) -> Result<BackendInfo> {
         Ok(BackendInfo {
-            version: format!("xthunk {} host reference backend", env!("CARGO_PKG_VERSION")),
+            version: format!(
+                "xthunk {} host reference backend",
+                env!("CARGO_PKG_VERSION")
+            ),
             devices: (0..self.num_devices).map(Self::info).collect(),
         })
     }
@@ -171,7 +174,9 @@ impl Device for HostDevice {
     }
 
     fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
-        let alloc = self.memory.allocate(&self.info.name, size, alignment, space)?;
+        let alloc = self
+            .memory
+            .allocate(&self.info.name, size, alignment, space)?;
         Ok(Box::new(HostBuffer {
             alloc,
             registry: self.memory.clone(),
@@ -247,8 +252,12 @@ impl Device for HostDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        let streams: Vec<Arc<HostStream>> =
-            self.streams.lock().iter().filter_map(Weak::upgrade).collect();
+        let streams: Vec<Arc<HostStream>> = self
+            .streams
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
         let mut first = Ok(());
         for s in streams {
             let r = s.synchronize();

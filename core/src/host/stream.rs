@@ -1,13 +1,13 @@
 //! Host streams and events: each stream is a worker thread running its queue in order, so
 //! different streams run concurrently, exactly as GPU streams do.
 
-use crate::backend::{Event, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
+use super::memory::{MemoryRegistry, Region};
+use super::module::HostKernelHandle;
 use crate::backend::DevicePtr;
+use crate::backend::{Event, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
 use crate::error::{Error, Result};
 use crate::ir::MemsetPattern;
 use crate::kernels::HostArg;
-use super::memory::{MemoryRegistry, Region};
-use super::module::HostKernelHandle;
 use parking_lot::{Condvar, Mutex};
 use std::any::Any;
 use std::sync::Arc;
@@ -43,7 +43,9 @@ pub struct HostStream {
 
 impl std::fmt::Debug for HostStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("HostStream").field("id", &self.id).finish_non_exhaustive()
+        f.debug_struct("HostStream")
+            .field("id", &self.id)
+            .finish_non_exhaustive()
     }
 }
 
@@ -154,18 +156,27 @@ impl Stream for HostStream {
                 MemsetPattern::U8(v) => bytes.fill(v),
                 MemsetPattern::U16(v) => {
                     let p = v.to_le_bytes();
-                    bytes.chunks_exact_mut(2).for_each(|c| c.copy_from_slice(&p));
+                    bytes
+                        .chunks_exact_mut(2)
+                        .for_each(|c| c.copy_from_slice(&p));
                 }
                 MemsetPattern::U32(v) => {
                     let p = v.to_le_bytes();
-                    bytes.chunks_exact_mut(4).for_each(|c| c.copy_from_slice(&p));
+                    bytes
+                        .chunks_exact_mut(4)
+                        .for_each(|c| c.copy_from_slice(&p));
                 }
             }
             Ok(())
         })
     }
 
-    fn launch(&self, kernel: &Arc<dyn KernelHandle>, _dims: LaunchDims, args: &[LaunchArg]) -> Result<()> {
+    fn launch(
+        &self,
+        kernel: &Arc<dyn KernelHandle>,
+        _dims: LaunchDims,
+        args: &[LaunchArg],
+    ) -> Result<()> {
         let Some(k) = kernel.as_any().downcast_ref::<HostKernelHandle>() else {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}` was not loaded by the host backend",
@@ -221,7 +232,9 @@ impl Stream for HostStream {
         let c = self.region(g.c, g.c_len)?;
         let overlaps = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
         if overlaps(c.range(), a.range()) || overlaps(c.range(), b.range()) {
-            return Err(Error::InvalidArgument("gemm output overlaps an input".into()));
+            return Err(Error::InvalidArgument(
+                "gemm output overlaps an input".into(),
+            ));
         }
         let g = *g;
         self.work(move || super::gemm::run(&g, &a, &b, &c))

@@ -1,0 +1,1 @@
+//! Helpers: random inputs, poisoned outputs, comparisons at explicit tolerances.
