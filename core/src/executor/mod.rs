@@ -4,6 +4,8 @@
 //! Per-execution state (temps, the stream, the pointer table) lives in the execution, so one
 //! [`LoadedExecutable`] can be executed from many threads at once.
 
+pub mod graph;
+
 use crate::backend::{
     Buffer, Device, DeviceMemory, DevicePtr, GemmLaunch, KernelHandle, LaunchArg, LaunchDims,
     LoadedModule, Stream,
