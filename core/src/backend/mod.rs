@@ -214,6 +214,37 @@ pub trait Stream: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// True when all queued work finished (an error of that work is returned).
     fn query(&self) -> Result<bool>;
+    /// Starts recording: work issued until [`Stream::end_capture`] is recorded into a graph
+    /// instead of running. Backends without graphs return `Unsupported`.
+    fn begin_capture(&self) -> Result<()> {
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "graph capture".into(),
+        })
+    }
+    /// Ends recording and returns the graph.
+    fn end_capture(&self) -> Result<Arc<dyn Graph>> {
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "graph capture".into(),
+        })
+    }
+    /// Runs a recorded graph on this stream, in order with the stream's other work.
+    fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
+        let _ = graph;
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "graph launch".into(),
+        })
+    }
+    fn as_any(&self) -> &dyn Any;
+}
+
+/// A recorded, replayable sequence of stream work (a CUDA/HIP graph; a pre-resolved list of
+/// operations on the host). It keeps the memory it refers to alive on the host backend; GPU
+/// backends require the executor to re-record when addresses change.
+pub trait Graph: Send + Sync {
+    fn node_count(&self) -> usize;
     fn as_any(&self) -> &dyn Any;
 }
 

@@ -14,7 +14,30 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 
-type Work = Box<dyn FnOnce() -> Result<()> + Send>;
+/// A unit of queued work. `Fn` rather than `FnOnce` so that captured work can be replayed.
+type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
+/// Kernel arguments with raw pointers, moved into a queued closure.
+struct SendArgs(Vec<HostArg>);
+// SAFETY: the pointers refer to regions that the same closure keeps alive; the stream's order
+// gives the work exclusive access to the bytes it writes, as on a GPU stream.
+unsafe impl Send for SendArgs {}
+// SAFETY: as above; the closure only reads the argument list.
+unsafe impl Sync for SendArgs {}
+
+/// A captured sequence of work, replayed as one queued operation.
+pub struct HostGraph {
+    ops: Vec<Work>,
+}
+
+impl crate::backend::Graph for HostGraph {
+    fn node_count(&self) -> usize {
+        self.ops.len()
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
 
 enum Op {
     /// Device work: skipped once the stream has a pending error.
@@ -39,6 +62,7 @@ pub struct HostStream {
     worker: Option<JoinHandle<()>>,
     memory: Arc<MemoryRegistry>,
     id: u64,
+    capture: Mutex<Option<Vec<Work>>>,
 }
 
 impl std::fmt::Debug for HostStream {
@@ -85,6 +109,7 @@ impl HostStream {
             worker: Some(worker),
             memory,
             id,
+            capture: Mutex::new(None),
         })
     }
 
@@ -97,8 +122,26 @@ impl HostStream {
             .map_err(|_| Error::backend("host", "stream", "stream worker has exited"))
     }
 
-    fn work(&self, f: impl FnOnce() -> Result<()> + Send + 'static) -> Result<()> {
-        self.push(Op::Work(Box::new(f)))
+    fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
+        let w: Work = Arc::new(f);
+        {
+            let mut cap = self.capture.lock();
+            if let Some(list) = cap.as_mut() {
+                list.push(w);
+                return Ok(());
+            }
+        }
+        self.push(Op::Work(w))
+    }
+
+    fn not_capturing(&self, what: &str) -> Result<()> {
+        if self.capture.lock().is_some() {
+            return Err(Error::Unsupported {
+                backend: "host".into(),
+                feature: format!("{what} during graph capture"),
+            });
+        }
+        Ok(())
     }
 
     fn take_error(&self) -> Result<()> {
@@ -196,31 +239,33 @@ impl Stream for HostStream {
                 LaunchArg::Scalar(s) => slots.push(Some(s)),
             }
         }
-        self.work(move || {
-            let mut it = regions.iter();
-            let mut host_args = Vec::with_capacity(slots.len());
-            for s in &slots {
-                match s {
-                    Some(s) => host_args.push(HostArg::Scalar(*s)),
-                    None => {
-                        let Some(r) = it.next() else {
-                            return Err(Error::Kernel {
-                                kernel: name,
-                                message: "argument list changed".into(),
-                            });
-                        };
-                        host_args.push(HostArg::Buffer {
-                            ptr: r.ptr(),
-                            len: r.len(),
-                        });
-                    }
+        let mut it = regions.iter();
+        let mut host_args = Vec::with_capacity(slots.len());
+        for slot in &slots {
+            match slot {
+                Some(v) => host_args.push(HostArg::Scalar(*v)),
+                None => {
+                    let Some(r) = it.next() else {
+                        return Err(Error::InvalidArgument(
+                            "kernel argument list changed".into(),
+                        ));
+                    };
+                    host_args.push(HostArg::Buffer {
+                        ptr: r.ptr(),
+                        len: r.len(),
+                    });
                 }
             }
+        }
+        let host_args = SendArgs(host_args);
+        self.work(move || {
+            let _keep_alive = &regions;
+            let args: &SendArgs = &host_args;
             // SAFETY: every buffer argument is a checked region of a live allocation kept
             // alive by `regions` for the whole call; stream order gives this call exclusive
             // use of the memory it writes, as a GPU stream does.
-            unsafe { func(&host_args) }.map_err(|e| Error::Kernel {
-                kernel: name,
+            unsafe { func(&args.0) }.map_err(|e| Error::Kernel {
+                kernel: name.clone(),
                 message: e.to_string(),
             })
         })
@@ -241,6 +286,7 @@ impl Stream for HostStream {
     }
 
     fn record(&self, event: &dyn Event) -> Result<()> {
+        self.not_capturing("event record")?;
         let e = host_event(event)?.state.clone();
         let generation = {
             let mut s = e.state.lock();
@@ -255,6 +301,7 @@ impl Stream for HostStream {
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
+        self.not_capturing("event wait")?;
         let e = host_event(event)?.state.clone();
         let target = e.state.lock().recorded;
         if e.state.lock().completed >= target {
@@ -285,6 +332,38 @@ impl Stream for HostStream {
             self.take_error()?;
         }
         Ok(done)
+    }
+
+    fn begin_capture(&self) -> Result<()> {
+        let mut cap = self.capture.lock();
+        if cap.is_some() {
+            return Err(Error::InvalidArgument("stream is already capturing".into()));
+        }
+        *cap = Some(vec![]);
+        Ok(())
+    }
+
+    fn end_capture(&self) -> Result<Arc<dyn crate::backend::Graph>> {
+        match self.capture.lock().take() {
+            Some(ops) => Ok(Arc::new(HostGraph { ops })),
+            None => Err(Error::InvalidArgument("stream is not capturing".into())),
+        }
+    }
+
+    fn launch_graph(&self, graph: &Arc<dyn crate::backend::Graph>) -> Result<()> {
+        self.not_capturing("graph launch")?;
+        let Some(g) = graph.as_any().downcast_ref::<HostGraph>() else {
+            return Err(Error::InvalidArgument(
+                "graph does not belong to the host backend".into(),
+            ));
+        };
+        let ops = g.ops.clone();
+        self.push(Op::Work(Arc::new(move || {
+            for op in &ops {
+                op()?;
+            }
+            Ok(())
+        })))
     }
 
     fn as_any(&self) -> &dyn Any {
