@@ -84,10 +84,9 @@ impl Segments {
             }
             if let Some(seg) = self.map.get(k) {
                 cursor = seg.end;
-                if access.reads() || access.writes() {
-                    if let Some(w) = seg.writer {
-                        deps.push(w);
-                    }
+                // Every use (read or write) is ordered after the last writer.
+                if let Some(w) = seg.writer {
+                    deps.push(w);
                 }
                 if access.writes() {
                     deps.extend(seg.readers.iter().copied());
@@ -107,7 +106,7 @@ impl Segments {
                 Segment {
                     end,
                     writer: Some(node),
-                    readers: if access.reads() { vec![] } else { vec![] },
+                    readers: vec![],
                 },
             );
         } else {
