@@ -1,1 +1,160 @@
-pub fn x() {}
+//! The xthunk program format: the protobuf schema (`xthunk.proto`, package `xthunk.v1`), its
+//! binary (`.pb`) and text (`.txtpb`) encodings, and the conversion to and from the core IR.
+//!
+//! Loading a program ([`from_proto`], [`decode`], [`parse_text`], [`load_file`]) converts it
+//! and validates it completely: every error is a [`ProtoError`] naming the thunk (by its
+//! [`ThunkPath`], e.g. `entry[3].thunks[1]`) and the field.
+//!
+//! ```
+//! use xthunk_core::ir::{ABI_VERSION, Executable, Signature};
+//! let exe = Executable {
+//!     abi_version: ABI_VERSION,
+//!     name: "empty".into(),
+//!     allocations: vec![],
+//!     modules: vec![],
+//!     entry: vec![],
+//!     signature: Signature::default(),
+//! };
+//! let text = xthunk_proto::to_text(&exe);
+//! assert_eq!(xthunk_proto::parse_text(&text).unwrap(), exe);
+//! let bytes = xthunk_proto::encode(&exe);
+//! assert_eq!(xthunk_proto::decode(&bytes).unwrap(), exe);
+//! ```
+
+mod convert;
+mod file;
+mod text;
+
+use prost::Message;
+use prost_reflect::{DescriptorPool, MessageDescriptor};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+use xthunk_core::ir::{Executable, ThunkPath, ValidationError};
+
+pub use convert::{from_proto, to_proto};
+pub use file::{Format, load_file, save_file};
+pub use text::{parse_text, to_text};
+
+/// The Rust types generated from `xthunk.proto` (package `xthunk.v1`).
+#[allow(
+    missing_docs,
+    clippy::all,
+    clippy::pedantic,
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic
+)]
+pub mod pb {
+    include!(concat!(env!("OUT_DIR"), "/xthunk.v1.rs"));
+}
+
+/// The schema source, as shipped (for tools that want to show or save it).
+pub const SCHEMA: &str = include_str!("../xthunk.proto");
+
+/// Full name of the top-level message of a program file.
+pub const EXECUTABLE_MESSAGE: &str = "xthunk.v1.Executable";
+
+static DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/xthunk_descriptor.bin"));
+
+/// The descriptors of `xthunk.proto`, for reflection (text format, generic tools).
+pub fn descriptor_pool() -> &'static DescriptorPool {
+    static POOL: OnceLock<DescriptorPool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        // The descriptor set is produced from `xthunk.proto` by build.rs and embedded in this
+        // binary; it does not depend on any input. A failure here is a build defect, caught by
+        // this crate's tests.
+        #[allow(clippy::expect_used)]
+        DescriptorPool::decode(DESCRIPTOR_SET).expect("embedded xthunk descriptor set is valid")
+    })
+}
+
+/// The descriptor of `xthunk.v1.Executable`.
+pub(crate) fn executable_descriptor() -> MessageDescriptor {
+    #[allow(clippy::expect_used)]
+    descriptor_pool()
+        .get_message_by_name(EXECUTABLE_MESSAGE)
+        .expect("xthunk.v1.Executable is in the embedded descriptor set")
+}
+
+/// An error reading, writing or converting a program.
+#[derive(Debug, thiserror::Error)]
+pub enum ProtoError {
+    /// A file could not be read or written.
+    #[error("{}: {source}", path.display())]
+    Io {
+        path: PathBuf,
+        #[source]
+        source: std::io::Error,
+    },
+    /// The binary encoding is malformed (truncated, not a program, nested too deeply, ...).
+    #[error("cannot decode binary program: {source}")]
+    Decode {
+        #[source]
+        source: prost::DecodeError,
+    },
+    /// The text encoding does not parse. `line` and `col` are 1-based (`col` counts
+    /// characters).
+    #[error("text program: line {line}, column {col}: {message}")]
+    TextParse {
+        line: usize,
+        col: usize,
+        message: String,
+    },
+    /// The message does not describe a program: a required field or oneof is missing, an enum
+    /// is unspecified or unknown, a value is out of range. `path` is the thunk (the root path
+    /// for executable-level fields such as `allocations[2].kind`).
+    #[error("{}", describe_invalid(path, field, message))]
+    Invalid {
+        path: ThunkPath,
+        field: String,
+        message: String,
+    },
+    /// The program converted but failed validation.
+    #[error(transparent)]
+    Validation(#[from] ValidationError),
+    /// The file name does not tell the format.
+    #[error(
+        "{}: unknown program format (use .txtpb, .textproto or .pbtxt for text, .pb or .binpb for binary)",
+        path.display()
+    )]
+    UnknownFormat { path: PathBuf },
+}
+
+fn describe_invalid(path: &ThunkPath, field: &str, message: &str) -> String {
+    if path.is_root() {
+        format!("invalid program: {field}: {message}")
+    } else {
+        format!("invalid program: thunk {path}: {field}: {message}")
+    }
+}
+
+impl ProtoError {
+    /// The thunk path of a conversion or validation error.
+    pub fn thunk_path(&self) -> Option<&ThunkPath> {
+        match self {
+            ProtoError::Invalid { path, .. } => Some(path),
+            ProtoError::Validation(v) => Some(&v.path),
+            _ => None,
+        }
+    }
+
+    /// The field of a conversion or validation error.
+    pub fn field(&self) -> Option<&str> {
+        match self {
+            ProtoError::Invalid { field, .. } => Some(field),
+            ProtoError::Validation(v) => Some(&v.field),
+            _ => None,
+        }
+    }
+}
+
+/// Decodes a binary (`.pb`) program, converts and validates it.
+pub fn decode(bytes: &[u8]) -> Result<Executable, ProtoError> {
+    let msg = pb::Executable::decode(bytes).map_err(|source| ProtoError::Decode { source })?;
+    from_proto(&msg)
+}
+
+/// Encodes a program in the binary (`.pb`) format. Does not validate.
+pub fn encode(exe: &Executable) -> Vec<u8> {
+    to_proto(exe).encode_to_vec()
+}
