@@ -7,9 +7,9 @@
 
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, BufferAllocation, DType, Dim3, Executable, GemmThunk,
-    KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module, ModuleImage, PathSegment, Scalar,
-    Signature, Slice, TensorSpec, Thunk, ThunkPath, verify,
+    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable,
+    GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module, ModuleImage,
+    PathSegment, Scalar, Signature, Slice, TensorSpec, Thunk, ThunkPath, verify,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -220,6 +220,43 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
         Thunk::Sequence(body) => Kind::Sequence(pb::SequenceThunk {
             thunks: body.iter().map(thunk_to).collect(),
         }),
+        Thunk::While {
+            cond,
+            pred,
+            body,
+            trip_count,
+        } => Kind::While(pb::WhileThunk {
+            cond: cond.iter().map(thunk_to).collect(),
+            pred: slice_to(pred),
+            body: body.iter().map(thunk_to).collect(),
+            trip_count: trip_count.map(|n| n.min(i64::MAX as u64) as i64),
+        }),
+        Thunk::Conditional {
+            index,
+            index_type,
+            branches,
+        } => Kind::Conditional(pb::ConditionalThunk {
+            index: slice_to(index),
+            index_type: dtype_to(*index_type) as i32,
+            branches: branches
+                .iter()
+                .map(|b| pb::Branch {
+                    thunks: b.iter().map(thunk_to).collect(),
+                })
+                .collect(),
+        }),
+        Thunk::AsyncStart { id, kind, body } => Kind::AsyncStart(pb::AsyncStartThunk {
+            id: *id,
+            kind: match kind {
+                AsyncKind::Compute => pb::AsyncKind::Compute,
+                AsyncKind::Communication => pb::AsyncKind::Communication,
+            } as i32,
+            body: body.iter().map(thunk_to).collect(),
+        }),
+        Thunk::AsyncDone { id } => Kind::AsyncDone(pb::AsyncDoneThunk { id: *id }),
+        Thunk::CommandBuffer { body } => Kind::CommandBuffer(pb::CommandBufferThunk {
+            body: body.iter().map(thunk_to).collect(),
+        }),
     };
     pb::Thunk { kind: Some(kind) }
 }
@@ -339,7 +376,7 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
 }
 
 /// Names of the planned/known oneof members, for "nothing is set" messages.
-const THUNK_KINDS: &str = "copy, memset, kernel, gemm or sequence";
+const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done or command_buffer";
 
 fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, ProtoError> {
     match pb::DType::try_from(v) {
@@ -600,6 +637,26 @@ fn memset_from(m: &pb::MemsetThunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> 
     Ok(Thunk::Memset { dst, pattern })
 }
 
+fn list_from(
+    list: &[pb::Thunk],
+    loc: &Loc<'_>,
+    field: &'static str,
+) -> Result<Vec<Thunk>, ProtoError> {
+    list.iter()
+        .enumerate()
+        .map(|(i, c)| {
+            thunk_from(
+                c,
+                &Loc::Step {
+                    parent: loc,
+                    field,
+                    index: i,
+                },
+            )
+        })
+        .collect()
+}
+
 fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
     use pb::thunk::Kind;
     Ok(match &t.kind {
@@ -610,22 +667,57 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
         Some(Kind::Memset(m)) => memset_from(m, loc)?,
         Some(Kind::Kernel(k)) => Thunk::Kernel(kernel_from(k, loc)?),
         Some(Kind::Gemm(g)) => Thunk::Gemm(gemm_from(g, loc)?),
-        Some(Kind::Sequence(s)) => Thunk::Sequence(
-            s.thunks
+        Some(Kind::Sequence(s)) => Thunk::Sequence(list_from(&s.thunks, loc, "thunks")?),
+        Some(Kind::While(w)) => Thunk::While {
+            cond: list_from(&w.cond, loc, "cond")?,
+            pred: slice_from(&w.pred, loc, "pred")?,
+            body: list_from(&w.body, loc, "body")?,
+            trip_count: match w.trip_count {
+                None => None,
+                Some(n) if n >= 0 => Some(n as u64),
+                Some(n) => {
+                    return Err(loc.invalid("trip_count", format!("{n} is negative")));
+                }
+            },
+        },
+        Some(Kind::Conditional(c)) => Thunk::Conditional {
+            index: slice_from(&c.index, loc, "index")?,
+            index_type: dtype_from(c.index_type, loc, "index_type")?,
+            branches: c
+                .branches
                 .iter()
                 .enumerate()
-                .map(|(i, c)| {
-                    thunk_from(
-                        c,
+                .map(|(b, br)| {
+                    list_from(
+                        &br.thunks,
                         &Loc::Step {
                             parent: loc,
-                            field: "thunks",
-                            index: i,
+                            field: "branches",
+                            index: b,
                         },
+                        "thunks",
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-        ),
+        },
+        Some(Kind::AsyncStart(a)) => Thunk::AsyncStart {
+            id: a.id,
+            kind: match pb::AsyncKind::try_from(a.kind) {
+                Ok(pb::AsyncKind::Compute) => AsyncKind::Compute,
+                Ok(pb::AsyncKind::Communication) => AsyncKind::Communication,
+                Ok(pb::AsyncKind::Unspecified) => {
+                    return Err(loc.invalid("kind", "async kind is unspecified"));
+                }
+                Err(_) => {
+                    return Err(loc.invalid("kind", format!("unknown async kind {}", a.kind)));
+                }
+            },
+            body: list_from(&a.body, loc, "body")?,
+        },
+        Some(Kind::AsyncDone(d)) => Thunk::AsyncDone { id: d.id },
+        Some(Kind::CommandBuffer(c)) => Thunk::CommandBuffer {
+            body: list_from(&c.body, loc, "body")?,
+        },
         None => {
             return Err(loc.invalid(
                 "kind",

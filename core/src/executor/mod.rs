@@ -1,35 +1,86 @@
-//! The executor: loads a validated executable onto a device (modules, kernels, constants) and
-//! runs it. This is the in-order executor: thunks are issued in program order on one stream.
+//! The executor: loads a validated executable onto a device (modules, kernels, constants, a
+//! static schedule) and runs it.
 //!
-//! Per-execution state (temps, the stream, the pointer table) lives in the execution, so one
-//! [`LoadedExecutable`] can be executed from many threads at once.
+//! At load, the entry sequence is flattened (nested sequences and async bodies become nodes;
+//! `While`, `Conditional` and `CommandBuffer` stay single composite nodes) and its
+//! [dependency graph](graph::DependencyGraph) is built. Nodes are then assigned to streams
+//! (continuing a chain on its stream when possible, otherwise the least loaded stream; async
+//! communication bodies on a dedicated stream), and each cross-stream edge becomes an event
+//! record/wait, minus the waits already implied by earlier ones (per-stream vector clocks).
+//! Linear or tiny graphs, and `streams = 1`, take the sequential path: one stream, program
+//! order.
+//!
+//! Per-execution state (streams, events, temporaries, command-buffer recordings) is drawn
+//! from a pool, so one [`LoadedExecutable`] can be executed from many threads at once.
 
 pub mod graph;
 
 use crate::backend::{
-    Buffer, Device, DeviceMemory, DevicePtr, GemmLaunch, KernelHandle, LaunchArg, LaunchDims,
-    LoadedModule, Stream,
+    Buffer, Device, DeviceMemory, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg,
+    LaunchDims, LoadedModule, Stream,
 };
 use crate::error::{Error, Result};
 use crate::ir::{
-    AllocationKind, Executable, GemmThunk, KernelArg, MemsetPattern, Slice, Thunk, ThunkPath,
-    verify,
+    AllocationKind, AsyncKind, DType, Executable, GemmThunk, KernelArg, MemorySpace, MemsetPattern,
+    Slice, Thunk, ThunkPath, verify,
 };
+use graph::{DependencyGraph, NodeUses};
 use parking_lot::Mutex;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+
+/// How a program is scheduled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Compute streams to spread independent work over (at least 1). Async communication
+    /// bodies get one more stream of their own.
+    pub streams: usize,
+    /// Graphs with fewer nodes than this run sequentially on one stream.
+    pub sequential_below: usize,
+    /// Always run in program order on one stream (the in-order executor).
+    pub force_sequential: bool,
+}
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            streams: 2,
+            sequential_below: 4,
+            force_sequential: false,
+        }
+    }
+}
+
+impl ExecutorConfig {
+    /// The in-order executor: one stream, program order.
+    pub fn in_order() -> Self {
+        ExecutorConfig {
+            streams: 1,
+            sequential_below: 0,
+            force_sequential: true,
+        }
+    }
+
+    /// Spread over `n` compute streams.
+    pub fn with_streams(n: usize) -> Self {
+        ExecutorConfig {
+            streams: n.max(1),
+            ..Default::default()
+        }
+    }
+}
 
 /// Options of one execution.
 #[derive(Clone, Debug, Default)]
 pub struct ExecuteOptions {
-    /// Fail with `DeadlineExceeded` if the execution has not finished after this long.
+    /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
+    /// execution has not finished after this long.
     pub deadline: Option<Duration>,
 }
 
-/// One thunk, resolved at load.
-#[derive(Clone)]
-enum Step {
+/// One operation, resolved at load.
+enum Op {
     Copy {
         src: Slice,
         dst: Slice,
@@ -43,13 +94,74 @@ enum Step {
         dims: LaunchDims,
         args: Vec<KernelArg>,
     },
-    Gemm(GemmThunk),
+    Gemm(Box<GemmThunk>),
+    While {
+        cond: Vec<Step>,
+        pred: Slice,
+        body: Vec<Step>,
+        trip_count: Option<u64>,
+    },
+    Conditional {
+        index: Slice,
+        index_type: DType,
+        branches: Vec<Vec<Step>>,
+    },
+    CommandBuffer {
+        id: usize,
+        body: Vec<Step>,
+        /// Allocations whose addresses the recording depends on.
+        bindings: Vec<u32>,
+    },
 }
 
-struct PlannedStep {
+struct Step {
     path: ThunkPath,
     kind: &'static str,
+    label: String,
+    op: Op,
+}
+
+/// A top-level node of the schedule.
+struct Node {
     step: Step,
+    stream: usize,
+    /// Nodes (on other streams) whose events this node waits for.
+    waits: Vec<usize>,
+    /// Record this node's event after it (someone on another stream waits for it).
+    record: bool,
+}
+
+/// The static schedule.
+struct Schedule {
+    nodes: Vec<Node>,
+    streams: usize,
+    sequential: bool,
+    graph_edges: usize,
+}
+
+/// Per-execution resources, pooled.
+struct ExecState {
+    streams: Vec<Arc<dyn Stream>>,
+    events: HashMap<usize, Arc<dyn Event>>,
+    temps: Vec<(u32, Buffer)>,
+    scratch: Buffer,
+    recordings: HashMap<usize, Recording>,
+    tracking: Vec<Arc<dyn Event>>,
+}
+
+struct Recording {
+    addresses: Vec<DevicePtr>,
+    graph: Option<Arc<dyn Graph>>,
+}
+
+/// What an execution did, for tests and benchmarks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ScheduleInfo {
+    pub nodes: usize,
+    pub edges: usize,
+    pub streams: usize,
+    pub sequential: bool,
+    pub cross_stream_waits: usize,
 }
 
 /// An executable loaded onto one device.
@@ -57,9 +169,9 @@ pub struct LoadedExecutable {
     exe: Arc<Executable>,
     device: Arc<dyn Device>,
     modules: BTreeMap<String, Arc<dyn LoadedModule>>,
-    steps: Vec<PlannedStep>,
+    schedule: Schedule,
     constants: BTreeMap<u32, Buffer>,
-    streams: Mutex<Vec<Arc<dyn Stream>>>,
+    pool: Mutex<Vec<ExecState>>,
 }
 
 impl std::fmt::Debug for LoadedExecutable {
@@ -71,10 +183,292 @@ impl std::fmt::Debug for LoadedExecutable {
     }
 }
 
+struct Planner<'a> {
+    modules: &'a BTreeMap<String, Arc<dyn LoadedModule>>,
+    device: &'a dyn Device,
+    next_cmd: usize,
+}
+
+impl Planner<'_> {
+    fn step(&mut self, t: &Thunk, path: &ThunkPath) -> Result<Step> {
+        let mut label = t.kind().to_string();
+        let op = match t {
+            Thunk::Copy { src, dst } => Op::Copy {
+                src: *src,
+                dst: *dst,
+            },
+            Thunk::Memset { dst, pattern } => Op::Memset {
+                dst: *dst,
+                pattern: *pattern,
+            },
+            Thunk::Kernel(k) => {
+                label = format!("kernel {}.{}", k.module, k.name);
+                let Some(m) = self.modules.get(&k.module) else {
+                    return Err(Error::Module {
+                        module: k.module.clone(),
+                        message: "not loaded".into(),
+                    }
+                    .at_thunk(path, "kernel"));
+                };
+                let handle = m.kernel(&k.name).map_err(|e| e.at_thunk(path, "kernel"))?;
+                Op::Kernel {
+                    handle,
+                    dims: LaunchDims {
+                        grid: k.grid,
+                        block: k.block,
+                        shared_mem: k.shared_mem,
+                    },
+                    args: k.args.clone(),
+                }
+            }
+            Thunk::Gemm(g) => {
+                label = format!("gemm {} {}x{}x{}", g.dtype, g.m, g.n, g.k);
+                if !self.device.capabilities().gemm_dtypes.contains(&g.dtype) {
+                    return Err(Error::Unsupported {
+                        backend: self.device.backend_name().into(),
+                        feature: format!("{} gemm", g.dtype),
+                    }
+                    .at_thunk(path, "gemm"));
+                }
+                Op::Gemm(Box::new(g.clone()))
+            }
+            Thunk::While {
+                cond,
+                pred,
+                body,
+                trip_count,
+            } => Op::While {
+                cond: self.list(cond, path, t, 0)?,
+                pred: *pred,
+                body: self.list(body, path, t, 1)?,
+                trip_count: *trip_count,
+            },
+            Thunk::Conditional {
+                index,
+                index_type,
+                branches,
+            } => Op::Conditional {
+                index: *index,
+                index_type: *index_type,
+                branches: (0..branches.len())
+                    .map(|b| self.list(&branches[b], path, t, b))
+                    .collect::<Result<_>>()?,
+            },
+            Thunk::CommandBuffer { body } => {
+                let id = self.next_cmd;
+                self.next_cmd += 1;
+                let bindings: BTreeSet<u32> = t
+                    .all_buffer_uses()
+                    .iter()
+                    .map(|u| u.slice.allocation)
+                    .collect();
+                Op::CommandBuffer {
+                    id,
+                    body: self.list(body, path, t, 0)?,
+                    bindings: bindings.into_iter().collect(),
+                }
+            }
+            Thunk::Sequence(_) | Thunk::AsyncStart { .. } | Thunk::AsyncDone { .. } => {
+                return Err(Error::InvalidArgument(format!(
+                    "internal: {} at {path} is not a schedulable step",
+                    t.kind()
+                )));
+            }
+        };
+        Ok(Step {
+            path: path.clone(),
+            kind: t.kind(),
+            label,
+            op,
+        })
+    }
+
+    /// Plans the `which`-th nested list of `parent`, flattening sequences and async scopes
+    /// into program order (inside composite thunks everything runs in order on one stream).
+    fn list(
+        &mut self,
+        list: &[Thunk],
+        path: &ThunkPath,
+        parent: &Thunk,
+        which: usize,
+    ) -> Result<Vec<Step>> {
+        let names = parent.nested();
+        let Some((name, _)) = names.get(which) else {
+            return Ok(vec![]);
+        };
+        let mut out = vec![];
+        for (i, t) in list.iter().enumerate() {
+            self.flatten(t, &path.in_list(name, i), &mut out, &mut |_, _| {})?;
+        }
+        Ok(out)
+    }
+
+    /// Appends the steps of `t` to `out`; `on_step` sees each with its async class.
+    fn flatten(
+        &mut self,
+        t: &Thunk,
+        path: &ThunkPath,
+        out: &mut Vec<Step>,
+        on_step: &mut dyn FnMut(&Thunk, Option<AsyncKind>),
+    ) -> Result<()> {
+        self.flatten_in(t, path, out, on_step, None)
+    }
+
+    fn flatten_in(
+        &mut self,
+        t: &Thunk,
+        path: &ThunkPath,
+        out: &mut Vec<Step>,
+        on_step: &mut dyn FnMut(&Thunk, Option<AsyncKind>),
+        class: Option<AsyncKind>,
+    ) -> Result<()> {
+        match t {
+            Thunk::Sequence(_) => {
+                for (name, list) in t.nested() {
+                    for (i, c) in list.iter().enumerate() {
+                        self.flatten_in(c, &path.in_list(&name, i), out, on_step, class)?;
+                    }
+                }
+            }
+            Thunk::AsyncStart { kind, .. } => {
+                for (name, list) in t.nested() {
+                    for (i, c) in list.iter().enumerate() {
+                        self.flatten_in(c, &path.in_list(&name, i), out, on_step, Some(*kind))?;
+                    }
+                }
+            }
+            // Ordering after an async scope comes from the buffer uses of its body.
+            Thunk::AsyncDone { .. } => {}
+            _ => {
+                on_step(t, class);
+                out.push(self.step(t, path)?);
+            }
+        }
+        Ok(())
+    }
+}
+
+fn schedule(
+    exe: &Executable,
+    planner: &mut Planner<'_>,
+    config: &ExecutorConfig,
+) -> Result<Schedule> {
+    let mut steps = vec![];
+    let mut uses = vec![];
+    let mut classes = vec![];
+    for (i, t) in exe.entry.iter().enumerate() {
+        let mut seen = vec![];
+        planner.flatten(t, &ThunkPath::entry(i), &mut steps, &mut |t, c| {
+            seen.push((
+                NodeUses {
+                    buffers: t.all_buffer_uses(),
+                    resources: vec![],
+                },
+                c,
+            ));
+        })?;
+        for (u, c) in seen {
+            uses.push(u);
+            classes.push(c);
+        }
+    }
+    let graph = DependencyGraph::build(&uses);
+    let n = steps.len();
+    let has_comm = classes.contains(&Some(AsyncKind::Communication));
+    let sequential = config.force_sequential
+        || config.streams <= 1 && !has_comm
+        || n < config.sequential_below
+        || graph.is_chain();
+    if sequential {
+        return Ok(Schedule {
+            nodes: steps
+                .into_iter()
+                .map(|step| Node {
+                    step,
+                    stream: 0,
+                    waits: vec![],
+                    record: false,
+                })
+                .collect(),
+            streams: 1,
+            sequential: true,
+            graph_edges: graph.edge_count(),
+        });
+    }
+    let compute = config.streams.max(1);
+    let total = compute + usize::from(has_comm);
+    let comm = compute; // index of the communication stream when present
+    let mut stream_of = vec![0usize; n];
+    let mut last_on: Vec<Option<usize>> = vec![None; total];
+    let mut load = vec![0usize; total];
+    let mut clock: Vec<Vec<i64>> = vec![vec![-1; total]; total];
+    let mut snapshot: Vec<Vec<i64>> = Vec::with_capacity(n);
+    let mut waits: Vec<Vec<usize>> = vec![vec![]; n];
+    let mut record = vec![false; n];
+    for v in 0..n {
+        let s = if classes[v] == Some(AsyncKind::Communication) {
+            comm
+        } else {
+            // Continue a chain: a predecessor that is the last node of its stream.
+            let chain = graph.preds[v]
+                .iter()
+                .copied()
+                .filter(|&u| stream_of[u] < compute && last_on[stream_of[u]] == Some(u))
+                .max_by_key(|&u| graph.priority[u]);
+            match chain {
+                Some(u) => stream_of[u],
+                None => (0..compute).min_by_key(|&s| (load[s], s)).unwrap_or(0),
+            }
+        };
+        stream_of[v] = s;
+        for &u in &graph.preds[v] {
+            let t = stream_of[u];
+            if t == s || clock[s][t] >= u as i64 {
+                continue;
+            }
+            waits[v].push(u);
+            record[u] = true;
+            let snap = &snapshot[u];
+            for (x, &y) in clock[s].iter_mut().zip(snap.iter()) {
+                *x = (*x).max(y);
+            }
+        }
+        clock[s][s] = v as i64;
+        snapshot.push(clock[s].clone());
+        last_on[s] = Some(v);
+        load[s] += 1;
+    }
+    let nodes = steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, step)| Node {
+            step,
+            stream: stream_of[i],
+            waits: std::mem::take(&mut waits[i]),
+            record: record[i],
+        })
+        .collect();
+    Ok(Schedule {
+        nodes,
+        streams: total,
+        sequential: false,
+        graph_edges: graph.edge_count(),
+    })
+}
+
 impl LoadedExecutable {
-    /// Validates `exe`, checks the device supports what it needs, loads its modules, resolves
-    /// every kernel and uploads constants.
+    /// Loads with the default [`ExecutorConfig`].
     pub fn load(device: Arc<dyn Device>, exe: Executable) -> Result<Self> {
+        Self::load_with(device, exe, &ExecutorConfig::default())
+    }
+
+    /// Validates `exe`, checks the device supports what it needs, loads its modules, resolves
+    /// every kernel, uploads constants and builds the schedule.
+    pub fn load_with(
+        device: Arc<dyn Device>,
+        exe: Executable,
+        config: &ExecutorConfig,
+    ) -> Result<Self> {
         verify(&exe)?;
         let caps = device.capabilities();
         for a in &exe.allocations {
@@ -91,16 +485,19 @@ impl LoadedExecutable {
             tracing::debug!(module = %m.name, image = %lm.image(), "loaded module");
             modules.insert(m.name.clone(), lm);
         }
-        let mut steps = Vec::with_capacity(exe.thunk_count());
-        for (i, t) in exe.entry.iter().enumerate() {
-            plan(
-                t,
-                ThunkPath::entry(i),
-                &modules,
-                device.as_ref(),
-                &mut steps,
-            )?;
-        }
+        let mut planner = Planner {
+            modules: &modules,
+            device: device.as_ref(),
+            next_cmd: 0,
+        };
+        let schedule = schedule(&exe, &mut planner, config)?;
+        tracing::debug!(
+            nodes = schedule.nodes.len(),
+            edges = schedule.graph_edges,
+            streams = schedule.streams,
+            sequential = schedule.sequential,
+            "scheduled"
+        );
         let mut constants = BTreeMap::new();
         for a in &exe.allocations {
             if let AllocationKind::Constant(bytes) = &a.kind {
@@ -113,9 +510,9 @@ impl LoadedExecutable {
             exe: Arc::new(exe),
             device,
             modules,
-            steps,
+            schedule,
             constants,
-            streams: Mutex::new(vec![]),
+            pool: Mutex::new(vec![]),
         })
     }
 
@@ -135,11 +532,29 @@ impl LoadedExecutable {
             .collect()
     }
 
-    /// Allocates a buffer for every output (to pass to [`Self::execute`]).
-    pub fn allocate_outputs(&self) -> Result<Vec<Buffer>> {
-        self.exe
-            .signature
-            .outputs
+    /// The static schedule's shape.
+    pub fn schedule_info(&self) -> ScheduleInfo {
+        ScheduleInfo {
+            nodes: self.schedule.nodes.len(),
+            edges: self.schedule.graph_edges,
+            streams: self.schedule.streams,
+            sequential: self.schedule.sequential,
+            cross_stream_waits: self.schedule.nodes.iter().map(|n| n.waits.len()).sum(),
+        }
+    }
+
+    /// Frees pooled per-execution state (temporaries, streams, recordings).
+    pub fn release_cached_state(&self) {
+        self.pool.lock().clear();
+    }
+
+    fn alloc_specs(&self, outputs: bool) -> Result<Vec<Buffer>> {
+        let specs = if outputs {
+            &self.exe.signature.outputs
+        } else {
+            &self.exe.signature.parameters
+        };
+        specs
             .iter()
             .map(|o| {
                 let a = &self.exe.allocations[o.allocation as usize];
@@ -148,29 +563,59 @@ impl LoadedExecutable {
             .collect()
     }
 
-    /// Allocates a buffer for every parameter.
-    pub fn allocate_parameters(&self) -> Result<Vec<Buffer>> {
-        self.exe
-            .signature
-            .parameters
-            .iter()
-            .map(|p| {
-                let a = &self.exe.allocations[p.allocation as usize];
-                self.device.allocate(a.size, a.alignment, a.memory_space)
-            })
-            .collect()
+    /// Allocates a buffer for every output (to pass to [`Self::execute`]).
+    pub fn allocate_outputs(&self) -> Result<Vec<Buffer>> {
+        self.alloc_specs(true)
     }
 
-    fn take_stream(&self) -> Result<Arc<dyn Stream>> {
-        if let Some(s) = self.streams.lock().pop() {
-            return Ok(s);
+    /// Allocates a buffer for every parameter.
+    pub fn allocate_parameters(&self) -> Result<Vec<Buffer>> {
+        self.alloc_specs(false)
+    }
+
+    fn new_state(&self) -> Result<ExecState> {
+        let streams = (0..self.schedule.streams)
+            .map(|_| self.device.create_stream())
+            .collect::<Result<Vec<_>>>()?;
+        let mut events = HashMap::new();
+        for (i, n) in self.schedule.nodes.iter().enumerate() {
+            if n.record {
+                events.insert(i, self.device.create_event()?);
+            }
         }
-        self.device.create_stream()
+        let mut temps = vec![];
+        for a in &self.exe.allocations {
+            if a.kind == AllocationKind::Temp {
+                temps.push((
+                    a.index,
+                    self.device.allocate(a.size, a.alignment, a.memory_space)?,
+                ));
+            }
+        }
+        let space = if self
+            .device
+            .capabilities()
+            .memory_spaces
+            .contains(&MemorySpace::HostPinned)
+        {
+            MemorySpace::HostPinned
+        } else {
+            MemorySpace::Device
+        };
+        let scratch = self.device.allocate(8, 8, space)?;
+        Ok(ExecState {
+            streams,
+            events,
+            temps,
+            scratch,
+            recordings: HashMap::new(),
+            tracking: vec![],
+        })
     }
 
     /// Runs the program with device buffers for the parameters and outputs (in signature
-    /// order). Returns when all work finished. On error, queued work is drained and every
-    /// temporary freed before the error (naming the thunk where known) is returned.
+    /// order). Returns when all work finished. On error, issuing stops, queued work is
+    /// drained, and the error (naming the thunk where known) is returned.
     pub fn execute(
         &self,
         params: &[&dyn DeviceMemory],
@@ -192,7 +637,6 @@ impl LoadedExecutable {
         let _g = span.enter();
         let start = Instant::now();
         let mut table = vec![DevicePtr(0); self.exe.allocations.len()];
-        let mut temps: Vec<Buffer> = vec![];
         for a in &self.exe.allocations {
             let (buf, what): (Option<&dyn DeviceMemory>, String) = match &a.kind {
                 AllocationKind::Parameter(n) => {
@@ -207,12 +651,7 @@ impl LoadedExecutable {
                         .map(|b| b.as_ref() as &dyn DeviceMemory),
                     "constant".into(),
                 ),
-                AllocationKind::Temp => {
-                    let t = self.device.allocate(a.size, a.alignment, a.memory_space)?;
-                    table[a.index as usize] = t.ptr();
-                    temps.push(t);
-                    continue;
-                }
+                AllocationKind::Temp => continue,
             };
             let Some(buf) = buf else {
                 return Err(Error::InvalidArgument(format!("missing buffer for {what}")));
@@ -234,84 +673,58 @@ impl LoadedExecutable {
             }
             table[a.index as usize] = buf.ptr();
         }
-        let stream = self.take_stream()?;
-        let issued = self.issue(stream.as_ref(), &table);
-        let waited = wait(stream.as_ref(), opts.deadline, start);
-        if let Err(e @ Error::DeadlineExceeded { .. }) = waited {
+        let pooled = self.pool.lock().pop();
+        let mut state = match pooled {
+            Some(s) => s,
+            None => self.new_state()?,
+        };
+        for (i, b) in &state.temps {
+            table[*i as usize] = b.ptr();
+        }
+        let deadline = opts.deadline.map(|d| (d, start + d));
+        let mut run = Run {
+            exe: self,
+            table: &table,
+            deadline,
+        };
+        let issued = run.issue_all(&mut state);
+        let waited = match &issued {
+            Ok(()) => run.wait_all(&state),
+            Err(_) => Ok(()),
+        };
+        if let Err(e @ Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
+            let _ = e;
             // The work may never finish (a hung kernel): do not block the caller. A reaper
-            // thread waits for the stream and only then frees the temporaries.
+            // thread waits for the streams and only then frees the state.
             let reaper = std::thread::Builder::new()
                 .name("xthunk-reaper".into())
                 .spawn(move || {
-                    let _ = stream.synchronize();
-                    drop(temps);
+                    for s in &state.streams {
+                        let _ = s.synchronize();
+                    }
+                    drop(state);
                 });
             if let Err(spawn) = reaper {
                 tracing::error!("could not spawn a reaper thread: {spawn}");
             }
-            return Err(e);
+            return issued.and(waited);
         }
-        // Drain before anything is freed, whatever happened.
-        let drained = if waited.is_err() || issued.is_err() {
-            stream.synchronize()
-        } else {
-            Ok(())
-        };
-        let result = issued.and(waited).and(drained);
+        let result = issued.and(waited);
+        // Drain before anything is freed or reused, whatever happened.
+        let mut drained = Ok(());
+        for s in &state.streams {
+            let r = s.synchronize();
+            if drained.is_ok() {
+                drained = r;
+            }
+        }
+        let result = result.and(drained);
         if result.is_ok() {
-            self.streams.lock().push(stream);
+            state.tracking.clear();
+            self.pool.lock().push(state);
         }
-        drop(temps);
         tracing::debug!(elapsed_us = start.elapsed().as_micros() as u64, "executed");
         result
-    }
-
-    fn issue(&self, stream: &dyn Stream, table: &[DevicePtr]) -> Result<()> {
-        let ptr = |s: &Slice| table[s.allocation as usize].offset(s.offset);
-        for p in &self.steps {
-            let r = match &p.step {
-                Step::Copy { src, dst } => stream.copy(ptr(src), ptr(dst), src.size),
-                Step::Memset { dst, pattern } => stream.memset(ptr(dst), dst.size, *pattern),
-                Step::Kernel { handle, dims, args } => {
-                    let la: Vec<LaunchArg> = args
-                        .iter()
-                        .map(|a| match a {
-                            KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {
-                                ptr: ptr(slice),
-                                len: slice.size,
-                            },
-                            KernelArg::Scalar(s) => LaunchArg::Scalar(*s),
-                        })
-                        .collect();
-                    stream.launch(handle, *dims, &la)
-                }
-                Step::Gemm(g) => stream.gemm(&GemmLaunch {
-                    a: ptr(&g.a),
-                    b: ptr(&g.b),
-                    c: ptr(&g.c),
-                    a_len: g.a.size,
-                    b_len: g.b.size,
-                    c_len: g.c.size,
-                    m: g.m,
-                    n: g.n,
-                    k: g.k,
-                    lda: g.lda,
-                    ldb: g.ldb,
-                    ldc: g.ldc,
-                    trans_a: g.trans_a,
-                    trans_b: g.trans_b,
-                    alpha: g.alpha,
-                    beta: g.beta,
-                    dtype: g.dtype,
-                    batch: g.batch,
-                    stride_a: g.stride_a,
-                    stride_b: g.stride_b,
-                    stride_c: g.stride_c,
-                }),
-            };
-            r.map_err(|e| e.at_thunk(&p.path, p.kind))?;
-        }
-        Ok(())
     }
 
     /// Convenience: uploads host bytes for every parameter, runs, and downloads every output.
@@ -356,82 +769,255 @@ impl LoadedExecutable {
     }
 }
 
-fn wait(stream: &dyn Stream, deadline: Option<Duration>, start: Instant) -> Result<()> {
-    let Some(d) = deadline else {
-        return stream.synchronize();
-    };
-    let mut sleep = Duration::from_micros(20);
-    loop {
-        if stream.query()? {
-            return Ok(());
-        }
-        if start.elapsed() >= d {
-            return Err(Error::DeadlineExceeded {
-                deadline: d,
-                pending: "work queued on the execution stream".into(),
-            });
-        }
-        std::thread::sleep(sleep);
-        sleep = (sleep * 2).min(Duration::from_millis(5));
-    }
+/// One execution in progress.
+struct Run<'a> {
+    exe: &'a LoadedExecutable,
+    table: &'a [DevicePtr],
+    deadline: Option<(Duration, Instant)>,
 }
 
-fn plan(
-    t: &Thunk,
-    path: ThunkPath,
-    modules: &BTreeMap<String, Arc<dyn LoadedModule>>,
-    device: &dyn Device,
-    out: &mut Vec<PlannedStep>,
-) -> Result<()> {
-    let step = match t {
-        Thunk::Copy { src, dst } => Step::Copy {
-            src: *src,
-            dst: *dst,
-        },
-        Thunk::Memset { dst, pattern } => Step::Memset {
-            dst: *dst,
-            pattern: *pattern,
-        },
-        Thunk::Kernel(k) => {
-            let Some(m) = modules.get(&k.module) else {
-                return Err(Error::Module {
-                    module: k.module.clone(),
-                    message: "not loaded".into(),
+impl Run<'_> {
+    fn ptr(&self, s: &Slice) -> DevicePtr {
+        self.table[s.allocation as usize].offset(s.offset)
+    }
+
+    fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
+        let nodes = &self.exe.schedule.nodes;
+        let tracking = self.deadline.is_some();
+        if tracking {
+            while state.tracking.len() < nodes.len() {
+                state.tracking.push(self.exe.device.create_event()?);
+            }
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let stream = state.streams[node.stream].clone();
+            for w in &node.waits {
+                if let Some(e) = state.events.get(w) {
+                    stream.wait(e.as_ref())?;
                 }
-                .at_thunk(&path, "kernel"));
-            };
-            let handle = m.kernel(&k.name).map_err(|e| e.at_thunk(&path, "kernel"))?;
-            Step::Kernel {
-                handle,
-                dims: LaunchDims {
-                    grid: k.grid,
-                    block: k.block,
-                    shared_mem: k.shared_mem,
-                },
-                args: k.args.clone(),
             }
-        }
-        Thunk::Gemm(g) => {
-            if !device.capabilities().gemm_dtypes.contains(&g.dtype) {
-                return Err(Error::Unsupported {
-                    backend: device.backend_name().into(),
-                    feature: format!("{} gemm", g.dtype),
+            self.step(&node.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
+            if node.record {
+                if let Some(e) = state.events.get(&i) {
+                    stream.record(e.as_ref())?;
                 }
-                .at_thunk(&path, "gemm"));
             }
-            Step::Gemm(g.clone())
-        }
-        Thunk::Sequence(body) => {
-            for (i, c) in body.iter().enumerate() {
-                plan(c, path.child("thunks", i), modules, device, out)?;
+            if tracking {
+                stream.record(state.tracking[i].as_ref())?;
             }
-            return Ok(());
         }
-    };
-    out.push(PlannedStep {
-        kind: t.kind(),
-        path,
-        step,
-    });
-    Ok(())
+        Ok(())
+    }
+
+    fn check_deadline(&self, state: &ExecState) -> Result<()> {
+        if let Some((d, at)) = self.deadline {
+            if Instant::now() >= at {
+                return Err(Error::DeadlineExceeded {
+                    deadline: d,
+                    pending: self.pending(state),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The first unfinished node of every stream (needs tracking events).
+    fn pending(&self, state: &ExecState) -> String {
+        let nodes = &self.exe.schedule.nodes;
+        let mut out = vec![];
+        for s in 0..state.streams.len() {
+            let first = nodes.iter().enumerate().find(|(i, n)| {
+                n.stream == s
+                    && state
+                        .tracking
+                        .get(*i)
+                        .is_none_or(|e| !e.query().unwrap_or(false))
+            });
+            if let Some((_, n)) = first {
+                out.push(format!("stream {s}: {} ({})", n.step.path, n.step.label));
+            }
+        }
+        if out.is_empty() {
+            "none (finishing)".into()
+        } else {
+            out.join("; ")
+        }
+    }
+
+    fn wait_all(&self, state: &ExecState) -> Result<()> {
+        if self.deadline.is_none() {
+            let mut first = Ok(());
+            for s in &state.streams {
+                let r = s.synchronize();
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            return first;
+        }
+        let mut sleep = Duration::from_micros(20);
+        loop {
+            let mut done = true;
+            for s in &state.streams {
+                if !s.query()? {
+                    done = false;
+                }
+            }
+            if done {
+                return Ok(());
+            }
+            self.check_deadline(state)?;
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Reads `size` bytes at `slice` on the host after the stream's work so far.
+    fn read_back(&self, slice: &Slice, stream: &dyn Stream, state: &ExecState) -> Result<[u8; 8]> {
+        stream.copy(self.ptr(slice), state.scratch.ptr(), slice.size)?;
+        if self.deadline.is_some() {
+            let mut sleep = Duration::from_micros(10);
+            while !stream.query()? {
+                self.check_deadline(state)?;
+                std::thread::sleep(sleep);
+                sleep = (sleep * 2).min(Duration::from_millis(2));
+            }
+        } else {
+            stream.synchronize()?;
+        }
+        let mut buf = [0u8; 8];
+        let n = slice.size.min(8) as usize;
+        self.exe
+            .device
+            .copy_to_host(state.scratch.ptr(), &mut buf[..n])?;
+        Ok(buf)
+    }
+
+    fn steps(&self, steps: &[Step], stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
+        for s in steps {
+            self.step(s, stream, state)
+                .map_err(|e| e.at_thunk(&s.path, s.kind))?;
+        }
+        Ok(())
+    }
+
+    fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
+        match &step.op {
+            Op::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
+            Op::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
+            Op::Kernel { handle, dims, args } => {
+                let la: Vec<LaunchArg> = args
+                    .iter()
+                    .map(|a| match a {
+                        KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {
+                            ptr: self.ptr(slice),
+                            len: slice.size,
+                        },
+                        KernelArg::Scalar(s) => LaunchArg::Scalar(*s),
+                    })
+                    .collect();
+                stream.launch(handle, *dims, &la)
+            }
+            Op::Gemm(g) => stream.gemm(&GemmLaunch {
+                a: self.ptr(&g.a),
+                b: self.ptr(&g.b),
+                c: self.ptr(&g.c),
+                a_len: g.a.size,
+                b_len: g.b.size,
+                c_len: g.c.size,
+                m: g.m,
+                n: g.n,
+                k: g.k,
+                lda: g.lda,
+                ldb: g.ldb,
+                ldc: g.ldc,
+                trans_a: g.trans_a,
+                trans_b: g.trans_b,
+                alpha: g.alpha,
+                beta: g.beta,
+                dtype: g.dtype,
+                batch: g.batch,
+                stride_a: g.stride_a,
+                stride_b: g.stride_b,
+                stride_c: g.stride_c,
+            }),
+            Op::While {
+                cond,
+                pred,
+                body,
+                trip_count,
+            } => {
+                if let Some(n) = trip_count {
+                    for _ in 0..*n {
+                        self.steps(body, stream, state)?;
+                    }
+                    return Ok(());
+                }
+                loop {
+                    self.steps(cond, stream, state)?;
+                    let b = self.read_back(pred, stream, state)?;
+                    if b[0] == 0 {
+                        return Ok(());
+                    }
+                    self.steps(body, stream, state)?;
+                    self.check_deadline(state)?;
+                }
+            }
+            Op::Conditional {
+                index,
+                index_type,
+                branches,
+            } => {
+                let b = self.read_back(index, stream, state)?;
+                let last = branches.len().saturating_sub(1);
+                let which = if *index_type == DType::Pred {
+                    if b[0] != 0 { 0 } else { 1 }
+                } else {
+                    let i = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    if i < 0 || i as usize > last {
+                        last
+                    } else {
+                        i as usize
+                    }
+                };
+                match branches.get(which) {
+                    Some(br) => self.steps(br, stream, state),
+                    None => Ok(()),
+                }
+            }
+            Op::CommandBuffer { id, body, bindings } => {
+                let addresses: Vec<DevicePtr> =
+                    bindings.iter().map(|a| self.table[*a as usize]).collect();
+                let reuse = state
+                    .recordings
+                    .get(id)
+                    .is_some_and(|r| r.addresses == addresses);
+                if !reuse {
+                    let graph = match stream.begin_capture() {
+                        Ok(()) => {
+                            let issued = self.steps(body, stream, state);
+                            let captured = stream.end_capture();
+                            issued?;
+                            Some(captured?)
+                        }
+                        Err(Error::Unsupported { .. }) => None,
+                        Err(e) => return Err(e),
+                    };
+                    tracing::debug!(
+                        command_buffer = id,
+                        nodes = graph.as_ref().map(|g| g.node_count()),
+                        "recorded command buffer"
+                    );
+                    state.recordings.insert(*id, Recording { addresses, graph });
+                }
+                let graph = state.recordings.get(id).and_then(|r| r.graph.clone());
+                match graph {
+                    Some(g) => stream.launch_graph(&g),
+                    // No graph support: run the body directly.
+                    None => self.steps(body, stream, state),
+                }
+            }
+        }
+    }
 }

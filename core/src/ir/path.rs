@@ -29,6 +29,15 @@ impl ThunkPath {
         ThunkPath(v)
     }
 
+    /// The path of the `index`-th thunk of a nested list (see [`crate::ir::Thunk::nested`]),
+    /// e.g. `entry[2].body[0]` or `entry[2].branches[1].thunks[0]`.
+    pub fn in_list(&self, list: &crate::ir::ListName, index: usize) -> Self {
+        match list.index {
+            None => self.child(list.field, index),
+            Some(b) => self.child(list.field, b).child("thunks", index),
+        }
+    }
+
     /// True for the empty path (the executable itself).
     pub fn is_root(&self) -> bool {
         self.0.is_empty()

@@ -358,6 +358,24 @@ impl GemmThunk {
     }
 }
 
+/// Which stream class an async scope runs on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum AsyncKind {
+    /// Another compute stream.
+    Compute,
+    /// The communication stream (collectives).
+    Communication,
+}
+
+impl AsyncKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            AsyncKind::Compute => "compute",
+            AsyncKind::Communication => "communication",
+        }
+    }
+}
+
 /// One operation of a program.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Thunk {
@@ -375,6 +393,42 @@ pub enum Thunk {
     Gemm(GemmThunk),
     /// A nested list of thunks, run in order.
     Sequence(Vec<Thunk>),
+    /// `loop { cond; if !pred { break }; body }`. `pred` is a 1-byte pred written by `cond`.
+    /// With `trip_count`, the body runs exactly that many times and `cond` is not run (the
+    /// count is a promise the producer makes, as in XLA), so the host never waits on the
+    /// device; without it, `pred` is copied to pinned host memory after every `cond`.
+    While {
+        cond: Vec<Thunk>,
+        pred: Slice,
+        body: Vec<Thunk>,
+        trip_count: Option<u64>,
+    },
+    /// Runs one branch chosen by `index`: an i32 (branch `index`; an index out of range,
+    /// negative or too large, runs the last branch, as XLA does) or a pred (true runs
+    /// branch 0, false branch 1).
+    Conditional {
+        index: Slice,
+        index_type: DType,
+        branches: Vec<Vec<Thunk>>,
+    },
+    /// Starts `body` asynchronously on another stream of the given kind, after the work it
+    /// depends on. Must be matched by an `AsyncDone` with the same id later in the same list.
+    AsyncStart {
+        id: u32,
+        kind: AsyncKind,
+        body: Vec<Thunk>,
+    },
+    /// Later work that depends on the matching `AsyncStart`'s body waits for it.
+    AsyncDone {
+        id: u32,
+    },
+    /// Records `body` once per execution state into a replayable graph (CUDA/HIP graph, a
+    /// pre-resolved operation list on the host), replays it, and re-records only when an
+    /// address it uses changed. The body may hold copies, memsets, kernels, gemms and
+    /// sequences of them.
+    CommandBuffer {
+        body: Vec<Thunk>,
+    },
 }
 
 impl Thunk {
@@ -386,6 +440,11 @@ impl Thunk {
             Thunk::Kernel(_) => "kernel",
             Thunk::Gemm(_) => "gemm",
             Thunk::Sequence(_) => "sequence",
+            Thunk::While { .. } => "while",
+            Thunk::Conditional { .. } => "conditional",
+            Thunk::AsyncStart { .. } => "async_start",
+            Thunk::AsyncDone { .. } => "async_done",
+            Thunk::CommandBuffer { .. } => "command_buffer",
         }
     }
 
@@ -435,7 +494,18 @@ impl Thunk {
                     },
                 },
             ],
-            Thunk::Sequence(_) => vec![],
+            Thunk::While { pred, .. } => vec![BufferUse {
+                slice: *pred,
+                access: Access::Read,
+            }],
+            Thunk::Conditional { index, .. } => vec![BufferUse {
+                slice: *index,
+                access: Access::Read,
+            }],
+            Thunk::Sequence(_)
+            | Thunk::AsyncStart { .. }
+            | Thunk::AsyncDone { .. }
+            | Thunk::CommandBuffer { .. } => vec![],
         }
     }
 
@@ -453,10 +523,30 @@ impl Thunk {
         }
     }
 
-    /// Nested thunk lists with the field name used in paths.
-    pub fn nested(&self) -> Vec<(&'static str, &[Thunk])> {
+    /// Nested thunk lists, each with its name in paths.
+    pub fn nested(&self) -> Vec<(ListName, &[Thunk])> {
+        let l = |field| ListName { field, index: None };
         match self {
-            Thunk::Sequence(v) => vec![("thunks", v.as_slice())],
+            Thunk::Sequence(v) => vec![(l("thunks"), v.as_slice())],
+            Thunk::While { cond, body, .. } => {
+                vec![(l("cond"), cond.as_slice()), (l("body"), body.as_slice())]
+            }
+            Thunk::Conditional { branches, .. } => branches
+                .iter()
+                .enumerate()
+                .map(|(i, b)| {
+                    (
+                        ListName {
+                            field: "branches",
+                            index: Some(i),
+                        },
+                        b.as_slice(),
+                    )
+                })
+                .collect(),
+            Thunk::AsyncStart { body, .. } | Thunk::CommandBuffer { body } => {
+                vec![(l("body"), body.as_slice())]
+            }
             _ => vec![],
         }
     }
@@ -470,6 +560,13 @@ impl Thunk {
     pub fn count(&self) -> usize {
         1 + self.children().map(Thunk::count).sum::<usize>()
     }
+}
+
+/// The name of a nested thunk list in paths: `body`, `cond`, `thunks`, or `branches[i]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListName {
+    pub field: &'static str,
+    pub index: Option<usize>,
 }
 
 /// A kernel image in a module.

@@ -1,6 +1,7 @@
 //! Validation of an executable, done once at load. Every failure names the thunk (its path in
 //! the nested sequences) and the field.
 
+use super::dtype::DType;
 use super::path::ThunkPath;
 use super::types::*;
 use crate::kernels::standard_library;
@@ -165,10 +166,13 @@ pub fn verify(exe: &Executable) -> Result<(), ValidationError> {
         }
     }
 
-    let mut v = Verifier { exe };
-    for (i, t) in exe.entry.iter().enumerate() {
-        v.thunk(t, &ThunkPath::entry(i))?;
-    }
+    let mut v = Verifier {
+        exe,
+        async_ids: BTreeSet::new(),
+        in_command_buffer: false,
+    };
+    let paths: Vec<ThunkPath> = (0..exe.entry.len()).map(ThunkPath::entry).collect();
+    v.list(&exe.entry, &paths)?;
     Ok(())
 }
 
@@ -250,6 +254,8 @@ fn check_signature(
 
 struct Verifier<'a> {
     exe: &'a Executable,
+    async_ids: BTreeSet<u32>,
+    in_command_buffer: bool,
 }
 
 impl Verifier<'_> {
@@ -327,11 +333,135 @@ impl Verifier<'_> {
             }
             Thunk::Kernel(k) => self.kernel(k, path)?,
             Thunk::Gemm(g) => self.gemm(g, path)?,
-            Thunk::Sequence(body) => {
-                for (i, c) in body.iter().enumerate() {
-                    self.thunk(c, &path.child("thunks", i))?;
+            Thunk::Sequence(_) | Thunk::AsyncDone { .. } => {}
+            Thunk::While { pred, .. } => {
+                self.no_control_flow(path, "while")?;
+                self.slice(pred, path, "pred", false)?;
+                if pred.size != 1 {
+                    return Err(err(
+                        path,
+                        "pred",
+                        format!("must be a 1-byte pred, the slice has {} bytes", pred.size),
+                    ));
                 }
             }
+            Thunk::Conditional {
+                index,
+                index_type,
+                branches,
+            } => {
+                self.no_control_flow(path, "conditional")?;
+                self.slice(index, path, "index", false)?;
+                let want = match index_type {
+                    DType::I32 => 4,
+                    DType::Pred => 1,
+                    other => {
+                        return Err(err(
+                            path,
+                            "index_type",
+                            format!("must be i32 or pred, got {other}"),
+                        ));
+                    }
+                };
+                if index.size != want {
+                    return Err(err(
+                        path,
+                        "index",
+                        format!(
+                            "a {index_type} index is {want} bytes, the slice has {}",
+                            index.size
+                        ),
+                    ));
+                }
+                if branches.is_empty() {
+                    return Err(err(
+                        path,
+                        "branches",
+                        "a conditional needs at least one branch",
+                    ));
+                }
+                if *index_type == DType::Pred && branches.len() != 2 {
+                    return Err(err(
+                        path,
+                        "branches",
+                        format!(
+                            "a pred index selects between 2 branches, found {}",
+                            branches.len()
+                        ),
+                    ));
+                }
+            }
+            Thunk::AsyncStart { id, .. } => {
+                self.no_control_flow(path, "async_start")?;
+                if !self.async_ids.insert(*id) {
+                    return Err(err(path, "id", format!("async id {id} is used twice")));
+                }
+            }
+            Thunk::CommandBuffer { .. } => {
+                self.no_control_flow(path, "command_buffer")?;
+            }
+        }
+        let was = self.in_command_buffer;
+        if matches!(t, Thunk::CommandBuffer { .. }) {
+            self.in_command_buffer = true;
+        }
+        for (name, list) in t.nested() {
+            let paths: Vec<ThunkPath> = (0..list.len()).map(|i| path.in_list(&name, i)).collect();
+            self.list(list, &paths)?;
+        }
+        self.in_command_buffer = was;
+        Ok(())
+    }
+
+    fn no_control_flow(&self, path: &ThunkPath, kind: &str) -> Result<(), ValidationError> {
+        if self.in_command_buffer {
+            return Err(err(
+                path,
+                "kind",
+                format!(
+                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm and sequences)"
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Validates one thunk list: each thunk, and that async starts and dones pair up inside
+    /// this list (a start's done must follow it in the same list).
+    fn list(&mut self, list: &[Thunk], paths: &[ThunkPath]) -> Result<(), ValidationError> {
+        let mut open: BTreeMap<u32, usize> = BTreeMap::new();
+        for (t, path) in list.iter().zip(paths) {
+            self.thunk(t, path)?;
+            match t {
+                Thunk::AsyncStart { id, .. } => {
+                    open.insert(*id, 0);
+                }
+                Thunk::AsyncDone { id } => {
+                    if open.remove(id).is_none() {
+                        return Err(err(
+                            path,
+                            "id",
+                            format!(
+                                "async_done {id} has no matching async_start before it in the same list"
+                            ),
+                        ));
+                    }
+                }
+                _ => {}
+            }
+        }
+        if let Some((id, _)) = open.into_iter().next() {
+            let at = list
+                .iter()
+                .zip(paths)
+                .find(|(t, _)| matches!(t, Thunk::AsyncStart { id: i, .. } if *i == id))
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            return Err(err(
+                &at,
+                "id",
+                format!("async_start {id} has no matching async_done in the same list"),
+            ));
         }
         Ok(())
     }
