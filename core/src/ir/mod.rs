@@ -6,7 +6,7 @@ mod path;
 mod types;
 mod verify;
 
-pub use builder::ExecutableBuilder;
+pub use builder::{DEFAULT_BLOCK, ExecutableBuilder, Tensor};
 pub use dtype::DType;
 pub use path::{PathSegment, ThunkPath};
 pub use types::*;
