@@ -33,6 +33,9 @@ pub type CheckFn = Box<dyn Fn(&Arc<dyn Device>) -> Result<(), CheckFailure> + Se
 pub struct Check {
     pub name: String,
     pub run: CheckFn,
+    /// Runs alone: no other check of this process runs at the same time (checks that compare
+    /// device-wide memory statistics, or reuse freed addresses).
+    pub exclusive: bool,
 }
 
 impl Check {
@@ -43,6 +46,44 @@ impl Check {
         Check {
             name: name.into(),
             run: Box::new(f),
+            exclusive: false,
+        }
+    }
+
+    /// A check that runs alone (see the `exclusive` field).
+    pub fn exclusive(
+        name: impl Into<String>,
+        f: impl Fn(&Arc<dyn Device>) -> Result<(), CheckFailure> + Send + Sync + 'static,
+    ) -> Self {
+        Check {
+            exclusive: true,
+            ..Check::new(name, f)
+        }
+    }
+}
+
+/// Held shared by every running check, and exclusively by exclusive ones (`cargo test` runs
+/// checks on several threads at once).
+static EXCLUSIVE: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Runs a check body under the exclusivity lock, turning a panic into a failure.
+fn guarded(device: &Arc<dyn Device>, check: &Check) -> Result<(), CheckFailure> {
+    let _shared;
+    let _alone;
+    if check.exclusive {
+        _alone = EXCLUSIVE.write().unwrap_or_else(|e| e.into_inner());
+    } else {
+        _shared = EXCLUSIVE.read().unwrap_or_else(|e| e.into_inner());
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| (check.run)(device))) {
+        Ok(r) => r,
+        Err(p) => {
+            let msg = p
+                .downcast_ref::<&str>()
+                .map(|s| s.to_string())
+                .or_else(|| p.downcast_ref::<String>().cloned())
+                .unwrap_or_else(|| "non-string panic payload".into());
+            Err(CheckFailure::Mismatch(format!("the check panicked: {msg}")))
         }
     }
 }
@@ -210,7 +251,7 @@ fn run_one(backend: &str, device: &Arc<dyn Device>, check: &Check) -> CheckRepor
             duration: Duration::ZERO,
         };
     }
-    let result = (check.run)(device);
+    let result = guarded(device, check);
     let outcome = match (result, exp) {
         (Ok(()), Some(Expectation::ExpectedFailure(why))) => {
             Outcome::UnexpectedPass(format!("declared as expected failure ({why}) but passed"))

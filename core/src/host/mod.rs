@@ -137,7 +137,7 @@ impl Backend for HostBackend {
             caps: Capabilities {
                 memory_spaces: MemorySpace::ALL.to_vec(),
                 gemm_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
-                supports_graphs: false,
+                supports_graphs: true,
                 warp_size: 1,
             },
             memory: Arc::new(MemoryRegistry::default()),
@@ -147,6 +147,22 @@ impl Backend for HostBackend {
         });
         *slot = Some(d.clone());
         Ok(d)
+    }
+}
+
+impl HostDevice {
+    /// Waits until every stream of the device has run its queued work (without consuming
+    /// their pending errors, which belong to whoever synchronizes the stream).
+    fn wait_idle(&self) {
+        let streams: Vec<Arc<HostStream>> = self
+            .streams
+            .lock()
+            .iter()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for s in streams {
+            s.wait_idle();
+        }
     }
 }
 
@@ -237,6 +253,7 @@ impl Device for HostDevice {
     }
 
     fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        self.wait_idle();
         let r = self.memory.region(src, dst.len() as u64)?;
         // SAFETY: the region lies inside a live allocation (kept alive by `r`) and has
         // exactly `dst.len()` bytes; `dst` is a distinct host slice.
@@ -245,6 +262,7 @@ impl Device for HostDevice {
     }
 
     fn copy_from_host(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
+        self.wait_idle();
         let r = self.memory.region(dst, src.len() as u64)?;
         // SAFETY: as in `copy_to_host`, in the other direction.
         unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), r.ptr(), src.len()) };

@@ -144,6 +144,15 @@ impl HostStream {
         Ok(())
     }
 
+    /// Blocks until all work queued so far ran; leaves any error pending.
+    pub(crate) fn wait_idle(&self) {
+        let target = self.issued.load(Ordering::SeqCst);
+        let mut d = self.progress.done.lock();
+        while *d < target {
+            self.progress.cv.wait(&mut d);
+        }
+    }
+
     fn take_error(&self) -> Result<()> {
         match self.progress.error.lock().take() {
             Some(e) => Err(e),

@@ -436,16 +436,14 @@ impl Verifier<'_> {
                 Thunk::AsyncStart { id, .. } => {
                     open.insert(*id, 0);
                 }
-                Thunk::AsyncDone { id } => {
-                    if open.remove(id).is_none() {
-                        return Err(err(
-                            path,
-                            "id",
-                            format!(
-                                "async_done {id} has no matching async_start before it in the same list"
-                            ),
-                        ));
-                    }
+                Thunk::AsyncDone { id } if open.remove(id).is_none() => {
+                    return Err(err(
+                        path,
+                        "id",
+                        format!(
+                            "async_done {id} has no matching async_start before it in the same list"
+                        ),
+                    ));
                 }
                 _ => {}
             }
