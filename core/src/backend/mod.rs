@@ -214,6 +214,13 @@ pub trait Stream: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// True when all queued work finished (an error of that work is returned).
     fn query(&self) -> Result<bool>;
+    /// A hint: when on, the backend may run work in the issuing thread whenever nothing is
+    /// queued on the stream, instead of handing it to the stream's own queue. The host backend
+    /// does (it removes a thread hand-off per operation); GPU backends ignore it. Order and
+    /// results are the same either way; the issuing call just returns after the work.
+    fn set_immediate(&self, on: bool) {
+        let _ = on;
+    }
     /// Starts recording: work issued until [`Stream::end_capture`] is recorded into a graph
     /// instead of running. Backends without graphs return `Unsupported`.
     fn begin_capture(&self) -> Result<()> {

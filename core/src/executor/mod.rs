@@ -789,6 +789,12 @@ impl Run<'_> {
                 state.tracking.push(self.exe.device.create_event()?);
             }
         }
+        // A sequential schedule without a deadline may run in the issuing thread (a hint the
+        // host backend uses; with a deadline the caller must stay free to give up).
+        let immediate = self.exe.schedule.sequential && self.deadline.is_none();
+        for s in &state.streams {
+            s.set_immediate(immediate);
+        }
         for (i, node) in nodes.iter().enumerate() {
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {

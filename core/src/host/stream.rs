@@ -63,6 +63,8 @@ pub struct HostStream {
     memory: Arc<MemoryRegistry>,
     id: u64,
     capture: Mutex<Option<Vec<Work>>>,
+    /// Run work in the issuing thread when nothing is queued (see `Stream::set_immediate`).
+    immediate: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for HostStream {
@@ -110,6 +112,7 @@ impl HostStream {
             memory,
             id,
             capture: Mutex::new(None),
+            immediate: std::sync::atomic::AtomicBool::new(false),
         })
     }
 
@@ -123,15 +126,44 @@ impl HostStream {
     }
 
     fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
-        let w: Work = Arc::new(f);
         {
             let mut cap = self.capture.lock();
             if let Some(list) = cap.as_mut() {
-                list.push(w);
+                list.push(Arc::new(f));
                 return Ok(());
             }
         }
-        self.push(Op::Work(w))
+        if self.immediate.load(Ordering::Relaxed) && self.run_inline(&f) {
+            return Ok(());
+        }
+        self.push(Op::Work(Arc::new(f)))
+    }
+
+    /// Runs `f` in the calling thread if nothing is queued (so stream order holds); returns
+    /// false, without running it, otherwise.
+    fn run_inline(&self, f: &dyn Fn() -> Result<()>) -> bool {
+        let mut done = self.progress.done.lock();
+        if *done != self.issued.load(Ordering::SeqCst) {
+            return false;
+        }
+        if self.progress.error.lock().is_some() {
+            // Work after a failure is skipped, as on the worker.
+            self.issued.fetch_add(1, Ordering::SeqCst);
+            *done += 1;
+            return true;
+        }
+        // Holding `done` keeps other threads from queueing ahead of this op's bookkeeping;
+        // they wait briefly, as they would for a busy GPU stream's submission lock.
+        self.issued.fetch_add(1, Ordering::SeqCst);
+        if let Err(e) = f() {
+            let mut g = self.progress.error.lock();
+            if g.is_none() {
+                *g = Some(e);
+            }
+        }
+        *done += 1;
+        self.progress.cv.notify_all();
+        true
     }
 
     fn not_capturing(&self, what: &str) -> Result<()> {
@@ -341,6 +373,10 @@ impl Stream for HostStream {
             self.take_error()?;
         }
         Ok(done)
+    }
+
+    fn set_immediate(&self, on: bool) {
+        self.immediate.store(on, Ordering::Relaxed);
     }
 
     fn begin_capture(&self) -> Result<()> {
