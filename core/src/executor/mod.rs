@@ -913,7 +913,7 @@ impl Run<'_> {
             Op::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
             Op::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
             Op::Kernel { handle, dims, args } => {
-                let la: Vec<LaunchArg> = args
+                let la: smallvec::SmallVec<[LaunchArg; 8]> = args
                     .iter()
                     .map(|a| match a {
                         KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {

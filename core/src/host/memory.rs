@@ -87,7 +87,19 @@ impl Drop for HostAllocation {
 pub(crate) struct MemoryRegistry {
     map: RwLock<BTreeMap<u64, Arc<HostAllocation>>>,
     pub(crate) accounting: Arc<Accounting>,
+    /// Bumped on every release, so that lookup caches know when to forget.
+    generation: std::sync::atomic::AtomicU64,
 }
+
+/// A small per-stream cache of recently resolved allocations, valid while the registry's
+/// generation (bumped by every free) is unchanged.
+#[derive(Debug, Default)]
+pub(crate) struct RegionCache {
+    generation: u64,
+    entries: Vec<(u64, Arc<HostAllocation>)>,
+}
+
+const CACHE_ENTRIES: usize = 8;
 
 /// A checked view of `len` bytes inside a live allocation. Holding it keeps the memory alive.
 #[derive(Clone, Debug)]
@@ -154,6 +166,42 @@ impl MemoryRegistry {
     /// Removes an allocation from the registry (its memory goes when the last user is done).
     pub(crate) fn release(&self, ptr: DevicePtr) {
         self.map.write().remove(&ptr.0);
+        self.generation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// As [`Self::region`], through a cache of recent allocations.
+    pub(crate) fn region_cached(
+        &self,
+        cache: &mut RegionCache,
+        ptr: DevicePtr,
+        len: u64,
+    ) -> Result<Region> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        if cache.generation != generation {
+            cache.entries.clear();
+            cache.generation = generation;
+        }
+        for (base, alloc) in &cache.entries {
+            if ptr.0 >= *base {
+                let offset = ptr.0 - base;
+                if let Some(end) = offset.checked_add(len) {
+                    if end <= alloc.size {
+                        return Ok(Region {
+                            alloc: alloc.clone(),
+                            offset: offset as usize,
+                            len: len as usize,
+                        });
+                    }
+                }
+            }
+        }
+        let r = self.region(ptr, len)?;
+        if cache.entries.len() >= CACHE_ENTRIES {
+            cache.entries.remove(0);
+        }
+        cache.entries.push((r.alloc.base() as u64, r.alloc.clone()));
+        Ok(r)
     }
 
     /// Resolves `len` bytes at `ptr` to a region of one live allocation.

@@ -1,7 +1,7 @@
 //! Host streams and events: each stream is a worker thread running its queue in order, so
 //! different streams run concurrently, exactly as GPU streams do.
 
-use super::memory::{MemoryRegistry, Region};
+use super::memory::{MemoryRegistry, Region, RegionCache};
 use super::module::HostKernelHandle;
 use crate::backend::DevicePtr;
 use crate::backend::{Event, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::ir::MemsetPattern;
 use crate::kernels::HostArg;
 use parking_lot::{Condvar, Mutex};
+use smallvec::SmallVec;
 use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,7 +19,7 @@ use std::thread::JoinHandle;
 type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// Kernel arguments with raw pointers, moved into a queued closure.
-struct SendArgs(Vec<HostArg>);
+struct SendArgs(SmallVec<[HostArg; 8]>);
 // SAFETY: the pointers refer to regions that the same closure keeps alive; the stream's order
 // gives the work exclusive access to the bytes it writes, as on a GPU stream.
 unsafe impl Send for SendArgs {}
@@ -65,6 +66,8 @@ pub struct HostStream {
     capture: Mutex<Option<Vec<Work>>>,
     /// Run work in the issuing thread when nothing is queued (see `Stream::set_immediate`).
     immediate: std::sync::atomic::AtomicBool,
+    capturing: std::sync::atomic::AtomicBool,
+    cache: Mutex<RegionCache>,
 }
 
 impl std::fmt::Debug for HostStream {
@@ -113,6 +116,8 @@ impl HostStream {
             id,
             capture: Mutex::new(None),
             immediate: std::sync::atomic::AtomicBool::new(false),
+            capturing: std::sync::atomic::AtomicBool::new(false),
+            cache: Mutex::new(RegionCache::default()),
         })
     }
 
@@ -126,7 +131,7 @@ impl HostStream {
     }
 
     fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
-        {
+        if self.capturing.load(Ordering::SeqCst) {
             let mut cap = self.capture.lock();
             if let Some(list) = cap.as_mut() {
                 list.push(Arc::new(f));
@@ -193,7 +198,7 @@ impl HostStream {
     }
 
     fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        self.memory.region(ptr, len)
+        self.memory.region_cached(&mut self.cache.lock(), ptr, len)
     }
 }
 
@@ -268,33 +273,22 @@ impl Stream for HostStream {
             )));
         };
         let func = k.kernel.func;
-        let name = k.kernel.signature.name.clone();
-        let mut regions = Vec::with_capacity(args.len());
-        let mut slots = Vec::with_capacity(args.len());
-        for a in args {
-            match *a {
-                LaunchArg::Buffer { ptr, len } => {
-                    slots.push(None);
-                    regions.push(self.region(ptr, len)?);
-                }
-                LaunchArg::Scalar(s) => slots.push(Some(s)),
-            }
-        }
-        let mut it = regions.iter();
-        let mut host_args = Vec::with_capacity(slots.len());
-        for slot in &slots {
-            match slot {
-                Some(v) => host_args.push(HostArg::Scalar(*v)),
-                None => {
-                    let Some(r) = it.next() else {
-                        return Err(Error::InvalidArgument(
-                            "kernel argument list changed".into(),
-                        ));
-                    };
-                    host_args.push(HostArg::Buffer {
-                        ptr: r.ptr(),
-                        len: r.len(),
-                    });
+        let handle = kernel.clone();
+        let mut regions: SmallVec<[Region; 6]> = SmallVec::new();
+        let mut host_args: SmallVec<[HostArg; 8]> = SmallVec::new();
+        {
+            let mut cache = self.cache.lock();
+            for a in args {
+                match *a {
+                    LaunchArg::Buffer { ptr, len } => {
+                        let r = self.memory.region_cached(&mut cache, ptr, len)?;
+                        host_args.push(HostArg::Buffer {
+                            ptr: r.ptr(),
+                            len: r.len(),
+                        });
+                        regions.push(r);
+                    }
+                    LaunchArg::Scalar(s) => host_args.push(HostArg::Scalar(s)),
                 }
             }
         }
@@ -306,7 +300,7 @@ impl Stream for HostStream {
             // alive by `regions` for the whole call; stream order gives this call exclusive
             // use of the memory it writes, as a GPU stream does.
             unsafe { func(&args.0) }.map_err(|e| Error::Kernel {
-                kernel: name.clone(),
+                kernel: handle.name().to_string(),
                 message: e.to_string(),
             })
         })
@@ -385,10 +379,12 @@ impl Stream for HostStream {
             return Err(Error::InvalidArgument("stream is already capturing".into()));
         }
         *cap = Some(vec![]);
+        self.capturing.store(true, Ordering::SeqCst);
         Ok(())
     }
 
     fn end_capture(&self) -> Result<Arc<dyn crate::backend::Graph>> {
+        self.capturing.store(false, Ordering::SeqCst);
         match self.capture.lock().take() {
             Some(ops) => Ok(Arc::new(HostGraph { ops })),
             None => Err(Error::InvalidArgument("stream is not capturing".into())),

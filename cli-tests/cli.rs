@@ -1,0 +1,440 @@
+//! End-to-end tests of the `xthunk` binary: the MLP example runs, every kind of bad input fails
+//! with one clear line and no output files, conversion round-trips, devices and conformance.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const MLP: &str = "examples/mlp.txtpb";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// A fresh, empty directory for one test.
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("cli-tests")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn xthunk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn xthunk")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = xthunk(args);
+    assert!(
+        o.status.success(),
+        "xthunk {args:?} failed ({}):\n{}\n{}",
+        o.status,
+        text(&o.stdout),
+        text(&o.stderr)
+    );
+    assert!(!text(&o.stderr).contains("panicked"), "{}", text(&o.stderr));
+    text(&o.stdout)
+}
+
+/// Runs a command that must fail: non-zero status, exactly one `error: ` line on stderr that
+/// contains `needle`, no panic.
+fn fails(args: &[&str], needle: &str) -> String {
+    let o = xthunk(args);
+    let err = text(&o.stderr);
+    assert!(
+        !o.status.success(),
+        "xthunk {args:?} succeeded:\n{}",
+        text(&o.stdout)
+    );
+    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
+    let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(errors.len(), 1, "{args:?}: expected one error line: {err}");
+    assert!(
+        errors[0].contains(needle),
+        "{args:?}: `{needle}` not in: {err}"
+    );
+    errors[0].to_string()
+}
+
+fn files_in(dir: &Path) -> Vec<String> {
+    match std::fs::read_dir(dir) {
+        Ok(rd) => rd
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect(),
+        Err(_) => vec![],
+    }
+}
+
+/// Writes a `.npy` file with the given type string, shape and raw data.
+fn write_npy(path: &Path, type_str: &str, shape: &[u64], data: &[u8]) {
+    use npyz::WriterBuilder;
+    let ty: npyz::TypeStr = type_str.parse().unwrap();
+    let mut out = vec![];
+    npyz::WriteOptions::new_header_only()
+        .dtype(npyz::DType::Plain(ty))
+        .shape(shape)
+        .writer(&mut out)
+        .write_header_only()
+        .unwrap();
+    out.extend_from_slice(data);
+    std::fs::write(path, out).unwrap();
+}
+
+fn f32_bytes(n: usize, f: impl Fn(usize) -> f32) -> Vec<u8> {
+    (0..n).flat_map(|i| f(i).to_le_bytes()).collect()
+}
+
+fn read_f32_npy(path: &Path) -> (Vec<u64>, Vec<f32>) {
+    let bytes = std::fs::read(path).unwrap();
+    let npy = npyz::NpyFile::new(&bytes[..]).unwrap();
+    assert_eq!(npy.dtype().descr(), "'<f4'");
+    let shape = npy.shape().to_vec();
+    (shape, npy.into_vec::<f32>().unwrap())
+}
+
+fn fingerprint(stdout: &str) -> String {
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("output probs:"))
+        .unwrap_or_else(|| panic!("no probs line in {stdout}"));
+    line.split("fnv1a=").nth(1).unwrap().trim().to_string()
+}
+
+#[test]
+fn run_mlp_prints_probs_and_writes_npy() {
+    let dir = scratch("run_mlp");
+    let out_dir = dir.join("out");
+    let stdout = ok(&[
+        "run",
+        MLP,
+        "--iterations",
+        "2",
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert!(stdout.contains("output probs: f32[64,10]"), "{stdout}");
+    assert!(stdout.contains("first values: ["), "{stdout}");
+    assert!(stdout.contains("time per iteration: mean"), "{stdout}");
+    assert!(stdout.contains("(2 iterations)"), "{stdout}");
+    assert_eq!(files_in(&out_dir), vec!["probs.npy".to_string()]);
+    let (shape, probs) = read_f32_npy(&out_dir.join("probs.npy"));
+    assert_eq!(shape, vec![64, 10]);
+    for row in probs.chunks(10) {
+        let s: f64 = row.iter().map(|v| *v as f64).sum();
+        assert!((s - 1.0).abs() < 1e-5, "row sums to {s}");
+    }
+}
+
+#[test]
+fn run_says_which_backend_on_stderr() {
+    let o = xthunk(&["run", MLP, "--backend", "host"]);
+    assert!(o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("backend `host` (requested)"), "{err}");
+    let o = xthunk(&["run", MLP]);
+    let err = text(&o.stderr);
+    assert!(err.contains("(auto-selected)"), "{err}");
+    // stdout carries only the report.
+    assert!(
+        text(&o.stdout).starts_with("program mlp"),
+        "{}",
+        text(&o.stdout)
+    );
+}
+
+#[test]
+fn seeds_and_inputs_are_deterministic() {
+    let a = fingerprint(&ok(&["run", MLP, "--seed", "3"]));
+    let b = fingerprint(&ok(&["run", MLP, "--seed", "3"]));
+    let c = fingerprint(&ok(&["run", MLP, "--seed", "4"]));
+    assert_eq!(a, b);
+    assert_ne!(a, c);
+
+    let dir = scratch("inputs");
+    let x = dir.join("x.npy");
+    write_npy(
+        &x,
+        "<f4",
+        &[64, 512],
+        &f32_bytes(64 * 512, |i| (i % 7) as f32 * 0.1),
+    );
+    let arg = format!("x={}", x.display());
+    let d = fingerprint(&ok(&["run", MLP, "--seed", "3", "--input", &arg]));
+    let e = fingerprint(&ok(&["run", MLP, "--seed", "3", "--input", &arg]));
+    assert_eq!(d, e);
+    assert_ne!(a, d, "the --input value must replace the random one");
+}
+
+#[test]
+fn bad_inputs_fail_with_one_line_and_no_files() {
+    let dir = scratch("bad_inputs");
+    let out_dir = dir.join("out");
+    let out = out_dir.to_str().unwrap().to_string();
+    let mlp_text = std::fs::read_to_string(root().join(MLP)).unwrap();
+
+    // Programs.
+    let pb = dir.join("mlp.pb");
+    ok(&["convert", MLP, pb.to_str().unwrap()]);
+    let bytes = std::fs::read(&pb).unwrap();
+    let truncated = dir.join("truncated.pb");
+    std::fs::write(&truncated, &bytes[..bytes.len() / 2]).unwrap();
+    let corrupt = dir.join("corrupt.pb");
+    std::fs::write(&corrupt, b"\xff\xff\xff\xff\x0f not a program").unwrap();
+    let malformed = dir.join("malformed.txtpb");
+    std::fs::write(&malformed, "name: \"x\"\nnot_a_field: {\n").unwrap();
+    let outside = dir.join("outside.txtpb");
+    let edited = mlp_text.replacen(
+        "    c {\n      allocation: 6\n",
+        "    c {\n      allocation: 6\n      offset: 4096\n",
+        1,
+    );
+    assert_ne!(
+        edited, mlp_text,
+        "the MLP text changed shape; update this test"
+    );
+    std::fs::write(&outside, edited).unwrap();
+    let kernel = dir.join("kernel.txtpb");
+    std::fs::write(&kernel, mlp_text.replacen("gelu_f32", "gelu_nope_f32", 1)).unwrap();
+    let module = dir.join("module.txtpb");
+    std::fs::write(
+        &module,
+        mlp_text.replacen("module: \"std\"", "module: \"nope\"", 1),
+    )
+    .unwrap();
+    let unknown_ext = dir.join("mlp.json");
+    std::fs::write(&unknown_ext, &mlp_text).unwrap();
+
+    let p = |p: &Path| p.to_str().unwrap().to_string();
+    let cases: Vec<(String, &str)> = vec![
+        (p(&truncated), "cannot decode binary program"),
+        (p(&corrupt), "cannot decode binary program"),
+        (p(&malformed), "line 2"),
+        (p(&outside), "entry[0]"),
+        (p(&kernel), "gelu_nope_f32"),
+        (p(&module), "nope"),
+        (p(&dir.join("missing.txtpb")), "missing.txtpb"),
+        (p(&unknown_ext), "unknown program format"),
+    ];
+    for (program, needle) in &cases {
+        fails(&["run", program, "--output-dir", &out], needle);
+        fails(&["inspect", program], needle);
+        assert!(
+            files_in(&out_dir).is_empty(),
+            "{program}: {:?}",
+            files_in(&out_dir)
+        );
+    }
+    let line = fails(&["run", &p(&outside)], "entry[0]");
+    assert!(
+        line.contains("outside") || line.contains("allocation"),
+        "{line}"
+    );
+
+    // Inputs.
+    let wrong_dtype = dir.join("x_f64.npy");
+    write_npy(&wrong_dtype, "<f8", &[64, 512], &vec![0u8; 64 * 512 * 8]);
+    let wrong_shape = dir.join("x_shape.npy");
+    write_npy(&wrong_shape, "<f4", &[512, 64], &vec![0u8; 64 * 512 * 4]);
+    let truncated_npy = dir.join("x_short.npy");
+    write_npy(&truncated_npy, "<f4", &[64, 512], &[0u8; 100]);
+    let not_npy = dir.join("x_text.npy");
+    std::fs::write(&not_npy, "hello").unwrap();
+    let cases: Vec<(String, &str)> = vec![
+        (format!("x={}", p(&wrong_dtype)), "'<f8'"),
+        (format!("x={}", p(&wrong_shape)), "shape [512,64]"),
+        (format!("x={}", p(&truncated_npy)), "truncated"),
+        (format!("x={}", p(&not_npy)), "not a valid .npy"),
+        (format!("x={}", p(&dir.join("nothere.npy"))), "nothere.npy"),
+        (
+            format!("nosuch={}", p(&wrong_dtype)),
+            "no parameter `nosuch`",
+        ),
+    ];
+    for (input, needle) in &cases {
+        let line = fails(
+            &["run", MLP, "--input", input, "--output-dir", &out],
+            needle,
+        );
+        if input.starts_with("x=") {
+            assert!(
+                line.contains("input `x`") || line.contains("nothere"),
+                "{line}"
+            );
+        }
+        assert!(
+            files_in(&out_dir).is_empty(),
+            "{input}: {:?}",
+            files_in(&out_dir)
+        );
+    }
+    assert!(
+        !out_dir.exists(),
+        "the output directory is created only on success"
+    );
+
+    // Usage errors are clap's (exit 2), never a panic.
+    let o = xthunk(&["run", MLP, "--iterations", "0"]);
+    assert_eq!(o.status.code(), Some(2));
+    let o = xthunk(&["run", MLP, "--input", "novalue"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(!text(&o.stderr).contains("panicked"));
+}
+
+#[test]
+fn deadline_and_output_dir_that_is_a_file() {
+    let dir = scratch("deadline");
+    let file = dir.join("a_file");
+    std::fs::write(&file, "x").unwrap();
+    fails(
+        &["run", MLP, "--output-dir", file.to_str().unwrap()],
+        "not a directory",
+    );
+    // A generous deadline passes; an impossible one fails, naming the pending thunk, and
+    // writes nothing.
+    ok(&["run", MLP, "--deadline", "600"]);
+    let out_dir = dir.join("out");
+    let line = fails(
+        &[
+            "run",
+            MLP,
+            "--deadline",
+            "0.000001",
+            "--output-dir",
+            out_dir.to_str().unwrap(),
+        ],
+        "deadline",
+    );
+    assert!(line.contains("entry["), "{line}");
+    assert!(!out_dir.exists());
+}
+
+#[test]
+fn convert_round_trip_is_stable() {
+    let dir = scratch("convert");
+    let pb = dir.join("mlp.pb");
+    let txt = dir.join("mlp.txtpb");
+    let pb2 = dir.join("mlp2.pb");
+    let stdout = ok(&["convert", MLP, pb.to_str().unwrap()]);
+    assert!(stdout.contains("wrote"), "{stdout}");
+    ok(&["convert", pb.to_str().unwrap(), txt.to_str().unwrap()]);
+    ok(&["convert", txt.to_str().unwrap(), pb2.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read_to_string(&txt).unwrap(),
+        std::fs::read_to_string(root().join(MLP)).unwrap(),
+        "txtpb -> pb -> txtpb changed the text"
+    );
+    assert_eq!(std::fs::read(&pb).unwrap(), std::fs::read(&pb2).unwrap());
+    // The binary form runs the same.
+    let a = fingerprint(&ok(&["run", MLP]));
+    let b = fingerprint(&ok(&["run", pb.to_str().unwrap()]));
+    assert_eq!(a, b);
+
+    // A bad input or an unknown output extension writes nothing.
+    let bad = dir.join("bad.txtpb");
+    std::fs::write(&bad, "allocations: [").unwrap();
+    let target = dir.join("never.pb");
+    fails(
+        &["convert", bad.to_str().unwrap(), target.to_str().unwrap()],
+        "bad.txtpb",
+    );
+    fails(
+        &["convert", MLP, dir.join("never.json").to_str().unwrap()],
+        "unknown program format",
+    );
+    let mut names = files_in(&dir);
+    names.sort();
+    assert_eq!(names, vec!["bad.txtpb", "mlp.pb", "mlp.txtpb", "mlp2.pb"]);
+}
+
+#[test]
+fn inspect_lists_the_program() {
+    let s = ok(&["inspect", MLP]);
+    for needle in [
+        "program mlp  (ABI version 1, 6 thunks",
+        "parameter 0  x",
+        "output 0     probs  f32[64,10]",
+        "%5   output(0)",
+        "std: standard",
+        "entry[0]  gemm f32 NN m=64 n=1024 k=512",
+        "entry[1]  kernel std.add_row_f32 grid=(256,1,1) block=(256,1,1) args=[%6[0..+262144] r, %2[0..+4096] r, %7[0..+262144] w, i64:64, i64:1024]",
+        "entry[5]  kernel std.softmax_f32",
+    ] {
+        assert!(s.contains(needle), "`{needle}` not in:\n{s}");
+    }
+}
+
+#[test]
+fn devices_lists_host() {
+    let s = ok(&["devices"]);
+    assert!(s.contains("host: available"), "{s}");
+    assert!(s.contains("  [0] "), "{s}");
+    assert!(s.contains("cuda: "), "{s}");
+    assert!(s.contains("rocm: "), "{s}");
+}
+
+#[test]
+fn conformance_on_host_passes_and_missing_backends_are_skipped() {
+    let s = ok(&[
+        "conformance",
+        "--backend",
+        "host",
+        "--filter",
+        "kernels/add_f32",
+    ]);
+    assert!(s.contains("conformance: backend host"), "{s}");
+    assert!(s.contains("0 failed"), "{s}");
+
+    // cuda is skipped (exit 2) where it is unavailable; on a machine with a GPU it runs.
+    let o = xthunk(&[
+        "conformance",
+        "--backend",
+        "cuda",
+        "--filter",
+        "kernels/add_f32",
+    ]);
+    let out = text(&o.stdout);
+    match o.status.code() {
+        Some(2) => assert!(out.contains("SKIPPED"), "{out}"),
+        Some(0) => assert!(out.contains("0 failed"), "{out}"),
+        other => panic!("unexpected status {other:?}: {out}{}", text(&o.stderr)),
+    }
+    fails(
+        &["conformance", "--backend", "nosuch"],
+        "unknown backend `nosuch`",
+    );
+}
+
+#[test]
+fn help_documents_exit_codes_and_bf16() {
+    let s = ok(&["--help"]);
+    for verb in ["run", "inspect", "convert", "devices", "conformance"] {
+        assert!(s.contains(verb), "{verb} missing from:\n{s}");
+    }
+    assert!(s.contains("Exit status"), "{s}");
+    let s = ok(&["run", "--help"]);
+    assert!(s.contains("bfloat16") && s.contains("'<u2'"), "{s}");
+    let s = ok(&["conformance", "--help"]);
+    assert!(s.contains("SKIPPED"), "{s}");
+}
+
+#[test]
+fn verbose_logs_go_to_stderr() {
+    let o = xthunk(&["-vv", "run", MLP]);
+    assert!(o.status.success());
+    let out = text(&o.stdout);
+    assert!(out.starts_with("program mlp"), "{out}");
+    assert!(text(&o.stderr).contains("DEBUG"), "{}", text(&o.stderr));
+}

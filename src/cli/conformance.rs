@@ -1,0 +1,90 @@
+//! `xthunk conformance`: the conformance suite on one or every backend.
+
+use super::devices::KNOWN_BACKENDS;
+use super::error::{CliError, CliResult};
+use std::io::Write;
+use xthunk::Runtime;
+
+/// Exit status: every backend that ran passed.
+pub const EXIT_PASSED: u8 = 0;
+/// Exit status: a check failed (or passed while declared as an expected failure).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status: no requested backend could run (every one was skipped).
+pub const EXIT_SKIPPED: u8 = 2;
+
+pub struct ConformanceArgs {
+    pub backend: Option<String>,
+    pub device: usize,
+    pub filter: Option<String>,
+    pub verbose_table: bool,
+}
+
+/// Runs the suite; returns the exit status.
+pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) -> CliResult<u8> {
+    if let Some(f) = &args.filter {
+        if !xthunk_conformance::all_checks()
+            .iter()
+            .any(|c| c.name.contains(f.as_str()))
+        {
+            return Err(CliError::Usage(format!(
+                "no conformance check matches --filter `{f}` (names look like `kernels/add_f32`, `gemm/`, `memory/`)"
+            )));
+        }
+    }
+    // By default every backend of this build, then the known ones it lacks (shown as skipped).
+    let names: Vec<String> = match &args.backend {
+        Some(b) => vec![b.clone()],
+        None => {
+            let mut v: Vec<String> = rt
+                .registry()
+                .names()
+                .iter()
+                .map(|s| s.to_string())
+                .collect();
+            for k in KNOWN_BACKENDS {
+                if !v.iter().any(|n| n == k) {
+                    v.push(k.to_string());
+                }
+            }
+            v
+        }
+    };
+    let mut ran = 0usize;
+    let mut failed = false;
+    for name in &names {
+        let Some(backend) = rt.registry().get(name) else {
+            if KNOWN_BACKENDS.contains(&name.as_str()) {
+                writeln!(
+                    out,
+                    "conformance: backend {name} SKIPPED: not built into this binary (planned)"
+                )?;
+                continue;
+            }
+            return Err(CliError::Usage(format!(
+                "unknown backend `{name}` (this build has: {})",
+                rt.registry().names().join(", ")
+            )));
+        };
+        let report = xthunk_conformance::run(backend.as_ref(), args.device, args.filter.as_deref());
+        if report.skipped() {
+            // Every check carries the same reason: the backend is unavailable.
+            writeln!(
+                out,
+                "conformance: backend {name} SKIPPED: {} ({} checks not run)",
+                report.device,
+                report.results.len()
+            )?;
+            continue;
+        }
+        out.write_all(report.table(args.verbose_table).as_bytes())?;
+        ran += 1;
+        failed |= !report.ok();
+    }
+    Ok(if failed {
+        EXIT_FAILED
+    } else if ran == 0 {
+        EXIT_SKIPPED
+    } else {
+        EXIT_PASSED
+    })
+}

@@ -1,0 +1,22 @@
+//! `xthunk convert`: between the text (`.txtpb`) and binary (`.pb`) program formats.
+
+use super::error::{CliError, CliResult};
+use std::io::Write;
+use std::path::Path;
+
+/// Reads and validates `input`, then writes `output` atomically (temporary file + rename); the
+/// formats follow the extensions.
+pub fn convert(input: &Path, output: &Path, out: &mut dyn Write) -> CliResult<()> {
+    // Fail on an unknown output extension before reading anything.
+    xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
+    let exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
+    xthunk::proto::save_file(output, &exe).map_err(|e| CliError::program(output, e))?;
+    writeln!(
+        out,
+        "wrote {} ({}, {} thunks)",
+        output.display(),
+        exe.name,
+        exe.thunk_count()
+    )?;
+    Ok(())
+}
