@@ -5,16 +5,41 @@ set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 
 # ---------------------------------------------------------------------------------------------
-# Hooks for the GPU backends' test dependencies. Nothing is installed yet: the issues that add
-# the CUDA and ROCm backends fill these in (and must keep this script working without them).
+# Test dependencies, installed when missing (a fresh Debian machine has only Rust).
 #
-# NVRTC from its PyPI wheel (compiles every standard kernel for sm_80/sm_90 without a GPU):
-#   python3 -m pip install --target .whl nvidia-cuda-nvrtc-cu12   # .whl/ is git-ignored
-#   (then point the CUDA backend's NVRTC search at .whl/nvidia/cuda_nvrtc/lib)
-#
-# The HIP runtime from Debian (loading, no-device handling, hipRTC for gfx90a without a GPU):
-#   apt-get install -y libamdhip64-5
+# NVRTC from its PyPI wheel: the CUDA backend's tests compile every standard kernel for sm_80
+# and sm_90 with it, without a GPU. It goes into a cache folder the backend searches.
 # ---------------------------------------------------------------------------------------------
+export XTHUNK_PIP_PREFIX="${XTHUNK_PIP_PREFIX:-$HOME/.cache/xthunk/pip}"
+apt_updated=0
+apt_install() {
+    if [ "$(id -u)" != 0 ]; then
+        echo "ci/test.sh: need root to apt-get install $*" >&2
+        return 1
+    fi
+    if [ "${apt_updated}" = 0 ]; then
+        apt-get update -qq
+        apt_updated=1
+    fi
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@" >/dev/null
+}
+if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1; then
+    echo "==> installing python3-pip"
+    apt_install python3-pip
+fi
+if ! command -v c++ >/dev/null; then
+    echo "==> installing g++ (the portable kernels are also checked on the CPU)"
+    apt_install g++
+fi
+if ! ls "${XTHUNK_PIP_PREFIX}"/nvidia/cuda_nvrtc/lib/libnvrtc.so.* >/dev/null 2>&1; then
+    echo "==> installing NVRTC (nvidia-cuda-nvrtc-cu12) into ${XTHUNK_PIP_PREFIX}"
+    python3 -m pip install --quiet --disable-pip-version-check --target "${XTHUNK_PIP_PREFIX}" \
+        nvidia-cuda-nvrtc-cu12 ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
+            --target "${XTHUNK_PIP_PREFIX}" nvidia-cuda-nvrtc-cu12
+fi
+# Missing NVRTC or C++ compiler must fail the tests here, not skip them.
+export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1
 
 steps=()
 times=()
@@ -41,6 +66,7 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step test cargo test --workspace
 step smoke cargo run --release -- run examples/mlp.txtpb
+step compile-smoke bash -c 'cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 -o target/mlp-aot.pb && cargo run -q --release -- run target/mlp-aot.pb'
 
 echo
 echo "ci/test.sh: all steps passed"

@@ -438,3 +438,43 @@ fn verbose_logs_go_to_stderr() {
     assert!(out.starts_with("program mlp"), "{out}");
     assert!(text(&o.stderr).contains("DEBUG"), "{}", text(&o.stderr));
 }
+
+/// `xthunk compile` stores cubins beside the portable source; the result still runs on the
+/// host backend, with the same outputs. Needs NVRTC (the PyPI wheel that ci/test.sh installs).
+#[test]
+fn compile_for_sm_90_runs_unchanged_on_host() {
+    let dir = scratch("compile");
+    let out = dir.join("mlp-sm90.pb");
+    let o = xthunk(&[
+        "compile",
+        MLP,
+        "--target",
+        "sm_90",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        if err.contains("NVRTC") && std::env::var_os("XTHUNK_REQUIRE_NVRTC").is_none() {
+            eprintln!("SKIPPED compile_for_sm_90_runs_unchanged_on_host: {err}");
+            return;
+        }
+        panic!("compile failed: {err}");
+    }
+    let listing = ok(&["inspect", out.to_str().unwrap()]);
+    assert!(listing.contains("std: standard, cubin(sm_90)"), "{listing}");
+    let original = fingerprint(&ok(&["run", MLP, "--backend", "host"]));
+    let compiled = fingerprint(&ok(&["run", out.to_str().unwrap(), "--backend", "host"]));
+    assert_eq!(original, compiled);
+    fails(
+        &[
+            "compile",
+            MLP,
+            "--target",
+            "sm90",
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        "unknown target `sm90`",
+    );
+}

@@ -39,6 +39,7 @@ impl Runtime {
     /// A runtime whose host backend exposes `n` devices.
     pub fn with_host_devices(n: usize) -> Self {
         let mut registry = BackendRegistry::new();
+        registry.register(Arc::new(xthunk_cuda::CudaBackend::new()));
         registry.register(Arc::new(xthunk_core::host::HostBackend::with_devices(n)));
         Runtime { registry }
     }
@@ -51,6 +52,21 @@ impl Runtime {
     pub fn select(&self, choice: &BackendChoice) -> Result<(Arc<dyn Backend>, Vec<String>)> {
         self.registry.select(choice)
     }
+}
+
+/// Compiles a portable module image (`Standard` or `Source`) for a CUDA target (`sm_90`, or
+/// `compute_90` for PTX) with NVRTC; `None` for images that need no compilation.
+pub fn compile_cuda(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::ModuleImage>> {
+    xthunk_cuda::precompile(image, target)
+}
+
+/// Compiles a portable module image for an AMD target (`gfx90a`) with hipRTC.
+pub fn compile_rocm(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::ModuleImage>> {
+    let _ = image;
+    Err(Error::Unavailable {
+        backend: "rocm".into(),
+        reason: format!("the ROCm backend is not part of this build yet (target {target})"),
+    })
 }
 
 impl Default for Runtime {

@@ -2,6 +2,7 @@
 //! conformance suite.
 
 mod cli {
+    pub mod compile;
     pub mod conformance;
     pub mod convert;
     pub mod devices;
@@ -101,6 +102,19 @@ enum Command {
         /// The file to write (atomically: a temporary file, then a rename).
         output: PathBuf,
     },
+    /// Compile every portable kernel module ahead of time for GPU targets (sm_80, sm_90,
+    /// compute_90 for PTX, gfx90a, ...) and store the images in the program beside the
+    /// portable source; needs only the compiler (NVRTC, hipRTC), no GPU.
+    Compile {
+        /// The program to read.
+        program: PathBuf,
+        /// A target (repeatable): sm_NN / compute_NN (CUDA) or gfxNNN (AMD).
+        #[arg(long = "target", required = true)]
+        targets: Vec<String>,
+        /// The program to write (.pb or .txtpb).
+        #[arg(short, long)]
+        output: PathBuf,
+    },
     /// List every backend of this build: available (version, devices) or why not.
     Devices,
     /// Run the conformance suite on a backend (default: every backend of this build).
@@ -194,6 +208,11 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
             out.write_all(cli::inspect::listing(&exe).as_bytes())?;
         }
         Command::Convert { input, output } => cli::convert::convert(&input, &output, out)?,
+        Command::Compile {
+            program,
+            targets,
+            output,
+        } => cli::compile::compile(&program, &targets, &output, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
         Command::Conformance {
             backend,

@@ -188,6 +188,7 @@ mod elementwise;
 mod rows;
 mod sigs;
 mod standard;
+pub mod portable;
 pub use standard::standard_library;
 
 impl KernelSignature {

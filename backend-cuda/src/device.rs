@@ -1,0 +1,674 @@
+//! Probing the driver, and the backend and device objects.
+//!
+//! cudarc loads `libcuda` lazily and **panics** when the library or a symbol is missing. So
+//! before cudarc is ever called, the probe
+//!
+//! 1. opens `libcuda.so.1` from `XTHUNK_CUDA_PATH` when given (by full path, kept open: cudarc's
+//!    later `dlopen` by soname then resolves to it);
+//! 2. opens the library under cudarc's own candidate names, exactly as cudarc will, recording
+//!    every name tried (the equivalent of cudarc's `is_culib_present`, with reasons);
+//! 3. checks that it exports every driver symbol this crate calls ([`DRIVER_SYMBOLS`]);
+//! 4. calls `cuInit(0)` and `cuDriverGetVersion` inside `catch_unwind` with a quiet panic hook,
+//!    and refuses drivers older than CUDA 12.0;
+//! 5. reads the devices' properties.
+//!
+//! Any failure is `Error::Unavailable { backend: "cuda", reason }`.
+
+use crate::blas::BlasLibrary;
+use crate::compile::Compiler;
+use crate::loader::{Attempt, SearchConfig, check_symbols, describe_attempts};
+use crate::memory::{CudaBuffer, MemoryRegistry};
+use crate::module::ModuleRaw;
+use crate::nvrtc::Nvrtc;
+use crate::result::{BACKEND, cu, cu_describe, unavailable};
+use crate::stream::{CudaEvent, CudaStream};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use parking_lot::Mutex;
+use std::collections::HashMap;
+use std::ffi::c_char;
+use std::sync::{Arc, OnceLock};
+use xthunk_core::backend::{
+    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
+    MemoryStats, Stream, Vendor,
+};
+use xthunk_core::ir::{DType, MemorySpace, Module};
+use xthunk_core::{Error, Result};
+
+/// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
+pub const MIN_DRIVER_VERSION: i32 = 12000;
+
+/// Every driver entry point this crate calls through cudarc (checked at probe, so that no
+/// later call can hit cudarc's panic on a missing symbol). A unit test keeps it in sync with
+/// the source.
+pub const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuMemAlloc_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocHost_v2",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemFree_v2",
+    "cuMemFreeHost",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventQuery",
+    "cuModuleLoadDataEx",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphGetNodes",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+];
+
+/// Runs `f` with panics caught and the panic hook silenced (cudarc panics with a message when
+/// a library or symbol is missing; the probe must neither die nor print). Calls are
+/// serialized, since the panic hook is process-wide.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _serial = LOCK.lock();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    r.map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "(no message)".into());
+        format!("{what} failed inside cudarc: {msg}")
+    })
+}
+
+/// A device's primary context, retained for as long as this lives.
+#[derive(Debug)]
+pub(crate) struct Context {
+    dev: sys::CUdevice,
+    raw: sys::CUcontext,
+}
+
+// SAFETY: a CUcontext is a driver handle usable from any thread (made current per call with
+// cuCtxSetCurrent); this struct only retains and releases it.
+unsafe impl Send for Context {}
+// SAFETY: as above; the handle is immutable after creation.
+unsafe impl Sync for Context {}
+
+impl Context {
+    fn retain(dev: sys::CUdevice) -> Result<Context> {
+        let mut raw: sys::CUcontext = std::ptr::null_mut();
+        // SAFETY: writes one context handle for a valid device ordinal's handle.
+        cu("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut raw, dev)
+        })?;
+        Ok(Context { dev, raw })
+    }
+
+    /// Makes this context current on the calling thread (cheap; done before every driver
+    /// call, since any thread may drive any device).
+    pub(crate) fn bind(&self) -> Result<()> {
+        // SAFETY: `raw` is a retained primary context.
+        cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.raw) })
+    }
+
+    /// Waits for all work of the context.
+    pub(crate) fn synchronize(&self) -> Result<()> {
+        self.bind()?;
+        // SAFETY: the context is current.
+        cu("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: releases the reference retained in `retain`, once.
+        let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
+        if r != CUresult::CUDA_SUCCESS {
+            tracing::error!("cuDevicePrimaryCtxRelease_v2: {}", cu_describe(r));
+        }
+    }
+}
+
+/// What the probe found about one device.
+#[derive(Clone, Debug)]
+struct DeviceProps {
+    dev: sys::CUdevice,
+    info: DeviceInfo,
+    cc: (i32, i32),
+    warp_size: u32,
+    managed: bool,
+}
+
+/// A usable driver.
+struct Driver {
+    version: i32,
+    library: String,
+    devices: Vec<DeviceProps>,
+    /// Keeps the driver library (and an override's preloaded copy) open.
+    _libs: Vec<libloading::Library>,
+}
+
+fn version_text(v: i32) -> String {
+    format!("{}.{}", v / 1000, (v % 1000) / 10)
+}
+
+fn dlopen(place: &str) -> std::result::Result<libloading::Library, String> {
+    // SAFETY: opening the NVIDIA driver library (or the project's emulator of it) runs its
+    // initializers, which have no preconditions.
+    unsafe { libloading::Library::new(place) }.map_err(|e| crate::loader::dlopen_outcome(&e))
+}
+
+/// The address of `cuInit` in `lib` (to tell whether two handles are the same library).
+fn cu_init_addr(lib: &libloading::Library) -> Option<usize> {
+    // SAFETY: only the symbol's address is read.
+    unsafe { lib.get::<*const std::ffi::c_void>(b"cuInit") }
+        .ok()
+        .map(|s| *s as usize)
+}
+
+impl Driver {
+    fn init(config: &SearchConfig) -> std::result::Result<Driver, String> {
+        let mut attempts: Vec<Attempt> = vec![];
+        let mut libs = vec![];
+        // 1. The override folders, opened by full path.
+        let mut preloaded: Option<(String, Option<usize>)> = None;
+        'dirs: for dir in &config.cuda_path {
+            for name in ["libcuda.so.1", "libcuda.so"] {
+                let p = dir.join(name);
+                if !p.exists() {
+                    attempts.push(Attempt {
+                        place: p.display().to_string(),
+                        outcome: "not found".into(),
+                    });
+                    continue;
+                }
+                match dlopen(&p.display().to_string()) {
+                    Ok(lib) => {
+                        preloaded = Some((p.display().to_string(), cu_init_addr(&lib)));
+                        libs.push(lib);
+                        break 'dirs;
+                    }
+                    Err(e) => attempts.push(Attempt {
+                        place: p.display().to_string(),
+                        outcome: e,
+                    }),
+                }
+            }
+        }
+        if preloaded.is_none() && !config.system_search {
+            return Err(format!(
+                "the NVIDIA driver library (libcuda) was not found; tried: {}",
+                describe_attempts(&attempts)
+            ));
+        }
+        // 2. cudarc's names, in cudarc's order: the first that opens is what cudarc will use.
+        let mut found = None;
+        for name in cudarc::get_lib_name_candidates("cuda") {
+            match dlopen(&name) {
+                Ok(lib) => {
+                    found = Some((name, lib));
+                    break;
+                }
+                Err(e) => attempts.push(Attempt {
+                    place: name,
+                    outcome: e,
+                }),
+            }
+        }
+        let Some((name, lib)) = found else {
+            return Err(format!(
+                "the NVIDIA driver library (libcuda) was not found; tried: {}",
+                describe_attempts(&attempts)
+            ));
+        };
+        let mut library = name.clone();
+        if let Some((path, addr)) = &preloaded {
+            if addr.is_some() && *addr == cu_init_addr(&lib) {
+                library = path.clone();
+            } else {
+                tracing::warn!(
+                    "XTHUNK_CUDA_PATH has {path}, but cudarc resolves `{name}` to another driver library: using `{name}`"
+                );
+            }
+        }
+        // 3. Every symbol we call.
+        check_symbols(&lib, DRIVER_SYMBOLS).map_err(|e| {
+            format!("the driver library {library} is unusable: {e} (driver older than CUDA 12.0?)")
+        })?;
+        libs.push(lib);
+        // SAFETY: only tries to open libraries, as above.
+        let present = guarded("is_culib_present", || unsafe { sys::is_culib_present() })?;
+        if !present {
+            return Err(format!(
+                "cudarc cannot open the driver library {library} that the probe opened"
+            ));
+        }
+        // 4. cuInit and the version, with panics caught.
+        // SAFETY: cuInit has no preconditions.
+        let r = guarded("cuInit", || unsafe { sys::cuInit(0) })?;
+        match r {
+            CUresult::CUDA_SUCCESS => {}
+            CUresult::CUDA_ERROR_NO_DEVICE => {
+                return Err(format!(
+                    "no CUDA device (cuInit: {}; driver library {library})",
+                    cu_describe(r)
+                ));
+            }
+            CUresult::CUDA_ERROR_STUB_LIBRARY => {
+                return Err(format!(
+                    "{library} is the toolkit's stub library, not a driver (cuInit: {})",
+                    cu_describe(r)
+                ));
+            }
+            other => {
+                return Err(format!(
+                    "cuInit failed: {} (driver library {library})",
+                    cu_describe(other)
+                ));
+            }
+        }
+        let mut version = 0;
+        // SAFETY: writes one int.
+        let r = guarded("cuDriverGetVersion", || unsafe {
+            sys::cuDriverGetVersion(&mut version)
+        })?;
+        if r != CUresult::CUDA_SUCCESS {
+            return Err(format!("cuDriverGetVersion failed: {}", cu_describe(r)));
+        }
+        if version < MIN_DRIVER_VERSION {
+            return Err(format!(
+                "the driver supports CUDA {}; xthunk needs CUDA {} or newer ({library})",
+                version_text(version),
+                version_text(MIN_DRIVER_VERSION)
+            ));
+        }
+        // 5. Devices.
+        let devices = guarded("device query", query_devices)?.map_err(|e| e.to_string())?;
+        if devices.is_empty() {
+            return Err(format!(
+                "no CUDA device (driver {} at {library})",
+                version_text(version)
+            ));
+        }
+        tracing::info!(
+            "CUDA driver {} loaded from {library}: {} device(s)",
+            version_text(version),
+            devices.len()
+        );
+        Ok(Driver {
+            version,
+            library,
+            devices,
+            _libs: libs,
+        })
+    }
+}
+
+fn attribute(dev: sys::CUdevice, attr: CUdevice_attribute) -> Result<i32> {
+    let mut v = 0;
+    // SAFETY: writes one int for a valid device handle.
+    cu("cuDeviceGetAttribute", unsafe {
+        sys::cuDeviceGetAttribute(&mut v, attr, dev)
+    })?;
+    Ok(v)
+}
+
+fn query_devices() -> Result<Vec<DeviceProps>> {
+    let mut n = 0;
+    // SAFETY: writes one int.
+    cu("cuDeviceGetCount", unsafe { sys::cuDeviceGetCount(&mut n) })?;
+    let mut out = vec![];
+    for ordinal in 0..n.max(0) {
+        let mut dev: sys::CUdevice = 0;
+        // SAFETY: writes one device handle; `ordinal < count`.
+        cu("cuDeviceGet", unsafe {
+            sys::cuDeviceGet(&mut dev, ordinal)
+        })?;
+        let mut name = [0 as c_char; 256];
+        // SAFETY: `name` holds 256 chars; the driver writes a NUL-terminated name into it.
+        cu("cuDeviceGetName", unsafe {
+            sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, dev)
+        })?;
+        let bytes: Vec<u8> = name
+            .iter()
+            .take_while(|&&c| c != 0)
+            .map(|&c| c as u8)
+            .collect();
+        let name = String::from_utf8_lossy(&bytes).into_owned();
+        let mut mem = 0usize;
+        // SAFETY: writes one size_t.
+        cu("cuDeviceTotalMem_v2", unsafe {
+            sys::cuDeviceTotalMem_v2(&mut mem, dev)
+        })?;
+        use CUdevice_attribute as A;
+        let major = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(dev, A::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let sms = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
+        let warp = attribute(dev, A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
+        let managed = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0;
+        out.push(DeviceProps {
+            dev,
+            info: DeviceInfo {
+                ordinal: ordinal as usize,
+                emulated: name.contains("xthunk emulated"),
+                name,
+                vendor: Vendor::Nvidia,
+                arch: format!("sm_{major}{minor}"),
+                total_memory: mem as u64,
+                compute_units: sms.max(0) as u32,
+            },
+            cc: (major, minor),
+            warp_size: warp.max(1) as u32,
+            managed,
+        });
+    }
+    Ok(out)
+}
+
+/// The CUDA backend. Construct it freely: nothing is loaded until it is probed.
+pub struct CudaBackend {
+    config: SearchConfig,
+    driver: OnceLock<std::result::Result<Arc<Driver>, String>>,
+    devices: Mutex<HashMap<usize, Arc<CudaDevice>>>,
+}
+
+impl Default for CudaBackend {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl CudaBackend {
+    /// A backend searching as the environment says ([`SearchConfig::from_env`]).
+    pub fn new() -> Self {
+        Self::with_config(SearchConfig::from_env())
+    }
+
+    /// A backend with an explicit search (tests, embedders).
+    pub fn with_config(config: SearchConfig) -> Self {
+        CudaBackend {
+            config,
+            driver: OnceLock::new(),
+            devices: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn driver(&self) -> Result<Arc<Driver>> {
+        self.driver
+            .get_or_init(|| Driver::init(&self.config).map(Arc::new))
+            .clone()
+            .map_err(unavailable)
+    }
+}
+
+impl Backend for CudaBackend {
+    fn name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn probe(&self) -> Result<BackendInfo> {
+        let d = self.driver()?;
+        Ok(BackendInfo {
+            version: format!("CUDA driver {} ({})", version_text(d.version), d.library),
+            devices: d.devices.iter().map(|p| p.info.clone()).collect(),
+        })
+    }
+
+    fn device(&self, ordinal: usize) -> Result<Arc<dyn Device>> {
+        let d = self.driver()?;
+        let mut devs = self.devices.lock();
+        if let Some(dev) = devs.get(&ordinal) {
+            return Ok(dev.clone());
+        }
+        let Some(props) = d.devices.get(ordinal) else {
+            return Err(Error::InvalidArgument(format!(
+                "CUDA device {ordinal} does not exist ({} devices)",
+                d.devices.len()
+            )));
+        };
+        let dev = Arc::new(CudaDevice::new(props.clone(), &self.config, d.version)?);
+        devs.insert(ordinal, dev.clone());
+        Ok(dev)
+    }
+}
+
+/// One CUDA device (its primary context).
+pub struct CudaDevice {
+    info: DeviceInfo,
+    caps: Capabilities,
+    sm: u32,
+    pub(crate) ctx: Arc<Context>,
+    pub(crate) memory: Arc<MemoryRegistry>,
+    pub(crate) blas: Arc<crate::blas::BlasSlot>,
+    config: SearchConfig,
+    driver_version: i32,
+    compiler: OnceLock<std::result::Result<Arc<Compiler>, String>>,
+    /// The standard library compiled for this device, shared by every module using it.
+    pub(crate) standard: Mutex<Option<(Arc<ModuleRaw>, String)>>,
+}
+
+impl CudaDevice {
+    fn new(props: DeviceProps, config: &SearchConfig, driver_version: i32) -> Result<Self> {
+        let ctx = Arc::new(Context::retain(props.dev)?);
+        let blas_lib = match BlasLibrary::load(config) {
+            Ok(l) => Some(Arc::new(l)),
+            Err(e) => {
+                tracing::info!("cuBLAS unavailable, gemm disabled: {e}");
+                None
+            }
+        };
+        let mut gemm_dtypes = vec![];
+        if blas_lib.is_some() {
+            gemm_dtypes = vec![DType::F32, DType::F64, DType::F16];
+            if props.cc.0 >= 8 {
+                gemm_dtypes.push(DType::BF16);
+            }
+        }
+        let mut memory_spaces = vec![
+            MemorySpace::Device,
+            MemorySpace::HostPinned,
+            MemorySpace::Collective,
+        ];
+        if props.managed {
+            memory_spaces.push(MemorySpace::Unified);
+        }
+        let sm = (props.cc.0.max(0) * 10 + props.cc.1.max(0)) as u32;
+        Ok(CudaDevice {
+            caps: Capabilities {
+                memory_spaces,
+                gemm_dtypes,
+                supports_graphs: true,
+                warp_size: props.warp_size,
+            },
+            sm,
+            memory: Arc::new(MemoryRegistry::default()),
+            blas: Arc::new(crate::blas::BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
+            ctx,
+            info: props.info,
+            config: config.clone(),
+            driver_version,
+            compiler: OnceLock::new(),
+            standard: Mutex::new(None),
+        })
+    }
+
+    /// The SM architecture number (`90` for sm_90).
+    pub fn sm(&self) -> u32 {
+        self.sm
+    }
+
+    /// The NVRTC compiler for this device: the first NVRTC found whose major version the
+    /// driver can load, with the default disk cache.
+    pub fn compiler(&self) -> Result<Arc<Compiler>> {
+        self.compiler
+            .get_or_init(|| {
+                Nvrtc::load_max_major(&self.config, Some(self.driver_version / 1000))
+                    .map(|n| Arc::new(Compiler::new(Arc::new(n))))
+                    .map_err(|e| e.to_string())
+            })
+            .clone()
+            .map_err(unavailable)
+    }
+
+    /// The compiler if one could be loaded (without an error).
+    pub(crate) fn compiler_status(&self) -> std::result::Result<Arc<Compiler>, String> {
+        self.compiler().map_err(|e| e.to_string())
+    }
+}
+
+impl Device for CudaDevice {
+    fn backend_name(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn info(&self) -> &DeviceInfo {
+        &self.info
+    }
+
+    fn capabilities(&self) -> &Capabilities {
+        &self.caps
+    }
+
+    fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
+        if !self.caps.memory_spaces.contains(&space) {
+            return Err(Error::Unsupported {
+                backend: BACKEND.into(),
+                feature: format!("{space} memory on {}", self.info.name),
+            });
+        }
+        let alloc = self
+            .memory
+            .allocate(&self.ctx, &self.info.name, size, alignment, space)?;
+        Ok(Box::new(CudaBuffer {
+            alloc,
+            registry: self.memory.clone(),
+        }))
+    }
+
+    fn memory_stats(&self) -> MemoryStats {
+        self.memory.stats()
+    }
+
+    fn create_stream(&self) -> Result<Arc<dyn Stream>> {
+        Ok(Arc::new(CudaStream::new(
+            self.ctx.clone(),
+            self.memory.clone(),
+            self.blas.clone(),
+        )?))
+    }
+
+    fn create_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(CudaEvent::new(self.ctx.clone())?))
+    }
+
+    fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
+        crate::module::load(self, module)
+    }
+
+    fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
+        let r = self.memory.region(src, dst.len() as u64)?;
+        self.ctx.synchronize()?;
+        if dst.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: the region lies inside a live allocation; `dst` is a host buffer of exactly
+        // `len` bytes; the context is current (bound by `synchronize`).
+        cu("cuMemcpyDtoH_v2", unsafe {
+            sys::cuMemcpyDtoH_v2(dst.as_mut_ptr().cast(), r.addr(), dst.len())
+        })
+    }
+
+    fn copy_from_host(&self, src: &[u8], dst: DevicePtr) -> Result<()> {
+        let r = self.memory.region(dst, src.len() as u64)?;
+        self.ctx.synchronize()?;
+        if src.is_empty() {
+            return Ok(());
+        }
+        // SAFETY: as in `copy_to_host`, in the other direction.
+        cu("cuMemcpyHtoD_v2", unsafe {
+            sys::cuMemcpyHtoD_v2(r.addr(), src.as_ptr().cast(), src.len())
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.synchronize()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
+    /// probe checks it before cudarc could panic on it), and nothing else is listed.
+    #[test]
+    fn driver_symbols_cover_the_source() {
+        let sources = [
+            include_str!("device.rs"),
+            include_str!("memory.rs"),
+            include_str!("stream.rs"),
+            include_str!("module.rs"),
+            include_str!("blas.rs"),
+        ];
+        let mut used = std::collections::BTreeSet::new();
+        for s in sources {
+            for (i, _) in s.match_indices("sys::cu") {
+                let rest = &s[i + 5..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                if end > 2 {
+                    used.insert(rest[..end].to_string());
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> =
+            DRIVER_SYMBOLS.iter().map(|s| s.to_string()).collect();
+        let missing: Vec<_> = used.difference(&listed).collect();
+        assert!(missing.is_empty(), "called but not checked: {missing:?}");
+        let unused: Vec<_> = listed.difference(&used).collect();
+        assert!(unused.is_empty(), "checked but never called: {unused:?}");
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn guarded_catches_quietly() {
+        let r: std::result::Result<(), String> = guarded("test", || {
+            panic!("boom");
+        });
+        assert_eq!(r, Err("test failed inside cudarc: boom".to_string()));
+        assert_eq!(guarded("ok", || 7), Ok(7));
+    }
+
+    #[test]
+    fn versions() {
+        assert_eq!(version_text(12040), "12.4");
+        assert_eq!(version_text(13000), "13.0");
+    }
+}

@@ -1,0 +1,356 @@
+//! Loading modules: picking the image for the device and turning it into a `CUmodule`.
+//!
+//! Preference order: a `cubin` whose architecture is exactly the device's `sm_XX` (checked
+//! against the ELF header too); the `standard` library or `source` compiled by NVRTC for the
+//! device (a cubin, or PTX for the newest architecture NVRTC knows when it does not know the
+//! device's; cached on disk, and the standard library once per device in memory); `ptx`
+//! through the driver's JIT. An image that fails to load is logged and the next one tried;
+//! when none loads, the error lists what the module has, what the device needs, and why each
+//! candidate failed.
+
+use crate::cubin;
+use crate::device::{Context, CudaDevice};
+use crate::result::{cu, cu_describe};
+use cudarc::driver::sys::{self, CUjit_option, CUresult};
+use parking_lot::Mutex;
+use std::any::Any;
+use std::collections::HashMap;
+use std::ffi::{CString, c_void};
+use std::sync::Arc;
+use xthunk_core::backend::{Device, KernelHandle, LoadedModule};
+use xthunk_core::ir::{Module, ModuleImage};
+use xthunk_core::kernels::{KernelSignature, portable, standard_library};
+use xthunk_core::{Error, Result};
+
+/// A loaded `CUmodule`, unloaded on drop (after every kernel handle of it is gone).
+#[derive(Debug)]
+pub(crate) struct ModuleRaw {
+    ctx: Arc<Context>,
+    raw: sys::CUmodule,
+}
+
+// SAFETY: module and function handles are usable from any thread with the context current
+// (done before every call); they are immutable after loading.
+unsafe impl Send for ModuleRaw {}
+// SAFETY: as above.
+unsafe impl Sync for ModuleRaw {}
+
+impl Drop for ModuleRaw {
+    fn drop(&mut self) {
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: loaded by cuModuleLoadDataEx, unloaded once, here.
+            cu("cuModuleUnload", unsafe { sys::cuModuleUnload(self.raw) })
+        });
+        if let Err(e) = r {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// Loads a cubin or (NUL-terminated) PTX image, with the JIT's error log in the error.
+fn load_image(ctx: &Arc<Context>, image: &[u8]) -> Result<ModuleRaw> {
+    ctx.bind()?;
+    const LOG: usize = 16 * 1024;
+    let mut log = vec![0u8; LOG];
+    let mut options = [
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER,
+        CUjit_option::CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES,
+    ];
+    let mut values: [*mut c_void; 2] = [log.as_mut_ptr().cast(), LOG as *mut c_void];
+    let mut raw: sys::CUmodule = std::ptr::null_mut();
+    // SAFETY: `image` is a complete cubin or NUL-terminated PTX that lives for the call; the
+    // two options point at a log buffer of LOG bytes (the size passed by value in the pointer
+    // slot, as the driver API specifies); the context is current.
+    let r = unsafe {
+        sys::cuModuleLoadDataEx(
+            &mut raw,
+            image.as_ptr().cast(),
+            options.len() as u32,
+            options.as_mut_ptr(),
+            values.as_mut_ptr(),
+        )
+    };
+    if r != CUresult::CUDA_SUCCESS {
+        let end = log.iter().position(|&b| b == 0).unwrap_or(0);
+        let log = String::from_utf8_lossy(&log[..end]);
+        let mut msg = format!("cuModuleLoadDataEx failed: {}", cu_describe(r));
+        if !log.trim().is_empty() {
+            msg.push_str(&format!("; JIT log: {}", log.trim()));
+        }
+        return Err(Error::backend(
+            crate::result::BACKEND,
+            "cuModuleLoadDataEx",
+            msg,
+        ));
+    }
+    Ok(ModuleRaw {
+        ctx: ctx.clone(),
+        raw,
+    })
+}
+
+/// A candidate image, in the order tried.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Choice<'a> {
+    Cubin(&'a [u8]),
+    Standard,
+    Source(&'a str),
+    Ptx(&'a str),
+}
+
+/// The images of `images` a device of architecture `sm` can use, best first.
+pub(crate) fn plan(images: &[ModuleImage], sm: u32) -> Vec<Choice<'_>> {
+    let arch = format!("sm_{sm}");
+    let mut out = vec![];
+    for img in images {
+        if let ModuleImage::Cubin { arch: a, data } = img {
+            if *a == arch {
+                out.push(Choice::Cubin(data));
+            }
+        }
+    }
+    if images.iter().any(|i| matches!(i, ModuleImage::Standard)) {
+        out.push(Choice::Standard);
+    }
+    for img in images {
+        if let ModuleImage::Source { code } = img {
+            out.push(Choice::Source(code));
+        }
+    }
+    for img in images {
+        if let ModuleImage::Ptx { code } = img {
+            out.push(Choice::Ptx(code));
+        }
+    }
+    out
+}
+
+fn describe(c: &Choice<'_>, sm: u32) -> String {
+    match c {
+        Choice::Cubin(_) => format!("cubin(sm_{sm})"),
+        Choice::Standard => "standard".into(),
+        Choice::Source(_) => "source".into(),
+        Choice::Ptx(_) => "ptx".into(),
+    }
+}
+
+/// Compiles `source` with NVRTC for the device and loads it.
+fn compile_and_load(dev: &CudaDevice, source: &str) -> Result<(ModuleRaw, String)> {
+    let compiler = dev.compiler_status().map_err(|reason| Error::Unavailable {
+        backend: crate::result::BACKEND.into(),
+        reason: format!("NVRTC is needed to compile portable source: {reason}"),
+    })?;
+    let out = compiler.compile_for_device(source, dev.sm())?;
+    let mut image = out.image;
+    if out.target.output() == crate::nvrtc::Output::Ptx {
+        image.push(0);
+    }
+    let (maj, min) = compiler.nvrtc().version();
+    let desc = format!("{} by NVRTC {maj}.{min}", out.target);
+    Ok((load_image(&dev.ctx, &image)?, desc))
+}
+
+fn try_choice(dev: &CudaDevice, c: &Choice<'_>) -> Result<(Arc<ModuleRaw>, String, bool)> {
+    match *c {
+        Choice::Cubin(data) => {
+            let info = cubin::inspect(data).map_err(|e| Error::Module {
+                module: String::new(),
+                message: format!("cubin: {e}"),
+            })?;
+            if info.sm != dev.sm() {
+                return Err(Error::InvalidArgument(format!(
+                    "the cubin labelled sm_{} is an ELF for sm_{}",
+                    dev.sm(),
+                    info.sm
+                )));
+            }
+            let m = load_image(&dev.ctx, data)?;
+            Ok((Arc::new(m), format!("cubin(sm_{})", dev.sm()), false))
+        }
+        Choice::Standard => {
+            let mut cached = dev.standard.lock();
+            if let Some((m, d)) = cached.as_ref() {
+                return Ok((m.clone(), d.clone(), true));
+            }
+            let (m, d) = compile_and_load(dev, portable::standard_source())?;
+            let m = Arc::new(m);
+            let d = format!("standard ({d})");
+            *cached = Some((m.clone(), d.clone()));
+            Ok((m, d, true))
+        }
+        Choice::Source(code) => {
+            let (m, d) = compile_and_load(dev, &portable::with_prelude(code))?;
+            Ok((Arc::new(m), format!("source ({d})"), false))
+        }
+        Choice::Ptx(code) => {
+            let text = CString::new(code)
+                .map_err(|_| Error::InvalidArgument("PTX image contains a NUL byte".into()))?;
+            let m = load_image(&dev.ctx, text.as_bytes_with_nul())?;
+            Ok((Arc::new(m), "ptx (driver JIT)".into(), false))
+        }
+    }
+}
+
+/// Loads `module` on `dev`.
+pub(crate) fn load(dev: &CudaDevice, module: &Module) -> Result<Arc<dyn LoadedModule>> {
+    let sm = dev.sm();
+    let mut failures = vec![];
+    for c in plan(&module.images, sm) {
+        match try_choice(dev, &c) {
+            Ok((raw, image, standard)) => {
+                tracing::debug!(module = %module.name, "loaded {image}");
+                return Ok(Arc::new(CudaModule {
+                    name: module.name.clone(),
+                    image,
+                    raw,
+                    standard,
+                    kernels: Mutex::new(HashMap::new()),
+                }));
+            }
+            Err(e) => {
+                tracing::warn!(module = %module.name, "image {} failed: {e}", describe(&c, sm));
+                failures.push(format!("{}: {e}", describe(&c, sm)));
+            }
+        }
+    }
+    let have: Vec<String> = module.images.iter().map(|i| i.describe()).collect();
+    let mut message = format!(
+        "no image the CUDA device can load: the module has [{}]; the device ({}, sm_{sm}) needs cubin(sm_{sm}), ptx, or standard/source (compiled by NVRTC)",
+        have.join(", "),
+        dev.info().name,
+    );
+    if !failures.is_empty() {
+        message.push_str(&format!("; tried: {}", failures.join("; ")));
+    }
+    Err(Error::Module {
+        module: module.name.clone(),
+        message,
+    })
+}
+
+/// A module loaded on a CUDA device.
+pub struct CudaModule {
+    name: String,
+    image: String,
+    raw: Arc<ModuleRaw>,
+    /// Loaded from the standard library: kernels get their signatures checked at launch.
+    standard: bool,
+    kernels: Mutex<HashMap<String, Arc<CudaKernel>>>,
+}
+
+impl LoadedModule for CudaModule {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn image(&self) -> String {
+        self.image.clone()
+    }
+
+    fn kernel(&self, name: &str) -> Result<Arc<dyn KernelHandle>> {
+        let mut kernels = self.kernels.lock();
+        if let Some(k) = kernels.get(name) {
+            return Ok(k.clone());
+        }
+        let not_found = |why: String| Error::Module {
+            module: self.name.clone(),
+            message: format!("kernel `{name}` not found in {}: {why}", self.image),
+        };
+        let cname = CString::new(name).map_err(|_| not_found("name contains a NUL".into()))?;
+        self.raw.ctx.bind()?;
+        let mut f: sys::CUfunction = std::ptr::null_mut();
+        // SAFETY: the module is live; writes one function handle.
+        let r = unsafe { sys::cuModuleGetFunction(&mut f, self.raw.raw, cname.as_ptr()) };
+        if r != CUresult::CUDA_SUCCESS {
+            return Err(not_found(format!(
+                "cuModuleGetFunction: {}",
+                cu_describe(r)
+            )));
+        }
+        let signature = if self.standard {
+            standard_library().get(name).map(|k| k.signature.clone())
+        } else {
+            None
+        };
+        let k = Arc::new(CudaKernel {
+            name: name.to_string(),
+            func: f,
+            _module: self.raw.clone(),
+            signature,
+        });
+        kernels.insert(name.to_string(), k.clone());
+        Ok(k)
+    }
+}
+
+/// A kernel ready to launch; keeps its module loaded.
+pub struct CudaKernel {
+    name: String,
+    func: sys::CUfunction,
+    _module: Arc<ModuleRaw>,
+    signature: Option<KernelSignature>,
+}
+
+// SAFETY: a CUfunction is an immutable handle into a loaded module (kept alive by
+// `_module`), usable from any thread with its context current.
+unsafe impl Send for CudaKernel {}
+// SAFETY: as above.
+unsafe impl Sync for CudaKernel {}
+
+impl CudaKernel {
+    pub(crate) fn function(&self) -> sys::CUfunction {
+        self.func
+    }
+    /// The declared signature, for standard kernels.
+    pub fn signature(&self) -> Option<&KernelSignature> {
+        self.signature.as_ref()
+    }
+}
+
+impl KernelHandle for CudaKernel {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exact_cubin_first_then_nvrtc_then_ptx() {
+        let images = vec![
+            ModuleImage::Ptx { code: "ptx".into() },
+            ModuleImage::Cubin {
+                arch: "sm_80".into(),
+                data: vec![1],
+            },
+            ModuleImage::Hsaco {
+                arch: "gfx90a".into(),
+                data: vec![],
+            },
+            ModuleImage::Standard,
+            ModuleImage::Cubin {
+                arch: "sm_90".into(),
+                data: vec![2],
+            },
+        ];
+        assert_eq!(
+            plan(&images, 90),
+            vec![Choice::Cubin(&[2]), Choice::Standard, Choice::Ptx("ptx")]
+        );
+        // sm_86 does not take an sm_80 cubin (only exact matches are picked).
+        assert_eq!(
+            plan(&images, 86),
+            vec![Choice::Standard, Choice::Ptx("ptx")]
+        );
+        let hsaco_only = vec![ModuleImage::Hsaco {
+            arch: "gfx90a".into(),
+            data: vec![],
+        }];
+        assert!(plan(&hsaco_only, 90).is_empty());
+    }
+}

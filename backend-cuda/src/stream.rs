@@ -1,0 +1,528 @@
+//! Streams, events and graphs over `CUstream`, `CUevent` and `CUgraphExec`.
+//!
+//! Streams are created non-blocking (they do not synchronize with the legacy default
+//! stream). Every pointer range is checked against the device's live allocations before it
+//! reaches the driver. Kernel arguments are marshalled into one 8-byte slot each (buffers as
+//! `CUdeviceptr`, immediates as their C type's little-endian bytes) and passed to
+//! `cuLaunchKernel` as the `kernelParams` array of pointers to the slots; the driver copies
+//! the values at launch (and at capture), so the slots live only for the call.
+//!
+//! Graphs: [`Stream::begin_capture`] starts `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` capture,
+//! [`Stream::end_capture`] ends it and instantiates the graph once; launching it is
+//! `cuGraphLaunch`. Graphs refer to device addresses: the executor re-records when buffers
+//! change.
+
+use crate::blas::BlasSlot;
+use crate::device::Context;
+use crate::memory::MemoryRegistry;
+use crate::module::CudaKernel;
+use crate::result::{BACKEND, cu, cu_error};
+use cudarc::driver::sys::{self, CUresult, CUstreamCaptureMode};
+use std::any::Any;
+use std::ffi::c_void;
+use std::sync::Arc;
+use xthunk_core::backend::{
+    DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
+};
+use xthunk_core::ir::MemsetPattern;
+use xthunk_core::kernels::ParamKind;
+use xthunk_core::{Error, Result};
+
+/// `CU_STREAM_NON_BLOCKING`.
+const CU_STREAM_NON_BLOCKING: u32 = 1;
+/// `CU_EVENT_DISABLE_TIMING`.
+const CU_EVENT_DISABLE_TIMING: u32 = 2;
+
+/// A CUDA stream.
+pub struct CudaStream {
+    ctx: Arc<Context>,
+    pub(crate) raw: sys::CUstream,
+    memory: Arc<MemoryRegistry>,
+    blas: Arc<BlasSlot>,
+}
+
+// SAFETY: a CUstream may be used from any thread once its context is made current, which
+// every method does first; the handle is immutable after creation.
+unsafe impl Send for CudaStream {}
+// SAFETY: as above; the driver serializes concurrent submissions to one stream.
+unsafe impl Sync for CudaStream {}
+
+impl std::fmt::Debug for CudaStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CudaStream")
+            .field("raw", &self.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Drop for CudaStream {
+    fn drop(&mut self) {
+        // Work already queued still completes after cuStreamDestroy.
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: `raw` was created by cuStreamCreate and is destroyed once, here.
+            cu("cuStreamDestroy_v2", unsafe {
+                sys::cuStreamDestroy_v2(self.raw)
+            })
+        });
+        if let Err(e) = r {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+/// One kernel argument as the driver reads it: the bytes of its C type, at the start of an
+/// 8-byte-aligned slot.
+pub(crate) fn arg_slot(arg: &LaunchArg) -> u64 {
+    match *arg {
+        LaunchArg::Buffer { ptr, .. } => ptr.0,
+        LaunchArg::Scalar(s) => {
+            let mut b = [0u8; 8];
+            let v = s.to_le_bytes();
+            b[..v.len()].copy_from_slice(&v);
+            u64::from_le_bytes(b)
+        }
+    }
+}
+
+/// Checks `args` against a known kernel signature: count, buffer/immediate kinds and
+/// immediate types (a wrong immediate type would make the kernel read the wrong bytes).
+fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
+    let Some(sig) = kernel.signature() else {
+        return Ok(());
+    };
+    let bad = |msg: String| {
+        Err(Error::InvalidArgument(format!(
+            "kernel `{}`: {msg}",
+            kernel.name()
+        )))
+    };
+    if sig.params.len() != args.len() {
+        return bad(format!(
+            "takes {} arguments, got {}",
+            sig.params.len(),
+            args.len()
+        ));
+    }
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        match (&p.kind, a) {
+            (ParamKind::Buffer { .. }, LaunchArg::Buffer { .. }) => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) if s.dtype() == *dt => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got {s}",
+                    p.name
+                ));
+            }
+            (ParamKind::Scalar(dt), LaunchArg::Buffer { .. }) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got a buffer",
+                    p.name
+                ));
+            }
+            (ParamKind::Buffer { dtype, .. }, LaunchArg::Scalar(_)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dtype} buffer, got an immediate",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cuda_event(event: &dyn Event) -> Result<&CudaEvent> {
+    event
+        .as_any()
+        .downcast_ref::<CudaEvent>()
+        .ok_or_else(|| Error::InvalidArgument("event does not belong to the CUDA backend".into()))
+}
+
+impl CudaStream {
+    pub(crate) fn new(
+        ctx: Arc<Context>,
+        memory: Arc<MemoryRegistry>,
+        blas: Arc<BlasSlot>,
+    ) -> Result<Self> {
+        ctx.bind()?;
+        let mut raw: sys::CUstream = std::ptr::null_mut();
+        // SAFETY: writes one stream handle; the context is current.
+        cu("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut raw, CU_STREAM_NON_BLOCKING)
+        })?;
+        Ok(CudaStream {
+            ctx,
+            raw,
+            memory,
+            blas,
+        })
+    }
+
+    /// `true` when done, `false` when work is pending, for `cuStreamQuery`/`cuEventQuery`.
+    fn ready(call: &str, r: CUresult) -> Result<bool> {
+        match r {
+            CUresult::CUDA_SUCCESS => Ok(true),
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => Err(cu_error(call, other)),
+        }
+    }
+}
+
+impl Stream for CudaStream {
+    fn copy(&self, src: DevicePtr, dst: DevicePtr, size: u64) -> Result<()> {
+        let s = self.memory.region(src, size)?;
+        let d = self.memory.region(dst, size)?;
+        if s.overlaps(&d) {
+            return Err(Error::InvalidArgument(format!(
+                "copy of {size} bytes from {src} to {dst}: the ranges overlap"
+            )));
+        }
+        if size == 0 {
+            return Ok(());
+        }
+        let n = usize::try_from(size)
+            .map_err(|_| Error::InvalidArgument(format!("copy of {size} bytes")))?;
+        self.ctx.bind()?;
+        // SAFETY: both ranges lie inside live allocations of this context (unified addressing
+        // lets the driver infer the direction); the stream is live.
+        cu("cuMemcpyAsync", unsafe {
+            sys::cuMemcpyAsync(d.addr(), s.addr(), n, self.raw)
+        })
+    }
+
+    fn memset(&self, dst: DevicePtr, size: u64, pattern: MemsetPattern) -> Result<()> {
+        let w = pattern.width();
+        if size % w != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "memset of {size} bytes is not a multiple of the {w}-byte pattern"
+            )));
+        }
+        let d = self.memory.region(dst, size)?;
+        if size == 0 {
+            return Ok(());
+        }
+        if d.addr() % w != 0 {
+            return Err(Error::InvalidArgument(format!(
+                "a {w}-byte memset needs a {w}-byte aligned address, got {dst}"
+            )));
+        }
+        let count = usize::try_from(size / w)
+            .map_err(|_| Error::InvalidArgument(format!("memset of {size} bytes")))?;
+        self.ctx.bind()?;
+        let (addr, raw) = (d.addr(), self.raw);
+        // `count` elements of the pattern width at `addr` lie inside a live allocation
+        // (checked above), aligned to the width; the stream is live.
+        let r = match pattern {
+            // SAFETY: see above.
+            MemsetPattern::U8(v) => unsafe { sys::cuMemsetD8Async(addr, v, count, raw) },
+            // SAFETY: see above.
+            MemsetPattern::U16(v) => unsafe { sys::cuMemsetD16Async(addr, v, count, raw) },
+            // SAFETY: see above.
+            MemsetPattern::U32(v) => unsafe { sys::cuMemsetD32Async(addr, v, count, raw) },
+        };
+        let call = match pattern {
+            MemsetPattern::U8(_) => "cuMemsetD8Async",
+            MemsetPattern::U16(_) => "cuMemsetD16Async",
+            MemsetPattern::U32(_) => "cuMemsetD32Async",
+        };
+        cu(call, r)
+    }
+
+    fn launch(
+        &self,
+        kernel: &Arc<dyn KernelHandle>,
+        dims: LaunchDims,
+        args: &[LaunchArg],
+    ) -> Result<()> {
+        let Some(k) = kernel.as_any().downcast_ref::<CudaKernel>() else {
+            return Err(Error::InvalidArgument(format!(
+                "kernel `{}` was not loaded by the CUDA backend",
+                kernel.name()
+            )));
+        };
+        if dims.grid.count() == 0 || dims.block.count() == 0 {
+            return Err(Error::InvalidArgument(format!(
+                "kernel `{}`: empty launch (grid {}, block {})",
+                k.name(),
+                dims.grid,
+                dims.block
+            )));
+        }
+        check_signature(k, args)?;
+        for a in args {
+            if let LaunchArg::Buffer { ptr, len } = *a {
+                self.memory.region(ptr, len)?;
+            }
+        }
+        let mut slots: Vec<u64> = args.iter().map(arg_slot).collect();
+        let mut params: Vec<*mut c_void> = slots
+            .iter_mut()
+            .map(|s| (s as *mut u64).cast::<c_void>())
+            .collect();
+        self.ctx.bind()?;
+        // SAFETY: `k.function()` is a live function of a loaded module (kept alive by the
+        // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot
+        // holding the value in the parameter's C type (checked against the signature when
+        // known); buffer ranges were checked above; the driver copies the values before
+        // returning.
+        let r = unsafe {
+            sys::cuLaunchKernel(
+                k.function(),
+                dims.grid.x,
+                dims.grid.y,
+                dims.grid.z,
+                dims.block.x,
+                dims.block.y,
+                dims.block.z,
+                dims.shared_mem,
+                self.raw,
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        };
+        cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
+            kernel: k.name().to_string(),
+            message: e.to_string(),
+        })
+    }
+
+    fn gemm(&self, g: &GemmLaunch) -> Result<()> {
+        self.blas.gemm(self.raw, &self.memory, g)
+    }
+
+    fn record(&self, event: &dyn Event) -> Result<()> {
+        let e = cuda_event(event)?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are live and of this context.
+        cu("cuEventRecord", unsafe {
+            sys::cuEventRecord(e.raw, self.raw)
+        })
+    }
+
+    fn wait(&self, event: &dyn Event) -> Result<()> {
+        let e = cuda_event(event)?;
+        self.ctx.bind()?;
+        // SAFETY: both handles are live.
+        cu("cuStreamWaitEvent", unsafe {
+            sys::cuStreamWaitEvent(self.raw, e.raw, 0)
+        })
+    }
+
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live.
+        cu("cuStreamSynchronize", unsafe {
+            sys::cuStreamSynchronize(self.raw)
+        })
+    }
+
+    fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live.
+        Self::ready("cuStreamQuery", unsafe { sys::cuStreamQuery(self.raw) })
+    }
+
+    fn begin_capture(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the stream is live.
+        cu("cuStreamBeginCapture_v2", unsafe {
+            sys::cuStreamBeginCapture_v2(
+                self.raw,
+                CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL,
+            )
+        })
+    }
+
+    fn end_capture(&self) -> Result<Arc<dyn Graph>> {
+        self.ctx.bind()?;
+        let mut graph: sys::CUgraph = std::ptr::null_mut();
+        // SAFETY: the stream is live; writes one graph handle.
+        cu("cuStreamEndCapture", unsafe {
+            sys::cuStreamEndCapture(self.raw, &mut graph)
+        })?;
+        Ok(Arc::new(CudaGraph::instantiate(self.ctx.clone(), graph)?))
+    }
+
+    fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
+        let Some(g) = graph.as_any().downcast_ref::<CudaGraph>() else {
+            return Err(Error::InvalidArgument(
+                "graph does not belong to the CUDA backend".into(),
+            ));
+        };
+        self.ctx.bind()?;
+        // SAFETY: the executable graph and the stream are live, of this context.
+        cu("cuGraphLaunch", unsafe {
+            sys::cuGraphLaunch(g.exec, self.raw)
+        })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A recorded and instantiated CUDA graph.
+pub struct CudaGraph {
+    ctx: Arc<Context>,
+    graph: sys::CUgraph,
+    exec: sys::CUgraphExec,
+    nodes: usize,
+}
+
+// SAFETY: graph handles are usable from any thread with the context current (done before
+// every call); they are immutable after instantiation.
+unsafe impl Send for CudaGraph {}
+// SAFETY: as above; cuGraphLaunch of one executable graph from several threads is
+// serialized by the driver.
+unsafe impl Sync for CudaGraph {}
+
+impl CudaGraph {
+    /// Takes ownership of `graph` and instantiates it (the graph is destroyed on failure).
+    fn instantiate(ctx: Arc<Context>, graph: sys::CUgraph) -> Result<Self> {
+        let mut g = CudaGraph {
+            ctx,
+            graph,
+            exec: std::ptr::null_mut(),
+            nodes: 0,
+        };
+        let mut n = 0usize;
+        // SAFETY: the graph is live; with a null array the call only writes the count.
+        cu("cuGraphGetNodes", unsafe {
+            sys::cuGraphGetNodes(g.graph, std::ptr::null_mut(), &mut n)
+        })?;
+        g.nodes = n;
+        // SAFETY: the graph is live; writes one executable-graph handle.
+        cu("cuGraphInstantiateWithFlags", unsafe {
+            sys::cuGraphInstantiateWithFlags(&mut g.exec, g.graph, 0)
+        })?;
+        Ok(g)
+    }
+}
+
+impl Drop for CudaGraph {
+    fn drop(&mut self) {
+        if self.ctx.bind().is_err() {
+            return;
+        }
+        if !self.exec.is_null() {
+            // SAFETY: created by cuGraphInstantiateWithFlags, destroyed once.
+            let r = unsafe { sys::cuGraphExecDestroy(self.exec) };
+            if let Err(e) = cu("cuGraphExecDestroy", r) {
+                tracing::error!("{e}");
+            }
+        }
+        if !self.graph.is_null() {
+            // SAFETY: returned by cuStreamEndCapture, owned here, destroyed once.
+            let r = unsafe { sys::cuGraphDestroy(self.graph) };
+            if let Err(e) = cu("cuGraphDestroy", r) {
+                tracing::error!("{e}");
+            }
+        }
+    }
+}
+
+impl Graph for CudaGraph {
+    fn node_count(&self) -> usize {
+        self.nodes
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A CUDA event (timing disabled).
+pub struct CudaEvent {
+    ctx: Arc<Context>,
+    raw: sys::CUevent,
+}
+
+// SAFETY: an event handle is usable from any thread with its context current (done before
+// every call); it is immutable after creation.
+unsafe impl Send for CudaEvent {}
+// SAFETY: as above.
+unsafe impl Sync for CudaEvent {}
+
+impl CudaEvent {
+    pub(crate) fn new(ctx: Arc<Context>) -> Result<Self> {
+        ctx.bind()?;
+        let mut raw: sys::CUevent = std::ptr::null_mut();
+        // SAFETY: writes one event handle; the context is current.
+        cu("cuEventCreate", unsafe {
+            sys::cuEventCreate(&mut raw, CU_EVENT_DISABLE_TIMING)
+        })?;
+        Ok(CudaEvent { ctx, raw })
+    }
+}
+
+impl Drop for CudaEvent {
+    fn drop(&mut self) {
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: created by cuEventCreate, destroyed once.
+            cu("cuEventDestroy_v2", unsafe {
+                sys::cuEventDestroy_v2(self.raw)
+            })
+        });
+        if let Err(e) = r {
+            tracing::error!("{e}");
+        }
+    }
+}
+
+impl Event for CudaEvent {
+    fn synchronize(&self) -> Result<()> {
+        self.ctx.bind()?;
+        // SAFETY: the event is live.
+        cu("cuEventSynchronize", unsafe {
+            sys::cuEventSynchronize(self.raw)
+        })
+    }
+
+    fn query(&self) -> Result<bool> {
+        self.ctx.bind()?;
+        // SAFETY: the event is live.
+        CudaStream::ready("cuEventQuery", unsafe { sys::cuEventQuery(self.raw) })
+    }
+
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// Marks an error as coming from this backend (used by callers outside the stream).
+pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
+    Error::Unsupported {
+        backend: BACKEND.into(),
+        feature: feature.into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use xthunk_core::ir::Scalar;
+
+    #[test]
+    fn every_scalar_type_marshals_as_its_c_type() {
+        let cases: [(Scalar, &[u8]); 9] = [
+            (Scalar::Pred(true), &[1]),
+            (Scalar::I8(-2), &[0xfe]),
+            (Scalar::U8(200), &[200]),
+            (Scalar::I32(-3), &(-3i32).to_le_bytes()),
+            (Scalar::I64(-4), &(-4i64).to_le_bytes()),
+            (Scalar::F16(0x3c00), &[0x00, 0x3c]),
+            (Scalar::BF16(0x3f80), &[0x80, 0x3f]),
+            (Scalar::F32(1.5), &1.5f32.to_le_bytes()),
+            (Scalar::F64(-2.25), &(-2.25f64).to_le_bytes()),
+        ];
+        for (s, bytes) in cases {
+            let slot = arg_slot(&LaunchArg::Scalar(s)).to_le_bytes();
+            assert_eq!(&slot[..bytes.len()], bytes, "{s}");
+            assert!(slot[bytes.len()..].iter().all(|&b| b == 0), "{s}");
+            assert_eq!(s.dtype().size(), bytes.len());
+        }
+        let p = arg_slot(&LaunchArg::Buffer {
+            ptr: DevicePtr(0x7f00_dead_beef),
+            len: 4,
+        });
+        assert_eq!(p, 0x7f00_dead_beef);
+    }
+}
