@@ -2,6 +2,7 @@
 //! backend with the standard kernel library, and the executor.
 
 pub mod backend;
+pub mod collectives;
 pub mod error;
 pub mod executor;
 pub mod host;

@@ -214,6 +214,11 @@ pub trait Stream: Send + Sync {
     fn synchronize(&self) -> Result<()>;
     /// True when all queued work finished (an error of that work is returned).
     fn query(&self) -> Result<bool>;
+    /// The native stream handle (`CUstream`, `hipStream_t`) as an integer, for vendor
+    /// libraries that take one (BLAS, NCCL/RCCL); `None` on the host.
+    fn native_handle(&self) -> Option<usize> {
+        None
+    }
     /// A hint: when on, the backend may run work in the issuing thread whenever nothing is
     /// queued on the stream, instead of handing it to the stream's own queue. The host backend
     /// does (it removes a thread hand-off per operation); GPU backends ignore it. Order and
