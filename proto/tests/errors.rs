@@ -595,3 +595,487 @@ fn to_proto_of_an_invalid_program_is_rejected_on_the_way_back() {
     let e = decode(&encode(&exe)).unwrap_err();
     assert_eq!(e.field(), Some("allocations[0].alignment"));
 }
+
+// ---------------------------------------------------------------------------------------------
+// Control flow, async scopes and command buffers
+// ---------------------------------------------------------------------------------------------
+
+/// A valid program with every control-flow kind: an async scope (entry[1] .. entry[4]) around
+/// a while loop (entry[2]) and a conditional (entry[3]), and a command buffer (entry[5]).
+const CF: &str = r#"
+# proto-message: xthunk.v1.Executable
+abi_version: 1
+name: "control_flow"
+allocations { index: 0 size: 64 alignment: 16 parameter: 0 }
+allocations { index: 1 size: 64 alignment: 16 output: 0 }
+allocations { index: 2 size: 16 alignment: 16 temp {} }
+modules { name: "host" images { host { library: "mylib" } } }
+entry { memset { dst { allocation: 2 size: 8 } width: MEMSET_WIDTH_U8 value: 1 } }
+entry {
+  async_start {
+    id: 7
+    kind: ASYNC_KIND_COMPUTE
+    body { copy { src { allocation: 0 size: 32 } dst { allocation: 1 size: 32 } } }
+  }
+}
+entry {
+  while {
+    cond { memset { dst { allocation: 2 offset: 8 size: 4 } width: MEMSET_WIDTH_U32 value: 0 } }
+    cond { memset { dst { allocation: 2 size: 1 } width: MEMSET_WIDTH_U8 value: 0 } }
+    pred { allocation: 2 size: 1 }
+    body { copy { src { allocation: 0 offset: 32 size: 32 } dst { allocation: 1 offset: 32 size: 32 } } }
+    trip_count: 3
+  }
+}
+entry {
+  conditional {
+    index { allocation: 2 offset: 4 size: 4 }
+    index_type: DTYPE_I32
+    branches { thunks { memset { dst { allocation: 1 size: 4 } width: MEMSET_WIDTH_U32 value: 1 } } }
+    branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } }
+  }
+}
+entry { async_done { id: 7 } }
+entry {
+  command_buffer {
+    body { copy { src { allocation: 1 size: 16 } dst { allocation: 2 size: 16 } } }
+    body { sequence { thunks { memset { dst { allocation: 2 size: 16 } width: MEMSET_WIDTH_U8 value: 0 } } } }
+  }
+}
+signature {
+  parameters { name: "x" dtype: DTYPE_F32 dims: 16 allocation: 0 }
+  outputs { name: "y" dtype: DTYPE_F32 dims: 16 allocation: 1 }
+}
+"#;
+
+/// `CF` with replacements, each of which must apply.
+fn cf(edits: &[(&str, &str)]) -> String {
+    let mut text = CF.to_string();
+    for (from, to) in edits {
+        assert!(text.contains(from), "{from:?} is not in CF");
+        text = text.replacen(from, to, 1);
+    }
+    text
+}
+
+const ASYNC_START: &str = "entry {
+  async_start {
+    id: 7
+    kind: ASYNC_KIND_COMPUTE
+    body { copy { src { allocation: 0 size: 32 } dst { allocation: 1 size: 32 } } }
+  }
+}";
+const ASYNC_DONE: &str = "entry { async_done { id: 7 } }";
+const WHILE_BODY: &str = "body { copy { src { allocation: 0 offset: 32 size: 32 } dst { allocation: 1 offset: 32 size: 32 } } }";
+const CB_BODY: &str =
+    "body { copy { src { allocation: 1 size: 16 } dst { allocation: 2 size: 16 } } }";
+
+#[test]
+fn control_flow_base_is_valid() {
+    use xthunk_core::ir::{AsyncKind, DType};
+    let exe = parse_text(CF).unwrap();
+    assert_eq!(exe.thunk_count(), 15);
+    assert_eq!(decode(&encode(&exe)).unwrap(), exe);
+    assert_eq!(parse_text(&to_text(&exe)).unwrap(), exe);
+    let Thunk::AsyncStart { id: 7, kind, body } = &exe.entry[1] else {
+        panic!("{:?}", exe.entry[1])
+    };
+    assert_eq!((*kind, body.len()), (AsyncKind::Compute, 1));
+    let Thunk::While {
+        cond,
+        pred,
+        body,
+        trip_count,
+    } = &exe.entry[2]
+    else {
+        panic!("{:?}", exe.entry[2])
+    };
+    assert_eq!((cond.len(), body.len(), *trip_count), (2, 1, Some(3)));
+    assert_eq!(*pred, Slice::new(2, 0, 1));
+    let Thunk::Conditional {
+        index_type,
+        branches,
+        ..
+    } = &exe.entry[3]
+    else {
+        panic!("{:?}", exe.entry[3])
+    };
+    assert_eq!((*index_type, branches.len()), (DType::I32, 2));
+    assert_eq!(exe.entry[4], Thunk::AsyncDone { id: 7 });
+    assert!(matches!(&exe.entry[5], Thunk::CommandBuffer { body } if body.len() == 2));
+
+    // Without a trip count the field is absent, not 0; 0 is kept as 0.
+    for (edit, want) in [("", None), ("\n    trip_count: 0", Some(0))] {
+        let exe = parse_text(&cf(&[("\n    trip_count: 3", edit)])).unwrap();
+        let Thunk::While { trip_count, .. } = &exe.entry[2] else {
+            panic!()
+        };
+        assert_eq!(*trip_count, want);
+        assert_eq!(decode(&encode(&exe)).unwrap(), exe);
+    }
+    // A pred index with exactly two branches, and an i32 index with one or three.
+    parse_text(&cf(&[
+        ("offset: 4 size: 4 }", "offset: 4 size: 1 }"),
+        ("DTYPE_I32", "DTYPE_PRED"),
+    ]))
+    .unwrap();
+    let second_branch = "    branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } }\n";
+    parse_text(&cf(&[(second_branch, "")])).unwrap();
+    parse_text(&cf(&[(
+        second_branch,
+        &format!("{second_branch}{second_branch}"),
+    )]))
+    .unwrap();
+}
+
+#[test]
+fn nested_thunk_paths() {
+    // Errors inside nested lists name the full path.
+    expect_err(
+        &cf(&[("offset: 32 size: 32 } dst", "offset: 40 size: 32 } dst")]),
+        "entry[2].body[0]",
+        "src",
+    );
+    expect_err(
+        &cf(&[(
+            "dst { allocation: 2 size: 1 } width: MEMSET_WIDTH_U8 value: 0",
+            "dst { allocation: 2 offset: 16 size: 1 } width: MEMSET_WIDTH_U8 value: 0",
+        )]),
+        "entry[2].cond[1]",
+        "dst",
+    );
+    expect_err(
+        &cf(&[(
+            "dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2",
+            "dst { allocation: 1 size: 6 } width: MEMSET_WIDTH_U32 value: 2",
+        )]),
+        "entry[3].branches[1].thunks[0]",
+        "dst",
+    );
+    expect_err(
+        &cf(&[(
+            "dst { allocation: 1 size: 32 }",
+            "dst { allocation: 1 size: 31 }",
+        )]),
+        "entry[1].body[0]",
+        "dst",
+    );
+    expect_err(
+        &cf(&[(
+            "dst { allocation: 2 size: 16 } width: MEMSET_WIDTH_U8 value: 0",
+            "dst { allocation: 3 size: 16 } width: MEMSET_WIDTH_U8 value: 0",
+        )]),
+        "entry[5].body[1].thunks[0]",
+        "dst",
+    );
+    // Conversion errors too (here an unset kind in a branch).
+    expect_err(
+        &cf(&[(
+            "branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } }",
+            "branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } thunks {} }",
+        )]),
+        "entry[3].branches[1].thunks[1]",
+        "kind",
+    );
+}
+
+#[test]
+fn unpaired_async_start() {
+    let e = expect_err(&cf(&[(ASYNC_DONE, "")]), "entry[1]", "id");
+    assert!(matches!(e, ProtoError::Validation(_)), "{e}");
+    assert!(
+        e.to_string()
+            .contains("async_start 7 has no matching async_done"),
+        "{e}"
+    );
+}
+
+#[test]
+fn unpaired_async_done() {
+    let e = expect_err(
+        &cf(&[(ASYNC_DONE, "entry { async_done { id: 8 } }")]),
+        "entry[4]",
+        "id",
+    );
+    assert!(
+        e.to_string()
+            .contains("async_done 8 has no matching async_start"),
+        "{e}"
+    );
+    // A second done for the same start.
+    expect_err(
+        &cf(&[(ASYNC_DONE, &format!("{ASYNC_DONE}\n{ASYNC_DONE}"))]),
+        "entry[5]",
+        "id",
+    );
+}
+
+#[test]
+fn async_done_before_its_start() {
+    let e = expect_err(
+        &cf(&[
+            (ASYNC_START, "@START@"),
+            (ASYNC_DONE, ASYNC_START),
+            ("@START@", ASYNC_DONE),
+        ]),
+        "entry[1]",
+        "id",
+    );
+    assert!(e.to_string().contains("async_done 7"), "{e}");
+}
+
+#[test]
+fn async_scope_crossing_a_sequence_boundary() {
+    // The done inside a nested sequence, the start outside.
+    expect_err(
+        &cf(&[(
+            ASYNC_DONE,
+            "entry { sequence { thunks { async_done { id: 7 } } } }",
+        )]),
+        "entry[4].thunks[0]",
+        "id",
+    );
+    // The start inside a while body, the done outside.
+    expect_err(
+        &cf(&[
+            (ASYNC_START, "entry { sequence {} }"),
+            (
+                WHILE_BODY,
+                &format!(
+                    "{WHILE_BODY}\n    body {{ async_start {{ id: 7 kind: ASYNC_KIND_COMPUTE }} }}"
+                ),
+            ),
+        ]),
+        "entry[2].body[1]",
+        "id",
+    );
+    // The done inside the async body of its own start.
+    expect_err(
+        &cf(&[
+            (ASYNC_DONE, ""),
+            (
+                "body { copy { src { allocation: 0 size: 32 }",
+                "body { async_done { id: 7 } }\n    body { copy { src { allocation: 0 size: 32 }",
+            ),
+        ]),
+        "entry[1].body[0]",
+        "id",
+    );
+    // The done in a conditional branch.
+    expect_err(
+        &cf(&[
+            (ASYNC_DONE, ""),
+            (
+                "branches { thunks { memset { dst { allocation: 1 size: 4 }",
+                "branches { thunks { async_done { id: 7 } } thunks { memset { dst { allocation: 1 size: 4 }",
+            ),
+        ]),
+        "entry[3].branches[0].thunks[0]",
+        "id",
+    );
+    // Pairs inside nested lists are fine.
+    parse_text(&cf(&[(
+        WHILE_BODY,
+        &format!(
+            "body {{ async_start {{ id: 9 kind: ASYNC_KIND_COMMUNICATION }} }}\n    {WHILE_BODY}\n    body {{ async_done {{ id: 9 }} }}"
+        ),
+    )]))
+    .unwrap();
+}
+
+#[test]
+fn duplicate_async_id() {
+    // A second, properly paired scope with the same id, in another list.
+    let e = expect_err(
+        &cf(&[(
+            WHILE_BODY,
+            &format!(
+                "{WHILE_BODY}\n    body {{ async_start {{ id: 7 kind: ASYNC_KIND_COMPUTE }} }}\n    body {{ async_done {{ id: 7 }} }}"
+            ),
+        )]),
+        "entry[2].body[1]",
+        "id",
+    );
+    assert!(e.to_string().contains("async id 7 is used twice"), "{e}");
+    // And in the same list, after the first scope closed.
+    expect_err(
+        &cf(&[(
+            ASYNC_DONE,
+            &format!("{ASYNC_DONE}\n{ASYNC_START}\n{ASYNC_DONE}"),
+        )]),
+        "entry[5]",
+        "id",
+    );
+}
+
+#[test]
+fn unspecified_async_kind() {
+    expect_err(
+        &cf(&[("kind: ASYNC_KIND_COMPUTE\n", "")]),
+        "entry[1]",
+        "kind",
+    );
+}
+
+#[test]
+fn predicate_of_two_bytes() {
+    let e = expect_err(
+        &cf(&[(
+            "pred { allocation: 2 size: 1 }",
+            "pred { allocation: 2 size: 2 }",
+        )]),
+        "entry[2]",
+        "pred",
+    );
+    assert!(e.to_string().contains("1-byte pred"), "{e}");
+    // Missing, and outside its allocation.
+    expect_err(
+        &cf(&[("pred { allocation: 2 size: 1 }", "")]),
+        "entry[2]",
+        "pred",
+    );
+    expect_err(
+        &cf(&[(
+            "pred { allocation: 2 size: 1 }",
+            "pred { allocation: 2 offset: 16 size: 1 }",
+        )]),
+        "entry[2]",
+        "pred",
+    );
+}
+
+#[test]
+fn index_of_the_wrong_type() {
+    let e = expect_err(&cf(&[("DTYPE_I32", "DTYPE_F32")]), "entry[3]", "index_type");
+    assert!(e.to_string().contains("must be i32 or pred"), "{e}");
+    expect_err(
+        &cf(&[("index_type: DTYPE_I32\n", "")]),
+        "entry[3]",
+        "index_type",
+    );
+    // Sizes: an i32 index is 4 bytes, a pred index 1.
+    expect_err(
+        &cf(&[("offset: 4 size: 4 }", "offset: 4 size: 2 }")]),
+        "entry[3]",
+        "index",
+    );
+    expect_err(&cf(&[("DTYPE_I32", "DTYPE_PRED")]), "entry[3]", "index");
+}
+
+#[test]
+fn pred_conditional_with_three_branches() {
+    let second_branch = "    branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } }\n";
+    let pred = [
+        ("offset: 4 size: 4 }", "offset: 4 size: 1 }"),
+        ("DTYPE_I32", "DTYPE_PRED"),
+    ];
+    let three = format!("{second_branch}{second_branch}");
+    let e = expect_err(
+        &cf(&[pred[0], pred[1], (second_branch, &three)]),
+        "entry[3]",
+        "branches",
+    );
+    assert!(e.to_string().contains("2 branches, found 3"), "{e}");
+    expect_err(
+        &cf(&[pred[0], pred[1], (second_branch, "")]),
+        "entry[3]",
+        "branches",
+    );
+}
+
+#[test]
+fn conditional_without_branches() {
+    let branches = "    branches { thunks { memset { dst { allocation: 1 size: 4 } width: MEMSET_WIDTH_U32 value: 1 } } }
+    branches { thunks { memset { dst { allocation: 1 size: 8 } width: MEMSET_WIDTH_U32 value: 2 } } }
+";
+    let e = expect_err(&cf(&[(branches, "")]), "entry[3]", "branches");
+    assert!(e.to_string().contains("at least one branch"), "{e}");
+    // An empty branch is a branch.
+    parse_text(&cf(&[(branches, "    branches {}\n")])).unwrap();
+}
+
+#[test]
+fn negative_trip_count() {
+    let e = expect_err(
+        &cf(&[("trip_count: 3", "trip_count: -1")]),
+        "entry[2]",
+        "trip_count",
+    );
+    assert!(matches!(e, ProtoError::Invalid { .. }), "{e}");
+    assert!(e.to_string().contains("-1 is negative"), "{e}");
+    // The same through the binary format.
+    let mut msg = to_proto(&parse_text(CF).unwrap());
+    let Some(pb::thunk::Kind::While(w)) = &mut msg.entry[2].kind else {
+        panic!()
+    };
+    w.trip_count = Some(i64::MIN);
+    let e = decode(&msg.encode_to_vec()).unwrap_err();
+    assert_eq!(e.thunk_path().unwrap().to_string(), "entry[2]");
+    assert_eq!(e.field(), Some("trip_count"));
+    // The largest count the schema can hold is accepted.
+    let exe = parse_text(&cf(&[("trip_count: 3", "trip_count: 9223372036854775807")])).unwrap();
+    let Thunk::While { trip_count, .. } = &exe.entry[2] else {
+        panic!()
+    };
+    assert_eq!(*trip_count, Some(i64::MAX as u64));
+}
+
+#[test]
+fn control_flow_inside_a_command_buffer() {
+    let inner = [
+        (
+            "while",
+            "body { while { pred { allocation: 2 size: 1 } trip_count: 2 } }",
+        ),
+        (
+            "conditional",
+            "body { conditional { index { allocation: 2 size: 1 } index_type: DTYPE_PRED branches {} branches {} } }",
+        ),
+        (
+            "async_start",
+            "body { async_start { id: 1 kind: ASYNC_KIND_COMPUTE } }\n    body { async_done { id: 1 } }",
+        ),
+        ("command_buffer", "body { command_buffer {} }"),
+    ];
+    for (kind, text) in inner {
+        let e = expect_err(
+            &cf(&[(CB_BODY, &format!("{CB_BODY}\n    {text}"))]),
+            "entry[5].body[1]",
+            "kind",
+        );
+        assert!(
+            e.to_string()
+                .contains(&format!("{kind} is not allowed inside a command buffer")),
+            "{e}"
+        );
+        // At any depth: inside a sequence of the command buffer.
+        let nested = text.replace("body {", "thunks {");
+        let e = expect_err(
+            &cf(&[(
+                CB_BODY,
+                &format!("{CB_BODY}\n    body {{ sequence {{ {nested} }} }}"),
+            )]),
+            "entry[5].body[1].thunks[0]",
+            "kind",
+        );
+        assert!(e.to_string().contains(kind), "{e}");
+    }
+    // An async_done alone in a command buffer (its start outside) is rejected too.
+    expect_err(
+        &cf(&[
+            (ASYNC_DONE, ""),
+            (
+                CB_BODY,
+                &format!("{CB_BODY}\n    body {{ async_done {{ id: 7 }} }}"),
+            ),
+        ]),
+        "entry[4].body[1]",
+        "kind",
+    );
+    // Outside command buffers the same thunks are fine, e.g. a command buffer in a while body.
+    parse_text(&cf(&[(
+        WHILE_BODY,
+        &format!("{WHILE_BODY}\n    body {{ command_buffer {{ {CB_BODY} }} }}"),
+    )]))
+    .unwrap();
+}

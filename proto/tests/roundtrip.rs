@@ -1,14 +1,21 @@
 //! Property test: arbitrary valid programs survive IR -> proto -> IR, the binary format and the
 //! text format unchanged (compared with `==`, and bit for bit through the binary encoding so
 //! that e.g. the sign of a zero float is checked too).
+//!
+//! The generator covers every thunk kind: nested sequences, `while` loops (with and without a
+//! trip count), `conditional`s (i32 and pred index), async scopes in any list (their
+//! `async_done` placed a random distance after the `async_start`, so scopes nest and
+//! interleave), and command buffers whose bodies hold only the kinds allowed there.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use proptest::prelude::*;
+use std::cell::RefCell;
+use std::collections::BTreeSet;
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, BufferAllocation, DType, Dim3, Executable, GEMM_DTYPES,
-    GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar,
-    Signature, Slice, TensorSpec, Thunk, verify,
+    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable,
+    GEMM_DTYPES, GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module,
+    ModuleImage, Scalar, Signature, Slice, TensorSpec, Thunk, verify,
 };
 use xthunk_proto::{decode, encode, from_proto, parse_text, to_proto, to_text};
 
@@ -209,6 +216,28 @@ enum RawThunk {
     },
     Gemm(Box<RawGemm>),
     Sequence(Vec<RawThunk>),
+    While {
+        cond: Vec<RawThunk>,
+        /// Allocation pick and offset of the 1-byte predicate.
+        pred: (u32, u64),
+        body: Vec<RawThunk>,
+        trip_count: Option<u64>,
+    },
+    Conditional {
+        /// Allocation pick and offset of the index.
+        index: (u32, u64),
+        pred_index: bool,
+        branches: Vec<Vec<RawThunk>>,
+    },
+    /// An async scope: `async_start` here, its `async_done` after `span` more thunks of the
+    /// same list (or at the end of the list). `id` is a starting point for a unique id.
+    Async {
+        communication: bool,
+        id: u32,
+        span: usize,
+        body: Vec<RawThunk>,
+    },
+    CommandBuffer(Vec<RawThunk>),
 }
 
 fn finite_f64() -> impl Strategy<Value = f64> {
@@ -314,8 +343,40 @@ fn raw_thunk() -> impl Strategy<Value = RawThunk> {
             ),
         raw_gemm().prop_map(|g| RawThunk::Gemm(Box::new(g))),
     ];
-    leaf.prop_recursive(3, 32, 6, |inner| {
-        prop::collection::vec(inner, 0..6).prop_map(RawThunk::Sequence)
+    leaf.prop_recursive(4, 48, 6, |inner| {
+        let list = prop::collection::vec(inner, 0..6);
+        // Mostly small counts; sometimes anything the (signed) proto field can hold.
+        let trip_count = prop::option::of(prop_oneof![0u64..8, 0..=i64::MAX as u64]);
+        prop_oneof![
+            list.clone().prop_map(RawThunk::Sequence),
+            (list.clone(), any::<(u32, u64)>(), list.clone(), trip_count).prop_map(
+                |(cond, pred, body, trip_count)| RawThunk::While {
+                    cond,
+                    pred,
+                    body,
+                    trip_count,
+                }
+            ),
+            (
+                any::<(u32, u64)>(),
+                any::<bool>(),
+                prop::collection::vec(list.clone(), 0..4)
+            )
+                .prop_map(|(index, pred_index, branches)| RawThunk::Conditional {
+                    index,
+                    pred_index,
+                    branches,
+                }),
+            (any::<bool>(), any::<u32>(), 0usize..4, list.clone()).prop_map(
+                |(communication, id, span, body)| RawThunk::Async {
+                    communication,
+                    id,
+                    span,
+                    body,
+                }
+            ),
+            list.prop_map(RawThunk::CommandBuffer),
+        ]
     })
 }
 
@@ -323,6 +384,8 @@ struct Ctx<'a> {
     allocs: &'a [BufferAllocation],
     writable: Vec<u32>,
     modules: Vec<String>,
+    /// Async ids handed out so far (ids are unique in a program).
+    async_ids: RefCell<BTreeSet<u32>>,
 }
 
 impl Ctx<'_> {
@@ -346,7 +409,74 @@ impl Ctx<'_> {
         Slice::new(alloc, off * unit, len * unit)
     }
 
-    fn thunk(&self, raw: &RawThunk) -> Thunk {
+    /// A fresh async id, from `start` upwards.
+    fn async_id(&self, start: u32) -> u32 {
+        let mut ids = self.async_ids.borrow_mut();
+        let mut id = start;
+        while !ids.insert(id) {
+            id = id.wrapping_add(1);
+        }
+        id
+    }
+
+    /// A `size`-byte slice of the first allocation from `pick` on that has room, at an offset
+    /// from `x`.
+    fn small_slice(&self, (pick, x): (u32, u64), size: u64) -> Slice {
+        let n = self.allocs.len() as u32;
+        let alloc = (0..n)
+            .map(|i| (pick % n + i) % n)
+            .find(|&a| self.size(a) >= size)
+            .unwrap();
+        Slice::new(alloc, x % (self.size(alloc) - size + 1), size)
+    }
+
+    /// One thunk list. Async scopes become an `async_start` and, `span` thunks later in the
+    /// same list, its `async_done`; inside a command buffer (`in_cb`) only copies, memsets,
+    /// kernels, gemms and sequences are produced (other kinds become sequences of their
+    /// bodies).
+    fn list(&self, raws: &[RawThunk], in_cb: bool) -> Vec<Thunk> {
+        let mut out = Vec::new();
+        let mut open: Vec<(usize, u32)> = Vec::new();
+        for (i, raw) in raws.iter().enumerate() {
+            match raw {
+                RawThunk::Async {
+                    communication,
+                    id,
+                    span,
+                    body,
+                } if !in_cb => {
+                    let id = self.async_id(*id);
+                    let kind = if *communication {
+                        AsyncKind::Communication
+                    } else {
+                        AsyncKind::Compute
+                    };
+                    out.push(Thunk::AsyncStart {
+                        id,
+                        kind,
+                        body: self.list(body, false),
+                    });
+                    open.push((i + span, id));
+                }
+                _ => out.push(self.thunk(raw, in_cb)),
+            }
+            open.retain(|&(at, id)| {
+                if at <= i {
+                    out.push(Thunk::AsyncDone { id });
+                    false
+                } else {
+                    true
+                }
+            });
+        }
+        // Scopes still open close at the end of the list, innermost first.
+        for (_, id) in open.into_iter().rev() {
+            out.push(Thunk::AsyncDone { id });
+        }
+        out
+    }
+
+    fn thunk(&self, raw: &RawThunk, in_cb: bool) -> Thunk {
         match raw {
             RawThunk::Copy(a, b, x, y, z) => {
                 let src_a = self.any_alloc(*a);
@@ -407,9 +537,50 @@ impl Ctx<'_> {
                     .collect(),
             }),
             RawThunk::Gemm(g) => Thunk::Gemm(self.gemm(g)),
-            RawThunk::Sequence(body) => {
-                Thunk::Sequence(body.iter().map(|t| self.thunk(t)).collect())
+            RawThunk::Sequence(body) => Thunk::Sequence(self.list(body, in_cb)),
+            RawThunk::While { body, .. } if in_cb => Thunk::Sequence(self.list(body, true)),
+            RawThunk::While {
+                cond,
+                pred,
+                body,
+                trip_count,
+            } => Thunk::While {
+                cond: self.list(cond, false),
+                pred: self.small_slice(*pred, 1),
+                body: self.list(body, false),
+                trip_count: *trip_count,
+            },
+            RawThunk::Conditional { branches, .. } if in_cb => {
+                Thunk::Sequence(self.list(branches.first().map_or(&[][..], |b| b), true))
             }
+            RawThunk::Conditional {
+                index,
+                pred_index,
+                branches,
+            } => {
+                let mut branches: Vec<Vec<Thunk>> =
+                    branches.iter().map(|b| self.list(b, false)).collect();
+                let (index_type, size) = if *pred_index {
+                    branches.resize_with(2, Vec::new);
+                    (DType::Pred, 1)
+                } else {
+                    if branches.is_empty() {
+                        branches.push(Vec::new());
+                    }
+                    (DType::I32, 4)
+                };
+                Thunk::Conditional {
+                    index: self.small_slice(*index, size),
+                    index_type,
+                    branches,
+                }
+            }
+            // Only reached inside a command buffer (`list` handles async scopes elsewhere).
+            RawThunk::Async { body, .. } => Thunk::Sequence(self.list(body, true)),
+            RawThunk::CommandBuffer(body) if in_cb => Thunk::Sequence(self.list(body, true)),
+            RawThunk::CommandBuffer(body) => Thunk::CommandBuffer {
+                body: self.list(body, true),
+            },
         }
     }
 
@@ -500,8 +671,9 @@ fn program() -> impl Strategy<Value = Executable> {
                     .filter(|m| !m.images.contains(&ModuleImage::Standard))
                     .map(|m| m.name.clone())
                     .collect(),
+                async_ids: RefCell::new(BTreeSet::new()),
             };
-            let entry = raw.iter().map(|t| ctx.thunk(t)).collect();
+            let entry = ctx.list(&raw, false);
             Executable {
                 abi_version: ABI_VERSION,
                 name,
@@ -546,8 +718,16 @@ fn every_kind_is_generated() {
     use std::collections::BTreeSet;
     let mut runner = TestRunner::deterministic();
     let mut seen = BTreeSet::new();
-    fn walk(t: &Thunk, seen: &mut BTreeSet<String>) {
-        seen.insert(t.kind().to_string());
+    /// Records `t` and everything in it; `outer` names the kinds of the enclosing thunks.
+    fn walk(t: &Thunk, outer: &[&'static str], seen: &mut BTreeSet<String>) {
+        let kind = t.kind();
+        seen.insert(kind.to_string());
+        if let Some(parent) = outer.last() {
+            seen.insert(format!("{kind} in {parent}"));
+        }
+        if outer.contains(&"command_buffer") {
+            seen.insert(format!("{kind} under command_buffer"));
+        }
         match t {
             Thunk::Kernel(k) => {
                 for a in &k.args {
@@ -556,14 +736,55 @@ fn every_kind_is_generated() {
                     }
                 }
             }
-            Thunk::Sequence(b) => b.iter().for_each(|c| walk(c, seen)),
+            Thunk::While { trip_count, .. } => {
+                seen.insert(
+                    match trip_count {
+                        None => "while:no_trip_count",
+                        Some(n) if *n > u32::MAX as u64 => "while:huge_trip_count",
+                        Some(_) => "while:trip_count",
+                    }
+                    .into(),
+                );
+            }
+            Thunk::Conditional {
+                index_type,
+                branches,
+                ..
+            } => {
+                seen.insert(format!("conditional:{index_type}"));
+                if branches.len() > 2 {
+                    seen.insert("conditional:3+_branches".into());
+                }
+            }
+            Thunk::AsyncStart { kind, .. } => {
+                seen.insert(format!("async:{}", kind.name()));
+            }
             _ => {}
+        }
+        let mut inner = outer.to_vec();
+        inner.push(kind);
+        for (_, list) in t.nested() {
+            // Async scopes that are open at the same time, in this list.
+            let mut open = 0;
+            for c in list {
+                match c {
+                    Thunk::AsyncStart { .. } => {
+                        open += 1;
+                        if open > 1 {
+                            seen.insert("overlapping async scopes".into());
+                        }
+                    }
+                    Thunk::AsyncDone { .. } => open -= 1,
+                    _ => {}
+                }
+                walk(c, &inner, seen);
+            }
         }
     }
     for _ in 0..300 {
         let exe = program().new_tree(&mut runner).unwrap().current();
         for t in &exe.entry {
-            walk(t, &mut seen);
+            walk(t, &[], &mut seen);
         }
         for m in &exe.modules {
             for i in &m.images {
@@ -581,6 +802,38 @@ fn every_kind_is_generated() {
         "kernel",
         "gemm",
         "sequence",
+        "while",
+        "conditional",
+        "async_start",
+        "async_done",
+        "command_buffer",
+        "while:no_trip_count",
+        "while:trip_count",
+        "while:huge_trip_count",
+        "conditional:i32",
+        "conditional:pred",
+        "conditional:3+_branches",
+        "async:compute",
+        "async:communication",
+        "overlapping async scopes",
+        // Nesting: control flow and async scopes inside each other's lists.
+        "sequence in sequence",
+        "while in sequence",
+        "async_start in while",
+        "async_done in while",
+        "async_start in async_start",
+        "async_start in conditional",
+        "conditional in async_start",
+        "while in async_start",
+        "command_buffer in while",
+        "command_buffer in async_start",
+        // Command buffers hold only copy, memset, kernel, gemm and sequences of them.
+        "copy under command_buffer",
+        "memset under command_buffer",
+        "kernel under command_buffer",
+        "gemm under command_buffer",
+        "sequence in command_buffer",
+        "kernel in sequence",
         "image:standard",
         "image:source",
         "image:ptx",
@@ -602,6 +855,18 @@ fn every_kind_is_generated() {
         assert!(
             seen.contains(&format!("scalar:{d}")),
             "never generated a {d} scalar"
+        );
+    }
+    for kind in [
+        "while",
+        "conditional",
+        "async_start",
+        "async_done",
+        "command_buffer",
+    ] {
+        assert!(
+            !seen.contains(&format!("{kind} under command_buffer")),
+            "generated a {kind} inside a command buffer"
         );
     }
 }

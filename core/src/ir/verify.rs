@@ -333,9 +333,24 @@ impl Verifier<'_> {
             }
             Thunk::Kernel(k) => self.kernel(k, path)?,
             Thunk::Gemm(g) => self.gemm(g, path)?,
-            Thunk::Sequence(_) | Thunk::AsyncDone { .. } => {}
-            Thunk::While { pred, .. } => {
+            Thunk::Sequence(_) => {}
+            Thunk::AsyncDone { .. } => self.no_control_flow(path, "async_done")?,
+            Thunk::While {
+                pred, trip_count, ..
+            } => {
                 self.no_control_flow(path, "while")?;
+                if let Some(n) = trip_count {
+                    if *n > i64::MAX as u64 {
+                        return Err(err(
+                            path,
+                            "trip_count",
+                            format!(
+                                "{n} is larger than the largest supported count {}",
+                                i64::MAX
+                            ),
+                        ));
+                    }
+                }
                 self.slice(pred, path, "pred", false)?;
                 if pred.size != 1 {
                     return Err(err(
