@@ -97,6 +97,24 @@ pub(crate) struct MemoryRegistry {
 pub(crate) struct RegionCache {
     generation: u64,
     entries: Vec<(u64, Arc<HostAllocation>)>,
+    /// While pinned, nothing is evicted (the cache may grow past its size).
+    pinned: bool,
+}
+
+impl RegionCache {
+    /// Stops evictions (so raw pointers from [`MemoryRegistry::resolve_raw`] stay valid).
+    pub(crate) fn pin(&mut self) {
+        self.pinned = true;
+    }
+
+    /// Allows evictions again and trims the cache to its size.
+    pub(crate) fn unpin(&mut self) {
+        self.pinned = false;
+        if self.entries.len() > CACHE_ENTRIES {
+            let extra = self.entries.len() - CACHE_ENTRIES;
+            self.entries.drain(..extra);
+        }
+    }
 }
 
 const CACHE_ENTRIES: usize = 8;
@@ -168,6 +186,39 @@ impl MemoryRegistry {
         self.map.write().remove(&ptr.0);
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Checks `len` bytes at `ptr` against a live allocation, making sure the allocation is in
+    /// `cache` (which keeps it alive), and returns the raw address. The pointer stays valid as
+    /// long as the entry stays in the cache: callers that need several pointers at once use
+    /// [`RegionCache::pin`] so nothing is evicted meanwhile.
+    pub(crate) fn resolve_raw(
+        &self,
+        cache: &mut RegionCache,
+        ptr: DevicePtr,
+        len: u64,
+    ) -> Result<*mut u8> {
+        let generation = self.generation.load(std::sync::atomic::Ordering::SeqCst);
+        if cache.generation != generation {
+            cache.entries.clear();
+            cache.generation = generation;
+        }
+        for (base, alloc) in &cache.entries {
+            if ptr.0 >= *base {
+                let offset = ptr.0 - base;
+                if offset.checked_add(len).is_some_and(|end| end <= alloc.size) {
+                    // SAFETY: `offset + len <= size`: inside the allocation.
+                    return Ok(unsafe { alloc.base().add(offset as usize) });
+                }
+            }
+        }
+        let r = self.region(ptr, len)?;
+        if !cache.pinned && cache.entries.len() >= CACHE_ENTRIES {
+            cache.entries.remove(0);
+        }
+        let p = r.ptr();
+        cache.entries.push((r.alloc.base() as u64, r.alloc.clone()));
+        Ok(p)
     }
 
     /// As [`Self::region`], through a cache of recent allocations.

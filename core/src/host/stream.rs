@@ -53,6 +53,19 @@ struct Progress {
     done: Mutex<u64>,
     cv: Condvar,
     error: Mutex<Option<Error>>,
+    /// True while `error` holds an error (checked without the lock on the fast path).
+    failed: std::sync::atomic::AtomicBool,
+}
+
+impl Progress {
+    /// Keeps the first error of the stream's work.
+    fn set_error(&self, e: Error) {
+        let mut g = self.error.lock();
+        if g.is_none() {
+            *g = Some(e);
+            self.failed.store(true, Ordering::SeqCst);
+        }
+    }
 }
 
 /// A host stream.
@@ -89,13 +102,10 @@ impl HostStream {
                 while let Ok(op) = rx.recv() {
                     match op {
                         Op::Work(w) => {
-                            let failed = p.error.lock().is_some();
+                            let failed = p.failed.load(Ordering::SeqCst);
                             if !failed {
                                 if let Err(e) = w() {
-                                    let mut g = p.error.lock();
-                                    if g.is_none() {
-                                        *g = Some(e);
-                                    }
+                                    p.set_error(e);
                                 }
                             }
                         }
@@ -144,6 +154,58 @@ impl HostStream {
         self.push(Op::Work(Arc::new(f)))
     }
 
+    /// The immediate-mode launch: when nothing is queued, checks the arguments and runs the
+    /// kernel right here, without building a queued operation. `None` when the stream is busy
+    /// (the caller queues the launch instead).
+    fn launch_inline(
+        &self,
+        func: crate::kernels::HostKernelFn,
+        kernel: &Arc<dyn KernelHandle>,
+        args: &[LaunchArg],
+    ) -> Option<Result<()>> {
+        let mut done = self.progress.done.lock();
+        if *done != self.issued.load(Ordering::SeqCst) {
+            return None;
+        }
+        let mut cache = self.cache.lock();
+        cache.pin();
+        let mut host_args: SmallVec<[HostArg; 8]> = SmallVec::new();
+        for a in args {
+            match *a {
+                LaunchArg::Buffer { ptr, len } => {
+                    match self.memory.resolve_raw(&mut cache, ptr, len) {
+                        Ok(p) => host_args.push(HostArg::Buffer {
+                            ptr: p,
+                            len: len as usize,
+                        }),
+                        Err(e) => {
+                            cache.unpin();
+                            return Some(Err(e));
+                        }
+                    }
+                }
+                LaunchArg::Scalar(s) => host_args.push(HostArg::Scalar(s)),
+            }
+        }
+        self.issued.fetch_add(1, Ordering::SeqCst);
+        if !self.progress.failed.load(Ordering::SeqCst) {
+            // SAFETY: every buffer pointer was checked against a live allocation that the
+            // pinned cache keeps alive until after the call; nothing is queued on this stream,
+            // so the kernel has the stream's exclusive use of the memory it writes.
+            let r = unsafe { func(&host_args) };
+            if let Err(e) = r {
+                self.progress.set_error(Error::Kernel {
+                    kernel: kernel.name().to_string(),
+                    message: e.to_string(),
+                });
+            }
+        }
+        cache.unpin();
+        *done += 1;
+        self.progress.cv.notify_all();
+        Some(Ok(()))
+    }
+
     /// Runs `f` in the calling thread if nothing is queued (so stream order holds); returns
     /// false, without running it, otherwise.
     fn run_inline(&self, f: &dyn Fn() -> Result<()>) -> bool {
@@ -151,7 +213,7 @@ impl HostStream {
         if *done != self.issued.load(Ordering::SeqCst) {
             return false;
         }
-        if self.progress.error.lock().is_some() {
+        if self.progress.failed.load(Ordering::SeqCst) {
             // Work after a failure is skipped, as on the worker.
             self.issued.fetch_add(1, Ordering::SeqCst);
             *done += 1;
@@ -161,10 +223,7 @@ impl HostStream {
         // they wait briefly, as they would for a busy GPU stream's submission lock.
         self.issued.fetch_add(1, Ordering::SeqCst);
         if let Err(e) = f() {
-            let mut g = self.progress.error.lock();
-            if g.is_none() {
-                *g = Some(e);
-            }
+            self.progress.set_error(e);
         }
         *done += 1;
         self.progress.cv.notify_all();
@@ -191,7 +250,12 @@ impl HostStream {
     }
 
     fn take_error(&self) -> Result<()> {
-        match self.progress.error.lock().take() {
+        let taken = {
+            let mut g = self.progress.error.lock();
+            self.progress.failed.store(false, Ordering::SeqCst);
+            g.take()
+        };
+        match taken {
             Some(e) => Err(e),
             None => Ok(()),
         }
@@ -273,6 +337,11 @@ impl Stream for HostStream {
             )));
         };
         let func = k.kernel.func;
+        if self.immediate.load(Ordering::Relaxed) && !self.capturing.load(Ordering::SeqCst) {
+            if let Some(r) = self.launch_inline(func, kernel, args) {
+                return r;
+            }
+        }
         let handle = kernel.clone();
         let mut regions: SmallVec<[Region; 6]> = SmallVec::new();
         let mut host_args: SmallVec<[HostArg; 8]> = SmallVec::new();
