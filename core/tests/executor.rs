@@ -556,6 +556,7 @@ fn deadline_names_the_pending_thunk() {
                 &[],
                 &ExecuteOptions {
                     deadline: Some(Duration::from_millis(200)),
+                    ..Default::default()
                 },
             )
             .unwrap_err();

@@ -7,9 +7,10 @@
 
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable,
-    GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module, ModuleImage,
-    PathSegment, Scalar, Signature, Slice, TensorSpec, Thunk, ThunkPath, verify,
+    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
+    CollectiveThunk, DType, Dim3, Executable, GemmThunk, KernelArg, KernelThunk, MemorySpace,
+    MemsetPattern, Module, ModuleImage, PathSegment, ReduceOp, Scalar, Signature, Slice,
+    TensorSpec, Thunk, ThunkPath, verify,
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -257,6 +258,77 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
         Thunk::CommandBuffer { body } => Kind::CommandBuffer(pb::CommandBufferThunk {
             body: body.iter().map(thunk_to).collect(),
         }),
+        Thunk::Collective(c) => {
+            let groups: Vec<pb::ReplicaGroup> = c
+                .groups
+                .iter()
+                .map(|g| pb::ReplicaGroup { ranks: g.clone() })
+                .collect();
+            let (src, dst, dtype) = (slice_to(&c.src), slice_to(&c.dst), dtype_to(c.dtype) as i32);
+            match c.op {
+                CollectiveOp::AllReduce { op } => Kind::AllReduce(pb::AllReduceThunk {
+                    src,
+                    dst,
+                    dtype,
+                    op: reduce_to(op) as i32,
+                    groups,
+                }),
+                CollectiveOp::AllGather => Kind::AllGather(pb::AllGatherThunk {
+                    src,
+                    dst,
+                    dtype,
+                    groups,
+                }),
+                CollectiveOp::ReduceScatter { op } => Kind::ReduceScatter(pb::ReduceScatterThunk {
+                    src,
+                    dst,
+                    dtype,
+                    op: reduce_to(op) as i32,
+                    groups,
+                }),
+                CollectiveOp::AllToAll => Kind::AllToAll(pb::AllToAllThunk {
+                    src,
+                    dst,
+                    dtype,
+                    groups,
+                }),
+                CollectiveOp::Broadcast { root } => Kind::Broadcast(pb::BroadcastThunk {
+                    src,
+                    dst,
+                    dtype,
+                    root,
+                    groups,
+                }),
+            }
+        }
+        Thunk::CollectivePermute {
+            src,
+            dst,
+            dtype,
+            pairs,
+        } => Kind::CollectivePermute(pb::CollectivePermuteThunk {
+            src: slice_to(src),
+            dst: slice_to(dst),
+            dtype: dtype_to(*dtype) as i32,
+            pairs: pairs
+                .iter()
+                .map(|(s, t)| pb::SourceTargetPair {
+                    source: *s,
+                    target: *t,
+                })
+                .collect(),
+        }),
+        Thunk::Send { src, dtype, peer } => Kind::Send(pb::SendThunk {
+            src: slice_to(src),
+            dtype: dtype_to(*dtype) as i32,
+            peer: *peer,
+        }),
+        Thunk::Recv { dst, dtype, peer } => Kind::Recv(pb::RecvThunk {
+            dst: slice_to(dst),
+            dtype: dtype_to(*dtype) as i32,
+            peer: *peer,
+        }),
+        Thunk::RankId { dst } => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
     };
     pb::Thunk { kind: Some(kind) }
 }
@@ -637,6 +709,32 @@ fn memset_from(m: &pb::MemsetThunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> 
     Ok(Thunk::Memset { dst, pattern })
 }
 
+fn reduce_to(op: ReduceOp) -> pb::ReduceOp {
+    match op {
+        ReduceOp::Sum => pb::ReduceOp::Sum,
+        ReduceOp::Prod => pb::ReduceOp::Prod,
+        ReduceOp::Min => pb::ReduceOp::Min,
+        ReduceOp::Max => pb::ReduceOp::Max,
+    }
+}
+
+fn reduce_from(v: i32, loc: &Loc<'_>) -> Result<ReduceOp, ProtoError> {
+    match pb::ReduceOp::try_from(v) {
+        Ok(pb::ReduceOp::Sum) => Ok(ReduceOp::Sum),
+        Ok(pb::ReduceOp::Prod) => Ok(ReduceOp::Prod),
+        Ok(pb::ReduceOp::Min) => Ok(ReduceOp::Min),
+        Ok(pb::ReduceOp::Max) => Ok(ReduceOp::Max),
+        Ok(pb::ReduceOp::Unspecified) => {
+            Err(loc.invalid("op", "reduction operator is unspecified"))
+        }
+        Err(_) => Err(loc.invalid("op", format!("unknown reduction operator {v}"))),
+    }
+}
+
+fn groups_from(groups: &[pb::ReplicaGroup]) -> Vec<Vec<u32>> {
+    groups.iter().map(|g| g.ranks.clone()).collect()
+}
+
 fn list_from(
     list: &[pb::Thunk],
     loc: &Loc<'_>,
@@ -717,6 +815,64 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
         Some(Kind::AsyncDone(d)) => Thunk::AsyncDone { id: d.id },
         Some(Kind::CommandBuffer(c)) => Thunk::CommandBuffer {
             body: list_from(&c.body, loc, "body")?,
+        },
+        Some(Kind::AllReduce(c)) => Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllReduce {
+                op: reduce_from(c.op, loc)?,
+            },
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            groups: groups_from(&c.groups),
+        }),
+        Some(Kind::AllGather(c)) => Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllGather,
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            groups: groups_from(&c.groups),
+        }),
+        Some(Kind::ReduceScatter(c)) => Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::ReduceScatter {
+                op: reduce_from(c.op, loc)?,
+            },
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            groups: groups_from(&c.groups),
+        }),
+        Some(Kind::AllToAll(c)) => Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllToAll,
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            groups: groups_from(&c.groups),
+        }),
+        Some(Kind::Broadcast(c)) => Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::Broadcast { root: c.root },
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            groups: groups_from(&c.groups),
+        }),
+        Some(Kind::CollectivePermute(c)) => Thunk::CollectivePermute {
+            src: slice_from(&c.src, loc, "src")?,
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            pairs: c.pairs.iter().map(|p| (p.source, p.target)).collect(),
+        },
+        Some(Kind::Send(c)) => Thunk::Send {
+            src: slice_from(&c.src, loc, "src")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            peer: c.peer,
+        },
+        Some(Kind::Recv(c)) => Thunk::Recv {
+            dst: slice_from(&c.dst, loc, "dst")?,
+            dtype: dtype_from(c.dtype, loc, "dtype")?,
+            peer: c.peer,
+        },
+        Some(Kind::RankId(c)) => Thunk::RankId {
+            dst: slice_from(&c.dst, loc, "dst")?,
         },
         None => {
             return Err(loc.invalid(

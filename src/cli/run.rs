@@ -131,6 +131,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
     let opts = ExecuteOptions {
         deadline: args.deadline,
+        ..Default::default()
     };
     let mut times = Vec::with_capacity(args.iterations as usize);
     for i in 0..args.iterations {

@@ -19,10 +19,11 @@ use crate::backend::{
     Buffer, Device, DeviceMemory, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg,
     LaunchDims, LoadedModule, Stream,
 };
+use crate::collectives::Communicator;
 use crate::error::{Error, Result};
 use crate::ir::{
-    AllocationKind, AsyncKind, DType, Executable, GemmThunk, KernelArg, MemorySpace, MemsetPattern,
-    Slice, Thunk, ThunkPath, verify,
+    AllocationKind, AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, GemmThunk,
+    KernelArg, MemorySpace, MemsetPattern, Slice, Thunk, ThunkPath, check_collective_sizes, verify,
 };
 use graph::{DependencyGraph, NodeUses};
 use parking_lot::Mutex;
@@ -77,7 +78,38 @@ pub struct ExecuteOptions {
     /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
     /// execution has not finished after this long.
     pub deadline: Option<Duration>,
+    /// This device's place in an SPMD run, for collective thunks. Without it the program
+    /// runs as rank 0 of a world of 1.
+    pub collectives: Option<CollectiveContext>,
 }
+
+/// Where communicators come from: the cliques of an SPMD run.
+pub trait Cliques: Send + Sync {
+    /// The communicator of global rank `rank` in the clique of the global `ranks` (sorted,
+    /// containing `rank`). Every member must ask for the same cliques in the same order.
+    fn communicator(&self, ranks: &[u32], rank: u32) -> Result<Arc<dyn Communicator>>;
+}
+
+/// One device's place in an SPMD run.
+#[derive(Clone)]
+pub struct CollectiveContext {
+    pub rank: u32,
+    pub world: u32,
+    pub cliques: Arc<dyn Cliques>,
+}
+
+impl std::fmt::Debug for CollectiveContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollectiveContext")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Resource id shared by every collective: they keep program order among themselves, which is
+/// the order every rank issues them in.
+const COLLECTIVE_RESOURCE: u64 = 0xC011_EC71;
 
 /// One operation, resolved at load.
 enum Op {
@@ -111,6 +143,26 @@ enum Op {
         body: Vec<Step>,
         /// Allocations whose addresses the recording depends on.
         bindings: Vec<u32>,
+    },
+    Collective(CollectiveThunk),
+    Permute {
+        src: Slice,
+        dst: Slice,
+        dtype: DType,
+        pairs: Vec<(u32, u32)>,
+    },
+    Send {
+        src: Slice,
+        dtype: DType,
+        peer: u32,
+    },
+    Recv {
+        dst: Slice,
+        dtype: DType,
+        peer: u32,
+    },
+    RankId {
+        dst: Slice,
     },
 }
 
@@ -268,6 +320,38 @@ impl Planner<'_> {
                     bindings: bindings.into_iter().collect(),
                 }
             }
+            Thunk::Collective(c) => {
+                label = format!("{} {} {}", c.op.name(), c.dtype, c.src);
+                Op::Collective(c.clone())
+            }
+            Thunk::CollectivePermute {
+                src,
+                dst,
+                dtype,
+                pairs,
+            } => Op::Permute {
+                src: *src,
+                dst: *dst,
+                dtype: *dtype,
+                pairs: pairs.clone(),
+            },
+            Thunk::Send { src, dtype, peer } => {
+                label = format!("send to rank {peer}");
+                Op::Send {
+                    src: *src,
+                    dtype: *dtype,
+                    peer: *peer,
+                }
+            }
+            Thunk::Recv { dst, dtype, peer } => {
+                label = format!("recv from rank {peer}");
+                Op::Recv {
+                    dst: *dst,
+                    dtype: *dtype,
+                    peer: *peer,
+                }
+            }
+            Thunk::RankId { dst } => Op::RankId { dst: *dst },
             Thunk::Sequence(_) | Thunk::AsyncStart { .. } | Thunk::AsyncDone { .. } => {
                 return Err(Error::InvalidArgument(format!(
                     "internal: {} at {path} is not a schedulable step",
@@ -362,7 +446,11 @@ fn schedule(
             seen.push((
                 NodeUses {
                     buffers: t.all_buffer_uses(),
-                    resources: vec![],
+                    resources: if t.is_collective() {
+                        vec![COLLECTIVE_RESOURCE]
+                    } else {
+                        vec![]
+                    },
                 },
                 c,
             ));
@@ -686,6 +774,7 @@ impl LoadedExecutable {
             exe: self,
             table: &table,
             deadline,
+            collectives: opts.collectives.as_ref(),
         };
         let issued = run.issue_all(&mut state);
         let waited = match &issued {
@@ -774,11 +863,137 @@ struct Run<'a> {
     exe: &'a LoadedExecutable,
     table: &'a [DevicePtr],
     deadline: Option<(Duration, Instant)>,
+    collectives: Option<&'a CollectiveContext>,
 }
 
 impl Run<'_> {
     fn ptr(&self, s: &Slice) -> DevicePtr {
         self.table[s.allocation as usize].offset(s.offset)
+    }
+
+    fn rank_world(&self) -> (u32, u32) {
+        self.collectives
+            .map(|c| (c.rank, c.world))
+            .unwrap_or((0, 1))
+    }
+
+    fn communicator(&self, ranks: &[u32]) -> Result<Arc<dyn Communicator>> {
+        let (rank, world) = self.rank_world();
+        let Some(ctx) = self.collectives else {
+            return Err(Error::InvalidArgument(format!(
+                "a collective among ranks {ranks:?} needs an SPMD run (this execution is rank 0 of a world of 1)"
+            )));
+        };
+        if let Some(bad) = ranks.iter().find(|r| **r >= world) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {bad} does not exist in a world of {world}"
+            )));
+        }
+        ctx.cliques.communicator(ranks, rank)
+    }
+
+    /// The clique of this rank and `peer`, and the peer's position in it.
+    fn pair(&self, peer: u32) -> Result<(u32, Arc<dyn Communicator>, usize)> {
+        let (rank, _) = self.rank_world();
+        if peer == rank {
+            return Err(Error::InvalidArgument(format!(
+                "rank {rank} cannot send to or receive from itself"
+            )));
+        }
+        let mut ranks = vec![rank, peer];
+        ranks.sort_unstable();
+        let comm = self.communicator(&ranks)?;
+        let pos = usize::from(ranks[0] != peer);
+        Ok((rank, comm, pos))
+    }
+
+    fn collective(&self, c: &CollectiveThunk, stream: &dyn Stream) -> Result<()> {
+        let (rank, world) = self.rank_world();
+        let group: Vec<u32> = if c.groups.is_empty() {
+            (0..world).collect()
+        } else {
+            match c.groups.iter().find(|g| g.contains(&rank)) {
+                Some(g) => g.clone(),
+                // Not in any group: this rank skips the collective.
+                None => return Ok(()),
+            }
+        };
+        let n = group.len() as u64;
+        check_collective_sizes(c, n).map_err(|(field, m)| {
+            Error::InvalidArgument(format!("{field}: {m} (group of {n} ranks)"))
+        })?;
+        let es = c.dtype.size() as u64;
+        let (src, dst) = (self.ptr(&c.src), self.ptr(&c.dst));
+        if n == 1 {
+            // A group of one: every collective is a copy (or nothing, in place).
+            if src != dst {
+                stream.copy(src, dst, c.dst.size.min(c.src.size))?;
+            }
+            return Ok(());
+        }
+        let mut sorted = group.clone();
+        sorted.sort_unstable();
+        if sorted != group {
+            return Err(Error::Unsupported {
+                backend: "executor".into(),
+                feature: format!("replica group {group:?} not in ascending rank order"),
+            });
+        }
+        let comm = self.communicator(&sorted)?;
+        match c.op {
+            CollectiveOp::AllReduce { op } => {
+                comm.all_reduce(stream, src, dst, c.src.size / es, c.dtype, op)
+            }
+            CollectiveOp::AllGather => comm.all_gather(stream, src, dst, c.src.size / es, c.dtype),
+            CollectiveOp::ReduceScatter { op } => {
+                comm.reduce_scatter(stream, src, dst, c.dst.size / es, c.dtype, op)
+            }
+            CollectiveOp::AllToAll => {
+                comm.all_to_all(stream, src, dst, c.src.size / es / n, c.dtype)
+            }
+            CollectiveOp::Broadcast { root } => {
+                comm.broadcast(stream, src, dst, c.src.size / es, c.dtype, root as usize)
+            }
+        }
+    }
+
+    fn permute(
+        &self,
+        src: Slice,
+        dst: Slice,
+        dtype: DType,
+        pairs: &[(u32, u32)],
+        stream: &dyn Stream,
+    ) -> Result<()> {
+        let (rank, world) = self.rank_world();
+        let to = pairs.iter().find(|p| p.0 == rank).map(|p| p.1);
+        let from = pairs.iter().find(|p| p.1 == rank).map(|p| p.0);
+        if from.is_none() {
+            stream.memset(self.ptr(&dst), dst.size, MemsetPattern::U8(0))?;
+        }
+        let count = src.size / dtype.size() as u64;
+        if world == 1 {
+            return match (to, from) {
+                (Some(0), Some(0)) => stream.copy(self.ptr(&src), self.ptr(&dst), src.size),
+                (None, None) => Ok(()),
+                _ => Err(Error::InvalidArgument(format!(
+                    "collective_permute pairs {pairs:?} name ranks outside a world of 1"
+                ))),
+            };
+        }
+        // Every rank joins the world clique (its creation is collective), then sends and
+        // receives as one group.
+        let all: Vec<u32> = (0..world).collect();
+        let comm = self.communicator(&all)?;
+        comm.group_start()?;
+        let mut r = Ok(());
+        if let Some(t) = to {
+            r = r.and(comm.send(stream, self.ptr(&src), count, dtype, t as usize));
+        }
+        if let Some(f) = from {
+            r = r.and(comm.recv(stream, self.ptr(&dst), count, dtype, f as usize));
+        }
+        comm.group_end().and(r)
     }
 
     fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
@@ -991,6 +1206,37 @@ impl Run<'_> {
                     Some(br) => self.steps(br, stream, state),
                     None => Ok(()),
                 }
+            }
+            Op::Collective(c) => self.collective(c, stream),
+            Op::Permute {
+                src,
+                dst,
+                dtype,
+                pairs,
+            } => self.permute(*src, *dst, *dtype, pairs, stream),
+            Op::Send { src, dtype, peer } => {
+                let (rank, comm, pos) = self.pair(*peer)?;
+                let _ = rank;
+                comm.send(
+                    stream,
+                    self.ptr(src),
+                    src.size / dtype.size() as u64,
+                    *dtype,
+                    pos,
+                )
+            }
+            Op::Recv { dst, dtype, peer } => {
+                let (_, comm, pos) = self.pair(*peer)?;
+                comm.recv(
+                    stream,
+                    self.ptr(dst),
+                    dst.size / dtype.size() as u64,
+                    *dtype,
+                    pos,
+                )
+            }
+            Op::RankId { dst } => {
+                stream.memset(self.ptr(dst), 4, MemsetPattern::U32(self.rank_world().0))
             }
             Op::CommandBuffer { id, body, bindings } => {
                 let addresses: Vec<DevicePtr> =

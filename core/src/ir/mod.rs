@@ -10,4 +10,4 @@ pub use builder::{DEFAULT_BLOCK, ExecutableBuilder, Tensor};
 pub use dtype::DType;
 pub use path::{PathSegment, ThunkPath};
 pub use types::*;
-pub use verify::{ValidationError, verify};
+pub use verify::{ValidationError, check_collective_sizes, verify};

@@ -376,6 +376,61 @@ impl AsyncKind {
     }
 }
 
+pub use crate::collectives::ReduceOp;
+
+/// A collective operation's kind and its kind-specific parameters.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum CollectiveOp {
+    /// `dst = op over the group of src` (equal sizes; in place allowed).
+    AllReduce { op: ReduceOp },
+    /// `dst = concatenation over the group (in group order) of src`; `dst` is group-size times
+    /// `src`.
+    AllGather,
+    /// `dst = op over the group of this rank's block of src`; `src` is group-size times `dst`.
+    ReduceScatter { op: ReduceOp },
+    /// Block `j` of `dst` is block `i` (this rank's position) of member `j`'s `src`; both
+    /// hold group-size equal blocks.
+    AllToAll,
+    /// `dst = src of the member at position `root` in the group` (equal sizes).
+    Broadcast { root: u32 },
+}
+
+impl CollectiveOp {
+    pub const fn name(&self) -> &'static str {
+        match self {
+            CollectiveOp::AllReduce { .. } => "all_reduce",
+            CollectiveOp::AllGather => "all_gather",
+            CollectiveOp::ReduceScatter { .. } => "reduce_scatter",
+            CollectiveOp::AllToAll => "all_to_all",
+            CollectiveOp::Broadcast { .. } => "broadcast",
+        }
+    }
+}
+
+/// A collective over replica groups. `groups` lists global ranks; an empty list means one
+/// group of every rank. A rank that belongs to no group skips the operation (its `dst` is left
+/// as it was). Every rank of a group must run the same collectives in the same order.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct CollectiveThunk {
+    pub op: CollectiveOp,
+    pub src: Slice,
+    pub dst: Slice,
+    pub dtype: DType,
+    pub groups: Vec<Vec<u32>>,
+}
+
+/// Element types the collectives support.
+pub const COLLECTIVE_DTYPES: [DType; 8] = [
+    DType::I8,
+    DType::U8,
+    DType::I32,
+    DType::I64,
+    DType::F16,
+    DType::BF16,
+    DType::F32,
+    DType::F64,
+];
+
 /// One operation of a program.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Thunk {
@@ -429,6 +484,34 @@ pub enum Thunk {
     CommandBuffer {
         body: Vec<Thunk>,
     },
+    /// A collective among replica groups of the SPMD ranks.
+    Collective(CollectiveThunk),
+    /// Every rank sends `src` to the rank `pairs` maps it to and receives `dst` from the rank
+    /// mapped to it (`(source, target)` global ranks; each rank at most once as a source and
+    /// once as a target). A rank that no one sends to gets `dst` zero-filled, as in XLA.
+    CollectivePermute {
+        src: Slice,
+        dst: Slice,
+        dtype: DType,
+        pairs: Vec<(u32, u32)>,
+    },
+    /// Sends `src` to global rank `peer` (matched by a `Recv` there, in order). A cycle of
+    /// sends and receives can deadlock, as with NCCL outside a group: use `CollectivePermute`.
+    Send {
+        src: Slice,
+        dtype: DType,
+        peer: u32,
+    },
+    /// Receives `dst` from global rank `peer`.
+    Recv {
+        dst: Slice,
+        dtype: DType,
+        peer: u32,
+    },
+    /// Writes this device's global rank as an i32 into `dst` (4 bytes), for SPMD programs.
+    RankId {
+        dst: Slice,
+    },
 }
 
 impl Thunk {
@@ -445,7 +528,23 @@ impl Thunk {
             Thunk::AsyncStart { .. } => "async_start",
             Thunk::AsyncDone { .. } => "async_done",
             Thunk::CommandBuffer { .. } => "command_buffer",
+            Thunk::Collective(c) => c.op.name(),
+            Thunk::CollectivePermute { .. } => "collective_permute",
+            Thunk::Send { .. } => "send",
+            Thunk::Recv { .. } => "recv",
+            Thunk::RankId { .. } => "rank_id",
         }
+    }
+
+    /// True for thunks that communicate with other ranks.
+    pub fn is_collective(&self) -> bool {
+        matches!(
+            self,
+            Thunk::Collective(_)
+                | Thunk::CollectivePermute { .. }
+                | Thunk::Send { .. }
+                | Thunk::Recv { .. }
+        )
     }
 
     /// Buffer uses of this thunk itself (not of nested thunks).
@@ -501,6 +600,39 @@ impl Thunk {
             Thunk::Conditional { index, .. } => vec![BufferUse {
                 slice: *index,
                 access: Access::Read,
+            }],
+            Thunk::Collective(c) => {
+                let mut v = vec![BufferUse {
+                    slice: c.src,
+                    access: Access::Read,
+                }];
+                v.push(BufferUse {
+                    slice: c.dst,
+                    access: if c.src.overlaps(&c.dst) {
+                        Access::ReadWrite
+                    } else {
+                        Access::Write
+                    },
+                });
+                v
+            }
+            Thunk::CollectivePermute { src, dst, .. } => vec![
+                BufferUse {
+                    slice: *src,
+                    access: Access::Read,
+                },
+                BufferUse {
+                    slice: *dst,
+                    access: Access::Write,
+                },
+            ],
+            Thunk::Send { src, .. } => vec![BufferUse {
+                slice: *src,
+                access: Access::Read,
+            }],
+            Thunk::Recv { dst, .. } | Thunk::RankId { dst } => vec![BufferUse {
+                slice: *dst,
+                access: Access::Write,
             }],
             Thunk::Sequence(_)
             | Thunk::AsyncStart { .. }

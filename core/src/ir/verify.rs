@@ -176,6 +176,66 @@ pub fn verify(exe: &Executable) -> Result<(), ValidationError> {
     Ok(())
 }
 
+/// Checks the size relations of a collective for a group of `n` ranks; returns the field and
+/// the message on failure.
+pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'static str, String)> {
+    let es = c.dtype.size() as u64;
+    match &c.op {
+        CollectiveOp::AllReduce { .. } | CollectiveOp::Broadcast { .. } => {
+            if c.src.size != c.dst.size {
+                return Err((
+                    "dst",
+                    format!("{} bytes, src has {}", c.dst.size, c.src.size),
+                ));
+            }
+        }
+        CollectiveOp::AllGather => {
+            if c.dst.size != c.src.size * n {
+                return Err((
+                    "dst",
+                    format!(
+                        "all_gather over {n} ranks needs {} bytes, dst has {}",
+                        c.src.size * n,
+                        c.dst.size
+                    ),
+                ));
+            }
+        }
+        CollectiveOp::ReduceScatter { .. } => {
+            if c.src.size != c.dst.size * n {
+                return Err((
+                    "src",
+                    format!(
+                        "reduce_scatter over {n} ranks needs {} bytes, src has {}",
+                        c.dst.size * n,
+                        c.src.size
+                    ),
+                ));
+            }
+        }
+        CollectiveOp::AllToAll => {
+            if c.src.size != c.dst.size || c.src.size % (n * es) != 0 {
+                return Err((
+                    "src",
+                    format!(
+                        "all_to_all over {n} ranks needs equal src and dst sizes divisible into {n} blocks of {}",
+                        c.dtype
+                    ),
+                ));
+            }
+        }
+    }
+    if let CollectiveOp::Broadcast { root } = c.op {
+        if root as u64 >= n {
+            return Err((
+                "root",
+                format!("root position {root} is outside a group of {n}"),
+            ));
+        }
+    }
+    Ok(())
+}
+
 fn check_dense(what: &str, m: &BTreeMap<u32, usize>) -> Result<(), ValidationError> {
     for (expected, (n, i)) in m.iter().enumerate() {
         if *n as usize != expected {
@@ -415,6 +475,69 @@ impl Verifier<'_> {
             Thunk::CommandBuffer { .. } => {
                 self.no_control_flow(path, "command_buffer")?;
             }
+            Thunk::Collective(c) => {
+                self.no_control_flow(path, c.op.name())?;
+                self.collective(c, path)?;
+            }
+            Thunk::CollectivePermute {
+                src,
+                dst,
+                dtype,
+                pairs,
+            } => {
+                self.no_control_flow(path, "collective_permute")?;
+                self.typed_slice(src, *dtype, path, "src", false)?;
+                self.typed_slice(dst, *dtype, path, "dst", true)?;
+                if src.size != dst.size {
+                    return Err(err(
+                        path,
+                        "dst",
+                        format!("{} bytes, src has {}", dst.size, src.size),
+                    ));
+                }
+                if src.overlaps(dst) {
+                    return Err(err(path, "dst", "overlaps src"));
+                }
+                let mut sources = BTreeSet::new();
+                let mut targets = BTreeSet::new();
+                for (i, (a, b)) in pairs.iter().enumerate() {
+                    if !sources.insert(*a) {
+                        return Err(err(
+                            path,
+                            format!("pairs[{i}]"),
+                            format!("rank {a} sends twice"),
+                        ));
+                    }
+                    if !targets.insert(*b) {
+                        return Err(err(
+                            path,
+                            format!("pairs[{i}]"),
+                            format!("rank {b} receives twice"),
+                        ));
+                    }
+                }
+            }
+            Thunk::Send { src, dtype, .. } => {
+                self.no_control_flow(path, "send")?;
+                self.typed_slice(src, *dtype, path, "src", false)?;
+            }
+            Thunk::Recv { dst, dtype, .. } => {
+                self.no_control_flow(path, "recv")?;
+                self.typed_slice(dst, *dtype, path, "dst", true)?;
+            }
+            Thunk::RankId { dst } => {
+                self.slice(dst, path, "dst", true)?;
+                if dst.size != 4 {
+                    return Err(err(
+                        path,
+                        "dst",
+                        format!(
+                            "rank_id writes an i32 (4 bytes), the slice has {}",
+                            dst.size
+                        ),
+                    ));
+                }
+            }
         }
         let was = self.in_command_buffer;
         if matches!(t, Thunk::CommandBuffer { .. }) {
@@ -425,6 +548,74 @@ impl Verifier<'_> {
             self.list(list, &paths)?;
         }
         self.in_command_buffer = was;
+        Ok(())
+    }
+
+    /// A slice holding whole elements of a collective dtype.
+    fn typed_slice(
+        &self,
+        s: &Slice,
+        dtype: DType,
+        path: &ThunkPath,
+        field: &str,
+        write: bool,
+    ) -> Result<(), ValidationError> {
+        if !COLLECTIVE_DTYPES.contains(&dtype) {
+            return Err(err(
+                path,
+                "dtype",
+                format!("collectives do not support {dtype}"),
+            ));
+        }
+        self.slice(s, path, field, write)?;
+        if s.size % dtype.size() as u64 != 0 {
+            return Err(err(
+                path,
+                field,
+                format!("{} bytes is not a whole number of {dtype} elements", s.size),
+            ));
+        }
+        Ok(())
+    }
+
+    fn collective(&self, c: &CollectiveThunk, path: &ThunkPath) -> Result<(), ValidationError> {
+        self.typed_slice(&c.src, c.dtype, path, "src", false)?;
+        self.typed_slice(&c.dst, c.dtype, path, "dst", true)?;
+        let in_place = c.src == c.dst;
+        if c.src.overlaps(&c.dst) && !(in_place && matches!(c.op, CollectiveOp::AllReduce { .. })) {
+            return Err(err(
+                path,
+                "dst",
+                "overlaps src (only an all_reduce may work in place, on the identical slice)",
+            ));
+        }
+        let mut seen = BTreeSet::new();
+        let mut size = None;
+        for (i, g) in c.groups.iter().enumerate() {
+            if g.is_empty() {
+                return Err(err(path, format!("groups[{i}]"), "empty replica group"));
+            }
+            for r in g {
+                if !seen.insert(*r) {
+                    return Err(err(
+                        path,
+                        format!("groups[{i}]"),
+                        format!("rank {r} is in two groups or twice in one"),
+                    ));
+                }
+            }
+            if *size.get_or_insert(g.len()) != g.len() {
+                return Err(err(
+                    path,
+                    format!("groups[{i}]"),
+                    "replica groups must all have the same size",
+                ));
+            }
+        }
+        // With explicit groups, sizes can be checked now; otherwise at run time.
+        if let Some(n) = size {
+            check_collective_sizes(c, n as u64).map_err(|(f, m)| err(path, f, m))?;
+        }
         Ok(())
     }
 

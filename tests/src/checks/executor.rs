@@ -216,6 +216,7 @@ fn multi_thunk(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
     let loaded = load(device, exe, &ExecutorConfig::default())?;
     let opts = ExecuteOptions {
         deadline: Some(std::time::Duration::from_secs(60)),
+        ..Default::default()
     };
     for run in 0..2 {
         let again = execute_loaded(device, &loaded, &params(&i)?, &poisoned_y(), &opts)?;
