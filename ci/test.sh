@@ -38,8 +38,15 @@ if ! ls "${XTHUNK_PIP_PREFIX}"/nvidia/cuda_nvrtc/lib/libnvrtc.so.* >/dev/null 2>
         python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
             --target "${XTHUNK_PIP_PREFIX}" nvidia-cuda-nvrtc-cu12
 fi
-# Missing NVRTC or C++ compiler must fail the tests here, not skip them.
-export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1
+# The HIP runtime from Debian (bookworm main; ROCm 5.2): the ROCm backend's tests load it, see
+# it report "no AMD GPU", and compile every standard kernel with its hipRTC for gfx90a and
+# other targets; the headers let a test check our struct layouts against them.
+if ! dpkg -s libamdhip64-5 libamdhip64-dev libamd-comgr-dev >/dev/null 2>&1; then
+    echo "==> installing the HIP runtime (libamdhip64-5, libamdhip64-dev, libamd-comgr-dev)"
+    apt_install libamdhip64-5 libamdhip64-dev libamd-comgr-dev
+fi
+# Missing NVRTC, HIP or C++ compiler must fail the tests here, not skip them.
+export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1
 
 steps=()
 times=()
@@ -66,7 +73,7 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step test cargo test --workspace
 step smoke cargo run --release -- run examples/mlp.txtpb
-step compile-smoke bash -c 'cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 -o target/mlp-aot.pb && cargo run -q --release -- run target/mlp-aot.pb'
+step compile-smoke bash -c 'cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o target/mlp-aot.pb && cargo run -q --release -- run target/mlp-aot.pb'
 
 echo
 echo "ci/test.sh: all steps passed"

@@ -478,3 +478,31 @@ fn compile_for_sm_90_runs_unchanged_on_host() {
         "unknown target `sm90`",
     );
 }
+
+/// Vendor libraries are opened at run time, never linked: the binary's dynamic dependencies
+/// name none of them (checked with `ldd`, skipped with a reason where it is missing).
+#[test]
+fn binary_links_no_vendor_library() {
+    let bin = env!("CARGO_BIN_EXE_xthunk");
+    let o = match Command::new("ldd").arg(bin).output() {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("SKIPPED binary_links_no_vendor_library: cannot run ldd: {e}");
+            return;
+        }
+    };
+    let deps = text(&o.stdout);
+    assert!(deps.contains("libc.so"), "unexpected ldd output: {deps}");
+    for lib in [
+        "libcuda",
+        "libnvrtc",
+        "libcublas",
+        "libnccl",
+        "amdhip64",
+        "hiprtc",
+        "rocblas",
+        "rccl",
+    ] {
+        assert!(!deps.contains(lib), "{bin} links {lib}:\n{deps}");
+    }
+}

@@ -40,6 +40,7 @@ impl Runtime {
     pub fn with_host_devices(n: usize) -> Self {
         let mut registry = BackendRegistry::new();
         registry.register(Arc::new(xthunk_cuda::CudaBackend::new()));
+        registry.register(Arc::new(xthunk_rocm::RocmBackend::new()));
         registry.register(Arc::new(xthunk_core::host::HostBackend::with_devices(n)));
         Runtime { registry }
     }
@@ -62,11 +63,7 @@ pub fn compile_cuda(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::
 
 /// Compiles a portable module image for an AMD target (`gfx90a`) with hipRTC.
 pub fn compile_rocm(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::ModuleImage>> {
-    let _ = image;
-    Err(Error::Unavailable {
-        backend: "rocm".into(),
-        reason: format!("the ROCm backend is not part of this build yet (target {target})"),
-    })
+    xthunk_rocm::precompile(image, target)
 }
 
 impl Default for Runtime {

@@ -1,0 +1,637 @@
+//! Portable source → AMD GPU code object (HSACO) with hipRTC, behind a disk cache.
+//!
+//! - Targets are validated (`gfx…` with optional `:feature±` suffixes, nothing that could be
+//!   read as another compiler option) and checked against comgr's ISA list before hipRTC sees
+//!   them: ROCm 5.2's hipRTC aborts the process on a target it does not know.
+//! - Options: `--offload-arch=<target>` always, `-O3`, and `-ffp-contract=off` (the portable
+//!   kernels follow the host's evaluation order; see `xthunk_core::kernels::portable`).
+//! - Every result is checked: an ELF for `EM_AMDGPU` whose `e_flags` mach field is the
+//!   target's.
+//! - Cache: `$XDG_CACHE_HOME/xthunk/kernels/rocm/` (else `~/.cache/xthunk/kernels/rocm/`,
+//!   beside the CUDA backend's `kernels/cuda/`), keyed by the
+//!   source hash and length, the target, the options and the compiler version (hipRTC, HIP
+//!   runtime and comgr versions). Entries are written to a temporary file and renamed (atomic),
+//!   and carry their key and a checksum: a corrupt or foreign entry is removed and rebuilt.
+//!   Entries are also kept in memory for the life of the [`Compiler`].
+
+use crate::elf::{CodeObject, mach_of};
+use crate::hiprtc::{Comgr, Hiprtc};
+use crate::loader::{Hip, SearchConfig, format_hip_version};
+use crate::result::BACKEND;
+use std::collections::HashMap;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, OnceLock};
+use xthunk_core::Error;
+use xthunk_core::ir::ModuleImage;
+use xthunk_core::kernels::portable::{self, source_hash};
+
+/// Why a compilation did not produce a code object.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum CompileError {
+    /// hipRTC or comgr could not be loaded.
+    #[error("hipRTC is unavailable: {0}")]
+    Unavailable(String),
+    /// The target is not a well-formed gfx target.
+    #[error("invalid AMD GPU target `{target}`: {reason}")]
+    InvalidTarget { target: String, reason: String },
+    /// comgr does not list the target: compiling would abort the process on ROCm 5.2.
+    #[error(
+        "target `{target}` is not supported by this ROCm (comgr {comgr} lists: {known}); refusing to compile it (hipRTC would abort on an unknown target)"
+    )]
+    UnsupportedTarget {
+        target: String,
+        comgr: String,
+        known: String,
+    },
+    /// hipRTC failed; `log` is its compile log.
+    #[error("hipRTC {call} failed for {target}: {status}\n{log}")]
+    Compilation {
+        call: String,
+        status: String,
+        target: String,
+        log: String,
+    },
+    /// hipRTC returned something that is not a code object for the target.
+    #[error("hipRTC returned a bad code object for {target}: {reason}")]
+    BadOutput { target: String, reason: String },
+}
+
+impl From<CompileError> for Error {
+    fn from(e: CompileError) -> Error {
+        match e {
+            CompileError::Unavailable(reason) => Error::Unavailable {
+                backend: BACKEND.into(),
+                reason: format!("hipRTC: {reason}"),
+            },
+            CompileError::InvalidTarget { .. } => Error::InvalidArgument(e.to_string()),
+            CompileError::UnsupportedTarget { .. } => Error::Unsupported {
+                backend: BACKEND.into(),
+                feature: e.to_string(),
+            },
+            CompileError::Compilation { ref call, .. } => {
+                Error::backend(BACKEND, &call.clone(), e.to_string())
+            }
+            CompileError::BadOutput { .. } => {
+                Error::backend(BACKEND, "hiprtcGetCode", e.to_string())
+            }
+        }
+    }
+}
+
+/// A gfx target, e.g. `gfx90a` or `gfx90a:sramecc+:xnack-`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Target {
+    /// The whole name as given.
+    pub full: String,
+    /// The processor, without features: `gfx90a`.
+    pub base: String,
+    /// `(feature, enabled)`: `("sramecc", true), ("xnack", false)`.
+    pub features: Vec<(String, bool)>,
+}
+
+impl Target {
+    /// Parses and validates a target name (a `gcnArchName` or a `--target` argument).
+    pub fn parse(s: &str) -> Result<Target, CompileError> {
+        let invalid = |reason: &str| CompileError::InvalidTarget {
+            target: s.to_string(),
+            reason: reason.to_string(),
+        };
+        if s.len() > 64 {
+            return Err(invalid("longer than 64 characters"));
+        }
+        let mut parts = s.split(':');
+        let base = parts.next().unwrap_or_default();
+        let Some(proc_id) = base.strip_prefix("gfx") else {
+            return Err(invalid("an AMD GPU target starts with `gfx` (e.g. gfx90a)"));
+        };
+        if proc_id.is_empty()
+            || !proc_id
+                .bytes()
+                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
+            || !proc_id.as_bytes()[0].is_ascii_digit()
+        {
+            return Err(invalid(
+                "the processor must be `gfx` followed by digits and lowercase letters (e.g. gfx90a, gfx1030, gfx9-generic)",
+            ));
+        }
+        let mut features = Vec::new();
+        for f in parts {
+            let (name, on) = if let Some(n) = f.strip_suffix('+') {
+                (n, true)
+            } else if let Some(n) = f.strip_suffix('-') {
+                (n, false)
+            } else {
+                return Err(invalid("a feature is `name+` or `name-` (e.g. xnack-)"));
+            };
+            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) {
+                return Err(invalid(
+                    "a feature name is lowercase letters (xnack, sramecc)",
+                ));
+            }
+            if features.iter().any(|(n, _): &(String, bool)| n == name) {
+                return Err(invalid("a feature is given twice"));
+            }
+            features.push((name.to_string(), on));
+        }
+        Ok(Target {
+            full: s.to_string(),
+            base: base.to_string(),
+            features,
+        })
+    }
+
+    /// True when code built for `self` runs on a device whose `gcnArchName` is `device`:
+    /// the same processor, and no feature set one way here and the other way there (a feature
+    /// left unspecified on either side matches both settings).
+    pub fn runs_on(&self, device: &Target) -> bool {
+        self.base == device.base
+            && self
+                .features
+                .iter()
+                .all(|(n, on)| device.features.iter().all(|(dn, don)| dn != n || don == on))
+    }
+}
+
+/// Compiler options for a target (`--offload-arch` always).
+pub fn options_for(target: &Target) -> Vec<String> {
+    vec![
+        format!("--offload-arch={}", target.full),
+        "-O3".into(),
+        "-ffp-contract=off".into(),
+    ]
+}
+
+/// Checks that `image` is an AMD GPU code object for `target`; returns it parsed.
+pub fn check_code_object(image: &[u8], target: &Target) -> Result<CodeObject, String> {
+    let co = CodeObject::parse(image).map_err(|e| e.to_string())?;
+    if let Some(want) = mach_of(&target.base) {
+        if co.mach() != want {
+            return Err(format!(
+                "e_flags mach is {:#x} ({}), expected {want:#x} ({})",
+                co.mach(),
+                co.target().unwrap_or("unknown"),
+                target.base
+            ));
+        }
+    }
+    Ok(co)
+}
+
+// ---- disk cache ---------------------------------------------------------------------------
+
+const CACHE_MAGIC: &[u8; 8] = b"XTHSACO1";
+
+/// The on-disk cache of compiled code objects.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DiskCache {
+    dir: PathBuf,
+}
+
+impl DiskCache {
+    /// A cache in `dir` (created on first write).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        DiskCache { dir: dir.into() }
+    }
+
+    /// `$XDG_CACHE_HOME/xthunk/kernels/rocm`, else `$HOME/.cache/xthunk/kernels/rocm`.
+    pub fn default_location() -> Option<DiskCache> {
+        let base = std::env::var_os("XDG_CACHE_HOME")
+            .filter(|v| !v.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|v| !v.is_empty())
+                    .map(|h| PathBuf::from(h).join(".cache"))
+            })?;
+        Some(DiskCache::new(
+            base.join("xthunk").join("kernels").join("rocm"),
+        ))
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of a key.
+    pub fn path_for(&self, key: &str) -> PathBuf {
+        self.dir
+            .join(format!("{:016x}.hsaco", fnv1a(key.as_bytes())))
+    }
+
+    /// The entry for `key`, if present and intact. A corrupt entry (bad magic, key, length or
+    /// checksum) is removed so that it is rebuilt.
+    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
+        let path = self.path_for(key);
+        let data = std::fs::read(&path).ok()?;
+        match decode_entry(&data, key) {
+            Ok(payload) => Some(payload.to_vec()),
+            Err(why) => {
+                tracing::warn!(path = %path.display(), "discarding a bad cache entry: {why}");
+                let _ = std::fs::remove_file(&path);
+                None
+            }
+        }
+    }
+
+    /// Stores `payload` under `key`, atomically (temporary file + rename).
+    pub fn put(&self, key: &str, payload: &[u8]) -> std::io::Result<()> {
+        std::fs::create_dir_all(&self.dir)?;
+        let path = self.path_for(key);
+        let tmp = self.dir.join(format!(
+            ".{}.{}.{}.tmp",
+            path.file_name().and_then(|f| f.to_str()).unwrap_or("entry"),
+            std::process::id(),
+            unique()
+        ));
+        let written = (|| {
+            let mut f = std::fs::File::create(&tmp)?;
+            f.write_all(&encode_entry(key, payload))?;
+            f.sync_all()?;
+            std::fs::rename(&tmp, &path)
+        })();
+        if written.is_err() {
+            let _ = std::fs::remove_file(&tmp);
+        }
+        written
+    }
+}
+
+fn unique() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let t = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    t ^ N.fetch_add(1, Ordering::Relaxed).rotate_left(48)
+}
+
+/// 64-bit FNV-1a (the cache file name and the entry checksum).
+fn fnv1a(data: &[u8]) -> u64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in data {
+        h ^= *b as u64;
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h
+}
+
+/// `magic | key length (u32) | key | payload length (u64) | checksum (u64) | payload`.
+fn encode_entry(key: &str, payload: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(payload.len() + key.len() + 32);
+    out.extend_from_slice(CACHE_MAGIC);
+    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
+    out.extend_from_slice(key.as_bytes());
+    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
+    out.extend_from_slice(&fnv1a(payload).to_le_bytes());
+    out.extend_from_slice(payload);
+    out
+}
+
+fn decode_entry<'a>(data: &'a [u8], key: &str) -> Result<&'a [u8], &'static str> {
+    let rest = data.strip_prefix(CACHE_MAGIC).ok_or("bad magic")?;
+    let (klen, rest) = rest.split_first_chunk::<4>().ok_or("truncated")?;
+    let klen = u32::from_le_bytes(*klen) as usize;
+    if rest.len() < klen {
+        return Err("truncated key");
+    }
+    let (k, rest) = rest.split_at(klen);
+    if k != key.as_bytes() {
+        return Err("the entry belongs to another key");
+    }
+    let (len, rest) = rest.split_first_chunk::<8>().ok_or("truncated")?;
+    let (sum, payload) = rest.split_first_chunk::<8>().ok_or("truncated")?;
+    if payload.len() as u64 != u64::from_le_bytes(*len) {
+        return Err("length mismatch");
+    }
+    if fnv1a(payload) != u64::from_le_bytes(*sum) {
+        return Err("checksum mismatch");
+    }
+    Ok(payload)
+}
+
+// ---- the compiler -------------------------------------------------------------------------
+
+/// A compiled code object.
+#[derive(Clone, Debug)]
+pub struct Compiled {
+    pub image: Arc<Vec<u8>>,
+    pub target: Target,
+    /// Where it came from.
+    pub origin: Origin,
+}
+
+/// Where a [`Compiled`] came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Origin {
+    /// Compiled by hipRTC now.
+    Compiled,
+    /// Read from the disk cache.
+    DiskCache,
+    /// Compiled (or read) earlier by this compiler.
+    Memory,
+}
+
+/// hipRTC with comgr's target list and a cache. Cheap to share (`Arc`).
+pub struct Compiler {
+    rtc: Hiprtc,
+    comgr: Comgr,
+    /// Kept loaded: on ROCm 5, hipRTC's symbols live in it.
+    _hip: Option<Arc<Hip>>,
+    version: String,
+    cache: Option<DiskCache>,
+    memory: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    /// hipRTC calls are serialized (ROCm 5.2's hipRTC is not documented thread-safe).
+    lock: Mutex<()>,
+}
+
+impl Compiler {
+    /// Loads hipRTC and comgr through `config` (the HIP runtime, when found, is used for
+    /// hipRTC on ROCm 5 and its folder searched first); `cache` is the disk cache, if any.
+    pub fn new(config: &SearchConfig, cache: Option<DiskCache>) -> Result<Compiler, CompileError> {
+        let hip = Hip::load(config).ok().map(Arc::new);
+        Self::with_hip(config, hip, cache)
+    }
+
+    pub(crate) fn with_hip(
+        config: &SearchConfig,
+        hip: Option<Arc<Hip>>,
+        cache: Option<DiskCache>,
+    ) -> Result<Compiler, CompileError> {
+        let hip_lib = hip.as_ref().map(|h| (&h.api.library, h.path.as_path()));
+        let rtc =
+            Hiprtc::load(config, hip_lib).map_err(|e| CompileError::Unavailable(e.to_string()))?;
+        let comgr = Comgr::load(config, rtc.path.parent())
+            .map_err(|e| CompileError::Unavailable(format!("cannot check targets: {e}")))?;
+        let version = format!(
+            "hipRTC {} ({}); HIP runtime {}; comgr {}",
+            rtc.version
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_else(|| "unknown".into()),
+            rtc.path.display(),
+            hip.as_ref()
+                .map(|h| format_hip_version(h.runtime_version))
+                .unwrap_or_else(|| "absent".into()),
+            comgr
+                .version
+                .map(|(a, b)| format!("{a}.{b}"))
+                .unwrap_or_else(|| "unknown".into()),
+        );
+        Ok(Compiler {
+            rtc,
+            comgr,
+            _hip: hip,
+            version,
+            cache,
+            memory: Mutex::new(HashMap::new()),
+            lock: Mutex::new(()),
+        })
+    }
+
+    /// hipRTC, HIP runtime and comgr versions (part of every cache key).
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The disk cache, if any.
+    pub fn cache(&self) -> Option<&DiskCache> {
+        self.cache.as_ref()
+    }
+
+    /// The gfx targets comgr (and so hipRTC) supports, e.g. `["gfx600", …, "gfx90a", …]`.
+    pub fn supported_targets(&self) -> Vec<String> {
+        self.comgr.targets()
+    }
+
+    /// comgr's full ISA names.
+    pub fn isa_names(&self) -> &[String] {
+        &self.comgr.isa_names
+    }
+
+    /// Validates `target` and checks comgr lists it.
+    pub fn check_target(&self, target: &str) -> Result<Target, CompileError> {
+        let t = Target::parse(target)?;
+        let known = self.supported_targets();
+        if !known.contains(&t.base) {
+            return Err(CompileError::UnsupportedTarget {
+                target: target.to_string(),
+                comgr: format!("at {}", self.comgr.path.display()),
+                known: known.join(", "),
+            });
+        }
+        Ok(t)
+    }
+
+    /// The cache key of a translation unit for a target.
+    pub fn cache_key(&self, source: &str, target: &Target) -> String {
+        format!(
+            "xthunk-hsaco|portable v{}|src {:016x}+{}|target {}|opts {}|{}",
+            portable::PORTABLE_SOURCE_VERSION,
+            source_hash(source),
+            source.len(),
+            target.full,
+            options_for(target).join(" "),
+            self.version
+        )
+    }
+
+    /// Compiles a complete translation unit (e.g. [`portable::standard_source`] or
+    /// [`portable::with_prelude`]) for `target`, through the caches.
+    pub fn compile(&self, source: &str, target: &str) -> Result<Compiled, CompileError> {
+        let t = self.check_target(target)?;
+        let key = self.cache_key(source, &t);
+        if let Some(img) = lock(&self.memory).get(&key).cloned() {
+            return Ok(Compiled {
+                image: img,
+                target: t,
+                origin: Origin::Memory,
+            });
+        }
+        if let Some(cache) = &self.cache {
+            if let Some(img) = cache.get(&key) {
+                match check_code_object(&img, &t) {
+                    Ok(_) => {
+                        tracing::debug!(target = %t.full, path = %cache.path_for(&key).display(), "hsaco cache hit");
+                        let img = Arc::new(img);
+                        lock(&self.memory).insert(key, img.clone());
+                        return Ok(Compiled {
+                            image: img,
+                            target: t,
+                            origin: Origin::DiskCache,
+                        });
+                    }
+                    Err(why) => {
+                        tracing::warn!("discarding a cached code object: {why}");
+                        let _ = std::fs::remove_file(cache.path_for(&key));
+                    }
+                }
+            }
+        }
+        let started = std::time::Instant::now();
+        let img = {
+            let _serial = lock(&self.lock);
+            self.rtc
+                .compile(source, "xthunk_portable.hip", &options_for(&t))
+                .map_err(|f| CompileError::Compilation {
+                    call: f.call.into(),
+                    status: f.status,
+                    target: t.full.clone(),
+                    log: f.log,
+                })?
+        };
+        check_code_object(&img, &t).map_err(|reason| CompileError::BadOutput {
+            target: t.full.clone(),
+            reason,
+        })?;
+        tracing::info!(
+            target = %t.full,
+            bytes = img.len(),
+            ms = started.elapsed().as_millis() as u64,
+            "compiled portable source with hipRTC"
+        );
+        if let Some(cache) = &self.cache {
+            if let Err(e) = cache.put(&key, &img) {
+                tracing::warn!(dir = %cache.dir().display(), "could not write the hsaco cache: {e}");
+            }
+        }
+        let img = Arc::new(img);
+        lock(&self.memory).insert(key, img.clone());
+        Ok(Compiled {
+            image: img,
+            target: t,
+            origin: Origin::Compiled,
+        })
+    }
+
+    /// Compiles a module image that needs compiling (`Standard`, `Source`) for `target`.
+    pub fn compile_image(&self, image: &ModuleImage, target: &str) -> Result<Compiled, Error> {
+        match image {
+            ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
+            ModuleImage::Source { code } => {
+                Ok(self.compile(&portable::with_prelude(code), target)?)
+            }
+            other => Err(Error::InvalidArgument(format!(
+                "a {} image is not portable source; only `standard` and `source` images are compiled",
+                other.describe()
+            ))),
+        }
+    }
+}
+
+/// Locks a mutex, recovering from poisoning (the data is a cache: still consistent).
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The process-wide compiler for the environment's search path and the default disk cache.
+pub fn default_compiler() -> Result<Arc<Compiler>, CompileError> {
+    static C: OnceLock<Result<Arc<Compiler>, CompileError>> = OnceLock::new();
+    C.get_or_init(|| {
+        Compiler::new(&SearchConfig::from_env(), DiskCache::default_location()).map(Arc::new)
+    })
+    .clone()
+}
+
+/// Compiles a complete portable translation unit (e.g. `portable::standard_source()`, or
+/// `portable::with_prelude(code)`) to an HSACO for `target` (`gfx90a`, or a full
+/// `gcnArchName` such as `gfx90a:sramecc+:xnack-`), through the disk cache. Needs hipRTC and
+/// comgr, not a GPU. This is what `xthunk compile --target gfx…` calls.
+pub fn compile_for_target(source: &str, target: &str) -> xthunk_core::Result<Vec<u8>> {
+    let c = default_compiler()?;
+    Ok(c.compile(source, target)?.image.as_ref().clone())
+}
+
+/// The precompiled image of a portable module image for `target`: `Standard` and `Source`
+/// become `Hsaco { arch: target, data }`; other images give `None` (they need no compiling).
+/// For `xthunk compile --target gfx…` (the CUDA backend's `precompile` does the same for
+/// `sm_XX`).
+pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Option<ModuleImage>> {
+    if !matches!(image, ModuleImage::Standard | ModuleImage::Source { .. }) {
+        return Ok(None);
+    }
+    let c = default_compiler()?;
+    let compiled = c.compile_image(image, target)?;
+    Ok(Some(ModuleImage::Hsaco {
+        arch: compiled.target.full,
+        data: compiled.image.as_ref().clone(),
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets_parse_strictly() {
+        let t = Target::parse("gfx90a:sramecc+:xnack-");
+        let Ok(t) = t else {
+            unreachable!("{t:?}");
+        };
+        assert_eq!(t.base, "gfx90a");
+        assert_eq!(
+            t.features,
+            vec![("sramecc".to_string(), true), ("xnack".to_string(), false)]
+        );
+        for ok in [
+            "gfx90a",
+            "gfx1030",
+            "gfx942:xnack+",
+            "gfx9-generic",
+            "gfx10-3-generic",
+        ] {
+            assert!(Target::parse(ok).is_ok(), "{ok}");
+        }
+        for bad in [
+            "",
+            "sm_90",
+            "gfx",
+            "gfxZZ",
+            "gfx90a:xnack",
+            "gfx90a --save-temps",
+            "gfx90a:xnack+:xnack-",
+            "gfx90a;rm",
+            "GFX90A",
+        ] {
+            assert!(
+                matches!(Target::parse(bad), Err(CompileError::InvalidTarget { .. })),
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
+    fn images_match_devices_by_base_target() {
+        let p = |s: &str| Target::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
+        let dev = p("gfx90a:sramecc+:xnack-");
+        assert!(p("gfx90a").runs_on(&dev));
+        assert!(p("gfx90a:xnack-").runs_on(&dev));
+        assert!(p("gfx90a:sramecc+:xnack-").runs_on(&dev));
+        assert!(!p("gfx90a:xnack+").runs_on(&dev));
+        assert!(!p("gfx908").runs_on(&dev));
+        assert!(p("gfx1030").runs_on(&p("gfx1030")));
+        assert!(p("gfx90a:xnack+").runs_on(&p("gfx90a")));
+    }
+
+    #[test]
+    fn cache_entries_round_trip_and_reject_corruption() {
+        let e = encode_entry("k1", b"payload");
+        assert_eq!(decode_entry(&e, "k1"), Ok(&b"payload"[..]));
+        assert_eq!(
+            decode_entry(&e, "k2"),
+            Err("the entry belongs to another key")
+        );
+        let mut bad = e.clone();
+        let last = bad.len() - 1;
+        bad[last] ^= 1;
+        assert_eq!(decode_entry(&bad, "k1"), Err("checksum mismatch"));
+        assert!(decode_entry(&e[..e.len() - 2], "k1").is_err());
+        assert!(decode_entry(b"nope", "k1").is_err());
+    }
+
+    #[test]
+    fn options_always_name_the_target() {
+        let t = Target::parse("gfx1030").unwrap_or_else(|e| unreachable!("{e}"));
+        assert_eq!(options_for(&t)[0], "--offload-arch=gfx1030");
+    }
+}

@@ -1,0 +1,491 @@
+//! Finding and opening the ROCm libraries at run time, and the HIP runtime's symbol table.
+//!
+//! Every ROCm library is opened with `dlopen` (through `libloading`); nothing is linked at
+//! build time. Search order (the first candidate that opens *and* has every required symbol
+//! wins; every candidate tried is listed when none does):
+//!
+//! 1. every folder of `XTHUNK_ROCM_PATH` (`:`-separated);
+//! 2. the folder the HIP runtime was found in (for hipRTC, comgr and rocBLAS);
+//! 3. `$ROCM_PATH/lib`, then `/opt/rocm/lib`;
+//! 4. the bare names (the dynamic loader's own search: `LD_LIBRARY_PATH`, the ld.so cache).
+//!
+//! Steps 3 and 4 are skipped when `XTHUNK_ROCM_NO_DEFAULT_SEARCH` is set (to anything but
+//! `0` or the empty string): a test, or an admin pinning one installation, sees exactly the
+//! folders named.
+//!
+//! The tables follow IREE's dynamic symbol tables: required symbols (a library lacking one is
+//! skipped, with the missing names in the reason) and optional ones (`None` when absent,
+//! which turns a feature off), loaded once into plain function pointers that live as long as
+//! the table, which owns the library handle. A library that was bound is never unloaded: comgr
+//! registers LLVM options in the NODELETE libLLVM, so unloading and reloading it aborts.
+
+use crate::sys;
+use libloading::Library;
+use std::ffi::c_int;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+/// Names of the HIP runtime, newest first (ROCm 7, 6, 5), after the unversioned name.
+pub const HIP_LIBRARY_NAMES: &[&str] = &[
+    "libamdhip64.so",
+    "libamdhip64.so.7",
+    "libamdhip64.so.6",
+    "libamdhip64.so.5",
+];
+
+/// Where to look for the ROCm libraries.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SearchConfig {
+    /// Folders searched first (`XTHUNK_ROCM_PATH`).
+    pub override_dirs: Vec<PathBuf>,
+    /// The ROCm installation root (`ROCM_PATH`); its `lib` folder is searched.
+    pub rocm_path: Option<PathBuf>,
+    /// Whether `$ROCM_PATH/lib`, `/opt/rocm/lib` and the dynamic loader's search are used
+    /// (false when `XTHUNK_ROCM_NO_DEFAULT_SEARCH` is set).
+    pub default_search: bool,
+}
+
+impl SearchConfig {
+    /// The configuration the environment asks for.
+    pub fn from_env() -> Self {
+        Self::from_vars(|name| std::env::var_os(name).map(|v| v.to_string_lossy().into_owned()))
+    }
+
+    /// The configuration for these variable values (`var(name)`), for tests.
+    pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
+        let override_dirs = var("XTHUNK_ROCM_PATH")
+            .map(|v| {
+                v.split(':')
+                    .filter(|s| !s.is_empty())
+                    .map(PathBuf::from)
+                    .collect()
+            })
+            .unwrap_or_default();
+        let rocm_path = var("ROCM_PATH")
+            .filter(|s| !s.is_empty())
+            .map(PathBuf::from);
+        let no_default =
+            var("XTHUNK_ROCM_NO_DEFAULT_SEARCH").is_some_and(|v| !v.is_empty() && v != "0");
+        SearchConfig {
+            override_dirs,
+            rocm_path,
+            default_search: !no_default,
+        }
+    }
+
+    /// Only these folders: no default search.
+    pub fn only(dirs: impl IntoIterator<Item = PathBuf>) -> Self {
+        SearchConfig {
+            override_dirs: dirs.into_iter().collect(),
+            rocm_path: None,
+            default_search: false,
+        }
+    }
+
+    /// Every candidate for a library called one of `names`, in search order; `sibling` is
+    /// the folder of a library already loaded (searched right after the override folders).
+    pub fn candidates(&self, names: &[&str], sibling: Option<&Path>) -> Vec<PathBuf> {
+        let mut dirs: Vec<PathBuf> = self.override_dirs.clone();
+        if let Some(s) = sibling {
+            dirs.push(s.to_path_buf());
+        }
+        if self.default_search {
+            if let Some(root) = &self.rocm_path {
+                dirs.push(root.join("lib"));
+            }
+            dirs.push(PathBuf::from("/opt/rocm/lib"));
+        }
+        let mut out: Vec<PathBuf> = Vec::new();
+        for d in &dirs {
+            for n in names {
+                let p = d.join(n);
+                if !out.contains(&p) {
+                    out.push(p);
+                }
+            }
+        }
+        if self.default_search {
+            out.extend(names.iter().map(PathBuf::from));
+        }
+        out
+    }
+}
+
+/// No candidate for a library worked. Displays every path tried and why it failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("no usable {library} found{}; tried: {}", if .tried.is_empty() { " (no folder to search)" } else { "" }, .tried.join("; "))]
+pub struct LoadError {
+    /// `libamdhip64`, `hipRTC`, `comgr`, `rocBLAS`.
+    pub library: &'static str,
+    /// `path (reason)` for each candidate, in order.
+    pub tried: Vec<String>,
+}
+
+/// Opens the first candidate that `dlopen` accepts and `bind` turns into a table.
+///
+/// A candidate with a folder that does not exist is not handed to `dlopen` (its reason is
+/// "no such file"); a bare name is left to the dynamic loader.
+pub(crate) fn open_first<T>(
+    library: &'static str,
+    candidates: &[PathBuf],
+    mut bind: impl FnMut(Arc<Library>) -> Result<T, String>,
+) -> Result<(T, PathBuf), LoadError> {
+    let mut tried = Vec::new();
+    for c in candidates {
+        let bare = c.parent().is_none_or(|p| p.as_os_str().is_empty());
+        if !bare && !c.exists() {
+            tried.push(format!("{} (no such file)", c.display()));
+            continue;
+        }
+        // SAFETY: opening a ROCm library runs its initializers; these are the vendor's
+        // libraries (or a stand-in with the same API, e.g. the emulator) chosen by the search
+        // above. We open it with RTLD_LAZY | RTLD_LOCAL (libloading's default) and never
+        // unload it while a function pointer from it is reachable (the table owns it).
+        let lib = match unsafe { Library::new(c) } {
+            Ok(l) => Arc::new(l),
+            Err(e) => {
+                // libloading's message is "dlopen failed"; the loader's reason is its source.
+                let mut why = e.to_string();
+                let mut src = std::error::Error::source(&e);
+                while let Some(s) = src {
+                    why = format!("{why}: {s}");
+                    src = s.source();
+                }
+                let why = if bare {
+                    format!("dynamic loader: {why}")
+                } else {
+                    why
+                };
+                tried.push(format!("{} ({why})", c.display()));
+                continue;
+            }
+        };
+        match bind(lib.clone()) {
+            Ok(t) => {
+                // Pinned: a ROCm library is never unloaded. comgr registers its LLVM options
+                // in libLLVM (which is NODELETE), so unloading and reloading comgr aborts the
+                // process ("Option ... registered more than once"); the HIP runtime keeps
+                // threads and global state. dlopen's reference count makes reloading cheap.
+                std::mem::forget(lib);
+                return Ok((t, c.clone()));
+            }
+            Err(why) => tried.push(format!("{} ({why})", c.display())),
+        }
+    }
+    Err(LoadError { library, tried })
+}
+
+/// The file a loaded code address belongs to, from `/proc/self/maps` (for libraries found
+/// by bare name: where the dynamic loader found them).
+pub(crate) fn file_containing(addr: usize) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    for line in maps.lines() {
+        let mut parts = line.split_whitespace();
+        let range = parts.next()?;
+        let (lo, hi) = range.split_once('-')?;
+        let (lo, hi) = (
+            usize::from_str_radix(lo, 16).ok()?,
+            usize::from_str_radix(hi, 16).ok()?,
+        );
+        if (lo..hi).contains(&addr) {
+            let path = parts.nth(4)?;
+            return path.starts_with('/').then(|| PathBuf::from(path));
+        }
+    }
+    None
+}
+
+/// Declares a table of C functions loaded from one library: `required` ones (a library
+/// without one of them is refused, naming every missing symbol) and `optional` ones
+/// (`Option`). The function pointer types must be declared exactly as in the vendor header
+/// (`crate::sys`); the table owns the library, so the pointers stay valid as long as it.
+macro_rules! symbol_table {
+    (
+        $(#[$meta:meta])*
+        $vis:vis struct $name:ident {
+            required { $( $req:ident : $req_ty:ty, )* }
+            optional { $( $opt:ident : $opt_ty:ty, )* }
+        }
+    ) => {
+        $(#[$meta])*
+        #[allow(non_snake_case, dead_code)]
+        $vis struct $name {
+            $( pub(crate) $req: $req_ty, )*
+            $( pub(crate) $opt: Option<$opt_ty>, )*
+            pub(crate) library: std::sync::Arc<libloading::Library>,
+        }
+
+        #[allow(non_snake_case, dead_code)]
+        impl $name {
+            /// Names of the required symbols.
+            pub(crate) const REQUIRED: &'static [&'static str] = &[$(stringify!($req)),*];
+            /// Names of the optional symbols.
+            pub(crate) const OPTIONAL: &'static [&'static str] = &[$(stringify!($opt)),*];
+
+            /// Looks every symbol up in `library`; the error names every missing required one.
+            pub(crate) fn bind(
+                library: std::sync::Arc<libloading::Library>,
+            ) -> Result<Self, String> {
+                let mut missing: Vec<&'static str> = Vec::new();
+                $(
+                    // SAFETY: `$req_ty` is the C declaration of this symbol in the vendor
+                    // header (see `crate::sys`); the pointer is used only while `library`
+                    // (kept in the table) is loaded.
+                    let $req: Option<$req_ty> = unsafe {
+                        library.get::<$req_ty>(concat!(stringify!($req), "\0").as_bytes())
+                    }
+                    .ok()
+                    .map(|s| *s);
+                    if $req.is_none() {
+                        missing.push(stringify!($req));
+                    }
+                )*
+                $(
+                    // SAFETY: as for the required symbols.
+                    let $opt: Option<$opt_ty> = unsafe {
+                        library.get::<$opt_ty>(concat!(stringify!($opt), "\0").as_bytes())
+                    }
+                    .ok()
+                    .map(|s| *s);
+                )*
+                #[allow(unused_parens)]
+                let ($($req),*) = match ($($req),*) {
+                    ($(Some($req)),*) => ($($req),*),
+                    #[allow(unreachable_patterns)]
+                    _ => {
+                        return Err(format!(
+                            "lacks required symbol{} {}",
+                            if missing.len() == 1 { "" } else { "s" },
+                            missing.join(", ")
+                        ))
+                    }
+                };
+                Ok($name { $($req,)* $($opt,)* library })
+            }
+        }
+    };
+}
+pub(crate) use symbol_table;
+
+symbol_table! {
+    /// The HIP runtime (`libamdhip64`).
+    pub(crate) struct HipApi {
+        required {
+            hipInit: sys::hipInit_t,
+            hipRuntimeGetVersion: sys::hipVersion_t,
+            hipDriverGetVersion: sys::hipVersion_t,
+            hipGetDeviceCount: sys::hipGetDeviceCount_t,
+            hipSetDevice: sys::hipSetDevice_t,
+            hipDeviceSynchronize: sys::hipDeviceSynchronize_t,
+            hipDeviceGetName: sys::hipDeviceGetName_t,
+            hipDeviceGetAttribute: sys::hipDeviceGetAttribute_t,
+            hipDeviceTotalMem: sys::hipDeviceTotalMem_t,
+            hipMalloc: sys::hipMalloc_t,
+            hipFree: sys::hipFree_t,
+            hipHostMalloc: sys::hipHostMalloc_t,
+            hipHostFree: sys::hipHostFree_t,
+            hipHostGetDevicePointer: sys::hipHostGetDevicePointer_t,
+            hipMallocManaged: sys::hipMallocManaged_t,
+            hipMemcpy: sys::hipMemcpy_t,
+            hipMemcpyAsync: sys::hipMemcpyAsync_t,
+            hipMemcpyDtoDAsync: sys::hipMemcpyDtoDAsync_t,
+            hipMemsetD8Async: sys::hipMemsetD8Async_t,
+            hipMemsetD16Async: sys::hipMemsetD16Async_t,
+            hipMemsetD32Async: sys::hipMemsetD32Async_t,
+            hipStreamCreateWithFlags: sys::hipStreamCreateWithFlags_t,
+            hipStreamDestroy: sys::hipStreamDestroy_t,
+            hipStreamSynchronize: sys::hipStreamSynchronize_t,
+            hipStreamQuery: sys::hipStreamQuery_t,
+            hipStreamWaitEvent: sys::hipStreamWaitEvent_t,
+            hipEventCreateWithFlags: sys::hipEventCreateWithFlags_t,
+            hipEventDestroy: sys::hipEventDestroy_t,
+            hipEventRecord: sys::hipEventRecord_t,
+            hipEventSynchronize: sys::hipEventSynchronize_t,
+            hipEventQuery: sys::hipEventQuery_t,
+            hipModuleLoadData: sys::hipModuleLoadData_t,
+            hipModuleUnload: sys::hipModuleUnload_t,
+            hipModuleGetFunction: sys::hipModuleGetFunction_t,
+            hipModuleLaunchKernel: sys::hipModuleLaunchKernel_t,
+        }
+        optional {
+            hipGetErrorName: sys::hipGetErrorName_t,
+            // ROCm >= 6 layout; ROCm 5 has only the unsuffixed one.
+            hipGetDevicePropertiesR0600: sys::hipGetDeviceProperties_t,
+            hipGetDeviceProperties: sys::hipGetDeviceProperties_t,
+            // Graphs (stream capture): without them, command buffers run as plain streams.
+            hipStreamBeginCapture: sys::hipStreamBeginCapture_t,
+            hipStreamEndCapture: sys::hipStreamEndCapture_t,
+            hipGraphInstantiate: sys::hipGraphInstantiate_t,
+            hipGraphLaunch: sys::hipGraphLaunch_t,
+            hipGraphGetNodes: sys::hipGraphGetNodes_t,
+            hipGraphDestroy: sys::hipGraphDestroy_t,
+            hipGraphExecDestroy: sys::hipGraphExecDestroy_t,
+            // Exported only by xthunk's driver emulator (tests/emulator): its devices are
+            // labelled emulated everywhere.
+            xthunk_emulator_version: sys::xthunk_emulator_version_t,
+        }
+    }
+}
+
+impl HipApi {
+    /// True when every symbol stream capture needs is there.
+    pub(crate) fn has_graphs(&self) -> bool {
+        self.hipStreamBeginCapture.is_some()
+            && self.hipStreamEndCapture.is_some()
+            && self.hipGraphInstantiate.is_some()
+            && self.hipGraphLaunch.is_some()
+            && self.hipGraphGetNodes.is_some()
+            && self.hipGraphDestroy.is_some()
+            && self.hipGraphExecDestroy.is_some()
+    }
+}
+
+/// The loaded HIP runtime: its table, where it came from, and its version.
+pub(crate) struct Hip {
+    pub(crate) api: HipApi,
+    /// The file loaded (resolved through `/proc/self/maps` when found by bare name).
+    pub(crate) path: PathBuf,
+    /// `hipRuntimeGetVersion` (`major * 10_000_000 + minor * 100_000 + patch`).
+    pub(crate) runtime_version: c_int,
+}
+
+impl Hip {
+    /// Loads the HIP runtime from the first candidate that works.
+    pub(crate) fn load(config: &SearchConfig) -> Result<Hip, LoadError> {
+        let candidates = config.candidates(HIP_LIBRARY_NAMES, None);
+        let (api, path) = open_first("libamdhip64", &candidates, HipApi::bind)?;
+        let path = file_containing(api.hipInit as usize).unwrap_or(path);
+        let mut v: c_int = 0;
+        // SAFETY: `hipRuntimeGetVersion` writes one int through a valid pointer; it needs no
+        // initialized runtime.
+        let rc = unsafe { (api.hipRuntimeGetVersion)(&mut v) };
+        let runtime_version = if rc == sys::hipSuccess { v } else { 0 };
+        tracing::info!(
+            path = %path.display(),
+            version = %format_hip_version(runtime_version),
+            "loaded the HIP runtime"
+        );
+        Ok(Hip {
+            api,
+            path,
+            runtime_version,
+        })
+    }
+
+    /// The folder the runtime was loaded from.
+    pub(crate) fn folder(&self) -> Option<&Path> {
+        self.path.parent().filter(|p| !p.as_os_str().is_empty())
+    }
+
+    /// `hipDriverGetVersion`, when it succeeds.
+    pub(crate) fn driver_version(&self) -> Option<c_int> {
+        let mut v: c_int = 0;
+        // SAFETY: writes one int through a valid pointer.
+        let rc = unsafe { (self.api.hipDriverGetVersion)(&mut v) };
+        (rc == sys::hipSuccess && v > 0).then_some(v)
+    }
+
+    /// `HIP runtime 5.2.21153 (/usr/lib/x86_64-linux-gnu/libamdhip64.so.5.2.21153)`, with the
+    /// driver version when the runtime reports one.
+    pub(crate) fn describe(&self) -> String {
+        let mut s = format!(
+            "HIP runtime {} ({})",
+            format_hip_version(self.runtime_version),
+            self.path.display()
+        );
+        if let Some(d) = self.driver_version() {
+            s.push_str(&format!(", driver {}", format_hip_version(d)));
+        }
+        s
+    }
+}
+
+/// `50221153` → `5.2.21153` (HIP_VERSION = major * 10^7 + minor * 10^5 + patch).
+pub fn format_hip_version(v: c_int) -> String {
+    if v <= 0 {
+        return "unknown".into();
+    }
+    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn search_order() {
+        let c = SearchConfig::from_vars(|n| match n {
+            "XTHUNK_ROCM_PATH" => Some("/a::/b".into()),
+            "ROCM_PATH" => Some("/rocm".into()),
+            _ => None,
+        });
+        assert_eq!(
+            c.override_dirs,
+            vec![PathBuf::from("/a"), PathBuf::from("/b")]
+        );
+        assert!(c.default_search);
+        let got = c.candidates(&["x.so", "x.so.6"], Some(Path::new("/sib")));
+        let want: Vec<PathBuf> = [
+            "/a/x.so",
+            "/a/x.so.6",
+            "/b/x.so",
+            "/b/x.so.6",
+            "/sib/x.so",
+            "/sib/x.so.6",
+            "/rocm/lib/x.so",
+            "/rocm/lib/x.so.6",
+            "/opt/rocm/lib/x.so",
+            "/opt/rocm/lib/x.so.6",
+            "x.so",
+            "x.so.6",
+        ]
+        .iter()
+        .map(PathBuf::from)
+        .collect();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn default_search_can_be_disabled() {
+        let c = SearchConfig::from_vars(|n| match n {
+            "XTHUNK_ROCM_PATH" => Some("/only".into()),
+            "XTHUNK_ROCM_NO_DEFAULT_SEARCH" => Some("1".into()),
+            _ => None,
+        });
+        assert!(!c.default_search);
+        assert_eq!(
+            c.candidates(&["y.so"], None),
+            vec![PathBuf::from("/only/y.so")]
+        );
+        let c =
+            SearchConfig::from_vars(|n| (n == "XTHUNK_ROCM_NO_DEFAULT_SEARCH").then(|| "0".into()));
+        assert!(c.default_search);
+    }
+
+    #[test]
+    fn load_error_lists_every_path() {
+        let e = open_first::<()>(
+            "libamdhip64",
+            &[PathBuf::from("/nonexistent-xthunk/libamdhip64.so")],
+            |_| Ok(()),
+        );
+        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
+        assert!(
+            msg.contains("no usable libamdhip64 found")
+                && msg.contains("/nonexistent-xthunk/libamdhip64.so (no such file)"),
+            "{msg}"
+        );
+        let e = LoadError {
+            library: "comgr",
+            tried: vec![],
+        };
+        assert!(e.to_string().contains("no folder to search"));
+    }
+
+    #[test]
+    fn versions_read_like_hip_version_h() {
+        assert_eq!(format_hip_version(50_221_153), "5.2.21153");
+        assert_eq!(format_hip_version(60_342_134), "6.3.42134");
+        assert_eq!(format_hip_version(0), "unknown");
+    }
+}

@@ -1,0 +1,312 @@
+//! Device, pinned host and managed memory: allocation per memory space with accounting, and a
+//! registry of live allocations against which every pointer range is checked before a HIP
+//! call touches it (a wrong address is an error, not a GPU fault or host memory corruption).
+//!
+//! Alignment: HIP returns device and managed memory aligned to at least 256 bytes and pinned
+//! host memory to a page; a larger requested alignment is met by over-allocating and handing
+//! out the aligned address inside.
+
+use crate::device::DeviceShared;
+use crate::result::{hip_describe, unsupported};
+use crate::sys;
+use std::collections::BTreeMap;
+use std::ffi::c_void;
+use std::sync::{Arc, Mutex, RwLock};
+use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
+use xthunk_core::ir::MemorySpace;
+use xthunk_core::{Error, Result};
+
+/// Alignment HIP guarantees for `hipMalloc` / `hipMallocManaged`.
+const DEVICE_ALIGNMENT: u64 = 256;
+/// Alignment of `hipHostMalloc` (a page).
+const HOST_ALIGNMENT: u64 = 4096;
+
+/// Live bytes per space.
+#[derive(Debug, Default)]
+pub(crate) struct Accounting {
+    inner: Mutex<AccountingInner>,
+}
+
+#[derive(Debug, Default)]
+struct AccountingInner {
+    live_bytes: u64,
+    live_allocations: u64,
+    peak: u64,
+    per_space: BTreeMap<MemorySpace, u64>,
+}
+
+impl Accounting {
+    fn add(&self, space: MemorySpace, size: u64) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.live_bytes = g.live_bytes.saturating_add(size);
+        g.live_allocations += 1;
+        g.peak = g.peak.max(g.live_bytes);
+        *g.per_space.entry(space).or_default() += size;
+    }
+
+    fn sub(&self, space: MemorySpace, size: u64) {
+        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        g.live_bytes = g.live_bytes.saturating_sub(size);
+        g.live_allocations = g.live_allocations.saturating_sub(1);
+        let e = g.per_space.entry(space).or_default();
+        *e = e.saturating_sub(size);
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        MemoryStats {
+            live_bytes: g.live_bytes,
+            live_allocations: g.live_allocations,
+            per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
+            peak_bytes: g.peak,
+        }
+    }
+}
+
+/// How an allocation is released.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Release {
+    /// `hipFree` (device and managed memory).
+    Free,
+    /// `hipHostFree`.
+    HostFree,
+}
+
+/// One live HIP allocation, freed when the last reference goes.
+pub(crate) struct Allocation {
+    /// The (aligned) address handed out: what kernels and copies use.
+    pub(crate) addr: u64,
+    pub(crate) size: u64,
+    pub(crate) space: MemorySpace,
+    /// What HIP returned (freed with `release`).
+    raw: *mut c_void,
+    release: Release,
+    device: Arc<DeviceShared>,
+    accounting: Arc<Accounting>,
+}
+
+impl std::fmt::Debug for Allocation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Allocation")
+            .field("addr", &format_args!("{:#x}", self.addr))
+            .field("size", &self.size)
+            .field("space", &self.space)
+            .field("device", &self.device.ordinal)
+            .finish()
+    }
+}
+
+// SAFETY: `raw` is an address owned by this allocation, freed once in `drop`; HIP allocations
+// may be used and freed from any thread.
+unsafe impl Send for Allocation {}
+// SAFETY: as above; nothing in the struct is mutated after creation.
+unsafe impl Sync for Allocation {}
+
+impl Drop for Allocation {
+    fn drop(&mut self) {
+        let api = &self.device.hip.api;
+        if let Err(e) = self.device.bind() {
+            tracing::warn!("freeing memory: {e}");
+        }
+        // SAFETY: `raw` came from the matching HIP allocator and is freed exactly once, here.
+        // hipFree/hipHostFree wait for work still using the memory to finish.
+        let rc = unsafe {
+            match self.release {
+                Release::Free => (api.hipFree)(self.raw),
+                Release::HostFree => (api.hipHostFree)(self.raw),
+            }
+        };
+        if rc != sys::hipSuccess {
+            tracing::warn!(
+                "freeing {} bytes of {} memory at {:#x}: {}",
+                self.size,
+                self.space,
+                self.addr,
+                hip_describe(rc)
+            );
+        }
+        self.accounting.sub(self.space, self.size);
+    }
+}
+
+/// The live allocations of one device, keyed by address.
+#[derive(Debug, Default)]
+pub(crate) struct MemoryRegistry {
+    map: RwLock<BTreeMap<u64, Arc<Allocation>>>,
+    pub(crate) accounting: Arc<Accounting>,
+}
+
+/// A checked range inside one live allocation; holding it keeps the allocation alive.
+#[derive(Clone, Debug)]
+pub(crate) struct Region {
+    pub(crate) alloc: Arc<Allocation>,
+    pub(crate) addr: u64,
+}
+
+impl Region {
+    pub(crate) fn ptr(&self) -> *mut c_void {
+        self.addr as usize as *mut c_void
+    }
+}
+
+impl MemoryRegistry {
+    /// Allocates `size` bytes of `space` aligned to `alignment`.
+    pub(crate) fn allocate(
+        &self,
+        device: &Arc<DeviceShared>,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+    ) -> Result<Arc<Allocation>> {
+        let oom = || Error::OutOfMemory {
+            device: device.name.clone(),
+            requested: size,
+            space,
+        };
+        let alignment = alignment.max(1);
+        if !alignment.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "alignment {alignment} is not a power of two"
+            )));
+        }
+        let (guaranteed, release) = match space {
+            MemorySpace::Device | MemorySpace::Unified => (DEVICE_ALIGNMENT, Release::Free),
+            MemorySpace::HostPinned => (HOST_ALIGNMENT, Release::HostFree),
+            MemorySpace::Collective => {
+                return Err(unsupported(
+                    "collective (symmetric) memory: RCCL is not part of this backend yet",
+                ));
+            }
+        };
+        if space == MemorySpace::Unified && !device.managed_memory {
+            return Err(unsupported(format!(
+                "unified (managed) memory on {}",
+                device.name
+            )));
+        }
+        let extra = if alignment > guaranteed { alignment } else { 0 };
+        // At least one byte, so that every allocation has its own address.
+        let bytes = size.max(1).checked_add(extra).ok_or_else(oom)?;
+        let bytes = usize::try_from(bytes).map_err(|_| oom())?;
+        device.bind()?;
+        let api = &device.hip.api;
+        let mut raw: *mut c_void = std::ptr::null_mut();
+        // SAFETY: each allocator writes one pointer into `raw`; `bytes` is non-zero.
+        let (call, rc) = unsafe {
+            match space {
+                MemorySpace::Device => ("hipMalloc", (api.hipMalloc)(&mut raw, bytes)),
+                MemorySpace::Unified => (
+                    "hipMallocManaged",
+                    (api.hipMallocManaged)(&mut raw, bytes, sys::hipMemAttachGlobal),
+                ),
+                _ => (
+                    "hipHostMalloc",
+                    (api.hipHostMalloc)(
+                        &mut raw,
+                        bytes,
+                        sys::hipHostMallocMapped | sys::hipHostMallocPortable,
+                    ),
+                ),
+            }
+        };
+        if rc == 2 {
+            return Err(oom());
+        }
+        crate::result::hip(call, rc)?;
+        if raw.is_null() {
+            return Err(oom());
+        }
+        // Pinned host memory: the address the device uses (the same one with unified
+        // addressing, which ROCm always has).
+        let mut base = raw as u64;
+        if release == Release::HostFree {
+            let mut dev: *mut c_void = std::ptr::null_mut();
+            // SAFETY: `raw` is a live mapped pinned allocation; writes one pointer.
+            let rc = unsafe { (api.hipHostGetDevicePointer)(&mut dev, raw, 0) };
+            if rc != sys::hipSuccess || dev.is_null() {
+                // SAFETY: frees the allocation just made, once.
+                unsafe { (api.hipHostFree)(raw) };
+                return Err(Error::backend(
+                    crate::result::BACKEND,
+                    "hipHostGetDevicePointer",
+                    hip_describe(rc),
+                ));
+            }
+            base = dev as u64;
+        }
+        let addr = base.next_multiple_of(alignment);
+        self.accounting.add(space, size);
+        let a = Arc::new(Allocation {
+            addr,
+            size,
+            space,
+            raw,
+            release,
+            device: device.clone(),
+            accounting: self.accounting.clone(),
+        });
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(addr, a.clone());
+        Ok(a)
+    }
+
+    /// Forgets an allocation (its memory goes when the last reference does).
+    pub(crate) fn release(&self, addr: u64) {
+        self.map
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&addr);
+    }
+
+    /// Resolves `len` bytes at `ptr` to one live allocation.
+    pub(crate) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
+        let bad = || {
+            Error::InvalidArgument(format!(
+                "{len} bytes at {ptr} are not inside a live allocation of this ROCm device"
+            ))
+        };
+        let Some((&base, alloc)) = map.range(..=ptr.0).next_back() else {
+            return Err(bad());
+        };
+        let offset = ptr.0 - base;
+        match offset.checked_add(len) {
+            Some(end) if end <= alloc.size => Ok(Region {
+                alloc: alloc.clone(),
+                addr: ptr.0,
+            }),
+            _ => Err(bad()),
+        }
+    }
+
+    pub(crate) fn stats(&self) -> MemoryStats {
+        self.accounting.stats()
+    }
+}
+
+/// The owner's handle to an allocation.
+#[derive(Debug)]
+pub struct RocmBuffer {
+    pub(crate) alloc: Arc<Allocation>,
+    pub(crate) registry: Arc<MemoryRegistry>,
+}
+
+impl DeviceMemory for RocmBuffer {
+    fn ptr(&self) -> DevicePtr {
+        DevicePtr(self.alloc.addr)
+    }
+    fn size(&self) -> u64 {
+        self.alloc.size
+    }
+    fn space(&self) -> MemorySpace {
+        self.alloc.space
+    }
+}
+
+impl Drop for RocmBuffer {
+    fn drop(&mut self) {
+        self.registry.release(self.alloc.addr);
+    }
+}
