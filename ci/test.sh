@@ -31,12 +31,16 @@ if ! command -v c++ >/dev/null; then
     echo "==> installing g++ (the portable kernels are also checked on the CPU)"
     apt_install g++
 fi
-if ! ls "${XTHUNK_PIP_PREFIX}"/nvidia/cuda_nvrtc/lib/libnvrtc.so.* >/dev/null 2>&1; then
-    echo "==> installing NVRTC (nvidia-cuda-nvrtc-cu12) into ${XTHUNK_PIP_PREFIX}"
-    python3 -m pip install --quiet --disable-pip-version-check --target "${XTHUNK_PIP_PREFIX}" \
-        nvidia-cuda-nvrtc-cu12 ||
-        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages \
-            --target "${XTHUNK_PIP_PREFIX}" nvidia-cuda-nvrtc-cu12
+# NCCL from its wheel: the NCCL/RCCL table loads it, checks its version and makes unique ids.
+# Both wheels share the nvidia/ folder: install them in one command (pip skips files of a
+# second --target install into an existing folder).
+if ! ls "${XTHUNK_PIP_PREFIX}"/nvidia/cuda_nvrtc/lib/libnvrtc.so.* >/dev/null 2>&1 ||
+    ! ls "${XTHUNK_PIP_PREFIX}"/nvidia/nccl/lib/libnccl.so.2 >/dev/null 2>&1; then
+    echo "==> installing NVRTC and NCCL (nvidia-cuda-nvrtc-cu12, nvidia-nccl-cu12) into ${XTHUNK_PIP_PREFIX}"
+    python3 -m pip install --quiet --disable-pip-version-check --upgrade --target "${XTHUNK_PIP_PREFIX}" \
+        nvidia-cuda-nvrtc-cu12 nvidia-nccl-cu12 ||
+        python3 -m pip install --quiet --disable-pip-version-check --break-system-packages --upgrade \
+            --target "${XTHUNK_PIP_PREFIX}" nvidia-cuda-nvrtc-cu12 nvidia-nccl-cu12
 fi
 # The HIP runtime from Debian (bookworm main; ROCm 5.2): the ROCm backend's tests load it, see
 # it report "no AMD GPU", and compile every standard kernel with its hipRTC for gfx90a and
@@ -45,8 +49,8 @@ if ! dpkg -s libamdhip64-5 libamdhip64-dev libamd-comgr-dev >/dev/null 2>&1; the
     echo "==> installing the HIP runtime (libamdhip64-5, libamdhip64-dev, libamd-comgr-dev)"
     apt_install libamdhip64-5 libamdhip64-dev libamd-comgr-dev
 fi
-# Missing NVRTC, HIP or C++ compiler must fail the tests here, not skip them.
-export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1
+# Missing NVRTC, NCCL, HIP or C++ compiler must fail the tests here, not skip them.
+export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1 XTHUNK_REQUIRE_NCCL=1
 
 steps=()
 times=()

@@ -185,10 +185,10 @@ impl KernelLibrary {
 mod args;
 mod elem;
 mod elementwise;
+pub mod portable;
 mod rows;
 mod sigs;
 mod standard;
-pub mod portable;
 pub use standard::standard_library;
 
 impl KernelSignature {
