@@ -51,6 +51,7 @@ if ! dpkg -s libamdhip64-5 libamdhip64-dev libamd-comgr-dev >/dev/null 2>&1; the
 fi
 # Missing NVRTC, NCCL, HIP or C++ compiler must fail the tests here, not skip them.
 export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1 XTHUNK_REQUIRE_NCCL=1
+export XTHUNK_REQUIRE_EMULATOR=1
 
 steps=()
 times=()
@@ -77,6 +78,10 @@ step fmt cargo fmt --all --check
 step clippy cargo clippy --workspace --all-targets -- -D warnings
 step test cargo test --workspace
 step smoke cargo run --release -- run examples/mlp.txtpb
+# The CUDA and ROCm backends' execution paths through the driver emulator (emulated devices,
+# labelled as such; never reported as GPU results).
+step emu-cuda ci/with-emulator.sh target/debug/xthunk conformance --backend cuda
+step emu-rocm ci/with-emulator.sh target/debug/xthunk conformance --backend rocm
 step compile-smoke bash -c 'cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o target/mlp-aot.pb && cargo run -q --release -- run target/mlp-aot.pb'
 
 echo

@@ -1,0 +1,48 @@
+//! xthunk's driver emulator: the subset of the CUDA driver, cuBLAS, NCCL, HIP, rocBLAS and
+//! RCCL C APIs that the xthunk backends call, implemented on host memory with strict checks.
+//! It is a test instrument (CI's stand-in GPU), never a backend a user picks: its devices
+//! name themselves "xthunk emulated NVIDIA device" / "xthunk emulated AMD device".
+//!
+//! Built as a `cdylib`, it is loaded by the backends under the vendor libraries' names
+//! (`libcuda.so.1`, `libcublas.so.12`, `libamdhip64.so`, `librocblas.so.4`, …; see
+//! `ci/with-emulator.sh`). One library exports every API; it exports nothing named `nvrtc*`
+//! or `hiprtc*` (compilers are the real ones).
+//!
+//! - Memory ([`memory`]): device pointers are host addresses; every access the emulator makes
+//!   (copies, memsets, kernel buffers, BLAS operands) is checked against the live
+//!   allocations: out-of-bounds, use after free, double free, leaks at context destruction
+//!   and process exit are reported ([`diag`]) with the call that did it, and the call fails.
+//!   Fresh memory is poisoned (`0xCD`).
+//! - Streams ([`stream`]): real asynchronous queues on worker threads; in strict mode (the
+//!   default) queued work runs only when something waits for it, so a missing
+//!   synchronization reads poison every time. Capture records graphs; graphs replay.
+//! - Kernels ([`launch`]): real images (cubins and PTX from NVRTC, code objects from hipRTC)
+//!   are read for their kernel names; a launch runs the standard kernel library's host
+//!   implementation, decoding the raw parameters by the kernel's signature.
+//! - Gemm ([`gemm`]) and collectives ([`nccl`]) run on the host.
+//! - Settings and error injection: [`config`].
+//!
+//! The C ABI shims are `unsafe extern "C"` functions whose safety contract is the vendor
+//! API's documentation (valid out-pointers, complete images, …): documenting it again on
+//! each of them would only repeat the vendor manuals, hence `missing_safety_doc` is allowed.
+
+#![allow(clippy::missing_safety_doc)]
+
+pub mod config;
+pub mod context;
+pub mod control;
+pub mod copy;
+pub mod cublas;
+pub mod cuda;
+pub mod diag;
+pub mod error;
+pub mod ffi;
+pub mod gemm;
+pub mod handles;
+pub mod hip;
+pub mod image;
+pub mod launch;
+pub mod memory;
+pub mod nccl;
+pub mod rocblas;
+pub mod stream;

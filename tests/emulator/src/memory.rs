@@ -1,0 +1,455 @@
+//! Emulated device memory: real host memory, with a registry of every live allocation so that
+//! every access the emulator makes is checked.
+//!
+//! - Each allocation is padded with a red zone of at least 256 bytes, so an address just past
+//!   the end is unambiguously an out-of-bounds access of that allocation, not some host
+//!   pointer (host memory is anything the registry does not cover).
+//! - Fresh memory is poisoned with `0xCD` ([`POISON`]); the red zone holds `0xFD`.
+//! - Freed memory is poisoned with `0xDD` and kept in a quarantine (up to 256 MiB / 4096
+//!   blocks, oldest released first), so that a use after free or a double free is recognised
+//!   as such instead of hitting a newer allocation at the same address.
+
+use crate::diag::Kind;
+use crate::error::{Code, EmuError, EmuResult};
+use parking_lot::Mutex;
+use std::alloc::Layout;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+/// The byte fresh allocations are filled with.
+pub const POISON: u8 = 0xCD;
+/// The byte freed memory is filled with.
+pub const FREED: u8 = 0xDD;
+/// The byte of the red zone after each allocation.
+pub const RED_ZONE: u8 = 0xFD;
+
+const QUARANTINE_BYTES: usize = 256 << 20;
+const QUARANTINE_BLOCKS: usize = 4096;
+
+/// What kind of memory an allocation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum MemKind {
+    /// `cuMemAlloc`, `hipMalloc`.
+    Device,
+    /// `cuMemAllocHost`, `hipHostMalloc`: page-locked host memory, device-accessible.
+    Pinned,
+    /// `cuMemAllocManaged`, `hipMallocManaged`.
+    Managed,
+}
+
+impl MemKind {
+    pub fn name(self) -> &'static str {
+        match self {
+            MemKind::Device => "device",
+            MemKind::Pinned => "pinned host",
+            MemKind::Managed => "managed",
+        }
+    }
+}
+
+/// A live (or quarantined) allocation.
+#[derive(Clone, Debug)]
+pub struct AllocInfo {
+    /// Serial number, from 1, in allocation order.
+    pub id: u64,
+    pub base: usize,
+    /// Bytes requested.
+    pub size: usize,
+    /// Bytes reserved (size, rounded up, plus the red zone).
+    cap: usize,
+    align: usize,
+    pub kind: MemKind,
+    /// The context (CUDA context or HIP device) that owns it.
+    pub ctx: u64,
+    /// The call that made it.
+    pub alloc_call: &'static str,
+    /// The call that freed it (quarantined blocks only).
+    pub free_call: Option<String>,
+}
+
+impl AllocInfo {
+    pub fn describe(&self) -> String {
+        format!(
+            "allocation #{} ({} bytes of {} memory at {:#x}, from {})",
+            self.id,
+            self.size,
+            self.kind.name(),
+            self.base,
+            self.alloc_call
+        )
+    }
+}
+
+#[derive(Default)]
+struct Registry {
+    next_id: u64,
+    live: BTreeMap<usize, AllocInfo>,
+    freed: BTreeMap<usize, AllocInfo>,
+    freed_order: VecDeque<usize>,
+    freed_bytes: usize,
+    live_bytes: HashMap<u64, u64>,
+}
+
+static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
+    let mut g = REGISTRY.lock();
+    f(g.get_or_insert_with(Registry::default))
+}
+
+fn layout(cap: usize, align: usize) -> Option<Layout> {
+    Layout::from_size_align(cap, align).ok()
+}
+
+/// Allocates `size` bytes of `kind` memory for context `ctx`, whose device has `limit` bytes.
+/// Counts toward the injected-failure counter. `size` 0 is refused by the callers that must
+/// refuse it; here it reserves a red zone only.
+pub fn allocate(
+    ctx: u64,
+    limit: u64,
+    size: usize,
+    kind: MemKind,
+    call: &'static str,
+) -> EmuResult<usize> {
+    if crate::config::allocation_fails() {
+        return Err(EmuError::new(
+            Code::OutOfMemory,
+            Kind::Injected,
+            call,
+            format!("injected out-of-memory for {size} bytes (XTHUNK_EMU_FAIL_ALLOC)"),
+        ));
+    }
+    let oom = |why: String| EmuError::new(Code::OutOfMemory, Kind::OutOfMemory, call, why);
+    // Pinned memory is host memory: it does not count against the device's memory.
+    let used = with(|r| r.live_bytes.get(&ctx).copied().unwrap_or(0));
+    if kind != MemKind::Pinned && used.saturating_add(size as u64) > limit {
+        return Err(oom(format!(
+            "out of memory: {size} bytes requested, {used} of {limit} bytes in use"
+        )));
+    }
+    let align = if kind == MemKind::Pinned { 4096 } else { 256 };
+    let cap = size
+        .checked_add(align - 1)
+        .map(|v| v & !(align - 1))
+        .and_then(|v| v.checked_add(256))
+        .ok_or_else(|| oom(format!("{size} bytes cannot be allocated")))?;
+    let Some(l) = layout(cap, align) else {
+        return Err(oom(format!("{size} bytes cannot be allocated")));
+    };
+    // SAFETY: `l` has a non-zero size (at least the 256-byte red zone).
+    let p = unsafe { std::alloc::alloc(l) };
+    if p.is_null() {
+        return Err(oom(format!("the host could not provide {size} bytes")));
+    }
+    // SAFETY: `p` points to `cap` freshly allocated bytes, `size <= cap`.
+    unsafe {
+        std::ptr::write_bytes(p, POISON, size);
+        std::ptr::write_bytes(p.add(size), RED_ZONE, cap - size);
+    }
+    let base = p as usize;
+    with(|r| {
+        r.next_id += 1;
+        let info = AllocInfo {
+            id: r.next_id,
+            base,
+            size,
+            cap,
+            align,
+            kind,
+            ctx,
+            alloc_call: call,
+            free_call: None,
+        };
+        if kind != MemKind::Pinned {
+            *r.live_bytes.entry(ctx).or_default() += size as u64;
+        }
+        r.live.insert(base, info);
+    });
+    Ok(base)
+}
+
+/// Frees the allocation starting at `ptr`, which must be live and of one of `kinds`.
+pub fn free(ptr: usize, kinds: &[MemKind], call: &str) -> EmuResult<AllocInfo> {
+    let r = with(|r| {
+        if let Some(info) = r.live.get(&ptr) {
+            if !kinds.contains(&info.kind) {
+                return Err((
+                    Kind::InvalidFree,
+                    format!(
+                        "{:#x} is {}: {call} cannot free {} memory",
+                        ptr,
+                        info.describe(),
+                        info.kind.name()
+                    ),
+                ));
+            }
+            let mut info = r
+                .live
+                .remove(&ptr)
+                .ok_or((Kind::InvalidFree, String::new()))?;
+            if let Some(b) = r
+                .live_bytes
+                .get_mut(&info.ctx)
+                .filter(|_| info.kind != MemKind::Pinned)
+            {
+                *b = b.saturating_sub(info.size as u64);
+            }
+            info.free_call = Some(call.to_string());
+            quarantine(r, info.clone());
+            return Ok(info);
+        }
+        if let Some(f) = r.freed.get(&ptr) {
+            return Err((
+                Kind::DoubleFree,
+                format!(
+                    "double free of {:#x}: {} was already freed by {}",
+                    ptr,
+                    f.describe(),
+                    f.free_call.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        if let Some(info) = containing(&r.live, ptr) {
+            return Err((
+                Kind::InvalidFree,
+                format!(
+                    "{:#x} is {} bytes inside {}, not its start",
+                    ptr,
+                    ptr - info.base,
+                    info.describe()
+                ),
+            ));
+        }
+        if let Some(f) = containing(&r.freed, ptr) {
+            return Err((
+                Kind::DoubleFree,
+                format!(
+                    "{:#x} lies inside {}, already freed by {}",
+                    ptr,
+                    f.describe(),
+                    f.free_call.as_deref().unwrap_or("?")
+                ),
+            ));
+        }
+        Err((
+            Kind::InvalidFree,
+            format!("{ptr:#x} was not returned by an emulated allocation call"),
+        ))
+    });
+    r.map_err(|(kind, msg)| EmuError::new(Code::InvalidValue, kind, call, msg))
+}
+
+/// Moves a freed block into the quarantine (poisoned), releasing the oldest blocks beyond the
+/// limits.
+fn quarantine(r: &mut Registry, info: AllocInfo) {
+    // SAFETY: the block was allocated by `allocate` with `cap` bytes and is no longer live;
+    // nothing the emulator runs can reach it any more (every access is checked against the
+    // live registry first).
+    unsafe { std::ptr::write_bytes(info.base as *mut u8, FREED, info.size) };
+    r.freed_bytes += info.cap;
+    r.freed_order.push_back(info.base);
+    r.freed.insert(info.base, info);
+    while r.freed_bytes > QUARANTINE_BYTES || r.freed_order.len() > QUARANTINE_BLOCKS {
+        let Some(old) = r.freed_order.pop_front() else {
+            break;
+        };
+        if let Some(o) = r.freed.remove(&old) {
+            r.freed_bytes -= o.cap;
+            release(&o);
+        }
+    }
+}
+
+fn release(info: &AllocInfo) {
+    if let Some(l) = layout(info.cap, info.align) {
+        // SAFETY: `base` was returned by `std::alloc::alloc` with exactly this layout and is
+        // released once (it has just left the registry).
+        unsafe { std::alloc::dealloc(info.base as *mut u8, l) };
+    }
+}
+
+/// The allocation of `map` whose reserved range (including the red zone) contains `ptr`.
+fn containing(map: &BTreeMap<usize, AllocInfo>, ptr: usize) -> Option<&AllocInfo> {
+    map.range(..=ptr)
+        .next_back()
+        .map(|(_, i)| i)
+        .filter(|i| ptr < i.base + i.cap)
+}
+
+/// Where a pointer range lies.
+#[derive(Debug)]
+pub enum Place {
+    /// Entirely inside this live allocation.
+    Device(AllocInfo),
+    /// Not emulator memory at all (a host pointer).
+    Host,
+}
+
+/// Describes why `len` bytes at `ptr` are not a valid range of emulator memory, or `None`
+/// when they are inside a live allocation (or outside emulator memory entirely: `host_ok`).
+fn classify(r: &Registry, ptr: usize, len: usize) -> Result<Place, (Kind, String)> {
+    let end = ptr.checked_add(len);
+    if let Some(info) = containing(&r.live, ptr) {
+        let inside = end.is_some_and(|e| e <= info.base + info.size);
+        if inside && ptr < info.base + info.size.max(1) {
+            return Ok(Place::Device(info.clone()));
+        }
+        if ptr >= info.base + info.size {
+            return Err((
+                Kind::OutOfBounds,
+                format!(
+                    "{len} bytes at {ptr:#x} start {} bytes past the end of {}",
+                    ptr - (info.base + info.size),
+                    info.describe()
+                ),
+            ));
+        }
+        return Err((
+            Kind::OutOfBounds,
+            format!(
+                "{len} bytes at {ptr:#x} (offset {}) overrun {} by {} bytes",
+                ptr - info.base,
+                info.describe(),
+                (ptr - info.base).saturating_add(len) - info.size
+            ),
+        ));
+    }
+    if let Some(f) = containing(&r.freed, ptr) {
+        return Err((
+            Kind::UseAfterFree,
+            format!(
+                "{len} bytes at {ptr:#x} lie in {}, freed by {}",
+                f.describe(),
+                f.free_call.as_deref().unwrap_or("?")
+            ),
+        ));
+    }
+    // A range that starts outside but reaches into an allocation.
+    if let Some(e) = end {
+        if let Some((_, info)) = r.live.range(ptr..e).next() {
+            return Err((
+                Kind::OutOfBounds,
+                format!(
+                    "{len} bytes at {ptr:#x} start {} bytes before {}",
+                    info.base - ptr,
+                    info.describe()
+                ),
+            ));
+        }
+    }
+    Ok(Place::Host)
+}
+
+/// Checks that `len` bytes at `ptr` lie inside one live allocation (device, pinned or
+/// managed). `what` says what the range is (`source of the copy`); `code` is the error to
+/// return (`InvalidValue` for API arguments, `IllegalAddress` for kernel accesses).
+pub fn check(ptr: usize, len: usize, what: &str, call: &str, code: Code) -> EmuResult<AllocInfo> {
+    if len == 0 {
+        return Ok(AllocInfo {
+            id: 0,
+            base: ptr,
+            size: 0,
+            cap: 0,
+            align: 1,
+            kind: MemKind::Device,
+            ctx: 0,
+            alloc_call: "",
+            free_call: None,
+        });
+    }
+    let r = with(|r| classify(r, ptr, len));
+    match r {
+        Ok(Place::Device(info)) => Ok(info),
+        Ok(Place::Host) => Err(EmuError::new(
+            code,
+            Kind::NotDeviceMemory,
+            call,
+            format!("{what}: {len} bytes at {ptr:#x} are not in any emulated allocation"),
+        )),
+        Err((kind, msg)) => Err(EmuError::new(code, kind, call, format!("{what}: {msg}"))),
+    }
+}
+
+/// Where `len` bytes at `ptr` lie: inside a live allocation, or in host memory. A range that
+/// touches emulator memory without lying inside one live allocation (overrun, red zone, freed
+/// block) is an error.
+pub fn locate(ptr: usize, len: usize, what: &str, call: &str, code: Code) -> EmuResult<Place> {
+    if len == 0 {
+        return Ok(Place::Host);
+    }
+    let r = with(|r| classify(r, ptr, len));
+    r.map_err(|(kind, msg)| EmuError::new(code, kind, call, format!("{what}: {msg}")))
+}
+
+/// The live allocation starting exactly at `ptr`.
+pub fn allocation_at(ptr: usize) -> Option<AllocInfo> {
+    with(|r| r.live.get(&ptr).cloned())
+}
+
+/// The live allocation containing `ptr`.
+pub fn allocation_containing(ptr: usize) -> Option<AllocInfo> {
+    with(|r| {
+        containing(&r.live, ptr)
+            .filter(|i| ptr < i.base + i.size.max(1))
+            .cloned()
+    })
+}
+
+/// Live allocations of context `ctx` (all contexts when `None`).
+pub fn live(ctx: Option<u64>) -> Vec<AllocInfo> {
+    with(|r| {
+        r.live
+            .values()
+            .filter(|i| ctx.is_none_or(|c| i.ctx == c))
+            .cloned()
+            .collect()
+    })
+}
+
+/// Device bytes in use by context `ctx` (pinned host memory excluded).
+pub fn live_bytes(ctx: u64) -> u64 {
+    with(|r| r.live_bytes.get(&ctx).copied().unwrap_or(0))
+}
+
+/// Frees every allocation of `ctx` (after its leaks were reported), into the quarantine.
+pub fn release_context(ctx: u64, call: &str) {
+    with(|r| {
+        let bases: Vec<usize> = r
+            .live
+            .values()
+            .filter(|i| i.ctx == ctx)
+            .map(|i| i.base)
+            .collect();
+        for b in bases {
+            if let Some(mut info) = r.live.remove(&b) {
+                info.free_call = Some(format!("{call} (context destroyed)"));
+                quarantine(r, info);
+            }
+        }
+        r.live_bytes.remove(&ctx);
+    });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn poison_bounds_and_quarantine() {
+        let p = allocate(u64::MAX, u64::MAX, 100, MemKind::Device, "t").unwrap_or(0);
+        assert_ne!(p, 0);
+        // SAFETY: `p` is a live 100-byte allocation.
+        let first = unsafe { *(p as *const u8) };
+        assert_eq!(first, POISON);
+        assert!(check(p, 100, "x", "t", Code::InvalidValue).is_ok());
+        let e = check(p + 50, 51, "x", "t", Code::InvalidValue).err();
+        assert!(e.is_some_and(|e| e.message.contains("overrun")));
+        let e = check(p + 100, 1, "x", "t", Code::InvalidValue).err();
+        assert!(e.is_some_and(|e| e.message.contains("past the end")));
+        assert!(free(p, &[MemKind::Device], "free").is_ok());
+        let e = check(p, 4, "x", "t", Code::InvalidValue).err();
+        assert!(e.is_some_and(|e| e.message.contains("freed by free")));
+        let e = free(p, &[MemKind::Device], "free").err();
+        assert!(e.is_some_and(|e| e.message.contains("double free")));
+        let _ = crate::diag::take();
+    }
+}
