@@ -49,9 +49,15 @@ if ! dpkg -s libamdhip64-5 libamdhip64-dev libamd-comgr-dev >/dev/null 2>&1; the
     echo "==> installing the HIP runtime (libamdhip64-5, libamdhip64-dev, libamd-comgr-dev)"
     apt_install libamdhip64-5 libamdhip64-dev libamd-comgr-dev
 fi
-# Missing NVRTC, NCCL, HIP or C++ compiler must fail the tests here, not skip them.
+# etcd for multi-process jobs: the etcd crate builds with protoc (etcd-client's build script),
+# and its tests start a real etcd server on loopback.
+if ! command -v protoc >/dev/null || ! command -v etcd >/dev/null; then
+    echo "==> installing protobuf-compiler and etcd-server"
+    apt_install protobuf-compiler etcd-server
+fi
+# Missing NVRTC, NCCL, HIP, etcd or C++ compiler must fail the tests here, not skip them.
 export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1 XTHUNK_REQUIRE_NCCL=1
-export XTHUNK_REQUIRE_EMULATOR=1
+export XTHUNK_REQUIRE_EMULATOR=1 XTHUNK_REQUIRE_ETCD=1 XTHUNK_KILL_REPEATS=10
 
 steps=()
 times=()
@@ -75,14 +81,16 @@ step() {
 }
 
 step fmt cargo fmt --all --check
-step clippy cargo clippy --workspace --all-targets -- -D warnings
-step test cargo test --workspace
+step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
+step test cargo test --workspace --all-features
 step smoke cargo run --release -- run examples/mlp.txtpb
 # The CUDA and ROCm backends' execution paths through the driver emulator (emulated devices,
 # labelled as such; never reported as GPU results).
-step emu-cuda ci/with-emulator.sh target/debug/xthunk conformance --backend cuda
-step emu-rocm ci/with-emulator.sh target/debug/xthunk conformance --backend rocm
-step compile-smoke bash -c 'cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o target/mlp-aot.pb && cargo run -q --release -- run target/mlp-aot.pb'
+step emu-cuda ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
+step emu-rocm ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
+trap 'rm -rf "${scratch}"' EXIT
+step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"
 
 echo
 echo "ci/test.sh: all steps passed"

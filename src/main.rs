@@ -8,6 +8,7 @@ mod cli {
     pub mod devices;
     pub mod error;
     pub mod inspect;
+    pub mod launch;
     pub mod npy;
     pub mod outfiles;
     pub mod run;
@@ -117,6 +118,31 @@ enum Command {
     },
     /// List every backend of this build: available (version, devices) or why not.
     Devices,
+    /// Start N local processes of one job: ranks 0..N-1, each this xthunk binary running
+    /// COMMAND (after `--`) with XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_COORDINATOR and
+    /// XTHUNK_JOB_ID set; every output line is prefixed with `[rank R]`.
+    #[command(after_help = cli::launch::AFTER_HELP)]
+    Launch {
+        /// How many processes (ranks).
+        #[arg(short = 'n', long = "nprocs", value_name = "N")]
+        #[arg(value_parser = cli::launch::parse_nprocs)]
+        nprocs: usize,
+        /// Where the ranks meet: `local`, or `etcd://HOST:PORT[,HOST:PORT...]`.
+        #[arg(long, default_value = "local", value_parser = cli::launch::parse_coordinator)]
+        coordinator: xthunk_core::distributed::CoordinatorSpec,
+        /// The job id, the same for every rank and unique among the jobs sharing the
+        /// coordinator (default: a new one).
+        #[arg(long)]
+        job_id: Option<String>,
+        /// Seconds the other ranks get to exit on their own after one failed, before they are
+        /// killed.
+        #[arg(long, value_name = "SECS", default_value = "3")]
+        #[arg(value_parser = cli::launch::parse_grace)]
+        grace: Duration,
+        /// The xthunk command every rank runs, after `--` (e.g. `-- run program.txtpb`).
+        #[arg(last = true, required = true, value_name = "COMMAND")]
+        command: Vec<std::ffi::OsString>,
+    },
     /// Run the conformance suite on a backend (default: every backend of this build).
     #[command(after_help = CONFORMANCE_AFTER_HELP)]
     Conformance {
@@ -214,6 +240,22 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
             output,
         } => cli::compile::compile(&program, &targets, &output, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
+        Command::Launch {
+            nprocs,
+            coordinator,
+            job_id,
+            grace,
+            command,
+        } => {
+            let args = cli::launch::LaunchArgs {
+                nprocs,
+                coordinator,
+                job_id,
+                grace,
+                command,
+            };
+            return cli::launch::launch(&args, out);
+        }
         Command::Conformance {
             backend,
             device,

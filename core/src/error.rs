@@ -41,6 +41,9 @@ pub enum Error {
     /// An execution did not finish before its deadline.
     #[error("deadline of {deadline:?} exceeded; first pending thunks: {pending}")]
     DeadlineExceeded { deadline: Duration, pending: String },
+    /// Coordination with the other processes of a job failed (a dead rank, a timeout).
+    #[error(transparent)]
+    Distributed(#[from] crate::distributed::DistributedError),
     /// A thunk failed; `path` names it.
     #[error("thunk {path} ({kind}): {source}")]
     Thunk {

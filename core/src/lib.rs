@@ -3,6 +3,7 @@
 
 pub mod backend;
 pub mod collectives;
+pub mod distributed;
 pub mod error;
 pub mod executor;
 pub mod host;

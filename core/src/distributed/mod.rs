@@ -1,0 +1,402 @@
+//! Coordination of the ranks of one job: key-value exchange, barriers and liveness.
+//!
+//! A **job** is `world_size` ranks (processes, or threads of one process) that run one program
+//! together. Before their communicators exist they need a way to meet: to exchange the
+//! NCCL/RCCL unique id ([`exchange_unique_id`]), to wait for each other ([`Coordinator::barrier`])
+//! and to learn that one of them died ([`Coordinator::failures`]). That is the [`Coordinator`]
+//! trait. Two implementations:
+//!
+//! - [`LocalCoordinator`] (this module, the default): the ranks are threads of one process and
+//!   share a [`LocalStore`]. A rank whose coordinator is dropped without
+//!   [`Coordinator::shutdown`] (its thread returned early or panicked) is reported dead.
+//! - `EtcdCoordinator` (crate `xthunk-etcd`, behind the `etcd` feature of the `xthunk`
+//!   package): the ranks are processes, on one host or many, and meet in an etcd v3 cluster.
+//!   Leases with keep-alive are the heartbeats; a watch on the liveness keys reports a rank whose
+//!   lease expired.
+//!
+//! Where rank, world size, coordinator and job id come from (flags, `XTHUNK_*` variables,
+//! Slurm, Open MPI, Kubernetes indexed jobs) is [`env`](mod@env).
+//!
+//! # Contract
+//!
+//! - Everything is namespaced by the **job id**: two jobs on one store never see each other's
+//!   keys, barriers or failures.
+//! - A rank is registered as alive from the moment its coordinator is created until
+//!   [`Coordinator::shutdown`]. A rank that disappears otherwise is a [`RankFailure`], reported
+//!   to every other rank through [`Coordinator::failures`] and
+//!   [`Coordinator::subscribe_failures`] (a coordinator may also report a failure of its own
+//!   rank, e.g. when its own heartbeats stopped reaching the store).
+//! - Blocking calls ([`Coordinator::get`], [`Coordinator::barrier`]) return
+//!   [`DistributedError::RankFailed`] as soon as any failure is known: a job with a dead rank
+//!   cannot finish, and failing fast and loudly beats waiting for a timeout.
+//! - Every rank calls [`Coordinator::barrier`] with the same names in the same order; a name
+//!   may be reused (each call is a new round of that barrier).
+//! - [`Coordinator::shutdown`] is a barrier of every rank followed by the removal of this rank's
+//!   state; once every rank has shut down nothing of the job is left in the store.
+
+mod local;
+
+pub mod env;
+
+pub use env::{ClusterKind, CoordinatorSpec, DistributedConfig, Overrides};
+pub use local::{LocalCoordinator, LocalStore};
+
+use crossbeam_channel::{Receiver, Sender};
+use parking_lot::Mutex;
+use std::fmt;
+use std::time::Duration;
+
+/// The name of the barrier [`Coordinator::shutdown`] runs (in a namespace of its own: a user
+/// barrier of the same name is a different barrier).
+pub const SHUTDOWN_BARRIER: &str = "shutdown";
+
+/// A rank that left the job without shutting down, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RankFailure {
+    /// The rank that failed.
+    pub rank: usize,
+    /// What was observed (e.g. "its liveness lease expired").
+    pub reason: String,
+}
+
+impl fmt::Display for RankFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "rank {} failed: {}", self.rank, self.reason)
+    }
+}
+
+/// Errors of coordination: timeouts, dead ranks, the store, configuration.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DistributedError {
+    /// [`Coordinator::get`] waited `timeout` and the key did not appear.
+    #[error("job `{job}`: key `{key}` did not appear within {timeout:?}")]
+    GetTimeout {
+        job: String,
+        key: String,
+        timeout: Duration,
+    },
+    /// A barrier waited `timeout` and `missing` ranks did not arrive; those of them in `dead`
+    /// are not even registered as alive (they died or never started).
+    #[error(
+        "job `{job}`: barrier `{name}` timed out after {timeout:?}: {} did not arrive{}",
+        list_ranks(missing),
+        dead_note(dead)
+    )]
+    BarrierTimeout {
+        job: String,
+        name: String,
+        timeout: Duration,
+        missing: Vec<usize>,
+        dead: Vec<usize>,
+    },
+    /// A rank of the job failed; the job cannot finish.
+    #[error("job `{job}`: {failure}")]
+    RankFailed { job: String, failure: RankFailure },
+    /// The store (etcd) failed or could not be reached.
+    #[error("job `{job}`: {backend} coordinator: {op} failed: {message}")]
+    Store {
+        job: String,
+        backend: &'static str,
+        op: String,
+        message: String,
+    },
+    /// The coordinator was used after [`Coordinator::shutdown`].
+    #[error("job `{job}`: rank {rank}: the coordinator was already shut down")]
+    ShutDown { job: String, rank: usize },
+    /// Rank, world size, coordinator or job id are missing or inconsistent.
+    #[error("distributed configuration: {0}")]
+    Config(String),
+    /// The root of a clique could not make its unique id.
+    #[error("job `{job}`: unique id of {clique}: {message}")]
+    UniqueId {
+        job: String,
+        clique: String,
+        message: String,
+    },
+}
+
+/// `rank 3` or `ranks 1, 2`.
+pub fn list_ranks(ranks: &[usize]) -> String {
+    match ranks {
+        [r] => format!("rank {r}"),
+        _ => {
+            let list: Vec<String> = ranks.iter().map(ToString::to_string).collect();
+            format!("ranks {}", list.join(", "))
+        }
+    }
+}
+
+fn dead_note(dead: &[usize]) -> String {
+    if dead.is_empty() {
+        String::new()
+    } else {
+        format!(
+            " ({} not registered as alive: died or never started)",
+            list_ranks(dead)
+        )
+    }
+}
+
+pub type DistributedResult<T> = std::result::Result<T, DistributedError>;
+
+/// Key-value exchange, barriers and liveness among the ranks of one job. See the
+/// [module documentation](self) for the contract every implementation keeps.
+pub trait Coordinator: Send + Sync + fmt::Debug {
+    /// `local`, `etcd`: for messages.
+    fn backend(&self) -> &'static str;
+    /// The job this coordinator belongs to.
+    fn job_id(&self) -> &str;
+    /// This rank, in `0..world_size()`.
+    fn rank(&self) -> usize;
+    /// The number of ranks of the job.
+    fn world_size(&self) -> usize;
+    /// Sets `key` to `value` for every rank of the job (overwriting).
+    fn set(&self, key: &str, value: &[u8]) -> DistributedResult<()>;
+    /// The value of `key`, if it is set now.
+    fn try_get(&self, key: &str) -> DistributedResult<Option<Vec<u8>>>;
+    /// The value of `key`, waiting until some rank sets it; [`DistributedError::GetTimeout`]
+    /// after `timeout`, [`DistributedError::RankFailed`] as soon as a rank is known dead.
+    fn get(&self, key: &str, timeout: Duration) -> DistributedResult<Vec<u8>>;
+    /// Waits until every rank of the job has called `barrier(name)` (for the same time: the
+    /// n-th call of a name meets the n-th call of every other rank). After `timeout`,
+    /// [`DistributedError::BarrierTimeout`] names the ranks that did not arrive.
+    fn barrier(&self, name: &str, timeout: Duration) -> DistributedResult<()>;
+    /// Every failure seen so far (at most one per rank, the first reason), in the order seen.
+    fn failures(&self) -> Vec<RankFailure>;
+    /// A channel that yields every failure: those already seen, at once, then each new one.
+    /// It disconnects when the coordinator is dropped.
+    fn subscribe_failures(&self) -> Receiver<RankFailure>;
+    /// A barrier of every rank ([`SHUTDOWN_BARRIER`]), then this rank leaves the job: its
+    /// liveness registration and everything it stored are removed, and the last rank to leave
+    /// removes whatever of the job is left. Afterwards every call fails with
+    /// [`DistributedError::ShutDown`]. This rank's state is removed even when the barrier
+    /// fails (its error is returned); a second call does nothing.
+    fn shutdown(&self, timeout: Duration) -> DistributedResult<()>;
+
+    /// `Err(RankFailed)` with the first failure seen, if any.
+    fn check(&self) -> DistributedResult<()> {
+        match self.failures().into_iter().next() {
+            Some(failure) => Err(DistributedError::RankFailed {
+                job: self.job_id().to_string(),
+                failure,
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
+/// The key under which [`exchange_unique_id`] publishes the id of `clique`.
+pub fn unique_id_key(clique: &str) -> String {
+    format!("xthunk.unique_id/{clique}")
+}
+
+/// The NCCL/RCCL bootstrap: the root rank of a clique (`is_root`, its first rank) makes the
+/// unique id with `create` and publishes it; every other rank waits for it up to `timeout`.
+/// Every rank returns the same bytes. `clique` names the clique (e.g. a `CliqueKey`'s display,
+/// with a generation if the same clique is made twice in one job).
+pub fn exchange_unique_id(
+    coordinator: &dyn Coordinator,
+    clique: &str,
+    is_root: bool,
+    timeout: Duration,
+    create: impl FnOnce() -> Result<Vec<u8>, String>,
+) -> DistributedResult<Vec<u8>> {
+    let key = unique_id_key(clique);
+    if is_root {
+        let id = create().map_err(|message| DistributedError::UniqueId {
+            job: coordinator.job_id().to_string(),
+            clique: clique.to_string(),
+            message,
+        })?;
+        coordinator.set(&key, &id)?;
+        Ok(id)
+    } else {
+        coordinator.get(&key, timeout)
+    }
+}
+
+/// Calls `on_failure` on a new thread with the first failure `coordinator` reports (e.g. to log
+/// it, clean up and exit non-zero, as XLA terminates on a missed heartbeat). The thread ends
+/// after the call, or without calling when the coordinator is dropped.
+pub fn spawn_failure_handler(
+    coordinator: &dyn Coordinator,
+    on_failure: impl FnOnce(RankFailure) + Send + 'static,
+) -> std::io::Result<std::thread::JoinHandle<()>> {
+    let failures = coordinator.subscribe_failures();
+    std::thread::Builder::new()
+        .name("xthunk-failures".into())
+        .spawn(move || {
+            if let Ok(failure) = failures.recv() {
+                on_failure(failure);
+            }
+        })
+}
+
+/// The failures a coordinator has seen and its subscribers: shared by the implementations.
+#[derive(Debug, Default)]
+pub struct FailureBoard {
+    inner: Mutex<BoardInner>,
+}
+
+#[derive(Debug, Default)]
+struct BoardInner {
+    failures: Vec<RankFailure>,
+    subscribers: Vec<Sender<RankFailure>>,
+}
+
+impl FailureBoard {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records `failure` unless its rank already failed; true if it was new. Subscribers get
+    /// it; a subscriber whose receiver is gone is forgotten.
+    pub fn record(&self, failure: RankFailure) -> bool {
+        let mut inner = self.inner.lock();
+        if inner.failures.iter().any(|f| f.rank == failure.rank) {
+            return false;
+        }
+        tracing::error!(rank = failure.rank, reason = %failure.reason, "rank failure");
+        inner
+            .subscribers
+            .retain(|s| s.send(failure.clone()).is_ok());
+        inner.failures.push(failure);
+        true
+    }
+
+    /// Every failure recorded, in order.
+    pub fn all(&self) -> Vec<RankFailure> {
+        self.inner.lock().failures.clone()
+    }
+
+    /// The first failure recorded.
+    pub fn first(&self) -> Option<RankFailure> {
+        self.inner.lock().failures.first().cloned()
+    }
+
+    /// A channel with every failure recorded so far, then each new one.
+    pub fn subscribe(&self) -> Receiver<RankFailure> {
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let mut inner = self.inner.lock();
+        for f in &inner.failures {
+            // The receiver is alive (held here): this cannot fail.
+            let _ = tx.send(f.clone());
+        }
+        inner.subscribers.push(tx);
+        rx
+    }
+}
+
+/// Checks a job id: 1 to 128 characters of `[A-Za-z0-9._-]`, not `.` or `..` (it becomes a
+/// path segment of every key of the job, so that two jobs never share a prefix).
+pub fn validate_job_id(job_id: &str) -> DistributedResult<()> {
+    let ok_chars = job_id
+        .chars()
+        .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if job_id.is_empty() || job_id.len() > 128 || !ok_chars || job_id == "." || job_id == ".." {
+        return Err(DistributedError::Config(format!(
+            "invalid job id `{job_id}`: expected 1 to 128 characters of [A-Za-z0-9._-]"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a rank and a world size.
+pub fn validate_rank(rank: usize, world_size: usize) -> DistributedResult<()> {
+    if world_size == 0 {
+        return Err(DistributedError::Config(
+            "the world size must be at least 1".into(),
+        ));
+    }
+    if rank >= world_size {
+        return Err(DistributedError::Config(format!(
+            "rank {rank} is out of range for a world of {world_size} ranks"
+        )));
+    }
+    Ok(())
+}
+
+/// Checks a key or barrier name: not empty, at most 1024 bytes.
+pub fn validate_name(what: &str, name: &str) -> DistributedResult<()> {
+    if name.is_empty() || name.len() > 1024 {
+        return Err(DistributedError::Config(format!(
+            "invalid {what} `{name}`: expected 1 to 1024 bytes"
+        )));
+    }
+    Ok(())
+}
+
+/// `name` as one path segment: `%` and `/` escaped (`%25`, `%2F`), so that a name with slashes
+/// cannot reach into another name's keys.
+pub fn escape_segment(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        match c {
+            '%' => out.push_str("%25"),
+            '/' => out.push_str("%2F"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn messages_name_the_ranks() {
+        let e = DistributedError::BarrierTimeout {
+            job: "j".into(),
+            name: "start".into(),
+            timeout: Duration::from_secs(2),
+            missing: vec![1, 3],
+            dead: vec![3],
+        };
+        assert_eq!(
+            e.to_string(),
+            "job `j`: barrier `start` timed out after 2s: ranks 1, 3 did not arrive \
+             (rank 3 not registered as alive: died or never started)"
+        );
+        let e = DistributedError::RankFailed {
+            job: "j".into(),
+            failure: RankFailure {
+                rank: 2,
+                reason: "its lease expired".into(),
+            },
+        };
+        assert_eq!(e.to_string(), "job `j`: rank 2 failed: its lease expired");
+    }
+
+    #[test]
+    fn board_dedups_and_replays() {
+        let board = FailureBoard::new();
+        let early = board.subscribe();
+        assert!(board.record(RankFailure {
+            rank: 1,
+            reason: "a".into()
+        }));
+        assert!(!board.record(RankFailure {
+            rank: 1,
+            reason: "b".into()
+        }));
+        let late = board.subscribe();
+        assert_eq!(early.try_recv().map(|f| f.rank), Ok(1));
+        assert_eq!(late.try_recv().map(|f| f.reason), Ok("a".to_string()));
+        assert!(late.try_recv().is_err());
+        assert_eq!(board.all().len(), 1);
+    }
+
+    #[test]
+    fn job_ids_and_segments() {
+        assert!(validate_job_id("slurm-123.0").is_ok());
+        for bad in ["", ".", "..", "a/b", "a b", &"x".repeat(129)] {
+            assert!(validate_job_id(bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(escape_segment("a/b%c"), "a%2Fb%25c");
+        assert!(validate_rank(3, 4).is_ok());
+        assert!(validate_rank(4, 4).is_err());
+        assert!(validate_rank(0, 0).is_err());
+    }
+}
