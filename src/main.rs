@@ -2,6 +2,7 @@
 //! conformance suite.
 
 mod cli {
+    pub mod bench;
     pub mod compile;
     pub mod conformance;
     pub mod convert;
@@ -159,6 +160,25 @@ enum Command {
         #[arg(long)]
         verbose_table: bool,
     },
+    /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
+    /// against baselines measured in the same run, and print one table.
+    Bench {
+        /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
+        #[arg(long, default_value = "auto")]
+        backend: String,
+        /// Device ordinal within the backend.
+        #[arg(long, default_value_t = 0)]
+        device: usize,
+        /// Only benchmarks whose name contains this string (e.g. `gemm`, `copy`).
+        #[arg(long)]
+        filter: Option<String>,
+        /// Fewer rounds (a smoke run).
+        #[arg(long)]
+        quick: bool,
+        /// Also write the results as JSON to this file (atomically).
+        #[arg(long, value_name = "FILE")]
+        json: Option<PathBuf>,
+    },
 }
 
 fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
@@ -269,6 +289,22 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
                 verbose_table,
             };
             return cli::conformance::conformance(&xthunk::Runtime::new(), &args, out);
+        }
+        Command::Bench {
+            backend,
+            device,
+            filter,
+            quick,
+            json,
+        } => {
+            let args = cli::bench::BenchArgs {
+                backend,
+                device,
+                filter,
+                quick,
+                json,
+            };
+            return cli::bench::bench(&xthunk::Runtime::new(), &args, out);
         }
     }
     Ok(0)

@@ -33,6 +33,7 @@
 //! `XTHUNK_CUDA_PATH` at it). `XTHUNK_REQUIRE_NVRTC=1` / `XTHUNK_REQUIRE_CXX=1` turn the
 //! tests' skips into failures.
 
+pub mod bench;
 mod blas;
 pub mod compile;
 pub mod cubin;

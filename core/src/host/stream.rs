@@ -28,7 +28,7 @@ unsafe impl Sync for SendArgs {}
 
 /// A captured sequence of work, replayed as one queued operation.
 pub struct HostGraph {
-    ops: Vec<Work>,
+    ops: Arc<Vec<Work>>,
 }
 
 impl crate::backend::Graph for HostGraph {
@@ -455,7 +455,7 @@ impl Stream for HostStream {
     fn end_capture(&self) -> Result<Arc<dyn crate::backend::Graph>> {
         self.capturing.store(false, Ordering::SeqCst);
         match self.capture.lock().take() {
-            Some(ops) => Ok(Arc::new(HostGraph { ops })),
+            Some(ops) => Ok(Arc::new(HostGraph { ops: Arc::new(ops) })),
             None => Err(Error::InvalidArgument("stream is not capturing".into())),
         }
     }
@@ -468,12 +468,14 @@ impl Stream for HostStream {
             ));
         };
         let ops = g.ops.clone();
-        self.push(Op::Work(Arc::new(move || {
-            for op in &ops {
+        // One queued operation replays the whole graph (in the issuing thread in immediate
+        // mode when the stream is idle, like any other work).
+        self.work(move || {
+            for op in ops.iter() {
                 op()?;
             }
             Ok(())
-        })))
+        })
     }
 
     fn as_any(&self) -> &dyn Any {
