@@ -6,7 +6,7 @@
 #   ci/with-emulator.sh cargo run -- run --backend rocm examples/mlp.txtpb
 #
 # It builds the emulator (`cargo build -p xthunk-emulator`, debug unless XTHUNK_EMU_PROFILE=release;
-# XTHUNK_EMU_NO_BUILD=1 skips the build), makes a temporary folder in which every library name the
+# XTHUNK_EMU_NO_BUILD=1 skips the build; XTHUNK_EMU_LIB=PATH uses that library), makes a temporary folder in which every library name the
 # backends search is a symlink to the one emulator library:
 #
 #   libcuda.so libcuda.so.1                      the CUDA driver
@@ -55,7 +55,7 @@ if [[ "${XTHUNK_EMU_NO_BUILD:-0}" != 1 ]]; then
     "${build[@]}" >&2
 fi
 
-lib="$target_dir/$profile/libxthunk_emulator.so"
+lib="${XTHUNK_EMU_LIB:-$target_dir/$profile/libxthunk_emulator.so}"
 if [[ ! -f "$lib" ]]; then
     echo "with-emulator.sh: $lib not found (build failed, or XTHUNK_EMU_PROFILE/CARGO_TARGET_DIR differ)" >&2
     exit 2

@@ -13,10 +13,16 @@ fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
 
+/// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
+/// only in `deps/`.
 fn emulator_lib() -> Option<PathBuf> {
-    let bin = Path::new(env!("CARGO_BIN_EXE_xthunk"));
-    let lib = bin.parent()?.join("libxthunk_emulator.so");
-    lib.exists().then_some(lib)
+    let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
+    [
+        dir.join("libxthunk_emulator.so"),
+        dir.join("deps/libxthunk_emulator.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
 }
 
 fn read_f32_npy(path: &Path) -> Vec<f32> {
@@ -34,10 +40,7 @@ fn xthunk(emulated: bool, args: &[&str]) -> String {
         let mut c = Command::new("bash");
         c.arg(root().join("ci/with-emulator.sh")).arg(bin);
         c.env("XTHUNK_EMU_NO_BUILD", "1");
-        c.env(
-            "CARGO_TARGET_DIR",
-            Path::new(bin).parent().unwrap().parent().unwrap(),
-        );
+        c.env("XTHUNK_EMU_LIB", emulator_lib().unwrap());
         c
     } else {
         Command::new(bin)
