@@ -91,6 +91,14 @@ enum Command {
         /// Fail if one execution takes longer than this many seconds.
         #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
         deadline: Option<Duration>,
+        /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
+        /// collectives among them; parameters without --input get per-rank random values.
+        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
+        devices: u32,
+        /// A collective whose peers have not all arrived after this many seconds fails,
+        /// naming the missing ranks (a warning names them after a sixth of it).
+        #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
+        collective_timeout: Duration,
     },
     /// Print a readable listing of a program: signature, allocations, modules, thunk tree.
     Inspect {
@@ -235,6 +243,8 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
             seed,
             iterations,
             deadline,
+            devices,
+            collective_timeout,
         } => {
             let args = cli::run::RunArgs {
                 program,
@@ -245,6 +255,8 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
                 seed,
                 iterations,
                 deadline,
+                devices,
+                collective_timeout,
             };
             cli::run::run(&args, out)?;
         }

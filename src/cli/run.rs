@@ -19,6 +19,9 @@ pub struct RunArgs {
     pub seed: u64,
     pub iterations: u32,
     pub deadline: Option<Duration>,
+    /// SPMD ranks (devices 0..N-1 of the backend); 1 runs on `device` alone.
+    pub devices: u32,
+    pub collective_timeout: Duration,
 }
 
 /// How many leading values of each output are printed.
@@ -91,22 +94,34 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             )));
         }
     }
-    let mut host_inputs = Vec::with_capacity(sig.parameters.len());
-    for (i, p) in sig.parameters.iter().enumerate() {
-        let bytes = match given.get(p.name.as_str()) {
-            Some(path) => npy::read_input(p, path)?,
-            None => {
-                let count = p.element_count().ok_or_else(|| {
-                    CliError::Usage(format!("parameter `{}` is too large", p.name))
-                })?;
-                let count = usize::try_from(count)
-                    .map_err(|_| CliError::Usage(format!("parameter `{}` is too large", p.name)))?;
-                tracing::info!(parameter = %p.name, seed = args.seed, "random input");
-                tensor::random_bytes(p.dtype, count, args.seed, i as u64)
-            }
-        };
-        host_inputs.push(bytes);
+    let ranks = args.devices.max(1) as usize;
+    let mut rank_inputs: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ranks);
+    for rank in 0..ranks {
+        let mut host_inputs = Vec::with_capacity(sig.parameters.len());
+        for (i, p) in sig.parameters.iter().enumerate() {
+            let bytes = match given.get(p.name.as_str()) {
+                Some(path) => npy::read_input(p, path)?,
+                None => {
+                    let count = p.element_count().ok_or_else(|| {
+                        CliError::Usage(format!("parameter `{}` is too large", p.name))
+                    })?;
+                    let count = usize::try_from(count).map_err(|_| {
+                        CliError::Usage(format!("parameter `{}` is too large", p.name))
+                    })?;
+                    tracing::info!(parameter = %p.name, seed = args.seed, rank, "random input");
+                    // Rank 0 gets the same values as a single-device run.
+                    let stream = i as u64 + (rank as u64) * 0x1_0000;
+                    tensor::random_bytes(p.dtype, count, args.seed, stream)
+                }
+            };
+            host_inputs.push(bytes);
+        }
+        rank_inputs.push(host_inputs);
     }
+    if ranks > 1 {
+        return run_spmd(args, program, rank_inputs, out);
+    }
+    let host_inputs = rank_inputs.pop().unwrap_or_default();
     let plan = match &args.output_dir {
         Some(dir) => Some(outfiles::Plan::new(dir, &sig.outputs)?),
         None => None,
@@ -192,6 +207,117 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         let written = plan.write(&results)?;
         for p in written {
             writeln!(out, "wrote {}", p.display())?;
+        }
+    }
+    Ok(())
+}
+
+/// `xthunk run --devices N`: the program on devices 0..N-1 of one backend, one thread per rank,
+/// collectives among them; prints every rank's outputs and writes them under
+/// `DIR/rank<R>/NAME.npy`.
+fn run_spmd(
+    args: &RunArgs,
+    program: xthunk::ir::Executable,
+    inputs: Vec<Vec<Vec<u8>>>,
+    out: &mut dyn Write,
+) -> CliResult<()> {
+    use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+    let n = inputs.len();
+    let sig = program.signature.clone();
+    let plans = match &args.output_dir {
+        Some(dir) => Some(
+            (0..n)
+                .map(|r| outfiles::Plan::new(&dir.join(format!("rank{r}")), &sig.outputs))
+                .collect::<CliResult<Vec<_>>>()?,
+        ),
+        None => None,
+    };
+    let rt = Runtime::with_host_devices(n);
+    let choice = backend_choice(&args.backend);
+    let (backend, skipped) = rt.select(&choice)?;
+    for s in skipped {
+        eprintln!("xthunk:   skipped {s}");
+    }
+    let devices = (0..n)
+        .map(|i| backend.device(i))
+        .collect::<xthunk::Result<Vec<_>>>()?;
+    let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
+    let cliques: std::sync::Arc<dyn CliqueProvider> = match backend.name() {
+        "host" => std::sync::Arc::new(HostCliqueProvider::new(devices.clone(), timeouts)?),
+        other => {
+            return Err(xthunk::Error::Unsupported {
+                backend: other.into(),
+                feature: "SPMD runs on several devices (in-process collectives exist on the host backend; NCCL/RCCL cliques are not wired into `run --devices` yet)".into(),
+            }
+            .into());
+        }
+    };
+    eprintln!(
+        "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}",
+        backend.name(),
+        n - 1,
+        devices[0].info().name
+    );
+    let opts = ExecuteOptions {
+        deadline: args.deadline,
+        ..Default::default()
+    };
+    let results = xthunk::core::executor::spmd::run_spmd(
+        &program,
+        &devices,
+        cliques,
+        &inputs,
+        args.iterations,
+        &xthunk::core::executor::ExecutorConfig::default(),
+        &opts,
+    )?;
+    writeln!(
+        out,
+        "program {} ({} thunks) on {n} ranks of {}",
+        program.name,
+        program.thunk_count(),
+        backend.name()
+    )?;
+    for (rank, r) in results.iter().enumerate() {
+        for (spec, bytes) in sig.outputs.iter().zip(&r.outputs) {
+            writeln!(
+                out,
+                "rank {rank} output {}: {}  sum={}  fnv1a={:016x}",
+                spec.name,
+                tensor::type_text(spec.dtype, &spec.dims),
+                tensor::float_text(tensor::sum(spec.dtype, bytes)),
+                tensor::fnv1a(bytes)
+            )?;
+            writeln!(
+                out,
+                "  first values: {}",
+                tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
+            )?;
+        }
+    }
+    let slowest: Vec<Duration> = (0..args.iterations as usize)
+        .map(|i| {
+            results
+                .iter()
+                .filter_map(|r| r.times.get(i).copied())
+                .max()
+                .unwrap_or_default()
+        })
+        .collect();
+    let total: Duration = slowest.iter().sum();
+    let mean = total / slowest.len().max(1) as u32;
+    writeln!(
+        out,
+        "time per iteration (slowest rank): mean {:.3} ms ({} iteration{})",
+        mean.as_secs_f64() * 1e3,
+        slowest.len(),
+        if slowest.len() == 1 { "" } else { "s" }
+    )?;
+    if let Some(plans) = plans {
+        for (plan, r) in plans.into_iter().zip(&results) {
+            for p in plan.write(&r.outputs)? {
+                writeln!(out, "wrote {}", p.display())?;
+            }
         }
     }
     Ok(())

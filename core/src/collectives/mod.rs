@@ -5,11 +5,45 @@
 //! issued on a stream, in order with the stream's other work; every rank of the clique must
 //! issue the same operations in the same order (the executor guarantees it for SPMD programs by
 //! keeping program order per communicator).
+//!
+//! # Cliques and the cache
+//!
+//! A clique is named by a [`CliqueKey`]: the participating global ranks (sorted: clique rank
+//! `i` is the `i`-th smallest global rank), the [`StreamKind`] its operations run on, and, for
+//! cliques made by [`CliqueProvider::split`], the split color. Keys are totally ordered, so a
+//! program's cliques can be listed, compared and acquired in one deterministic order.
+//!
+//! A [`CliqueProvider`] hands out one communicator per `(key, global rank)` and caches it, so
+//! that repeated executions reuse it. **Every rank must acquire its cliques in the same order**
+//! (the executor acquires them in program order of the collective thunks): with NCCL/RCCL the
+//! creation of a communicator is itself a collective call, and two ranks acquiring two cliques
+//! in opposite orders deadlock there. The host provider does not need it to be safe, but keeps
+//! the same contract so programs behave alike on every backend.
+//!
+//! # Hangs
+//!
+//! Ranks meet in a [`Rendezvous`] with a warn-after timeout (a `tracing` warning naming the
+//! ranks that have not arrived, repeated) and a terminate-after timeout (an error naming them
+//! on every waiting rank; the clique is then poisoned and every later operation on it fails
+//! at once). [`Communicator::async_error`] reports such a failure, [`Communicator::abort`]
+//! makes every pending and future operation of the clique fail promptly, and
+//! [`Communicator::pending`] says who is missing, for watchdog messages. [`Watchdog`] polls a
+//! set of communicators and aborts them all on the first error.
+
+mod host;
+mod reduce;
+mod rendezvous;
+mod watchdog;
+
+pub use host::{HostCliqueProvider, HostCommunicator};
+pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
+pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
 use crate::backend::{DevicePtr, Stream};
-use crate::error::Result;
-use crate::ir::DType;
+use crate::error::{Error, Result};
+use crate::ir::{AsyncKind, DType};
 use std::fmt;
+use std::sync::Arc;
 
 /// Reduction operator.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -84,7 +118,8 @@ pub trait Communicator: Send + Sync {
         count: u64,
         dtype: DType,
     ) -> Result<()>;
-    /// `dst = src of root` on every rank.
+    /// `dst = src of root` on every rank (`root` is a clique rank; `src` is only read on the
+    /// root).
     fn broadcast(
         &self,
         stream: &dyn Stream,
@@ -94,7 +129,9 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         root: usize,
     ) -> Result<()>;
-    /// Sends `count` elements to `peer` (matched by a `recv` there).
+    /// Sends `count` elements to clique rank `peer` (matched by a `recv` there: the `k`-th send
+    /// from `a` to `b` meets the `k`-th receive on `b` from `a`; both name the same count and
+    /// dtype).
     fn send(
         &self,
         stream: &dyn Stream,
@@ -103,7 +140,7 @@ pub trait Communicator: Send + Sync {
         dtype: DType,
         peer: usize,
     ) -> Result<()>;
-    /// Receives `count` elements from `peer`.
+    /// Receives `count` elements from clique rank `peer`.
     fn recv(
         &self,
         stream: &dyn Stream,
@@ -114,10 +151,196 @@ pub trait Communicator: Send + Sync {
     ) -> Result<()>;
     /// Groups the sends and receives issued until [`Communicator::group_end`] so they progress
     /// together (a permute is a group of one send and one receive per rank).
+    /// Groups nest; every send and receive of a group must be issued on the same stream.
     fn group_start(&self) -> Result<()>;
     fn group_end(&self) -> Result<()>;
-    /// An error the communicator hit asynchronously (a peer failed, a timeout), if any.
+    /// Ends a group, naming the stream its sends and receives were issued on. Prefer it to
+    /// [`Communicator::group_end`]: the host backend needs the stream (it queues the whole
+    /// group there as one operation, posting every send and receive before waiting on any)
+    /// and fails a non-empty group ended without one. The default calls `group_end` (NCCL
+    /// and RCCL launch each operation on its own stream).
+    fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
+        let _ = stream;
+        self.group_end()
+    }
+    /// An error the communicator hit asynchronously (a peer failed, a timeout, a mismatch of
+    /// operations across ranks, an abort), if any. Cheap: a watchdog may poll it.
     fn async_error(&self) -> Result<()>;
     /// Aborts: pending and future operations fail on every rank instead of hanging.
     fn abort(&self, reason: &str);
+    /// This rank and its clique in words, for messages (`rank 1 of clique [0, 2] communication`).
+    fn describe(&self) -> String {
+        format!("rank {} of a clique of {}", self.rank(), self.size())
+    }
+    /// What this rank's clique is waiting on right now, if anything: each rendezvous in
+    /// progress with the ranks that have arrived and those that have not. `None` when nothing
+    /// is pending or the backend cannot tell. For watchdog and deadline messages.
+    fn pending(&self) -> Option<String> {
+        None
+    }
+}
+
+/// Which stream a clique's operations run on. Part of the [`CliqueKey`]: the same devices get
+/// distinct communicators for compute-stream and communication-stream collectives, so that
+/// the two never order against each other inside the communicator.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum StreamKind {
+    Compute,
+    Communication,
+}
+
+impl StreamKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            StreamKind::Compute => "compute",
+            StreamKind::Communication => "communication",
+        }
+    }
+}
+
+impl From<AsyncKind> for StreamKind {
+    fn from(k: AsyncKind) -> Self {
+        match k {
+            AsyncKind::Compute => StreamKind::Compute,
+            AsyncKind::Communication => StreamKind::Communication,
+        }
+    }
+}
+
+impl fmt::Display for StreamKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// The name of a clique: its global ranks in clique order (ascending), its stream kind and,
+/// for cliques made by a split, the split color. Totally ordered (ranks, then stream kind, then
+/// color), so that every rank can sort the cliques of a program the same way.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CliqueKey {
+    ranks: Vec<usize>,
+    stream_kind: StreamKind,
+    color: Option<u64>,
+}
+
+impl CliqueKey {
+    /// A clique of `ranks` (global ranks, in any order: they are sorted, so clique rank `i` is
+    /// the `i`-th smallest). Fails on an empty or repeated rank list.
+    pub fn new(ranks: impl IntoIterator<Item = usize>, stream_kind: StreamKind) -> Result<Self> {
+        let mut ranks: Vec<usize> = ranks.into_iter().collect();
+        ranks.sort_unstable();
+        if ranks.is_empty() {
+            return Err(Error::InvalidArgument(
+                "a clique needs at least one rank".into(),
+            ));
+        }
+        if let Some(w) = ranks.windows(2).find(|w| w[0] == w[1]) {
+            return Err(Error::InvalidArgument(format!(
+                "rank {} appears twice in clique {ranks:?}",
+                w[0]
+            )));
+        }
+        Ok(CliqueKey {
+            ranks,
+            stream_kind,
+            color: None,
+        })
+    }
+
+    /// The same ranks as a clique made by a split with `color` (see [`split_color`]).
+    pub fn with_color(mut self, color: u64) -> Self {
+        self.color = Some(color);
+        self
+    }
+
+    /// Global ranks in clique order.
+    pub fn ranks(&self) -> &[usize] {
+        &self.ranks
+    }
+
+    pub fn size(&self) -> usize {
+        self.ranks.len()
+    }
+
+    pub fn stream_kind(&self) -> StreamKind {
+        self.stream_kind
+    }
+
+    pub fn color(&self) -> Option<u64> {
+        self.color
+    }
+
+    /// The clique rank of `global_rank`, if it belongs to the clique.
+    pub fn rank_of(&self, global_rank: usize) -> Option<usize> {
+        self.ranks.binary_search(&global_rank).ok()
+    }
+
+    /// The global rank of clique rank `rank`.
+    pub fn global_rank(&self, rank: usize) -> Option<usize> {
+        self.ranks.get(rank).copied()
+    }
+}
+
+impl fmt::Display for CliqueKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "clique {:?} {}", self.ranks, self.stream_kind)?;
+        if let Some(c) = self.color {
+            write!(f, " color {c:#x}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The split color of a replica group: a deterministic hash of its ranks (sorted, so every
+/// member computes the same value; FNV-1a 64 over the little-endian `u64` of the group size
+/// and of each rank, independent of platform, process and run), folded to 31 bits so that it
+/// is also a valid (non-negative `int`) color for `ncclCommSplit`. Two different groups may
+/// collide with probability about 2^-31 per pair; on the host the key also holds the ranks,
+/// so a collision there is harmless.
+pub fn split_color(group: &[usize]) -> u64 {
+    let mut sorted = group.to_vec();
+    sorted.sort_unstable();
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut eat = |v: u64| {
+        for b in v.to_le_bytes() {
+            h ^= u64::from(b);
+            h = h.wrapping_mul(0x0100_0000_01b3);
+        }
+    };
+    eat(sorted.len() as u64);
+    for r in sorted {
+        eat(r as u64);
+    }
+    (h ^ (h >> 31) ^ (h >> 62)) & 0x7fff_ffff
+}
+
+/// Hands out communicators, one per `(clique key, global rank)`, cached and reused across
+/// executions.
+///
+/// **Every rank must acquire (and split) cliques in the same order** — the executor acquires
+/// them in program order of the collective thunks. On NCCL/RCCL, creating a communicator is a
+/// collective call of all its ranks.
+pub trait CliqueProvider: Send + Sync {
+    /// The number of global ranks (devices) this provider serves.
+    fn num_ranks(&self) -> usize;
+    /// The communicator of `global_rank` in the clique `key` (created on first use, then
+    /// cached). Fails if `global_rank` is not in the clique or a rank is out of range. An
+    /// aborted clique is returned as it is (failing) until [`CliqueProvider::evict_aborted`].
+    fn acquire(&self, key: &CliqueKey, global_rank: usize) -> Result<Arc<dyn Communicator>>;
+    /// Splits the clique `parent`: a collective call of all its ranks (each from its own
+    /// thread). Ranks passing the same `color` form a new clique (key: their ranks, the
+    /// parent's stream kind, that color), returned here (and cached, as by `acquire`); a rank
+    /// passing `None` joins no clique and gets `None`.
+    fn split(
+        &self,
+        parent: &CliqueKey,
+        global_rank: usize,
+        color: Option<u64>,
+    ) -> Result<Option<Arc<dyn Communicator>>>;
+    /// Forgets every clique that failed (aborted, timed out, mismatched), so that the next
+    /// acquire of its key creates a fresh one; returns their keys. A failed clique stays
+    /// failed until then — every operation on it fails at once — so that a rank still
+    /// running an old execution can never meet ranks of a new one: call this only when no
+    /// rank is running (e.g. between SPMD runs).
+    fn evict_aborted(&self) -> Vec<CliqueKey>;
 }

@@ -14,12 +14,13 @@
 //! from a pool, so one [`LoadedExecutable`] can be executed from many threads at once.
 
 pub mod graph;
+pub mod spmd;
 
 use crate::backend::{
     Buffer, Device, DeviceMemory, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg,
     LaunchDims, LoadedModule, Stream,
 };
-use crate::collectives::Communicator;
+use crate::collectives::{CliqueKey, CliqueProvider, Communicator, StreamKind};
 use crate::error::{Error, Result};
 use crate::ir::{
     AllocationKind, AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, GemmThunk,
@@ -83,19 +84,14 @@ pub struct ExecuteOptions {
     pub collectives: Option<CollectiveContext>,
 }
 
-/// Where communicators come from: the cliques of an SPMD run.
-pub trait Cliques: Send + Sync {
-    /// The communicator of global rank `rank` in the clique of the global `ranks` (sorted,
-    /// containing `rank`). Every member must ask for the same cliques in the same order.
-    fn communicator(&self, ranks: &[u32], rank: u32) -> Result<Arc<dyn Communicator>>;
-}
-
-/// One device's place in an SPMD run.
+/// One device's place in an SPMD run: its global rank, the number of ranks, and where its
+/// communicators come from. Every rank acquires cliques in program order of the collective
+/// thunks, the same on every rank.
 #[derive(Clone)]
 pub struct CollectiveContext {
     pub rank: u32,
     pub world: u32,
-    pub cliques: Arc<dyn Cliques>,
+    pub cliques: Arc<dyn CliqueProvider>,
 }
 
 impl std::fmt::Debug for CollectiveContext {
@@ -171,6 +167,8 @@ struct Step {
     kind: &'static str,
     label: String,
     op: Op,
+    /// The stream class (from an enclosing async scope): collectives key their cliques by it.
+    stream_kind: StreamKind,
 }
 
 /// A top-level node of the schedule.
@@ -364,6 +362,7 @@ impl Planner<'_> {
             kind: t.kind(),
             label,
             op,
+            stream_kind: StreamKind::Compute,
         })
     }
 
@@ -425,7 +424,11 @@ impl Planner<'_> {
             Thunk::AsyncDone { .. } => {}
             _ => {
                 on_step(t, class);
-                out.push(self.step(t, path)?);
+                let mut step = self.step(t, path)?;
+                if let Some(c) = class {
+                    step.stream_kind = StreamKind::from(c);
+                }
+                out.push(step);
             }
         }
         Ok(())
@@ -775,14 +778,21 @@ impl LoadedExecutable {
             table: &table,
             deadline,
             collectives: opts.collectives.as_ref(),
+            used: std::cell::RefCell::new(vec![]),
         };
         let issued = run.issue_all(&mut state);
+        if let Err(e) = &issued {
+            // Peers waiting for this rank in a collective must not wait for the timeout.
+            run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
+        }
         let waited = match &issued {
             Ok(()) => run.wait_all(&state),
             Err(_) => Ok(()),
         };
-        if let Err(e @ Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
-            let _ = e;
+        if let Err(e) = &waited {
+            run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
+        }
+        if let Err(Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
             // The work may never finish (a hung kernel): do not block the caller. A reaper
             // thread waits for the streams and only then frees the state.
             let reaper = std::thread::Builder::new()
@@ -864,6 +874,9 @@ struct Run<'a> {
     table: &'a [DevicePtr],
     deadline: Option<(Duration, Instant)>,
     collectives: Option<&'a CollectiveContext>,
+    /// Communicators this execution used: aborted if it fails, so peers fail fast instead of
+    /// waiting for this rank until their terminate timeout.
+    used: std::cell::RefCell<Vec<Arc<dyn Communicator>>>,
 }
 
 impl Run<'_> {
@@ -877,7 +890,7 @@ impl Run<'_> {
             .unwrap_or((0, 1))
     }
 
-    fn communicator(&self, ranks: &[u32]) -> Result<Arc<dyn Communicator>> {
+    fn communicator(&self, ranks: &[u32], kind: StreamKind) -> Result<Arc<dyn Communicator>> {
         let (rank, world) = self.rank_world();
         let Some(ctx) = self.collectives else {
             return Err(Error::InvalidArgument(format!(
@@ -889,11 +902,24 @@ impl Run<'_> {
                 "rank {bad} does not exist in a world of {world}"
             )));
         }
-        ctx.cliques.communicator(ranks, rank)
+        let key = CliqueKey::new(ranks.iter().map(|r| *r as usize), kind)?;
+        let comm = ctx.cliques.acquire(&key, rank as usize)?;
+        let mut used = self.used.borrow_mut();
+        if !used.iter().any(|c| Arc::ptr_eq(c, &comm)) {
+            used.push(comm.clone());
+        }
+        Ok(comm)
+    }
+
+    /// Aborts every communicator this execution used (after a failure).
+    fn abort_communicators(&self, reason: &str) {
+        for c in self.used.borrow().iter() {
+            c.abort(reason);
+        }
     }
 
     /// The clique of this rank and `peer`, and the peer's position in it.
-    fn pair(&self, peer: u32) -> Result<(u32, Arc<dyn Communicator>, usize)> {
+    fn pair(&self, peer: u32, kind: StreamKind) -> Result<(u32, Arc<dyn Communicator>, usize)> {
         let (rank, _) = self.rank_world();
         if peer == rank {
             return Err(Error::InvalidArgument(format!(
@@ -902,12 +928,12 @@ impl Run<'_> {
         }
         let mut ranks = vec![rank, peer];
         ranks.sort_unstable();
-        let comm = self.communicator(&ranks)?;
+        let comm = self.communicator(&ranks, kind)?;
         let pos = usize::from(ranks[0] != peer);
         Ok((rank, comm, pos))
     }
 
-    fn collective(&self, c: &CollectiveThunk, stream: &dyn Stream) -> Result<()> {
+    fn collective(&self, c: &CollectiveThunk, kind: StreamKind, stream: &dyn Stream) -> Result<()> {
         let (rank, world) = self.rank_world();
         let group: Vec<u32> = if c.groups.is_empty() {
             (0..world).collect()
@@ -939,7 +965,7 @@ impl Run<'_> {
                 feature: format!("replica group {group:?} not in ascending rank order"),
             });
         }
-        let comm = self.communicator(&sorted)?;
+        let comm = self.communicator(&sorted, kind)?;
         match c.op {
             CollectiveOp::AllReduce { op } => {
                 comm.all_reduce(stream, src, dst, c.src.size / es, c.dtype, op)
@@ -963,6 +989,7 @@ impl Run<'_> {
         dst: Slice,
         dtype: DType,
         pairs: &[(u32, u32)],
+        kind: StreamKind,
         stream: &dyn Stream,
     ) -> Result<()> {
         let (rank, world) = self.rank_world();
@@ -984,7 +1011,7 @@ impl Run<'_> {
         // Every rank joins the world clique (its creation is collective), then sends and
         // receives as one group.
         let all: Vec<u32> = (0..world).collect();
-        let comm = self.communicator(&all)?;
+        let comm = self.communicator(&all, kind)?;
         comm.group_start()?;
         let mut r = Ok(());
         if let Some(t) = to {
@@ -993,7 +1020,7 @@ impl Run<'_> {
         if let Some(f) = from {
             r = r.and(comm.recv(stream, self.ptr(&dst), count, dtype, f as usize));
         }
-        comm.group_end().and(r)
+        comm.group_end_on(stream).and(r)
     }
 
     fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
@@ -1207,15 +1234,15 @@ impl Run<'_> {
                     None => Ok(()),
                 }
             }
-            Op::Collective(c) => self.collective(c, stream),
+            Op::Collective(c) => self.collective(c, step.stream_kind, stream),
             Op::Permute {
                 src,
                 dst,
                 dtype,
                 pairs,
-            } => self.permute(*src, *dst, *dtype, pairs, stream),
+            } => self.permute(*src, *dst, *dtype, pairs, step.stream_kind, stream),
             Op::Send { src, dtype, peer } => {
-                let (rank, comm, pos) = self.pair(*peer)?;
+                let (rank, comm, pos) = self.pair(*peer, step.stream_kind)?;
                 let _ = rank;
                 comm.send(
                     stream,
@@ -1226,7 +1253,7 @@ impl Run<'_> {
                 )
             }
             Op::Recv { dst, dtype, peer } => {
-                let (_, comm, pos) = self.pair(*peer)?;
+                let (_, comm, pos) = self.pair(*peer, step.stream_kind)?;
                 comm.recv(
                     stream,
                     self.ptr(dst),

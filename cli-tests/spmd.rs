@@ -1,0 +1,241 @@
+//! SPMD runs on several host devices: the two collective examples against independent
+//! references, `xthunk run --devices 4`, and a rank that never reaches a collective.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+#[path = "../examples/build_collectives.rs"]
+#[allow(dead_code)]
+mod build_collectives;
+
+use build_collectives::*;
+use rand::{Rng, SeedableRng};
+use std::process::Command;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+use xthunk::core::executor::ExecutorConfig;
+use xthunk::core::executor::spmd::{RankOutput, run_spmd};
+use xthunk::core::host::HostBackend;
+use xthunk::ir::*;
+use xthunk::{Backend, Device, ExecuteOptions};
+
+fn devices(n: usize) -> Vec<Arc<dyn Device>> {
+    let b = HostBackend::with_devices(n);
+    (0..n).map(|i| b.device(i).unwrap()).collect()
+}
+
+fn run(
+    exe: &Executable,
+    inputs: &[Vec<Vec<u8>>],
+    timeouts: Timeouts,
+) -> xthunk::Result<Vec<RankOutput>> {
+    let devs = devices(inputs.len());
+    let cliques: Arc<dyn CliqueProvider> =
+        Arc::new(HostCliqueProvider::new(devs.clone(), timeouts)?);
+    run_spmd(
+        exe,
+        &devs,
+        cliques,
+        inputs,
+        1,
+        &ExecutorConfig::default(),
+        &ExecuteOptions::default(),
+    )
+}
+
+fn random(n: u64, rng: &mut rand_chacha::ChaCha8Rng) -> Vec<f32> {
+    (0..n).map(|_| rng.random_range(-1.0f32..1.0)).collect()
+}
+
+fn bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn floats(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+#[test]
+fn checked_in_examples_match_the_builder() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("examples");
+    for (file, exe) in [
+        ("dp_step.txtpb", build_dp_step().unwrap()),
+        ("permute_ring.txtpb", build_permute_ring().unwrap()),
+    ] {
+        let on_disk = xthunk::proto::load_file(root.join(file)).unwrap();
+        assert_eq!(
+            on_disk, exe,
+            "{file} differs from build_collectives.rs: regenerate it"
+        );
+    }
+}
+
+#[test]
+fn dp_step_matches_an_f64_reference() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(11);
+    let ranks = RANKS as usize;
+    let mut xs = vec![];
+    let mut ys = vec![];
+    let mut inputs = vec![];
+    for _ in 0..ranks {
+        let x = random(BATCH * FEATURES, &mut rng);
+        let y = random(BATCH * TARGETS, &mut rng);
+        // Every rank gets different initial weights: only rank 0's may be used (broadcast).
+        let w0 = random(FEATURES * TARGETS, &mut rng);
+        inputs.push(vec![bytes(&x), bytes(&y), bytes(&w0)]);
+        xs.push(x);
+        ys.push(y);
+    }
+    let w0: Vec<f64> = floats(&inputs[0][2]).iter().map(|v| *v as f64).collect();
+    let (b, f, t) = (BATCH as usize, FEATURES as usize, TARGETS as usize);
+    let mut grad = vec![0f64; f * t];
+    for r in 0..ranks {
+        for i in 0..b {
+            for j in 0..t {
+                let mut p = 0f64;
+                for k in 0..f {
+                    p += xs[r][i * f + k] as f64 * w0[k * t + j];
+                }
+                let d = p - ys[r][i * t + j] as f64;
+                for k in 0..f {
+                    grad[k * t + j] += xs[r][i * f + k] as f64 * d;
+                }
+            }
+        }
+    }
+    let scale = LR as f64 / (BATCH as f64 * RANKS as f64);
+    let w_new: Vec<f64> = w0.iter().zip(&grad).map(|(w, g)| w - scale * g).collect();
+    let out = run(&build_dp_step().unwrap(), &inputs, Timeouts::default()).unwrap();
+    for (r, o) in out.iter().enumerate() {
+        let w = floats(&o.outputs[0]);
+        let g = floats(&o.outputs[1]);
+        for i in 0..f * t {
+            // f32 sums of up to 4·32·64 products of magnitude ≤ ~64: 1e-3 relative bounds
+            // the rounding comfortably; a wrong reduction is off by whole terms.
+            assert!(
+                (g[i] as f64 - grad[i]).abs() <= 1e-3 * (1.0 + grad[i].abs()),
+                "rank {r} grad[{i}] = {}, reference {}",
+                g[i],
+                grad[i]
+            );
+            assert!(
+                (w[i] as f64 - w_new[i]).abs() <= 1e-5 * (1.0 + w_new[i].abs()),
+                "rank {r} w[{i}] = {}, reference {}",
+                w[i],
+                w_new[i]
+            );
+        }
+        assert_eq!(
+            o.outputs[0], out[0].outputs[0],
+            "rank {r}'s weights differ from rank 0's"
+        );
+    }
+}
+
+#[test]
+fn permute_ring_moves_data_and_ids_one_step() {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(12);
+    let ranks = RANKS as usize;
+    let xs: Vec<Vec<f32>> = (0..ranks).map(|_| random(RING, &mut rng)).collect();
+    let inputs: Vec<Vec<Vec<u8>>> = xs.iter().map(|x| vec![bytes(x)]).collect();
+    let out = run(&build_permute_ring().unwrap(), &inputs, Timeouts::default()).unwrap();
+    for (r, o) in out.iter().enumerate() {
+        let from = (r + ranks - 1) % ranks;
+        assert_eq!(floats(&o.outputs[0]), xs[from], "rank {r}");
+        assert_eq!(floats(&o.outputs[1]), vec![from as f32], "rank {r}");
+    }
+}
+
+/// Rank 0 reaches an all-reduce that the other ranks skip (a conditional on the rank id):
+/// rank 0 fails at the terminate timeout naming the missing ranks; nothing hangs.
+#[test]
+fn a_rank_that_never_arrives_is_named_at_the_timeout() {
+    let mut b = ExecutableBuilder::new("missing_rank");
+    let x = b.parameter("x", DType::F32, &[16]);
+    let y = b.output("y", DType::F32, &[16]);
+    let id = b.temp(DType::I32, &[1]);
+    b.push(Thunk::RankId { dst: id.slice() });
+    b.push(Thunk::Conditional {
+        index: id.slice(),
+        index_type: DType::I32,
+        branches: vec![
+            vec![Thunk::Collective(CollectiveThunk {
+                op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+                src: x.slice(),
+                dst: y.slice(),
+                dtype: DType::F32,
+                groups: vec![],
+            })],
+            vec![],
+        ],
+    });
+    let exe = b.build().unwrap();
+    let inputs: Vec<Vec<Vec<u8>>> = (0..3).map(|_| vec![vec![0u8; 64]]).collect();
+    let start = Instant::now();
+    let err = run(
+        &exe,
+        &inputs,
+        Timeouts::new(Duration::from_millis(100), Duration::from_millis(500)),
+    )
+    .unwrap_err();
+    let took = start.elapsed();
+    let msg = err.to_string();
+    assert!(took < Duration::from_secs(5), "took {took:?}");
+    assert!(msg.contains("rank 0"), "{msg}");
+    assert!(
+        msg.contains("did not arrive") && msg.contains('1') && msg.contains('2'),
+        "{msg}"
+    );
+}
+
+fn xthunk(args: &[&str]) -> String {
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(o.status.success(), "xthunk {args:?}: {out}\n{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    out
+}
+
+#[test]
+fn run_devices_4_on_both_examples() {
+    let out = xthunk(&[
+        "run",
+        "--backend",
+        "host",
+        "--devices",
+        "4",
+        "examples/dp_step.txtpb",
+    ]);
+    let hashes: Vec<&str> = out
+        .lines()
+        .filter(|l| l.contains(" output w: "))
+        .filter_map(|l| l.split("fnv1a=").nth(1))
+        .collect();
+    assert_eq!(hashes.len(), 4, "{out}");
+    assert!(
+        hashes.iter().all(|h| *h == hashes[0]),
+        "weights differ across ranks:\n{out}"
+    );
+    let out = xthunk(&[
+        "run",
+        "--backend",
+        "host",
+        "--devices",
+        "4",
+        "examples/permute_ring.txtpb",
+    ]);
+    for r in 0..4 {
+        let from = (r + 3) % 4;
+        assert!(
+            out.contains(&format!("rank {r} output from_rank: f32[1]  sum={from}")),
+            "{out}"
+        );
+    }
+}
