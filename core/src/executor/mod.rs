@@ -1094,7 +1094,11 @@ impl Run<'_> {
     }
 
     fn wait_all(&self, state: &ExecState) -> Result<()> {
-        if self.deadline.is_none() {
+        // With communicators in use, poll: a communicator's asynchronous error (a peer died, a
+        // timeout in the library) aborts every communicator of this execution instead of
+        // leaving the streams blocked forever (the hang watchdog).
+        let watch = !self.used.borrow().is_empty();
+        if self.deadline.is_none() && !watch {
             let mut first = Ok(());
             for s in &state.streams {
                 let r = s.synchronize();
@@ -1116,6 +1120,25 @@ impl Run<'_> {
                 return Ok(());
             }
             self.check_deadline(state)?;
+            if watch {
+                let failed = self
+                    .used
+                    .borrow()
+                    .iter()
+                    .find_map(|c| c.async_error().err());
+                if let Some(e) = failed {
+                    let (rank, _) = self.rank_world();
+                    self.abort_communicators(&format!("rank {rank}: {e}"));
+                    return Err(Error::backend(
+                        "executor",
+                        "collective watchdog",
+                        format!(
+                            "rank {rank}: a communicator failed asynchronously ({e}); first pending thunks: {}",
+                            self.pending(state)
+                        ),
+                    ));
+                }
+            }
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(Duration::from_millis(2));
         }
