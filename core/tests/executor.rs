@@ -217,7 +217,7 @@ proptest! {
             run(&dev, &l, &init).unwrap()
         };
         for streams in [1usize, 2, 4] {
-            let cfg = ExecutorConfig { streams, sequential_below: 0, force_sequential: false };
+            let cfg = ExecutorConfig { streams, sequential_below: 0, ..ExecutorConfig::default() };
             let l = LoadedExecutable::load_with(dev.clone(), exe.clone(), &cfg).unwrap();
             let got = run(&dev, &l, &init).unwrap();
             prop_assert_eq!(&got, &reference, "streams = {}, schedule = {:?}", streams, l.schedule_info());
@@ -601,4 +601,31 @@ fn kernel_errors_are_reported_and_nothing_leaks() {
             .unwrap();
     }
     assert_eq!(dev.memory_stats().live_bytes, baseline);
+}
+
+/// Straight-line programs of at least `AUTO_COMMAND_BUFFER_MIN` plain thunks run as one
+/// implicit command buffer by default: same bytes as the in-order executor, also when the
+/// buffers change between executions (re-recording) and with a deadline (thunk by thunk).
+#[test]
+fn implicit_command_buffer_matches_in_order() {
+    use xthunk_core::executor::AUTO_COMMAND_BUFFER_MIN;
+    let dev = device();
+    let exe = chain_program(AUTO_COMMAND_BUFFER_MIN + 10, false);
+    let fused = LoadedExecutable::load(dev.clone(), exe.clone()).unwrap();
+    assert!(fused.schedule_info().implicit_command_buffer);
+    let plain = LoadedExecutable::load_with(dev, exe, &ExecutorConfig::in_order()).unwrap();
+    assert!(!plain.schedule_info().implicit_command_buffer);
+    for round in 0..3 {
+        let x: Vec<u8> = (0..16)
+            .flat_map(|i| ((i * 7 + round) as f32 * 0.01).to_le_bytes())
+            .collect();
+        let want = plain.run_with_host_data(&[&x], &ExecuteOptions::default()).unwrap();
+        let got = fused.run_with_host_data(&[&x], &ExecuteOptions::default()).unwrap();
+        assert_eq!(got, want, "round {round}");
+        let opts = ExecuteOptions {
+            deadline: Some(Duration::from_secs(30)),
+            ..Default::default()
+        };
+        assert_eq!(fused.run_with_host_data(&[&x], &opts).unwrap(), want);
+    }
 }

@@ -42,7 +42,16 @@ pub struct ExecutorConfig {
     pub sequential_below: usize,
     /// Always run in program order on one stream (the in-order executor).
     pub force_sequential: bool,
+    /// Run a sequential program of at least [`AUTO_COMMAND_BUFFER_MIN`] plain operations
+    /// (copies, memsets, kernels, gemms) as one implicit command buffer: recorded on the first
+    /// execution of a pooled state, replayed after, re-recorded when an address changes (as
+    /// XLA converts thunk sequences to command buffers). Executions with a deadline run the
+    /// thunks one by one, so that the progress tracker can name the pending one.
+    pub auto_command_buffer: bool,
 }
+
+/// The smallest sequential program that [`ExecutorConfig::auto_command_buffer`] records.
+pub const AUTO_COMMAND_BUFFER_MIN: usize = 64;
 
 impl Default for ExecutorConfig {
     fn default() -> Self {
@@ -50,6 +59,7 @@ impl Default for ExecutorConfig {
             streams: 2,
             sequential_below: 4,
             force_sequential: false,
+            auto_command_buffer: true,
         }
     }
 }
@@ -61,6 +71,7 @@ impl ExecutorConfig {
             streams: 1,
             sequential_below: 0,
             force_sequential: true,
+            auto_command_buffer: false,
         }
     }
 
@@ -108,6 +119,7 @@ impl std::fmt::Debug for CollectiveContext {
 const COLLECTIVE_RESOURCE: u64 = 0xC011_EC71;
 
 /// One operation, resolved at load.
+#[derive(Clone)]
 enum Op {
     Copy {
         src: Slice,
@@ -162,6 +174,7 @@ enum Op {
     },
 }
 
+#[derive(Clone)]
 struct Step {
     path: ThunkPath,
     kind: &'static str,
@@ -184,6 +197,9 @@ struct Node {
 /// The static schedule.
 struct Schedule {
     nodes: Vec<Node>,
+    /// The whole program as one implicit command buffer (see
+    /// [`ExecutorConfig::auto_command_buffer`]), used by executions without a deadline.
+    fused: Option<Node>,
     streams: usize,
     sequential: bool,
     graph_edges: usize,
@@ -212,6 +228,8 @@ pub struct ScheduleInfo {
     pub streams: usize,
     pub sequential: bool,
     pub cross_stream_waits: usize,
+    /// The program runs as one implicit command buffer (executions without a deadline).
+    pub implicit_command_buffer: bool,
 }
 
 /// An executable loaded onto one device.
@@ -471,6 +489,37 @@ fn schedule(
         || n < config.sequential_below
         || graph.is_chain();
     if sequential {
+        let plain = steps.iter().all(|s| {
+            matches!(
+                s.op,
+                Op::Copy { .. } | Op::Memset { .. } | Op::Kernel { .. } | Op::Gemm(_)
+            )
+        });
+        let fused =
+            (config.auto_command_buffer && plain && n >= AUTO_COMMAND_BUFFER_MIN).then(|| {
+                let bindings: BTreeSet<u32> = uses
+                    .iter()
+                    .flat_map(|u| u.buffers.iter().map(|b| b.slice.allocation))
+                    .collect();
+                let id = planner.next_cmd;
+                planner.next_cmd += 1;
+                Node {
+                    step: Step {
+                        path: ThunkPath::default(),
+                        kind: "command_buffer",
+                        label: format!("implicit command buffer of {n} thunks"),
+                        op: Op::CommandBuffer {
+                            id,
+                            body: steps.clone(),
+                            bindings: bindings.into_iter().collect(),
+                        },
+                        stream_kind: StreamKind::Compute,
+                    },
+                    stream: 0,
+                    waits: vec![],
+                    record: false,
+                }
+            });
         return Ok(Schedule {
             nodes: steps
                 .into_iter()
@@ -481,6 +530,7 @@ fn schedule(
                     record: false,
                 })
                 .collect(),
+            fused,
             streams: 1,
             sequential: true,
             graph_edges: graph.edge_count(),
@@ -541,6 +591,7 @@ fn schedule(
         .collect();
     Ok(Schedule {
         nodes,
+        fused: None,
         streams: total,
         sequential: false,
         graph_edges: graph.edge_count(),
@@ -631,6 +682,7 @@ impl LoadedExecutable {
             streams: self.schedule.streams,
             sequential: self.schedule.sequential,
             cross_stream_waits: self.schedule.nodes.iter().map(|n| n.waits.len()).sum(),
+            implicit_command_buffer: self.schedule.fused.is_some(),
         }
     }
 
@@ -1036,6 +1088,12 @@ impl Run<'_> {
         let immediate = self.exe.schedule.sequential && self.deadline.is_none();
         for s in &state.streams {
             s.set_immediate(immediate);
+        }
+        if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
+            let stream = state.streams[0].clone();
+            return self
+                .step(&fused.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind));
         }
         for (i, node) in nodes.iter().enumerate() {
             let stream = state.streams[node.stream].clone();

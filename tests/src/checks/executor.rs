@@ -49,7 +49,7 @@ fn configs() -> Vec<(&'static str, ExecutorConfig)> {
             ExecutorConfig {
                 streams: 4,
                 sequential_below: 0,
-                force_sequential: false,
+                ..ExecutorConfig::default()
             },
         ),
     ]
