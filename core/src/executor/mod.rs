@@ -1358,8 +1358,19 @@ impl Run<'_> {
                         Ok(()) => {
                             let issued = self.steps(body, stream, state);
                             let captured = stream.end_capture();
-                            issued?;
-                            Some(captured?)
+                            match issued.and(captured) {
+                                Ok(g) => Some(g),
+                                // Captured work never ran: fall back to running the body
+                                // directly (now and on later executions of this state); a
+                                // real error shows up again there, with its thunk.
+                                Err(e) => {
+                                    tracing::warn!(
+                                        command_buffer = id,
+                                        "recording failed, running the body directly: {e}"
+                                    );
+                                    None
+                                }
+                            }
                         }
                         Err(Error::Unsupported { .. }) => None,
                         Err(e) => return Err(e),
