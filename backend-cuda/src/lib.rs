@@ -50,7 +50,7 @@ pub use device::{CudaBackend, CudaDevice};
 pub use loader::SearchConfig;
 pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
-pub use stream::{CudaEvent, CudaGraph, CudaStream};
+pub use stream::{CudaEvent, CudaGraph, CudaStream, bind_current};
 
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;

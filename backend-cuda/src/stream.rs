@@ -33,6 +33,24 @@ const CU_STREAM_NON_BLOCKING: u32 = 1;
 /// `CU_EVENT_DISABLE_TIMING`.
 const CU_EVENT_DISABLE_TIMING: u32 = 2;
 
+/// Makes `device` (a device of this backend) current on the calling thread: its primary
+/// context becomes the thread's current context (`cuCtxSetCurrent`), which is what libraries
+/// built on the CUDA runtime take as the current device — NCCL's `ncclCommInitRank` and
+/// `ncclCommSplit` bind the new communicator to it. The hook `xthunk_nccl`'s clique provider
+/// calls on each rank's thread. (`Device` has no downcast, so the context is reached through
+/// a short-lived stream of the device.)
+pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
+    let stream = device.create_stream()?;
+    let Some(s) = stream.as_any().downcast_ref::<CudaStream>() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a CUDA device (backend `{}`)",
+            device.info().name,
+            device.backend_name()
+        )));
+    };
+    s.ctx.bind()
+}
+
 /// A CUDA stream.
 pub struct CudaStream {
     ctx: Arc<Context>,
@@ -353,6 +371,11 @@ impl Stream for CudaStream {
         cu("cuGraphLaunch", unsafe {
             sys::cuGraphLaunch(g.exec, self.raw)
         })
+    }
+
+    /// The `CUstream` (for NCCL/RCCL and other vendor libraries that take one).
+    fn native_handle(&self) -> Option<usize> {
+        Some(self.raw.expose_provenance())
     }
 
     fn as_any(&self) -> &dyn Any {

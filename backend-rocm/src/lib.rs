@@ -32,3 +32,4 @@ pub use compile::{
 };
 pub use device::{RocmBackend, RocmDevice, RuntimeLibrary};
 pub use loader::SearchConfig;
+pub use stream::bind_current;

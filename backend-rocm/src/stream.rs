@@ -134,6 +134,23 @@ impl Graph for RocmGraph {
     }
 }
 
+/// Makes `device` (a device of this backend) current on the calling thread (`hipSetDevice`,
+/// per thread), as RCCL's `ncclCommInitRank` and `ncclCommSplit` need: they bind the new
+/// communicator to the calling thread's current device. The hook `xthunk_nccl`'s clique
+/// provider calls on each rank's thread. (`Device` has no downcast, so the device is reached
+/// through a short-lived stream of it.)
+pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
+    let stream = device.create_stream()?;
+    let Some(s) = stream.as_any().downcast_ref::<RocmStream>() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a ROCm device (backend `{}`)",
+            device.info().name,
+            device.backend_name()
+        )));
+    };
+    s.dev.bind()
+}
+
 /// A HIP stream.
 pub struct RocmStream {
     dev: Arc<DeviceShared>,
@@ -632,6 +649,11 @@ impl Stream for RocmStream {
             }
         }
         Ok(())
+    }
+
+    /// The `hipStream_t` (for NCCL/RCCL and other vendor libraries that take one).
+    fn native_handle(&self) -> Option<usize> {
+        Some(self.raw.expose_provenance())
     }
 
     fn as_any(&self) -> &dyn Any {

@@ -15,6 +15,11 @@
 //!   `ncclComm_t` (destroyed, or aborted after a failure, when dropped) and issues every
 //!   operation on the stream's native handle ([`comm`] documents threads, aborts and devices:
 //!   **the backend must make its device current on the thread that creates a communicator**).
+//! - [`NcclCliqueProvider`] ([`provider`]) hands out those communicators as an xthunk
+//!   `CliqueProvider` for the devices of one process (one thread per rank): the ranks of a
+//!   clique share rank 0's unique id through an in-process rendezvous with timeouts, then each
+//!   inits on its own thread with its device current; cached per clique and rank, split with
+//!   `ncclCommSplit` where the library has it.
 //! - [`result`] maps `ncclResult_t` to names, messages and xthunk errors in one place;
 //!   [`nccl_dtype`] and [`nccl_op`] map element types and reduction operators.
 //!
@@ -28,6 +33,7 @@
 
 pub mod comm;
 pub mod loader;
+pub mod provider;
 pub mod result;
 pub mod sys;
 mod types;
@@ -35,6 +41,7 @@ mod version;
 
 pub use comm::{BindDevice, CommOptions, NcclCommunicator};
 pub use loader::{Flavor, Nccl, SearchConfig};
+pub use provider::{BindRank, NcclCliqueCommunicator, NcclCliqueProvider};
 pub use result::{describe_result, result_info};
 pub use types::{nccl_dtype, nccl_op};
 pub use version::{

@@ -244,19 +244,48 @@ fn run_spmd(
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
     let cliques: std::sync::Arc<dyn CliqueProvider> = match backend.name() {
         "host" => std::sync::Arc::new(HostCliqueProvider::new(devices.clone(), timeouts)?),
+        name @ ("cuda" | "rocm") => {
+            // NCCL on CUDA, RCCL on ROCm: each rank's thread makes its device current
+            // before its communicator is created (ncclCommInitRank binds to it).
+            type BindOne = fn(&dyn xthunk::Device) -> xthunk::Result<()>;
+            let (flavor, bind_one): (xthunk_nccl::Flavor, BindOne) = if name == "cuda" {
+                (xthunk_nccl::Flavor::Nccl, xthunk_cuda::bind_current)
+            } else {
+                (xthunk_nccl::Flavor::Rccl, xthunk_rocm::bind_current)
+            };
+            let bind_devices = devices.clone();
+            let bind: xthunk_nccl::BindRank = std::sync::Arc::new(move |rank: usize| {
+                let device = bind_devices.get(rank).ok_or_else(|| {
+                    xthunk::Error::InvalidArgument(format!("no device for rank {rank}"))
+                })?;
+                bind_one(device.as_ref())
+            });
+            std::sync::Arc::new(xthunk_nccl::NcclCliqueProvider::new(
+                flavor,
+                devices.clone(),
+                bind,
+                timeouts,
+            )?)
+        }
         other => {
             return Err(xthunk::Error::Unsupported {
                 backend: other.into(),
-                feature: "SPMD runs on several devices (in-process collectives exist on the host backend; NCCL/RCCL cliques are not wired into `run --devices` yet)".into(),
+                feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
+                    .into(),
             }
             .into());
         }
     };
     eprintln!(
-        "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}",
+        "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}{}",
         backend.name(),
         n - 1,
-        devices[0].info().name
+        devices[0].info().name,
+        if devices[0].info().emulated {
+            " [EMULATED, not a GPU]"
+        } else {
+            ""
+        }
     );
     let opts = ExecuteOptions {
         deadline: args.deadline,

@@ -1,0 +1,786 @@
+//! [`NcclCliqueProvider`]: NCCL/RCCL communicators for the devices of one process, as an
+//! xthunk [`CliqueProvider`].
+//!
+//! The executor acquires a clique's communicator on every rank of the clique, each rank on its
+//! own thread (as `xthunk_core::executor::spmd::run_spmd` runs them), in the same order on
+//! every rank. The first acquire of a key creates the clique's communicators collectively:
+//!
+//! 1. each rank makes its device current on its own thread (the caller's [`BindRank`] hook),
+//!    and the clique's rank 0 makes the unique id (`ncclGetUniqueId`);
+//! 2. the ranks meet in an in-process [`Rendezvous`] with the provider's [`Timeouts`]: a rank
+//!    that has not arrived is logged after `warn_after` and named in the error of every waiting
+//!    rank after `terminate_after` (the clique is then failed, never entered half-way). A
+//!    rank whose step 1 failed still arrives, with its error, so that its peers fail at once
+//!    with that error instead of entering `ncclCommInitRank` without it;
+//! 3. every rank calls `ncclCommInitRank` (or `ncclCommInitRankConfig` for a
+//!    [non-blocking](NcclCliqueProvider::nonblocking) provider) with the shared id, binding its
+//!    device again right before the call.
+//!
+//! The result is cached per `(key, rank)` and reused by later executions. A split
+//! ([`CliqueProvider::split`]) meets on the parent clique (every rank learns the others'
+//! colors) and then uses `ncclCommSplit` (NCCL/RCCL 2.18 and later) or, without it, creates
+//! each new clique afresh as above. [`CliqueProvider::evict_aborted`] drops the cliques that
+//! failed (a rendezvous timeout, a failed init, an abort, an asynchronous error), aborting the
+//! communicators of all their ranks.
+//!
+//! Devices: rank `r` is `devices[r]`; the provider never touches device memory or streams
+//! itself (operations run on the streams the executor passes, through their native handles).
+//! The [`BindRank`] hook makes device `r` current on the calling thread — on CUDA the device's
+//! primary context (`cuCtxSetCurrent`), on ROCm `hipSetDevice` — because `ncclCommInitRank`
+//! and `ncclCommSplit` bind the new communicator to the calling thread's current device.
+
+use crate::comm::{CommOptions, NcclCommunicator};
+use crate::loader::{Flavor, Nccl};
+use crate::sys::NCCL_UNIQUE_ID_BYTES;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+use xthunk_core::backend::{Device, DevicePtr, Stream};
+use xthunk_core::collectives::{
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Timeouts,
+};
+use xthunk_core::ir::DType;
+use xthunk_core::{Error, Result};
+
+/// Makes device `rank` (an index into the provider's devices) current on the calling thread.
+pub type BindRank = Arc<dyn Fn(usize) -> Result<()> + Send + Sync>;
+
+/// A unique id, as the rendezvous passes it around.
+type UniqueId = [u8; NCCL_UNIQUE_ID_BYTES];
+
+/// The rounds the ranks of one clique meet in.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+enum Round {
+    /// Creating the clique's communicators.
+    Init,
+    /// The `n`-th split of the clique (counted per rank; every rank splits in the same order).
+    Split(u64),
+}
+
+impl fmt::Display for Round {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Round::Init => f.write_str("communicator init"),
+            Round::Split(n) => write!(f, "split #{n}"),
+        }
+    }
+}
+
+/// What a rank brings to a round.
+#[derive(Clone, Debug)]
+enum Arrival {
+    /// Ready to init (rank 0 with the unique id, the others with `None`), or why not.
+    Init(std::result::Result<Option<UniqueId>, String>),
+    /// Its color, and the cliques made by splits of this parent that it already has.
+    Split {
+        color: Option<u64>,
+        cached: Vec<CliqueKey>,
+    },
+}
+
+/// The message of an error, without the `backend: call failed:` prefix of a backend error
+/// (which the provider adds again with its own context).
+fn message_of(e: &Error) -> String {
+    match e {
+        Error::Backend { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
+/// One clique: where its ranks meet, and their communicators once made.
+struct Entry {
+    rv: Arc<Rendezvous<Round, Arrival>>,
+    /// Per clique rank.
+    comms: Vec<Option<Arc<NcclCliqueCommunicator>>>,
+    /// Per clique rank: how many splits of this clique the rank has started.
+    splits: Vec<u64>,
+}
+
+impl Entry {
+    fn new(flavor: Flavor, key: &CliqueKey, timeouts: Timeouts) -> Self {
+        Entry {
+            rv: Arc::new(Rendezvous::new(format!("{flavor} {key}"), timeouts)),
+            comms: vec![None; key.size()],
+            splits: vec![0; key.size()],
+        }
+    }
+
+    /// Why this clique failed, if it did: its rendezvous was poisoned (a timeout, a failed
+    /// init, an abort), or one of its communicators was aborted or has an asynchronous error.
+    fn failure(&self) -> Option<String> {
+        if let Some(p) = self.rv.poisoned() {
+            return Some(p.to_string());
+        }
+        self.comms.iter().flatten().find_map(|c| {
+            if c.comm.is_aborted() {
+                return Some(format!("{} was aborted", c.describe()));
+            }
+            c.comm
+                .async_error()
+                .err()
+                .map(|e| format!("{}: {}", c.describe(), message_of(&e)))
+        })
+    }
+}
+
+/// NCCL or RCCL cliques among the devices of one process (one thread per rank): see the
+/// [module documentation](self).
+pub struct NcclCliqueProvider {
+    lib: Arc<Nccl>,
+    devices: Vec<Arc<dyn Device>>,
+    bind: BindRank,
+    timeouts: Timeouts,
+    nonblocking: bool,
+    cliques: Mutex<BTreeMap<CliqueKey, Entry>>,
+}
+
+impl fmt::Debug for NcclCliqueProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NcclCliqueProvider")
+            .field("library", &self.lib.describe())
+            .field("devices", &self.devices.len())
+            .field("timeouts", &self.timeouts)
+            .field("nonblocking", &self.nonblocking)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The backend whose devices a library serves.
+const fn backend_of(flavor: Flavor) -> &'static str {
+    match flavor {
+        Flavor::Nccl => "cuda",
+        Flavor::Rccl => "rocm",
+    }
+}
+
+impl NcclCliqueProvider {
+    /// A provider for `devices` (rank `r` is `devices[r]`; all of the `cuda` backend for
+    /// NCCL, of `rocm` for RCCL) with the library found by [`Nccl::load`]. `bind(r)` must make
+    /// `devices[r]` current on the calling thread. `timeouts` apply to every rendezvous of the
+    /// provider's cliques. A missing library is `Unavailable` (collectives are then off on
+    /// that backend, not the backend).
+    pub fn new(
+        flavor: Flavor,
+        devices: Vec<Arc<dyn Device>>,
+        bind: BindRank,
+        timeouts: Timeouts,
+    ) -> Result<Self> {
+        let lib = Nccl::load(flavor)?;
+        Self::with_library(lib, devices, bind, timeouts)
+    }
+
+    /// As [`NcclCliqueProvider::new`], with a library already loaded (e.g. by
+    /// [`Nccl::load_with`]).
+    pub fn with_library(
+        lib: Arc<Nccl>,
+        devices: Vec<Arc<dyn Device>>,
+        bind: BindRank,
+        timeouts: Timeouts,
+    ) -> Result<Self> {
+        let flavor = lib.flavor();
+        if devices.is_empty() {
+            return Err(Error::InvalidArgument(format!(
+                "{flavor} cliques need at least one device"
+            )));
+        }
+        let want = backend_of(flavor);
+        if let Some(d) = devices.iter().find(|d| d.backend_name() != want) {
+            return Err(Error::InvalidArgument(format!(
+                "{flavor} cliques need `{want}` devices, got a `{}` device ({})",
+                d.backend_name(),
+                d.info().name
+            )));
+        }
+        tracing::debug!(
+            library = %lib.describe(),
+            devices = devices.len(),
+            "{flavor} clique provider"
+        );
+        Ok(NcclCliqueProvider {
+            lib,
+            devices,
+            bind,
+            timeouts,
+            nonblocking: false,
+            cliques: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    /// Makes communicators non-blocking (`ncclCommInitRankConfig` with `blocking = 0`; needs
+    /// NCCL/RCCL 2.14): no call then stays inside the library, every call that does not
+    /// complete within the terminate timeout aborts its communicator and fails, and aborts are
+    /// immediate. Off by default (plain `ncclCommInitRank`, every supported version).
+    pub fn nonblocking(mut self, on: bool) -> Result<Self> {
+        if on && !self.lib.supports_config() {
+            return Err(Error::Unsupported {
+                backend: self.lib.flavor().name().into(),
+                feature: format!(
+                    "non-blocking communicators ({} has no ncclCommInitRankConfig; 2.14 or later has)",
+                    self.lib.describe()
+                ),
+            });
+        }
+        self.nonblocking = on;
+        Ok(self)
+    }
+
+    /// The library the communicators come from.
+    pub fn library(&self) -> &Arc<Nccl> {
+        &self.lib
+    }
+
+    pub fn timeouts(&self) -> Timeouts {
+        self.timeouts
+    }
+
+    /// The cliques known so far (made, or being made), in key order.
+    pub fn cliques(&self) -> Vec<CliqueKey> {
+        self.cliques.lock().keys().cloned().collect()
+    }
+
+    /// What the cliques' ranks are waiting on in their rendezvous, if anything.
+    pub fn pending(&self) -> Option<String> {
+        let lines: Vec<String> = self
+            .cliques
+            .lock()
+            .values()
+            .filter_map(|e| e.rv.describe_pending())
+            .collect();
+        (!lines.is_empty()).then(|| lines.join("\n"))
+    }
+
+    /// Aborts every communicator of the provider, and fails every rendezvous in progress.
+    pub fn abort_all(&self, reason: &str) {
+        for (key, e) in self.cliques.lock().iter() {
+            e.rv.poison(&format!("{key} aborted: {reason}"));
+            for c in e.comms.iter().flatten() {
+                c.comm.abort(reason);
+            }
+        }
+    }
+
+    fn name(&self) -> &'static str {
+        self.lib.flavor().name()
+    }
+
+    /// The clique rank of `global_rank`, after checking the key against the devices.
+    fn clique_rank(&self, key: &CliqueKey, global_rank: usize) -> Result<usize> {
+        let n = self.devices.len();
+        if let Some(bad) = key.ranks().iter().find(|r| **r >= n) {
+            return Err(Error::InvalidArgument(format!(
+                "{key}: rank {bad} does not exist ({n} {} devices)",
+                backend_of(self.lib.flavor())
+            )));
+        }
+        key.rank_of(global_rank).ok_or_else(|| {
+            Error::InvalidArgument(format!("rank {global_rank} is not a member of {key}"))
+        })
+    }
+
+    /// The options of the communicator of `global_rank`: its device hook, and non-blocking
+    /// with the terminate timeout when asked for.
+    fn options(&self, global_rank: usize) -> CommOptions {
+        let bind = self.bind.clone();
+        let base = if self.nonblocking {
+            CommOptions::nonblocking(Some(self.timeouts.terminate_after))
+        } else {
+            CommOptions::default()
+        };
+        base.with_bind_device(move || bind(global_rank))
+    }
+
+    /// The rendezvous of `key` and the cached communicator of `rank` in it, if any (creating
+    /// the clique's entry on first use).
+    fn entry(
+        &self,
+        key: &CliqueKey,
+        rank: usize,
+    ) -> (
+        Arc<Rendezvous<Round, Arrival>>,
+        Option<Arc<NcclCliqueCommunicator>>,
+    ) {
+        let mut map = self.cliques.lock();
+        let e = map
+            .entry(key.clone())
+            .or_insert_with(|| Entry::new(self.lib.flavor(), key, self.timeouts));
+        (e.rv.clone(), e.comms.get(rank).cloned().flatten())
+    }
+
+    /// Caches `comm` as rank `rank` of `key` (unless the clique was evicted meanwhile, which
+    /// only a misuse of [`CliqueProvider::evict_aborted`] can do: then it is returned
+    /// uncached).
+    fn store(
+        &self,
+        key: &CliqueKey,
+        rank: usize,
+        rv: &Arc<Rendezvous<Round, Arrival>>,
+        comm: &Arc<NcclCliqueCommunicator>,
+    ) {
+        let mut map = self.cliques.lock();
+        match map.get_mut(key) {
+            Some(e) if Arc::ptr_eq(&e.rv, rv) => {
+                if let Some(slot) = e.comms.get_mut(rank) {
+                    *slot = Some(comm.clone());
+                }
+            }
+            _ => tracing::warn!(
+                %key,
+                rank,
+                "the clique was evicted while its communicator was being made: not cached"
+            ),
+        }
+    }
+
+    /// A failure of `global_rank` while making or splitting `key`'s communicators: the
+    /// clique's rendezvous is poisoned with it, so that every peer still waiting there fails
+    /// at once (and `evict_aborted` forgets the clique), and the error names the clique.
+    fn fail(
+        &self,
+        rv: &Rendezvous<Round, Arrival>,
+        call: &str,
+        key: &CliqueKey,
+        global_rank: usize,
+        e: &Error,
+    ) -> Error {
+        let msg = format!("{key}, rank {global_rank}: {}", message_of(e));
+        rv.poison(&msg);
+        Error::backend(self.name(), call, msg)
+    }
+
+    /// As [`CliqueProvider::acquire`], typed.
+    pub fn communicator(
+        &self,
+        key: &CliqueKey,
+        global_rank: usize,
+    ) -> Result<Arc<NcclCliqueCommunicator>> {
+        const CALL: &str = "communicator init";
+        let rank = self.clique_rank(key, global_rank)?;
+        let (rv, cached) = self.entry(key, rank);
+        if let Some(c) = cached {
+            return Ok(c);
+        }
+        // Everything that can fail before the library is entered, first: a rank that cannot
+        // init tells its peers so at the rendezvous, instead of leaving them inside
+        // ncclCommInitRank waiting for it.
+        let ready = (self.bind)(global_rank)
+            .and_then(|()| {
+                if rank == 0 {
+                    self.lib.unique_id().map(Some)
+                } else {
+                    Ok(None)
+                }
+            })
+            .map_err(|e| message_of(&e));
+        let all = rv
+            .arrive(Round::Init, key.ranks(), global_rank, Arrival::Init(ready))
+            .map_err(|e| Error::backend(self.name(), CALL, message_of(&e)))?;
+        let mut id: Option<UniqueId> = None;
+        for (g, a) in key.ranks().iter().zip(all.iter()) {
+            match a {
+                Arrival::Init(Err(why)) => {
+                    let e = Error::backend(
+                        self.name(),
+                        CALL,
+                        format!("rank {g} could not take part: {why}"),
+                    );
+                    return Err(self.fail(&rv, CALL, key, global_rank, &e));
+                }
+                Arrival::Init(Ok(Some(u))) if id.is_none() => id = Some(*u),
+                Arrival::Init(Ok(_)) => {}
+                Arrival::Split { .. } => {
+                    let e = Error::InvalidArgument(format!(
+                        "rank {g} arrived for a split where a communicator init was expected"
+                    ));
+                    return Err(self.fail(&rv, CALL, key, global_rank, &e));
+                }
+            }
+        }
+        let Some(id) = id else {
+            let e = Error::InvalidArgument("the clique's rank 0 brought no unique id".into());
+            return Err(self.fail(&rv, CALL, key, global_rank, &e));
+        };
+        let comm = self
+            .lib
+            .init_rank_with(key.size(), &id, rank, &self.options(global_rank))
+            .map_err(|e| self.fail(&rv, CALL, key, global_rank, &e))?;
+        let comm = Arc::new(NcclCliqueCommunicator {
+            key: key.clone(),
+            global_rank,
+            rv: rv.clone(),
+            comm,
+        });
+        self.store(key, rank, &rv, &comm);
+        tracing::debug!(
+            library = self.name(),
+            %key,
+            rank,
+            global_rank,
+            "created communicator"
+        );
+        Ok(comm)
+    }
+
+    /// As [`CliqueProvider::split`], typed.
+    pub fn split_communicator(
+        &self,
+        parent: &CliqueKey,
+        global_rank: usize,
+        color: Option<u64>,
+    ) -> Result<Option<Arc<NcclCliqueCommunicator>>> {
+        const CALL: &str = "communicator split";
+        let pcomm = self.communicator(parent, global_rank)?;
+        let prank = pcomm.comm.rank();
+        if let Some(c) = color.filter(|c| *c > i32::MAX as u64) {
+            // Peers waiting for this rank at the split fail at once too.
+            let e = Error::InvalidArgument(format!(
+                "split color {c} does not fit a non-negative C int (see split_color)"
+            ));
+            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+        }
+        // The split's number on this rank (every rank splits a clique in the same order).
+        let n = {
+            let mut map = self.cliques.lock();
+            match map.get_mut(parent).and_then(|e| e.splits.get_mut(prank)) {
+                Some(s) => {
+                    *s += 1;
+                    *s - 1
+                }
+                None => 0,
+            }
+        };
+        // The cliques (made by a split, inside this parent) this rank already has: after the
+        // meeting every rank can tell, alike, whether every new clique already exists on all
+        // its members (then nobody calls the library: ncclCommSplit is collective over the
+        // whole parent, so all ranks must agree on whether to call it).
+        let cached: Vec<CliqueKey> = self
+            .cliques
+            .lock()
+            .iter()
+            .filter(|(k, e)| {
+                k.color().is_some()
+                    && k.ranks().iter().all(|g| parent.rank_of(*g).is_some())
+                    && k.rank_of(global_rank)
+                        .and_then(|r| e.comms.get(r))
+                        .is_some_and(Option::is_some)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        let all = pcomm
+            .rv
+            .arrive(
+                Round::Split(n),
+                parent.ranks(),
+                global_rank,
+                Arrival::Split { color, cached },
+            )
+            .map_err(|e| Error::backend(self.name(), CALL, message_of(&e)))?;
+        let mut colors: Vec<Option<u64>> = Vec::with_capacity(all.len());
+        let mut held: Vec<&[CliqueKey]> = Vec::with_capacity(all.len());
+        for (g, a) in parent.ranks().iter().zip(all.iter()) {
+            match a {
+                Arrival::Split { color, cached } => {
+                    colors.push(*color);
+                    held.push(cached);
+                }
+                Arrival::Init(_) => {
+                    let e = Error::InvalidArgument(format!(
+                        "rank {g} arrived for a communicator init where split #{n} was expected"
+                    ));
+                    return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+                }
+            }
+        }
+        let key_of = |c: u64| -> Result<CliqueKey> {
+            let members = parent
+                .ranks()
+                .iter()
+                .zip(&colors)
+                .filter(|(_, x)| **x == Some(c))
+                .map(|(g, _)| *g);
+            Ok(CliqueKey::new(members, parent.stream_kind())?.with_color(c))
+        };
+        let mut all_cached = true;
+        for (c, h) in colors.iter().zip(&held) {
+            if let Some(c) = c {
+                let k = key_of(*c)?;
+                all_cached &= h.contains(&k);
+            }
+        }
+        let Some(c) = color else {
+            if !all_cached && self.lib.supports_split() {
+                // A rank without a color still takes part in the library's split.
+                pcomm
+                    .comm
+                    .split(None, prank)
+                    .map_err(|e| self.fail(&pcomm.rv, CALL, parent, global_rank, &e))?;
+            }
+            return Ok(None);
+        };
+        let key = key_of(c)?;
+        if all_cached || !self.lib.supports_split() {
+            // Cached everywhere, or no ncclCommSplit: each new clique is made (or found) by
+            // its own ranks, as by `acquire`.
+            return self.communicator(&key, global_rank).map(Some);
+        }
+        let rank = self.clique_rank(&key, global_rank)?;
+        let child = pcomm
+            .comm
+            .split(Some(c), prank)
+            .map_err(|e| self.fail(&pcomm.rv, CALL, parent, global_rank, &e))?;
+        let Some(child) = child else {
+            let e = Error::backend(
+                self.name(),
+                "ncclCommSplit",
+                format!("returned no communicator for color {c}"),
+            );
+            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+        };
+        if child.rank() != rank || child.size() != key.size() {
+            let e = Error::backend(
+                self.name(),
+                "ncclCommSplit",
+                format!(
+                    "made rank {} of {} where {key} expects rank {rank} of {}",
+                    child.rank(),
+                    child.size(),
+                    key.size()
+                ),
+            );
+            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+        }
+        let (rv, _) = self.entry(&key, rank);
+        let comm = Arc::new(NcclCliqueCommunicator {
+            key: key.clone(),
+            global_rank,
+            rv: rv.clone(),
+            comm: child,
+        });
+        self.store(&key, rank, &rv, &comm);
+        tracing::debug!(
+            library = self.name(),
+            %parent,
+            %key,
+            rank,
+            global_rank,
+            "split communicator"
+        );
+        Ok(Some(comm))
+    }
+}
+
+impl CliqueProvider for NcclCliqueProvider {
+    fn num_ranks(&self) -> usize {
+        self.devices.len()
+    }
+
+    fn acquire(&self, key: &CliqueKey, global_rank: usize) -> Result<Arc<dyn Communicator>> {
+        Ok(self.communicator(key, global_rank)?)
+    }
+
+    fn split(
+        &self,
+        parent: &CliqueKey,
+        global_rank: usize,
+        color: Option<u64>,
+    ) -> Result<Option<Arc<dyn Communicator>>> {
+        Ok(self
+            .split_communicator(parent, global_rank, color)?
+            .map(|c| c as Arc<dyn Communicator>))
+    }
+
+    /// Forgets every clique whose rendezvous failed or one of whose communicators was
+    /// aborted or reports an asynchronous error; the communicators of all its ranks are
+    /// aborted (never destroyed: a destroy may wait for peers that are gone).
+    fn evict_aborted(&self) -> Vec<CliqueKey> {
+        let mut map = self.cliques.lock();
+        let dead: Vec<(CliqueKey, String)> = map
+            .iter()
+            .filter_map(|(k, e)| e.failure().map(|why| (k.clone(), why)))
+            .collect();
+        for (k, why) in &dead {
+            if let Some(e) = map.remove(k) {
+                tracing::warn!(library = self.name(), key = %k, reason = %why, "evicting a failed clique");
+                let reason = format!("{k} evicted: {why}");
+                e.rv.poison(&reason);
+                for c in e.comms.iter().flatten() {
+                    c.comm.abort(&reason);
+                }
+            }
+        }
+        dead.into_iter().map(|(k, _)| k).collect()
+    }
+}
+
+/// One rank's communicator of a clique of an [`NcclCliqueProvider`]: the
+/// [`NcclCommunicator`], with the clique it belongs to (for messages) and the clique's
+/// rendezvous (an abort also fails the clique's ranks waiting there).
+pub struct NcclCliqueCommunicator {
+    key: CliqueKey,
+    global_rank: usize,
+    rv: Arc<Rendezvous<Round, Arrival>>,
+    comm: NcclCommunicator,
+}
+
+impl fmt::Debug for NcclCliqueCommunicator {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("NcclCliqueCommunicator")
+            .field("key", &self.key)
+            .field("global_rank", &self.global_rank)
+            .field("comm", &self.comm)
+            .finish()
+    }
+}
+
+impl NcclCliqueCommunicator {
+    pub fn clique_key(&self) -> &CliqueKey {
+        &self.key
+    }
+
+    pub fn global_rank(&self) -> usize {
+        self.global_rank
+    }
+
+    /// The library communicator.
+    pub fn nccl(&self) -> &NcclCommunicator {
+        &self.comm
+    }
+}
+
+impl Communicator for NcclCliqueCommunicator {
+    fn rank(&self) -> usize {
+        self.comm.rank()
+    }
+
+    fn size(&self) -> usize {
+        self.comm.size()
+    }
+
+    fn all_reduce(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.comm.all_reduce(stream, src, dst, count, dtype, op)
+    }
+
+    fn all_gather(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+    ) -> Result<()> {
+        self.comm.all_gather(stream, src, dst, count, dtype)
+    }
+
+    fn reduce_scatter(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+        op: ReduceOp,
+    ) -> Result<()> {
+        self.comm.reduce_scatter(stream, src, dst, count, dtype, op)
+    }
+
+    fn all_to_all(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+    ) -> Result<()> {
+        self.comm.all_to_all(stream, src, dst, count, dtype)
+    }
+
+    fn broadcast(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+        root: usize,
+    ) -> Result<()> {
+        self.comm.broadcast(stream, src, dst, count, dtype, root)
+    }
+
+    fn send(
+        &self,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+    ) -> Result<()> {
+        self.comm.send(stream, src, count, dtype, peer)
+    }
+
+    fn recv(
+        &self,
+        stream: &dyn Stream,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+    ) -> Result<()> {
+        self.comm.recv(stream, dst, count, dtype, peer)
+    }
+
+    fn group_start(&self) -> Result<()> {
+        self.comm.group_start()
+    }
+
+    fn group_end(&self) -> Result<()> {
+        self.comm.group_end()
+    }
+
+    /// NCCL/RCCL launch each grouped operation on the stream it was issued on: the stream
+    /// is not needed here.
+    fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
+        self.comm.group_end_on(stream)
+    }
+
+    fn async_error(&self) -> Result<()> {
+        self.comm.async_error()
+    }
+
+    /// Aborts the communicator (`ncclCommAbort`) and fails the clique's rendezvous, so that
+    /// peers waiting there (a split in progress) fail at once.
+    fn abort(&self, reason: &str) {
+        self.rv.poison(&format!(
+            "{} aborted by rank {}: {reason}",
+            self.key, self.global_rank
+        ));
+        self.comm.abort(reason);
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "rank {} (global rank {}) of {} ({} {}{})",
+            self.comm.rank(),
+            self.global_rank,
+            self.key,
+            self.comm.library().flavor(),
+            self.comm.library().version(),
+            if self.comm.is_aborted() {
+                ", aborted"
+            } else {
+                ""
+            }
+        )
+    }
+
+    fn pending(&self) -> Option<String> {
+        self.rv.describe_pending()
+    }
+}
