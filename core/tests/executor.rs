@@ -619,8 +619,12 @@ fn implicit_command_buffer_matches_in_order() {
         let x: Vec<u8> = (0..16)
             .flat_map(|i| ((i * 7 + round) as f32 * 0.01).to_le_bytes())
             .collect();
-        let want = plain.run_with_host_data(&[&x], &ExecuteOptions::default()).unwrap();
-        let got = fused.run_with_host_data(&[&x], &ExecuteOptions::default()).unwrap();
+        let want = plain
+            .run_with_host_data(&[&x], &ExecuteOptions::default())
+            .unwrap();
+        let got = fused
+            .run_with_host_data(&[&x], &ExecuteOptions::default())
+            .unwrap();
         assert_eq!(got, want, "round {round}");
         let opts = ExecuteOptions {
             deadline: Some(Duration::from_secs(30)),
