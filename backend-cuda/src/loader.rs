@@ -18,53 +18,16 @@
 //! it, the library is opened by full path and kept open, so that cudarc's later `dlopen` of
 //! `libcuda.so.1` by name resolves to that already-loaded object.
 
-use std::fmt;
-use std::path::{Path, PathBuf};
-
-/// One place a library was looked for, and what happened there.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Attempt {
-    /// A path, a folder, or a bare name given to the dynamic loader.
-    pub place: String,
-    pub outcome: String,
-}
-
-impl fmt::Display for Attempt {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} ({})", self.place, self.outcome)
-    }
-}
-
-/// Every place tried, as one line; consecutive places with the same outcome are grouped
-/// (`libcuda.so, libcuda.so.1 (not found)`).
-pub fn describe_attempts(attempts: &[Attempt]) -> String {
-    let mut groups: Vec<(Vec<&str>, &str)> = vec![];
-    for a in attempts {
-        match groups.last_mut() {
-            Some((places, outcome)) if *outcome == a.outcome => {
-                if !places.contains(&a.place.as_str()) {
-                    places.push(&a.place);
-                }
-            }
-            _ => groups.push((vec![&a.place], &a.outcome)),
-        }
-    }
-    groups
-        .iter()
-        .map(|(places, outcome)| format!("{} ({outcome})", places.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
+use std::path::PathBuf;
+pub use xthunk_core::backend::search::{Attempt, describe_attempts};
+use xthunk_core::backend::search::{
+    dedup_paths, error_chain, installed_site_packages, site_packages_under, split_paths,
+};
 
 /// A `dlopen` failure as a short outcome: `not found` when the file does not exist,
 /// otherwise the loader's message (e.g. a wrong architecture or a missing dependency).
 pub fn dlopen_outcome(e: &libloading::Error) -> String {
-    let mut msg = e.to_string();
-    let mut src = std::error::Error::source(e);
-    while let Some(s) = src {
-        msg = format!("{msg}: {s}");
-        src = s.source();
-    }
+    let msg = error_chain(e);
     if msg.contains("No such file or directory") {
         "not found".into()
     } else {
@@ -87,46 +50,10 @@ pub struct SearchConfig {
     pub system_search: bool,
 }
 
-/// A `:`-separated list of folders (empty entries skipped).
-fn split_paths(v: &str) -> Vec<PathBuf> {
-    v.split(':')
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .collect()
-}
-
 fn env_path(name: &str) -> Option<PathBuf> {
     std::env::var_os(name)
         .filter(|v| !v.is_empty())
         .map(PathBuf::from)
-}
-
-/// Subfolders of `base` whose names start with `prefix` (sorted, newest Python last).
-fn subdirs_starting(base: &Path, prefix: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(base) else {
-        return vec![];
-    };
-    let mut v: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
-}
-
-/// `<prefix>/lib/python3*/{site,dist}-packages` that exist.
-fn site_packages_under(prefix: &Path) -> Vec<PathBuf> {
-    let mut out = vec![];
-    for py in subdirs_starting(&prefix.join("lib"), "python3") {
-        for leaf in ["site-packages", "dist-packages"] {
-            let d = py.join(leaf);
-            if d.is_dir() {
-                out.push(d);
-            }
-        }
-    }
-    out
 }
 
 /// The user's cache folder: `$XDG_CACHE_HOME`, else `~/.cache`.
@@ -161,21 +88,8 @@ impl SearchConfig {
         if let Some(home) = env_path("HOME") {
             python_dirs.push(home.join(".cache").join("xthunk").join("pip"));
         }
-        for var in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-            if let Some(p) = env_path(var) {
-                python_dirs.extend(site_packages_under(&p));
-            }
-        }
-        if let Some(home) = env_path("HOME") {
-            python_dirs.extend(site_packages_under(&home.join(".local")));
-            for v in subdirs_starting(&home.join(".pyenv").join("versions"), "3") {
-                python_dirs.extend(site_packages_under(&v));
-            }
-        }
-        python_dirs.extend(site_packages_under(Path::new("/usr/local")));
-        python_dirs.extend(site_packages_under(Path::new("/usr")));
-        let mut seen = std::collections::HashSet::new();
-        python_dirs.retain(|p| seen.insert(p.clone()));
+        python_dirs.extend(installed_site_packages(env_path, true));
+        dedup_paths(&mut python_dirs);
 
         SearchConfig {
             cuda_path,

@@ -13,58 +13,15 @@
 use crate::device::Context;
 use crate::result::{cu, cu_error};
 use cudarc::driver::sys::{self, CUresult};
-use parking_lot::{Mutex, RwLock};
-use std::collections::BTreeMap;
 use std::ffi::c_void;
 use std::sync::Arc;
+use xthunk_core::backend::accounting::{Accounting, AllocationRegistry};
 use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
 use xthunk_core::ir::MemorySpace;
 use xthunk_core::{Error, Result};
 
 /// `CU_MEM_ATTACH_GLOBAL`.
 const CU_MEM_ATTACH_GLOBAL: u32 = 1;
-
-/// Live-byte accounting of one device.
-#[derive(Debug, Default)]
-pub(crate) struct Accounting {
-    inner: Mutex<AccountingInner>,
-}
-
-#[derive(Debug, Default)]
-struct AccountingInner {
-    live_bytes: u64,
-    live_allocations: u64,
-    peak: u64,
-    per_space: BTreeMap<MemorySpace, u64>,
-}
-
-impl Accounting {
-    fn add(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock();
-        g.live_bytes += size;
-        g.live_allocations += 1;
-        g.peak = g.peak.max(g.live_bytes);
-        *g.per_space.entry(space).or_default() += size;
-    }
-
-    fn sub(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock();
-        g.live_bytes = g.live_bytes.saturating_sub(size);
-        g.live_allocations = g.live_allocations.saturating_sub(1);
-        let e = g.per_space.entry(space).or_default();
-        *e = e.saturating_sub(size);
-    }
-
-    pub(crate) fn stats(&self) -> MemoryStats {
-        let g = self.inner.lock();
-        MemoryStats {
-            live_bytes: g.live_bytes,
-            live_allocations: g.live_allocations,
-            per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
-            peak_bytes: g.peak,
-        }
-    }
-}
 
 /// What the driver handed out (what must be given back).
 #[derive(Debug)]
@@ -136,7 +93,7 @@ impl Region {
 /// The live allocations of one device, by base address.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRegistry {
-    map: RwLock<BTreeMap<u64, Arc<Allocation>>>,
+    allocations: AllocationRegistry<Arc<Allocation>>,
     pub(crate) accounting: Arc<Accounting>,
 }
 
@@ -193,35 +150,23 @@ impl MemoryRegistry {
             ctx: ctx.clone(),
             accounting: self.accounting.clone(),
         });
-        self.map.write().insert(base, a.clone());
+        self.allocations.insert(base, size, a.clone());
         Ok(a)
     }
 
     /// Removes an allocation from the registry (it is freed when its last user is done).
     pub(crate) fn release(&self, ptr: DevicePtr) {
-        self.map.write().remove(&ptr.0);
+        self.allocations.remove(ptr.0);
     }
 
     /// Resolves `len` bytes at `ptr` to a region of one live allocation.
     pub(crate) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        let map = self.map.read();
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "{len} bytes at {ptr} are not inside a live allocation of this CUDA device"
-            ))
-        };
-        let Some((&base, alloc)) = map.range(..=ptr.0).next_back() else {
-            return Err(bad());
-        };
-        let offset = ptr.0 - base;
-        match offset.checked_add(len) {
-            Some(end) if end <= alloc.size => Ok(Region {
-                alloc: alloc.clone(),
-                offset,
-                len,
-            }),
-            _ => Err(bad()),
-        }
+        let c = self.allocations.check(ptr, len, "CUDA device")?;
+        Ok(Region {
+            alloc: c.value,
+            offset: c.offset,
+            len,
+        })
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {

@@ -24,6 +24,8 @@ use libloading::Library;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+pub(crate) use xthunk_core::backend::search::file_containing;
+use xthunk_core::backend::search::{self, split_paths};
 
 /// Names of the HIP runtime, newest first (ROCm 7, 6, 5), after the unversioned name.
 pub const HIP_LIBRARY_NAMES: &[&str] = &[
@@ -54,12 +56,7 @@ impl SearchConfig {
     /// The configuration for these variable values (`var(name)`), for tests.
     pub fn from_vars(var: impl Fn(&str) -> Option<String>) -> Self {
         let override_dirs = var("XTHUNK_ROCM_PATH")
-            .map(|v| {
-                v.split(':')
-                    .filter(|s| !s.is_empty())
-                    .map(PathBuf::from)
-                    .collect()
-            })
+            .map(|v| split_paths(&v))
             .unwrap_or_default();
         let rocm_path = var("ROCM_PATH")
             .filter(|s| !s.is_empty())
@@ -95,19 +92,7 @@ impl SearchConfig {
             }
             dirs.push(PathBuf::from("/opt/rocm/lib"));
         }
-        let mut out: Vec<PathBuf> = Vec::new();
-        for d in &dirs {
-            for n in names {
-                let p = d.join(n);
-                if !out.contains(&p) {
-                    out.push(p);
-                }
-            }
-        }
-        if self.default_search {
-            out.extend(names.iter().map(PathBuf::from));
-        }
-        out
+        search::candidates(&dirs, names, self.default_search)
     }
 }
 
@@ -130,69 +115,28 @@ pub(crate) fn open_first<T>(
     candidates: &[PathBuf],
     mut bind: impl FnMut(Arc<Library>) -> Result<T, String>,
 ) -> Result<(T, PathBuf), LoadError> {
-    let mut tried = Vec::new();
-    for c in candidates {
-        let bare = c.parent().is_none_or(|p| p.as_os_str().is_empty());
-        if !bare && !c.exists() {
-            tried.push(format!("{} (no such file)", c.display()));
-            continue;
-        }
+    search::open_first(candidates, |c, bare| {
         // SAFETY: opening a ROCm library runs its initializers; these are the vendor's
         // libraries (or a stand-in with the same API, e.g. the emulator) chosen by the search
         // above. We open it with RTLD_LAZY | RTLD_LOCAL (libloading's default) and never
         // unload it while a function pointer from it is reachable (the table owns it).
         let lib = match unsafe { Library::new(c) } {
             Ok(l) => Arc::new(l),
-            Err(e) => {
-                // libloading's message is "dlopen failed"; the loader's reason is its source.
-                let mut why = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    why = format!("{why}: {s}");
-                    src = s.source();
-                }
-                let why = if bare {
-                    format!("dynamic loader: {why}")
-                } else {
-                    why
-                };
-                tried.push(format!("{} ({why})", c.display()));
-                continue;
-            }
+            // libloading's message is "dlopen failed"; the loader's reason is its source.
+            Err(e) => return Err(search::open_failure(&e, bare)),
         };
-        match bind(lib.clone()) {
-            Ok(t) => {
-                // Pinned: a ROCm library is never unloaded. comgr registers its LLVM options
-                // in libLLVM (which is NODELETE), so unloading and reloading comgr aborts the
-                // process ("Option ... registered more than once"); the HIP runtime keeps
-                // threads and global state. dlopen's reference count makes reloading cheap.
-                std::mem::forget(lib);
-                return Ok((t, c.clone()));
-            }
-            Err(why) => tried.push(format!("{} ({why})", c.display())),
-        }
-    }
-    Err(LoadError { library, tried })
-}
-
-/// The file a loaded code address belongs to, from `/proc/self/maps` (for libraries found
-/// by bare name: where the dynamic loader found them).
-pub(crate) fn file_containing(addr: usize) -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    for line in maps.lines() {
-        let mut parts = line.split_whitespace();
-        let range = parts.next()?;
-        let (lo, hi) = range.split_once('-')?;
-        let (lo, hi) = (
-            usize::from_str_radix(lo, 16).ok()?,
-            usize::from_str_radix(hi, 16).ok()?,
-        );
-        if (lo..hi).contains(&addr) {
-            let path = parts.nth(4)?;
-            return path.starts_with('/').then(|| PathBuf::from(path));
-        }
-    }
-    None
+        let t = bind(lib.clone())?;
+        // Pinned: a ROCm library is never unloaded. comgr registers its LLVM options in
+        // libLLVM (which is NODELETE), so unloading and reloading comgr aborts the process
+        // ("Option ... registered more than once"); the HIP runtime keeps threads and global
+        // state. dlopen's reference count makes reloading cheap.
+        std::mem::forget(lib);
+        Ok(t)
+    })
+    .map_err(|tried| LoadError {
+        library,
+        tried: tried.iter().map(ToString::to_string).collect(),
+    })
 }
 
 /// Declares a table of C functions loaded from one library: `required` ones (a library
@@ -252,13 +196,7 @@ macro_rules! symbol_table {
                 let ($($req),*) = match ($($req),*) {
                     ($(Some($req)),*) => ($($req),*),
                     #[allow(unreachable_patterns)]
-                    _ => {
-                        return Err(format!(
-                            "lacks required symbol{} {}",
-                            if missing.len() == 1 { "" } else { "s" },
-                            missing.join(", ")
-                        ))
-                    }
+                    _ => return Err(xthunk_core::backend::search::lacks_symbols(&missing)),
                 };
                 Ok($name { $($req,)* $($opt,)* library })
             }

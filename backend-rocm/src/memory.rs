@@ -9,9 +9,9 @@
 use crate::device::DeviceShared;
 use crate::result::{hip_describe, unsupported};
 use crate::sys;
-use std::collections::BTreeMap;
 use std::ffi::c_void;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::Arc;
+use xthunk_core::backend::accounting::{Accounting, AllocationRegistry};
 use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
 use xthunk_core::ir::MemorySpace;
 use xthunk_core::{Error, Result};
@@ -20,48 +20,6 @@ use xthunk_core::{Error, Result};
 const DEVICE_ALIGNMENT: u64 = 256;
 /// Alignment of `hipHostMalloc` (a page).
 const HOST_ALIGNMENT: u64 = 4096;
-
-/// Live bytes per space.
-#[derive(Debug, Default)]
-pub(crate) struct Accounting {
-    inner: Mutex<AccountingInner>,
-}
-
-#[derive(Debug, Default)]
-struct AccountingInner {
-    live_bytes: u64,
-    live_allocations: u64,
-    peak: u64,
-    per_space: BTreeMap<MemorySpace, u64>,
-}
-
-impl Accounting {
-    fn add(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.live_bytes = g.live_bytes.saturating_add(size);
-        g.live_allocations += 1;
-        g.peak = g.peak.max(g.live_bytes);
-        *g.per_space.entry(space).or_default() += size;
-    }
-
-    fn sub(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        g.live_bytes = g.live_bytes.saturating_sub(size);
-        g.live_allocations = g.live_allocations.saturating_sub(1);
-        let e = g.per_space.entry(space).or_default();
-        *e = e.saturating_sub(size);
-    }
-
-    pub(crate) fn stats(&self) -> MemoryStats {
-        let g = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        MemoryStats {
-            live_bytes: g.live_bytes,
-            live_allocations: g.live_allocations,
-            per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
-            peak_bytes: g.peak,
-        }
-    }
-}
 
 /// How an allocation is released.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,7 +90,7 @@ impl Drop for Allocation {
 /// The live allocations of one device, keyed by address.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRegistry {
-    map: RwLock<BTreeMap<u64, Arc<Allocation>>>,
+    allocations: AllocationRegistry<Arc<Allocation>>,
     pub(crate) accounting: Arc<Accounting>,
 }
 
@@ -245,40 +203,22 @@ impl MemoryRegistry {
             device: device.clone(),
             accounting: self.accounting.clone(),
         });
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(addr, a.clone());
+        self.allocations.insert(addr, size, a.clone());
         Ok(a)
     }
 
     /// Forgets an allocation (its memory goes when the last reference does).
     pub(crate) fn release(&self, addr: u64) {
-        self.map
-            .write()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&addr);
+        self.allocations.remove(addr);
     }
 
     /// Resolves `len` bytes at `ptr` to one live allocation.
     pub(crate) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        let map = self.map.read().unwrap_or_else(|e| e.into_inner());
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "{len} bytes at {ptr} are not inside a live allocation of this ROCm device"
-            ))
-        };
-        let Some((&base, alloc)) = map.range(..=ptr.0).next_back() else {
-            return Err(bad());
-        };
-        let offset = ptr.0 - base;
-        match offset.checked_add(len) {
-            Some(end) if end <= alloc.size => Ok(Region {
-                alloc: alloc.clone(),
-                addr: ptr.0,
-            }),
-            _ => Err(bad()),
-        }
+        let c = self.allocations.check(ptr, len, "ROCm device")?;
+        Ok(Region {
+            alloc: c.value,
+            addr: ptr.0,
+        })
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {

@@ -40,6 +40,10 @@ use std::ffi::{CStr, c_int};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use xthunk_core::backend::search::{
+    self, Attempt, dedup_paths, describe_attempts, file_containing, installed_site_packages,
+    site_packages_under, split_paths,
+};
 use xthunk_core::{Error, Result};
 
 /// Which library: NCCL (NVIDIA) or RCCL (AMD). Both are bound through the same table.
@@ -94,46 +98,6 @@ pub struct SearchConfig {
 /// The wheel's library folder below a Python package folder.
 const NCCL_WHEEL_SUBDIR: &str = "nvidia/nccl/lib";
 
-fn split_paths(v: &str) -> Vec<PathBuf> {
-    v.split(':')
-        .filter(|s| !s.is_empty())
-        .map(PathBuf::from)
-        .collect()
-}
-
-/// Subfolders of `base` whose names start with `prefix`, sorted.
-fn subdirs_starting(base: &Path, prefix: &str) -> Vec<PathBuf> {
-    let Ok(rd) = std::fs::read_dir(base) else {
-        return vec![];
-    };
-    let mut v: Vec<PathBuf> = rd
-        .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().starts_with(prefix))
-        .map(|e| e.path())
-        .collect();
-    v.sort();
-    v
-}
-
-/// `<prefix>/lib/python3*/{site,dist}-packages` that exist.
-fn site_packages_under(prefix: &Path) -> Vec<PathBuf> {
-    let mut out = vec![];
-    for py in subdirs_starting(&prefix.join("lib"), "python3") {
-        for leaf in ["site-packages", "dist-packages"] {
-            let d = py.join(leaf);
-            if d.is_dir() {
-                out.push(d);
-            }
-        }
-    }
-    out
-}
-
-fn dedup(v: &mut Vec<PathBuf>) {
-    let mut seen = std::collections::HashSet::new();
-    v.retain(|p| seen.insert(p.clone()));
-}
-
 impl SearchConfig {
     /// The search described in the [module documentation](self), from the environment.
     pub fn from_env(flavor: Flavor) -> Self {
@@ -154,7 +118,7 @@ impl SearchConfig {
                 cfg.override_dirs = paths("XTHUNK_NCCL_PATH");
                 cfg.override_dirs.extend(paths("XTHUNK_CUDA_PATH"));
                 if switched_off("XTHUNK_NCCL_NO_DEFAULT_SEARCH") {
-                    dedup(&mut cfg.override_dirs);
+                    dedup_paths(&mut cfg.override_dirs);
                     return cfg;
                 }
                 for v in ["CUDA_HOME", "CUDA_PATH"] {
@@ -176,24 +140,15 @@ impl SearchConfig {
                     cfg.python_dirs.push(p.clone());
                     cfg.python_dirs.extend(site_packages_under(&p));
                 }
-                for v in ["VIRTUAL_ENV", "CONDA_PREFIX"] {
-                    if let Some(p) = var(v) {
-                        cfg.python_dirs.extend(site_packages_under(Path::new(&p)));
-                    }
-                }
-                if let Some(h) = &home {
-                    cfg.python_dirs
-                        .extend(site_packages_under(&h.join(".local")));
-                }
-                cfg.python_dirs
-                    .extend(site_packages_under(Path::new("/usr/local")));
-                cfg.python_dirs
-                    .extend(site_packages_under(Path::new("/usr")));
+                cfg.python_dirs.extend(installed_site_packages(
+                    |name| var(name).map(PathBuf::from),
+                    false,
+                ));
             }
             Flavor::Rccl => {
                 cfg.override_dirs = paths("XTHUNK_ROCM_PATH");
                 if switched_off("XTHUNK_ROCM_NO_DEFAULT_SEARCH") {
-                    dedup(&mut cfg.override_dirs);
+                    dedup_paths(&mut cfg.override_dirs);
                     return cfg;
                 }
                 if let Some(r) = var("ROCM_PATH") {
@@ -203,9 +158,9 @@ impl SearchConfig {
             }
         }
         cfg.by_name = true;
-        dedup(&mut cfg.override_dirs);
-        dedup(&mut cfg.install_dirs);
-        dedup(&mut cfg.python_dirs);
+        dedup_paths(&mut cfg.override_dirs);
+        dedup_paths(&mut cfg.install_dirs);
+        dedup_paths(&mut cfg.python_dirs);
         cfg
     }
 
@@ -225,61 +180,15 @@ impl SearchConfig {
         if flavor == Flavor::Nccl {
             dirs.extend(self.python_dirs.iter().map(|p| p.join(NCCL_WHEEL_SUBDIR)));
         }
-        dedup(&mut dirs);
+        dedup_paths(&mut dirs);
         dirs
     }
 
     /// Every candidate in search order: each name in each folder, then the bare names when
     /// the dynamic loader's search is on.
     pub fn candidates(&self, flavor: Flavor) -> Vec<PathBuf> {
-        let names = flavor.library_names();
-        let mut out: Vec<PathBuf> = self
-            .folders(flavor)
-            .iter()
-            .flat_map(|d| names.iter().map(move |n| d.join(n)))
-            .collect();
-        if self.by_name {
-            out.extend(names.iter().map(PathBuf::from));
-        }
-        dedup(&mut out);
-        out
+        search::candidates(&self.folders(flavor), flavor.library_names(), self.by_name)
     }
-}
-
-/// `a, b (not found); c (lacks …)`: every place tried, consecutive places with the same
-/// outcome grouped.
-fn describe_attempts(attempts: &[(String, String)]) -> String {
-    let mut groups: Vec<(Vec<&str>, &str)> = vec![];
-    for (place, outcome) in attempts {
-        match groups.last_mut() {
-            Some((places, o)) if *o == outcome.as_str() => places.push(place),
-            _ => groups.push((vec![place.as_str()], outcome.as_str())),
-        }
-    }
-    groups
-        .iter()
-        .map(|(places, outcome)| format!("{} ({outcome})", places.join(", ")))
-        .collect::<Vec<_>>()
-        .join("; ")
-}
-
-/// The file a loaded code address belongs to, from `/proc/self/maps` (for a library found by
-/// bare name: where the dynamic loader found it).
-fn file_containing(addr: usize) -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    for line in maps.lines() {
-        let mut parts = line.split_whitespace();
-        let (lo, hi) = parts.next()?.split_once('-')?;
-        let (lo, hi) = (
-            usize::from_str_radix(lo, 16).ok()?,
-            usize::from_str_radix(hi, 16).ok()?,
-        );
-        if (lo..hi).contains(&addr) {
-            let path = parts.nth(4)?;
-            return path.starts_with('/').then(|| PathBuf::from(path));
-        }
-    }
-    None
 }
 
 /// Declares the table: `required` symbols (a library without one of them is refused, naming
@@ -333,11 +242,7 @@ macro_rules! symbol_table {
                     .map(|s| *s);
                 )*
                 let ($(Some($req),)*) = ($($req,)*) else {
-                    return Err(format!(
-                        "lacks required symbol{} {}",
-                        if missing.len() == 1 { "" } else { "s" },
-                        missing.join(", ")
-                    ));
+                    return Err(search::lacks_symbols(&missing));
                 };
                 Ok($name { $($req,)* $($opt,)* _library: library })
             }
@@ -430,18 +335,11 @@ impl Nccl {
     /// themselves are opened once by the dynamic loader, which counts references).
     pub fn load_with(flavor: Flavor, config: &SearchConfig) -> Result<Arc<Nccl>> {
         let candidates = config.candidates(flavor);
-        let mut tried: Vec<(String, String)> = Vec::new();
-        for c in &candidates {
-            let bare = c.parent().is_none_or(|p| p.as_os_str().is_empty());
-            if !bare && !c.exists() {
-                tried.push((c.display().to_string(), "no such file".into()));
-                continue;
-            }
-            match Nccl::open(flavor, c, bare) {
-                Ok(n) => return Ok(Arc::new(n)),
-                Err(why) => tried.push((c.display().to_string(), why)),
-            }
-        }
+        let tried: Vec<Attempt> =
+            match search::open_first(&candidates, |c, bare| Nccl::open(flavor, c, bare)) {
+                Ok((n, _)) => return Ok(Arc::new(n)),
+                Err(tried) => tried,
+            };
         let reason = if candidates.is_empty() {
             format!(
                 "no {} found: no folder to search ({})",
@@ -473,19 +371,7 @@ impl Nccl {
         // bound is never unloaded (pinned below).
         let library = match unsafe { Library::new(path) } {
             Ok(l) => Arc::new(l),
-            Err(e) => {
-                let mut why = e.to_string();
-                let mut src = std::error::Error::source(&e);
-                while let Some(s) = src {
-                    why = format!("{why}: {s}");
-                    src = s.source();
-                }
-                return Err(if bare {
-                    format!("dynamic loader: {why}")
-                } else {
-                    why
-                });
-            }
+            Err(e) => return Err(search::open_failure(&e, bare)),
         };
         let api = NcclApi::bind(library.clone())?;
         let mut code: c_int = 0;
@@ -734,20 +620,6 @@ mod tests {
         assert_eq!(
             c.last().map(PathBuf::as_path),
             Some(Path::new("librccl.so"))
-        );
-    }
-
-    #[test]
-    fn attempts_are_grouped_but_all_listed() {
-        let a = |p: &str, o: &str| (p.to_string(), o.to_string());
-        let s = describe_attempts(&[
-            a("/a/x", "no such file"),
-            a("/b/x", "no such file"),
-            a("x", "dynamic loader: not found"),
-        ]);
-        assert_eq!(
-            s,
-            "/a/x, /b/x (no such file); x (dynamic loader: not found)"
         );
     }
 

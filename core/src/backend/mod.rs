@@ -12,7 +12,9 @@ use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
+pub mod accounting;
 mod registry;
+pub mod search;
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
 
 /// An address in a device's memory (for the host backend, a host address).

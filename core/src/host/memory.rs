@@ -1,55 +1,12 @@
 //! Host "device" memory: real host allocations, tracked in a registry so every pointer a
 //! stream touches is checked against a live allocation first.
 
+use crate::backend::accounting::{Accounting, AllocationRegistry};
 use crate::backend::{DeviceMemory, DevicePtr, MemoryStats};
 use crate::error::{Error, Result};
 use crate::ir::MemorySpace;
-use parking_lot::{Mutex, RwLock};
 use std::alloc::Layout;
-use std::collections::BTreeMap;
 use std::sync::Arc;
-
-/// Live-byte accounting of one device.
-#[derive(Debug, Default)]
-pub(crate) struct Accounting {
-    inner: Mutex<AccountingInner>,
-}
-
-#[derive(Debug, Default)]
-struct AccountingInner {
-    live_bytes: u64,
-    live_allocations: u64,
-    peak: u64,
-    per_space: BTreeMap<MemorySpace, u64>,
-}
-
-impl Accounting {
-    fn add(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock();
-        g.live_bytes += size;
-        g.live_allocations += 1;
-        g.peak = g.peak.max(g.live_bytes);
-        *g.per_space.entry(space).or_default() += size;
-    }
-
-    fn sub(&self, space: MemorySpace, size: u64) {
-        let mut g = self.inner.lock();
-        g.live_bytes = g.live_bytes.saturating_sub(size);
-        g.live_allocations = g.live_allocations.saturating_sub(1);
-        let e = g.per_space.entry(space).or_default();
-        *e = e.saturating_sub(size);
-    }
-
-    pub(crate) fn stats(&self) -> MemoryStats {
-        let g = self.inner.lock();
-        MemoryStats {
-            live_bytes: g.live_bytes,
-            live_allocations: g.live_allocations,
-            per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
-            peak_bytes: g.peak,
-        }
-    }
-}
 
 /// One host allocation. The memory is released when the last reference goes: the owner's
 /// [`HostBuffer`] and any queued stream work that uses it.
@@ -85,7 +42,7 @@ impl Drop for HostAllocation {
 /// The registry of live allocations of one device, keyed by base address.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRegistry {
-    map: RwLock<BTreeMap<u64, Arc<HostAllocation>>>,
+    allocations: AllocationRegistry<Arc<HostAllocation>>,
     pub(crate) accounting: Arc<Accounting>,
     /// Bumped on every release, so that lookup caches know when to forget.
     generation: std::sync::atomic::AtomicU64,
@@ -177,13 +134,13 @@ impl MemoryRegistry {
             space,
             accounting: self.accounting.clone(),
         });
-        self.map.write().insert(ptr as u64, a.clone());
+        self.allocations.insert(ptr as u64, size, a.clone());
         Ok(a)
     }
 
     /// Removes an allocation from the registry (its memory goes when the last user is done).
     pub(crate) fn release(&self, ptr: DevicePtr) {
-        self.map.write().remove(&ptr.0);
+        self.allocations.remove(ptr.0);
         self.generation
             .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     }
@@ -257,25 +214,12 @@ impl MemoryRegistry {
 
     /// Resolves `len` bytes at `ptr` to a region of one live allocation.
     pub(crate) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        let map = self.map.read();
-        let found = map.range(..=ptr.0).next_back();
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "{len} bytes at {ptr} are not inside a live allocation of this device"
-            ))
-        };
-        let Some((&base, alloc)) = found else {
-            return Err(bad());
-        };
-        let offset = ptr.0 - base;
-        match offset.checked_add(len) {
-            Some(end) if end <= alloc.size => Ok(Region {
-                alloc: alloc.clone(),
-                offset: offset as usize,
-                len: len as usize,
-            }),
-            _ => Err(bad()),
-        }
+        let c = self.allocations.check(ptr, len, "device")?;
+        Ok(Region {
+            alloc: c.value,
+            offset: c.offset as usize,
+            len: len as usize,
+        })
     }
 
     pub(crate) fn stats(&self) -> MemoryStats {
