@@ -9,6 +9,7 @@ mod cli {
     pub mod devices;
     pub mod error;
     pub mod inspect;
+    pub mod job;
     pub mod launch;
     pub mod npy;
     pub mod outfiles;
@@ -300,7 +301,11 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
                 filter,
                 verbose_table,
             };
-            return cli::conformance::conformance(&xthunk::Runtime::new(), &args, out);
+            return cli::conformance::conformance(
+                &xthunk::Runtime::with_host_devices(xthunk_conformance::MAX_RANKS),
+                &args,
+                out,
+            );
         }
         Command::Bench {
             backend,

@@ -94,9 +94,16 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             )));
         }
     }
+    // A process of a multi-process job (`xthunk launch`, Slurm, ...) is one rank of it: its
+    // random inputs are those `run --devices N` gives that rank.
+    let job = super::job::detect()?;
     let ranks = args.devices.max(1) as usize;
+    let rank_range = match &job {
+        Some(c) => c.rank..c.rank + 1,
+        None => 0..ranks,
+    };
     let mut rank_inputs: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ranks);
-    for rank in 0..ranks {
+    for rank in rank_range {
         let mut host_inputs = Vec::with_capacity(sig.parameters.len());
         for (i, p) in sig.parameters.iter().enumerate() {
             let bytes = match given.get(p.name.as_str()) {
@@ -117,6 +124,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             host_inputs.push(bytes);
         }
         rank_inputs.push(host_inputs);
+    }
+    if let Some(config) = &job {
+        let inputs = rank_inputs.pop().unwrap_or_default();
+        return super::job::run_job(args, config, program, inputs, out);
     }
     if ranks > 1 {
         return run_spmd(args, program, rank_inputs, out);

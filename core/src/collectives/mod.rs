@@ -33,10 +33,15 @@
 mod host;
 mod reduce;
 mod rendezvous;
+mod shm;
 mod watchdog;
 
 pub use host::{HostCliqueProvider, HostCommunicator};
 pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
+pub use shm::{
+    ShmCliqueProvider, ShmCommunicator, ShmOptions, job_segment_prefix, job_segments,
+    remove_job_segments, remove_pending_segments,
+};
 pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
 use crate::backend::{DevicePtr, Stream};

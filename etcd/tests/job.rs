@@ -1,0 +1,770 @@
+//! Jobs of `xthunk` processes on the host backend through a real etcd on loopback: each rank a
+//! process started by `xthunk launch`, collectives through shared memory segments.
+//!
+//! - four processes compute exactly (byte for byte) what `run --devices 4` computes in one
+//!   process, for both collective examples;
+//! - a rank killed mid-run (SIGKILL) makes every survivor exit non-zero within the lease TTL
+//!   plus a few seconds, naming it; `XTHUNK_KILL_REPEATS` times (default 3; CI: 10), with no
+//!   process, shared memory segment or etcd key of the job left behind;
+//! - a rank that never reaches a collective makes the others fail at the terminate timeout,
+//!   naming it;
+//! - two jobs sharing one etcd at once do not interfere.
+//!
+//! The binary is the `xthunk` next to this test's own build (`target/<profile>/xthunk`; or
+//! `$XTHUNK_BIN`), which `cargo test --workspace --all-features` builds with the `etcd`
+//! feature. Each test is skipped, with a printed reason, where etcd is not installed or the
+//! binary is missing or was built without the `etcd` feature, unless `XTHUNK_REQUIRE_ETCD=1`.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+use xthunk_core::collectives::job_segments;
+use xthunk_etcd::job_keys;
+use xthunk_etcd::server::EtcdServer;
+
+/// The lease TTL of every rank (`XTHUNK_LEASE_TTL`).
+const TTL: Duration = Duration::from_secs(2);
+const WORLD: usize = 4;
+
+fn required() -> bool {
+    std::env::var("XTHUNK_REQUIRE_ETCD").as_deref() == Ok("1")
+}
+
+fn repo() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .to_path_buf()
+}
+
+/// `$XTHUNK_BIN`, else the `xthunk` of this test's target directory and profile
+/// (`target/debug/deps/job-…` -> `target/debug/xthunk`).
+fn binary() -> PathBuf {
+    if let Some(p) = std::env::var_os("XTHUNK_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().unwrap();
+    let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+    profile_dir.join(format!("xthunk{}", std::env::consts::EXE_SUFFIX))
+}
+
+/// A test's etcd and binary, or `None` (after saying why the test is skipped).
+fn setup(test: &str) -> Option<(EtcdServer, PathBuf)> {
+    let skip = |why: String| {
+        assert!(!required(), "{test}: {why}");
+        eprintln!("SKIPPED {test}: {why} (XTHUNK_REQUIRE_ETCD=1 makes this an error)");
+    };
+    let bin = binary();
+    if !bin.is_file() {
+        skip(format!(
+            "{} is missing: build it with `cargo build --features etcd` (or set XTHUNK_BIN)",
+            bin.display()
+        ));
+        return None;
+    }
+    // Can this binary join a job through etcd? A rank of a (fake) job of two with
+    // `--devices 2` fails before connecting anywhere: with the feature, on `--devices`.
+    let o = Command::new(&bin)
+        .args(["run", "--backend", "host", "--devices", "2"])
+        .arg(repo().join("examples/permute_ring.txtpb"))
+        .env("XTHUNK_RANK", "0")
+        .env("XTHUNK_WORLD_SIZE", "2")
+        .env("XTHUNK_COORDINATOR", "etcd://127.0.0.1:9")
+        .env("XTHUNK_JOB_ID", "probe")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    if err.contains("without the `etcd` feature") {
+        skip(format!(
+            "{} was built without the `etcd` feature: build it with `cargo build --features etcd`",
+            bin.display()
+        ));
+        return None;
+    }
+    assert!(
+        !o.status.success() && err.contains("drop --devices"),
+        "{} does not run as a rank of a job (does `run` call job::run_job?): {err}",
+        bin.display()
+    );
+    let etcd = EtcdServer::start_or_skip(test).expect("start etcd")?;
+    Some((etcd, bin))
+}
+
+/// A job id no other test (or earlier run) uses.
+fn job_id(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "jobtest-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(job_id(name));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    fn file(&self, name: &str, text: &str) -> PathBuf {
+        let p = self.0.join(name);
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pipe {
+    Out,
+    Err,
+}
+
+/// A running `xthunk launch`: its lines as they come (with the time they came), killed (with
+/// its ranks: they die with it) when dropped.
+struct Launch {
+    child: Child,
+    lines: mpsc::Receiver<(Pipe, String, Instant)>,
+    seen: Vec<(Pipe, String, Instant)>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Launch {
+    fn start(
+        bin: &Path,
+        etcd: &EtcdServer,
+        job: &str,
+        program: &Path,
+        run_args: &[&str],
+    ) -> Launch {
+        let mut child = Command::new(bin)
+            .args(["launch", "-n", &WORLD.to_string(), "--coordinator"])
+            .arg(etcd.url())
+            .args([
+                "--job-id",
+                job,
+                "--grace",
+                "30",
+                "--",
+                "run",
+                "--backend",
+                "host",
+            ])
+            .args(run_args)
+            .arg(program)
+            .env("XTHUNK_LEASE_TTL", TTL.as_secs().to_string())
+            .env_remove("RUST_LOG")
+            .current_dir(repo())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        for (pipe, stream) in [
+            (
+                Pipe::Out,
+                Box::new(child.stdout.take().unwrap()) as Box<dyn std::io::Read + Send>,
+            ),
+            (Pipe::Err, Box::new(child.stderr.take().unwrap())),
+        ] {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send((pipe, line, Instant::now()));
+                }
+            });
+        }
+        Launch {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    fn text(&self) -> String {
+        self.seen
+            .iter()
+            .map(|(_, l, _)| l.as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// Waits for a line holding `needle` (`count` of them), up to `limit`.
+    fn wait_for(&mut self, needle: &str, count: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        loop {
+            if self.seen.iter().filter(|l| l.1.contains(needle)).count() >= count {
+                return;
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!(
+                    "no {count} lines with {needle:?} within {limit:?}; so far:\n{}",
+                    self.text()
+                ),
+            }
+        }
+    }
+
+    /// Waits for the launcher to exit, up to `limit` (then kills it and fails).
+    fn wait(&mut self, limit: Duration) -> (ExitStatus, Instant) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            while let Ok(l) = self.lines.try_recv() {
+                self.seen.push(l);
+            }
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            if Instant::now() >= deadline {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+                panic!("the job still ran after {limit:?}:\n{}", self.text());
+            }
+            thread::sleep(Duration::from_millis(10));
+        };
+        let exited = Instant::now();
+        // The last lines (the pipes close with the launcher).
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        (status, exited)
+    }
+
+    /// The pid of every rank, from its first line.
+    fn pids(&self) -> BTreeMap<usize, i32> {
+        let mut pids = BTreeMap::new();
+        for (_, l, _) in &self.seen {
+            if let Some(rest) = l.strip_prefix("[rank ")
+                && let Some((r, rest)) = rest.split_once(']')
+                && let Some((_, p)) = rest.split_once("(pid ")
+                && let Some((p, _)) = p.split_once(')')
+            {
+                pids.insert(r.parse().unwrap(), p.parse().unwrap());
+            }
+        }
+        pids
+    }
+
+    /// The lines of rank `r` (without the prefix).
+    fn rank_lines(&self, r: usize) -> Vec<(&str, Instant)> {
+        let prefix = format!("[rank {r}] ");
+        self.seen
+            .iter()
+            .filter_map(|(_, l, t)| l.strip_prefix(&prefix).map(|l| (l, *t)))
+            .collect()
+    }
+}
+
+fn xthunk(bin: &Path, args: &[&str], program: &Path) -> Output {
+    let o = Command::new(bin)
+        .args(args)
+        .arg(program)
+        .current_dir(repo())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "xthunk {args:?} {}: {}\n{}",
+        program.display(),
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
+/// Every file under `dir`, by relative path.
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+/// The `rank R output ...` summary lines of a report, sorted.
+fn summaries(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .lines()
+        .map(|l| match l.strip_prefix("[rank ") {
+            Some(rest) => rest.split_once("] ").map_or(l, |x| x.1),
+            None => l,
+        })
+        .filter(|l| l.starts_with("rank ") && l.contains(" output "))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// Nothing of `job` is left: no segment now, and no etcd key within `limit` (the keys of a
+/// killed rank go when its lease expires).
+fn assert_nothing_left(etcd: &EtcdServer, job: &str, limit: Duration) {
+    let segs = job_segments(job);
+    assert!(
+        segs.is_empty(),
+        "job {job} left shared memory segments: {segs:?}"
+    );
+    let start = Instant::now();
+    loop {
+        let keys = job_keys(&[etcd.endpoint()], job).unwrap();
+        if keys.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < limit,
+            "job {job} left etcd keys {limit:?} after it ended: {keys:?}"
+        );
+        thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Runs `program` as a job of four processes and with `run --devices 4`, with the same seed,
+/// and checks that every rank wrote the same bytes and printed the same summaries.
+fn check_job_against_spmd(bin: &Path, etcd: &EtcdServer, job: &str, program: &Path, seed: u64) {
+    let scratch = Scratch::new("outputs");
+    let (spmd_dir, job_dir) = (scratch.0.join("spmd"), scratch.0.join("job"));
+    let seed = seed.to_string();
+    let spmd = xthunk(
+        bin,
+        &[
+            "run",
+            "--backend",
+            "host",
+            "--devices",
+            "4",
+            "--seed",
+            &seed,
+            "--output-dir",
+            spmd_dir.to_str().unwrap(),
+        ],
+        program,
+    );
+    let mut launch = Launch::start(
+        bin,
+        etcd,
+        job,
+        program,
+        &["--seed", &seed, "--output-dir", job_dir.to_str().unwrap()],
+    );
+    let (status, _) = launch.wait(Duration::from_secs(120));
+    let text = launch.text();
+    assert!(status.success(), "job {job} failed:\n{text}");
+    let (want, got) = (files(&spmd_dir), files(&job_dir));
+    assert!(!want.is_empty());
+    assert_eq!(
+        want.keys().collect::<Vec<_>>(),
+        got.keys().collect::<Vec<_>>(),
+        "{text}"
+    );
+    for (name, bytes) in &want {
+        assert!(
+            got[name] == *bytes,
+            "{}: {name} differs between the job and run --devices 4:\n{text}",
+            program.display()
+        );
+    }
+    let spmd_summaries = summaries(&String::from_utf8_lossy(&spmd.stdout));
+    assert_eq!(spmd_summaries.len(), want.len());
+    assert_eq!(spmd_summaries, summaries(&text));
+    assert_nothing_left(etcd, job, Duration::from_secs(5));
+}
+
+#[test]
+fn four_processes_compute_what_one_process_computes() {
+    let Some((etcd, bin)) = setup("four_processes_compute_what_one_process_computes") else {
+        return;
+    };
+    for program in ["dp_step", "permute_ring"] {
+        let path = repo().join(format!("examples/{program}.txtpb"));
+        check_job_against_spmd(&bin, &etcd, &job_id(program), &path, 7);
+    }
+}
+
+#[test]
+fn two_jobs_share_one_etcd_without_mixing() {
+    let Some((etcd, bin)) = setup("two_jobs_share_one_etcd_without_mixing") else {
+        return;
+    };
+    // The same program (the same cliques, the same segment hashes) with different inputs, at
+    // once: a segment, key or barrier shared between the two would show in the results.
+    let program = repo().join("examples/dp_step.txtpb");
+    thread::scope(|s| {
+        let (etcd, bin, program) = (&etcd, &bin, &program);
+        let a = s.spawn(move || check_job_against_spmd(bin, etcd, &job_id("a"), program, 1));
+        let b = s.spawn(move || check_job_against_spmd(bin, etcd, &job_id("b"), program, 2));
+        a.join().unwrap();
+        b.join().unwrap();
+    });
+}
+
+/// `long_loop`: an all-reduce, a loop of copies lasting far longer than any test, an
+/// all-reduce. A rank killed in the loop leaves the survivors computing (only the failure
+/// handler can stop them); one killed in `dp_step --iterations 100000000` leaves them waiting
+/// in a collective.
+const LONG_LOOP: &str = r#"abi_version: 1
+name: "long_loop"
+allocations: [{
+  size: 1024
+  alignment: 64
+  parameter: 0
+}, {
+  index: 1
+  size: 1024
+  alignment: 64
+  output: 0
+}, {
+  index: 2
+  size: 1024
+  alignment: 64
+  temp {}
+}, {
+  index: 3
+  size: 1
+  alignment: 64
+  temp {}
+}]
+entry: [{
+  all_reduce {
+    src {
+      size: 1024
+    }
+    dst {
+      allocation: 1
+      size: 1024
+    }
+    dtype: DTYPE_F32
+    op: REDUCE_OP_SUM
+  }
+}, {
+  while {
+    pred {
+      allocation: 3
+      size: 1
+    }
+    body: [{
+      copy {
+        src {
+          allocation: 1
+          size: 1024
+        }
+        dst {
+          allocation: 2
+          size: 1024
+        }
+      }
+    }, {
+      copy {
+        src {
+          allocation: 2
+          size: 1024
+        }
+        dst {
+          allocation: 1
+          size: 1024
+        }
+      }
+    }]
+    trip_count: 4000000000
+  }
+}, {
+  all_reduce {
+    src {
+      allocation: 1
+      size: 1024
+    }
+    dst {
+      allocation: 1
+      size: 1024
+    }
+    dtype: DTYPE_F32
+    op: REDUCE_OP_SUM
+  }
+}]
+signature {
+  parameters: [{
+    name: "x"
+    dtype: DTYPE_F32
+    dims: [256]
+  }]
+  outputs: [{
+    name: "y"
+    dtype: DTYPE_F32
+    dims: [256]
+    allocation: 1
+  }]
+}
+"#;
+
+/// `rank3_skips`: every rank all-reduces `x` into `y`; then ranks 0, 1 and 2 all-reduce `y`
+/// again (a conditional on the rank id) while rank 3 does not.
+const RANK3_SKIPS: &str = r#"abi_version: 1
+name: "rank3_skips"
+allocations: [{
+  size: 64
+  alignment: 64
+  parameter: 0
+}, {
+  index: 1
+  size: 64
+  alignment: 64
+  output: 0
+}, {
+  index: 2
+  size: 4
+  alignment: 64
+  temp {}
+}]
+entry: [{
+  all_reduce {
+    src {
+      size: 64
+    }
+    dst {
+      allocation: 1
+      size: 64
+    }
+    dtype: DTYPE_F32
+    op: REDUCE_OP_SUM
+  }
+}, {
+  rank_id {
+    dst {
+      allocation: 2
+      size: 4
+    }
+  }
+}, {
+  conditional {
+    index {
+      allocation: 2
+      size: 4
+    }
+    index_type: DTYPE_I32
+    branches: [{
+      thunks: [{
+        all_reduce {
+          src {
+            allocation: 1
+            size: 64
+          }
+          dst {
+            allocation: 1
+            size: 64
+          }
+          dtype: DTYPE_F32
+          op: REDUCE_OP_SUM
+        }
+      }]
+    }, {
+      thunks: [{
+        all_reduce {
+          src {
+            allocation: 1
+            size: 64
+          }
+          dst {
+            allocation: 1
+            size: 64
+          }
+          dtype: DTYPE_F32
+          op: REDUCE_OP_SUM
+        }
+      }]
+    }, {
+      thunks: [{
+        all_reduce {
+          src {
+            allocation: 1
+            size: 64
+          }
+          dst {
+            allocation: 1
+            size: 64
+          }
+          dtype: DTYPE_F32
+          op: REDUCE_OP_SUM
+        }
+      }]
+    }, {}]
+  }
+}]
+signature {
+  parameters: [{
+    name: "x"
+    dtype: DTYPE_F32
+    dims: [16]
+  }]
+  outputs: [{
+    name: "y"
+    dtype: DTYPE_F32
+    dims: [16]
+    allocation: 1
+  }]
+}
+"#;
+
+fn kill_repeats() -> usize {
+    std::env::var("XTHUNK_KILL_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+#[test]
+fn a_killed_rank_fails_every_survivor_promptly_and_leaves_nothing() {
+    let Some((etcd, bin)) = setup("a_killed_rank_fails_every_survivor_promptly_and_leaves_nothing")
+    else {
+        return;
+    };
+    let scratch = Scratch::new("kill");
+    let long_loop = scratch.file("long_loop.txtpb", LONG_LOOP);
+    let dp_step = repo().join("examples/dp_step.txtpb");
+    let limit = TTL + Duration::from_secs(5);
+    let mut latencies = vec![];
+    for i in 0..kill_repeats() {
+        let victim = [2usize, 0, 3, 1][i % 4];
+        let (program, args, what) = if i % 2 == 0 {
+            (
+                &dp_step,
+                &["--iterations", "100000000"][..],
+                "in a collective",
+            )
+        } else {
+            (&long_loop, &[][..], "computing")
+        };
+        let job = job_id("kill");
+        let mut launch = Launch::start(&bin, &etcd, &job, program, args);
+        launch.wait_for("started", WORLD, Duration::from_secs(60));
+        let pids = launch.pids();
+        assert_eq!(pids.len(), WORLD, "{}", launch.text());
+        // Mid-run.
+        thread::sleep(Duration::from_millis(300));
+        // SAFETY: a plain kill(2) of a process this test started (through the launcher).
+        assert_eq!(unsafe { libc::kill(pids[&victim], libc::SIGKILL) }, 0);
+        let killed = Instant::now();
+        let (status, exited) = launch.wait(limit + Duration::from_secs(30));
+        let text = launch.text();
+        assert_eq!(status.code(), Some(1), "{text}");
+        assert!(
+            exited - killed < limit,
+            "repeat {i}: the survivors took {:?} to exit after rank {victim} was killed \
+             (limit: the TTL {TTL:?} + 5 s):\n{text}",
+            exited - killed
+        );
+        let mut slowest = Duration::ZERO;
+        for r in (0..WORLD).filter(|r| *r != victim) {
+            let lines = launch.rank_lines(r);
+            let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("repeat {i}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed")),
+                "repeat {i}: rank {r} does not name rank {victim}: {line}\n{text}"
+            );
+            slowest = slowest.max(at.saturating_duration_since(killed));
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "repeat {i}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        assert!(text.contains(&format!("xthunk launch: rank {victim}: signal: 9")));
+        eprintln!(
+            "repeat {i}: rank {victim} killed {what}; every survivor named it within \
+             {slowest:.2?}, exited within {:.2?} (TTL {TTL:?})",
+            exited - killed
+        );
+        latencies.push(slowest);
+        for (r, pid) in &pids {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "repeat {i}: rank {r} (pid {pid}) is still there"
+            );
+        }
+        assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
+    }
+    eprintln!("detection latencies after SIGKILL: {latencies:.2?}");
+}
+
+#[test]
+fn a_rank_that_never_reaches_a_collective_is_named_at_the_timeout() {
+    let Some((etcd, bin)) = setup("a_rank_that_never_reaches_a_collective_is_named_at_the_timeout")
+    else {
+        return;
+    };
+    let scratch = Scratch::new("skip");
+    let program = scratch.file("rank3_skips.txtpb", RANK3_SKIPS);
+    let job = job_id("skip");
+    let timeout = Duration::from_secs(2);
+    let mut launch = Launch::start(&bin, &etcd, &job, &program, &["--collective-timeout", "2"]);
+    launch.wait_for("started", WORLD, Duration::from_secs(60));
+    let started = Instant::now();
+    let (status, exited) = launch.wait(Duration::from_secs(60));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let took = exited - started;
+    assert!(
+        took >= timeout - Duration::from_millis(500) && took < timeout + Duration::from_secs(8),
+        "the job ended {took:?} after it started (terminate timeout {timeout:?}):\n{text}"
+    );
+    for r in 0..3 {
+        let lines = launch.rank_lines(r);
+        let Some((line, _)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+            panic!("rank {r} printed no error:\n{text}");
+        };
+        assert!(
+            line.contains("rank 3 did not arrive within 2s"),
+            "rank {r} does not name rank 3: {line}\n{text}"
+        );
+    }
+    // Rank 3 finished its program, then learnt at its shutdown barrier that the others failed.
+    assert!(
+        launch
+            .rank_lines(3)
+            .iter()
+            .any(|(l, _)| l.starts_with("error:") && l.contains("failed")),
+        "{text}"
+    );
+    for r in 0..WORLD {
+        assert!(
+            text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+            "rank {r} did not exit 1 on its own:\n{text}"
+        );
+    }
+    eprintln!("the job failed {took:.2?} after it started (terminate timeout {timeout:?})");
+    assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
+}

@@ -1,0 +1,419 @@
+//! One rank of a multi-process job: `xthunk run PROGRAM` in a process whose environment names
+//! a job of more than one rank (`xthunk launch`, Slurm, Open MPI, a Kubernetes indexed job; see
+//! `xthunk_core::distributed::env`).
+//!
+//! The rank joins the job through its coordinator (etcd: the `etcd` feature), meets the others
+//! at the `start` barrier, runs the program on its host device with the collectives going
+//! through shared memory segments ([`ShmCliqueProvider`]), prints its outputs behind
+//! `rank R`, writes them under `DIR/rank<R>/` with `--output-dir` (the layout of
+//! `run --devices N`, so that the two can be compared file by file), and leaves with the
+//! coordinator's shutdown barrier.
+//!
+//! # Failing loudly
+//!
+//! - When the coordinator reports a dead rank (its lease expired: killed, hung, cut off), a
+//!   failure handler aborts this rank's cliques (peers waiting in them fail at once), removes
+//!   the job's shared memory segments, prints `error: rank R failed: ... (job J)`, leaves the
+//!   coordinator (revoking its lease) and exits with status 1, whatever the main thread is
+//!   doing — as XLA terminates on a missed heartbeat.
+//! - When this rank fails by itself (a collective timed out naming the ranks that did not
+//!   arrive, a mismatch, a deadline), it aborts its cliques, removes the segments, drops its
+//!   coordinator without shutdown (its lease is revoked: the other ranks learn at once that it
+//!   failed) and returns the error, which `main` prints.
+//!
+//! Exactly one of the two ends the process: whichever starts first.
+//!
+//! `XTHUNK_LEASE_TTL` (seconds, default 5) is the lease TTL: a dead rank is noticed within
+//! about that long.
+
+use super::error::{CliError, CliResult};
+use super::run::{RunArgs, backend_choice};
+use super::{outfiles, tensor};
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+use xthunk::core::collectives::{
+    CliqueProvider, ShmCliqueProvider, ShmOptions, Timeouts, remove_job_segments,
+};
+use xthunk::core::distributed::{
+    Coordinator, CoordinatorSpec, DistributedConfig, DistributedError, Overrides,
+    spawn_failure_handler,
+};
+use xthunk::core::executor::CollectiveContext;
+use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
+
+/// The lease TTL variable (seconds).
+pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
+
+/// How many leading values of each output are printed (as `run`).
+const SHOWN_VALUES: usize = 8;
+
+/// This process's job, when its environment names one of more than one rank. An environment
+/// that names a job badly is an error when it holds `XTHUNK_*` variables (someone meant to
+/// start a job); a cluster's own variables that do not add up (e.g. a Kubernetes index without
+/// a world size) only warn, and `run` runs alone.
+pub fn detect() -> CliResult<Option<DistributedConfig>> {
+    match DistributedConfig::from_process_env(&Overrides::default()) {
+        Ok(config) => Ok((config.world_size > 1).then_some(config)),
+        Err(e) => {
+            use xthunk::core::distributed::env::{
+                XTHUNK_COORDINATOR, XTHUNK_JOB_ID, XTHUNK_RANK, XTHUNK_WORLD_SIZE,
+            };
+            let explicit = [
+                XTHUNK_RANK,
+                XTHUNK_WORLD_SIZE,
+                XTHUNK_COORDINATOR,
+                XTHUNK_JOB_ID,
+            ]
+            .iter()
+            .any(|v| std::env::var_os(v).is_some());
+            if explicit {
+                return Err(CliError::Usage(e.to_string()));
+            }
+            tracing::warn!("not joining a job: {e}");
+            Ok(None)
+        }
+    }
+}
+
+/// The lease TTL from [`XTHUNK_LEASE_TTL`], if set.
+fn lease_ttl() -> CliResult<Option<Duration>> {
+    let Ok(v) = std::env::var(XTHUNK_LEASE_TTL) else {
+        return Ok(None);
+    };
+    v.trim()
+        .parse::<f64>()
+        .ok()
+        .filter(|s| s.is_finite() && *s > 0.0)
+        .and_then(|s| Duration::try_from_secs_f64(s).ok())
+        .map(Some)
+        .ok_or_else(|| {
+            CliError::Usage(format!(
+                "{XTHUNK_LEASE_TTL}={v:?}: expected a positive number of seconds"
+            ))
+        })
+}
+
+fn distributed(e: DistributedError) -> CliError {
+    CliError::Core(xthunk::Error::Distributed(e))
+}
+
+/// Whether this build can reach the job's coordinator at all (before anything else is done).
+fn check_coordinator(config: &DistributedConfig) -> CliResult<()> {
+    lease_ttl()?;
+    match &config.coordinator {
+        CoordinatorSpec::Local => Err(CliError::Usage(local_coordinator_error(config))),
+        CoordinatorSpec::Etcd { .. } if cfg!(feature = "etcd") => Ok(()),
+        spec => Err(CliError::Usage(format!(
+            "job `{}` meets through {spec}, but this xthunk was built without the `etcd` \
+             feature: rebuild it with `cargo build --features etcd` (etcd-client needs protoc)",
+            config.job_id
+        ))),
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn connect(config: &DistributedConfig) -> CliResult<Box<dyn Coordinator>> {
+    let ttl = lease_ttl()?.unwrap_or(xthunk_etcd::DEFAULT_TTL);
+    xthunk_etcd::connect(config, ttl).map_err(distributed)
+}
+
+#[cfg(not(feature = "etcd"))]
+fn connect(config: &DistributedConfig) -> CliResult<Box<dyn Coordinator>> {
+    check_coordinator(config)?;
+    Err(CliError::Usage(local_coordinator_error(config)))
+}
+
+fn local_coordinator_error(config: &DistributedConfig) -> String {
+    format!(
+        "job `{}` has {} processes, but the local coordinator serves the threads of one \
+         process: start the job with --coordinator etcd://HOST:PORT",
+        config.job_id, config.world_size
+    )
+}
+
+/// Who ends the process after a failure: the failure handler or the main thread, whichever
+/// claims it first.
+#[derive(Default)]
+struct ExitClaim(AtomicBool);
+
+impl ExitClaim {
+    fn claim(&self) -> bool {
+        !self.0.swap(true, Ordering::SeqCst)
+    }
+}
+
+/// Runs this process's rank of the job `config` (see the [module documentation](self)):
+/// `inputs` are this rank's parameters (host bytes in signature order; `run` makes the random
+/// ones with the streams `run --devices N` gives this rank, so the two compute the same).
+pub fn run_job(
+    args: &RunArgs,
+    config: &DistributedConfig,
+    program: xthunk::ir::Executable,
+    inputs: Vec<Vec<u8>>,
+    out: &mut dyn Write,
+) -> CliResult<()> {
+    check_coordinator(config)?;
+    if args.devices > 1 {
+        return Err(CliError::Usage(format!(
+            "--devices {} runs that many ranks in one process, but this process is rank {} of \
+             job `{}` ({} processes, one rank each): drop --devices",
+            args.devices, config.rank, config.job_id, config.world_size
+        )));
+    }
+    let (rank, world, job) = (config.rank, config.world_size, config.job_id.clone());
+    let plan = match &args.output_dir {
+        Some(dir) => Some(outfiles::Plan::new(
+            &dir.join(format!("rank{rank}")),
+            &program.signature.outputs,
+        )?),
+        None => None,
+    };
+    let rt = Runtime::new();
+    let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
+    if backend.name() != "host" {
+        return Err(xthunk::Error::Unsupported {
+            backend: backend.name().into(),
+            feature: "jobs of several processes (their collectives run on the host backend, \
+                      through shared memory; NCCL/RCCL cliques across processes are not wired \
+                      into `run` yet): use --backend host"
+                .into(),
+        }
+        .into());
+    }
+    for s in skipped {
+        tracing::info!("skipped {s}");
+    }
+    let device = backend.device(args.device)?;
+
+    let coordinator: Arc<dyn Coordinator> = Arc::from(connect(config)?);
+    let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
+    let provider = Arc::new(ShmCliqueProvider::new(
+        coordinator.clone(),
+        ShmOptions::default().with_timeouts(timeouts),
+    ));
+    let exit = Arc::new(ExitClaim::default());
+    {
+        let weak_provider = Arc::downgrade(&provider);
+        let weak_coordinator = Arc::downgrade(&coordinator);
+        let (exit, job) = (exit.clone(), job.clone());
+        spawn_failure_handler(coordinator.as_ref(), move |f| {
+            on_rank_failure(
+                &f.to_string(),
+                &job,
+                &exit,
+                &weak_provider,
+                &weak_coordinator,
+            );
+        })
+        .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
+    }
+    eprintln!(
+        "xthunk: job {job}: rank {rank} of {world} (pid {}), {} coordinator {}, backend host, \
+         collectives through shared memory",
+        std::process::id(),
+        coordinator.backend(),
+        config.coordinator
+    );
+    // Meeting and leaving may take longer than a collective (processes start, load, exit).
+    let barrier_timeout = args.collective_timeout.max(Duration::from_secs(60));
+    let result = run_rank(
+        args,
+        &coordinator,
+        &provider,
+        device,
+        program,
+        inputs,
+        plan,
+        barrier_timeout,
+        out,
+    )
+    .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
+    match result {
+        Ok(()) => Ok(()),
+        Err(e) => Err(fail(e, &job, &exit, provider, coordinator)),
+    }
+}
+
+/// The failure handler: a rank of the job died.
+fn on_rank_failure(
+    failure: &str,
+    job: &str,
+    exit: &ExitClaim,
+    provider: &Weak<ShmCliqueProvider>,
+    coordinator: &Weak<dyn Coordinator>,
+) {
+    if !exit.claim() {
+        // The main thread is already failing (and will say why).
+        return;
+    }
+    let mut cause = None;
+    if let Some(p) = provider.upgrade() {
+        cause = p.failure();
+        p.abort_all(failure);
+    }
+    remove_job_segments(job);
+    eprintln!("error: {failure} (job {job})");
+    if let Some(cause) = cause {
+        eprintln!("xthunk: the collectives of this rank had already failed: {cause}");
+    }
+    // Leave the coordinator (its shutdown fails fast once a rank is known dead, then revokes
+    // this rank's lease), but never wait long for it: exiting promptly matters more.
+    if let Some(c) = coordinator.upgrade() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let leave = std::thread::Builder::new().spawn(move || {
+            let _ = c.shutdown(Duration::from_secs(1));
+            let _ = tx.send(());
+        });
+        if leave.is_ok() {
+            let _ = rx.recv_timeout(Duration::from_secs(2));
+        }
+    }
+    std::process::exit(1);
+}
+
+/// The main thread failed with `e`: clean up and return it, unless the failure handler is
+/// already ending the process.
+fn fail(
+    e: CliError,
+    job: &str,
+    exit: &ExitClaim,
+    provider: Arc<ShmCliqueProvider>,
+    coordinator: Arc<dyn Coordinator>,
+) -> CliError {
+    if !exit.claim() {
+        // The failure handler exits the process (it names the dead rank); let it.
+        let since = Instant::now();
+        while since.elapsed() < Duration::from_secs(10) {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        return e;
+    }
+    provider.abort_all(&super::error::one_line(&e));
+    remove_job_segments(job);
+    drop(provider);
+    // Dropped without shutdown, the coordinator revokes this rank's lease: the other ranks
+    // learn at once that it failed, instead of after the TTL.
+    if Arc::strong_count(&coordinator) > 1 {
+        tracing::warn!("the coordinator is still in use; its lease expires with its TTL");
+    }
+    drop(coordinator);
+    e
+}
+
+/// The rank's work between the coordinator's start and shutdown.
+#[allow(clippy::too_many_arguments)]
+fn run_rank(
+    args: &RunArgs,
+    coordinator: &Arc<dyn Coordinator>,
+    provider: &Arc<ShmCliqueProvider>,
+    device: Arc<dyn xthunk::Device>,
+    program: xthunk::ir::Executable,
+    inputs: Vec<Vec<u8>>,
+    plan: Option<outfiles::Plan>,
+    barrier_timeout: Duration,
+    out: &mut dyn Write,
+) -> CliResult<()> {
+    let rank = coordinator.rank();
+    let world = coordinator.world_size();
+    let sig = program.signature.clone();
+    let t = Instant::now();
+    let exe = LoadedExecutable::load(device.clone(), program)?;
+    tracing::info!(
+        elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
+        "loaded `{}`",
+        exe.executable().name
+    );
+    let params = exe.allocate_parameters()?;
+    if params.len() != inputs.len() {
+        return Err(CliError::Usage(format!(
+            "rank {rank}: {} parameters but {} inputs",
+            params.len(),
+            inputs.len()
+        )));
+    }
+    for (buf, bytes) in params.iter().zip(&inputs) {
+        device.copy_from_host(bytes, buf.ptr())?;
+    }
+    let outputs = exe.allocate_outputs()?;
+    coordinator
+        .barrier("start", barrier_timeout)
+        .map_err(distributed)?;
+    eprintln!(
+        "xthunk: job {}: rank {rank} of {world} started",
+        coordinator.job_id()
+    );
+    let cliques: Arc<dyn CliqueProvider> = provider.clone();
+    let opts = ExecuteOptions {
+        deadline: args.deadline,
+        collectives: Some(CollectiveContext {
+            rank: rank as u32,
+            world: world as u32,
+            cliques,
+        }),
+    };
+    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
+    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+    let mut times = Vec::with_capacity(args.iterations as usize);
+    for i in 0..args.iterations {
+        let t = Instant::now();
+        exe.execute(&pr, &or, &opts)?;
+        let dt = t.elapsed();
+        tracing::debug!(
+            iteration = i,
+            elapsed_us = dt.as_micros() as u64,
+            "executed"
+        );
+        times.push(dt);
+    }
+    let mut results = Vec::with_capacity(outputs.len());
+    for o in &outputs {
+        let mut v = vec![0u8; o.size() as usize];
+        device.copy_to_host(o.ptr(), &mut v)?;
+        results.push(v);
+    }
+    let e = exe.executable();
+    writeln!(
+        out,
+        "program {} ({} thunks) as rank {rank} of {world} on host:{} {} (job {})",
+        e.name,
+        e.thunk_count(),
+        device.info().ordinal,
+        device.info().name,
+        coordinator.job_id()
+    )?;
+    for (spec, bytes) in sig.outputs.iter().zip(&results) {
+        writeln!(
+            out,
+            "rank {rank} output {}: {}  sum={}  fnv1a={:016x}",
+            spec.name,
+            tensor::type_text(spec.dtype, &spec.dims),
+            tensor::float_text(tensor::sum(spec.dtype, bytes)),
+            tensor::fnv1a(bytes)
+        )?;
+        writeln!(
+            out,
+            "  first values: {}",
+            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
+        )?;
+    }
+    let total: Duration = times.iter().sum();
+    let mean = total / times.len().max(1) as u32;
+    let min = times.iter().min().copied().unwrap_or_default();
+    writeln!(
+        out,
+        "time per iteration (rank {rank}): mean {:.3} ms, min {:.3} ms ({} iteration{})",
+        mean.as_secs_f64() * 1e3,
+        min.as_secs_f64() * 1e3,
+        times.len(),
+        if times.len() == 1 { "" } else { "s" }
+    )?;
+    if let Some(plan) = plan {
+        for p in plan.write(&results)? {
+            writeln!(out, "wrote {}", p.display())?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
