@@ -1,12 +1,14 @@
 //! The checks, by area: `memory/`, `copy/`, `memset/`, `stream/`, `kernels/`, `gemm/`,
-//! `executor/`. Every check draws its random inputs from a generator seeded by its name (see
-//! [`crate::util::seed_for`]); a failure message ends with the seed.
+//! `executor/`, `collectives/` (on several devices). Every check draws its random inputs from a
+//! generator seeded by its name (see [`crate::util::seed_for`]); a failure message ends with
+//! the seed.
 
 use crate::util::{CheckResult, CheckRng, rng_from, seed_for};
 use crate::{Check, CheckFailure};
 use std::sync::Arc;
 use xthunk_core::backend::Device;
 
+mod collectives;
 mod copy;
 mod executor;
 mod gemm;
@@ -23,6 +25,7 @@ pub fn all() -> Vec<Check> {
     v.extend(kernels::checks());
     v.extend(gemm::checks());
     v.extend(executor::checks());
+    v.extend(collectives::checks());
     v
 }
 
