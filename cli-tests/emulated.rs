@@ -105,3 +105,53 @@ fn mlp_on_emulated_cuda_and_rocm_matches_host() {
     }
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// Failures injected into the emulated driver (the Nth allocation out of memory, the Nth launch
+/// failing) surface as one clear `xthunk` error line, with a non-zero exit, no panic, and no
+/// leak or other memory error reported by the emulator afterwards (ci/with-emulator.sh would
+/// exit 3 then, instead of xthunk's 1).
+#[test]
+fn injected_failures_are_clear_errors_and_leak_nothing() {
+    let Some(lib) = emulator_lib() else {
+        let why = "the emulator library is not built (run `cargo test --workspace`)";
+        if std::env::var_os("XTHUNK_REQUIRE_EMULATOR").is_some() {
+            panic!("{why}");
+        }
+        eprintln!("SKIPPED injected_failures_are_clear_errors_and_leak_nothing: {why}");
+        return;
+    };
+    let bin = env!("CARGO_BIN_EXE_xthunk");
+    for backend in ["cuda", "rocm"] {
+        for (var, value, needle) in [
+            ("XTHUNK_EMU_FAIL_ALLOC", "4", "out of memory"),
+            ("XTHUNK_EMU_FAIL_LAUNCH", "2", "kernel"),
+        ] {
+            let o = Command::new("bash")
+                .arg(root().join("ci/with-emulator.sh"))
+                .arg(bin)
+                .args(["run", "examples/mlp.txtpb", "--backend", backend])
+                .env("XTHUNK_EMU_NO_BUILD", "1")
+                .env("XTHUNK_EMU_LIB", &lib)
+                .env(var, value)
+                .current_dir(root())
+                .output()
+                .unwrap();
+            let err = String::from_utf8_lossy(&o.stderr).into_owned();
+            assert_eq!(
+                o.status.code(),
+                Some(1),
+                "{backend} with {var}={value}: expected xthunk's error exit 1 (3 would be an emulator-detected leak):\n{err}"
+            );
+            assert!(!err.contains("panicked"), "{err}");
+            let line = err
+                .lines()
+                .find(|l| l.starts_with("error: "))
+                .unwrap_or_else(|| panic!("no error line:\n{err}"));
+            assert!(line.contains(needle), "{backend} {var}: {line}");
+            assert!(
+                !err.contains("xthunk-emulator: leak") && !err.contains("use-after-free"),
+                "{err}"
+            );
+        }
+    }
+}

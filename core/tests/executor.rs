@@ -203,7 +203,7 @@ fn init_bytes(seed: u64) -> Vec<Vec<u8>> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig { cases: 1000, .. ProptestConfig::default() })]
+    #![proptest_config(ProptestConfig { cases: 2000, .. ProptestConfig::default() })]
 
     /// The concurrent executor gives byte-identical results to the in-order one on 1, 2 and
     /// 4 streams (and to a plain sequential schedule that ignores async scopes).
