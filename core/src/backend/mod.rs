@@ -243,6 +243,17 @@ pub trait Stream: Send + Sync {
             feature: "graph capture".into(),
         })
     }
+    /// Ends recording like [`Stream::end_capture`], given the graph an earlier recording of
+    /// the same work produced (`previous`, when there is one). A backend may update that
+    /// graph's executable form in place from the new recording instead of building a new one
+    /// (CUDA's `cuGraphExecUpdate`), and must fall back to a fresh graph when it cannot.
+    /// After an in-place update the two graphs share that executable form, so `previous`
+    /// then runs the new recording too: callers pass the graph they are replacing. Either
+    /// graph stays valid however long the other lives. The default ignores `previous`.
+    fn end_capture_reusing(&self, previous: Option<&Arc<dyn Graph>>) -> Result<Arc<dyn Graph>> {
+        let _ = previous;
+        self.end_capture()
+    }
     /// Runs a recorded graph on this stream, in order with the stream's other work.
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
         let _ = graph;

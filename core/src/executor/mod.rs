@@ -1354,10 +1354,17 @@ impl Run<'_> {
                     .get(id)
                     .is_some_and(|r| r.addresses == addresses);
                 if !reuse {
+                    // The graph recorded for earlier addresses, if any: the backend may update
+                    // it in place instead of building a new one.
+                    let previous = state.recordings.get(id).and_then(|r| r.graph.clone());
                     let graph = match stream.begin_capture() {
                         Ok(()) => {
                             let issued = self.steps(body, stream, state);
-                            let captured = stream.end_capture();
+                            // Only a complete recording may update the previous graph.
+                            let captured = match &issued {
+                                Ok(_) => stream.end_capture_reusing(previous.as_ref()),
+                                Err(_) => stream.end_capture(),
+                            };
                             match issued.and(captured) {
                                 Ok(g) => Some(g),
                                 // Captured work never ran: fall back to running the body

@@ -1299,6 +1299,48 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
     })
 }
 
+/// `cuGraphExecUpdate`: the CUDA 11 form (CUDA 12 headers map the name to `_v2`, but drivers
+/// still export it with this signature). Same semantics as [`cuGraphExecUpdate_v2`]; the
+/// failing node and the `CUgraphExecUpdateResult` go to two separate optional out-pointers.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuGraphExecUpdate(
+    exec: Handle,
+    graph: Handle,
+    error_node: *mut Handle,
+    result_out: *mut c_uint,
+) -> CUresult {
+    const C: &str = "cuGraphExecUpdate";
+    api(C, || {
+        let e = EXECS.get(exec, C)?;
+        let g = GRAPHS.get(graph, C)?;
+        let (result, node, err) = match stream::update_exec(&e, &g) {
+            Ok(()) => (0, 0, None),
+            Err((code, idx, msg)) => (
+                code,
+                idx.map(|i| stream::node_handle(graph, i)).unwrap_or(0),
+                Some(msg),
+            ),
+        };
+        if !error_node.is_null() {
+            // SAFETY: the caller's (optional) out-pointer, checked non-null.
+            unsafe { put(error_node, node, "hErrorNode_out", C)? };
+        }
+        if !result_out.is_null() {
+            // SAFETY: the caller's (optional) out-pointer, checked non-null.
+            unsafe { put(result_out, result, "updateResult_out", C)? };
+        }
+        match err {
+            None => Ok(()),
+            Some(msg) => Err(EmuError::new(
+                Code::GraphExecUpdateFailure,
+                Kind::InvalidValue,
+                C,
+                msg,
+            )),
+        }
+    })
+}
+
 // ---- errors --------------------------------------------------------------------------------
 
 #[unsafe(no_mangle)]

@@ -110,6 +110,23 @@ fn capture_records_and_launch_replays() {
     assert_eq!(r, cu::GRAPH_EXEC_UPDATE_FAILURE);
     assert_eq!(info.result, 2, "topology changed");
     let _ = take(Kind::InvalidValue);
+    // The unversioned (CUDA 11 form) export: same checks, separate out-pointers.
+    let (mut node, mut result) = (1usize, 99u32);
+    // SAFETY: live handles and valid out-pointers.
+    let r = unsafe { cuda::cuGraphExecUpdate(e, g3, &mut node, &mut result) };
+    assert_eq!(r, cu::GRAPH_EXEC_UPDATE_FAILURE);
+    assert_eq!((result, node), (2, 0), "topology changed");
+    let _ = take(Kind::InvalidValue);
+    // SAFETY: live handles and valid out-pointers.
+    ok(
+        unsafe { cuda::cuGraphExecUpdate(e, g, &mut node, &mut result) },
+        "update (unversioned)",
+    );
+    assert_eq!(result, 0);
+    // SAFETY: live handles.
+    ok(unsafe { cuda::cuGraphLaunch(e, s) }, "launch updated again");
+    ok(c.sync(s), "sync");
+    assert_eq!(c.read_f32(out, n), vec![3.5; n]);
 
     for h in [g, g2, g3] {
         // SAFETY: live graphs, destroyed once.
