@@ -27,8 +27,8 @@
 //! about that long.
 
 use super::error::{CliError, CliResult};
+use super::outfiles;
 use super::run::{RunArgs, backend_choice};
-use super::{outfiles, tensor};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -45,9 +45,6 @@ use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// The lease TTL variable (seconds).
 pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
-
-/// How many leading values of each output are printed (as `run`).
-const SHOWN_VALUES: usize = 8;
 
 /// This process's job, when its environment names one of more than one rank. An environment
 /// that names a job badly is an error when it holds `XTHUNK_*` variables (someone meant to
@@ -383,32 +380,8 @@ fn run_rank(
         device.info().name,
         coordinator.job_id()
     )?;
-    for (spec, bytes) in sig.outputs.iter().zip(&results) {
-        writeln!(
-            out,
-            "rank {rank} output {}: {}  sum={}  fnv1a={:016x}",
-            spec.name,
-            tensor::type_text(spec.dtype, &spec.dims),
-            tensor::float_text(tensor::sum(spec.dtype, bytes)),
-            tensor::fnv1a(bytes)
-        )?;
-        writeln!(
-            out,
-            "  first values: {}",
-            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
-        )?;
-    }
-    let total: Duration = times.iter().sum();
-    let mean = total / times.len().max(1) as u32;
-    let min = times.iter().min().copied().unwrap_or_default();
-    writeln!(
-        out,
-        "time per iteration (rank {rank}): mean {:.3} ms, min {:.3} ms ({} iteration{})",
-        mean.as_secs_f64() * 1e3,
-        min.as_secs_f64() * 1e3,
-        times.len(),
-        if times.len() == 1 { "" } else { "s" }
-    )?;
+    super::run::print_outputs(out, &format!("rank {rank} "), &sig.outputs, &results)?;
+    super::run::print_times(out, &format!("time per iteration (rank {rank})"), &times)?;
     if let Some(plan) = plan {
         for p in plan.write(&results)? {
             writeln!(out, "wrote {}", p.display())?;

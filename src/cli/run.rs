@@ -188,32 +188,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         device.info().ordinal,
         device.info().name
     )?;
-    for (spec, bytes) in sig.outputs.iter().zip(&results) {
-        writeln!(
-            out,
-            "output {}: {}  sum={}  fnv1a={:016x}",
-            spec.name,
-            tensor::type_text(spec.dtype, &spec.dims),
-            tensor::float_text(tensor::sum(spec.dtype, bytes)),
-            tensor::fnv1a(bytes)
-        )?;
-        writeln!(
-            out,
-            "  first values: {}",
-            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
-        )?;
-    }
-    let total: Duration = times.iter().sum();
-    let mean = total / times.len().max(1) as u32;
-    let min = times.iter().min().copied().unwrap_or_default();
-    writeln!(
-        out,
-        "time per iteration: mean {:.3} ms, min {:.3} ms ({} iteration{})",
-        mean.as_secs_f64() * 1e3,
-        min.as_secs_f64() * 1e3,
-        times.len(),
-        if times.len() == 1 { "" } else { "s" }
-    )?;
+    print_outputs(out, "", &sig.outputs, &results)?;
+    print_times(out, "time per iteration", &times)?;
     if let Some(plan) = plan {
         let written = plan.write(&results)?;
         for p in written {
@@ -319,21 +295,7 @@ fn run_spmd(
         backend.name()
     )?;
     for (rank, r) in results.iter().enumerate() {
-        for (spec, bytes) in sig.outputs.iter().zip(&r.outputs) {
-            writeln!(
-                out,
-                "rank {rank} output {}: {}  sum={}  fnv1a={:016x}",
-                spec.name,
-                tensor::type_text(spec.dtype, &spec.dims),
-                tensor::float_text(tensor::sum(spec.dtype, bytes)),
-                tensor::fnv1a(bytes)
-            )?;
-            writeln!(
-                out,
-                "  first values: {}",
-                tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
-            )?;
-        }
+        print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
     }
     let slowest: Vec<Duration> = (0..args.iterations as usize)
         .map(|i| {
@@ -361,4 +323,49 @@ fn run_spmd(
         }
     }
     Ok(())
+}
+
+/// Prints each output's name, type, sum, hash and first values, each line behind `prefix`
+/// (e.g. `rank 2 `).
+pub(super) fn print_outputs(
+    out: &mut dyn Write,
+    prefix: &str,
+    outputs: &[xthunk::ir::TensorSpec],
+    results: &[Vec<u8>],
+) -> std::io::Result<()> {
+    for (spec, bytes) in outputs.iter().zip(results) {
+        writeln!(
+            out,
+            "{prefix}output {}: {}  sum={}  fnv1a={:016x}",
+            spec.name,
+            tensor::type_text(spec.dtype, &spec.dims),
+            tensor::float_text(tensor::sum(spec.dtype, bytes)),
+            tensor::fnv1a(bytes)
+        )?;
+        writeln!(
+            out,
+            "  first values: {}",
+            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
+        )?;
+    }
+    Ok(())
+}
+
+/// Prints `what: mean X ms, min Y ms (N iterations)`.
+pub(super) fn print_times(
+    out: &mut dyn Write,
+    what: &str,
+    times: &[Duration],
+) -> std::io::Result<()> {
+    let total: Duration = times.iter().sum();
+    let mean = total / times.len().max(1) as u32;
+    let min = times.iter().min().copied().unwrap_or_default();
+    writeln!(
+        out,
+        "{what}: mean {:.3} ms, min {:.3} ms ({} iteration{})",
+        mean.as_secs_f64() * 1e3,
+        min.as_secs_f64() * 1e3,
+        times.len(),
+        if times.len() == 1 { "" } else { "s" }
+    )
 }
