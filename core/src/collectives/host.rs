@@ -50,13 +50,14 @@
 //! thread then (as an SPMD executor does). Queued (the default), one thread may issue for
 //! every rank.
 
+use super::issue::{DIMS, P2pGroup, P2pItem, byte_len, overlaps, scalar, stream_id};
 use super::reduce;
 use super::rendezvous::{Rendezvous, Ticket, Timeouts, may_spin, spin_while};
 use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp};
-use crate::backend::{Device, DevicePtr, KernelHandle, LaunchArg, LaunchDims, Stream};
+use crate::backend::{Device, DevicePtr, KernelHandle, LaunchArg, Stream};
 use crate::error::{Error, Result};
 use crate::host::{HostKernelHandle, HostStream};
-use crate::ir::{DType, Dim3, Scalar};
+use crate::ir::{DType, Scalar};
 use crate::kernels::{HostArg, HostKernel, KernelError, KernelSignature};
 use parking_lot::{Condvar, Mutex, RwLock};
 use std::collections::{BTreeMap, VecDeque};
@@ -510,46 +511,17 @@ impl CliqueProvider for HostCliqueProvider {
 // ---------------------------------------------------------------------------------------------
 // The communicator: issue side.
 
-#[derive(Clone, Copy, Debug)]
-struct P2pItem {
-    send: bool,
-    peer: usize,
-    count: u64,
-    dtype: DType,
-    ptr: DevicePtr,
-    bytes: u64,
-}
-
-#[derive(Default)]
-struct Group {
-    depth: usize,
-    items: Vec<P2pItem>,
-    /// Address of the stream the group's items were issued on (identity only).
-    stream: Option<usize>,
-}
-
 /// One rank's host communicator.
 pub struct HostCommunicator {
     state: Arc<RankState>,
     handle: Arc<dyn KernelHandle>,
-    group: Mutex<Group>,
+    group: Mutex<P2pGroup>,
 }
 
 impl fmt::Debug for HostCommunicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
     }
-}
-
-const DIMS: LaunchDims = LaunchDims {
-    grid: Dim3::x(1),
-    block: Dim3::x(1),
-    shared_mem: 0,
-};
-
-fn scalar(v: u64) -> LaunchArg {
-    // Bit-cast: decoded with `as u64`.
-    LaunchArg::Scalar(Scalar::I64(v as i64))
 }
 
 fn dtype_code(d: DType) -> u64 {
@@ -563,27 +535,6 @@ fn op_code(op: Option<ReduceOp>) -> u64 {
 
 fn kind_code(k: OpKind) -> u64 {
     KINDS.iter().position(|x| *x == k).unwrap_or(0) as u64
-}
-
-/// `count` elements of `dtype`, `times` over, in bytes, if that fits the address space.
-fn byte_len(count: u64, dtype: DType, times: usize) -> Result<u64> {
-    count
-        .checked_mul(dtype.size() as u64)
-        .and_then(|b| b.checked_mul(times as u64))
-        .filter(|b| *b <= i64::MAX as u64 && usize::try_from(*b).is_ok())
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{count} elements of {dtype} (x{times}) do not fit in memory"
-            ))
-        })
-}
-
-fn overlaps(a: DevicePtr, alen: u64, b: DevicePtr, blen: u64) -> bool {
-    alen > 0 && blen > 0 && a.0 < b.0.saturating_add(blen) && b.0 < a.0.saturating_add(alen)
-}
-
-fn stream_id(stream: &dyn Stream) -> usize {
-    (stream as *const dyn Stream).cast::<()>() as usize
 }
 
 impl HostCommunicator {
@@ -612,7 +563,7 @@ impl HostCommunicator {
         HostCommunicator {
             state,
             handle,
-            group: Mutex::new(Group::default()),
+            group: Mutex::new(P2pGroup::default()),
         }
     }
 
@@ -907,61 +858,22 @@ impl Communicator for HostCommunicator {
     }
 
     fn group_start(&self) -> Result<()> {
-        self.group.lock().depth += 1;
+        self.group.lock().start();
         Ok(())
     }
 
     /// Without a stream the host backend cannot queue the group: a group that holds sends
     /// or receives must end with [`Communicator::group_end_on`]. An empty group is fine.
     fn group_end(&self) -> Result<()> {
-        let mut g = self.group.lock();
-        if g.depth == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{}: group_end without group_start",
-                self.describe()
-            )));
-        }
-        g.depth -= 1;
-        if g.depth == 0 && !g.items.is_empty() {
-            let n = g.items.len();
-            g.items.clear();
-            g.stream = None;
-            return Err(Error::InvalidArgument(format!(
-                "{}: the host backend runs a group of sends and receives as one operation on \
-                 their stream: end it with group_end_on(stream) ({n} operations dropped)",
-                self.describe()
-            )));
-        }
-        Ok(())
+        self.group.lock().end(&|| self.describe())
     }
 
     fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
-        let items = {
-            let mut g = self.group.lock();
-            if g.depth == 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: group_end without group_start",
-                    self.describe()
-                )));
-            }
-            g.depth -= 1;
-            if g.depth > 0 || g.items.is_empty() {
-                return Ok(());
-            }
-            let same = g.stream.is_none_or(|id| id == stream_id(stream));
-            g.stream = None;
-            let items = std::mem::take(&mut g.items);
-            if !same {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: group_end_on got another stream than its sends and receives were \
-                     issued on ({} operations dropped)",
-                    self.describe(),
-                    items.len()
-                )));
-            }
-            items
-        };
-        self.launch_group(stream, &items)
+        let items = self.group.lock().end_on(stream, &|| self.describe())?;
+        match items {
+            Some(items) => self.launch_group(stream, &items),
+            None => Ok(()),
+        }
     }
 
     fn async_error(&self) -> Result<()> {

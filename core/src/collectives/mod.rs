@@ -31,6 +31,7 @@
 //! set of communicators and aborts them all on the first error.
 
 mod host;
+mod issue;
 mod reduce;
 mod rendezvous;
 mod shm;

@@ -58,14 +58,15 @@
 //! with that message. Unlike the in-process collectives, no rank ever touches another rank's
 //! memory (only the shared segment), so a rank may leave an operation at any moment.
 
+use super::issue::{DIMS, P2pGroup, P2pItem, byte_len, overlaps, scalar, stream_id};
 use super::reduce;
 use super::rendezvous::may_spin;
 use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts};
-use crate::backend::{DevicePtr, KernelHandle, LaunchArg, LaunchDims, Stream};
+use crate::backend::{DevicePtr, KernelHandle, LaunchArg, Stream};
 use crate::distributed::{Coordinator, DistributedError, list_ranks};
 use crate::error::{Error, Result};
 use crate::host::{HostKernelHandle, HostStream};
-use crate::ir::{DType, Dim3, Scalar};
+use crate::ir::{DType, Scalar};
 use crate::kernels::{HostArg, HostKernel, KernelError, KernelSignature};
 use parking_lot::{Mutex, RwLock};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
@@ -232,23 +233,6 @@ impl OpDesc {
             _ => format!("an unknown operation {w:?}"),
         }
     }
-}
-
-/// `count` elements of `dtype`, `times` over, in bytes, if that fits the address space.
-fn byte_len(count: u64, dtype: DType, times: usize) -> Result<u64> {
-    count
-        .checked_mul(dtype.size() as u64)
-        .and_then(|b| b.checked_mul(times as u64))
-        .filter(|b| *b <= i64::MAX as u64 && usize::try_from(*b).is_ok())
-        .ok_or_else(|| {
-            Error::InvalidArgument(format!(
-                "{count} elements of {dtype} (x{times}) do not fit in memory"
-            ))
-        })
-}
-
-fn overlaps(a: DevicePtr, alen: u64, b: DevicePtr, blen: u64) -> bool {
-    alen > 0 && blen > 0 && a.0 < b.0.saturating_add(blen) && b.0 < a.0.saturating_add(alen)
 }
 
 fn shm_error(call: &str, message: impl Into<String>) -> Error {
@@ -1691,49 +1675,17 @@ impl CliqueProvider for ShmCliqueProvider {
 // The communicator: issue side (as the in-process host communicator: every operation is a
 // built-in host kernel launched on the rank's host stream).
 
-#[derive(Clone, Copy, Debug)]
-struct P2pItem {
-    send: bool,
-    peer: usize,
-    count: u64,
-    dtype: DType,
-    ptr: DevicePtr,
-    bytes: u64,
-}
-
-#[derive(Default)]
-struct Group {
-    depth: usize,
-    items: Vec<P2pItem>,
-    stream: Option<usize>,
-}
-
 /// This process's rank in one clique of a [`ShmCliqueProvider`].
 pub struct ShmCommunicator {
     state: Arc<ShmRank>,
     handle: Arc<dyn KernelHandle>,
-    group: Mutex<Group>,
+    group: Mutex<P2pGroup>,
 }
 
 impl fmt::Debug for ShmCommunicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
     }
-}
-
-const DIMS: LaunchDims = LaunchDims {
-    grid: Dim3::x(1),
-    block: Dim3::x(1),
-    shared_mem: 0,
-};
-
-fn scalar(v: u64) -> LaunchArg {
-    // Bit-cast: decoded with `as u64`.
-    LaunchArg::Scalar(Scalar::I64(v as i64))
-}
-
-fn stream_id(stream: &dyn Stream) -> usize {
-    (stream as *const dyn Stream).cast::<()>() as usize
 }
 
 impl ShmCommunicator {
@@ -1750,7 +1702,7 @@ impl ShmCommunicator {
         ShmCommunicator {
             state,
             handle,
-            group: Mutex::new(Group::default()),
+            group: Mutex::new(P2pGroup::default()),
         }
     }
 
@@ -2050,61 +2002,22 @@ impl Communicator for ShmCommunicator {
     }
 
     fn group_start(&self) -> Result<()> {
-        self.group.lock().depth += 1;
+        self.group.lock().start();
         Ok(())
     }
 
     /// As the in-process host communicator: a group holding sends or receives must end with
     /// [`Communicator::group_end_on`].
     fn group_end(&self) -> Result<()> {
-        let mut g = self.group.lock();
-        if g.depth == 0 {
-            return Err(Error::InvalidArgument(format!(
-                "{}: group_end without group_start",
-                self.describe()
-            )));
-        }
-        g.depth -= 1;
-        if g.depth == 0 && !g.items.is_empty() {
-            let n = g.items.len();
-            g.items.clear();
-            g.stream = None;
-            return Err(Error::InvalidArgument(format!(
-                "{}: the host backend runs a group of sends and receives as one operation on \
-                 their stream: end it with group_end_on(stream) ({n} operations dropped)",
-                self.describe()
-            )));
-        }
-        Ok(())
+        self.group.lock().end(&|| self.describe())
     }
 
     fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
-        let items = {
-            let mut g = self.group.lock();
-            if g.depth == 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: group_end without group_start",
-                    self.describe()
-                )));
-            }
-            g.depth -= 1;
-            if g.depth > 0 || g.items.is_empty() {
-                return Ok(());
-            }
-            let same = g.stream.is_none_or(|id| id == stream_id(stream));
-            g.stream = None;
-            let items = std::mem::take(&mut g.items);
-            if !same {
-                return Err(Error::InvalidArgument(format!(
-                    "{}: group_end_on got another stream than its sends and receives were \
-                     issued on ({} operations dropped)",
-                    self.describe(),
-                    items.len()
-                )));
-            }
-            items
-        };
-        self.launch_group(stream, &items)
+        let items = self.group.lock().end_on(stream, &|| self.describe())?;
+        match items {
+            Some(items) => self.launch_group(stream, &items),
+            None => Ok(()),
+        }
     }
 
     /// The clique's poison, or a failure the coordinator knows of.
