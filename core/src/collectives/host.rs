@@ -50,7 +50,10 @@
 //! thread then (as an SPMD executor does). Queued (the default), one thread may issue for
 //! every rank.
 
-use super::issue::{DIMS, P2pGroup, P2pItem, byte_len, overlaps, scalar, stream_id};
+use super::issue::{
+    DIMS, KINDS, OpDesc, OpKind, P2pGroup, P2pItem, byte_len, dtype_code, kind_code, op_code,
+    overlaps, scalar, stream_id,
+};
 use super::reduce;
 use super::rendezvous::{Rendezvous, Ticket, Timeouts, may_spin, spin_while};
 use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp};
@@ -68,62 +71,6 @@ use std::sync::{Arc, Weak};
 
 // ---------------------------------------------------------------------------------------------
 // Operation descriptions.
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpKind {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Broadcast,
-    P2p,
-}
-
-const KINDS: [OpKind; 6] = [
-    OpKind::AllReduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AllToAll,
-    OpKind::Broadcast,
-    OpKind::P2p,
-];
-
-impl OpKind {
-    const fn name(self) -> &'static str {
-        match self {
-            OpKind::AllReduce => "all_reduce",
-            OpKind::AllGather => "all_gather",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::Broadcast => "broadcast",
-            OpKind::P2p => "send/recv",
-        }
-    }
-}
-
-/// What a rank issued: compared across ranks at every collective.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OpDesc {
-    kind: OpKind,
-    count: u64,
-    dtype: DType,
-    op: Option<ReduceOp>,
-    root: usize,
-}
-
-impl fmt::Display for OpDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({}", self.kind.name(), self.dtype)?;
-        if let Some(op) = self.op {
-            write!(f, " {op}")?;
-        }
-        write!(f, ", {} elements", self.count)?;
-        if self.kind == OpKind::Broadcast {
-            write!(f, ", root {}", self.root)?;
-        }
-        f.write_str(")")
-    }
-}
 
 /// A checked buffer of one rank, shared with its peers for the duration of one operation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -522,19 +469,6 @@ impl fmt::Debug for HostCommunicator {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str(&self.describe())
     }
-}
-
-fn dtype_code(d: DType) -> u64 {
-    DType::ALL.iter().position(|x| *x == d).unwrap_or(0) as u64
-}
-
-fn op_code(op: Option<ReduceOp>) -> u64 {
-    op.and_then(|op| ReduceOp::ALL.iter().position(|x| *x == op))
-        .map_or(0, |i| i as u64 + 1)
-}
-
-fn kind_code(k: OpKind) -> u64 {
-    KINDS.iter().position(|x| *x == k).unwrap_or(0) as u64
 }
 
 impl HostCommunicator {

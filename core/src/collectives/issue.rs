@@ -2,9 +2,11 @@
 //! processes, [`super::shm`]): every operation is a built-in host kernel launched on the rank's
 //! host stream, and sends/receives of a group are collected here and launched as one.
 
+use super::ReduceOp;
 use crate::backend::{DevicePtr, LaunchArg, LaunchDims, Stream};
 use crate::error::{Error, Result};
 use crate::ir::{DType, Dim3, Scalar};
+use std::fmt;
 
 /// One send or receive of a group.
 #[derive(Clone, Copy, Debug)]
@@ -120,4 +122,76 @@ pub(super) fn overlaps(a: DevicePtr, alen: u64, b: DevicePtr, blen: u64) -> bool
 /// A stream's identity (its address).
 pub(super) fn stream_id(stream: &dyn Stream) -> usize {
     (stream as *const dyn Stream).cast::<()>() as usize
+}
+
+/// Kinds of host collective operations.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    AllReduce,
+    AllGather,
+    ReduceScatter,
+    AllToAll,
+    Broadcast,
+    P2p,
+}
+
+/// Every kind, in code order (`kind_code` is the index).
+pub(super) const KINDS: [OpKind; 6] = [
+    OpKind::AllReduce,
+    OpKind::AllGather,
+    OpKind::ReduceScatter,
+    OpKind::AllToAll,
+    OpKind::Broadcast,
+    OpKind::P2p,
+];
+
+impl OpKind {
+    pub(super) const fn name(self) -> &'static str {
+        match self {
+            OpKind::AllReduce => "all_reduce",
+            OpKind::AllGather => "all_gather",
+            OpKind::ReduceScatter => "reduce_scatter",
+            OpKind::AllToAll => "all_to_all",
+            OpKind::Broadcast => "broadcast",
+            OpKind::P2p => "send/recv",
+        }
+    }
+}
+
+/// What a rank issued: compared across ranks at every collective.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct OpDesc {
+    pub(super) kind: OpKind,
+    pub(super) count: u64,
+    pub(super) dtype: DType,
+    pub(super) op: Option<ReduceOp>,
+    pub(super) root: usize,
+}
+
+impl fmt::Display for OpDesc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}({}", self.kind.name(), self.dtype)?;
+        if let Some(op) = self.op {
+            write!(f, " {op}")?;
+        }
+        write!(f, ", {} elements", self.count)?;
+        if self.kind == OpKind::Broadcast {
+            write!(f, ", root {}", self.root)?;
+        }
+        f.write_str(")")
+    }
+}
+
+/// Codes passed to the built-in kernels as immediates.
+pub(super) fn dtype_code(d: DType) -> u64 {
+    DType::ALL.iter().position(|x| *x == d).unwrap_or(0) as u64
+}
+
+pub(super) fn op_code(op: Option<ReduceOp>) -> u64 {
+    op.and_then(|op| ReduceOp::ALL.iter().position(|x| *x == op))
+        .map_or(0, |i| i as u64 + 1)
+}
+
+pub(super) fn kind_code(k: OpKind) -> u64 {
+    KINDS.iter().position(|x| *x == k).unwrap_or(0) as u64
 }

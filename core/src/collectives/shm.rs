@@ -58,7 +58,10 @@
 //! with that message. Unlike the in-process collectives, no rank ever touches another rank's
 //! memory (only the shared segment), so a rank may leave an operation at any moment.
 
-use super::issue::{DIMS, P2pGroup, P2pItem, byte_len, overlaps, scalar, stream_id};
+use super::issue::{
+    DIMS, KINDS, OpDesc, OpKind, P2pGroup, P2pItem, byte_len, dtype_code, kind_code, op_code,
+    overlaps, scalar, stream_id,
+};
 use super::reduce;
 use super::rendezvous::may_spin;
 use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts};
@@ -115,74 +118,6 @@ impl ShmOptions {
 
 // ---------------------------------------------------------------------------------------------
 // Operation descriptions (compared across ranks at every phase).
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum OpKind {
-    AllReduce,
-    AllGather,
-    ReduceScatter,
-    AllToAll,
-    Broadcast,
-    P2p,
-}
-
-const KINDS: [OpKind; 6] = [
-    OpKind::AllReduce,
-    OpKind::AllGather,
-    OpKind::ReduceScatter,
-    OpKind::AllToAll,
-    OpKind::Broadcast,
-    OpKind::P2p,
-];
-
-impl OpKind {
-    const fn name(self) -> &'static str {
-        match self {
-            OpKind::AllReduce => "all_reduce",
-            OpKind::AllGather => "all_gather",
-            OpKind::ReduceScatter => "reduce_scatter",
-            OpKind::AllToAll => "all_to_all",
-            OpKind::Broadcast => "broadcast",
-            OpKind::P2p => "send/recv",
-        }
-    }
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct OpDesc {
-    kind: OpKind,
-    count: u64,
-    dtype: DType,
-    op: Option<ReduceOp>,
-    root: usize,
-}
-
-impl fmt::Display for OpDesc {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}({}", self.kind.name(), self.dtype)?;
-        if let Some(op) = self.op {
-            write!(f, " {op}")?;
-        }
-        write!(f, ", {} elements", self.count)?;
-        if self.kind == OpKind::Broadcast {
-            write!(f, ", root {}", self.root)?;
-        }
-        f.write_str(")")
-    }
-}
-
-fn dtype_code(d: DType) -> u64 {
-    DType::ALL.iter().position(|x| *x == d).unwrap_or(0) as u64
-}
-
-fn op_code(op: Option<ReduceOp>) -> u64 {
-    op.and_then(|op| ReduceOp::ALL.iter().position(|x| *x == op))
-        .map_or(0, |i| i as u64 + 1)
-}
-
-fn kind_code(k: OpKind) -> u64 {
-    KINDS.iter().position(|x| *x == k).unwrap_or(0) as u64
-}
 
 fn decode_dtype(v: u64) -> Option<DType> {
     DType::ALL.get(usize::try_from(v).ok()?).copied()
