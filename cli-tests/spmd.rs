@@ -12,6 +12,7 @@ use rand::{Rng, SeedableRng};
 use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use xthunk::builder::*;
 use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
 use xthunk::core::executor::ExecutorConfig;
 use xthunk::core::executor::spmd::{RankOutput, run_spmd};

@@ -17,9 +17,10 @@
 //!
 //! The checked-in `.txtpb` files are these programs; a test keeps them identical.
 
+use xthunk::builder::ExecutableBuilder;
 use xthunk::ir::{
-    AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, ExecutableBuilder, GemmThunk,
-    ReduceOp, Thunk, ValidationError,
+    AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, GemmThunk, ReduceOp, Thunk,
+    ValidationError,
 };
 
 pub const RANKS: u32 = 4;

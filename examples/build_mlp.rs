@@ -8,7 +8,8 @@
 //! w2 [1024,10], b2 [10], all f32. The checked-in `examples/mlp.txtpb` is this program; the
 //! `mlp` test checks that the two never drift apart.
 
-use xthunk::ir::{DType, Executable, ExecutableBuilder, ValidationError};
+use xthunk::builder::ExecutableBuilder;
+use xthunk::ir::{DType, Executable, ValidationError};
 
 pub const BATCH: u64 = 64;
 pub const IN: u64 = 512;

@@ -17,10 +17,10 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use xthunk_core::Error;
 use xthunk_core::backend::{Backend, DevicePtr, GemmLaunch, LaunchArg, LaunchDims};
+use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
 use xthunk_core::ir::{
-    DType, Dim3, ExecutableBuilder, KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage,
-    Scalar, Thunk,
+    DType, Dim3, KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar, Thunk,
 };
 use xthunk_rocm::RocmBackend;
 use xthunk_rocm::stream::RocmGraph;
@@ -434,7 +434,7 @@ fn child() {
     let t = bld.temp(DType::F32, &[n]);
     let u = bld.temp(DType::F32, &[n]);
     let module = bld.standard_module();
-    let fill = |v: f32, out: &xthunk_core::ir::Tensor| {
+    let fill = |v: f32, out: &xthunk_core::builder::Tensor| {
         vec![
             out.w(),
             KernelArg::Scalar(Scalar::F32(v)),

@@ -29,12 +29,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Buffer, Device, DeviceMemory};
+use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::graph::{DependencyGraph, NodeUses};
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::{
-    Access, BufferUse, DType, Dim3, Executable, ExecutableBuilder, KernelArg, KernelThunk, Scalar,
-    Slice, Thunk,
+    Access, BufferUse, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Slice, Thunk,
 };
 use xthunk_core::kernels::{HostArg, HostKernelFn, standard_library};
 

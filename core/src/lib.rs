@@ -2,12 +2,20 @@
 //! backend with the standard kernel library, and the executor.
 
 pub mod backend;
+pub mod builder;
 pub mod collectives;
 pub mod distributed;
 pub mod error;
 pub mod executor;
+pub mod files;
+pub mod hash;
 pub mod host;
 pub mod ir;
 pub mod kernels;
 
 pub use error::{Error, Result};
+
+/// Validates an executable against the standard kernel library (see [`ir::verify_with`]).
+pub fn verify(exe: &ir::Executable) -> std::result::Result<(), ir::ValidationError> {
+    ir::verify_with(exe, kernels::standard_library())
+}

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Buffer, Device, DeviceMemory};
+use xthunk_core::builder::*;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::*;

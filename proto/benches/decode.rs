@@ -118,7 +118,7 @@ fn bench(c: &mut Criterion) {
             b.iter(|| xthunk_proto::from_proto(black_box(msg)).unwrap())
         });
         g.bench_with_input(BenchmarkId::new("verify", n), &exe, |b, exe| {
-            b.iter(|| xthunk_core::ir::verify(black_box(exe)).unwrap())
+            b.iter(|| xthunk_core::verify(black_box(exe)).unwrap())
         });
     }
     g.finish();

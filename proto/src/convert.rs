@@ -2,7 +2,7 @@
 //!
 //! [`from_proto`] checks everything the IR's types cannot express (missing oneofs and
 //! messages, unspecified or unknown enums, out-of-range values), then runs
-//! [`xthunk_core::ir::verify`]. The thunk path of an error is built only when the error
+//! [`xthunk_core::verify`]. The thunk path of an error is built only when the error
 //! happens, so converting a large program costs O(number of thunks).
 
 use crate::{ProtoError, pb};
@@ -10,8 +10,9 @@ use xthunk_core::ir::{
     ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
     CollectiveThunk, DType, Dim3, Executable, GemmThunk, KernelArg, KernelThunk, MemorySpace,
     MemsetPattern, Module, ModuleImage, PathSegment, ReduceOp, Scalar, Signature, Slice,
-    TensorSpec, Thunk, ThunkPath, verify,
+    TensorSpec, Thunk, ThunkPath,
 };
+use xthunk_core::verify;
 
 // ---------------------------------------------------------------------------------------------
 // IR -> proto

@@ -216,7 +216,8 @@ fn while_async_path() -> PathBuf {
 
 #[test]
 fn while_async_example_loads_and_validates() {
-    use xthunk_core::ir::{AsyncKind, DType, verify};
+    use xthunk_core::ir::{AsyncKind, DType};
+    use xthunk_core::verify;
     let exe = load_file(while_async_path()).unwrap();
     verify(&exe).unwrap();
     assert_eq!(exe.name, "while_async");

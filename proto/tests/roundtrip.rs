@@ -15,8 +15,9 @@ use std::collections::BTreeSet;
 use xthunk_core::ir::{
     ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable,
     GEMM_DTYPES, GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module,
-    ModuleImage, Scalar, Signature, Slice, TensorSpec, Thunk, verify,
+    ModuleImage, Scalar, Signature, Slice, TensorSpec, Thunk,
 };
+use xthunk_core::verify;
 use xthunk_proto::{decode, encode, from_proto, parse_text, to_proto, to_text};
 
 // ---------------------------------------------------------------------------------------------

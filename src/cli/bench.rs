@@ -27,12 +27,13 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use xthunk::builder::ExecutableBuilder;
 use xthunk::core::backend::{LaunchArg, LaunchDims, Vendor};
 use xthunk::core::executor::ExecutorConfig;
 use xthunk::core::kernels::{HostArg, HostKernelFn, standard_library};
 use xthunk::ir::{
-    Access, DType, Dim3, Executable, ExecutableBuilder, KernelArg, KernelThunk, MemorySpace,
-    Module, ModuleImage, Scalar, Slice, Thunk,
+    Access, DType, Dim3, Executable, KernelArg, KernelThunk, MemorySpace, Module, ModuleImage,
+    Scalar, Slice, Thunk,
 };
 use xthunk::{Buffer, Device, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 

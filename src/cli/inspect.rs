@@ -250,7 +250,8 @@ fn gemm(g: &GemmThunk) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use xthunk::ir::{DType, ExecutableBuilder};
+    use xthunk::builder::ExecutableBuilder;
+    use xthunk::ir::DType;
 
     #[test]
     fn lists_every_section_and_nested_paths() {

@@ -99,12 +99,7 @@ pub fn sum(dtype: DType, bytes: &[u8]) -> f64 {
 
 /// 64-bit FNV-1a of the bytes: a cheap fingerprint to compare runs bit for bit.
 pub fn fnv1a(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    xthunk_core::hash::fnv1a64(bytes)
 }
 
 /// The first `n` elements as text, e.g. `[0.1, -0.5, ...]`.

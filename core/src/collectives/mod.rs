@@ -47,36 +47,10 @@ pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
 use crate::backend::{DevicePtr, Stream};
 use crate::error::{Error, Result};
+pub use crate::ir::ReduceOp;
 use crate::ir::{AsyncKind, DType};
 use std::fmt;
 use std::sync::Arc;
-
-/// Reduction operator.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Prod,
-    Min,
-    Max,
-}
-
-impl ReduceOp {
-    pub const ALL: [ReduceOp; 4] = [ReduceOp::Sum, ReduceOp::Prod, ReduceOp::Min, ReduceOp::Max];
-    pub const fn name(self) -> &'static str {
-        match self {
-            ReduceOp::Sum => "sum",
-            ReduceOp::Prod => "prod",
-            ReduceOp::Min => "min",
-            ReduceOp::Max => "max",
-        }
-    }
-}
-
-impl fmt::Display for ReduceOp {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
 
 /// One rank's handle on a clique. All operations are asynchronous on `stream`: they are
 /// queued in order with the stream's other work and complete when the stream reaches them
@@ -306,17 +280,13 @@ impl fmt::Display for CliqueKey {
 pub fn split_color(group: &[usize]) -> u64 {
     let mut sorted = group.to_vec();
     sorted.sort_unstable();
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |v: u64| {
-        for b in v.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    eat(sorted.len() as u64);
-    for r in sorted {
-        eat(r as u64);
-    }
+    let h = sorted
+        .iter()
+        .fold(
+            crate::hash::Fnv1a::new().u64(sorted.len() as u64),
+            |h, r| h.u64(*r as u64),
+        )
+        .finish();
     (h ^ (h >> 31) ^ (h >> 62)) & 0x7fff_ffff
 }
 

@@ -68,6 +68,7 @@ use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts};
 use crate::backend::{DevicePtr, KernelHandle, LaunchArg, Stream};
 use crate::distributed::{Coordinator, DistributedError, list_ranks};
 use crate::error::{Error, Result};
+use crate::hash::Fnv1a;
 use crate::host::{HostKernelHandle, HostStream};
 use crate::ir::{DType, Scalar};
 use crate::kernels::{HostArg, HostKernel, KernelError, KernelSignature};
@@ -639,20 +640,13 @@ pub fn remove_job_segments(job_id: &str) -> usize {
 
 /// A deterministic hash of a clique key (FNV-1a 64 over its ranks, stream kind and color).
 fn key_hash(key: &CliqueKey) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let mut eat = |v: u64| {
-        for b in v.to_le_bytes() {
-            h ^= u64::from(b);
-            h = h.wrapping_mul(0x0100_0000_01b3);
-        }
-    };
-    eat(key.size() as u64);
-    for r in key.ranks() {
-        eat(*r as u64);
-    }
-    eat(key.stream_kind() as u64);
-    eat(key.color().map_or(u64::MAX, |c| c));
-    h
+    let h = key
+        .ranks()
+        .iter()
+        .fold(Fnv1a::new().u64(key.size() as u64), |h, r| h.u64(*r as u64));
+    h.u64(key.stream_kind() as u64)
+        .u64(key.color().map_or(u64::MAX, |c| c))
+        .finish()
 }
 
 fn random_u64() -> u64 {

@@ -24,8 +24,9 @@ use crate::collectives::{CliqueKey, CliqueProvider, Communicator, StreamKind};
 use crate::error::{Error, Result};
 use crate::ir::{
     AllocationKind, AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, GemmThunk,
-    KernelArg, MemorySpace, MemsetPattern, Slice, Thunk, ThunkPath, check_collective_sizes, verify,
+    KernelArg, MemorySpace, MemsetPattern, Slice, Thunk, ThunkPath, check_collective_sizes,
 };
+use crate::verify;
 use graph::{DependencyGraph, NodeUses};
 use parking_lot::Mutex;
 use std::collections::{BTreeMap, BTreeSet, HashMap};

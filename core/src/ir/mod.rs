@@ -1,13 +1,14 @@
-//! The thunk IR.
+//! The thunk IR: the bottom layer of core. It imports nothing else from the crate: validation
+//! is handed the kernel catalog (the standard library) by its caller ([`crate::verify`]).
 
-mod builder;
 mod dtype;
 mod path;
+mod signature;
 mod types;
 mod verify;
 
-pub use builder::{DEFAULT_BLOCK, ExecutableBuilder, Tensor};
 pub use dtype::DType;
 pub use path::{PathSegment, ThunkPath};
+pub use signature::{Extent, KernelCatalog, KernelSignature, Param, ParamKind};
 pub use types::*;
-pub use verify::{ValidationError, check_collective_sizes, verify};
+pub use verify::{ValidationError, check_collective_sizes, verify_with};

@@ -3,8 +3,8 @@
 
 use super::dtype::DType;
 use super::path::ThunkPath;
+use super::signature::KernelCatalog;
 use super::types::*;
-use crate::kernels::standard_library;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
 
@@ -43,8 +43,8 @@ fn err(path: &ThunkPath, field: impl Into<String>, message: impl Into<String>) -
 /// Validates an executable: ABI version, allocations (indices, alignment, constant sizes,
 /// parameter/output numbering), the signature, modules, and every thunk (slices inside their
 /// allocations, no writes to constants, sizes, kernel references and, for the standard
-/// library, argument kinds and element counts).
-pub fn verify(exe: &Executable) -> Result<(), ValidationError> {
+/// library, argument kinds and element counts, looked up in `catalog`).
+pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), ValidationError> {
     let root = ThunkPath::default();
     if exe.abi_version != ABI_VERSION {
         return Err(err(
@@ -168,6 +168,7 @@ pub fn verify(exe: &Executable) -> Result<(), ValidationError> {
 
     let mut v = Verifier {
         exe,
+        catalog,
         async_ids: BTreeSet::new(),
         in_command_buffer: false,
     };
@@ -314,6 +315,7 @@ fn check_signature(
 
 struct Verifier<'a> {
     exe: &'a Executable,
+    catalog: &'a dyn KernelCatalog,
     async_ids: BTreeSet<u32>,
     in_command_buffer: bool,
 }
@@ -701,18 +703,19 @@ impl Verifier<'_> {
             ));
         };
         if m.images.iter().any(|i| matches!(i, ModuleImage::Standard)) {
-            let lib = standard_library();
-            let Some(kern) = lib.get(&k.name) else {
+            let Some(signature) = self.catalog.signature(&k.name) else {
                 return Err(err(
                     path,
                     "name",
                     format!(
-                        "unknown kernel `{}` in module `{}` (the standard library has no such kernel)",
-                        k.name, k.module
+                        "unknown kernel `{}` in module `{}` ({} has no such kernel)",
+                        k.name,
+                        k.module,
+                        self.catalog.catalog_name()
                     ),
                 ));
             };
-            if let Err((i, msg)) = kern.signature.check_args(&k.args) {
+            if let Err((i, msg)) = signature.check_args(&k.args) {
                 return Err(err(path, format!("args[{i}]"), msg));
             }
         }

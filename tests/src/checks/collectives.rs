@@ -70,12 +70,12 @@ use crate::{CHECK_TIMEOUTS, Check, CheckFailure, Collectives, FAILURE_TIMEOUTS, 
 use rand::RngCore;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
+use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::collectives::CliqueProvider;
 use xthunk_core::executor::spmd::run_spmd;
 use xthunk_core::executor::{CollectiveContext, ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use xthunk_core::ir::{
-    AsyncKind, COLLECTIVE_DTYPES, CollectiveOp, CollectiveThunk, DType, Executable,
-    ExecutableBuilder, ReduceOp, Thunk,
+    AsyncKind, COLLECTIVE_DTYPES, CollectiveOp, CollectiveThunk, DType, Executable, ReduceOp, Thunk,
 };
 
 /// How long a run may take before it counts as hung: well past the terminate timeout, after

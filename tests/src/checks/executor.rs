@@ -20,10 +20,9 @@ use crate::util::{
 use std::sync::Arc;
 use xthunk_core::Error;
 use xthunk_core::backend::{Device, DeviceMemory, DevicePtr};
+use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
-use xthunk_core::ir::{
-    AsyncKind, DType, Executable, ExecutableBuilder, MemorySpace, MemsetPattern, Slice, Thunk,
-};
+use xthunk_core::ir::{AsyncKind, DType, Executable, MemorySpace, MemsetPattern, Slice, Thunk};
 
 pub fn checks() -> Vec<Check> {
     vec![

@@ -20,7 +20,8 @@ use crate::util::{
 };
 use std::sync::Arc;
 use xthunk_core::backend::Device;
-use xthunk_core::ir::{DType, ExecutableBuilder, GemmThunk, Thunk};
+use xthunk_core::builder::ExecutableBuilder;
+use xthunk_core::ir::{DType, GemmThunk, Thunk};
 
 pub fn checks() -> Vec<Check> {
     let mut v = Vec::new();

@@ -24,7 +24,8 @@ use crate::{Check, CheckFailure};
 use rand::Rng;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
-use xthunk_core::ir::{Access, DType, ExecutableBuilder, KernelArg, Scalar};
+use xthunk_core::builder::ExecutableBuilder;
+use xthunk_core::ir::{Access, DType, KernelArg, Scalar};
 use xthunk_core::kernels::{Extent, KernelSignature, ParamKind, standard_library};
 
 pub fn checks() -> Vec<Check> {

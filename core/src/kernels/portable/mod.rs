@@ -129,12 +129,7 @@ pub fn with_prelude(code: &str) -> String {
 /// A stable 64-bit hash of source text (FNV-1a), the same on every platform and build: the
 /// source part of compiled-image cache keys.
 pub fn source_hash(text: &str) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in text.as_bytes() {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
+    crate::hash::fnv1a64(text.as_bytes())
 }
 
 fn header() -> String {

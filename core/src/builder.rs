@@ -1,7 +1,8 @@
 //! A typed builder for executables.
 //!
 //! ```
-//! use xthunk_core::ir::{DType, ExecutableBuilder};
+//! use xthunk_core::builder::ExecutableBuilder;
+//! use xthunk_core::ir::DType;
 //! let mut b = ExecutableBuilder::new("axpy");
 //! let x = b.parameter("x", DType::F32, &[1024]);
 //! let y = b.output("y", DType::F32, &[1024]);
@@ -12,9 +13,8 @@
 //! assert_eq!(exe.thunk_count(), 2);
 //! ```
 
-use super::dtype::DType;
-use super::types::*;
-use super::verify::{ValidationError, verify};
+use crate::ir::*;
+use crate::verify;
 
 /// A typed view of a whole allocation (or part of one) created by the builder.
 #[derive(Clone, Debug, PartialEq, Eq)]
