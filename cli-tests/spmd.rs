@@ -13,10 +13,10 @@ use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk::builder::*;
-use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+use xthunk::core::collectives::{CliqueProvider, Timeouts};
 use xthunk::core::executor::ExecutorConfig;
 use xthunk::core::executor::spmd::{RankOutput, run_spmd};
-use xthunk::core::host::HostBackend;
+use xthunk::core::host::{HostBackend, HostCliqueProvider};
 use xthunk::ir::*;
 use xthunk::{Backend, Device, ExecuteOptions};
 

@@ -30,9 +30,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Buffer, Device, Stream};
 use xthunk_core::collectives::{
-    CliqueKey, CliqueProvider, Communicator, HostCliqueProvider, ReduceOp, StreamKind, Timeouts,
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, StreamKind, Timeouts,
 };
-use xthunk_core::host::HostBackend;
+use xthunk_core::host::{HostBackend, HostCliqueProvider};
 use xthunk_core::ir::{DType, MemorySpace, MemsetPattern};
 
 const MAX: u64 = 256 << 20;

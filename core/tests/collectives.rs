@@ -20,10 +20,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Buffer, Device, DevicePtr, Stream};
 use xthunk_core::collectives::{
-    CliqueKey, CliqueProvider, Communicator, HostCliqueProvider, ReduceOp, StreamKind, Timeouts,
-    Watchdog, split_color,
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, StreamKind, Timeouts, Watchdog, split_color,
 };
-use xthunk_core::host::HostBackend;
+use xthunk_core::host::{HostBackend, HostCliqueProvider};
 use xthunk_core::ir::{DType, MemorySpace};
 
 use DType::{BF16, F16, F32, F64, I8, I32, I64, Pred, U8};

@@ -25,7 +25,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
-use xthunk_core::collectives::job_segments;
+use xthunk_core::host::job_segments;
 use xthunk_etcd::job_keys;
 use xthunk_etcd::server::EtcdServer;
 

@@ -26,11 +26,11 @@ use xthunk_core::Error;
 use xthunk_core::backend::{Backend, Device};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::collectives::{
-    CliqueKey, CliqueProvider, HostCliqueProvider, ReduceOp, StreamKind, Timeouts, split_color,
+    CliqueKey, CliqueProvider, ReduceOp, StreamKind, Timeouts, split_color,
 };
 use xthunk_core::executor::spmd::{RankOutput, run_spmd};
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
-use xthunk_core::host::HostBackend;
+use xthunk_core::host::{HostBackend, HostCliqueProvider};
 use xthunk_core::ir::{CollectiveOp, CollectiveThunk, DType, Executable, MemorySpace, Thunk};
 use xthunk_nccl::{BindRank, Flavor, NcclCliqueProvider};
 

@@ -33,14 +33,13 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use xthunk::core::collectives::{
-    CliqueProvider, ShmCliqueProvider, ShmOptions, Timeouts, remove_job_segments,
-};
+use xthunk::core::collectives::{CliqueProvider, Timeouts};
 use xthunk::core::distributed::{
     Coordinator, CoordinatorSpec, DistributedConfig, DistributedError, Overrides,
     spawn_failure_handler,
 };
 use xthunk::core::executor::CollectiveContext;
+use xthunk::core::host::{ShmCliqueProvider, ShmOptions, remove_job_segments};
 use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// The lease TTL variable (seconds).

@@ -208,7 +208,8 @@ fn run_spmd(
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
-    use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+    use xthunk::core::collectives::{CliqueProvider, Timeouts};
+    use xthunk::core::host::HostCliqueProvider;
     let n = inputs.len();
     let sig = program.signature.clone();
     let plans = match &args.output_dir {

@@ -17,7 +17,8 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Device};
-use xthunk_core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+use xthunk_core::collectives::{CliqueProvider, Timeouts};
+use xthunk_core::host::HostCliqueProvider;
 
 pub mod checks;
 pub mod reference;

@@ -1,5 +1,8 @@
-//! Collectives: communicators, clique keys, the communicator cache, rendezvous with hang
-//! detection, and the host backend's in-process collectives.
+//! Collectives: what a communicator is, clique keys, the provider contract (one cached
+//! communicator per clique and rank), rendezvous with hang detection, and the watchdog —
+//! everything that does not depend on a backend. The implementations live with their backends:
+//! the host backend's (in-process and shared memory) in `crate::host`, NCCL/RCCL's in the
+//! `xthunk-nccl` crate.
 //!
 //! A [`Communicator`] is one rank's handle on a clique of devices. Collective operations are
 //! issued on a stream, in order with the stream's other work; every rank of the clique must
@@ -30,19 +33,11 @@
 //! [`Communicator::pending`] says who is missing, for watchdog messages. [`Watchdog`] polls a
 //! set of communicators and aborts them all on the first error.
 
-mod host;
-mod issue;
-mod reduce;
 mod rendezvous;
-mod shm;
 mod watchdog;
 
-pub use host::{HostCliqueProvider, HostCommunicator};
 pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
-pub use shm::{
-    ShmCliqueProvider, ShmCommunicator, ShmOptions, job_segment_prefix, job_segments,
-    remove_job_segments, remove_pending_segments,
-};
+pub(crate) use rendezvous::{may_spin, spin_while};
 pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
 use crate::backend::{DevicePtr, Stream};

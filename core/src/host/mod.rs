@@ -3,13 +3,20 @@
 //! Devices are host memory with per-space accounting; streams are worker threads; kernels
 //! are the standard library's host implementations (and any registered host library); gemm
 //! runs on the `gemm` crate. A host backend can expose several devices (for collectives and
-//! multi-device tests); they share the machine but not their allocations.
+//! multi-device tests); they share the machine but not their allocations. Its collectives
+//! (in one process, and across processes through shared memory) are in [`collectives`]'s
+//! providers, re-exported here.
 
+mod collectives;
 mod gemm;
 mod memory;
 mod module;
 mod stream;
 
+pub use collectives::{
+    HostCliqueProvider, HostCommunicator, ShmCliqueProvider, ShmCommunicator, ShmOptions,
+    job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments,
+};
 pub use memory::HostBuffer;
 pub use module::{HostKernelHandle, HostModule};
 pub use stream::{HostEvent, HostStream};

@@ -63,9 +63,8 @@ use super::issue::{
     overlaps, scalar, stream_id,
 };
 use super::reduce;
-use super::rendezvous::may_spin;
-use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts};
 use crate::backend::{DevicePtr, KernelHandle, LaunchArg, Stream};
+use crate::collectives::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts, may_spin};
 use crate::distributed::{Coordinator, DistributedError, list_ranks};
 use crate::error::{Error, Result};
 use crate::hash::Fnv1a;
@@ -2186,21 +2185,23 @@ mod tests {
 
     #[test]
     fn names_hold_the_job() {
-        let k = CliqueKey::new([0, 1], super::super::StreamKind::Compute).unwrap();
+        let k = CliqueKey::new([0, 1], crate::collectives::StreamKind::Compute).unwrap();
         let name = segment_name("job-1", key_hash(&k), 3);
         assert!(name.starts_with(&job_segment_prefix("job-1")));
         assert!(!name.starts_with(&job_segment_prefix("job")));
         assert!(name.ends_with(".3"));
         assert_ne!(
             key_hash(&k),
-            key_hash(&CliqueKey::new([0, 1], super::super::StreamKind::Communication).unwrap())
+            key_hash(
+                &CliqueKey::new([0, 1], crate::collectives::StreamKind::Communication).unwrap()
+            )
         );
     }
 
     #[test]
     fn a_job_s_segments_can_be_listed_and_removed() {
         let j = job("remove");
-        let k = CliqueKey::new([0, 1, 2], super::super::StreamKind::Compute).unwrap();
+        let k = CliqueKey::new([0, 1, 2], crate::collectives::StreamKind::Compute).unwrap();
         let layout = Layout::for_clique(3, &ShmOptions::default()).unwrap();
         let names: Vec<String> = (0..2).map(|g| segment_name(&j, key_hash(&k), g)).collect();
         let segs: Vec<Segment> = names
@@ -2225,8 +2226,9 @@ mod tests {
     // Ranks as threads, each with its own coordinator, provider and mapping of the segments
     // (the protocol is the same as across processes), against the in-process host collectives.
 
-    use super::super::{HostCliqueProvider, StreamKind};
+    use super::super::HostCliqueProvider;
     use crate::backend::{Backend, Buffer, Device};
+    use crate::collectives::StreamKind;
     use crate::distributed::LocalCoordinator;
     use crate::host::HostBackend;
     use crate::ir::MemorySpace;

@@ -2,8 +2,8 @@
 //! processes, [`super::shm`]): every operation is a built-in host kernel launched on the rank's
 //! host stream, and sends/receives of a group are collected here and launched as one.
 
-use super::ReduceOp;
 use crate::backend::{DevicePtr, LaunchArg, LaunchDims, Stream};
+use crate::collectives::ReduceOp;
 use crate::error::{Error, Result};
 use crate::ir::{DType, Dim3, Scalar};
 use std::fmt;

@@ -55,9 +55,11 @@ use super::issue::{
     overlaps, scalar, stream_id,
 };
 use super::reduce;
-use super::rendezvous::{Rendezvous, Ticket, Timeouts, may_spin, spin_while};
-use super::{CliqueKey, CliqueProvider, Communicator, ReduceOp};
 use crate::backend::{Device, DevicePtr, KernelHandle, LaunchArg, Stream};
+use crate::collectives::{
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Ticket, Timeouts, may_spin,
+    spin_while,
+};
 use crate::error::{Error, Result};
 use crate::host::{HostKernelHandle, HostStream};
 use crate::ir::{DType, Scalar};
