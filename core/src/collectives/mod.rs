@@ -285,6 +285,15 @@ pub fn split_color(group: &[usize]) -> u64 {
     (h ^ (h >> 31) ^ (h >> 62)) & 0x7fff_ffff
 }
 
+/// The message of `e` without the `backend: call failed:` prefix of a backend error, for a
+/// communicator or provider that wraps the error again with its own context.
+pub fn error_message(e: &Error) -> String {
+    match e {
+        Error::Backend { message, .. } => message.clone(),
+        e => e.to_string(),
+    }
+}
+
 /// Hands out communicators, one per `(clique key, global rank)`, cached and reused across
 /// executions.
 ///

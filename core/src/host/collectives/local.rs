@@ -1,12 +1,14 @@
-//! The host backend's collectives among the devices of one process, over shared memory.
+//! The in-process transport: host collectives among the devices of one process, each rank
+//! reading and writing its peers' buffers directly (host device memory is host memory).
 //!
 //! # How an operation runs
 //!
-//! Each operation is queued on the rank's [`HostStream`] as ordinary stream work (a launch of
-//! a built-in host kernel whose arguments are the operation's buffers — so the stream checks
-//! every pointer range against the device's live allocations and keeps the memory alive while
-//! the work runs — and scalars describing the operation). When the stream reaches it, on the
-//! stream's worker (or in the issuing thread, in the stream's immediate mode):
+//! Each operation is queued on the rank's [`HostStream`](crate::host::HostStream) as ordinary
+//! stream work (a launch of a built-in host kernel whose arguments are the operation's buffers
+//! — so the stream checks every pointer range against the device's live allocations and keeps
+//! the memory alive while the work runs — and scalars describing the operation). When the
+//! stream reaches it, on the stream's worker (or in the issuing thread, in the stream's
+//! immediate mode):
 //!
 //! 1. the rank takes the communicator's next **sequence number** (counted when operations run,
 //!    so captured command buffers replay correctly) and meets the other ranks at the
@@ -46,57 +48,27 @@
 //! [`CliqueProvider::evict_aborted`] makes the next acquire create a fresh clique.
 //!
 //! **Immediate mode** (`Stream::set_immediate`) runs an operation in the issuing thread when
-//! the stream is idle, so it blocks there until the peers arrive: issue each rank from its own
-//! thread then (as an SPMD executor does). Queued (the default), one thread may issue for
-//! every rank.
 
-use super::issue::{
-    DIMS, KINDS, OpDesc, OpKind, P2pGroup, P2pItem, byte_len, dtype_code, kind_code, op_code,
-    overlaps, scalar, stream_id,
-};
+use super::kernel::{self, P2pOp, RawBuf};
+use super::ops::{OpDesc, OpKind};
 use super::reduce;
-use crate::backend::{Device, DevicePtr, KernelHandle, LaunchArg, Stream};
+use super::{HostComm, HostCommunicator, Transport};
+use crate::backend::Device;
 use crate::collectives::{
-    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Ticket, Timeouts, may_spin,
-    spin_while,
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Ticket, Timeouts, error_message,
+    may_spin, spin_while,
 };
 use crate::error::{Error, Result};
-use crate::host::{HostKernelHandle, HostStream};
-use crate::ir::{DType, Scalar};
-use crate::kernels::{HostArg, HostKernel, KernelError, KernelSignature};
-use parking_lot::{Condvar, Mutex, RwLock};
-use std::collections::{BTreeMap, VecDeque};
+use crate::ir::DType;
+use parking_lot::{Condvar, Mutex};
+use std::collections::BTreeMap;
 use std::fmt;
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Weak};
 
 // ---------------------------------------------------------------------------------------------
-// Operation descriptions.
-
-/// A checked buffer of one rank, shared with its peers for the duration of one operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RawBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-// SAFETY: a `RawBuf` is the address of a region that its rank's queued stream work checked
-// against a live allocation and keeps alive for the whole operation. A rank exposes its
-// buffers to peers only through a completed rendezvous round, and never leaves an operation
-// whose round completed before every peer that may touch its buffers has said it is done
-// ([`Touching`]); the algorithms below give every byte of every output to exactly one writer
-// and never write bytes that anyone reads at the same time.
-unsafe impl Send for RawBuf {}
-// SAFETY: as above; the struct itself is an immutable address and length.
-unsafe impl Sync for RawBuf {}
-
-impl RawBuf {
-    const NONE: RawBuf = RawBuf {
-        ptr: ptr::null_mut(),
-        len: 0,
-    };
-}
+// Sharing buffers with the peers.
 
 /// Counts the ranks still touching the buffers of one operation, once its rendezvous exposed
 /// them. Not subject to timeouts or aborts: every rank that saw the round complete releases
@@ -216,7 +188,7 @@ impl fmt::Display for RvKey {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Cliques, ranks and the registry the stream work finds them in.
+// Cliques and ranks.
 
 struct HostClique {
     key: CliqueKey,
@@ -232,10 +204,8 @@ impl HostClique {
     }
 }
 
-/// One rank's run-time state. Stream work finds it through [`REGISTRY`] by id (a launch can
-/// only carry scalars and buffers).
-struct RankState {
-    id: u64,
+/// One rank of an in-process clique: the [`Transport`] of a [`HostCommunicator`].
+pub struct LocalRank {
     clique: Arc<HostClique>,
     rank: usize,
     global: usize,
@@ -247,34 +217,17 @@ struct RankState {
     splits: AtomicU64,
 }
 
-static REGISTRY: RwLock<BTreeMap<u64, Weak<RankState>>> =
-    parking_lot::const_rwlock(BTreeMap::new());
-static NEXT_ID: AtomicU64 = AtomicU64::new(1);
-
-impl Drop for RankState {
-    fn drop(&mut self) {
-        REGISTRY.write().remove(&self.id);
-    }
-}
-
-fn lookup(id: u64) -> Result<Arc<RankState>> {
-    REGISTRY
-        .read()
-        .get(&id)
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| {
-            Error::backend(
-                "host",
-                "collective",
-                format!("communicator {id} was destroyed before its queued operation ran"),
-            )
-        })
-}
-
-fn message_of(e: &Error) -> String {
-    match e {
-        Error::Backend { message, .. } => message.clone(),
-        e => e.to_string(),
+impl LocalRank {
+    fn new(clique: Arc<HostClique>, rank: usize, global: usize) -> Self {
+        let size = clique.key.size();
+        LocalRank {
+            clique,
+            rank,
+            global,
+            seq: AtomicU64::new(0),
+            p2p: Mutex::new(vec![[0, 0]; size]),
+            splits: AtomicU64::new(0),
+        }
     }
 }
 
@@ -363,11 +316,11 @@ impl HostCliqueProvider {
         if let Some(c) = entry.comms.get(rank).and_then(Option::as_ref) {
             return Ok(c.clone());
         }
-        let comm = Arc::new(HostCommunicator::new(
+        let comm = Arc::new(HostComm::new(Arc::new(LocalRank::new(
             entry.clique.clone(),
             rank,
             global_rank,
-        ));
+        ))));
         if let Some(slot) = entry.comms.get_mut(rank) {
             *slot = Some(comm.clone());
         }
@@ -412,7 +365,7 @@ impl CliqueProvider for HostCliqueProvider {
         color: Option<u64>,
     ) -> Result<Option<Arc<dyn Communicator>>> {
         let comm = self.communicator(parent, global_rank)?;
-        let st = &comm.state;
+        let st = comm.transport();
         let n = st.splits.fetch_add(1, Ordering::Relaxed);
         let all = st
             .clique
@@ -427,7 +380,7 @@ impl CliqueProvider for HostCliqueProvider {
                 Error::backend(
                     "host",
                     "split",
-                    format!("{}: {}", comm.describe(), message_of(&e)),
+                    format!("{}: {}", comm.describe(), error_message(&e)),
                 )
             })?;
         let Some(color) = color else {
@@ -457,493 +410,6 @@ impl CliqueProvider for HostCliqueProvider {
     }
 }
 
-// ---------------------------------------------------------------------------------------------
-// The communicator: issue side.
-
-/// One rank's host communicator.
-pub struct HostCommunicator {
-    state: Arc<RankState>,
-    handle: Arc<dyn KernelHandle>,
-    group: Mutex<P2pGroup>,
-}
-
-impl fmt::Debug for HostCommunicator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
-
-impl HostCommunicator {
-    fn new(clique: Arc<HostClique>, rank: usize, global: usize) -> Self {
-        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
-        let size = clique.key.size();
-        let state = Arc::new(RankState {
-            id,
-            clique,
-            rank,
-            global,
-            seq: AtomicU64::new(0),
-            p2p: Mutex::new(vec![[0, 0]; size]),
-            splits: AtomicU64::new(0),
-        });
-        REGISTRY.write().insert(id, Arc::downgrade(&state));
-        let handle: Arc<dyn KernelHandle> = Arc::new(HostKernelHandle {
-            kernel: HostKernel {
-                signature: KernelSignature {
-                    name: "host collective".into(),
-                    params: vec![],
-                },
-                func: collective_entry,
-            },
-        });
-        HostCommunicator {
-            state,
-            handle,
-            group: Mutex::new(P2pGroup::default()),
-        }
-    }
-
-    /// The clique this communicator belongs to.
-    pub fn clique_key(&self) -> &CliqueKey {
-        &self.state.clique.key
-    }
-
-    /// This rank's global rank.
-    pub fn global_rank(&self) -> usize {
-        self.state.global
-    }
-
-    fn launch(&self, stream: &dyn Stream, args: &[LaunchArg]) -> Result<()> {
-        if stream.as_any().downcast_ref::<HostStream>().is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: host collectives run on host streams only",
-                self.describe()
-            )));
-        }
-        stream.launch(&self.handle, DIMS, args)
-    }
-
-    fn issue(
-        &self,
-        stream: &dyn Stream,
-        desc: OpDesc,
-        src: Option<(DevicePtr, u64)>,
-        dst: (DevicePtr, u64),
-    ) -> Result<()> {
-        if self.group.lock().depth > 0 {
-            return Err(Error::Unsupported {
-                backend: "host".into(),
-                feature: format!("{} inside a group of sends and receives", desc.kind.name()),
-            });
-        }
-        let mut flags = 0;
-        let mut bufs: Vec<LaunchArg> = Vec::with_capacity(2);
-        if let Some((ptr, len)) = src.filter(|s| s.1 > 0) {
-            flags |= 1;
-            bufs.push(LaunchArg::Buffer { ptr, len });
-        }
-        if dst.1 > 0 {
-            flags |= 2;
-            bufs.push(LaunchArg::Buffer {
-                ptr: dst.0,
-                len: dst.1,
-            });
-        }
-        let mut args = vec![
-            scalar(self.state.id),
-            scalar(kind_code(desc.kind)),
-            scalar(desc.count),
-            scalar(dtype_code(desc.dtype)),
-            scalar(op_code(desc.op)),
-            scalar(desc.root as u64),
-            scalar(flags),
-        ];
-        args.extend(bufs);
-        self.launch(stream, &args)
-    }
-
-    fn bad_overlap(&self, what: &str) -> Error {
-        Error::InvalidArgument(format!(
-            "{}: {what}: src and dst overlap (only the in-place form is allowed)",
-            self.describe()
-        ))
-    }
-
-    fn p2p(&self, stream: &dyn Stream, item: P2pItem) -> Result<()> {
-        let size = self.size();
-        if item.peer >= size {
-            return Err(Error::InvalidArgument(format!(
-                "{}: peer {} does not exist (clique of {size})",
-                self.describe(),
-                item.peer
-            )));
-        }
-        let mut g = self.group.lock();
-        if g.depth == 0 {
-            drop(g);
-            return self.launch_group(stream, &[item]);
-        }
-        let id = stream_id(stream);
-        if *g.stream.get_or_insert(id) != id {
-            return Err(Error::Unsupported {
-                backend: "host".into(),
-                feature: "a group of sends and receives on more than one stream".into(),
-            });
-        }
-        g.items.push(item);
-        Ok(())
-    }
-
-    fn launch_group(&self, stream: &dyn Stream, items: &[P2pItem]) -> Result<()> {
-        let mut args = Vec::with_capacity(3 + items.len() * 5);
-        args.push(scalar(self.state.id));
-        args.push(scalar(kind_code(OpKind::P2p)));
-        args.push(scalar(items.len() as u64));
-        for it in items {
-            args.push(scalar(u64::from(it.send)));
-            args.push(scalar(it.peer as u64));
-            args.push(scalar(it.count));
-            args.push(scalar(dtype_code(it.dtype)));
-        }
-        for it in items.iter().filter(|it| it.bytes > 0) {
-            args.push(LaunchArg::Buffer {
-                ptr: it.ptr,
-                len: it.bytes,
-            });
-        }
-        self.launch(stream, &args)
-    }
-}
-
-impl Communicator for HostCommunicator {
-    fn rank(&self) -> usize {
-        self.state.rank
-    }
-
-    fn size(&self) -> usize {
-        self.state.clique.key.size()
-    }
-
-    fn all_reduce(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let b = byte_len(count, dtype, 1)?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_reduce"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllReduce,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
-    }
-
-    fn all_gather(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        let sb = byte_len(count, dtype, 1)?;
-        let db = byte_len(count, dtype, self.size())?;
-        let in_place = src == dst.offset(sb * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("all_gather"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllGather,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
-    }
-
-    fn reduce_scatter(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let sb = byte_len(count, dtype, self.size())?;
-        let db = byte_len(count, dtype, 1)?;
-        let in_place = dst == src.offset(db * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("reduce_scatter"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::ReduceScatter,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
-    }
-
-    fn all_to_all(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        let b = byte_len(count, dtype, self.size())?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_to_all"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllToAll,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
-    }
-
-    fn broadcast(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        root: usize,
-    ) -> Result<()> {
-        if root >= self.size() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: broadcast root {root} does not exist (clique of {})",
-                self.describe(),
-                self.size()
-            )));
-        }
-        let b = byte_len(count, dtype, 1)?;
-        let is_root = root == self.rank();
-        if is_root && src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("broadcast"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::Broadcast,
-            count,
-            dtype,
-            op: None,
-            root,
-        };
-        self.issue(stream, desc, is_root.then_some((src, b)), (dst, b))
-    }
-
-    fn send(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: true,
-                peer,
-                count,
-                dtype,
-                ptr: src,
-                bytes,
-            },
-        )
-    }
-
-    fn recv(
-        &self,
-        stream: &dyn Stream,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: false,
-                peer,
-                count,
-                dtype,
-                ptr: dst,
-                bytes,
-            },
-        )
-    }
-
-    fn group_start(&self) -> Result<()> {
-        self.group.lock().start();
-        Ok(())
-    }
-
-    /// Without a stream the host backend cannot queue the group: a group that holds sends
-    /// or receives must end with [`Communicator::group_end_on`]. An empty group is fine.
-    fn group_end(&self) -> Result<()> {
-        self.group.lock().end(&|| self.describe())
-    }
-
-    fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
-        let items = self.group.lock().end_on(stream, &|| self.describe())?;
-        match items {
-            Some(items) => self.launch_group(stream, &items),
-            None => Ok(()),
-        }
-    }
-
-    fn async_error(&self) -> Result<()> {
-        match self.state.clique.rv.poisoned() {
-            Some(msg) => Err(Error::backend(
-                "host",
-                "collective",
-                format!("{}: {msg}", self.describe()),
-            )),
-            None => Ok(()),
-        }
-    }
-
-    fn abort(&self, reason: &str) {
-        tracing::warn!(communicator = %self.describe(), reason, "aborting host communicator");
-        self.state.clique.rv.poison(&format!(
-            "{} aborted by rank {}: {reason}",
-            self.state.clique.key, self.state.global
-        ));
-    }
-
-    fn describe(&self) -> String {
-        self.state.describe()
-    }
-
-    fn pending(&self) -> Option<String> {
-        self.state.clique.rv.describe_pending()
-    }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The communicator: run side (inside the stream work).
-
-/// The host kernel every operation launches.
-///
-/// # Safety
-/// As [`crate::kernels::HostKernelFn`]: every buffer argument points to `len` valid bytes for
-/// the whole call (the host stream checked them against live allocations and keeps those
-/// alive). Peers of the clique also access them during the call, as described on [`RawBuf`].
-unsafe fn collective_entry(args: &[HostArg]) -> std::result::Result<(), KernelError> {
-    // SAFETY: forwarded.
-    unsafe { run_entry(args) }.map_err(|e| KernelError::Failed(message_of(&e)))
-}
-
-struct Decoder<'a> {
-    args: &'a [HostArg],
-    i: usize,
-}
-
-impl Decoder<'_> {
-    fn bad(&self, what: &str) -> Error {
-        Error::backend(
-            "host",
-            "collective",
-            format!("malformed launch: argument {} should be {what}", self.i),
-        )
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        match self.args.get(self.i) {
-            Some(HostArg::Scalar(Scalar::I64(v))) => {
-                self.i += 1;
-                Ok(*v as u64)
-            }
-            _ => Err(self.bad("an i64 scalar")),
-        }
-    }
-
-    fn usize(&mut self) -> Result<usize> {
-        let v = self.u64()?;
-        usize::try_from(v).map_err(|_| self.bad("an index"))
-    }
-
-    fn dtype(&mut self) -> Result<DType> {
-        let v = self.usize()?;
-        DType::ALL
-            .get(v)
-            .copied()
-            .ok_or_else(|| self.bad("a dtype"))
-    }
-
-    fn kind(&mut self) -> Result<OpKind> {
-        let v = self.usize()?;
-        KINDS
-            .get(v)
-            .copied()
-            .ok_or_else(|| self.bad("an operation kind"))
-    }
-
-    fn op(&mut self) -> Result<Option<ReduceOp>> {
-        match self.usize()? {
-            0 => Ok(None),
-            v => ReduceOp::ALL
-                .get(v - 1)
-                .copied()
-                .map(Some)
-                .ok_or_else(|| self.bad("a reduction")),
-        }
-    }
-
-    fn buf(&mut self, len: u64) -> Result<RawBuf> {
-        match self.args.get(self.i) {
-            Some(HostArg::Buffer { ptr, len: l }) if *l as u64 == len => {
-                self.i += 1;
-                Ok(RawBuf { ptr: *ptr, len: *l })
-            }
-            _ => Err(self.bad(&format!("a buffer of {len} bytes"))),
-        }
-    }
-}
-
-/// # Safety
-/// As [`collective_entry`].
-unsafe fn run_entry(args: &[HostArg]) -> Result<()> {
-    let mut d = Decoder { args, i: 0 };
-    let state = lookup(d.u64()?)?;
-    let kind = d.kind()?;
-    // SAFETY: (both calls) the buffers are valid for the call (forwarded).
-    unsafe {
-        if kind == OpKind::P2p {
-            return state.run_p2p(&mut d);
-        }
-        let desc = OpDesc {
-            kind,
-            count: d.u64()?,
-            dtype: d.dtype()?,
-            op: d.op()?,
-            root: d.usize()?,
-        };
-        let flags = d.u64()?;
-        state.run_collective(desc, flags, &mut d)
-    }
-}
-
 /// Bounds of chunk `r` of `n` over `count` elements of `elem` bytes, at multiples of 64 bytes
 /// from the start, so that ranks never write the same cache line of a line-aligned buffer.
 fn chunk(count: usize, n: usize, r: usize, elem: usize) -> (usize, usize) {
@@ -953,63 +419,20 @@ fn chunk(count: usize, n: usize, r: usize, elem: usize) -> (usize, usize) {
     (at(r) as usize, at(r + 1) as usize)
 }
 
-impl RankState {
-    fn describe(&self) -> String {
-        format!(
-            "rank {} (global rank {}) of {}",
-            self.rank, self.global, self.clique.key
-        )
-    }
-
+impl LocalRank {
+    /// Poisons the clique with `what` failed because of `e`, and returns the error.
     fn fail(&self, what: &str, e: Error) -> Error {
-        let msg = format!("{what} on {}: {}", self.describe(), message_of(&e));
+        let msg = format!("{what} on {}: {}", self.describe(), error_message(&e));
         // Whatever went wrong, nobody may wait for this rank any longer.
         self.clique.rv.poison(&msg);
         Error::backend("host", "collective", msg)
     }
 
     /// # Safety
-    /// As [`collective_entry`].
-    unsafe fn run_collective(&self, desc: OpDesc, flags: u64, d: &mut Decoder) -> Result<()> {
-        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
-        let what = format!("{desc} (collective #{seq})");
-        // SAFETY: forwarded.
-        unsafe { self.collective(seq, desc, flags, d) }.map_err(|e| self.fail(&what, e))
-    }
-
-    /// # Safety
-    /// As [`collective_entry`].
-    unsafe fn collective(&self, seq: u64, desc: OpDesc, flags: u64, d: &mut Decoder) -> Result<()> {
+    /// As [`Transport::run_collective`].
+    unsafe fn collective(&self, seq: u64, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
         let c = &self.clique;
         let n = c.key.size();
-        let (sb, db) = match desc.kind {
-            OpKind::AllReduce | OpKind::Broadcast => {
-                let b = byte_len(desc.count, desc.dtype, 1)?;
-                (b, b)
-            }
-            OpKind::AllGather => (
-                byte_len(desc.count, desc.dtype, 1)?,
-                byte_len(desc.count, desc.dtype, n)?,
-            ),
-            OpKind::ReduceScatter => (
-                byte_len(desc.count, desc.dtype, n)?,
-                byte_len(desc.count, desc.dtype, 1)?,
-            ),
-            OpKind::AllToAll | OpKind::P2p => {
-                let b = byte_len(desc.count, desc.dtype, n)?;
-                (b, b)
-            }
-        };
-        let src = if flags & 1 != 0 {
-            d.buf(sb)?
-        } else {
-            RawBuf::NONE
-        };
-        let dst = if flags & 2 != 0 {
-            d.buf(db)?
-        } else {
-            RawBuf::NONE
-        };
         let ranks = c.key.ranks();
         let all = c.rv.arrive(
             RvKey::Op { seq },
@@ -1236,47 +659,16 @@ impl RankState {
     }
 
     /// # Safety
-    /// As [`collective_entry`].
-    unsafe fn run_p2p(&self, d: &mut Decoder) -> Result<()> {
-        // SAFETY: forwarded.
-        unsafe { self.p2p_group(d) }.map_err(|e| self.fail("send/recv group", e))
-    }
-
-    /// # Safety
-    /// As [`collective_entry`].
-    unsafe fn p2p_group(&self, d: &mut Decoder) -> Result<()> {
+    /// As [`Transport::run_group`].
+    unsafe fn p2p_group(&self, ops: &[P2pOp]) -> Result<()> {
         let c = &self.clique;
-        let size = c.key.size();
-        let k = d.usize()?;
-        let mut items = Vec::with_capacity(k.min(1024));
-        for _ in 0..k {
-            let send = d.u64()? != 0;
-            let peer = d.usize()?;
-            let count = d.u64()?;
-            let dtype = d.dtype()?;
-            if peer >= size {
-                return Err(Error::InvalidArgument(format!("peer {peer} out of range")));
-            }
-            items.push((send, peer, count, dtype, byte_len(count, dtype, 1)?));
-        }
-        let mut bufs = Vec::with_capacity(items.len());
-        for it in &items {
-            bufs.push(if it.4 > 0 { d.buf(it.4)? } else { RawBuf::NONE });
-        }
-        // Sends to and receives from this rank itself: matched in order, copied locally.
-        let mut self_sends: VecDeque<usize> = VecDeque::new();
-        let mut self_recvs: VecDeque<usize> = VecDeque::new();
         // Remote ones: numbered per (peer, direction) in the order they run.
         let mut remote: Vec<(usize, RvKey, [usize; 2])> = vec![];
         {
             let mut ctr = self.p2p.lock();
-            for (i, &(send, peer, ..)) in items.iter().enumerate() {
+            for (i, &P2pOp { send, peer, .. }) in ops.iter().enumerate() {
                 if peer == self.rank {
-                    if send {
-                        self_sends.push_back(i);
-                    } else {
-                        self_recvs.push_back(i);
-                    }
+                    // Sends to and receives from this rank itself are copied locally.
                     continue;
                 }
                 let pg = c.key.global_rank(peer).unwrap_or(usize::MAX);
@@ -1299,15 +691,15 @@ impl RankState {
         let mut first_err: Option<Error> = None;
         let mut posted: Vec<(usize, RvKey, Ticket<RvKey>)> = Vec::with_capacity(remote.len());
         for (i, key, ranks) in &remote {
-            let (_, _, count, dtype, _) = items[*i];
+            let op = ops[*i];
             match c.rv.post(
                 *key,
                 ranks,
                 self.global,
                 Msg::P2p {
-                    count,
-                    dtype,
-                    buf: bufs[*i],
+                    count: op.count,
+                    dtype: op.dtype,
+                    buf: op.buf,
                     touching: Touching::new(1, 2),
                 },
             ) {
@@ -1359,7 +751,7 @@ impl RankState {
                     format!("{key}: the sender sends {sc} {sd} but the receiver expects {rc} {rd}"),
                 ));
             }
-            if items[i].0 {
+            if ops[i].send {
                 sent.push(touching.clone());
             } else {
                 if matched && rbuf.len > 0 {
@@ -1372,7 +764,7 @@ impl RankState {
             }
         }
         if first_err.is_none() {
-            if let Err(e) = self_copies(&items, &bufs, self_sends, self_recvs) {
+            if let Err(e) = kernel::copy_to_self(ops, self.rank) {
                 first_err = Some(e);
             }
         }
@@ -1385,37 +777,64 @@ impl RankState {
     }
 }
 
-type P2pDesc = (bool, usize, u64, DType, u64);
+impl Transport for LocalRank {
+    fn backend(&self) -> &'static str {
+        "host"
+    }
 
-/// The sends to and receives from a rank itself within one group, matched in order.
-fn self_copies(
-    items: &[P2pDesc],
-    bufs: &[RawBuf],
-    sends: VecDeque<usize>,
-    recvs: VecDeque<usize>,
-) -> Result<()> {
-    if sends.len() != recvs.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{} sends to itself but {} receives from itself in one group",
-            sends.len(),
-            recvs.len()
-        )));
+    fn key(&self) -> &CliqueKey {
+        &self.clique.key
     }
-    for (s, r) in sends.into_iter().zip(recvs) {
-        let (a, b) = (items[s], items[r]);
-        if (a.2, a.3) != (b.2, b.3) {
-            return Err(Error::InvalidArgument(format!(
-                "a send to itself of {} {} meets a receive of {} {}",
-                a.2, a.3, b.2, b.3
-            )));
-        }
-        if a.4 > 0 && bufs[s].ptr != bufs[r].ptr {
-            // SAFETY: both are this rank's checked buffers of `a.4` bytes; `copy` allows
-            // overlap.
-            unsafe { ptr::copy(bufs[s].ptr, bufs[r].ptr, bufs[s].len) };
+
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    fn global_rank(&self) -> usize {
+        self.global
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "rank {} (global rank {}) of {}",
+            self.rank, self.global, self.clique.key
+        )
+    }
+
+    unsafe fn run_collective(&self, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
+        let seq = self.seq.fetch_add(1, Ordering::Relaxed);
+        let what = format!("{desc} (collective #{seq})");
+        // SAFETY: forwarded.
+        unsafe { self.collective(seq, desc, src, dst) }.map_err(|e| self.fail(&what, e))
+    }
+
+    unsafe fn run_group(&self, ops: &[P2pOp]) -> Result<()> {
+        // SAFETY: forwarded.
+        unsafe { self.p2p_group(ops) }.map_err(|e| self.fail("send/recv group", e))
+    }
+
+    fn async_error(&self) -> Result<()> {
+        match self.clique.rv.poisoned() {
+            Some(msg) => Err(Error::backend(
+                "host",
+                "collective",
+                format!("{}: {msg}", self.describe()),
+            )),
+            None => Ok(()),
         }
     }
-    Ok(())
+
+    fn abort(&self, reason: &str) {
+        tracing::warn!(communicator = %self.describe(), reason, "aborting host communicator");
+        self.clique.rv.poison(&format!(
+            "{} aborted by rank {}: {reason}",
+            self.clique.key, self.global
+        ));
+    }
+
+    fn pending(&self) -> Option<String> {
+        self.clique.rv.describe_pending()
+    }
 }
 
 fn peer_failed() -> Error {

@@ -58,27 +58,24 @@
 //! with that message. Unlike the in-process collectives, no rank ever touches another rank's
 //! memory (only the shared segment), so a rank may leave an operation at any moment.
 
-use super::issue::{
-    DIMS, KINDS, OpDesc, OpKind, P2pGroup, P2pItem, byte_len, dtype_code, kind_code, op_code,
-    overlaps, scalar, stream_id,
-};
+use super::kernel::{self, P2pOp, RawBuf};
+use super::ops::{OpDesc, OpKind, dtype_code, dtype_from_code};
 use super::reduce;
-use crate::backend::{DevicePtr, KernelHandle, LaunchArg, Stream};
-use crate::collectives::{CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts, may_spin};
+use super::{HostComm, ShmCommunicator, Transport};
+use crate::collectives::{
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, Timeouts, error_message, may_spin,
+};
 use crate::distributed::{Coordinator, DistributedError, list_ranks};
 use crate::error::{Error, Result};
 use crate::hash::Fnv1a;
-use crate::host::{HostKernelHandle, HostStream};
-use crate::ir::{DType, Scalar};
-use crate::kernels::{HostArg, HostKernel, KernelError, KernelSignature};
-use parking_lot::{Mutex, RwLock};
-use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use parking_lot::Mutex;
+use std::collections::{BTreeMap, BTreeSet};
 use std::ffi::CString;
 use std::fmt;
 use std::hash::{BuildHasher, Hasher};
 use std::ptr;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 const BACKEND: &str = "host-shm";
@@ -119,66 +116,29 @@ impl ShmOptions {
 // ---------------------------------------------------------------------------------------------
 // Operation descriptions (compared across ranks at every phase).
 
-fn decode_dtype(v: u64) -> Option<DType> {
-    DType::ALL.get(usize::try_from(v).ok()?).copied()
+/// The words of a description as it is published in a rank's control block: the collective's
+/// number, the [`OpDesc`] words, the chunk's number.
+const DESC_WORDS: usize = 2 + super::ops::DESC_WORDS;
+
+fn desc_words(desc: &OpDesc, seq: u64, chunk: u64) -> [u64; DESC_WORDS] {
+    let mut w = [seq; DESC_WORDS];
+    w[1..DESC_WORDS - 1].copy_from_slice(&desc.to_words());
+    w[DESC_WORDS - 1] = chunk;
+    w
 }
 
-fn decode_op(v: u64) -> Option<Option<ReduceOp>> {
-    match v {
-        0 => Some(None),
-        v => ReduceOp::ALL
-            .get(usize::try_from(v - 1).ok()?)
-            .copied()
-            .map(Some),
-    }
-}
-
-/// The words of a description as it is published in a rank's control block.
-const DESC_WORDS: usize = 7;
-
-impl OpDesc {
-    fn words(&self, seq: u64, chunk: u64) -> [u64; DESC_WORDS] {
-        [
-            seq,
-            kind_code(self.kind),
-            self.count,
-            dtype_code(self.dtype),
-            op_code(self.op),
-            self.root as u64,
-            chunk,
-        ]
-    }
-
-    /// A description as another rank published it, in words, for messages.
-    fn describe_words(w: &[u64; DESC_WORDS]) -> String {
-        let kind = usize::try_from(w[1])
-            .ok()
-            .and_then(|i| KINDS.get(i).copied());
-        match (kind, decode_dtype(w[3]), decode_op(w[4])) {
-            (Some(kind), Some(dtype), Some(op)) => {
-                let d = OpDesc {
-                    kind,
-                    count: w[2],
-                    dtype,
-                    op,
-                    root: usize::try_from(w[5]).unwrap_or(usize::MAX),
-                };
-                format!("{d} (collective #{}, chunk {})", w[0], w[6])
-            }
-            _ => format!("an unknown operation {w:?}"),
-        }
+/// A description as another rank published it, in words, for messages.
+fn describe_words(w: &[u64; DESC_WORDS]) -> String {
+    let mut d = [0; super::ops::DESC_WORDS];
+    d.copy_from_slice(&w[1..DESC_WORDS - 1]);
+    match OpDesc::from_words(&d) {
+        Some(desc) => format!("{desc} (collective #{}, chunk {})", w[0], w[DESC_WORDS - 1]),
+        None => format!("an unknown operation {w:?}"),
     }
 }
 
 fn shm_error(call: &str, message: impl Into<String>) -> Error {
     Error::backend(BACKEND, call, message)
-}
-
-fn message_of(e: &Error) -> String {
-    match e {
-        Error::Backend { message, .. } => message.clone(),
-        e => e.to_string(),
-    }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -673,8 +633,9 @@ struct RunState {
     received: Vec<u64>,
 }
 
-struct ShmRank {
-    id: u64,
+/// This process's rank in one shared memory clique: the [`Transport`] of a
+/// [`ShmCommunicator`].
+pub struct ShmRank {
     seg: Segment,
     key: CliqueKey,
     rank: usize,
@@ -682,28 +643,6 @@ struct ShmRank {
     coordinator: Arc<dyn Coordinator>,
     timeouts: Timeouts,
     run: Mutex<RunState>,
-}
-
-static REGISTRY: RwLock<BTreeMap<u64, Weak<ShmRank>>> = parking_lot::const_rwlock(BTreeMap::new());
-static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
-
-impl Drop for ShmRank {
-    fn drop(&mut self) {
-        REGISTRY.write().remove(&self.id);
-    }
-}
-
-fn lookup(id: u64) -> Result<Arc<ShmRank>> {
-    REGISTRY
-        .read()
-        .get(&id)
-        .and_then(Weak::upgrade)
-        .ok_or_else(|| {
-            shm_error(
-                "collective",
-                format!("communicator {id} was destroyed before its queued operation ran"),
-            )
-        })
 }
 
 /// How a wait checks the world while it is not satisfied: poison, dead ranks, timeouts.
@@ -813,16 +752,9 @@ impl Waiter {
 }
 
 impl ShmRank {
-    fn describe(&self) -> String {
-        format!(
-            "rank {} (global rank {}) of {} over shared memory",
-            self.rank, self.global, self.key
-        )
-    }
-
     /// Poisons the clique with `what` failed because of `e`, and returns the error.
     fn fail(&self, what: &str, e: Error) -> Error {
-        let msg = format!("{what} on {}: {}", self.describe(), message_of(&e));
+        let msg = format!("{what} on {}: {}", self.describe(), error_message(&e));
         self.seg.poison(&msg);
         shm_error("collective", msg)
     }
@@ -853,20 +785,6 @@ impl ShmRank {
             })?;
         }
         Ok(())
-    }
-
-    /// # Safety
-    /// `src` and `dst` are valid for their lengths (those `desc` implies) for the whole call.
-    unsafe fn run_collective(&self, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
-        let mut run = self.run.lock();
-        let seq = run.seq;
-        run.seq += 1;
-        if let Some(msg) = self.seg.poisoned() {
-            return Err(shm_error("collective", msg));
-        }
-        let what = format!("{desc} (collective #{seq})");
-        // SAFETY: forwarded.
-        unsafe { self.collective(&mut run, seq, desc, src, dst) }.map_err(|e| self.fail(&what, e))
     }
 
     /// # Safety
@@ -905,7 +823,7 @@ impl ShmRank {
             let len = (hi - lo) * s;
             let p = run.phase;
             let parity = (p % 2) as usize;
-            let words = desc.words(seq, k as u64);
+            let words = desc_words(&desc, seq, k as u64);
             for (i, w) in words.iter().enumerate() {
                 seg.desc_word(r, parity, i).store(*w, Ordering::Relaxed);
             }
@@ -961,7 +879,7 @@ impl ShmRank {
                         format!(
                             "rank {}: {}",
                             self.key.global_rank(q).unwrap_or(q),
-                            OpDesc::describe_words(w)
+                            describe_words(w)
                         )
                     })
                     .collect();
@@ -1051,31 +969,11 @@ impl ShmRank {
     }
 
     /// # Safety
-    /// Every buffer is valid for its length for the whole call.
-    unsafe fn run_p2p(&self, items: &[P2pDesc], bufs: &[RawBuf]) -> Result<()> {
-        let mut run = self.run.lock();
-        if let Some(msg) = self.seg.poisoned() {
-            return Err(shm_error("send/recv", msg));
-        }
-        // SAFETY: forwarded.
-        unsafe { self.p2p_group(&mut run, items, bufs) }
-            .map_err(|e| self.fail("send/recv group", e))
-    }
-
-    /// # Safety
-    /// As [`ShmRank::run_p2p`].
-    unsafe fn p2p_group(
-        &self,
-        run: &mut RunState,
-        items: &[P2pDesc],
-        bufs: &[RawBuf],
-    ) -> Result<()> {
+    /// As [`Transport::run_group`].
+    unsafe fn p2p_group(&self, run: &mut RunState, ops: &[P2pOp]) -> Result<()> {
         let seg = &self.seg;
         let me = self.rank;
         let mb = seg.layout.mbox;
-        // Sends to and receives from this rank itself: matched in order, copied locally.
-        let mut self_sends = VecDeque::new();
-        let mut self_recvs = VecDeque::new();
         struct Transfer {
             item: usize,
             send: bool,
@@ -1086,14 +984,10 @@ impl ShmRank {
             done: u64,
         }
         let mut transfers: Vec<Transfer> = vec![];
-        for (i, it) in items.iter().enumerate() {
-            let (send, peer) = (it.0, it.1);
+        for (i, op) in ops.iter().enumerate() {
+            let (send, peer) = (op.send, op.peer);
             if peer == me {
-                if send {
-                    self_sends.push_back(i);
-                } else {
-                    self_recvs.push_back(i);
-                }
+                // Sends to and receives from this rank itself are copied locally.
                 continue;
             }
             let counter = if send {
@@ -1108,11 +1002,11 @@ impl ShmRank {
                 send,
                 peer,
                 msg,
-                chunks: (it.4 as usize).div_ceil(mb).max(1) as u64,
+                chunks: op.buf.len.div_ceil(mb).max(1) as u64,
                 done: 0,
             });
         }
-        self_copies(items, bufs, self_sends, self_recvs)?;
+        kernel::copy_to_self(ops, me)?;
         let global = |q: usize| self.key.global_rank(q).unwrap_or(q);
         let mut w = Waiter::new(self);
         loop {
@@ -1126,9 +1020,10 @@ impl ShmRank {
                 if !busy.insert((t.send, t.peer)) {
                     continue;
                 }
-                let (count, dtype, bytes) = (items[t.item].2, items[t.item].3, items[t.item].4);
-                let bytes = bytes as usize;
-                let buf = bufs[t.item];
+                let P2pOp {
+                    count, dtype, buf, ..
+                } = ops[t.item];
+                let bytes = buf.len;
                 let (from, to) = if t.send { (me, t.peer) } else { (t.peer, me) };
                 let written = seg.mbox_word(from, to, M_WRITTEN);
                 let read = seg.mbox_word(from, to, M_READ);
@@ -1182,7 +1077,7 @@ impl ShmRank {
                             ));
                         }
                         if (hdr[1], hdr[2]) != (count, dtype_code(dtype)) {
-                            let theirs = decode_dtype(hdr[2])
+                            let theirs = dtype_from_code(hdr[2])
                                 .map_or_else(|| format!("type #{}", hdr[2]), |d| d.to_string());
                             return Err(shm_error(
                                 "send/recv",
@@ -1266,39 +1161,6 @@ impl ShmRank {
     }
 }
 
-type P2pDesc = (bool, usize, u64, DType, u64);
-
-/// The sends to and receives from a rank itself within one group, matched in order.
-fn self_copies(
-    items: &[P2pDesc],
-    bufs: &[RawBuf],
-    sends: VecDeque<usize>,
-    recvs: VecDeque<usize>,
-) -> Result<()> {
-    if sends.len() != recvs.len() {
-        return Err(Error::InvalidArgument(format!(
-            "{} sends to itself but {} receives from itself in one group",
-            sends.len(),
-            recvs.len()
-        )));
-    }
-    for (s, r) in sends.into_iter().zip(recvs) {
-        let (a, b) = (items[s], items[r]);
-        if (a.2, a.3) != (b.2, b.3) {
-            return Err(Error::InvalidArgument(format!(
-                "a send to itself of {} {} meets a receive of {} {}",
-                a.2, a.3, b.2, b.3
-            )));
-        }
-        if a.4 > 0 && bufs[s].ptr != bufs[r].ptr {
-            // SAFETY: both are this rank's checked buffers of `a.4` bytes; `copy` allows
-            // overlap.
-            unsafe { ptr::copy(bufs[s].ptr, bufs[r].ptr, bufs[s].len) };
-        }
-    }
-    Ok(())
-}
-
 // ---------------------------------------------------------------------------------------------
 // Clique setup.
 
@@ -1373,7 +1235,6 @@ fn join(
     })();
     let result = mapped.and_then(|seg| {
         let st = Arc::new(ShmRank {
-            id: NEXT_ID.fetch_add(1, Ordering::Relaxed),
             seg,
             key: key.clone(),
             rank,
@@ -1407,7 +1268,6 @@ fn join(
     unlink(&name);
     PENDING.lock().remove(&name);
     let st = result?;
-    REGISTRY.write().insert(st.id, Arc::downgrade(&st));
     tracing::debug!(%key, rank, global, segment = %name, len = st.seg.layout.len, "joined a shared memory clique");
     Ok(st)
 }
@@ -1468,7 +1328,7 @@ impl ShmCliqueProvider {
     /// Why a clique of this provider failed, if one did (the first in key order).
     pub fn failure(&self) -> Option<String> {
         let comms: Vec<Arc<ShmCommunicator>> = self.cliques.lock().values().cloned().collect();
-        comms.iter().find_map(|c| c.state.seg.poisoned())
+        comms.iter().find_map(|c| c.transport().seg.poisoned())
     }
 
     /// Aborts every clique (its operations fail on every rank, at once) and removes the
@@ -1527,7 +1387,7 @@ impl ShmCliqueProvider {
             global_rank,
             &self.options,
         )?;
-        let comm = Arc::new(ShmCommunicator::new(st));
+        let comm = Arc::new(HostComm::new(st));
         self.cliques.lock().insert(key.clone(), comm.clone());
         Ok(comm)
     }
@@ -1569,7 +1429,7 @@ impl CliqueProvider for ShmCliqueProvider {
         let Some(color) = color else {
             return Ok(None);
         };
-        let t = comm.state.timeouts.terminate_after;
+        let t = comm.transport().timeouts.terminate_after;
         let mut members = vec![];
         for &g in parent.ranks() {
             let theirs = if g == global_rank {
@@ -1589,7 +1449,7 @@ impl CliqueProvider for ShmCliqueProvider {
         let mut map = self.cliques.lock();
         let dead: Vec<CliqueKey> = map
             .iter()
-            .filter(|(_, c)| c.state.seg.poisoned().is_some())
+            .filter(|(_, c)| c.transport().seg.poisoned().is_some())
             .map(|(k, _)| k.clone())
             .collect();
         for k in &dead {
@@ -1600,372 +1460,79 @@ impl CliqueProvider for ShmCliqueProvider {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The communicator: issue side (as the in-process host communicator: every operation is a
-// built-in host kernel launched on the rank's host stream).
-
-/// This process's rank in one clique of a [`ShmCliqueProvider`].
-pub struct ShmCommunicator {
-    state: Arc<ShmRank>,
-    handle: Arc<dyn KernelHandle>,
-    group: Mutex<P2pGroup>,
-}
-
-impl fmt::Debug for ShmCommunicator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.describe())
-    }
-}
+// The transport.
 
 impl ShmCommunicator {
-    fn new(state: Arc<ShmRank>) -> Self {
-        let handle: Arc<dyn KernelHandle> = Arc::new(HostKernelHandle {
-            kernel: HostKernel {
-                signature: KernelSignature {
-                    name: "host-shm collective".into(),
-                    params: vec![],
-                },
-                func: shm_entry,
-            },
-        });
-        ShmCommunicator {
-            state,
-            handle,
-            group: Mutex::new(P2pGroup::default()),
-        }
-    }
-
-    /// The clique this communicator belongs to.
-    pub fn clique_key(&self) -> &CliqueKey {
-        &self.state.key
-    }
-
-    /// This rank's global rank.
-    pub fn global_rank(&self) -> usize {
-        self.state.global
-    }
-
     /// The bytes of one staging slot (the chunk size of collectives) and of one mailbox chunk.
     pub fn chunk_bytes(&self) -> (usize, usize) {
-        (self.state.seg.layout.slot, self.state.seg.layout.mbox)
-    }
-
-    fn launch(&self, stream: &dyn Stream, args: &[LaunchArg]) -> Result<()> {
-        if stream.as_any().downcast_ref::<HostStream>().is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: host collectives run on host streams only",
-                self.describe()
-            )));
-        }
-        stream.launch(&self.handle, DIMS, args)
-    }
-
-    fn issue(
-        &self,
-        stream: &dyn Stream,
-        desc: OpDesc,
-        src: Option<(DevicePtr, u64)>,
-        dst: (DevicePtr, u64),
-    ) -> Result<()> {
-        if self.group.lock().depth > 0 {
-            return Err(Error::Unsupported {
-                backend: BACKEND.into(),
-                feature: format!("{} inside a group of sends and receives", desc.kind.name()),
-            });
-        }
-        let mut flags = 0;
-        let mut bufs: Vec<LaunchArg> = Vec::with_capacity(2);
-        if let Some((ptr, len)) = src.filter(|s| s.1 > 0) {
-            flags |= 1;
-            bufs.push(LaunchArg::Buffer { ptr, len });
-        }
-        if dst.1 > 0 {
-            flags |= 2;
-            bufs.push(LaunchArg::Buffer {
-                ptr: dst.0,
-                len: dst.1,
-            });
-        }
-        let mut args = vec![
-            scalar(self.state.id),
-            scalar(kind_code(desc.kind)),
-            scalar(desc.count),
-            scalar(dtype_code(desc.dtype)),
-            scalar(op_code(desc.op)),
-            scalar(desc.root as u64),
-            scalar(flags),
-        ];
-        args.extend(bufs);
-        self.launch(stream, &args)
-    }
-
-    fn bad_overlap(&self, what: &str) -> Error {
-        Error::InvalidArgument(format!(
-            "{}: {what}: src and dst overlap (only the in-place form is allowed)",
-            self.describe()
-        ))
-    }
-
-    fn p2p(&self, stream: &dyn Stream, item: P2pItem) -> Result<()> {
-        let size = self.size();
-        if item.peer >= size {
-            return Err(Error::InvalidArgument(format!(
-                "{}: peer {} does not exist (clique of {size})",
-                self.describe(),
-                item.peer
-            )));
-        }
-        let mut g = self.group.lock();
-        if g.depth == 0 {
-            drop(g);
-            return self.launch_group(stream, &[item]);
-        }
-        let id = stream_id(stream);
-        if *g.stream.get_or_insert(id) != id {
-            return Err(Error::Unsupported {
-                backend: BACKEND.into(),
-                feature: "a group of sends and receives on more than one stream".into(),
-            });
-        }
-        g.items.push(item);
-        Ok(())
-    }
-
-    fn launch_group(&self, stream: &dyn Stream, items: &[P2pItem]) -> Result<()> {
-        let mut args = Vec::with_capacity(3 + items.len() * 5);
-        args.push(scalar(self.state.id));
-        args.push(scalar(kind_code(OpKind::P2p)));
-        args.push(scalar(items.len() as u64));
-        for it in items {
-            args.push(scalar(u64::from(it.send)));
-            args.push(scalar(it.peer as u64));
-            args.push(scalar(it.count));
-            args.push(scalar(dtype_code(it.dtype)));
-        }
-        for it in items.iter().filter(|it| it.bytes > 0) {
-            args.push(LaunchArg::Buffer {
-                ptr: it.ptr,
-                len: it.bytes,
-            });
-        }
-        self.launch(stream, &args)
+        let l = &self.transport().seg.layout;
+        (l.slot, l.mbox)
     }
 }
 
-impl Communicator for ShmCommunicator {
+impl Transport for ShmRank {
+    fn backend(&self) -> &'static str {
+        BACKEND
+    }
+
+    fn key(&self) -> &CliqueKey {
+        &self.key
+    }
+
     fn rank(&self) -> usize {
-        self.state.rank
+        self.rank
     }
 
-    fn size(&self) -> usize {
-        self.state.key.size()
+    fn global_rank(&self) -> usize {
+        self.global
     }
 
-    fn all_reduce(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let b = byte_len(count, dtype, 1)?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_reduce"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllReduce,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
-    }
-
-    fn all_gather(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        let sb = byte_len(count, dtype, 1)?;
-        let db = byte_len(count, dtype, self.size())?;
-        let in_place = src == dst.offset(sb * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("all_gather"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllGather,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
-    }
-
-    fn reduce_scatter(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        let sb = byte_len(count, dtype, self.size())?;
-        let db = byte_len(count, dtype, 1)?;
-        let in_place = dst == src.offset(db * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("reduce_scatter"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::ReduceScatter,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
-    }
-
-    fn all_to_all(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        let b = byte_len(count, dtype, self.size())?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_to_all"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllToAll,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
-    }
-
-    fn broadcast(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        root: usize,
-    ) -> Result<()> {
-        if root >= self.size() {
-            return Err(Error::InvalidArgument(format!(
-                "{}: broadcast root {root} does not exist (clique of {})",
-                self.describe(),
-                self.size()
-            )));
-        }
-        let b = byte_len(count, dtype, 1)?;
-        let is_root = root == self.rank();
-        if is_root && src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("broadcast"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::Broadcast,
-            count,
-            dtype,
-            op: None,
-            root,
-        };
-        self.issue(stream, desc, is_root.then_some((src, b)), (dst, b))
-    }
-
-    fn send(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: true,
-                peer,
-                count,
-                dtype,
-                ptr: src,
-                bytes,
-            },
+    fn describe(&self) -> String {
+        format!(
+            "rank {} (global rank {}) of {} over shared memory",
+            self.rank, self.global, self.key
         )
     }
 
-    fn recv(
-        &self,
-        stream: &dyn Stream,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: false,
-                peer,
-                count,
-                dtype,
-                ptr: dst,
-                bytes,
-            },
-        )
-    }
-
-    fn group_start(&self) -> Result<()> {
-        self.group.lock().start();
-        Ok(())
-    }
-
-    /// As the in-process host communicator: a group holding sends or receives must end with
-    /// [`Communicator::group_end_on`].
-    fn group_end(&self) -> Result<()> {
-        self.group.lock().end(&|| self.describe())
-    }
-
-    fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
-        let items = self.group.lock().end_on(stream, &|| self.describe())?;
-        match items {
-            Some(items) => self.launch_group(stream, &items),
-            None => Ok(()),
+    unsafe fn run_collective(&self, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
+        let mut run = self.run.lock();
+        let seq = run.seq;
+        run.seq += 1;
+        if let Some(msg) = self.seg.poisoned() {
+            return Err(shm_error("collective", msg));
         }
+        let what = format!("{desc} (collective #{seq})");
+        // SAFETY: forwarded.
+        unsafe { self.collective(&mut run, seq, desc, src, dst) }.map_err(|e| self.fail(&what, e))
+    }
+
+    unsafe fn run_group(&self, ops: &[P2pOp]) -> Result<()> {
+        let mut run = self.run.lock();
+        if let Some(msg) = self.seg.poisoned() {
+            return Err(shm_error("send/recv", msg));
+        }
+        // SAFETY: forwarded.
+        unsafe { self.p2p_group(&mut run, ops) }.map_err(|e| self.fail("send/recv group", e))
     }
 
     /// The clique's poison, or a failure the coordinator knows of.
     fn async_error(&self) -> Result<()> {
-        if let Some(msg) = self.state.seg.poisoned() {
+        if let Some(msg) = self.seg.poisoned() {
             return Err(shm_error(
                 "collective",
                 format!("{}: {msg}", self.describe()),
             ));
         }
-        if let Some(f) = self.state.coordinator.failures().into_iter().next() {
+        if let Some(f) = self.coordinator.failures().into_iter().next() {
             return Err(shm_error("collective", format!("{}: {f}", self.describe())));
         }
         Ok(())
     }
 
     fn abort(&self, reason: &str) {
-        let first = self.state.seg.poison(&format!(
+        let first = self.seg.poison(&format!(
             "{} aborted by rank {}: {reason}",
-            self.state.key, self.state.global
+            self.key, self.global
         ));
         if first {
             tracing::warn!(communicator = %self.describe(), reason, "aborted shared memory communicator");
@@ -1974,187 +1541,23 @@ impl Communicator for ShmCommunicator {
         }
     }
 
-    fn describe(&self) -> String {
-        self.state.describe()
-    }
-
     /// The ranks that have not reached the latest phase any rank published, if any.
     fn pending(&self) -> Option<String> {
-        let seg = &self.state.seg;
+        let seg = &self.seg;
         let phases: Vec<u64> = (0..seg.n())
             .map(|q| seg.phase(q).load(Ordering::Acquire))
             .collect();
         let top = phases.iter().copied().max().unwrap_or(0);
-        let (missing, arrived) = self.state.split_ranks(|q| phases[q] >= top);
+        let (missing, arrived) = self.split_ranks(|q| phases[q] >= top);
         (!missing.is_empty()).then(|| {
             format!(
                 "{}: phase {top} waiting for {} (arrived: {})",
-                self.state.key,
+                self.key,
                 list_ranks(&missing),
                 list_ranks(&arrived)
             )
         })
     }
-}
-
-// ---------------------------------------------------------------------------------------------
-// The communicator: run side (inside the stream work).
-
-/// A checked buffer of this rank, for the duration of one operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct RawBuf {
-    ptr: *mut u8,
-    len: usize,
-}
-
-impl RawBuf {
-    const NONE: RawBuf = RawBuf {
-        ptr: ptr::null_mut(),
-        len: 0,
-    };
-}
-
-/// The host kernel every operation launches.
-///
-/// # Safety
-/// As [`crate::kernels::HostKernelFn`]: every buffer argument points to `len` valid bytes for
-/// the whole call (the host stream checked them against live allocations and keeps those
-/// alive).
-unsafe fn shm_entry(args: &[HostArg]) -> std::result::Result<(), KernelError> {
-    // SAFETY: forwarded.
-    unsafe { run_entry(args) }.map_err(|e| KernelError::Failed(message_of(&e)))
-}
-
-struct Decoder<'a> {
-    args: &'a [HostArg],
-    i: usize,
-}
-
-impl Decoder<'_> {
-    fn bad(&self, what: &str) -> Error {
-        shm_error(
-            "collective",
-            format!("malformed launch: argument {} should be {what}", self.i),
-        )
-    }
-
-    fn u64(&mut self) -> Result<u64> {
-        match self.args.get(self.i) {
-            Some(HostArg::Scalar(Scalar::I64(v))) => {
-                self.i += 1;
-                Ok(*v as u64)
-            }
-            _ => Err(self.bad("an i64 scalar")),
-        }
-    }
-
-    fn usize(&mut self) -> Result<usize> {
-        let v = self.u64()?;
-        usize::try_from(v).map_err(|_| self.bad("an index"))
-    }
-
-    fn dtype(&mut self) -> Result<DType> {
-        let v = self.u64()?;
-        decode_dtype(v).ok_or_else(|| self.bad("a dtype"))
-    }
-
-    fn kind(&mut self) -> Result<OpKind> {
-        let v = self.usize()?;
-        KINDS
-            .get(v)
-            .copied()
-            .ok_or_else(|| self.bad("an operation kind"))
-    }
-
-    fn op(&mut self) -> Result<Option<ReduceOp>> {
-        let v = self.u64()?;
-        decode_op(v).ok_or_else(|| self.bad("a reduction"))
-    }
-
-    fn buf(&mut self, len: u64) -> Result<RawBuf> {
-        match self.args.get(self.i) {
-            Some(HostArg::Buffer { ptr, len: l }) if *l as u64 == len => {
-                self.i += 1;
-                Ok(RawBuf { ptr: *ptr, len: *l })
-            }
-            _ => Err(self.bad(&format!("a buffer of {len} bytes"))),
-        }
-    }
-}
-
-/// # Safety
-/// As [`shm_entry`].
-unsafe fn run_entry(args: &[HostArg]) -> Result<()> {
-    let mut d = Decoder { args, i: 0 };
-    let state = lookup(d.u64()?)?;
-    let kind = d.kind()?;
-    let n = state.key.size();
-    if kind == OpKind::P2p {
-        let k = d.usize()?;
-        let mut items: Vec<P2pDesc> = Vec::with_capacity(k.min(1024));
-        for _ in 0..k {
-            let send = d.u64()? != 0;
-            let peer = d.usize()?;
-            let count = d.u64()?;
-            let dtype = d.dtype()?;
-            if peer >= n {
-                return Err(Error::InvalidArgument(format!("peer {peer} out of range")));
-            }
-            items.push((send, peer, count, dtype, byte_len(count, dtype, 1)?));
-        }
-        let mut bufs = Vec::with_capacity(items.len());
-        for it in &items {
-            bufs.push(if it.4 > 0 { d.buf(it.4)? } else { RawBuf::NONE });
-        }
-        // SAFETY: the buffers are valid for the call (forwarded).
-        return unsafe { state.run_p2p(&items, &bufs) };
-    }
-    let desc = OpDesc {
-        kind,
-        count: d.u64()?,
-        dtype: d.dtype()?,
-        op: d.op()?,
-        root: d.usize()?,
-    };
-    let flags = d.u64()?;
-    let (sb, db) = match desc.kind {
-        OpKind::AllReduce | OpKind::Broadcast => {
-            let b = byte_len(desc.count, desc.dtype, 1)?;
-            (b, b)
-        }
-        OpKind::AllGather => (
-            byte_len(desc.count, desc.dtype, 1)?,
-            byte_len(desc.count, desc.dtype, n)?,
-        ),
-        OpKind::ReduceScatter => (
-            byte_len(desc.count, desc.dtype, n)?,
-            byte_len(desc.count, desc.dtype, 1)?,
-        ),
-        OpKind::AllToAll | OpKind::P2p => {
-            let b = byte_len(desc.count, desc.dtype, n)?;
-            (b, b)
-        }
-    };
-    let src = if flags & 1 != 0 {
-        d.buf(sb)?
-    } else {
-        RawBuf::NONE
-    };
-    let dst = if flags & 2 != 0 {
-        d.buf(db)?
-    } else {
-        RawBuf::NONE
-    };
-    let needs_src = sb > 0 && (desc.kind != OpKind::Broadcast || desc.root == state.rank);
-    if (needs_src && src.len == 0) || (db > 0 && dst.len == 0) {
-        return Err(shm_error(
-            "collective",
-            "malformed launch: a buffer is missing",
-        ));
-    }
-    // SAFETY: the buffers are valid for the call (forwarded), of the sizes `desc` implies
-    // (checked by `buf`).
-    unsafe { state.run_collective(desc, src, dst) }
 }
 
 #[cfg(test)]
@@ -2227,10 +1630,11 @@ mod tests {
     // (the protocol is the same as across processes), against the in-process host collectives.
 
     use super::super::HostCliqueProvider;
-    use crate::backend::{Backend, Buffer, Device};
+    use crate::backend::{Backend, Buffer, Device, Stream};
     use crate::collectives::StreamKind;
     use crate::distributed::LocalCoordinator;
     use crate::host::HostBackend;
+    use crate::ir::DType;
     use crate::ir::MemorySpace;
     use rand::{RngCore, SeedableRng};
 
