@@ -3,9 +3,9 @@
 //! Devices are host memory with per-space accounting; streams are worker threads; kernels
 //! are the standard library's host implementations (and any registered host library); gemm
 //! runs on the `gemm` crate. A host backend can expose several devices (for collectives and
-//! multi-device tests); they share the machine but not their allocations. Its collectives
-//! (in one process, and across processes through shared memory) are in [`collectives`]'s
-//! providers, re-exported here.
+//! multi-device tests); they share the machine but not their allocations. Its collectives, in
+//! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
+//! memory ([`ShmCliqueProvider`]), implement the traits of [`crate::collectives`].
 
 mod collectives;
 mod gemm;

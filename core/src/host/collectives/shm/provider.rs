@@ -1,0 +1,198 @@
+//! [`ShmCliqueProvider`]: one rank per process, a segment per clique, set up in the order
+//! the executor acquires them; splits exchange colors through the coordinator.
+
+use super::super::{HostComm, ShmCommunicator};
+use super::names::{key_hash, remove_pending_segments};
+use super::setup::join;
+use super::{ShmOptions, shm_error};
+use crate::collectives::{CliqueKey, CliqueProvider, Communicator};
+use crate::distributed::{Coordinator, DistributedError};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::sync::Arc;
+
+/// Host collectives among the processes of one job on one host: this process is one rank
+/// (the coordinator's), and every clique's data goes through a shared memory segment (how it is
+/// set up, moves data and fails: `core/src/host/collectives/shm/mod.rs`).
+pub struct ShmCliqueProvider {
+    coordinator: Arc<dyn Coordinator>,
+    options: ShmOptions,
+    cliques: Mutex<BTreeMap<CliqueKey, Arc<ShmCommunicator>>>,
+    /// Serializes setups (they block), apart from the map that `abort_all` locks.
+    creating: Mutex<()>,
+    generations: Mutex<BTreeMap<CliqueKey, u64>>,
+    splits: Mutex<BTreeMap<CliqueKey, u64>>,
+}
+
+impl fmt::Debug for ShmCliqueProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ShmCliqueProvider")
+            .field("job", &self.coordinator.job_id())
+            .field("rank", &self.coordinator.rank())
+            .field("world", &self.coordinator.world_size())
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ShmCliqueProvider {
+    /// The provider of the rank `coordinator.rank()` of `coordinator`'s job.
+    pub fn new(coordinator: Arc<dyn Coordinator>, options: ShmOptions) -> Self {
+        ShmCliqueProvider {
+            coordinator,
+            options,
+            cliques: Mutex::new(BTreeMap::new()),
+            creating: Mutex::new(()),
+            generations: Mutex::new(BTreeMap::new()),
+            splits: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    pub fn options(&self) -> ShmOptions {
+        self.options
+    }
+
+    pub fn coordinator(&self) -> &Arc<dyn Coordinator> {
+        &self.coordinator
+    }
+
+    /// The cliques set up so far, in key order.
+    pub fn cliques(&self) -> Vec<CliqueKey> {
+        self.cliques.lock().keys().cloned().collect()
+    }
+
+    /// Why a clique of this provider failed, if one did (the first in key order).
+    pub fn failure(&self) -> Option<String> {
+        let comms: Vec<Arc<ShmCommunicator>> = self.cliques.lock().values().cloned().collect();
+        comms.iter().find_map(|c| c.transport().seg.poisoned())
+    }
+
+    /// Aborts every clique (its operations fail on every rank, at once) and removes the
+    /// segments whose setup is in progress.
+    pub fn abort_all(&self, reason: &str) {
+        let comms: Vec<Arc<ShmCommunicator>> = self.cliques.lock().values().cloned().collect();
+        for c in comms {
+            c.abort(reason);
+        }
+        remove_pending_segments();
+    }
+
+    /// As [`CliqueProvider::acquire`], typed.
+    pub fn communicator(
+        &self,
+        key: &CliqueKey,
+        global_rank: usize,
+    ) -> Result<Arc<ShmCommunicator>> {
+        let world = self.coordinator.world_size();
+        let me = self.coordinator.rank();
+        if let Some(bad) = key.ranks().iter().find(|r| **r >= world) {
+            return Err(Error::InvalidArgument(format!(
+                "{key}: rank {bad} does not exist (a job of {world} ranks)"
+            )));
+        }
+        if global_rank != me {
+            return Err(Error::InvalidArgument(format!(
+                "this process is rank {me} of job `{}`: it cannot act as rank {global_rank} \
+                 (shared memory cliques serve one rank per process)",
+                self.coordinator.job_id()
+            )));
+        }
+        if key.rank_of(global_rank).is_none() {
+            return Err(Error::InvalidArgument(format!(
+                "rank {global_rank} is not a member of {key}"
+            )));
+        }
+        if let Some(c) = self.cliques.lock().get(key) {
+            return Ok(c.clone());
+        }
+        let _one = self.creating.lock();
+        if let Some(c) = self.cliques.lock().get(key) {
+            return Ok(c.clone());
+        }
+        let generation = {
+            let mut g = self.generations.lock();
+            let e = g.entry(key.clone()).or_insert(0);
+            let v = *e;
+            *e += 1;
+            v
+        };
+        let st = join(
+            &self.coordinator,
+            key,
+            generation,
+            global_rank,
+            &self.options,
+        )?;
+        let comm = Arc::new(HostComm::new(st));
+        self.cliques.lock().insert(key.clone(), comm.clone());
+        Ok(comm)
+    }
+}
+
+impl CliqueProvider for ShmCliqueProvider {
+    fn num_ranks(&self) -> usize {
+        self.coordinator.world_size()
+    }
+
+    fn acquire(&self, key: &CliqueKey, global_rank: usize) -> Result<Arc<dyn Communicator>> {
+        Ok(self.communicator(key, global_rank)?)
+    }
+
+    /// Colors are exchanged through the coordinator (key
+    /// `xthunk.shm-split/<parent hash>/<n>/<rank>`), then the new clique is set up as by
+    /// `acquire`.
+    fn split(
+        &self,
+        parent: &CliqueKey,
+        global_rank: usize,
+        color: Option<u64>,
+    ) -> Result<Option<Arc<dyn Communicator>>> {
+        let comm = self.communicator(parent, global_rank)?;
+        let n = {
+            let mut s = self.splits.lock();
+            let e = s.entry(parent.clone()).or_insert(0);
+            let v = *e;
+            *e += 1;
+            v
+        };
+        let hash = key_hash(parent);
+        let k = |r: usize| format!("xthunk.shm-split/{hash:016x}/{n}/{r}");
+        let enc = color.map_or_else(|| "none".to_string(), |c| c.to_string());
+        let fail = |e: DistributedError| shm_error("split", format!("{}: {e}", comm.describe()));
+        self.coordinator
+            .set(&k(global_rank), enc.as_bytes())
+            .map_err(&fail)?;
+        let Some(color) = color else {
+            return Ok(None);
+        };
+        let t = comm.transport().timeouts.terminate_after;
+        let mut members = vec![];
+        for &g in parent.ranks() {
+            let theirs = if g == global_rank {
+                enc.clone().into_bytes()
+            } else {
+                self.coordinator.get(&k(g), t).map_err(&fail)?
+            };
+            if theirs == enc.as_bytes() {
+                members.push(g);
+            }
+        }
+        let key = CliqueKey::new(members, parent.stream_kind())?.with_color(color);
+        Ok(Some(self.communicator(&key, global_rank)?))
+    }
+
+    fn evict_aborted(&self) -> Vec<CliqueKey> {
+        let mut map = self.cliques.lock();
+        let dead: Vec<CliqueKey> = map
+            .iter()
+            .filter(|(_, c)| c.transport().seg.poisoned().is_some())
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &dead {
+            map.remove(k);
+        }
+        dead
+    }
+}

@@ -1,0 +1,122 @@
+//! Setting a clique up: the first rank creates and announces the segment, the others open it,
+//! everyone joins and waits for everyone, and the name goes (see [`super`]).
+
+use super::layout::*;
+use super::names::{PENDING, key_hash, random_u64, segment_name};
+use super::rank::{RunState, ShmRank, Waiter};
+use super::segment::{Segment, unlink};
+use super::{ShmOptions, shm_error};
+use crate::collectives::CliqueKey;
+use crate::distributed::{Coordinator, DistributedError};
+use crate::error::{Error, Result};
+use parking_lot::Mutex;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+/// The coordinator key announcing a clique's segment.
+fn announce_key(hash: u64, generation: u64) -> String {
+    format!("xthunk.shm/{hash:016x}/{generation}")
+}
+
+/// Sets the clique `key` up for this process's rank `global` (see [`super`]).
+pub(super) fn join(
+    coordinator: &Arc<dyn Coordinator>,
+    key: &CliqueKey,
+    generation: u64,
+    global: usize,
+    opts: &ShmOptions,
+) -> Result<Arc<ShmRank>> {
+    let Some(rank) = key.rank_of(global) else {
+        return Err(Error::InvalidArgument(format!(
+            "rank {global} is not a member of {key}"
+        )));
+    };
+    let n = key.size();
+    let hash = key_hash(key);
+    let job = coordinator.job_id().to_string();
+    let name = segment_name(&job, hash, generation);
+    let announce = announce_key(hash, generation);
+    let root = key.global_rank(0).unwrap_or(0);
+    let t = opts.timeouts.terminate_after;
+    PENDING.lock().insert(name.clone());
+    let mapped = (|| -> Result<Segment> {
+        if rank == 0 {
+            let layout = Layout::for_clique(n, opts).ok_or_else(|| {
+                shm_error(
+                    "shared memory",
+                    format!("{key}: a segment of {n} ranks is too large"),
+                )
+            })?;
+            let token = random_u64();
+            let seg = Segment::create(&name, layout, token, hash)?;
+            let value = format!("{token:016x} {name} {key}");
+            coordinator.set(&announce, value.as_bytes())?;
+            Ok(seg)
+        } else {
+            let value = coordinator.get(&announce, t).map_err(|e| match e {
+                DistributedError::GetTimeout { .. } => shm_error(
+                    "setup",
+                    format!(
+                        "rank {root} did not arrive within {t:?}: it creates the shared memory \
+                         segment of {key}, and never announced it (it never reached this \
+                         operation, or is stuck before it)"
+                    ),
+                ),
+                e => Error::Distributed(e),
+            })?;
+            let value = String::from_utf8_lossy(&value).into_owned();
+            let mut parts = value.splitn(3, ' ');
+            let token = parts.next().and_then(|t| u64::from_str_radix(t, 16).ok());
+            let (Some(token), Some(announced)) = (token, parts.next()) else {
+                return Err(shm_error(
+                    "setup",
+                    format!("{key}: malformed announcement {value:?}"),
+                ));
+            };
+            if announced != name {
+                return Err(shm_error(
+                    "setup",
+                    format!("{key}: rank {root} announced segment {announced}, expected {name}"),
+                ));
+            }
+            Segment::open(&name, token, n, hash)
+        }
+    })();
+    let result = mapped.and_then(|seg| {
+        let st = Arc::new(ShmRank {
+            seg,
+            key: key.clone(),
+            rank,
+            global,
+            coordinator: coordinator.clone(),
+            timeouts: opts.timeouts,
+            run: Mutex::new(RunState {
+                phase: 0,
+                seq: 0,
+                sent: vec![0; n],
+                received: vec![0; n],
+            }),
+        });
+        let seg = &st.seg;
+        seg.rank_word(rank, R_PID)
+            .store(u64::from(std::process::id()), Ordering::Relaxed);
+        seg.rank_word(rank, R_JOINED).store(1, Ordering::Release);
+        seg.word(H_JOINED).fetch_add(1, Ordering::AcqRel);
+        let what = || format!("setup of {key} (segment {name})");
+        let mut w = Waiter::new(&st);
+        while seg.word(H_JOINED).load(Ordering::Acquire) < n as u64 {
+            if let Err(e) = w.idle(&st, &what, &|| {
+                st.split_ranks(|q| seg.rank_word(q, R_JOINED).load(Ordering::Acquire) != 0)
+            }) {
+                return Err(st.fail("setup", e));
+            }
+        }
+        Ok(st)
+    });
+    // Every member mapped the segment, or the setup failed: either way the name goes.
+    unlink(&name);
+    PENDING.lock().remove(&name);
+    let st = result?;
+    tracing::debug!(%key, rank, global, segment = %name, len = st.seg.layout.len, "joined a shared memory clique");
+    Ok(st)
+}
