@@ -33,9 +33,11 @@
 //! [`Communicator::pending`] says who is missing, for watchdog messages. [`Watchdog`] polls a
 //! set of communicators and aborts them all on the first error.
 
+mod cache;
 mod rendezvous;
 mod watchdog;
 
+pub use cache::CliqueCache;
 pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
 pub(crate) use rendezvous::{may_spin, spin_while};
 pub use watchdog::{Watchdog, describe_pending, first_async_error};
@@ -253,6 +255,61 @@ impl CliqueKey {
     /// The global rank of clique rank `rank`.
     pub fn global_rank(&self, rank: usize) -> Option<usize> {
         self.ranks.get(rank).copied()
+    }
+
+    /// `global_rank`'s place in this clique, for a provider that serves `world` global ranks:
+    /// fails if a rank of the key is not below `world` (`serves` names what the provider
+    /// serves, for the message: "4 host devices") or `global_rank` is not a member.
+    pub fn member(&self, global_rank: usize, world: usize, serves: &str) -> Result<Member> {
+        if let Some(bad) = self.ranks.iter().find(|r| **r >= world) {
+            return Err(Error::InvalidArgument(format!(
+                "{self}: rank {bad} does not exist ({serves})"
+            )));
+        }
+        let Some(rank) = self.rank_of(global_rank) else {
+            return Err(Error::InvalidArgument(format!(
+                "rank {global_rank} is not a member of {self}"
+            )));
+        };
+        Ok(Member {
+            key: self.clone(),
+            rank,
+            global: global_rank,
+        })
+    }
+}
+
+/// One rank's place in a clique: the clique's key, the rank in it and the global rank.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Member {
+    key: CliqueKey,
+    rank: usize,
+    global: usize,
+}
+
+impl Member {
+    pub fn key(&self) -> &CliqueKey {
+        &self.key
+    }
+
+    /// The clique rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    pub fn global_rank(&self) -> usize {
+        self.global
+    }
+}
+
+impl fmt::Display for Member {
+    /// `rank 1 (global rank 3) of clique [1, 3] compute`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rank {} (global rank {}) of {}",
+            self.rank, self.global, self.key
+        )
     }
 }
 

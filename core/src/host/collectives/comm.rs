@@ -43,12 +43,12 @@ impl<T: Transport> HostComm<T> {
 
     /// The clique this communicator belongs to.
     pub fn clique_key(&self) -> &CliqueKey {
-        self.transport.key()
+        self.transport.member().key()
     }
 
     /// This rank's global rank.
     pub fn global_rank(&self) -> usize {
-        self.transport.global_rank()
+        self.transport.member().global_rank()
     }
 
     pub(crate) fn transport(&self) -> &Arc<T> {
@@ -122,11 +122,11 @@ impl<T: Transport> HostComm<T> {
 
 impl<T: Transport> Communicator for HostComm<T> {
     fn rank(&self) -> usize {
-        self.transport.rank()
+        self.transport.member().rank()
     }
 
     fn size(&self) -> usize {
-        self.transport.key().size()
+        self.transport.member().key().size()
     }
 
     fn all_reduce(

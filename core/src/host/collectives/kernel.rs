@@ -250,7 +250,8 @@ unsafe fn collective_entry(args: &[HostArg]) -> std::result::Result<(), KernelEr
 unsafe fn run(args: &[HostArg]) -> Result<()> {
     let mut d = Decoder { args, i: 0 };
     let transport = lookup(d.u64()?)?;
-    let n = transport.key().size();
+    let member = transport.member();
+    let n = member.key().size();
     let kind = d.u64()?;
     // SAFETY: (both calls) the buffers are valid for the call (forwarded), of the lengths the
     // operation implies (checked by `Decoder::buf`).
@@ -259,7 +260,7 @@ unsafe fn run(args: &[HostArg]) -> Result<()> {
             let ops = d.group(n)?;
             return transport.run_group(&ops);
         }
-        let (desc, src, dst) = d.collective(kind, n, transport.rank())?;
+        let (desc, src, dst) = d.collective(kind, n, member.rank())?;
         transport.run_collective(desc, src, dst)
     }
 }

@@ -29,7 +29,7 @@ pub use shm::{
     remove_pending_segments,
 };
 
-use crate::collectives::CliqueKey;
+use crate::collectives::Member;
 use crate::error::Result;
 
 /// One rank's communicator among the devices of one process.
@@ -43,10 +43,8 @@ pub type ShmCommunicator = HostComm<ShmRank>;
 pub trait Transport: Send + Sync + 'static {
     /// The backend errors name (`host`, `host-shm`).
     fn backend(&self) -> &'static str;
-    fn key(&self) -> &CliqueKey;
-    /// This rank in the clique.
-    fn rank(&self) -> usize;
-    fn global_rank(&self) -> usize;
+    /// This rank's place in its clique.
+    fn member(&self) -> &Member;
     /// This rank and its clique in words, for messages.
     fn describe(&self) -> String;
     /// Runs collective `desc` with this rank's buffers.

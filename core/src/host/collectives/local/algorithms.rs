@@ -37,7 +37,7 @@ impl LocalRank {
         let all = c.rv.arrive(
             RvKey::Op { seq },
             ranks,
-            self.global,
+            self.member.global_rank(),
             Msg::Op {
                 desc,
                 src,
@@ -120,7 +120,7 @@ impl LocalRank {
         hold: Hold,
     ) -> Result<()> {
         let n = srcs.len();
-        let r = self.rank;
+        let r = self.member.rank();
         let size = desc.dtype.size();
         let count = usize::try_from(desc.count)
             .map_err(|_| Error::InvalidArgument("count does not fit in memory".into()))?;
@@ -267,7 +267,7 @@ impl LocalRank {
         {
             let mut ctr = self.p2p.lock();
             for (i, &P2pOp { send, peer, .. }) in ops.iter().enumerate() {
-                if peer == self.rank {
+                if peer == self.member.rank() {
                     // Sends to and receives from this rank itself are copied locally.
                     continue;
                 }
@@ -278,9 +278,9 @@ impl LocalRank {
                 let n = *slot;
                 *slot += 1;
                 let (from, to) = if send {
-                    (self.global, pg)
+                    (self.member.global_rank(), pg)
                 } else {
-                    (pg, self.global)
+                    (pg, self.member.global_rank())
                 };
                 remote.push((i, RvKey::P2p { from, to, n }, [from, to]));
             }
@@ -295,7 +295,7 @@ impl LocalRank {
             match c.rv.post(
                 *key,
                 ranks,
-                self.global,
+                self.member.global_rank(),
                 Msg::P2p {
                     count: op.count,
                     dtype: op.dtype,
@@ -364,7 +364,7 @@ impl LocalRank {
             }
         }
         if first_err.is_none() {
-            if let Err(e) = kernel::copy_to_self(ops, self.rank) {
+            if let Err(e) = kernel::copy_to_self(ops, self.member.rank()) {
                 first_err = Some(e);
             }
         }

@@ -64,7 +64,7 @@ pub use provider::HostCliqueProvider;
 use super::Transport;
 use super::kernel::{P2pOp, RawBuf};
 use super::ops::OpDesc;
-use crate::collectives::{CliqueKey, Rendezvous, Timeouts, error_message};
+use crate::collectives::{CliqueKey, Member, Rendezvous, Timeouts, error_message};
 use crate::error::{Error, Result};
 use crate::ir::DType;
 use parking_lot::Mutex;
@@ -136,8 +136,7 @@ impl HostClique {
 /// [`HostCommunicator`](super::HostCommunicator).
 pub struct LocalRank {
     clique: Arc<HostClique>,
-    rank: usize,
-    global: usize,
+    member: Member,
     /// Collectives run so far.
     seq: AtomicU64,
     /// Per peer (clique rank): sends and receives run so far.
@@ -147,12 +146,11 @@ pub struct LocalRank {
 }
 
 impl LocalRank {
-    fn new(clique: Arc<HostClique>, rank: usize, global: usize) -> Self {
+    fn new(clique: Arc<HostClique>, member: Member) -> Self {
         let size = clique.key.size();
         LocalRank {
             clique,
-            rank,
-            global,
+            member,
             seq: AtomicU64::new(0),
             p2p: Mutex::new(vec![[0, 0]; size]),
             splits: AtomicU64::new(0),
@@ -175,23 +173,12 @@ impl Transport for LocalRank {
         "host"
     }
 
-    fn key(&self) -> &CliqueKey {
-        &self.clique.key
-    }
-
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn global_rank(&self) -> usize {
-        self.global
+    fn member(&self) -> &Member {
+        &self.member
     }
 
     fn describe(&self) -> String {
-        format!(
-            "rank {} (global rank {}) of {}",
-            self.rank, self.global, self.clique.key
-        )
+        self.member.to_string()
     }
 
     unsafe fn run_collective(&self, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
@@ -221,7 +208,8 @@ impl Transport for LocalRank {
         tracing::warn!(communicator = %self.describe(), reason, "aborting host communicator");
         self.clique.rv.poison(&format!(
             "{} aborted by rank {}: {reason}",
-            self.clique.key, self.global
+            self.clique.key,
+            self.member.global_rank()
         ));
     }
 

@@ -4,10 +4,10 @@
 use super::super::{HostComm, HostCommunicator};
 use super::{HostClique, LocalRank, Msg, RvKey};
 use crate::backend::Device;
-use crate::collectives::{CliqueKey, CliqueProvider, Communicator, Timeouts, error_message};
+use crate::collectives::{
+    CliqueCache, CliqueKey, CliqueProvider, Communicator, Timeouts, error_message,
+};
 use crate::error::{Error, Result};
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -31,7 +31,7 @@ impl Entry {
 pub struct HostCliqueProvider {
     devices: Vec<Arc<dyn Device>>,
     timeouts: Timeouts,
-    cliques: Mutex<BTreeMap<CliqueKey, Entry>>,
+    cliques: CliqueCache<Entry>,
 }
 
 impl fmt::Debug for HostCliqueProvider {
@@ -57,7 +57,7 @@ impl HostCliqueProvider {
         Ok(HostCliqueProvider {
             devices,
             timeouts,
-            cliques: Mutex::new(BTreeMap::new()),
+            cliques: CliqueCache::new(),
         })
     }
 
@@ -67,7 +67,7 @@ impl HostCliqueProvider {
 
     /// The cliques created so far, in key order.
     pub fn cliques(&self) -> Vec<CliqueKey> {
-        self.cliques.lock().keys().cloned().collect()
+        self.cliques.keys()
     }
 
     /// As [`CliqueProvider::acquire`], typed.
@@ -77,52 +77,43 @@ impl HostCliqueProvider {
         global_rank: usize,
     ) -> Result<Arc<HostCommunicator>> {
         let n = self.devices.len();
-        if let Some(bad) = key.ranks().iter().find(|r| **r >= n) {
-            return Err(Error::InvalidArgument(format!(
-                "{key}: rank {bad} does not exist ({n} host devices)"
-            )));
-        }
-        let Some(rank) = key.rank_of(global_rank) else {
-            return Err(Error::InvalidArgument(format!(
-                "rank {global_rank} is not a member of {key}"
-            )));
-        };
-        let mut map = self.cliques.lock();
-        let entry = map
-            .entry(key.clone())
-            .or_insert_with(|| Entry::new(key, self.timeouts));
-        if let Some(c) = entry.comms.get(rank).and_then(Option::as_ref) {
-            return Ok(c.clone());
-        }
-        let comm = Arc::new(HostComm::new(Arc::new(LocalRank::new(
-            entry.clique.clone(),
-            rank,
-            global_rank,
-        ))));
-        if let Some(slot) = entry.comms.get_mut(rank) {
-            *slot = Some(comm.clone());
-        }
-        tracing::debug!(%key, rank, global_rank, "created host communicator");
-        Ok(comm)
+        let member = key.member(global_rank, n, &format!("{n} host devices"))?;
+        let rank = member.rank();
+        self.cliques.with(|map| {
+            let entry = map
+                .entry(key.clone())
+                .or_insert_with(|| Entry::new(key, self.timeouts));
+            if let Some(c) = entry.comms.get(rank).and_then(Option::as_ref) {
+                return Ok(c.clone());
+            }
+            let clique = entry.clique.clone();
+            let comm = Arc::new(HostComm::new(Arc::new(LocalRank::new(clique, member))));
+            if let Some(slot) = entry.comms.get_mut(rank) {
+                *slot = Some(comm.clone());
+            }
+            tracing::debug!(%key, rank, global_rank, "created host communicator");
+            Ok(comm)
+        })
     }
 
     /// Aborts every clique of this provider.
     pub fn abort_all(&self, reason: &str) {
-        for e in self.cliques.lock().values() {
-            e.clique
-                .rv
-                .poison(&format!("{} aborted: {reason}", e.clique.key));
-        }
+        self.cliques.with(|map| {
+            for e in map.values() {
+                e.clique
+                    .rv
+                    .poison(&format!("{} aborted: {reason}", e.clique.key));
+            }
+        });
     }
 
     /// What every clique is waiting on, if anything (for watchdog messages).
     pub fn pending(&self) -> Option<String> {
-        let lines: Vec<String> = self
-            .cliques
-            .lock()
-            .values()
-            .filter_map(|e| e.clique.rv.describe_pending())
-            .collect();
+        let lines: Vec<String> = self.cliques.with(|map| {
+            map.values()
+                .filter_map(|e| e.clique.rv.describe_pending())
+                .collect()
+        });
         (!lines.is_empty()).then(|| lines.join("\n"))
     }
 }
@@ -175,15 +166,10 @@ impl CliqueProvider for HostCliqueProvider {
     }
 
     fn evict_aborted(&self) -> Vec<CliqueKey> {
-        let mut map = self.cliques.lock();
-        let dead: Vec<CliqueKey> = map
-            .iter()
-            .filter(|(_, e)| e.clique.rv.poisoned().is_some())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &dead {
-            map.remove(k);
-        }
-        dead
+        self.cliques
+            .evict_failed(|e| e.clique.rv.poisoned().map(|m| m.to_string()))
+            .into_iter()
+            .map(|(k, ..)| k)
+            .collect()
     }
 }

@@ -27,7 +27,7 @@ impl ShmRank {
     ) -> Result<()> {
         let seg = &self.seg;
         let n = seg.n();
-        let r = self.rank;
+        let r = self.member.rank();
         let s = desc.dtype.size();
         let count = usize::try_from(desc.count)
             .map_err(|_| Error::InvalidArgument("count does not fit in memory".into()))?;
@@ -105,7 +105,7 @@ impl ShmRank {
                     .map(|(q, w)| {
                         format!(
                             "rank {}: {}",
-                            self.key.global_rank(q).unwrap_or(q),
+                            self.member.key().global_rank(q).unwrap_or(q),
                             describe_words(w)
                         )
                     })
@@ -199,7 +199,7 @@ impl ShmRank {
     /// As [`Transport::run_group`](super::super::Transport::run_group).
     pub(super) unsafe fn p2p_group(&self, run: &mut RunState, ops: &[P2pOp]) -> Result<()> {
         let seg = &self.seg;
-        let me = self.rank;
+        let me = self.member.rank();
         let mb = seg.layout.mbox;
         struct Transfer {
             item: usize,
@@ -234,7 +234,7 @@ impl ShmRank {
             });
         }
         kernel::copy_to_self(ops, me)?;
-        let global = |q: usize| self.key.global_rank(q).unwrap_or(q);
+        let global = |q: usize| self.member.key().global_rank(q).unwrap_or(q);
         let mut w = Waiter::new(self);
         loop {
             let mut progressed = false;
@@ -354,9 +354,9 @@ impl ShmRank {
                     .iter()
                     .map(|t| {
                         let (a, b) = if t.send {
-                            (self.global, global(t.peer))
+                            (self.member.global_rank(), global(t.peer))
                         } else {
-                            (global(t.peer), self.global)
+                            (global(t.peer), self.member.global_rank())
                         };
                         format!(
                             "{} #{} from rank {a} to rank {b}",
@@ -371,7 +371,7 @@ impl ShmRank {
                 let mut peers: Vec<usize> = stuck.iter().map(|t| global(t.peer)).collect();
                 peers.sort_unstable();
                 peers.dedup();
-                let mut arrived = vec![self.global];
+                let mut arrived = vec![self.member.global_rank()];
                 arrived.extend(
                     transfers
                         .iter()

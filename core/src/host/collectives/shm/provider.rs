@@ -5,7 +5,7 @@ use super::super::{HostComm, ShmCommunicator};
 use super::names::{key_hash, remove_pending_segments};
 use super::setup::join;
 use super::{ShmOptions, shm_error};
-use crate::collectives::{CliqueKey, CliqueProvider, Communicator};
+use crate::collectives::{CliqueCache, CliqueKey, CliqueProvider, Communicator};
 use crate::distributed::{Coordinator, DistributedError};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -19,7 +19,7 @@ use std::sync::Arc;
 pub struct ShmCliqueProvider {
     coordinator: Arc<dyn Coordinator>,
     options: ShmOptions,
-    cliques: Mutex<BTreeMap<CliqueKey, Arc<ShmCommunicator>>>,
+    cliques: CliqueCache<Arc<ShmCommunicator>>,
     /// Serializes setups (they block), apart from the map that `abort_all` locks.
     creating: Mutex<()>,
     generations: Mutex<BTreeMap<CliqueKey, u64>>,
@@ -43,7 +43,7 @@ impl ShmCliqueProvider {
         ShmCliqueProvider {
             coordinator,
             options,
-            cliques: Mutex::new(BTreeMap::new()),
+            cliques: CliqueCache::new(),
             creating: Mutex::new(()),
             generations: Mutex::new(BTreeMap::new()),
             splits: Mutex::new(BTreeMap::new()),
@@ -60,23 +60,26 @@ impl ShmCliqueProvider {
 
     /// The cliques set up so far, in key order.
     pub fn cliques(&self) -> Vec<CliqueKey> {
-        self.cliques.lock().keys().cloned().collect()
+        self.cliques.keys()
     }
 
     /// Why a clique of this provider failed, if one did (the first in key order).
     pub fn failure(&self) -> Option<String> {
-        let comms: Vec<Arc<ShmCommunicator>> = self.cliques.lock().values().cloned().collect();
+        let comms = self.comms();
         comms.iter().find_map(|c| c.transport().seg.poisoned())
     }
 
     /// Aborts every clique (its operations fail on every rank, at once) and removes the
     /// segments whose setup is in progress.
     pub fn abort_all(&self, reason: &str) {
-        let comms: Vec<Arc<ShmCommunicator>> = self.cliques.lock().values().cloned().collect();
-        for c in comms {
+        for c in self.comms() {
             c.abort(reason);
         }
         remove_pending_segments();
+    }
+
+    fn comms(&self) -> Vec<Arc<ShmCommunicator>> {
+        self.cliques.with(|map| map.values().cloned().collect())
     }
 
     /// As [`CliqueProvider::acquire`], typed.
@@ -87,11 +90,7 @@ impl ShmCliqueProvider {
     ) -> Result<Arc<ShmCommunicator>> {
         let world = self.coordinator.world_size();
         let me = self.coordinator.rank();
-        if let Some(bad) = key.ranks().iter().find(|r| **r >= world) {
-            return Err(Error::InvalidArgument(format!(
-                "{key}: rank {bad} does not exist (a job of {world} ranks)"
-            )));
-        }
+        let member = key.member(global_rank, world, &format!("a job of {world} ranks"))?;
         if global_rank != me {
             return Err(Error::InvalidArgument(format!(
                 "this process is rank {me} of job `{}`: it cannot act as rank {global_rank} \
@@ -99,17 +98,13 @@ impl ShmCliqueProvider {
                 self.coordinator.job_id()
             )));
         }
-        if key.rank_of(global_rank).is_none() {
-            return Err(Error::InvalidArgument(format!(
-                "rank {global_rank} is not a member of {key}"
-            )));
-        }
-        if let Some(c) = self.cliques.lock().get(key) {
-            return Ok(c.clone());
+        let cached = || self.cliques.with(|map| map.get(key).cloned());
+        if let Some(c) = cached() {
+            return Ok(c);
         }
         let _one = self.creating.lock();
-        if let Some(c) = self.cliques.lock().get(key) {
-            return Ok(c.clone());
+        if let Some(c) = cached() {
+            return Ok(c);
         }
         let generation = {
             let mut g = self.generations.lock();
@@ -118,15 +113,10 @@ impl ShmCliqueProvider {
             *e += 1;
             v
         };
-        let st = join(
-            &self.coordinator,
-            key,
-            generation,
-            global_rank,
-            &self.options,
-        )?;
+        let st = join(&self.coordinator, member, generation, &self.options)?;
         let comm = Arc::new(HostComm::new(st));
-        self.cliques.lock().insert(key.clone(), comm.clone());
+        self.cliques
+            .with(|map| map.insert(key.clone(), comm.clone()));
         Ok(comm)
     }
 }
@@ -184,15 +174,10 @@ impl CliqueProvider for ShmCliqueProvider {
     }
 
     fn evict_aborted(&self) -> Vec<CliqueKey> {
-        let mut map = self.cliques.lock();
-        let dead: Vec<CliqueKey> = map
-            .iter()
-            .filter(|(_, c)| c.transport().seg.poisoned().is_some())
-            .map(|(k, _)| k.clone())
-            .collect();
-        for k in &dead {
-            map.remove(k);
-        }
-        dead
+        self.cliques
+            .evict_failed(|c| c.transport().seg.poisoned())
+            .into_iter()
+            .map(|(k, ..)| k)
+            .collect()
     }
 }

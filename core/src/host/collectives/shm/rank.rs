@@ -7,7 +7,7 @@ use super::super::ops::OpDesc;
 use super::super::{ShmCommunicator, Transport};
 use super::segment::Segment;
 use super::{BACKEND, shm_error};
-use crate::collectives::{CliqueKey, Timeouts, error_message, may_spin};
+use crate::collectives::{Member, Timeouts, error_message, may_spin};
 use crate::distributed::{Coordinator, list_ranks};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -30,9 +30,7 @@ pub(super) struct RunState {
 /// [`ShmCommunicator`].
 pub struct ShmRank {
     pub(super) seg: Segment,
-    pub(super) key: CliqueKey,
-    pub(super) rank: usize,
-    pub(super) global: usize,
+    pub(super) member: Member,
     pub(super) coordinator: Arc<dyn Coordinator>,
     pub(super) timeouts: Timeouts,
     pub(super) run: Mutex<RunState>,
@@ -122,7 +120,7 @@ impl Waiter {
             tracing::warn!(
                 "{} (rank {} of job `{}`): waiting {waited:.1?} for {}",
                 what(),
-                st.global,
+                st.member.global_rank(),
                 st.coordinator.job_id(),
                 list_ranks(&waiting)
             );
@@ -157,7 +155,7 @@ impl ShmRank {
         let mut missing = vec![];
         let mut arrived = vec![];
         for q in 0..self.seg.n() {
-            let g = self.key.global_rank(q).unwrap_or(q);
+            let g = self.member.key().global_rank(q).unwrap_or(q);
             if pred(q) {
                 arrived.push(g);
             } else {
@@ -197,23 +195,12 @@ impl Transport for ShmRank {
         BACKEND
     }
 
-    fn key(&self) -> &CliqueKey {
-        &self.key
-    }
-
-    fn rank(&self) -> usize {
-        self.rank
-    }
-
-    fn global_rank(&self) -> usize {
-        self.global
+    fn member(&self) -> &Member {
+        &self.member
     }
 
     fn describe(&self) -> String {
-        format!(
-            "rank {} (global rank {}) of {} over shared memory",
-            self.rank, self.global, self.key
-        )
+        format!("{} over shared memory", self.member)
     }
 
     unsafe fn run_collective(&self, desc: OpDesc, src: RawBuf, dst: RawBuf) -> Result<()> {
@@ -254,7 +241,8 @@ impl Transport for ShmRank {
     fn abort(&self, reason: &str) {
         let first = self.seg.poison(&format!(
             "{} aborted by rank {}: {reason}",
-            self.key, self.global
+            self.member.key(),
+            self.member.global_rank()
         ));
         if first {
             tracing::warn!(communicator = %self.describe(), reason, "aborted shared memory communicator");
@@ -274,7 +262,7 @@ impl Transport for ShmRank {
         (!missing.is_empty()).then(|| {
             format!(
                 "{}: phase {top} waiting for {} (arrived: {})",
-                self.key,
+                self.member.key(),
                 list_ranks(&missing),
                 list_ranks(&arrived)
             )

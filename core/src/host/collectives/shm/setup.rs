@@ -6,7 +6,7 @@ use super::names::{PENDING, key_hash, random_u64, segment_name};
 use super::rank::{RunState, ShmRank, Waiter};
 use super::segment::{Segment, unlink};
 use super::{ShmOptions, shm_error};
-use crate::collectives::CliqueKey;
+use crate::collectives::Member;
 use crate::distributed::{Coordinator, DistributedError};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
@@ -18,19 +18,16 @@ fn announce_key(hash: u64, generation: u64) -> String {
     format!("xthunk.shm/{hash:016x}/{generation}")
 }
 
-/// Sets the clique `key` up for this process's rank `global` (see [`super`]).
+/// Sets the clique of `member` up for this process's rank (see [`super`]).
 pub(super) fn join(
     coordinator: &Arc<dyn Coordinator>,
-    key: &CliqueKey,
+    member: Member,
     generation: u64,
-    global: usize,
     opts: &ShmOptions,
 ) -> Result<Arc<ShmRank>> {
-    let Some(rank) = key.rank_of(global) else {
-        return Err(Error::InvalidArgument(format!(
-            "rank {global} is not a member of {key}"
-        )));
-    };
+    // The member moves into the rank below.
+    let key = &member.key().clone();
+    let (rank, global) = (member.rank(), member.global_rank());
     let n = key.size();
     let hash = key_hash(key);
     let job = coordinator.job_id().to_string();
@@ -85,9 +82,7 @@ pub(super) fn join(
     let result = mapped.and_then(|seg| {
         let st = Arc::new(ShmRank {
             seg,
-            key: key.clone(),
-            rank,
-            global,
+            member,
             coordinator: coordinator.clone(),
             timeouts: opts.timeouts,
             run: Mutex::new(RunState {
