@@ -129,6 +129,15 @@ impl fmt::Debug for NcclCommunicator {
     }
 }
 
+/// What every collective passes NCCL: the stream, the buffers, the count and the type.
+struct Operands {
+    s: sys::cudaStream_t,
+    src: *mut c_void,
+    dst: *mut c_void,
+    n: usize,
+    t: sys::ncclDataType_t,
+}
+
 /// `usize` as a C `int`, or an invalid-argument error naming `what`.
 fn to_c_int(v: usize, what: &str) -> Result<c_int> {
     c_int::try_from(v)
@@ -484,6 +493,25 @@ impl NcclCommunicator {
         nccl_dtype(dtype, self.lib.version(), self.name())
     }
 
+    /// The stream, buffers, count and type of a collective `call`, as NCCL takes them.
+    fn operands(
+        &self,
+        call: &str,
+        stream: &dyn Stream,
+        src: DevicePtr,
+        dst: DevicePtr,
+        count: u64,
+        dtype: DType,
+    ) -> Result<Operands> {
+        Ok(Operands {
+            s: self.stream(stream, call)?,
+            src: device_ptr(src)?,
+            dst: device_ptr(dst)?,
+            n: self.count(count)?,
+            t: self.dtype(dtype)?,
+        })
+    }
+
     /// `ncclCommSplit` (2.18): every rank of this communicator calls it; ranks with the same
     /// `color` (a non-negative C `int`: at most 2^31 - 1, as `split_color` of
     /// `xthunk_core::collectives` makes them) form a new communicator, ordered by `key` (ties
@@ -607,17 +635,12 @@ impl Communicator for NcclCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         const CALL: &str = "ncclAllReduce";
-        let (s, src, dst, n) = (
-            self.stream(stream, CALL)?,
-            device_ptr(src)?,
-            device_ptr(dst)?,
-            self.count(count)?,
-        );
-        let (t, o) = (self.dtype(dtype)?, nccl_op(op, dtype, self.name())?);
+        let x = self.operands(CALL, stream, src, dst, count, dtype)?;
+        let op = nccl_op(op, dtype, self.name())?;
         self.call(CALL, |comm| {
             // SAFETY: `comm` is live under the lock; the buffers and stream are the caller's
             // (device addresses checked by the backend); NCCL only queues work on the stream.
-            unsafe { (self.lib.api.ncclAllReduce)(src, dst, n, t, o, comm, s) }
+            unsafe { (self.lib.api.ncclAllReduce)(x.src, x.dst, x.n, x.t, op, comm, x.s) }
         })
     }
 
@@ -630,16 +653,10 @@ impl Communicator for NcclCommunicator {
         dtype: DType,
     ) -> Result<()> {
         const CALL: &str = "ncclAllGather";
-        let (s, src, dst, n) = (
-            self.stream(stream, CALL)?,
-            device_ptr(src)?,
-            device_ptr(dst)?,
-            self.count(count)?,
-        );
-        let t = self.dtype(dtype)?;
+        let x = self.operands(CALL, stream, src, dst, count, dtype)?;
         self.call(CALL, |comm| {
             // SAFETY: as for `all_reduce`.
-            unsafe { (self.lib.api.ncclAllGather)(src, dst, n, t, comm, s) }
+            unsafe { (self.lib.api.ncclAllGather)(x.src, x.dst, x.n, x.t, comm, x.s) }
         })
     }
 
@@ -653,16 +670,11 @@ impl Communicator for NcclCommunicator {
         op: ReduceOp,
     ) -> Result<()> {
         const CALL: &str = "ncclReduceScatter";
-        let (s, src, dst, n) = (
-            self.stream(stream, CALL)?,
-            device_ptr(src)?,
-            device_ptr(dst)?,
-            self.count(count)?,
-        );
-        let (t, o) = (self.dtype(dtype)?, nccl_op(op, dtype, self.name())?);
+        let x = self.operands(CALL, stream, src, dst, count, dtype)?;
+        let op = nccl_op(op, dtype, self.name())?;
         self.call(CALL, |comm| {
             // SAFETY: as for `all_reduce`.
-            unsafe { (self.lib.api.ncclReduceScatter)(src, dst, n, t, o, comm, s) }
+            unsafe { (self.lib.api.ncclReduceScatter)(x.src, x.dst, x.n, x.t, op, comm, x.s) }
         })
     }
 
@@ -718,16 +730,11 @@ impl Communicator for NcclCommunicator {
         root: usize,
     ) -> Result<()> {
         const CALL: &str = "ncclBroadcast";
-        let (s, src, dst, n) = (
-            self.stream(stream, CALL)?,
-            device_ptr(src)?,
-            device_ptr(dst)?,
-            self.count(count)?,
-        );
-        let (t, root) = (self.dtype(dtype)?, self.peer(root, "root")?);
+        let x = self.operands(CALL, stream, src, dst, count, dtype)?;
+        let root = self.peer(root, "root")?;
         self.call(CALL, |comm| {
             // SAFETY: as for `all_reduce`.
-            unsafe { (self.lib.api.ncclBroadcast)(src, dst, n, t, root, comm, s) }
+            unsafe { (self.lib.api.ncclBroadcast)(x.src, x.dst, x.n, x.t, root, comm, x.s) }
         })
     }
 
