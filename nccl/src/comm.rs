@@ -33,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{DevicePtr, Stream};
-use xthunk_core::collectives::{Communicator, ReduceOp};
+use xthunk_core::collectives::{Communicator, Member, ReduceOp};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
@@ -115,6 +115,23 @@ pub struct NcclCommunicator {
     inner: Mutex<Inner>,
     abort_requested: AtomicBool,
     abort_reason: Mutex<Option<String>>,
+    /// The clique a provider made this communicator for, if one did.
+    clique: Option<Clique>,
+}
+
+/// The clique a provider made a communicator for: this rank's place in it (named in messages)
+/// and the rendezvous its ranks meet in (an abort fails the ranks waiting there too).
+struct Clique {
+    member: Member,
+    meeting: Arc<dyn Meeting>,
+}
+
+/// What a communicator needs of its provider's rendezvous.
+pub(crate) trait Meeting: Send + Sync {
+    /// Fails every rank waiting in it, and every later arrival, with `message`.
+    fn poison(&self, message: &str);
+    /// What its ranks wait on, if anything.
+    fn describe_pending(&self) -> Option<String>;
 }
 
 impl fmt::Debug for NcclCommunicator {
@@ -125,6 +142,7 @@ impl fmt::Debug for NcclCommunicator {
             .field("size", &self.size)
             .field("nonblocking", &self.options.nonblocking)
             .field("aborted", &self.is_aborted())
+            .field("clique", &self.clique.as_ref().map(|c| &c.member))
             .finish()
     }
 }
@@ -277,7 +295,19 @@ impl NcclCommunicator {
             }),
             abort_requested: AtomicBool::new(false),
             abort_reason: Mutex::new(None),
+            clique: None,
         }
+    }
+
+    /// This communicator as `member` of a provider's clique whose ranks meet in `meeting`.
+    pub(crate) fn in_clique(mut self, member: Member, meeting: Arc<dyn Meeting>) -> Self {
+        self.clique = Some(Clique { member, meeting });
+        self
+    }
+
+    /// This rank's place in the clique a provider made this communicator for, if one did.
+    pub fn member(&self) -> Option<&Member> {
+        self.clique.as_ref().map(|c| &c.member)
     }
 
     /// The library this communicator belongs to.
@@ -615,14 +645,16 @@ impl Communicator for NcclCommunicator {
     }
 
     fn describe(&self) -> String {
-        format!(
-            "rank {} of a clique of {} ({} {}{})",
-            self.rank,
-            self.size,
+        let lib = format!(
+            "{} {}{}",
             self.lib.flavor(),
             self.lib.version(),
             if self.is_aborted() { ", aborted" } else { "" }
-        )
+        );
+        match &self.clique {
+            Some(c) => format!("{} ({lib})", c.member),
+            None => format!("rank {} of a clique of {} ({lib})", self.rank, self.size),
+        }
     }
 
     fn all_reduce(
@@ -811,7 +843,16 @@ impl Communicator for NcclCommunicator {
         }
     }
 
+    /// Aborts the communicator (`ncclCommAbort`) and, for a provider's, fails its clique's
+    /// rendezvous, so that peers waiting there (a split in progress) fail at once.
     fn abort(&self, reason: &str) {
+        if let Some(c) = &self.clique {
+            c.meeting.poison(&format!(
+                "{} aborted by rank {}: {reason}",
+                c.member.key(),
+                c.member.global_rank()
+            ));
+        }
         {
             let mut r = self.abort_reason.lock();
             if r.is_none() {
@@ -828,6 +869,12 @@ impl Communicator for NcclCommunicator {
                 "a call is inside the library on this communicator: it is aborted when that call returns"
             ),
         }
+    }
+
+    fn pending(&self) -> Option<String> {
+        self.clique
+            .as_ref()
+            .and_then(|c| c.meeting.describe_pending())
     }
 }
 

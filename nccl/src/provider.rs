@@ -29,18 +29,16 @@
 //! primary context (`cuCtxSetCurrent`), on ROCm `hipSetDevice` — because `ncclCommInitRank`
 //! and `ncclCommSplit` bind the new communicator to the calling thread's current device.
 
-use crate::comm::{CommOptions, NcclCommunicator};
+use crate::comm::{CommOptions, Meeting, NcclCommunicator};
 use crate::loader::{Flavor, Nccl};
 use crate::sys::NCCL_UNIQUE_ID_BYTES;
-use parking_lot::Mutex;
-use std::collections::BTreeMap;
 use std::fmt;
 use std::sync::Arc;
-use xthunk_core::backend::{Device, DevicePtr, Stream};
+use xthunk_core::backend::Device;
 use xthunk_core::collectives::{
-    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Timeouts,
+    CliqueCache, CliqueKey, CliqueProvider, Communicator, Member, Rendezvous, Timeouts,
+    error_message,
 };
-use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
 /// Makes device `rank` (an index into the provider's devices) current on the calling thread.
@@ -79,20 +77,24 @@ enum Arrival {
     },
 }
 
-/// The message of an error, without the `backend: call failed:` prefix of a backend error
-/// (which the provider adds again with its own context).
-fn message_of(e: &Error) -> String {
-    match e {
-        Error::Backend { message, .. } => message.clone(),
-        e => e.to_string(),
+/// The rendezvous of a clique, as its communicators see it.
+type CliqueRendezvous = Rendezvous<Round, Arrival>;
+
+impl Meeting for CliqueRendezvous {
+    fn poison(&self, message: &str) {
+        Rendezvous::poison(self, message);
+    }
+
+    fn describe_pending(&self) -> Option<String> {
+        Rendezvous::describe_pending(self)
     }
 }
 
 /// One clique: where its ranks meet, and their communicators once made.
 struct Entry {
-    rv: Arc<Rendezvous<Round, Arrival>>,
+    rv: Arc<CliqueRendezvous>,
     /// Per clique rank.
-    comms: Vec<Option<Arc<NcclCliqueCommunicator>>>,
+    comms: Vec<Option<Arc<NcclCommunicator>>>,
     /// Per clique rank: how many splits of this clique the rank has started.
     splits: Vec<u64>,
 }
@@ -113,13 +115,12 @@ impl Entry {
             return Some(p.to_string());
         }
         self.comms.iter().flatten().find_map(|c| {
-            if c.comm.is_aborted() {
+            if c.is_aborted() {
                 return Some(format!("{} was aborted", c.describe()));
             }
-            c.comm
-                .async_error()
+            c.async_error()
                 .err()
-                .map(|e| format!("{}: {}", c.describe(), message_of(&e)))
+                .map(|e| format!("{}: {}", c.describe(), error_message(&e)))
         })
     }
 }
@@ -132,7 +133,7 @@ pub struct NcclCliqueProvider {
     bind: BindRank,
     timeouts: Timeouts,
     nonblocking: bool,
-    cliques: Mutex<BTreeMap<CliqueKey, Entry>>,
+    cliques: CliqueCache<Entry>,
 }
 
 impl fmt::Debug for NcclCliqueProvider {
@@ -203,7 +204,7 @@ impl NcclCliqueProvider {
             bind,
             timeouts,
             nonblocking: false,
-            cliques: Mutex::new(BTreeMap::new()),
+            cliques: CliqueCache::new(),
         })
     }
 
@@ -236,46 +237,40 @@ impl NcclCliqueProvider {
 
     /// The cliques known so far (made, or being made), in key order.
     pub fn cliques(&self) -> Vec<CliqueKey> {
-        self.cliques.lock().keys().cloned().collect()
+        self.cliques.keys()
     }
 
     /// What the cliques' ranks are waiting on in their rendezvous, if anything.
     pub fn pending(&self) -> Option<String> {
-        let lines: Vec<String> = self
-            .cliques
-            .lock()
-            .values()
-            .filter_map(|e| e.rv.describe_pending())
-            .collect();
+        let lines: Vec<String> = self.cliques.with(|map| {
+            map.values()
+                .filter_map(|e| e.rv.describe_pending())
+                .collect()
+        });
         (!lines.is_empty()).then(|| lines.join("\n"))
     }
 
     /// Aborts every communicator of the provider, and fails every rendezvous in progress.
     pub fn abort_all(&self, reason: &str) {
-        for (key, e) in self.cliques.lock().iter() {
-            e.rv.poison(&format!("{key} aborted: {reason}"));
-            for c in e.comms.iter().flatten() {
-                c.comm.abort(reason);
+        self.cliques.with(|map| {
+            for (key, e) in map.iter() {
+                e.rv.poison(&format!("{key} aborted: {reason}"));
+                for c in e.comms.iter().flatten() {
+                    c.abort(reason);
+                }
             }
-        }
+        });
     }
 
     fn name(&self) -> &'static str {
         self.lib.flavor().name()
     }
 
-    /// The clique rank of `global_rank`, after checking the key against the devices.
-    fn clique_rank(&self, key: &CliqueKey, global_rank: usize) -> Result<usize> {
+    /// `global_rank`'s place in `key`, after checking the key against the devices.
+    fn member(&self, key: &CliqueKey, global_rank: usize) -> Result<Member> {
         let n = self.devices.len();
-        if let Some(bad) = key.ranks().iter().find(|r| **r >= n) {
-            return Err(Error::InvalidArgument(format!(
-                "{key}: rank {bad} does not exist ({n} {} devices)",
-                backend_of(self.lib.flavor())
-            )));
-        }
-        key.rank_of(global_rank).ok_or_else(|| {
-            Error::InvalidArgument(format!("rank {global_rank} is not a member of {key}"))
-        })
+        let serves = format!("{n} {} devices", backend_of(self.lib.flavor()));
+        key.member(global_rank, n, &serves)
     }
 
     /// The options of the communicator of `global_rank`: its device hook, and non-blocking
@@ -296,15 +291,13 @@ impl NcclCliqueProvider {
         &self,
         key: &CliqueKey,
         rank: usize,
-    ) -> (
-        Arc<Rendezvous<Round, Arrival>>,
-        Option<Arc<NcclCliqueCommunicator>>,
-    ) {
-        let mut map = self.cliques.lock();
-        let e = map
-            .entry(key.clone())
-            .or_insert_with(|| Entry::new(self.lib.flavor(), key, self.timeouts));
-        (e.rv.clone(), e.comms.get(rank).cloned().flatten())
+    ) -> (Arc<CliqueRendezvous>, Option<Arc<NcclCommunicator>>) {
+        self.cliques.with(|map| {
+            let e = map
+                .entry(key.clone())
+                .or_insert_with(|| Entry::new(self.lib.flavor(), key, self.timeouts));
+            (e.rv.clone(), e.comms.get(rank).cloned().flatten())
+        })
     }
 
     /// Caches `comm` as rank `rank` of `key` (unless the clique was evicted meanwhile, which
@@ -314,11 +307,10 @@ impl NcclCliqueProvider {
         &self,
         key: &CliqueKey,
         rank: usize,
-        rv: &Arc<Rendezvous<Round, Arrival>>,
-        comm: &Arc<NcclCliqueCommunicator>,
+        rv: &Arc<CliqueRendezvous>,
+        comm: &Arc<NcclCommunicator>,
     ) {
-        let mut map = self.cliques.lock();
-        match map.get_mut(key) {
+        self.cliques.with(|map| match map.get_mut(key) {
             Some(e) if Arc::ptr_eq(&e.rv, rv) => {
                 if let Some(slot) = e.comms.get_mut(rank) {
                     *slot = Some(comm.clone());
@@ -329,7 +321,7 @@ impl NcclCliqueProvider {
                 rank,
                 "the clique was evicted while its communicator was being made: not cached"
             ),
-        }
+        });
     }
 
     /// A failure of `global_rank` while making or splitting `key`'s communicators: the
@@ -337,13 +329,13 @@ impl NcclCliqueProvider {
     /// at once (and `evict_aborted` forgets the clique), and the error names the clique.
     fn fail(
         &self,
-        rv: &Rendezvous<Round, Arrival>,
+        rv: &CliqueRendezvous,
         call: &str,
         key: &CliqueKey,
         global_rank: usize,
         e: &Error,
     ) -> Error {
-        let msg = format!("{key}, rank {global_rank}: {}", message_of(e));
+        let msg = format!("{key}, rank {global_rank}: {}", error_message(e));
         rv.poison(&msg);
         Error::backend(self.name(), call, msg)
     }
@@ -353,12 +345,22 @@ impl NcclCliqueProvider {
         &self,
         key: &CliqueKey,
         global_rank: usize,
-    ) -> Result<Arc<NcclCliqueCommunicator>> {
+    ) -> Result<Arc<NcclCommunicator>> {
+        Ok(self.acquire_in(key, global_rank)?.0)
+    }
+
+    /// The communicator of `global_rank` in `key`, and the clique's rendezvous.
+    fn acquire_in(
+        &self,
+        key: &CliqueKey,
+        global_rank: usize,
+    ) -> Result<(Arc<NcclCommunicator>, Arc<CliqueRendezvous>)> {
         const CALL: &str = "communicator init";
-        let rank = self.clique_rank(key, global_rank)?;
+        let member = self.member(key, global_rank)?;
+        let rank = member.rank();
         let (rv, cached) = self.entry(key, rank);
         if let Some(c) = cached {
-            return Ok(c);
+            return Ok((c, rv));
         }
         // Everything that can fail before the library is entered, first: a rank that cannot
         // init tells its peers so at the rendezvous, instead of leaving them inside
@@ -371,10 +373,10 @@ impl NcclCliqueProvider {
                     Ok(None)
                 }
             })
-            .map_err(|e| message_of(&e));
+            .map_err(|e| error_message(&e));
         let all = rv
             .arrive(Round::Init, key.ranks(), global_rank, Arrival::Init(ready))
-            .map_err(|e| Error::backend(self.name(), CALL, message_of(&e)))?;
+            .map_err(|e| Error::backend(self.name(), CALL, error_message(&e)))?;
         let mut id: Option<UniqueId> = None;
         for (g, a) in key.ranks().iter().zip(all.iter()) {
             match a {
@@ -404,12 +406,7 @@ impl NcclCliqueProvider {
             .lib
             .init_rank_with(key.size(), &id, rank, &self.options(global_rank))
             .map_err(|e| self.fail(&rv, CALL, key, global_rank, &e))?;
-        let comm = Arc::new(NcclCliqueCommunicator {
-            key: key.clone(),
-            global_rank,
-            rv: rv.clone(),
-            comm,
-        });
+        let comm = Arc::new(comm.in_clique(member, rv.clone()));
         self.store(key, rank, &rv, &comm);
         tracing::debug!(
             library = self.name(),
@@ -418,7 +415,7 @@ impl NcclCliqueProvider {
             global_rank,
             "created communicator"
         );
-        Ok(comm)
+        Ok((comm, rv))
     }
 
     /// As [`CliqueProvider::split`], typed.
@@ -427,20 +424,19 @@ impl NcclCliqueProvider {
         parent: &CliqueKey,
         global_rank: usize,
         color: Option<u64>,
-    ) -> Result<Option<Arc<NcclCliqueCommunicator>>> {
+    ) -> Result<Option<Arc<NcclCommunicator>>> {
         const CALL: &str = "communicator split";
-        let pcomm = self.communicator(parent, global_rank)?;
-        let prank = pcomm.comm.rank();
+        let (pcomm, prv) = self.acquire_in(parent, global_rank)?;
+        let prank = pcomm.rank();
         if let Some(c) = color.filter(|c| *c > i32::MAX as u64) {
             // Peers waiting for this rank at the split fail at once too.
             let e = Error::InvalidArgument(format!(
                 "split color {c} does not fit a non-negative C int (see split_color)"
             ));
-            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+            return Err(self.fail(&prv, CALL, parent, global_rank, &e));
         }
         // The split's number on this rank (every rank splits a clique in the same order).
-        let n = {
-            let mut map = self.cliques.lock();
+        let n = self.cliques.with(|map| {
             match map.get_mut(parent).and_then(|e| e.splits.get_mut(prank)) {
                 Some(s) => {
                     *s += 1;
@@ -448,33 +444,31 @@ impl NcclCliqueProvider {
                 }
                 None => 0,
             }
-        };
+        });
         // The cliques (made by a split, inside this parent) this rank already has: after the
         // meeting every rank can tell, alike, whether every new clique already exists on all
         // its members (then nobody calls the library: ncclCommSplit is collective over the
         // whole parent, so all ranks must agree on whether to call it).
-        let cached: Vec<CliqueKey> = self
-            .cliques
-            .lock()
-            .iter()
-            .filter(|(k, e)| {
-                k.color().is_some()
-                    && k.ranks().iter().all(|g| parent.rank_of(*g).is_some())
-                    && k.rank_of(global_rank)
-                        .and_then(|r| e.comms.get(r))
-                        .is_some_and(Option::is_some)
-            })
-            .map(|(k, _)| k.clone())
-            .collect();
-        let all = pcomm
-            .rv
+        let cached: Vec<CliqueKey> = self.cliques.with(|map| {
+            map.iter()
+                .filter(|(k, e)| {
+                    k.color().is_some()
+                        && k.ranks().iter().all(|g| parent.rank_of(*g).is_some())
+                        && k.rank_of(global_rank)
+                            .and_then(|r| e.comms.get(r))
+                            .is_some_and(Option::is_some)
+                })
+                .map(|(k, _)| k.clone())
+                .collect()
+        });
+        let all = prv
             .arrive(
                 Round::Split(n),
                 parent.ranks(),
                 global_rank,
                 Arrival::Split { color, cached },
             )
-            .map_err(|e| Error::backend(self.name(), CALL, message_of(&e)))?;
+            .map_err(|e| Error::backend(self.name(), CALL, error_message(&e)))?;
         let mut colors: Vec<Option<u64>> = Vec::with_capacity(all.len());
         let mut held: Vec<&[CliqueKey]> = Vec::with_capacity(all.len());
         for (g, a) in parent.ranks().iter().zip(all.iter()) {
@@ -487,7 +481,7 @@ impl NcclCliqueProvider {
                     let e = Error::InvalidArgument(format!(
                         "rank {g} arrived for a communicator init where split #{n} was expected"
                     ));
-                    return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+                    return Err(self.fail(&prv, CALL, parent, global_rank, &e));
                 }
             }
         }
@@ -511,9 +505,8 @@ impl NcclCliqueProvider {
             if !all_cached && self.lib.supports_split() {
                 // A rank without a color still takes part in the library's split.
                 pcomm
-                    .comm
                     .split(None, prank)
-                    .map_err(|e| self.fail(&pcomm.rv, CALL, parent, global_rank, &e))?;
+                    .map_err(|e| self.fail(&prv, CALL, parent, global_rank, &e))?;
             }
             return Ok(None);
         };
@@ -523,18 +516,18 @@ impl NcclCliqueProvider {
             // its own ranks, as by `acquire`.
             return self.communicator(&key, global_rank).map(Some);
         }
-        let rank = self.clique_rank(&key, global_rank)?;
+        let member = self.member(&key, global_rank)?;
+        let rank = member.rank();
         let child = pcomm
-            .comm
             .split(Some(c), prank)
-            .map_err(|e| self.fail(&pcomm.rv, CALL, parent, global_rank, &e))?;
+            .map_err(|e| self.fail(&prv, CALL, parent, global_rank, &e))?;
         let Some(child) = child else {
             let e = Error::backend(
                 self.name(),
                 "ncclCommSplit",
                 format!("returned no communicator for color {c}"),
             );
-            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+            return Err(self.fail(&prv, CALL, parent, global_rank, &e));
         };
         if child.rank() != rank || child.size() != key.size() {
             let e = Error::backend(
@@ -547,15 +540,10 @@ impl NcclCliqueProvider {
                     key.size()
                 ),
             );
-            return Err(self.fail(&pcomm.rv, CALL, parent, global_rank, &e));
+            return Err(self.fail(&prv, CALL, parent, global_rank, &e));
         }
         let (rv, _) = self.entry(&key, rank);
-        let comm = Arc::new(NcclCliqueCommunicator {
-            key: key.clone(),
-            global_rank,
-            rv: rv.clone(),
-            comm: child,
-        });
+        let comm = Arc::new(child.in_clique(member, rv.clone()));
         self.store(&key, rank, &rv, &comm);
         tracing::debug!(
             library = self.name(),
@@ -593,194 +581,20 @@ impl CliqueProvider for NcclCliqueProvider {
     /// aborted or reports an asynchronous error; the communicators of all its ranks are
     /// aborted (never destroyed: a destroy may wait for peers that are gone).
     fn evict_aborted(&self) -> Vec<CliqueKey> {
-        let mut map = self.cliques.lock();
-        let dead: Vec<(CliqueKey, String)> = map
-            .iter()
-            .filter_map(|(k, e)| e.failure().map(|why| (k.clone(), why)))
-            .collect();
-        for (k, why) in &dead {
-            if let Some(e) = map.remove(k) {
-                tracing::warn!(library = self.name(), key = %k, reason = %why, "evicting a failed clique");
-                let reason = format!("{k} evicted: {why}");
-                e.rv.poison(&reason);
-                for c in e.comms.iter().flatten() {
-                    c.comm.abort(&reason);
-                }
+        let dead = self.cliques.evict_failed(Entry::failure);
+        for (k, e, why) in &dead {
+            tracing::warn!(library = self.name(), key = %k, reason = %why, "evicting a failed clique");
+            let reason = format!("{k} evicted: {why}");
+            e.rv.poison(&reason);
+            for c in e.comms.iter().flatten() {
+                c.abort(&reason);
             }
         }
-        dead.into_iter().map(|(k, _)| k).collect()
+        dead.into_iter().map(|(k, ..)| k).collect()
     }
 }
 
-/// One rank's communicator of a clique of an [`NcclCliqueProvider`]: the
-/// [`NcclCommunicator`], with the clique it belongs to (for messages) and the clique's
-/// rendezvous (an abort also fails the clique's ranks waiting there).
-pub struct NcclCliqueCommunicator {
-    key: CliqueKey,
-    global_rank: usize,
-    rv: Arc<Rendezvous<Round, Arrival>>,
-    comm: NcclCommunicator,
-}
-
-impl fmt::Debug for NcclCliqueCommunicator {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NcclCliqueCommunicator")
-            .field("key", &self.key)
-            .field("global_rank", &self.global_rank)
-            .field("comm", &self.comm)
-            .finish()
-    }
-}
-
-impl NcclCliqueCommunicator {
-    pub fn clique_key(&self) -> &CliqueKey {
-        &self.key
-    }
-
-    pub fn global_rank(&self) -> usize {
-        self.global_rank
-    }
-
-    /// The library communicator.
-    pub fn nccl(&self) -> &NcclCommunicator {
-        &self.comm
-    }
-}
-
-impl Communicator for NcclCliqueCommunicator {
-    fn rank(&self) -> usize {
-        self.comm.rank()
-    }
-
-    fn size(&self) -> usize {
-        self.comm.size()
-    }
-
-    fn all_reduce(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.comm.all_reduce(stream, src, dst, count, dtype, op)
-    }
-
-    fn all_gather(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        self.comm.all_gather(stream, src, dst, count, dtype)
-    }
-
-    fn reduce_scatter(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        op: ReduceOp,
-    ) -> Result<()> {
-        self.comm.reduce_scatter(stream, src, dst, count, dtype, op)
-    }
-
-    fn all_to_all(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-    ) -> Result<()> {
-        self.comm.all_to_all(stream, src, dst, count, dtype)
-    }
-
-    fn broadcast(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        root: usize,
-    ) -> Result<()> {
-        self.comm.broadcast(stream, src, dst, count, dtype, root)
-    }
-
-    fn send(
-        &self,
-        stream: &dyn Stream,
-        src: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        self.comm.send(stream, src, count, dtype, peer)
-    }
-
-    fn recv(
-        &self,
-        stream: &dyn Stream,
-        dst: DevicePtr,
-        count: u64,
-        dtype: DType,
-        peer: usize,
-    ) -> Result<()> {
-        self.comm.recv(stream, dst, count, dtype, peer)
-    }
-
-    fn group_start(&self) -> Result<()> {
-        self.comm.group_start()
-    }
-
-    fn group_end(&self) -> Result<()> {
-        self.comm.group_end()
-    }
-
-    /// NCCL/RCCL launch each grouped operation on the stream it was issued on: the stream
-    /// is not needed here.
-    fn group_end_on(&self, stream: &dyn Stream) -> Result<()> {
-        self.comm.group_end_on(stream)
-    }
-
-    fn async_error(&self) -> Result<()> {
-        self.comm.async_error()
-    }
-
-    /// Aborts the communicator (`ncclCommAbort`) and fails the clique's rendezvous, so that
-    /// peers waiting there (a split in progress) fail at once.
-    fn abort(&self, reason: &str) {
-        self.rv.poison(&format!(
-            "{} aborted by rank {}: {reason}",
-            self.key, self.global_rank
-        ));
-        self.comm.abort(reason);
-    }
-
-    fn describe(&self) -> String {
-        format!(
-            "rank {} (global rank {}) of {} ({} {}{})",
-            self.comm.rank(),
-            self.global_rank,
-            self.key,
-            self.comm.library().flavor(),
-            self.comm.library().version(),
-            if self.comm.is_aborted() {
-                ", aborted"
-            } else {
-                ""
-            }
-        )
-    }
-
-    fn pending(&self) -> Option<String> {
-        self.rv.describe_pending()
-    }
-}
+/// A communicator of an [`NcclCliqueProvider`]'s clique: an [`NcclCommunicator`] that knows
+/// its place in the clique ([`NcclCommunicator::member`]), names it in its messages, and
+/// fails the clique's rendezvous when aborted.
+pub type NcclCliqueCommunicator = NcclCommunicator;
