@@ -89,7 +89,25 @@ impl<T: Transport> HostComm<T> {
         ))
     }
 
-    fn p2p(&self, stream: &dyn Stream, item: P2pItem) -> Result<()> {
+    /// A send (`send`) or receive of `count` elements at `ptr` to or from clique rank `peer`:
+    /// launched at once outside a group, collected inside one.
+    fn p2p(
+        &self,
+        stream: &dyn Stream,
+        send: bool,
+        ptr: DevicePtr,
+        count: u64,
+        dtype: DType,
+        peer: usize,
+    ) -> Result<()> {
+        let item = P2pItem {
+            send,
+            peer,
+            count,
+            dtype,
+            ptr,
+            bytes: byte_len(count, dtype, 1)?,
+        };
         let size = self.size();
         if item.peer >= size {
             return Err(Error::InvalidArgument(format!(
@@ -262,18 +280,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         peer: usize,
     ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: true,
-                peer,
-                count,
-                dtype,
-                ptr: src,
-                bytes,
-            },
-        )
+        self.p2p(stream, true, src, count, dtype, peer)
     }
 
     fn recv(
@@ -284,18 +291,7 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         peer: usize,
     ) -> Result<()> {
-        let bytes = byte_len(count, dtype, 1)?;
-        self.p2p(
-            stream,
-            P2pItem {
-                send: false,
-                peer,
-                count,
-                dtype,
-                ptr: dst,
-                bytes,
-            },
-        )
+        self.p2p(stream, false, dst, count, dtype, peer)
     }
 
     fn group_start(&self) -> Result<()> {

@@ -128,30 +128,19 @@ impl ShmRank {
             // `count` elements of the output); outputs are this rank's own memory.
             unsafe {
                 match desc.kind {
-                    OpKind::AllReduce => {
-                        let ins: Vec<*const u8> =
-                            (0..n).map(|q| seg.slot(q, parity).cast_const()).collect();
-                        reduce::reduce(
-                            desc.dtype,
-                            op,
-                            &ins,
-                            &[dst.ptr.add(lo * s)],
-                            hi - lo,
-                            false,
-                        )?;
-                    }
-                    OpKind::ReduceScatter => {
+                    OpKind::AllReduce | OpKind::ReduceScatter => {
+                        // All-reduce: every slot holds the chunk; reduce-scatter: this rank's
+                        // block of it.
+                        let at = if desc.kind == OpKind::ReduceScatter {
+                            r * len
+                        } else {
+                            0
+                        };
                         let ins: Vec<*const u8> = (0..n)
-                            .map(|q| seg.slot(q, parity).add(r * len).cast_const())
+                            .map(|q| seg.slot(q, parity).add(at).cast_const())
                             .collect();
-                        reduce::reduce(
-                            desc.dtype,
-                            op,
-                            &ins,
-                            &[dst.ptr.add(lo * s)],
-                            hi - lo,
-                            false,
-                        )?;
+                        let out = [dst.ptr.add(lo * s)];
+                        reduce::reduce(desc.dtype, op, &ins, &out, hi - lo, false)?;
                     }
                     OpKind::AllGather => {
                         for q in 0..n {
