@@ -1,8 +1,8 @@
 //! Collectives: what a communicator is, clique keys, the provider contract (one cached
 //! communicator per clique and rank), rendezvous with hang detection, and the watchdog —
 //! everything that does not depend on a backend. The implementations live with their backends:
-//! the host backend's (in-process and shared memory) in `crate::host`, NCCL/RCCL's in the
-//! `xthunk-nccl` crate.
+//! the host backend's (in-process and shared memory) in [`crate::host`], NCCL/RCCL's in the
+//! `xthunk-nccl` crate. This module uses the backend traits only, never a backend.
 //!
 //! A [`Communicator`] is one rank's handle on a clique of devices. Collective operations are
 //! issued on a stream, in order with the stream's other work; every rank of the clique must
@@ -16,8 +16,11 @@
 //! cliques made by [`CliqueProvider::split`], the split color. Keys are totally ordered, so a
 //! program's cliques can be listed, compared and acquired in one deterministic order.
 //!
-//! A [`CliqueProvider`] hands out one communicator per `(key, global rank)` and caches it, so
-//! that repeated executions reuse it. **Every rank must acquire its cliques in the same order**
+//! A rank's place in a clique — its clique rank and global rank — is a [`Member`]
+//! ([`CliqueKey::member`] checks a key against the ranks a provider serves).
+//!
+//! A [`CliqueProvider`] hands out one communicator per `(key, global rank)` and caches it (in a
+//! [`CliqueCache`]), so that repeated executions reuse it. **Every rank must acquire its cliques in the same order**
 //! (the executor acquires them in program order of the collective thunks): with NCCL/RCCL the
 //! creation of a communicator is itself a collective call, and two ranks acquiring two cliques
 //! in opposite orders deadlock there. The host provider does not need it to be safe, but keeps
