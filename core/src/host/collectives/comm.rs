@@ -65,6 +65,31 @@ impl<T: Transport> HostComm<T> {
         stream.launch(&self.handle, DIMS, args)
     }
 
+    /// Checks collective `desc` on `src` and `dst` (their lengths; overlaps: only the NCCL
+    /// in-place forms are allowed, `src == dst`, all-gather `src == dst + rank·count`,
+    /// reduce-scatter `dst == src + rank·count`) and queues it.
+    fn collective(
+        &self,
+        stream: &dyn Stream,
+        desc: OpDesc,
+        src: DevicePtr,
+        dst: DevicePtr,
+    ) -> Result<()> {
+        let (sb, db) = desc.lens(self.size())?;
+        let rank = self.rank() as u64;
+        let in_place = match desc.kind {
+            OpKind::AllGather => src == dst.offset(sb * rank),
+            OpKind::ReduceScatter => dst == src.offset(db * rank),
+            _ => src == dst,
+        };
+        // A broadcast's source is only read on the root.
+        let reads_src = desc.kind != OpKind::Broadcast || desc.root == self.rank();
+        if reads_src && !in_place && overlaps(src, sb, dst, db) {
+            return Err(self.bad_overlap(desc.kind.name()));
+        }
+        self.issue(stream, desc, reads_src.then_some((src, sb)), (dst, db))
+    }
+
     fn issue(
         &self,
         stream: &dyn Stream,
@@ -156,18 +181,8 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let b = byte_len(count, dtype, 1)?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_reduce"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllReduce,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
+        let desc = OpDesc::new(OpKind::AllReduce, count, dtype, Some(op), 0);
+        self.collective(stream, desc, src, dst)
     }
 
     fn all_gather(
@@ -178,20 +193,8 @@ impl<T: Transport> Communicator for HostComm<T> {
         count: u64,
         dtype: DType,
     ) -> Result<()> {
-        let sb = byte_len(count, dtype, 1)?;
-        let db = byte_len(count, dtype, self.size())?;
-        let in_place = src == dst.offset(sb * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("all_gather"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllGather,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
+        let desc = OpDesc::new(OpKind::AllGather, count, dtype, None, 0);
+        self.collective(stream, desc, src, dst)
     }
 
     fn reduce_scatter(
@@ -203,20 +206,8 @@ impl<T: Transport> Communicator for HostComm<T> {
         dtype: DType,
         op: ReduceOp,
     ) -> Result<()> {
-        let sb = byte_len(count, dtype, self.size())?;
-        let db = byte_len(count, dtype, 1)?;
-        let in_place = dst == src.offset(db * self.rank() as u64);
-        if !in_place && overlaps(src, sb, dst, db) {
-            return Err(self.bad_overlap("reduce_scatter"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::ReduceScatter,
-            count,
-            dtype,
-            op: Some(op),
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, sb)), (dst, db))
+        let desc = OpDesc::new(OpKind::ReduceScatter, count, dtype, Some(op), 0);
+        self.collective(stream, desc, src, dst)
     }
 
     fn all_to_all(
@@ -227,18 +218,8 @@ impl<T: Transport> Communicator for HostComm<T> {
         count: u64,
         dtype: DType,
     ) -> Result<()> {
-        let b = byte_len(count, dtype, self.size())?;
-        if src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("all_to_all"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::AllToAll,
-            count,
-            dtype,
-            op: None,
-            root: 0,
-        };
-        self.issue(stream, desc, Some((src, b)), (dst, b))
+        let desc = OpDesc::new(OpKind::AllToAll, count, dtype, None, 0);
+        self.collective(stream, desc, src, dst)
     }
 
     fn broadcast(
@@ -257,19 +238,8 @@ impl<T: Transport> Communicator for HostComm<T> {
                 self.size()
             )));
         }
-        let b = byte_len(count, dtype, 1)?;
-        let is_root = root == self.rank();
-        if is_root && src != dst && overlaps(src, b, dst, b) {
-            return Err(self.bad_overlap("broadcast"));
-        }
-        let desc = OpDesc {
-            kind: OpKind::Broadcast,
-            count,
-            dtype,
-            op: None,
-            root,
-        };
-        self.issue(stream, desc, is_root.then_some((src, b)), (dst, b))
+        let desc = OpDesc::new(OpKind::Broadcast, count, dtype, None, root);
+        self.collective(stream, desc, src, dst)
     }
 
     fn send(

@@ -91,6 +91,22 @@ pub struct OpDesc {
 pub(crate) const DESC_WORDS: usize = 5;
 
 impl OpDesc {
+    pub(crate) fn new(
+        kind: OpKind,
+        count: u64,
+        dtype: DType,
+        op: Option<ReduceOp>,
+        root: usize,
+    ) -> Self {
+        OpDesc {
+            kind,
+            count,
+            dtype,
+            op,
+            root,
+        }
+    }
+
     /// The description as words: kind, count, dtype, operator and root codes.
     pub(crate) fn to_words(self) -> [u64; DESC_WORDS] {
         [
