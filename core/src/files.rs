@@ -67,6 +67,7 @@ pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

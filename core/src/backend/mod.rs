@@ -13,6 +13,8 @@ use std::fmt;
 use std::sync::Arc;
 
 pub mod accounting;
+pub mod dylib;
+pub mod kernel_cache;
 mod registry;
 pub mod search;
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
