@@ -208,7 +208,7 @@ fn run_spmd(
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
-    use xthunk::core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+    use xthunk::core::collectives::Timeouts;
     let n = inputs.len();
     let sig = program.signature.clone();
     let plans = match &args.output_dir {
@@ -229,40 +229,16 @@ fn run_spmd(
         .map(|i| backend.device(i))
         .collect::<xthunk::Result<Vec<_>>>()?;
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
-    let cliques: std::sync::Arc<dyn CliqueProvider> = match backend.name() {
-        "host" => std::sync::Arc::new(HostCliqueProvider::new(devices.clone(), timeouts)?),
-        name @ ("cuda" | "rocm") => {
-            // NCCL on CUDA, RCCL on ROCm: each rank's thread makes its device current
-            // before its communicator is created (ncclCommInitRank binds to it).
-            type BindOne = fn(&dyn xthunk::Device) -> xthunk::Result<()>;
-            let (flavor, bind_one): (xthunk_nccl::Flavor, BindOne) = if name == "cuda" {
-                (xthunk_nccl::Flavor::Nccl, xthunk_cuda::bind_current)
-            } else {
-                (xthunk_nccl::Flavor::Rccl, xthunk_rocm::bind_current)
-            };
-            let bind_devices = devices.clone();
-            let bind: xthunk_nccl::BindRank = std::sync::Arc::new(move |rank: usize| {
-                let device = bind_devices.get(rank).ok_or_else(|| {
-                    xthunk::Error::InvalidArgument(format!("no device for rank {rank}"))
-                })?;
-                bind_one(device.as_ref())
-            });
-            std::sync::Arc::new(xthunk_nccl::NcclCliqueProvider::new(
-                flavor,
-                devices.clone(),
-                bind,
-                timeouts,
-            )?)
+    // The clique provider registered with the backend (host, NCCL on CUDA, RCCL on ROCm).
+    let Some(factory) = rt.collectives(backend.name()).cliques else {
+        return Err(xthunk::Error::Unsupported {
+            backend: backend.name().into(),
+            feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
+                .into(),
         }
-        other => {
-            return Err(xthunk::Error::Unsupported {
-                backend: other.into(),
-                feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
-                    .into(),
-            }
-            .into());
-        }
+        .into());
     };
+    let cliques = factory.create(&devices, timeouts)?;
     eprintln!(
         "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}{}",
         backend.name(),
