@@ -65,7 +65,12 @@ pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) ->
                 rt.registry().names().join(", ")
             )));
         };
-        let report = xthunk_conformance::run(backend.as_ref(), args.device, args.filter.as_deref());
+        // The clique provider registered with the backend, injected into the suite.
+        let subject = xthunk_conformance::Subject {
+            cliques: rt.collectives(name).cliques,
+            ..xthunk_conformance::Subject::new(backend.clone())
+        };
+        let report = xthunk_conformance::run(&subject, args.device, args.filter.as_deref());
         if report.skipped() {
             // Every check carries the same reason: the backend is unavailable.
             writeln!(

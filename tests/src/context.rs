@@ -1,57 +1,31 @@
 //! The multi-device context of collective checks ([`Collectives`]): the devices of the backend
-//! under test in rank order and the clique providers over them.
+//! under test in rank order and the clique providers over them, made by the [`CliqueFactory`]
+//! the harness was given (the `xthunk` facade registers one with each backend).
 
-use crate::Outcome;
-use crate::{CHECK_TIMEOUTS, CheckFailure, FAILURE_TIMEOUTS, MAX_RANKS};
+use crate::{CHECK_TIMEOUTS, CheckFailure, FAILURE_TIMEOUTS, MAX_RANKS, Outcome};
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};
-use xthunk_core::collectives::{CliqueProvider, HostCliqueProvider, Timeouts};
+use xthunk_core::collectives::{CliqueFactory, CliqueProvider, Timeouts, Undetected};
 
-/// The clique provider for collectives among `devices` of `backend` (global rank = index in
-/// `devices`), with `timeouts` on every rendezvous; or why there is none (the backend's
-/// collective checks are then reported as unsupported, with that reason).
-///
-/// The host backend gets a [`HostCliqueProvider`]. The CUDA and ROCm backends get theirs from
-/// `xthunk_nccl::NcclCliqueProvider` (`nccl/src/provider.rs`; `Flavor::Nccl` for `cuda`,
-/// `Flavor::Rccl` for `rocm`, with a `BindRank` hook making device `r` current on the calling
-/// thread): it plugs in here, as a `"cuda" | "rocm"` arm building it from `devices` and
-/// `timeouts` and turning its error (a missing library, an old version) into the reason, with
-/// `xthunk-nccl` added to this crate's dependencies. Nothing else in the harness changes.
+/// The clique provider `factory` makes for collectives among `devices` of `backend` (global
+/// rank = index in `devices`), with `timeouts` on every rendezvous; or why there is none (no
+/// factory, or its error: a missing library, an old version). The backend's collective checks
+/// are then reported as unsupported, with that reason.
 pub fn cliques_for(
     backend: &dyn Backend,
+    factory: Option<&dyn CliqueFactory>,
     devices: &[Arc<dyn Device>],
     timeouts: Timeouts,
 ) -> Result<Arc<dyn CliqueProvider>, String> {
-    match backend.name() {
-        "host" => match HostCliqueProvider::new(devices.to_vec(), timeouts) {
-            Ok(p) => Ok(Arc::new(p)),
-            Err(e) => Err(format!("collectives: no host clique provider: {e}")),
-        },
-        name @ ("cuda" | "rocm") => {
-            // NCCL on CUDA, RCCL on ROCm; each rank's thread makes its device current before
-            // its communicator is created.
-            type BindOne = fn(&dyn Device) -> xthunk_core::Result<()>;
-            let (flavor, bind_one): (xthunk_nccl::Flavor, BindOne) = if name == "cuda" {
-                (xthunk_nccl::Flavor::Nccl, xthunk_cuda::bind_current)
-            } else {
-                (xthunk_nccl::Flavor::Rccl, xthunk_rocm::bind_current)
-            };
-            let bind_devices = devices.to_vec();
-            let bind: xthunk_nccl::BindRank = Arc::new(move |rank: usize| {
-                let device = bind_devices.get(rank).ok_or_else(|| {
-                    xthunk_core::Error::InvalidArgument(format!("no device for rank {rank}"))
-                })?;
-                bind_one(device.as_ref())
-            });
-            match xthunk_nccl::NcclCliqueProvider::new(flavor, devices.to_vec(), bind, timeouts) {
-                Ok(p) => Ok(Arc::new(p)),
-                Err(e) => Err(format!("collectives: no {flavor:?} clique provider: {e}")),
-            }
-        }
-        other => Err(format!(
-            "collectives: the conformance harness has no clique provider for backend `{other}`"
-        )),
-    }
+    let Some(factory) = factory else {
+        return Err(format!(
+            "collectives: the conformance harness was given no clique provider for backend `{}`",
+            backend.name()
+        ));
+    };
+    factory
+        .create(devices, timeouts)
+        .map_err(|e| format!("collectives: no {} clique provider: {e}", backend.name()))
 }
 
 /// What collective checks run on: up to [`MAX_RANKS`] devices of one backend, in rank order
@@ -70,9 +44,10 @@ pub struct Collectives {
 
 impl Collectives {
     /// The context for `backend`, whose device `ordinal` (`first`) is under test and which
-    /// reported `available` devices.
+    /// reported `available` devices, with cliques from `factory`.
     pub fn new(
         backend: &dyn Backend,
+        factory: Option<&dyn CliqueFactory>,
         ordinal: usize,
         first: Arc<dyn Device>,
         available: usize,
@@ -90,8 +65,8 @@ impl Collectives {
                 }
             }
         }
-        let cliques = cliques_for(backend, &devices, CHECK_TIMEOUTS);
-        let failure_cliques = cliques_for(backend, &devices, FAILURE_TIMEOUTS);
+        let cliques = cliques_for(backend, factory, &devices, CHECK_TIMEOUTS);
+        let failure_cliques = cliques_for(backend, factory, &devices, FAILURE_TIMEOUTS);
         Collectives {
             backend: backend.name().into(),
             devices,
@@ -127,23 +102,6 @@ impl Collectives {
     /// Why a check on `ranks` devices cannot run here (skipped: too few devices; unsupported:
     /// no clique provider), or `None` when it can.
     pub(crate) fn unavailable(&self, ranks: usize) -> Option<Outcome> {
-        if ranks > 1
-            && matches!(self.backend.as_str(), "cuda" | "rocm")
-            && std::env::var_os("XTHUNK_CONFORMANCE_NCCL_RANKS").is_none()
-        {
-            // Known gap: through the driver emulator's NCCL, `collectives/all_to_all_i8_2ranks`
-            // (1-byte blocks) fails (cause not found yet: xthunk's grouped send/recv or the
-            // emulator's matching); the failure leaves a sticky launch error on the contexts of
-            // devices 0 and 1, so later 2-rank checks fail and 3- and 4-rank checks wait at clique
-            // init for ranks that already gave up (until the terminate timeout).
-            // nccl/tests/provider.rs covers 2- and 4-rank NCCL/RCCL through the executor.
-            // XTHUNK_CONFORMANCE_NCCL_RANKS=1 runs them anyway.
-            return Some(Outcome::Unsupported(format!(
-                "multi-rank collective checks on {} are disabled: an emulated NCCL all-to-all \
-                 failure poisons later checks (single-rank checks run)",
-                self.backend
-            )));
-        }
         if ranks > self.devices.len() {
             let why = match &self.open_error {
                 Some(e) => format!(", {} usable (could not open {e})", self.devices.len()),
@@ -158,6 +116,12 @@ impl Collectives {
             (Err(why), _) | (_, Err(why)) => Some(Outcome::Unsupported(why.clone())),
             _ => None,
         }
+    }
+
+    /// What the provider of checks that fail collectives on purpose does not detect (`None`
+    /// without a provider).
+    pub fn undetected(&self) -> Option<Undetected> {
+        self.failure_cliques.as_ref().ok().map(|p| p.undetected())
     }
 
     /// Forgets failed cliques, so that a failing check cannot fail the next one.
@@ -179,6 +143,7 @@ impl Collectives {
 /// The [`Collectives`] context of `backend`, whose device `ordinal` is `device`.
 pub(crate) fn collectives_context(
     backend: &dyn Backend,
+    factory: Option<&dyn CliqueFactory>,
     ordinal: usize,
     device: &Arc<dyn Device>,
 ) -> Collectives {
@@ -187,5 +152,5 @@ pub(crate) fn collectives_context(
         .map(|info| info.devices.len())
         .unwrap_or(1)
         .max(1);
-    Collectives::new(backend, ordinal, device.clone(), available)
+    Collectives::new(backend, factory, ordinal, device.clone(), available)
 }

@@ -4,15 +4,21 @@
 //! Every numerical check uses fresh random inputs, poisons its outputs first, and compares
 //! with an f64 reference computed here, independently of the host backend's kernels, at an
 //! explicit tolerance. A backend that is not available is reported as skipped with the
-//! reason, never as a pass. Per-backend [`expectations`] list checks that are unsupported or
-//! expected to fail, each with a reason; an expected failure that passes is reported.
+//! reason, never as a pass.
+//!
+//! The suite runs on a [`Subject`]: a backend, the [`CliqueFactory`] its devices form cliques
+//! with (injected: this crate knows no vendor crate; the `xthunk` facade registers one with
+//! each backend) and expectations declared by check name. What is unsupported or expected to
+//! fail, each with a reason, is decided from what the device and the clique provider say of
+//! themselves, never from the backend's name ([`expect`]); an expected failure that passes is
+//! reported as XPASS, and fails the run.
 //!
 //! Most checks run on one device. Collective checks ([`Check::collective`]) run on several
 //! devices of the backend under test, given as a [`Collectives`] context: up to [`MAX_RANKS`]
-//! devices (the one under test is rank 0) and a clique provider from [`cliques_for`]. A
-//! collective check needing more devices than the backend has is reported as skipped with why;
-//! on a backend without a clique provider, as unsupported with why. Collective checks run one
-//! at a time (they share the devices and the provider).
+//! devices (the one under test is rank 0) and a clique provider from the subject's factory
+//! ([`cliques_for`]). A collective check needing more devices than the backend has is reported
+//! as skipped with why; on a backend without a clique provider, as unsupported with why.
+//! Collective checks run one at a time (they share the devices and the provider).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,16 +27,17 @@ use xthunk_core::collectives::Timeouts;
 
 pub mod checks;
 mod context;
-mod expect;
+pub mod expect;
 mod harness;
 pub mod reference;
 mod report;
 pub mod util;
 
 pub use context::{Collectives, cliques_for};
-pub use expect::{Expectation, expectations};
-pub use harness::{panic_message, run, trials};
+pub use expect::{Expectation, Expectations};
+pub use harness::{Subject, panic_message, run, trials};
 pub use report::{CheckReport, Outcome, Report};
+pub use xthunk_core::collectives::CliqueFactory;
 
 /// A failed check: what differed.
 #[derive(Debug, thiserror::Error)]
@@ -67,6 +74,19 @@ pub struct Check {
     /// Runs alone: no other check of this process runs at the same time (checks that compare
     /// device-wide memory statistics, or reuse freed addresses).
     pub exclusive: bool,
+    /// The failure the check provokes on purpose, which the clique provider must detect.
+    pub provokes: Option<Provoked>,
+}
+
+/// A collective failure a check provokes on purpose: on a clique provider that does not
+/// detect it ([`xthunk_core::collectives::Undetected`]) the check is unsupported, with the
+/// provider's reason (its ranks would wait until aborted).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Provoked {
+    /// Ranks issuing different operations.
+    Mismatch,
+    /// A rank that never issues the operation its peers wait for.
+    MissingRank,
 }
 
 impl Check {
@@ -78,6 +98,7 @@ impl Check {
             name: name.into(),
             run: CheckBody::Device(Box::new(f)),
             exclusive: false,
+            provokes: None,
         }
     }
 
@@ -95,6 +116,15 @@ impl Check {
                 run: Box::new(f),
             },
             exclusive: false,
+            provokes: None,
+        }
+    }
+
+    /// The same check, provoking `failure` on purpose (see [`Provoked`]).
+    pub fn provoking(self, failure: Provoked) -> Self {
+        Check {
+            provokes: Some(failure),
+            ..self
         }
     }
 

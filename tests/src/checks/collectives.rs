@@ -66,7 +66,9 @@ use crate::util::{
     ensure, execute_loaded, fail, int_range, poison_byte, random_bytes, rng_from, round_to,
     seed_for, unit_roundoff, wrap_int,
 };
-use crate::{CHECK_TIMEOUTS, Check, CheckFailure, Collectives, FAILURE_TIMEOUTS, panic_message};
+use crate::{
+    CHECK_TIMEOUTS, Check, CheckFailure, Collectives, FAILURE_TIMEOUTS, Provoked, panic_message,
+};
 use rand::RngCore;
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
@@ -126,8 +128,8 @@ pub fn checks() -> Vec<Check> {
     for n in 2..=4usize {
         v.push(send_recv(n));
     }
-    v.push(check("mismatch_reported_2ranks", 2, mismatch));
-    v.push(check("missing_rank_2ranks", 2, missing_rank));
+    v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
+    v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
     v
 }
 
