@@ -38,7 +38,7 @@ use std::fmt;
 use std::sync::Arc;
 use xthunk_core::backend::{Device, DevicePtr, Stream};
 use xthunk_core::collectives::{
-    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Timeouts,
+    CliqueKey, CliqueProvider, Communicator, ReduceOp, Rendezvous, Timeouts, Undetected,
 };
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
@@ -609,6 +609,22 @@ impl CliqueProvider for NcclCliqueProvider {
             }
         }
         dead.into_iter().map(|(k, _)| k).collect()
+    }
+
+    /// NCCL and RCCL do not compare the operations ranks issue, and a collective waits for
+    /// its peers without a timeout: a mismatched or missing rank is found only when the
+    /// communicator is aborted (the executor's watchdog, a deadline, a coordinator's failure
+    /// report), never by the provider's rendezvous timeouts (those cover communicator init
+    /// and splits only).
+    fn undetected(&self) -> Undetected {
+        Undetected {
+            mismatch: Some(
+                "NCCL/RCCL do not detect mismatched collectives (they hang until aborted)",
+            ),
+            missing_rank: Some(
+                "NCCL/RCCL wait for a missing rank without a timeout (until aborted)",
+            ),
+        }
     }
 }
 
