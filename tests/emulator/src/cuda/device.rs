@@ -40,15 +40,6 @@ pub unsafe extern "C" fn cuDeviceGet(dev: *mut c_int, ordinal: c_int) -> CUresul
     })
 }
 
-/// The device name: `xthunk emulated NVIDIA device` (with the ordinal when there are several).
-pub fn cuda_device_name(dev: c_int) -> String {
-    if context::device_count() > 1 {
-        format!("{} {dev}", context::Api::Cuda.device_name())
-    } else {
-        context::Api::Cuda.device_name().to_string()
-    }
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_int) -> CUresult {
     const C: &str = "cuDeviceGetName";
@@ -56,7 +47,14 @@ pub unsafe extern "C" fn cuDeviceGetName(name: *mut c_char, len: c_int, dev: c_i
         context::cuda_initialized(C)?;
         context::check_device(dev, C)?;
         // SAFETY: `name` holds `len` bytes (the caller's contract).
-        unsafe { crate::ffi::copy_str(name, len.max(0) as usize, &cuda_device_name(dev), C) }
+        unsafe {
+            crate::ffi::copy_str(
+                name,
+                len.max(0) as usize,
+                &context::Api::Cuda.device_label(dev),
+                C,
+            )
+        }
     })
 }
 

@@ -1,28 +1,20 @@
 //! Graphs: creation, instantiation, launch, nodes, destruction, exec update.
 
-use super::{CUresult, Handle, api, ctx_of_stream, stream_of};
+use super::{CUresult, Cuda, Handle, api, ctx_of_stream, stream_of};
 use crate::context;
 use crate::diag::Kind;
+use crate::driver;
 use crate::error::{Code, EmuError, invalid};
 use crate::ffi::put;
 use crate::stream::{self, EXECS, GRAPHS};
 use std::ffi::{c_uint, c_ulonglong};
-use std::sync::Arc;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphCreate(ph: *mut Handle, flags: c_uint) -> CUresult {
     const C: &str = "cuGraphCreate";
-    api(C, || {
-        let c = context::current(C)?;
-        if flags != 0 {
-            return Err(invalid(C, "flags must be 0"));
-        }
-        let h = GRAPHS.insert(Arc::new(stream::GraphCore {
-            ctx_id: c.id,
-            nodes: vec![],
-        }));
-        // SAFETY: the caller's out-pointer.
-        unsafe { put(ph, h, "phGraph", C) }
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::create_graph::<Cuda>(ph, flags, "phGraph", C)
     })
 }
 
@@ -71,27 +63,10 @@ pub unsafe extern "C" fn cuGraphGetNodes(
     num: *mut usize,
 ) -> CUresult {
     const C: &str = "cuGraphGetNodes";
-    api(C, || {
-        let g = GRAPHS.get(graph, C)?;
-        if num.is_null() {
-            return Err(invalid(C, "`numNodes` is a null pointer"));
-        }
-        if nodes.is_null() {
-            // SAFETY: the caller's out-pointer (checked non-null).
-            return unsafe { put(num, g.nodes.len(), "numNodes", C) };
-        }
-        // SAFETY: `num` is valid (checked non-null); `nodes` holds `*num` entries.
-        unsafe {
-            let cap = *num;
-            for i in 0..cap.min(g.nodes.len()) {
-                *nodes.add(i) = stream::node_handle(graph, i);
-            }
-            for i in g.nodes.len()..cap {
-                *nodes.add(i) = 0;
-            }
-            *num = cap.min(g.nodes.len());
-        }
-        Ok(())
+    // CUDA sets the entries past the graph's nodes to NULL.
+    // SAFETY: the caller's out-pointers (`nodes` holds `*num` entries).
+    api(C, || unsafe {
+        driver::graph_nodes(graph, nodes, num, true, C)
     })
 }
 
@@ -123,41 +98,17 @@ pub unsafe extern "C" fn cuGraphExecUpdate_v2(
 ) -> CUresult {
     const C: &str = "cuGraphExecUpdate_v2";
     api(C, || {
-        let e = EXECS.get(exec, C)?;
-        let g = GRAPHS.get(graph, C)?;
-        let r = stream::update_exec(&e, &g);
-        let (result, node, err) = match r {
-            Ok(()) => (0, 0, None),
-            Err((code, idx, msg)) => (
-                code,
-                idx.map(|i| stream::node_handle(graph, i)).unwrap_or(0),
-                Some(msg),
-            ),
-        };
+        let u = driver::update_exec(exec, graph, C)?;
         if !info.is_null() {
-            // SAFETY: the caller's (optional) out-pointer.
-            unsafe {
-                put(
-                    info,
-                    UpdateResultInfo {
-                        result,
-                        error_node: node,
-                        error_from_node: node,
-                    },
-                    "resultInfo",
-                    C,
-                )?
+            let info_value = UpdateResultInfo {
+                result: u.result,
+                error_node: u.node,
+                error_from_node: u.node,
             };
+            // SAFETY: the caller's (optional) out-pointer.
+            unsafe { put(info, info_value, "resultInfo", C)? };
         }
-        match err {
-            None => Ok(()),
-            Some(msg) => Err(EmuError::new(
-                Code::GraphExecUpdateFailure,
-                Kind::InvalidValue,
-                C,
-                msg,
-            )),
-        }
+        u.finish(C)
     })
 }
 
@@ -173,32 +124,15 @@ pub unsafe extern "C" fn cuGraphExecUpdate(
 ) -> CUresult {
     const C: &str = "cuGraphExecUpdate";
     api(C, || {
-        let e = EXECS.get(exec, C)?;
-        let g = GRAPHS.get(graph, C)?;
-        let (result, node, err) = match stream::update_exec(&e, &g) {
-            Ok(()) => (0, 0, None),
-            Err((code, idx, msg)) => (
-                code,
-                idx.map(|i| stream::node_handle(graph, i)).unwrap_or(0),
-                Some(msg),
-            ),
-        };
+        let u = driver::update_exec(exec, graph, C)?;
         if !error_node.is_null() {
             // SAFETY: the caller's (optional) out-pointer, checked non-null.
-            unsafe { put(error_node, node, "hErrorNode_out", C)? };
+            unsafe { put(error_node, u.node, "hErrorNode_out", C)? };
         }
         if !result_out.is_null() {
             // SAFETY: the caller's (optional) out-pointer, checked non-null.
-            unsafe { put(result_out, result, "updateResult_out", C)? };
+            unsafe { put(result_out, u.result, "updateResult_out", C)? };
         }
-        match err {
-            None => Ok(()),
-            Some(msg) => Err(EmuError::new(
-                Code::GraphExecUpdateFailure,
-                Kind::InvalidValue,
-                C,
-                msg,
-            )),
-        }
+        u.finish(C)
     })
 }

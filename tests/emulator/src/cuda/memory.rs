@@ -1,34 +1,28 @@
 //! Memory: device, managed and page-locked allocations, frees, synchronous and asynchronous
 //! copies, memsets, pointer attributes.
 
-use super::{CUresult, DevPtr, Handle, api, stream_of};
+use super::{CUresult, Cuda, DevPtr, Handle, api};
 use crate::context;
-use crate::copy::{self, Dir};
-use crate::error::{Code, EmuResult, invalid};
+use crate::copy;
+use crate::driver;
+use crate::error::invalid;
 use crate::ffi::put;
 use crate::memory::{self, MemKind};
-use crate::stream;
 use std::ffi::{c_int, c_uint, c_void};
-
-fn alloc(size: usize, kind: MemKind, call: &'static str) -> EmuResult<usize> {
-    let c = context::current(call)?;
-    stream::check_capture_rules(call, Code::CaptureUnsupported)?;
-    if size == 0 {
-        return Err(invalid(call, "0 bytes requested"));
-    }
-    memory::allocate(c.id, c.memory(), size, kind, call)
-}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> CUresult {
     const C: &str = "cuMemAlloc_v2";
-    api(C, || {
-        if dptr.is_null() {
-            return Err(invalid(C, "`dptr` is a null pointer"));
-        }
-        let p = alloc(bytesize, MemKind::Device, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(dptr, p as DevPtr, "dptr", C) }
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::allocate_into::<Cuda, _>(
+            dptr,
+            "dptr",
+            bytesize,
+            MemKind::Device,
+            |p| p as DevPtr,
+            C,
+        )
     })
 }
 
@@ -46,25 +40,33 @@ pub unsafe extern "C" fn cuMemAllocManaged(
                 format!("flags must be CU_MEM_ATTACH_GLOBAL or _HOST, got {flags}"),
             ));
         }
-        if dptr.is_null() {
-            return Err(invalid(C, "`dptr` is a null pointer"));
+        // SAFETY: the caller's out-pointer.
+        unsafe {
+            driver::allocate_into::<Cuda, _>(
+                dptr,
+                "dptr",
+                bytesize,
+                MemKind::Managed,
+                |p| p as DevPtr,
+                C,
+            )
         }
-        let p = alloc(bytesize, MemKind::Managed, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(dptr, p as DevPtr, "dptr", C) }
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
     const C: &str = "cuMemAllocHost_v2";
-    api(C, || {
-        if pp.is_null() {
-            return Err(invalid(C, "`pp` is a null pointer"));
-        }
-        let p = alloc(bytesize, MemKind::Pinned, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(pp, p as *mut c_void, "pp", C) }
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::allocate_into::<Cuda, _>(
+            pp,
+            "pp",
+            bytesize,
+            MemKind::Pinned,
+            |p| p as *mut c_void,
+            C,
+        )
     })
 }
 
@@ -79,12 +81,17 @@ pub unsafe extern "C" fn cuMemHostAlloc(
         if flags & !0x7 != 0 {
             return Err(invalid(C, format!("unknown flags {flags:#x}")));
         }
-        if pp.is_null() {
-            return Err(invalid(C, "`pp` is a null pointer"));
+        // SAFETY: the caller's out-pointer.
+        unsafe {
+            driver::allocate_into::<Cuda, _>(
+                pp,
+                "pp",
+                bytesize,
+                MemKind::Pinned,
+                |p| p as *mut c_void,
+                C,
+            )
         }
-        let p = alloc(bytesize, MemKind::Pinned, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(pp, p as *mut c_void, "pp", C) }
     })
 }
 
@@ -116,15 +123,9 @@ pub unsafe extern "C" fn cuMemHostGetDevicePointer_v2(
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
     const C: &str = "cuMemFree_v2";
+    // cuMemFree waits for the device (in practice; the backends rely on it).
     api(C, || {
-        let c = context::current(C)?;
-        stream::check_capture_rules(C, Code::CaptureUnsupported)?;
-        if dptr == 0 {
-            return Ok(());
-        }
-        // cuMemFree waits for the device (in practice; the backends rely on it).
-        let _ = c.synchronize();
-        memory::free(dptr as usize, &[MemKind::Device, MemKind::Managed], C).map(|_| ())
+        driver::free::<Cuda>(dptr as usize, &[MemKind::Device, MemKind::Managed], true, C)
     })
 }
 
@@ -132,37 +133,22 @@ pub unsafe extern "C" fn cuMemFree_v2(dptr: DevPtr) -> CUresult {
 pub unsafe extern "C" fn cuMemFreeHost(p: *mut c_void) -> CUresult {
     const C: &str = "cuMemFreeHost";
     api(C, || {
-        let c = context::current(C)?;
-        stream::check_capture_rules(C, Code::CaptureUnsupported)?;
-        let _ = c.synchronize();
-        memory::free(p as usize, &[MemKind::Pinned], C).map(|_| ())
+        driver::free::<Cuda>(p as usize, &[MemKind::Pinned], false, C)
     })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemGetInfo_v2(free: *mut usize, total: *mut usize) -> CUresult {
     const C: &str = "cuMemGetInfo_v2";
-    api(C, || {
-        let c = context::current(C)?;
-        let used = memory::live_bytes(c.id);
-        // SAFETY: the caller's out-pointers.
-        unsafe {
-            put(free, c.memory().saturating_sub(used) as usize, "free", C)?;
-            put(total, c.memory() as usize, "total", C)
-        }
-    })
-}
-
-fn sync_copy(dst: usize, src: usize, n: usize, dir: Dir, call: &str) -> EmuResult<()> {
-    let c = context::current(call)?;
-    copy::copy_sync(&c, dst, src, n, dir, call)
+    // SAFETY: the caller's out-pointers.
+    api(C, || unsafe { driver::mem_info::<Cuda>(free, total, C) })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: DevPtr, src: *const c_void, n: usize) -> CUresult {
     const C: &str = "cuMemcpyHtoD_v2";
     api(C, || {
-        sync_copy(dst as usize, src as usize, n, copy::HTOD, C)
+        driver::copy_sync::<Cuda>(dst as usize, src as usize, n, copy::HTOD, C)
     })
 }
 
@@ -170,7 +156,7 @@ pub unsafe extern "C" fn cuMemcpyHtoD_v2(dst: DevPtr, src: *const c_void, n: usi
 pub unsafe extern "C" fn cuMemcpyDtoH_v2(dst: *mut c_void, src: DevPtr, n: usize) -> CUresult {
     const C: &str = "cuMemcpyDtoH_v2";
     api(C, || {
-        sync_copy(dst as usize, src as usize, n, copy::DTOH, C)
+        driver::copy_sync::<Cuda>(dst as usize, src as usize, n, copy::DTOH, C)
     })
 }
 
@@ -186,19 +172,16 @@ pub unsafe extern "C" fn cuMemcpyDtoD_v2(dst: DevPtr, src: DevPtr, n: usize) -> 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpy(dst: DevPtr, src: DevPtr, n: usize) -> CUresult {
     const C: &str = "cuMemcpy";
-    api(C, || sync_copy(dst as usize, src as usize, n, copy::ANY, C))
-}
-
-fn async_copy(dst: usize, src: usize, n: usize, dir: Dir, s: Handle, call: &str) -> EmuResult<()> {
-    let st = stream_of(s, call)?;
-    copy::copy_async(&st, dst, src, n, dir, call)
+    api(C, || {
+        driver::copy_sync::<Cuda>(dst as usize, src as usize, n, copy::ANY, C)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemcpyAsync(dst: DevPtr, src: DevPtr, n: usize, s: Handle) -> CUresult {
     const C: &str = "cuMemcpyAsync";
     api(C, || {
-        async_copy(dst as usize, src as usize, n, copy::ANY, s, C)
+        driver::copy_async::<Cuda>(dst as usize, src as usize, n, copy::ANY, s, C)
     })
 }
 
@@ -211,7 +194,7 @@ pub unsafe extern "C" fn cuMemcpyHtoDAsync_v2(
 ) -> CUresult {
     const C: &str = "cuMemcpyHtoDAsync_v2";
     api(C, || {
-        async_copy(dst as usize, src as usize, n, copy::HTOD, s, C)
+        driver::copy_async::<Cuda>(dst as usize, src as usize, n, copy::HTOD, s, C)
     })
 }
 
@@ -224,7 +207,7 @@ pub unsafe extern "C" fn cuMemcpyDtoHAsync_v2(
 ) -> CUresult {
     const C: &str = "cuMemcpyDtoHAsync_v2";
     api(C, || {
-        async_copy(dst as usize, src as usize, n, copy::DTOH, s, C)
+        driver::copy_async::<Cuda>(dst as usize, src as usize, n, copy::DTOH, s, C)
     })
 }
 
@@ -237,27 +220,14 @@ pub unsafe extern "C" fn cuMemcpyDtoDAsync_v2(
 ) -> CUresult {
     const C: &str = "cuMemcpyDtoDAsync_v2";
     api(C, || {
-        async_copy(dst as usize, src as usize, n, copy::DTOD, s, C)
+        driver::copy_async::<Cuda>(dst as usize, src as usize, n, copy::DTOD, s, C)
     })
 }
 
+/// A memset (synchronous where `s` is `None`: complete on return for page-locked memory).
 fn memset(dst: DevPtr, width: usize, v: u32, n: usize, s: Option<Handle>, call: &str) -> CUresult {
     api(call, || {
-        let st = match s {
-            Some(h) => stream_of(h, call)?,
-            None => context::current(call)?.legacy.clone(),
-        };
-        copy::memset(&st, dst as usize, width, v, n, call)?;
-        if s.is_none()
-            && memory::allocation_containing(dst as usize)
-                .is_some_and(|a| a.kind == MemKind::Pinned)
-        {
-            // Synchronous for pinned host memory.
-            if let Some(c) = st.ctx() {
-                stream::legacy_barrier(&c, call)?;
-            }
-        }
-        Ok(())
+        driver::memset::<Cuda>(dst as usize, width, v, n, s, call)
     })
 }
 

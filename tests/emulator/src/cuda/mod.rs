@@ -28,9 +28,11 @@ pub use memory::*;
 pub use module::*;
 pub use stream::*;
 
-use crate::context::Ctx;
+use crate::context::{Api, Ctx};
 use crate::diag::Kind;
+use crate::driver::Driver;
 use crate::error::{Code, EmuError, EmuResult, cu, guard};
+use crate::launch::ExtraTags;
 use crate::stream::{STREAMS, StreamCore};
 use std::ffi::{c_int, c_ulonglong};
 use std::sync::Arc;
@@ -59,6 +61,31 @@ fn stream_of(h: Handle, call: &str) -> EmuResult<Arc<StreamCore>> {
     }
     crate::context::cuda_initialized(call)?;
     STREAMS.get(h, call)
+}
+
+/// The CUDA driver's side of the shared entry-point bodies ([`crate::driver`]).
+pub struct Cuda;
+
+impl Driver for Cuda {
+    const API: Api = Api::Cuda;
+    const EXTRA: ExtraTags = crate::launch::CUDA_EXTRA;
+
+    fn ctx(call: &str) -> EmuResult<Arc<Ctx>> {
+        crate::context::current(call)
+    }
+
+    fn stream(h: Handle, call: &str) -> EmuResult<Arc<StreamCore>> {
+        stream_of(h, call)
+    }
+
+    fn empty_allocation(call: &str) -> EmuResult<usize> {
+        Err(crate::error::invalid(call, "0 bytes requested"))
+    }
+
+    fn sync_memset_completes(dst: usize) -> bool {
+        crate::memory::allocation_containing(dst)
+            .is_some_and(|a| a.kind == crate::memory::MemKind::Pinned)
+    }
 }
 
 fn ctx_of_stream(s: &StreamCore, call: &str) -> EmuResult<Arc<Ctx>> {

@@ -1,14 +1,12 @@
 //! Modules and launches: loading images (with the JIT log options), functions, their
 //! attributes, kernel launches.
 
-use super::{CUresult, Handle, api, stream_of};
+use super::{CUresult, Cuda, Handle, api};
 use crate::context;
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, cu, guard, invalid};
-use crate::ffi::{put, string};
-use crate::stream;
+use crate::driver;
+use crate::error::{cu, guard, invalid};
+use crate::ffi::put;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Arc;
 
 /// `CU_JIT_INFO_LOG_BUFFER`, `…_SIZE_BYTES`, `CU_JIT_ERROR_LOG_BUFFER`, `…_SIZE_BYTES`.
 const JIT_INFO_LOG: c_int = 3;
@@ -67,15 +65,9 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
 ) -> CUresult {
     const C: &str = "cuModuleLoadDataEx";
     let n = num_options as usize;
-    let r = guard(C, || {
-        let c = context::current(C)?;
-        if module.is_null() {
-            return Err(invalid(C, "`module` is a null pointer"));
-        }
-        // SAFETY: `image` is a complete image (the caller's contract).
-        let h = unsafe { crate::launch::load_module(&c, image, C)? };
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(module, h, "module", C) }
+    // SAFETY: the caller's out-pointer and complete image.
+    let r = guard(C, || unsafe {
+        driver::load_module::<Cuda>(module, image, C)
     });
     match r {
         Ok(()) => {
@@ -126,14 +118,8 @@ pub unsafe extern "C" fn cuModuleGetFunction(
     const C: &str = "cuModuleGetFunction";
     api(C, || {
         context::cuda_initialized(C)?;
-        // SAFETY: `name` is a NUL-terminated string (the caller's contract).
-        let name = unsafe { string(name, "name", C)? };
-        if f.is_null() {
-            return Err(invalid(C, "`hfunc` is a null pointer"));
-        }
-        let h = crate::launch::get_function(m, &name, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(f, h, "hfunc", C) }
+        // SAFETY: `name` is a NUL-terminated string; `f` the caller's out-pointer.
+        unsafe { driver::get_function(f, m, name, ("name", "hfunc"), C) }
     })
 }
 
@@ -176,36 +162,8 @@ pub unsafe extern "C" fn cuLaunchKernel(
     const C: &str = "cuLaunchKernel";
     api(C, || {
         context::cuda_initialized(C)?;
-        let func = crate::launch::FUNCTIONS.get(f, C)?;
-        let st = stream_of(s, C)?;
-        if st.ctx_id != func.ctx_id {
-            return Err(EmuError::new(
-                Code::InvalidContext,
-                Kind::InvalidState,
-                C,
-                format!("`{}` belongs to another context than the stream", func.name),
-            ));
-        }
+        let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
         // SAFETY: `params`/`extra` follow the launch API contract.
-        let launch = unsafe {
-            crate::launch::prepare(
-                &func,
-                (
-                    [grid_x, grid_y, grid_z],
-                    [block_x, block_y, block_z],
-                    shared,
-                ),
-                params,
-                extra,
-                crate::launch::CUDA_EXTRA,
-                C,
-            )?
-        };
-        let call = format!("{C}({})", func.name);
-        stream::submit(
-            &st,
-            stream::Op::new(stream::Work::Kernel(Arc::new(launch)), &call),
-        )
-        .map(|_| ())
+        unsafe { driver::launch_kernel::<Cuda>(f, grid, block, shared, s, params, extra, C) }
     })
 }

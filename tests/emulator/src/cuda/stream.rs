@@ -1,33 +1,21 @@
 //! Streams and events: creation, synchronization, queries, cross-stream waits, capture,
 //! host functions, event records and timing.
 
-use super::{CUresult, Handle, api, stream_of};
+use super::{CUresult, Cuda, Handle, api, stream_of};
 use crate::context;
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, EmuResult, invalid};
+use crate::driver;
+use crate::error::invalid;
 use crate::ffi::put;
-use crate::stream::{self, EVENTS, StreamKind};
+use crate::stream::{self, EVENTS};
 use std::ffi::{c_int, c_uint, c_void};
-
-fn stream_create(ph: *mut Handle, flags: c_uint, call: &str) -> EmuResult<()> {
-    let c = context::current(call)?;
-    let kind = match flags {
-        0 => StreamKind::Blocking,
-        1 => StreamKind::NonBlocking,
-        f => return Err(invalid(call, format!("unknown stream flags {f:#x}"))),
-    };
-    if ph.is_null() {
-        return Err(invalid(call, "`phStream` is a null pointer"));
-    }
-    let h = stream::create_stream(&c, kind, call)?;
-    // SAFETY: the caller's out-pointer (checked non-null).
-    unsafe { put(ph, h, "phStream", call) }
-}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamCreate(ph: *mut Handle, flags: c_uint) -> CUresult {
     const C: &str = "cuStreamCreate";
-    api(C, || stream_create(ph, flags, C))
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::create_stream::<Cuda>(ph, flags, "phStream", C)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -37,7 +25,10 @@ pub unsafe extern "C" fn cuStreamCreateWithPriority(
     _priority: c_int,
 ) -> CUresult {
     const C: &str = "cuStreamCreateWithPriority";
-    api(C, || stream_create(ph, flags, C))
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::create_stream::<Cuda>(ph, flags, "phStream", C)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -64,13 +55,7 @@ pub unsafe extern "C" fn cuStreamSynchronize(s: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamQuery(s: Handle) -> CUresult {
     const C: &str = "cuStreamQuery";
-    api(C, || {
-        if stream::query_stream(&stream_of(s, C)?, C)? {
-            Ok(())
-        } else {
-            Err(EmuError::quiet(Code::NotReady, "work pending"))
-        }
-    })
+    api(C, || driver::query_stream::<Cuda>(s, C))
 }
 
 #[unsafe(no_mangle)]
@@ -95,15 +80,9 @@ pub unsafe extern "C" fn cuStreamBeginCapture_v2(s: Handle, mode: c_uint) -> CUr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuStreamEndCapture(s: Handle, graph: *mut Handle) -> CUresult {
     const C: &str = "cuStreamEndCapture";
-    api(C, || {
-        if graph.is_null() {
-            return Err(invalid(C, "`phGraph` is a null pointer"));
-        }
-        let st = stream_of(s, C)?;
-        let r = stream::end_capture(&st, C);
-        // SAFETY: the caller's out-pointer (checked non-null); NULL on failure, as CUDA does.
-        unsafe { put(graph, *r.as_ref().unwrap_or(&0), "phGraph", C)? };
-        r.map(|_| ())
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::end_capture::<Cuda>(s, graph, "phGraph", C)
     })
 }
 
@@ -125,21 +104,7 @@ pub unsafe extern "C" fn cuLaunchHostFunc(
     data: *mut c_void,
 ) -> CUresult {
     const C: &str = "cuLaunchHostFunc";
-    api(C, || {
-        let st = stream_of(s, C)?;
-        let f = f.ok_or_else(|| invalid(C, "`fn` is null"))?;
-        stream::submit(
-            &st,
-            stream::Op::new(
-                stream::Work::HostFn {
-                    f,
-                    data: data as usize,
-                },
-                C,
-            ),
-        )
-        .map(|_| ())
-    })
+    api(C, || driver::launch_host_func::<Cuda>(s, f, data, C))
 }
 
 #[unsafe(no_mangle)]
@@ -150,12 +115,8 @@ pub unsafe extern "C" fn cuEventCreate(ph: *mut Handle, flags: c_uint) -> CUresu
         if flags & !0x7 != 0 || (flags & 4 != 0 && flags & 2 == 0) {
             return Err(invalid(C, format!("bad event flags {flags:#x}")));
         }
-        if ph.is_null() {
-            return Err(invalid(C, "`phEvent` is a null pointer"));
-        }
-        let h = stream::create_event(&c, flags);
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(ph, h, "phEvent", C) }
+        // SAFETY: the caller's out-pointer.
+        unsafe { driver::create_event(&c, ph, flags, "phEvent", C) }
     })
 }
 
@@ -174,24 +135,10 @@ pub unsafe extern "C" fn cuEventDestroy(e: Handle) -> CUresult {
     unsafe { cuEventDestroy_v2(e) }
 }
 
-fn record(e: Handle, s: Handle, call: &str) -> EmuResult<()> {
-    let ev = EVENTS.get(e, call)?;
-    let st = stream_of(s, call)?;
-    if st.ctx_id != ev.ctx_id {
-        return Err(EmuError::new(
-            Code::InvalidHandle,
-            Kind::InvalidHandle,
-            call,
-            "the event and the stream belong to different contexts",
-        ));
-    }
-    stream::record_event(&ev, &st, call)
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventRecord(e: Handle, s: Handle) -> CUresult {
     const C: &str = "cuEventRecord";
-    api(C, || record(e, s, C))
+    api(C, || driver::record_event::<Cuda>(e, s, C))
 }
 
 #[unsafe(no_mangle)]
@@ -201,7 +148,7 @@ pub unsafe extern "C" fn cuEventRecordWithFlags(e: Handle, s: Handle, flags: c_u
         if flags > 1 {
             return Err(invalid(C, format!("unknown flags {flags:#x}")));
         }
-        record(e, s, C)
+        driver::record_event::<Cuda>(e, s, C)
     })
 }
 
@@ -214,13 +161,7 @@ pub unsafe extern "C" fn cuEventSynchronize(e: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuEventQuery(e: Handle) -> CUresult {
     const C: &str = "cuEventQuery";
-    api(C, || {
-        if stream::query_event(&EVENTS.get(e, C)?, C)? {
-            Ok(())
-        } else {
-            Err(EmuError::quiet(Code::NotReady, "work pending"))
-        }
-    })
+    api(C, || driver::query_event(e, C))
 }
 
 #[unsafe(no_mangle)]

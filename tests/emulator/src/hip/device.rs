@@ -8,15 +8,6 @@ use crate::ffi::put;
 use crate::stream;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
-/// The device name: `xthunk emulated AMD device` (with the ordinal when there are several).
-pub fn hip_device_name(dev: c_int) -> String {
-    if context::device_count() > 1 {
-        format!("{} {dev}", context::Api::Hip.device_name())
-    } else {
-        context::Api::Hip.device_name().to_string()
-    }
-}
-
 #[unsafe(no_mangle)]
 pub extern "C" fn hipInit(flags: c_uint) -> HipError {
     const C: &str = "hipInit";
@@ -108,7 +99,14 @@ pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, dev: c_
     api(C, || {
         context::check_device(dev, C)?;
         // SAFETY: `name` holds `len` bytes (the caller's contract).
-        unsafe { crate::ffi::copy_str(name, len.max(0) as usize, &hip_device_name(dev), C) }
+        unsafe {
+            crate::ffi::copy_str(
+                name,
+                len.max(0) as usize,
+                &context::Api::Hip.device_label(dev),
+                C,
+            )
+        }
     })
 }
 
@@ -278,7 +276,7 @@ unsafe fn fill_props(p: *mut u8, l: &PropLayout, dev: c_int) {
     // are written unaligned as the types the header declares.
     unsafe {
         std::ptr::write_bytes(p, 0, l.size);
-        let name = hip_device_name(dev);
+        let name = context::Api::Hip.device_label(dev);
         let n = name.len().min(255);
         std::ptr::copy_nonoverlapping(name.as_ptr(), p, n);
         let w32 = |off: usize, v: i32| p.add(off).cast::<i32>().write_unaligned(v);

@@ -1,27 +1,19 @@
 //! Graphs: creation, instantiation, launch, nodes, destruction, exec update.
 
-use super::{Handle, HipError, api, ctx, stream_of};
+use super::{Handle, Hip, HipError, api, stream_of};
 use crate::diag::Kind;
+use crate::driver;
 use crate::error::{Code, EmuError, invalid};
 use crate::ffi::put;
 use crate::stream::{self, EXECS, GRAPHS};
 use std::ffi::{c_char, c_int, c_uint, c_ulonglong};
-use std::sync::Arc;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipGraphCreate(g: *mut Handle, flags: c_uint) -> HipError {
     const C: &str = "hipGraphCreate";
-    api(C, || {
-        let c = ctx(C)?;
-        if flags != 0 {
-            return Err(invalid(C, "flags must be 0"));
-        }
-        let h = GRAPHS.insert(Arc::new(stream::GraphCore {
-            ctx_id: c.id,
-            nodes: vec![],
-        }));
-        // SAFETY: the caller's out-pointer.
-        unsafe { put(g, h, "pGraph", C) }
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::create_graph::<Hip>(g, flags, "pGraph", C)
     })
 }
 
@@ -88,24 +80,9 @@ pub unsafe extern "C" fn hipGraphGetNodes(
     num: *mut usize,
 ) -> HipError {
     const C: &str = "hipGraphGetNodes";
-    api(C, || {
-        let g = GRAPHS.get(graph, C)?;
-        if num.is_null() {
-            return Err(invalid(C, "`numNodes` is a null pointer"));
-        }
-        if nodes.is_null() {
-            // SAFETY: the caller's out-pointer (checked non-null).
-            return unsafe { put(num, g.nodes.len(), "numNodes", C) };
-        }
-        // SAFETY: `num` is valid (checked non-null); `nodes` holds `*num` entries.
-        unsafe {
-            let cap = *num;
-            for i in 0..cap.min(g.nodes.len()) {
-                *nodes.add(i) = stream::node_handle(graph, i);
-            }
-            *num = cap.min(g.nodes.len());
-        }
-        Ok(())
+    // SAFETY: the caller's out-pointers (`nodes` holds `*num` entries).
+    api(C, || unsafe {
+        driver::graph_nodes(graph, nodes, num, false, C)
     })
 }
 
@@ -130,34 +107,16 @@ pub unsafe extern "C" fn hipGraphExecUpdate(
 ) -> HipError {
     const C: &str = "hipGraphExecUpdate";
     api(C, || {
-        let e = EXECS.get(exec, C)?;
-        let g = GRAPHS.get(graph, C)?;
-        let r = stream::update_exec(&e, &g);
-        let (code, node, err) = match r {
-            Ok(()) => (0, 0, None),
-            Err((code, idx, msg)) => (
-                code,
-                idx.map(|i| stream::node_handle(graph, i)).unwrap_or(0),
-                Some(msg),
-            ),
-        };
+        let u = driver::update_exec(exec, graph, C)?;
         // SAFETY: the caller's (optional) out-pointers.
         unsafe {
             if !error_node.is_null() {
-                put(error_node, node, "hErrorNode_out", C)?;
+                put(error_node, u.node, "hErrorNode_out", C)?;
             }
             if !result.is_null() {
-                put(result, code as c_int, "updateResult_out", C)?;
+                put(result, u.result as c_int, "updateResult_out", C)?;
             }
         }
-        match err {
-            None => Ok(()),
-            Some(msg) => Err(EmuError::new(
-                Code::GraphExecUpdateFailure,
-                Kind::InvalidValue,
-                C,
-                msg,
-            )),
-        }
+        u.finish(C)
     })
 }

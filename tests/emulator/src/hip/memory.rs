@@ -1,27 +1,20 @@
 //! Memory: device, managed and host allocations, frees, memory info, synchronous and
 //! asynchronous copies, memsets.
 
-use super::{Handle, HipError, api, ctx, stream_of};
+use super::{Handle, Hip, HipError, api};
 use crate::copy::{self, Dir};
 use crate::diag::Kind;
+use crate::driver;
 use crate::error::{Code, EmuError, EmuResult, invalid};
 use crate::ffi::put;
 use crate::memory::{self, MemKind};
-use crate::stream;
 use std::ffi::{c_int, c_uint, c_void};
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipMemGetInfo(free: *mut usize, total: *mut usize) -> HipError {
     const C: &str = "hipMemGetInfo";
-    api(C, || {
-        let c = ctx(C)?;
-        let used = memory::live_bytes(c.id);
-        // SAFETY: the caller's out-pointers.
-        unsafe {
-            put(free, c.memory().saturating_sub(used) as usize, "free", C)?;
-            put(total, c.memory() as usize, "total", C)
-        }
-    })
+    // SAFETY: the caller's out-pointers.
+    api(C, || unsafe { driver::mem_info::<Hip>(free, total, C) })
 }
 
 /// Allocates (`size` 0 gives NULL, as HIP does).
@@ -34,18 +27,8 @@ unsafe fn alloc(
     kind: MemKind,
     call: &'static str,
 ) -> EmuResult<()> {
-    if out.is_null() {
-        return Err(invalid(call, "`ptr` is a null pointer"));
-    }
-    let c = ctx(call)?;
-    stream::check_capture_rules(call, Code::CaptureUnsupported)?;
-    let p = if size == 0 {
-        0
-    } else {
-        memory::allocate(c.id, c.memory(), size, kind, call)?
-    };
-    // SAFETY: forwarded from the caller (checked non-null).
-    unsafe { put(out, p as *mut c_void, "ptr", call) }
+    // SAFETY: forwarded from the caller.
+    unsafe { driver::allocate_into::<Hip, _>(out, "ptr", size, kind, |p| p as *mut c_void, call) }
 }
 
 #[unsafe(no_mangle)]
@@ -85,27 +68,21 @@ pub unsafe extern "C" fn hipMallocManaged(
     })
 }
 
-fn free(p: *mut c_void, kinds: &[MemKind], call: &str) -> EmuResult<()> {
-    let c = ctx(call)?;
-    stream::check_capture_rules(call, Code::CaptureUnsupported)?;
-    if p.is_null() {
-        return Ok(());
-    }
-    // hipFree synchronizes the device.
-    let _ = c.synchronize();
-    memory::free(p as usize, kinds, call).map(|_| ())
-}
-
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipFree(p: *mut c_void) -> HipError {
     const C: &str = "hipFree";
-    api(C, || free(p, &[MemKind::Device, MemKind::Managed], C))
+    // hipFree synchronizes the device.
+    api(C, || {
+        driver::free::<Hip>(p as usize, &[MemKind::Device, MemKind::Managed], true, C)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipHostFree(p: *mut c_void) -> HipError {
     const C: &str = "hipHostFree";
-    api(C, || free(p, &[MemKind::Pinned], C))
+    api(C, || {
+        driver::free::<Hip>(p as usize, &[MemKind::Pinned], true, C)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -161,7 +138,7 @@ pub unsafe extern "C" fn hipMemcpy(
     const C: &str = "hipMemcpy";
     api(C, || {
         let d = kind(k, C)?;
-        copy::copy_sync(&*ctx(C)?, dst as usize, src as usize, n, d, C)
+        driver::copy_sync::<Hip>(dst as usize, src as usize, n, d, C)
     })
 }
 
@@ -169,7 +146,7 @@ pub unsafe extern "C" fn hipMemcpy(
 pub unsafe extern "C" fn hipMemcpyHtoD(dst: *mut c_void, src: *mut c_void, n: usize) -> HipError {
     const C: &str = "hipMemcpyHtoD";
     api(C, || {
-        copy::copy_sync(&*ctx(C)?, dst as usize, src as usize, n, copy::HTOD, C)
+        driver::copy_sync::<Hip>(dst as usize, src as usize, n, copy::HTOD, C)
     })
 }
 
@@ -177,7 +154,7 @@ pub unsafe extern "C" fn hipMemcpyHtoD(dst: *mut c_void, src: *mut c_void, n: us
 pub unsafe extern "C" fn hipMemcpyDtoH(dst: *mut c_void, src: *mut c_void, n: usize) -> HipError {
     const C: &str = "hipMemcpyDtoH";
     api(C, || {
-        copy::copy_sync(&*ctx(C)?, dst as usize, src as usize, n, copy::DTOH, C)
+        driver::copy_sync::<Hip>(dst as usize, src as usize, n, copy::DTOH, C)
     })
 }
 
@@ -192,7 +169,7 @@ pub unsafe extern "C" fn hipMemcpyAsync(
     const C: &str = "hipMemcpyAsync";
     api(C, || {
         let d = kind(k, C)?;
-        copy::copy_async(&stream_of(s, C)?, dst as usize, src as usize, n, d, C)
+        driver::copy_async::<Hip>(dst as usize, src as usize, n, d, s, C)
     })
 }
 
@@ -205,14 +182,7 @@ pub unsafe extern "C" fn hipMemcpyHtoDAsync(
 ) -> HipError {
     const C: &str = "hipMemcpyHtoDAsync";
     api(C, || {
-        copy::copy_async(
-            &stream_of(s, C)?,
-            dst as usize,
-            src as usize,
-            n,
-            copy::HTOD,
-            C,
-        )
+        driver::copy_async::<Hip>(dst as usize, src as usize, n, copy::HTOD, s, C)
     })
 }
 
@@ -225,14 +195,7 @@ pub unsafe extern "C" fn hipMemcpyDtoHAsync(
 ) -> HipError {
     const C: &str = "hipMemcpyDtoHAsync";
     api(C, || {
-        copy::copy_async(
-            &stream_of(s, C)?,
-            dst as usize,
-            src as usize,
-            n,
-            copy::DTOH,
-            C,
-        )
+        driver::copy_async::<Hip>(dst as usize, src as usize, n, copy::DTOH, s, C)
     })
 }
 
@@ -245,17 +208,11 @@ pub unsafe extern "C" fn hipMemcpyDtoDAsync(
 ) -> HipError {
     const C: &str = "hipMemcpyDtoDAsync";
     api(C, || {
-        copy::copy_async(
-            &stream_of(s, C)?,
-            dst as usize,
-            src as usize,
-            n,
-            copy::DTOD,
-            C,
-        )
+        driver::copy_async::<Hip>(dst as usize, src as usize, n, copy::DTOD, s, C)
     })
 }
 
+/// A memset (synchronous where `s` is `None`: the synchronous forms complete before returning).
 fn memset(
     dst: *mut c_void,
     width: usize,
@@ -265,18 +222,7 @@ fn memset(
     call: &str,
 ) -> HipError {
     api(call, || {
-        let st = match s {
-            Some(h) => stream_of(h, call)?,
-            None => ctx(call)?.legacy.clone(),
-        };
-        copy::memset(&st, dst as usize, width, v, n, call)?;
-        if s.is_none() {
-            // The synchronous forms complete before returning.
-            if let Some(c) = st.ctx() {
-                stream::legacy_barrier(&c, call)?;
-            }
-        }
-        Ok(())
+        driver::memset::<Hip>(dst as usize, width, v, n, s, call)
     })
 }
 

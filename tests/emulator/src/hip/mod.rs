@@ -26,8 +26,10 @@ pub use memory::*;
 pub use module::*;
 pub use stream::*;
 
-use crate::context::Ctx;
+use crate::context::{Api, Ctx};
+use crate::driver::Driver;
 use crate::error::{EmuResult, guard, hip};
+use crate::launch::ExtraTags;
 use crate::stream::{STREAMS, StreamCore};
 use std::cell::Cell;
 use std::ffi::c_int;
@@ -58,6 +60,30 @@ fn api(call: &str, f: impl FnOnce() -> EmuResult<()>) -> HipError {
 
 fn ctx(call: &str) -> EmuResult<Arc<Ctx>> {
     crate::context::hip_ctx(call)
+}
+
+/// The HIP runtime's side of the shared entry-point bodies ([`crate::driver`]).
+pub struct Hip;
+
+impl Driver for Hip {
+    const API: Api = Api::Hip;
+    const EXTRA: ExtraTags = crate::launch::HIP_EXTRA;
+
+    fn ctx(call: &str) -> EmuResult<Arc<Ctx>> {
+        ctx(call)
+    }
+
+    fn stream(h: Handle, call: &str) -> EmuResult<Arc<StreamCore>> {
+        stream_of(h, call)
+    }
+
+    fn empty_allocation(_call: &str) -> EmuResult<usize> {
+        Ok(0)
+    }
+
+    fn sync_memset_completes(_dst: usize) -> bool {
+        true
+    }
 }
 
 /// The stream a handle names (NULL / `hipStreamPerThread`: the current device's null stream).

@@ -1,25 +1,15 @@
 //! Modules and launches: loading code objects, functions, kernel launches.
 
-use super::{Handle, HipError, api, ctx, stream_of};
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, invalid};
-use crate::ffi::{put, string};
-use crate::stream;
+use super::{Handle, Hip, HipError, api};
+use crate::driver;
 use std::ffi::{c_char, c_int, c_uint, c_void};
-use std::sync::Arc;
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipModuleLoadData(module: *mut Handle, image: *const c_void) -> HipError {
     const C: &str = "hipModuleLoadData";
-    api(C, || {
-        let c = ctx(C)?;
-        if module.is_null() {
-            return Err(invalid(C, "`module` is a null pointer"));
-        }
-        // SAFETY: `image` is a complete code object (the caller's contract).
-        let h = unsafe { crate::launch::load_module(&c, image, C)? };
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(module, h, "module", C) }
+    // SAFETY: the caller's out-pointer and complete code object.
+    api(C, || unsafe {
+        driver::load_module::<Hip>(module, image, C)
     })
 }
 
@@ -48,15 +38,9 @@ pub unsafe extern "C" fn hipModuleGetFunction(
     name: *const c_char,
 ) -> HipError {
     const C: &str = "hipModuleGetFunction";
-    api(C, || {
-        // SAFETY: NUL-terminated (the caller's contract).
-        let name = unsafe { string(name, "kname", C)? };
-        if f.is_null() {
-            return Err(invalid(C, "`function` is a null pointer"));
-        }
-        let h = crate::launch::get_function(m, &name, C)?;
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(f, h, "function", C) }
+    // SAFETY: `name` is NUL-terminated; `f` the caller's out-pointer.
+    api(C, || unsafe {
+        driver::get_function(f, m, name, ("kname", "function"), C)
     })
 }
 
@@ -76,36 +60,8 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
 ) -> HipError {
     const C: &str = "hipModuleLaunchKernel";
     api(C, || {
-        let func = crate::launch::FUNCTIONS.get(f, C)?;
-        let st = stream_of(s, C)?;
-        if st.ctx_id != func.ctx_id {
-            return Err(EmuError::new(
-                Code::InvalidContext,
-                Kind::InvalidState,
-                C,
-                format!("`{}` belongs to another device than the stream", func.name),
-            ));
-        }
+        let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
         // SAFETY: `params`/`extra` follow the launch API contract.
-        let launch = unsafe {
-            crate::launch::prepare(
-                &func,
-                (
-                    [grid_x, grid_y, grid_z],
-                    [block_x, block_y, block_z],
-                    shared,
-                ),
-                params,
-                extra,
-                crate::launch::HIP_EXTRA,
-                C,
-            )?
-        };
-        let call = format!("{C}({})", func.name);
-        stream::submit(
-            &st,
-            stream::Op::new(stream::Work::Kernel(Arc::new(launch)), &call),
-        )
-        .map(|_| ())
+        unsafe { driver::launch_kernel::<Hip>(f, grid, block, shared, s, params, extra, C) }
     })
 }

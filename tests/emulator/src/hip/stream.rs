@@ -1,42 +1,29 @@
 //! Streams and events: creation, synchronization, queries, cross-stream waits, host
 //! functions, event records and timing, stream capture.
 
-use super::{Handle, HipError, api, ctx, stream_of};
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, EmuResult, invalid};
+use super::{Handle, Hip, HipError, api, ctx, stream_of};
+use crate::driver;
+use crate::error::{EmuResult, invalid};
 use crate::ffi::put;
-use crate::stream::{self, EVENTS, StreamKind};
+use crate::stream::{self, EVENTS};
 use std::ffi::{c_int, c_uint, c_void};
-
-/// # Safety
-/// `out` must be null or valid for writing a handle.
-unsafe fn stream_create(out: *mut Handle, flags: c_uint, call: &str) -> EmuResult<()> {
-    let c = ctx(call)?;
-    let kind = match flags {
-        0 => StreamKind::Blocking,
-        1 => StreamKind::NonBlocking,
-        f => return Err(invalid(call, format!("unknown stream flags {f:#x}"))),
-    };
-    if out.is_null() {
-        return Err(invalid(call, "`stream` is a null pointer"));
-    }
-    let h = stream::create_stream(&c, kind, call)?;
-    // SAFETY: forwarded from the caller (checked non-null).
-    unsafe { put(out, h, "stream", call) }
-}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamCreate(s: *mut Handle) -> HipError {
     const C: &str = "hipStreamCreate";
     // SAFETY: the caller's out-pointer.
-    api(C, || unsafe { stream_create(s, 0, C) })
+    api(C, || unsafe {
+        driver::create_stream::<Hip>(s, 0, "stream", C)
+    })
 }
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamCreateWithFlags(s: *mut Handle, flags: c_uint) -> HipError {
     const C: &str = "hipStreamCreateWithFlags";
     // SAFETY: the caller's out-pointer.
-    api(C, || unsafe { stream_create(s, flags, C) })
+    api(C, || unsafe {
+        driver::create_stream::<Hip>(s, flags, "stream", C)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -47,7 +34,9 @@ pub unsafe extern "C" fn hipStreamCreateWithPriority(
 ) -> HipError {
     const C: &str = "hipStreamCreateWithPriority";
     // SAFETY: the caller's out-pointer.
-    api(C, || unsafe { stream_create(s, flags, C) })
+    api(C, || unsafe {
+        driver::create_stream::<Hip>(s, flags, "stream", C)
+    })
 }
 
 #[unsafe(no_mangle)]
@@ -65,13 +54,7 @@ pub unsafe extern "C" fn hipStreamSynchronize(s: Handle) -> HipError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamQuery(s: Handle) -> HipError {
     const C: &str = "hipStreamQuery";
-    api(C, || {
-        if stream::query_stream(&stream_of(s, C)?, C)? {
-            Ok(())
-        } else {
-            Err(EmuError::quiet(Code::NotReady, "work pending"))
-        }
-    })
+    api(C, || driver::query_stream::<Hip>(s, C))
 }
 
 #[unsafe(no_mangle)]
@@ -92,21 +75,7 @@ pub unsafe extern "C" fn hipLaunchHostFunc(
     data: *mut c_void,
 ) -> HipError {
     const C: &str = "hipLaunchHostFunc";
-    api(C, || {
-        let st = stream_of(s, C)?;
-        let f = f.ok_or_else(|| invalid(C, "`fn` is null"))?;
-        stream::submit(
-            &st,
-            stream::Op::new(
-                stream::Work::HostFn {
-                    f,
-                    data: data as usize,
-                },
-                C,
-            ),
-        )
-        .map(|_| ())
-    })
+    api(C, || driver::launch_host_func::<Hip>(s, f, data, C))
 }
 
 /// # Safety
@@ -116,12 +85,8 @@ unsafe fn event_create(out: *mut Handle, flags: c_uint, call: &str) -> EmuResult
     if flags & !(0x7 | 0x4000_0000 | 0x8000_0000) != 0 {
         return Err(invalid(call, format!("bad event flags {flags:#x}")));
     }
-    if out.is_null() {
-        return Err(invalid(call, "`event` is a null pointer"));
-    }
-    let h = stream::create_event(&c, flags);
-    // SAFETY: forwarded from the caller (checked non-null).
-    unsafe { put(out, h, "event", call) }
+    // SAFETY: forwarded from the caller.
+    unsafe { driver::create_event(&c, out, flags, "event", call) }
 }
 
 #[unsafe(no_mangle)]
@@ -147,19 +112,7 @@ pub unsafe extern "C" fn hipEventDestroy(e: Handle) -> HipError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipEventRecord(e: Handle, s: Handle) -> HipError {
     const C: &str = "hipEventRecord";
-    api(C, || {
-        let ev = EVENTS.get(e, C)?;
-        let st = stream_of(s, C)?;
-        if st.ctx_id != ev.ctx_id {
-            return Err(EmuError::new(
-                Code::InvalidHandle,
-                Kind::InvalidHandle,
-                C,
-                "the event and the stream belong to different devices",
-            ));
-        }
-        stream::record_event(&ev, &st, C)
-    })
+    api(C, || driver::record_event::<Hip>(e, s, C))
 }
 
 #[unsafe(no_mangle)]
@@ -171,13 +124,7 @@ pub unsafe extern "C" fn hipEventSynchronize(e: Handle) -> HipError {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipEventQuery(e: Handle) -> HipError {
     const C: &str = "hipEventQuery";
-    api(C, || {
-        if stream::query_event(&EVENTS.get(e, C)?, C)? {
-            Ok(())
-        } else {
-            Err(EmuError::quiet(Code::NotReady, "work pending"))
-        }
-    })
+    api(C, || driver::query_event(e, C))
 }
 
 #[unsafe(no_mangle)]
@@ -205,14 +152,9 @@ pub unsafe extern "C" fn hipStreamBeginCapture(s: Handle, mode: c_int) -> HipErr
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn hipStreamEndCapture(s: Handle, graph: *mut Handle) -> HipError {
     const C: &str = "hipStreamEndCapture";
-    api(C, || {
-        if graph.is_null() {
-            return Err(invalid(C, "`pGraph` is a null pointer"));
-        }
-        let r = stream::end_capture(&stream_of(s, C)?, C);
-        // SAFETY: the caller's out-pointer (checked non-null).
-        unsafe { put(graph, *r.as_ref().unwrap_or(&0), "pGraph", C)? };
-        r.map(|_| ())
+    // SAFETY: the caller's out-pointer.
+    api(C, || unsafe {
+        driver::end_capture::<Hip>(s, graph, "pGraph", C)
     })
 }
 
