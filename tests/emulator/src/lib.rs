@@ -30,6 +30,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub mod blas;
 pub mod config;
 pub mod context;
 pub mod control;

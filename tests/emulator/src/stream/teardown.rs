@@ -2,8 +2,8 @@
 //! handles a destroyed context still owns.
 
 use super::{EVENTS, EXECS, GRAPHS, STREAMS, destroy_stream};
+use crate::blas::BLAS_HANDLES;
 use crate::diag::{self, Kind};
-use crate::gemm::BLAS_HANDLES;
 use crate::launch::MODULES;
 
 /// Reports the streams, events, graphs, modules and BLAS handles `ctx` still owns.
