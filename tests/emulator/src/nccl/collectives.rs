@@ -1,11 +1,11 @@
 //! The collectives (`ncclAllReduce`, `ncclBroadcast`, `ncclReduce`, `ncclAllGather`,
 //! `ncclReduceScatter`): argument checks, and queuing (or deferring) each rank's part.
 
-use super::comm::{COMMS, Comm, comm_of};
+use super::comm::{Comm, comm_of};
 use super::group::GROUP;
 use super::reduce::{Dt, Red};
 use super::slot::{Part, SlotKey, issue};
-use super::{INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, SUCCESS, api, fail};
+use super::{INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use crate::error::Code;
 use crate::stream::{self, STREAMS, StreamCore};
@@ -46,44 +46,40 @@ pub(super) fn submit_part(
     part: Part,
     buffers: &[(usize, usize, &str)],
     call: &str,
-) -> NcclResult {
-    let c = match comm_of(comm, call) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+) -> Result<(), NcclResult> {
+    let c = comm_of(comm, call)?;
     if c.clique.aborted.load(Ordering::SeqCst) {
-        return fail(
+        return Err(fail(
             INVALID_USAGE,
             call,
             Kind::InvalidState,
             "the communicator was aborted",
-        );
+        ));
     }
     for (p, len, what) in buffers {
-        if let Err(r) = check_buf(*p, *len, what, call) {
-            return r;
-        }
+        check_buf(*p, *len, what, call)?;
     }
-    let s = match coll_stream(&c, stream_h, call) {
-        Ok(s) => s,
-        Err(r) => return r,
-    };
+    let s = coll_stream(&c, stream_h, call)?;
     let key = key_of(&c);
     if GROUP.with(|g| g.borrow().depth > 0) {
         GROUP.with(|g| g.borrow_mut().ops.push((c, s, key, part)));
-        return SUCCESS;
+        return Ok(());
     }
-    match issue(&s, vec![(c, key, part)], call) {
-        Ok(()) => SUCCESS,
-        Err(r) => r,
-    }
+    issue(&s, vec![(c, key, part)], call)
 }
 
 pub(super) fn coll_key(c: &Comm) -> SlotKey {
     SlotKey::Coll(c.next_coll.fetch_add(1, Ordering::SeqCst))
 }
 
-pub(super) fn dt_op(dt: c_int, op: Option<c_int>, call: &str) -> Result<(Dt, Red), NcclResult> {
+/// Decodes `ncclDataType_t` `dt` (and, for reductions, `ncclRedOp_t` `op`; else `Sum`) and
+/// the byte length of `count` elements.
+pub(super) fn typed(
+    count: usize,
+    dt: c_int,
+    op: Option<c_int>,
+    call: &str,
+) -> Result<(Dt, Red, usize), NcclResult> {
     let Some(d) = Dt::from(dt) else {
         return Err(fail(
             INVALID_ARGUMENT,
@@ -107,18 +103,23 @@ pub(super) fn dt_op(dt: c_int, op: Option<c_int>, call: &str) -> Result<(Dt, Red
             ));
         }
     };
-    Ok((d, r))
-}
-
-pub(super) fn bytes(count: usize, dt: Dt, call: &str) -> Result<usize, NcclResult> {
-    count.checked_mul(dt.size()).ok_or_else(|| {
+    let bytes = count.checked_mul(d.size()).ok_or_else(|| {
         fail(
             INVALID_ARGUMENT,
             call,
             Kind::InvalidValue,
             "count overflows",
         )
-    })
+    })?;
+    Ok((d, r, bytes))
+}
+
+/// The root rank, checked against the communicator's size (`what`: the message's words).
+fn root_of(root: c_int, nranks: usize, what: String, call: &str) -> Result<usize, NcclResult> {
+    if root < 0 || root as usize >= nranks {
+        return Err(fail(INVALID_ARGUMENT, call, Kind::InvalidValue, what));
+    }
+    Ok(root as usize)
 }
 
 #[unsafe(no_mangle)]
@@ -132,30 +133,18 @@ pub extern "C" fn ncclAllReduce(
     stream: usize,
 ) -> NcclResult {
     const C: &str = "ncclAllReduce";
-    api(C, || {
-        let (d, r) = match dt_op(dt, Some(op), C) {
-            Ok(x) => x,
-            Err(e) => return e,
+    api_try(C, || {
+        let (dt, op, bytes) = typed(count, dt, Some(op), C)?;
+        let (send, recv) = (send as usize, recv as usize);
+        let part = Part::AllReduce {
+            send,
+            recv,
+            bytes,
+            dt,
+            op,
         };
-        let b = match bytes(count, d, C) {
-            Ok(b) => b,
-            Err(e) => return e,
-        };
-        let (s, rv) = (send as usize, recv as usize);
-        submit_part(
-            comm,
-            stream,
-            coll_key,
-            Part::AllReduce {
-                send: s,
-                recv: rv,
-                bytes: b,
-                dt: d,
-                op: r,
-            },
-            &[(s, b, "sendbuff"), (rv, b, "recvbuff")],
-            C,
-        )
+        let bufs = [(send, bytes, "sendbuff"), (recv, bytes, "recvbuff")];
+        submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
 
@@ -170,46 +159,23 @@ pub extern "C" fn ncclBroadcast(
     stream: usize,
 ) -> NcclResult {
     const C: &str = "ncclBroadcast";
-    api(C, || {
-        let (d, _) = match dt_op(dt, None, C) {
-            Ok(x) => x,
-            Err(e) => return e,
-        };
-        let b = match bytes(count, d, C) {
-            Ok(b) => b,
-            Err(e) => return e,
-        };
-        let nranks = match comm_of(comm, C) {
-            Ok(c) => c.clique.nranks,
-            Err(r) => return r,
-        };
-        if root < 0 || root as usize >= nranks {
-            return fail(
-                INVALID_ARGUMENT,
-                C,
-                Kind::InvalidValue,
-                format!("root {root} of {nranks} ranks"),
-            );
+    api_try(C, || {
+        let (_, _, bytes) = typed(count, dt, None, C)?;
+        let c = comm_of(comm, C)?;
+        let nranks = c.clique.nranks;
+        let root = root_of(root, nranks, format!("root {root} of {nranks} ranks"), C)?;
+        let (send, recv) = (send as usize, recv as usize);
+        let mut bufs = vec![(recv, bytes, "recvbuff")];
+        if c.rank == root {
+            bufs.push((send, bytes, "sendbuff"));
         }
-        let (s, rv) = (send as usize, recv as usize);
-        let rank = COMMS.try_get(comm).map(|c| c.rank).unwrap_or(0);
-        let mut bufs = vec![(rv, b, "recvbuff")];
-        if rank == root as usize {
-            bufs.push((s, b, "sendbuff"));
-        }
-        submit_part(
-            comm,
-            stream,
-            coll_key,
-            Part::Broadcast {
-                send: s,
-                recv: rv,
-                bytes: b,
-                root: root as usize,
-            },
-            &bufs,
-            C,
-        )
+        let part = Part::Broadcast {
+            send,
+            recv,
+            bytes,
+            root,
+        };
+        submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
 
@@ -225,47 +191,24 @@ pub extern "C" fn ncclReduce(
     stream: usize,
 ) -> NcclResult {
     const C: &str = "ncclReduce";
-    api(C, || {
-        let (d, r) = match dt_op(dt, Some(op), C) {
-            Ok(x) => x,
-            Err(e) => return e,
-        };
-        let b = match bytes(count, d, C) {
-            Ok(b) => b,
-            Err(e) => return e,
-        };
-        let c = match comm_of(comm, C) {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        if root < 0 || root as usize >= c.clique.nranks {
-            return fail(
-                INVALID_ARGUMENT,
-                C,
-                Kind::InvalidValue,
-                format!("root {root}"),
-            );
+    api_try(C, || {
+        let (dt, op, bytes) = typed(count, dt, Some(op), C)?;
+        let c = comm_of(comm, C)?;
+        let root = root_of(root, c.clique.nranks, format!("root {root}"), C)?;
+        let (send, recv) = (send as usize, recv as usize);
+        let mut bufs = vec![(send, bytes, "sendbuff")];
+        if c.rank == root {
+            bufs.push((recv, bytes, "recvbuff"));
         }
-        let (s, rv) = (send as usize, recv as usize);
-        let mut bufs = vec![(s, b, "sendbuff")];
-        if c.rank == root as usize {
-            bufs.push((rv, b, "recvbuff"));
-        }
-        submit_part(
-            comm,
-            stream,
-            coll_key,
-            Part::Reduce {
-                send: s,
-                recv: rv,
-                bytes: b,
-                dt: d,
-                op: r,
-                root: root as usize,
-            },
-            &bufs,
-            C,
-        )
+        let part = Part::Reduce {
+            send,
+            recv,
+            bytes,
+            dt,
+            op,
+            root,
+        };
+        submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
 
@@ -279,32 +222,16 @@ pub extern "C" fn ncclAllGather(
     stream: usize,
 ) -> NcclResult {
     const C: &str = "ncclAllGather";
-    api(C, || {
-        let (d, _) = match dt_op(dt, None, C) {
-            Ok(x) => x,
-            Err(e) => return e,
-        };
-        let b = match bytes(sendcount, d, C) {
-            Ok(b) => b,
-            Err(e) => return e,
-        };
-        let nranks = match comm_of(comm, C) {
-            Ok(c) => c.clique.nranks,
-            Err(r) => return r,
-        };
-        let (s, rv) = (send as usize, recv as usize);
-        submit_part(
-            comm,
-            stream,
-            coll_key,
-            Part::AllGather {
-                send: s,
-                recv: rv,
-                bytes: b,
-            },
-            &[(s, b, "sendbuff"), (rv, b * nranks, "recvbuff")],
-            C,
-        )
+    api_try(C, || {
+        let (_, _, bytes) = typed(sendcount, dt, None, C)?;
+        let nranks = comm_of(comm, C)?.clique.nranks;
+        let (send, recv) = (send as usize, recv as usize);
+        let part = Part::AllGather { send, recv, bytes };
+        let bufs = [
+            (send, bytes, "sendbuff"),
+            (recv, bytes * nranks, "recvbuff"),
+        ];
+        submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
 
@@ -319,33 +246,21 @@ pub extern "C" fn ncclReduceScatter(
     stream: usize,
 ) -> NcclResult {
     const C: &str = "ncclReduceScatter";
-    api(C, || {
-        let (d, r) = match dt_op(dt, Some(op), C) {
-            Ok(x) => x,
-            Err(e) => return e,
+    api_try(C, || {
+        let (dt, op, bytes) = typed(recvcount, dt, Some(op), C)?;
+        let nranks = comm_of(comm, C)?.clique.nranks;
+        let (send, recv) = (send as usize, recv as usize);
+        let part = Part::ReduceScatter {
+            send,
+            recv,
+            bytes,
+            dt,
+            op,
         };
-        let b = match bytes(recvcount, d, C) {
-            Ok(b) => b,
-            Err(e) => return e,
-        };
-        let nranks = match comm_of(comm, C) {
-            Ok(c) => c.clique.nranks,
-            Err(r) => return r,
-        };
-        let (s, rv) = (send as usize, recv as usize);
-        submit_part(
-            comm,
-            stream,
-            coll_key,
-            Part::ReduceScatter {
-                send: s,
-                recv: rv,
-                bytes: b,
-                dt: d,
-                op: r,
-            },
-            &[(s, b * nranks, "sendbuff"), (rv, b, "recvbuff")],
-            C,
-        )
+        let bufs = [
+            (send, bytes * nranks, "sendbuff"),
+            (recv, bytes, "recvbuff"),
+        ];
+        submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }

@@ -409,35 +409,8 @@ pub extern "C" fn ncclCommAbort(comm: usize) -> NcclResult {
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommGetAsyncError(comm: usize, err: *mut NcclResult) -> NcclResult {
-    const C: &str = "ncclCommGetAsyncError";
-    api(C, || {
-        let c = match comm_of(comm, C) {
-            Ok(c) => c,
-            Err(r) => return r,
-        };
-        if err.is_null() {
-            return fail(
-                INVALID_ARGUMENT,
-                C,
-                Kind::InvalidValue,
-                "`asyncError` is null",
-            );
-        }
-        let v = if c.async_error.lock().is_some() {
-            SYSTEM_ERROR
-        } else if c.clique.aborted.load(Ordering::SeqCst) {
-            REMOTE_ERROR
-        } else {
-            SUCCESS
-        };
-        // SAFETY: the caller's non-null out-pointer.
-        unsafe { *err = v };
-        SUCCESS
-    })
-}
-
+/// Exports a query of one `int` about a communicator (`ncclCommCount`, …): the handle is
+/// checked, then the out-pointer (`$what` in the message), then `$value` is written.
 macro_rules! comm_query {
     ($name:ident, $what:literal, |$c:ident| $value:expr) => {
         #[unsafe(no_mangle)]
@@ -467,3 +440,12 @@ macro_rules! comm_query {
 comm_query!(ncclCommCount, "count", |c| c.clique.nranks as c_int);
 comm_query!(ncclCommUserRank, "rank", |c| c.rank as c_int);
 comm_query!(ncclCommCuDevice, "device", |c| c.ctx.device);
+comm_query!(ncclCommGetAsyncError, "asyncError", |c| {
+    if c.async_error.lock().is_some() {
+        SYSTEM_ERROR
+    } else if c.clique.aborted.load(Ordering::SeqCst) {
+        REMOTE_ERROR
+    } else {
+        SUCCESS
+    }
+});

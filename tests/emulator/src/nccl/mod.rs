@@ -85,6 +85,14 @@ fn api(call: &str, f: impl FnOnce() -> NcclResult) -> NcclResult {
     }
 }
 
+/// [`api`] for a body written with `?` on results: `Ok` is `ncclSuccess`.
+fn api_try(call: &str, f: impl FnOnce() -> Result<(), NcclResult>) -> NcclResult {
+    api(call, || match f() {
+        Ok(()) => SUCCESS,
+        Err(r) => r,
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclGetVersion(v: *mut c_int) -> NcclResult {
     if v.is_null() {

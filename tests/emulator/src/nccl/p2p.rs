@@ -1,13 +1,14 @@
 //! Point-to-point: `ncclSend` / `ncclRecv`, matched by (sender, receiver, n-th message).
 
-use super::collectives::{bytes, dt_op, submit_part};
+use super::collectives::{submit_part, typed};
 use super::comm::{Comm, comm_of};
 use super::slot::{Part, SlotKey};
-use super::{INVALID_ARGUMENT, NcclResult, api, fail};
+use super::{INVALID_ARGUMENT, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use std::ffi::{c_int, c_void};
 
-pub(super) fn p2p(
+/// Validates and queues (or defers, inside a group) one send (`is_send`) or receive.
+fn p2p(
     buf: usize,
     count: usize,
     dt: c_int,
@@ -15,27 +16,17 @@ pub(super) fn p2p(
     comm: usize,
     stream: usize,
     is_send: bool,
-) -> NcclResult {
+) -> Result<(), NcclResult> {
     let call = if is_send { "ncclSend" } else { "ncclRecv" };
-    let (d, _) = match dt_op(dt, None, call) {
-        Ok(x) => x,
-        Err(e) => return e,
-    };
-    let b = match bytes(count, d, call) {
-        Ok(b) => b,
-        Err(e) => return e,
-    };
-    let c = match comm_of(comm, call) {
-        Ok(c) => c,
-        Err(r) => return r,
-    };
+    let (_, _, b) = typed(count, dt, None, call)?;
+    let c = comm_of(comm, call)?;
     if peer < 0 || peer as usize >= c.clique.nranks {
-        return fail(
+        return Err(fail(
             INVALID_ARGUMENT,
             call,
             Kind::InvalidValue,
             format!("peer {peer}"),
-        );
+        ));
     }
     let peer = peer as usize;
     let key_of = move |c: &Comm| {
@@ -81,7 +72,7 @@ pub extern "C" fn ncclSend(
     comm: usize,
     stream: usize,
 ) -> NcclResult {
-    api("ncclSend", || {
+    api_try("ncclSend", || {
         p2p(send as usize, count, dt, peer, comm, stream, true)
     })
 }
@@ -95,7 +86,7 @@ pub extern "C" fn ncclRecv(
     comm: usize,
     stream: usize,
 ) -> NcclResult {
-    api("ncclRecv", || {
+    api_try("ncclRecv", || {
         p2p(recv as usize, count, dt, peer, comm, stream, false)
     })
 }

@@ -248,6 +248,24 @@ pub(super) fn write(ptr: usize, data: &[u8], what: &str, call: &str) -> Result<(
     Ok(())
 }
 
+/// Every rank's send buffer of `len` bytes, in rank order (`send_of`: a part's send buffer,
+/// `None` for a part of another collective).
+fn send_buffers(
+    parts: &[&Part],
+    len: usize,
+    send_of: impl Fn(&Part) -> Option<usize>,
+    call: &str,
+) -> Result<Vec<Vec<u8>>, String> {
+    let mut out = Vec::with_capacity(parts.len());
+    for (r, p) in parts.iter().enumerate() {
+        let Some(send) = send_of(p) else {
+            return Err("mixed collectives".into());
+        };
+        out.push(read(send, len, &format!("send buffer of rank {r}"), call)?);
+    }
+    Ok(out)
+}
+
 /// Moves a complete slot's data: every input is read before any output is written.
 pub(super) fn perform(slot: &Slot, key: SlotKey, call: &str) -> Result<(), String> {
     let _x = stream::EXEC.lock();
@@ -323,18 +341,11 @@ pub(super) fn perform(slot: &Slot, key: SlotKey, call: &str) -> Result<(), Strin
             root,
             ..
         } => {
-            let mut inputs = vec![];
-            for (r, p) in parts.iter().enumerate() {
-                let Part::Reduce { send, .. } = p else {
-                    return Err("mixed collectives".into());
-                };
-                inputs.push(read(
-                    *send,
-                    *bytes,
-                    &format!("send buffer of rank {r}"),
-                    call,
-                )?);
-            }
+            let send_of = |p: &Part| match p {
+                Part::Reduce { send, .. } => Some(*send),
+                _ => None,
+            };
+            let inputs = send_buffers(&parts, *bytes, send_of, call)?;
             let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
             if let Some(Part::Reduce { recv, .. }) = parts.get(*root) {
                 writes.push((*recv, reduce(*dt, *op, &views)));
@@ -352,18 +363,11 @@ pub(super) fn perform(slot: &Slot, key: SlotKey, call: &str) -> Result<(), Strin
             }
         }
         Part::AllGather { bytes, .. } => {
-            let mut all = vec![];
-            for (r, p) in parts.iter().enumerate() {
-                let Part::AllGather { send, .. } = p else {
-                    return Err("mixed collectives".into());
-                };
-                all.extend(read(
-                    *send,
-                    *bytes,
-                    &format!("send buffer of rank {r}"),
-                    call,
-                )?);
-            }
+            let send_of = |p: &Part| match p {
+                Part::AllGather { send, .. } => Some(*send),
+                _ => None,
+            };
+            let all = send_buffers(&parts, *bytes, send_of, call)?.concat();
             for p in &parts {
                 if let Part::AllGather { recv, .. } = p {
                     writes.push((*recv, all.clone()));
