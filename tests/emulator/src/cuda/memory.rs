@@ -5,24 +5,41 @@ use super::{CUresult, Cuda, DevPtr, Handle, api};
 use crate::context;
 use crate::copy;
 use crate::driver;
-use crate::error::invalid;
+use crate::error::{EmuResult, invalid};
 use crate::ffi::put;
 use crate::memory::{self, MemKind};
 use std::ffi::{c_int, c_uint, c_void};
+
+/// Allocates device or managed memory and writes its address to `dptr`.
+///
+/// # Safety
+/// `dptr` must be null or valid for writing.
+unsafe fn alloc_device(
+    dptr: *mut DevPtr,
+    size: usize,
+    kind: MemKind,
+    call: &'static str,
+) -> EmuResult<()> {
+    // SAFETY: forwarded from the caller.
+    unsafe { driver::allocate_into::<Cuda, _>(dptr, "dptr", size, kind, |p| p as DevPtr, call) }
+}
+
+/// Allocates page-locked host memory and writes its address to `pp`.
+///
+/// # Safety
+/// `pp` must be null or valid for writing.
+unsafe fn alloc_host(pp: *mut *mut c_void, size: usize, call: &'static str) -> EmuResult<()> {
+    let kind = MemKind::Pinned;
+    // SAFETY: forwarded from the caller.
+    unsafe { driver::allocate_into::<Cuda, _>(pp, "pp", size, kind, |p| p as *mut c_void, call) }
+}
 
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuMemAlloc_v2(dptr: *mut DevPtr, bytesize: usize) -> CUresult {
     const C: &str = "cuMemAlloc_v2";
     // SAFETY: the caller's out-pointer.
     api(C, || unsafe {
-        driver::allocate_into::<Cuda, _>(
-            dptr,
-            "dptr",
-            bytesize,
-            MemKind::Device,
-            |p| p as DevPtr,
-            C,
-        )
+        alloc_device(dptr, bytesize, MemKind::Device, C)
     })
 }
 
@@ -41,16 +58,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
             ));
         }
         // SAFETY: the caller's out-pointer.
-        unsafe {
-            driver::allocate_into::<Cuda, _>(
-                dptr,
-                "dptr",
-                bytesize,
-                MemKind::Managed,
-                |p| p as DevPtr,
-                C,
-            )
-        }
+        unsafe { alloc_device(dptr, bytesize, MemKind::Managed, C) }
     })
 }
 
@@ -58,16 +66,7 @@ pub unsafe extern "C" fn cuMemAllocManaged(
 pub unsafe extern "C" fn cuMemAllocHost_v2(pp: *mut *mut c_void, bytesize: usize) -> CUresult {
     const C: &str = "cuMemAllocHost_v2";
     // SAFETY: the caller's out-pointer.
-    api(C, || unsafe {
-        driver::allocate_into::<Cuda, _>(
-            pp,
-            "pp",
-            bytesize,
-            MemKind::Pinned,
-            |p| p as *mut c_void,
-            C,
-        )
-    })
+    api(C, || unsafe { alloc_host(pp, bytesize, C) })
 }
 
 #[unsafe(no_mangle)]
@@ -82,16 +81,7 @@ pub unsafe extern "C" fn cuMemHostAlloc(
             return Err(invalid(C, format!("unknown flags {flags:#x}")));
         }
         // SAFETY: the caller's out-pointer.
-        unsafe {
-            driver::allocate_into::<Cuda, _>(
-                pp,
-                "pp",
-                bytesize,
-                MemKind::Pinned,
-                |p| p as *mut c_void,
-                C,
-            )
-        }
+        unsafe { alloc_host(pp, bytesize, C) }
     })
 }
 

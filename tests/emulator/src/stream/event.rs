@@ -89,8 +89,9 @@ fn captured_event_error(call: &str) -> EmuError {
     )
 }
 
-/// `cuEventSynchronize`.
-pub fn synchronize_event(e: &Arc<EventCore>, call: &str) -> EmuResult<()> {
+/// The stream and sequence number of the event's last record (`None`: never recorded);
+/// an event last recorded in a capture is refused.
+fn last_record(e: &EventCore, call: &str) -> EmuResult<Option<(Arc<StreamCore>, u64)>> {
     let (rec, captured) = {
         let st = e.state.lock();
         (st.rec.clone(), st.captured.is_some())
@@ -98,7 +99,12 @@ pub fn synchronize_event(e: &Arc<EventCore>, call: &str) -> EmuResult<()> {
     if captured {
         return Err(captured_event_error(call));
     }
-    match rec {
+    Ok(rec)
+}
+
+/// `cuEventSynchronize`.
+pub fn synchronize_event(e: &Arc<EventCore>, call: &str) -> EmuResult<()> {
+    match last_record(e, call)? {
         Some((s, seq)) => s.wait_until(seq),
         None => Ok(()),
     }
@@ -106,14 +112,7 @@ pub fn synchronize_event(e: &Arc<EventCore>, call: &str) -> EmuResult<()> {
 
 /// `cuEventQuery`: `Ok(true)` when complete (releasing the work otherwise).
 pub fn query_event(e: &Arc<EventCore>, call: &str) -> EmuResult<bool> {
-    let (rec, captured) = {
-        let st = e.state.lock();
-        (st.rec.clone(), st.captured.is_some())
-    };
-    if captured {
-        return Err(captured_event_error(call));
-    }
-    match rec {
+    match last_record(e, call)? {
         Some((s, seq)) => {
             if s.marks().1 >= seq {
                 Ok(true)
