@@ -316,15 +316,13 @@ pub unsafe fn get_function(
     unsafe { put(out, h, names.1, call) }
 }
 
-/// Queues a launch of function `f` on stream `s`.
+/// Queues a launch of function `f` on stream `s` (`dims`: grid, block, shared bytes).
 ///
 /// # Safety
 /// `params` / `extra` follow the launch API's contract.
 pub unsafe fn launch_kernel<D: Driver>(
     f: Handle,
-    grid: [c_uint; 3],
-    block: [c_uint; 3],
-    shared: c_uint,
+    dims: ([c_uint; 3], [c_uint; 3], c_uint),
     s: Handle,
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
@@ -345,9 +343,7 @@ pub unsafe fn launch_kernel<D: Driver>(
         ));
     }
     // SAFETY: `params`/`extra` follow the launch API contract.
-    let launch = unsafe {
-        crate::launch::prepare(&func, (grid, block, shared), params, extra, D::EXTRA, call)?
-    };
+    let launch = unsafe { crate::launch::prepare(&func, dims, params, extra, D::EXTRA, call)? };
     let op_call = format!("{call}({})", func.name);
     let work = stream::Work::Kernel(Arc::new(launch));
     stream::submit(&st, stream::Op::new(work, &op_call)).map(|_| ())

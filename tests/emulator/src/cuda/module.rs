@@ -162,8 +162,12 @@ pub unsafe extern "C" fn cuLaunchKernel(
     const C: &str = "cuLaunchKernel";
     api(C, || {
         context::cuda_initialized(C)?;
-        let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
+        let dims = (
+            [grid_x, grid_y, grid_z],
+            [block_x, block_y, block_z],
+            shared,
+        );
         // SAFETY: `params`/`extra` follow the launch API contract.
-        unsafe { driver::launch_kernel::<Cuda>(f, grid, block, shared, s, params, extra, C) }
+        unsafe { driver::launch_kernel::<Cuda>(f, dims, s, params, extra, C) }
     })
 }

@@ -60,8 +60,12 @@ pub unsafe extern "C" fn hipModuleLaunchKernel(
 ) -> HipError {
     const C: &str = "hipModuleLaunchKernel";
     api(C, || {
-        let (grid, block) = ([grid_x, grid_y, grid_z], [block_x, block_y, block_z]);
+        let dims = (
+            [grid_x, grid_y, grid_z],
+            [block_x, block_y, block_z],
+            shared,
+        );
         // SAFETY: `params`/`extra` follow the launch API contract.
-        unsafe { driver::launch_kernel::<Hip>(f, grid, block, shared, s, params, extra, C) }
+        unsafe { driver::launch_kernel::<Hip>(f, dims, s, params, extra, C) }
     })
 }
