@@ -1,42 +1,40 @@
 //! The etcd client side: the private runtime, the refusal to block inside an async runtime,
 //! connecting to the endpoints, and a throwaway client for one-off requests.
 
-use crate::BACKEND;
+use crate::store_error;
 use etcd_client::{Client, ConnectOptions};
+use std::fmt;
+use std::future::Future;
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::time::timeout;
-use xthunk_core::distributed::{DistributedError, DistributedResult};
+use xthunk_core::distributed::DistributedResult;
 
+/// Refuses a blocking call from inside an async runtime (it would stall that runtime).
 pub(crate) fn not_in_async(job: &str) -> DistributedResult<()> {
     if tokio::runtime::Handle::try_current().is_ok() {
-        return Err(DistributedError::Store {
-            job: job.to_string(),
-            backend: BACKEND,
-            op: "blocking call".into(),
-            message: "the etcd coordinator blocks: call it from a plain thread (e.g. \
-                      tokio::task::spawn_blocking), not from inside an async runtime"
-                .into(),
-        });
+        return Err(store_error(
+            job,
+            "blocking call",
+            "the etcd coordinator blocks: call it from a plain thread (e.g. \
+             tokio::task::spawn_blocking), not from inside an async runtime",
+        ));
     }
     Ok(())
 }
 
+/// The private runtime the blocking calls and the background tasks run on.
 pub(crate) fn runtime(job: &str) -> DistributedResult<Runtime> {
     tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .thread_name("xthunk-etcd")
         .enable_all()
         .build()
-        .map_err(|e| DistributedError::Store {
-            job: job.to_string(),
-            backend: BACKEND,
-            op: "start the etcd client runtime".into(),
-            message: e.to_string(),
-        })
+        .map_err(|e| store_error(job, "start the etcd client runtime", e))
 }
 
-pub(crate) fn urls(endpoints: &[String]) -> Vec<String> {
+/// The endpoints as URLs (`http://` where no scheme is given).
+fn urls(endpoints: &[String]) -> Vec<String> {
     endpoints
         .iter()
         .map(|e| {
@@ -49,6 +47,7 @@ pub(crate) fn urls(endpoints: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A client of `endpoints` that has answered a status request.
 pub(crate) async fn connect_client(
     endpoints: &[String],
     request_timeout: Duration,
@@ -63,10 +62,19 @@ pub(crate) async fn connect_client(
         Err(_) => return Err(format!("no connection within {request_timeout:?}")),
     };
     // The connection is lazy: make sure somebody answers.
-    match timeout(request_timeout, client.status()).await {
-        Ok(Ok(_)) => Ok(client),
+    within(request_timeout, client.status()).await?;
+    Ok(client)
+}
+
+/// `fut`, bounded by `limit`: its error, or "no answer within `limit`", as text.
+pub(crate) async fn within<T, E: fmt::Display>(
+    limit: Duration,
+    fut: impl Future<Output = Result<T, E>>,
+) -> Result<T, String> {
+    match timeout(limit, fut).await {
+        Ok(Ok(v)) => Ok(v),
         Ok(Err(e)) => Err(e.to_string()),
-        Err(_) => Err(format!("no answer within {request_timeout:?}")),
+        Err(_) => Err(format!("no answer within {limit:?}")),
     }
 }
 
@@ -79,20 +87,11 @@ pub(crate) fn with_client<T>(
 ) -> DistributedResult<T> {
     not_in_async(job_id)?;
     let rt = runtime(job_id)?;
-    let err = |message: String| DistributedError::Store {
-        job: job_id.to_string(),
-        backend: BACKEND,
-        op: what.to_string(),
-        message,
-    };
-    let timeout_ = Duration::from_secs(10);
+    let err = |message: String| store_error(job_id, what, message);
+    let limit = Duration::from_secs(10);
     let r = rt.block_on(async {
-        let mut client = connect_client(endpoints, timeout_).await.map_err(&err)?;
-        match timeout(timeout_, f(&mut client)).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(err(e.to_string())),
-            Err(_) => Err(err(format!("no answer within {timeout_:?}"))),
-        }
+        let mut client = connect_client(endpoints, limit).await.map_err(err)?;
+        within(limit, f(&mut client)).await.map_err(err)
     });
     rt.shutdown_background();
     r

@@ -4,7 +4,7 @@
 use crate::client::{connect_client, not_in_async, runtime};
 use crate::keys::Keys;
 use crate::session::{Ctx, register};
-use crate::{BACKEND, EtcdConfig, job_prefix};
+use crate::{BACKEND, EtcdConfig, job_prefix, store_error};
 use crossbeam_channel::Receiver;
 use etcd_client::PutOptions;
 use parking_lot::Mutex;
@@ -64,12 +64,7 @@ impl EtcdCoordinator {
         }
         not_in_async(&job)?;
         let rt = runtime(&job)?;
-        let store_err = |op: &str, message: String| DistributedError::Store {
-            job: job.clone(),
-            backend: BACKEND,
-            op: op.to_string(),
-            message,
-        };
+        let store_err = |op: &str, message: String| store_error(&job, op, message);
         let ttl_secs = config.ttl.as_secs_f64().ceil().max(1.0) as i64;
         let ctx = rt.block_on(async {
             let mut client = connect_client(&config.endpoints, config.request_timeout)

@@ -60,6 +60,20 @@ use xthunk_core::distributed::{
 /// The backend name in errors and [`Coordinator::backend`].
 const BACKEND: &str = "etcd";
 
+/// The error of a failed etcd operation `op` of job `job`.
+fn store_error(
+    job: &str,
+    op: impl Into<String>,
+    message: impl std::fmt::Display,
+) -> DistributedError {
+    DistributedError::Store {
+        job: job.to_string(),
+        backend: BACKEND,
+        op: op.into(),
+        message: message.to_string(),
+    }
+}
+
 /// The default lease TTL: a dead rank is noticed within about this long.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
 

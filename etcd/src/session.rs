@@ -2,15 +2,15 @@
 //! lease, the failure board), one bounded request, joining the job (world size check,
 //! registration as alive) and leaving it.
 
-use crate::BACKEND;
+use crate::client::within;
 use crate::keys::{Keys, LiveKey};
+use crate::store_error;
 use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use tokio::time::timeout;
 use xthunk_core::distributed::{DistributedError, DistributedResult, FailureBoard, RankFailure};
 
 /// What the calling thread and the background tasks share.
@@ -36,12 +36,7 @@ impl Ctx {
         op: impl Into<String>,
         message: impl fmt::Display,
     ) -> DistributedError {
-        DistributedError::Store {
-            job: self.job.clone(),
-            backend: BACKEND,
-            op: op.into(),
-            message: message.to_string(),
-        }
+        store_error(&self.job, op, message)
     }
 
     pub(crate) fn fail(&self, rank: usize, reason: String) {
@@ -66,13 +61,9 @@ impl Ctx {
         op: &str,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> DistributedResult<T> {
-        match timeout(self.request_timeout, fut).await {
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(self.store_err(op, e)),
-            Err(_) => {
-                Err(self.store_err(op, format!("no answer within {:?}", self.request_timeout)))
-            }
-        }
+        within(self.request_timeout, fut)
+            .await
+            .map_err(|m| self.store_err(op, m))
     }
 
     /// Ranks that have an `alive` key now.
