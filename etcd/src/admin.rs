@@ -2,7 +2,8 @@
 
 use crate::client::with_client;
 use crate::job_prefix;
-use etcd_client::{DeleteOptions, GetOptions};
+use crate::keys::listing;
+use etcd_client::DeleteOptions;
 use xthunk_core::distributed::{DistributedResult, validate_job_id};
 
 /// Every key of `job_id` in the etcd at `endpoints` (an empty list after a clean shutdown, or
@@ -11,12 +12,7 @@ pub fn job_keys(endpoints: &[String], job_id: &str) -> DistributedResult<Vec<Str
     validate_job_id(job_id)?;
     let prefix = job_prefix(job_id);
     with_client(endpoints, "list job keys", job_id, async |c| {
-        let resp = c
-            .get(
-                prefix.clone(),
-                Some(GetOptions::new().with_prefix().with_keys_only()),
-            )
-            .await?;
+        let resp = c.get(prefix.clone(), Some(listing())).await?;
         Ok(resp
             .kvs()
             .iter()

@@ -2,8 +2,10 @@
 //! of the world is present, the deadline passes (naming the missing and the dead) or a rank
 //! fails.
 
+use crate::keys::listing;
+use crate::session::next_response;
 use crate::session::{Ctx, changed};
-use etcd_client::{EventType, GetOptions, PutOptions, WatchOptions};
+use etcd_client::{EventType, PutOptions, WatchOptions};
 use std::collections::BTreeSet;
 use std::time::Duration;
 use tokio::time::{Instant, sleep, sleep_until};
@@ -43,7 +45,7 @@ impl Ctx {
         // Read at the revision of our own arrival: a rank that saw the barrier complete and
         // left since (its keys revoked) still counts.
         let mut rev = put.header().map_or(0, |h| h.revision());
-        let opts = GetOptions::new().with_prefix().with_keys_only();
+        let opts = listing();
         let resp = match client
             .get(prefix.clone(), Some(opts.clone().with_revision(rev)))
             .await
@@ -72,11 +74,8 @@ impl Ctx {
                 .await?;
             let err = loop {
                 tokio::select! {
-                    msg = stream.message() => match msg {
-                        Ok(Some(resp)) => {
-                            if resp.canceled() {
-                                break format!("watch canceled: {}", resp.cancel_reason());
-                            }
+                    msg = next_response(&mut stream) => match msg {
+                        Ok(resp) => {
                             for ev in resp.events() {
                                 let Some(kv) = ev.kv() else { continue };
                                 rev = rev.max(kv.mod_revision());
@@ -90,8 +89,7 @@ impl Ctx {
                                 }
                             }
                         }
-                        Ok(None) => break "watch stream ended".to_string(),
-                        Err(e) => break e.to_string(),
+                        Err(e) => break e,
                     },
                     () = sleep_until(deadline) => {
                         let missing: Vec<usize> =

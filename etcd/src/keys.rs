@@ -1,6 +1,12 @@
 //! The key layout of one job (see the crate documentation).
 
+use etcd_client::{GetOptions, KeyValue};
 use xthunk_core::distributed::escape_segment;
+
+/// The options of a listing: every key under a prefix, without the values.
+pub(crate) fn listing() -> GetOptions {
+    GetOptions::new().with_prefix().with_keys_only()
+}
 
 /// Which rank-numbered key of `live/` an event is about.
 pub(crate) enum LiveKey {
@@ -37,6 +43,16 @@ impl Keys {
         let ns = if internal { "sys" } else { "barrier" };
         format!("{}{ns}/{}/{round}/", self.prefix, escape_segment(name))
     }
+    /// The ranks whose `alive` key is among `kvs`.
+    pub(crate) fn alive_in<B: FromIterator<usize>>(&self, kvs: &[KeyValue]) -> B {
+        kvs.iter()
+            .filter_map(|kv| match self.parse_live(kv.key()) {
+                Some(LiveKey::Alive(r)) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+
     pub(crate) fn parse_live(&self, key: &[u8]) -> Option<LiveKey> {
         let rest = std::str::from_utf8(key).ok()?.strip_prefix(&self.live())?;
         if let Some(r) = rest.strip_prefix("alive/") {

@@ -1,6 +1,7 @@
 //! Waiting for a key: a read, then a watch from the revision after it, until the key is put,
 //! the deadline passes or a rank fails.
 
+use crate::session::next_response;
 use crate::session::{Ctx, changed};
 use etcd_client::{EventType, WatchOptions};
 use std::time::Duration;
@@ -28,19 +29,15 @@ impl Ctx {
             let mut stream = self.req("watch", client.watch(key, Some(opts))).await?;
             let err = loop {
                 tokio::select! {
-                    msg = stream.message() => match msg {
-                        Ok(Some(resp)) => {
-                            if resp.canceled() {
-                                break format!("watch canceled: {}", resp.cancel_reason());
-                            }
+                    msg = next_response(&mut stream) => match msg {
+                        Ok(resp) => {
                             for ev in resp.events() {
                                 if let (EventType::Put, Some(kv)) = (ev.event_type(), ev.kv()) {
                                     return Ok(kv.value().to_vec());
                                 }
                             }
                         }
-                        Ok(None) => break "watch stream ended".to_string(),
-                        Err(e) => break e.to_string(),
+                        Err(e) => break e,
                     },
                     () = sleep_until(deadline) => {
                         return Err(DistributedError::GetTimeout {

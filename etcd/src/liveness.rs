@@ -2,8 +2,9 @@
 //! is reported failed.
 
 use crate::keys::LiveKey;
+use crate::keys::listing;
 use crate::session::Ctx;
-use etcd_client::{EventType, GetOptions, WatchOptions};
+use etcd_client::{EventType, WatchOptions};
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
@@ -23,13 +24,7 @@ impl Ctx {
             let err = 'stream: {
                 if resync {
                     // Events were lost (compaction): compare the known live ranks with now.
-                    match client
-                        .get(
-                            self.keys.live(),
-                            Some(GetOptions::new().with_prefix().with_keys_only()),
-                        )
-                        .await
-                    {
+                    match client.get(self.keys.live(), Some(listing())).await {
                         Ok(resp) => {
                             let mut now_alive = HashSet::new();
                             for kv in resp.kvs() {

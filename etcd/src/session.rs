@@ -3,9 +3,11 @@
 //! registration as alive) and leaving it.
 
 use crate::client::within;
-use crate::keys::{Keys, LiveKey};
+use crate::keys::{Keys, listing};
 use crate::store_error;
-use etcd_client::{Client, Compare, CompareOp, DeleteOptions, GetOptions, PutOptions, Txn, TxnOp};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, WatchResponse, WatchStream,
+};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
@@ -73,20 +75,10 @@ impl Ctx {
         let resp = self
             .req(
                 "list live ranks",
-                client.get(
-                    prefix.clone(),
-                    Some(GetOptions::new().with_prefix().with_keys_only()),
-                ),
+                client.get(prefix.clone(), Some(listing())),
             )
             .await?;
-        Ok(resp
-            .kvs()
-            .iter()
-            .filter_map(|kv| match self.keys.parse_live(kv.key()) {
-                Some(LiveKey::Alive(r)) => Some(r),
-                _ => None,
-            })
-            .collect())
+        Ok(self.keys.alive_in(resp.kvs()))
     }
 
     /// Leaves the job: marks a clean exit if `clean`, revokes the lease (every key of this
@@ -165,25 +157,26 @@ pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize
         )));
     }
     let rev = resp.header().map_or(0, |h| h.revision());
-    let opts = GetOptions::new()
-        .with_prefix()
-        .with_keys_only()
-        .with_revision(rev);
+    let opts = listing().with_revision(rev);
     let now = ctx
         .req(
             "list live ranks",
             client.get(ctx.keys.alive_prefix(), Some(opts)),
         )
         .await?;
-    let alive = now
-        .kvs()
-        .iter()
-        .filter_map(|kv| match ctx.keys.parse_live(kv.key()) {
-            Some(LiveKey::Alive(r)) => Some(r),
-            _ => None,
-        })
-        .collect();
-    Ok((rev, alive))
+    Ok((rev, ctx.keys.alive_in(now.kvs())))
+}
+
+/// The next response of a watch, or why the watch is over (canceled, ended, failed).
+pub(crate) async fn next_response(stream: &mut WatchStream) -> Result<WatchResponse, String> {
+    match stream.message().await {
+        Ok(Some(resp)) if resp.canceled() => {
+            Err(format!("watch canceled: {}", resp.cancel_reason()))
+        }
+        Ok(Some(resp)) => Ok(resp),
+        Ok(None) => Err("watch stream ended".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
 }
 
 /// Resolves when the failure tick changes; never, once its sender is gone.
