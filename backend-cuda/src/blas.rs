@@ -226,13 +226,13 @@ pub(crate) fn to_column_major(g: &GemmLaunch) -> ColumnMajor {
         m: g.n,
         n: g.m,
         k: g.k,
-        a: g.b.0,
+        a: g.b.ptr.0,
         lda: g.ldb,
         stride_a: g.stride_b,
-        b: g.a.0,
+        b: g.a.ptr.0,
         ldb: g.lda,
         stride_b: g.stride_a,
-        c: g.c.0,
+        c: g.c.ptr.0,
         ldc: g.ldc,
         stride_c: g.stride_c,
     }
@@ -281,9 +281,9 @@ impl BlasSlot {
         let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
         let mut regions = vec![];
         for (name, ptr, len, rows, cols, ld, stride) in [
-            ("a", g.a, g.a_len, ar, ac, g.lda, g.stride_a),
-            ("b", g.b, g.b_len, br, bc, g.ldb, g.stride_b),
-            ("c", g.c, g.c_len, g.m, g.n, g.ldc, g.stride_c),
+            ("a", g.a.ptr, g.a.len, ar, ac, g.lda, g.stride_a),
+            ("b", g.b.ptr, g.b.len, br, bc, g.ldb, g.stride_b),
+            ("c", g.c.ptr, g.c.len, g.m, g.n, g.ldc, g.stride_c),
         ] {
             let r = memory.region(ptr, len)?;
             if ld < cols {
@@ -479,7 +479,7 @@ impl BlasSlot {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xthunk_core::backend::DevicePtr;
+    use xthunk_core::backend::{DevicePtr, DeviceRange};
 
     /// Column-major gemm as cuBLAS defines it, on f64 slices indexed from 0.
     #[allow(clippy::too_many_arguments)]
@@ -537,12 +537,18 @@ mod tests {
                 }
             }
             let g = GemmLaunch {
-                a: DevicePtr(1),
-                b: DevicePtr(2),
-                c: DevicePtr(3),
-                a_len: 0,
-                b_len: 0,
-                c_len: 0,
+                a: DeviceRange {
+                    ptr: DevicePtr(1),
+                    len: 0,
+                },
+                b: DeviceRange {
+                    ptr: DevicePtr(2),
+                    len: 0,
+                },
+                c: DeviceRange {
+                    ptr: DevicePtr(3),
+                    len: 0,
+                },
                 m: m as u64,
                 n: n as u64,
                 k: k as u64,

@@ -312,9 +312,9 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
         )));
     }
     for (name, rows, cols, ld, stride, len) in [
-        ("A", ra, ca, g.lda, g.stride_a, g.a_len),
-        ("B", rb, cb, g.ldb, g.stride_b, g.b_len),
-        ("C", g.m, g.n, g.ldc, g.stride_c, g.c_len),
+        ("A", ra, ca, g.lda, g.stride_a, g.a.len),
+        ("B", rb, cb, g.ldb, g.stride_b, g.b.len),
+        ("C", g.m, g.n, g.ldc, g.stride_c, g.c.len),
     ] {
         let need = extent(rows, cols, ld, g.batch, stride)
             .and_then(|e| e.checked_mul(esize))
@@ -354,13 +354,13 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
         m: i32_of("n", g.n)?,
         n: i32_of("m", g.m)?,
         k: i32_of("k", g.k)?,
-        a: g.b.0,
+        a: g.b.ptr.0,
         lda: i32_of("ldb", g.ldb)?,
         stride_a: i64_of("stride_b", g.stride_b)?,
-        b: g.a.0,
+        b: g.a.ptr.0,
         ldb: i32_of("lda", g.lda)?,
         stride_b: i64_of("stride_a", g.stride_a)?,
-        c: g.c.0,
+        c: g.c.ptr.0,
         ldc: i32_of("ldc", g.ldc)?,
         stride_c: i64_of("stride_c", g.stride_c)?,
         batch: i32_of("batch", g.batch)?,
@@ -375,7 +375,7 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xthunk_core::backend::DevicePtr;
+    use xthunk_core::backend::{DevicePtr, DeviceRange};
 
     /// Runs a plan the way column-major BLAS defines it, on host arrays.
     fn colmajor(p: &GemmPlan, a: &[f64], b: &[f64], c: &mut [f64]) {
@@ -451,12 +451,18 @@ mod tests {
                 let b: Vec<f64> = (0..len(sb)).map(|i| (i % 5) as f64 * 0.5 - 1.0).collect();
                 let c0: Vec<f64> = (0..len(sc)).map(|i| (i % 3) as f64).collect();
                 let g = GemmLaunch {
-                    a: DevicePtr(0x1000),
-                    b: DevicePtr(0x2000),
-                    c: DevicePtr(0x3000),
-                    a_len: len(sa) as u64 * 8,
-                    b_len: len(sb) as u64 * 8,
-                    c_len: len(sc) as u64 * 8,
+                    a: DeviceRange {
+                        ptr: DevicePtr(0x1000),
+                        len: len(sa) as u64 * 8,
+                    },
+                    b: DeviceRange {
+                        ptr: DevicePtr(0x2000),
+                        len: len(sb) as u64 * 8,
+                    },
+                    c: DeviceRange {
+                        ptr: DevicePtr(0x3000),
+                        len: len(sc) as u64 * 8,
+                    },
                     m,
                     n,
                     k,
@@ -491,12 +497,18 @@ mod tests {
     #[test]
     fn plans_check_types_and_extents() {
         let g = GemmLaunch {
-            a: DevicePtr(0x1000),
-            b: DevicePtr(0x2000),
-            c: DevicePtr(0x3000),
-            a_len: 2 * 3 * 2,
-            b_len: 3 * 4 * 2,
-            c_len: 2 * 4 * 2,
+            a: DeviceRange {
+                ptr: DevicePtr(0x1000),
+                len: 2 * 3 * 2,
+            },
+            b: DeviceRange {
+                ptr: DevicePtr(0x2000),
+                len: 3 * 4 * 2,
+            },
+            c: DeviceRange {
+                ptr: DevicePtr(0x3000),
+                len: 2 * 4 * 2,
+            },
             m: 2,
             n: 4,
             k: 3,
@@ -521,7 +533,10 @@ mod tests {
                     && p.alpha == Scale::F32(1.0)
                     && (p.m, p.n, p.k) == (4, 2, 3))
         );
-        let short = GemmLaunch { c_len: 15, ..g };
+        let short = GemmLaunch {
+            c: DeviceRange { len: 15, ..g.c },
+            ..g
+        };
         let e = plan(&short)
             .err()
             .map(|e| e.to_string())
@@ -539,9 +554,9 @@ mod tests {
         let overlap = GemmLaunch {
             batch: 2,
             stride_c: 4,
-            c_len: 1000,
-            a_len: 1000,
-            b_len: 1000,
+            a: DeviceRange { len: 1000, ..g.a },
+            b: DeviceRange { len: 1000, ..g.b },
+            c: DeviceRange { len: 1000, ..g.c },
             ..g
         };
         assert!(plan(&overlap).is_err());

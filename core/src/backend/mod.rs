@@ -7,7 +7,7 @@
 //! corruption.
 
 use crate::error::Result;
-use crate::ir::{DType, MemorySpace, MemsetPattern, Module, Scalar};
+use crate::ir::{DType, Gemm, MemorySpace, MemsetPattern, Module, Scalar};
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -170,31 +170,15 @@ pub struct LaunchDims {
     pub shared_mem: u32,
 }
 
-/// A gemm with resolved pointers; fields as in [`crate::ir::GemmThunk`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GemmLaunch {
-    pub a: DevicePtr,
-    pub b: DevicePtr,
-    pub c: DevicePtr,
-    pub a_len: u64,
-    pub b_len: u64,
-    pub c_len: u64,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub lda: u64,
-    pub ldb: u64,
-    pub ldc: u64,
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub alpha: f64,
-    pub beta: f64,
-    pub dtype: DType,
-    pub batch: u64,
-    pub stride_a: u64,
-    pub stride_b: u64,
-    pub stride_c: u64,
+/// `len` bytes of device memory at `ptr`: a gemm operand at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRange {
+    pub ptr: DevicePtr,
+    pub len: u64,
 }
+
+/// A gemm with resolved operands: the [`crate::ir::GemmThunk`]'s shape over device ranges.
+pub type GemmLaunch = Gemm<DeviceRange>;
 
 /// An in-order queue of device work. Work on different streams may run concurrently; order
 /// across streams comes only from events.

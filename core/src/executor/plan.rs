@@ -146,7 +146,7 @@ impl<'a> Planner<'a> {
                     }
                     .at_thunk(path, "gemm"));
                 }
-                Op::Gemm(Box::new(g.clone()))
+                Op::Gemm(Box::new(*g))
             }
             Thunk::While {
                 cond,

@@ -7,7 +7,7 @@ use super::LoadedExecutable;
 use super::config::CollectiveContext;
 use super::plan::{Op, Step};
 use super::state::ExecState;
-use crate::backend::{DevicePtr, GemmLaunch, LaunchArg, Stream};
+use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
 use crate::collectives::Communicator;
 use crate::error::{Error, Result};
 use crate::ir::{DType, KernelArg, MemsetPattern, Slice};
@@ -48,6 +48,13 @@ impl<'a> Run<'a> {
 impl Run<'_> {
     pub(super) fn ptr(&self, s: &Slice) -> DevicePtr {
         self.table[s.allocation as usize].offset(s.offset)
+    }
+
+    fn range(&self, s: &Slice) -> DeviceRange {
+        DeviceRange {
+            ptr: self.ptr(s),
+            len: s.size,
+        }
     }
 
     pub(super) fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
@@ -228,29 +235,9 @@ impl Run<'_> {
                     .collect();
                 stream.launch(handle, *dims, &la)
             }
-            Op::Gemm(g) => stream.gemm(&GemmLaunch {
-                a: self.ptr(&g.a),
-                b: self.ptr(&g.b),
-                c: self.ptr(&g.c),
-                a_len: g.a.size,
-                b_len: g.b.size,
-                c_len: g.c.size,
-                m: g.m,
-                n: g.n,
-                k: g.k,
-                lda: g.lda,
-                ldb: g.ldb,
-                ldc: g.ldc,
-                trans_a: g.trans_a,
-                trans_b: g.trans_b,
-                alpha: g.alpha,
-                beta: g.beta,
-                dtype: g.dtype,
-                batch: g.batch,
-                stride_a: g.stride_a,
-                stride_b: g.stride_b,
-                stride_c: g.stride_c,
-            }),
+            Op::Gemm(g) => {
+                stream.gemm(&g.with_operands(self.range(&g.a), self.range(&g.b), self.range(&g.c)))
+            }
             Op::While {
                 cond,
                 pred,

@@ -13,6 +13,7 @@
 //! ```
 
 use super::dtype::DType;
+use super::gemm::GemmThunk;
 use super::types::*;
 use super::verify::{ValidationError, verify};
 

@@ -2,12 +2,14 @@
 
 mod builder;
 mod dtype;
+mod gemm;
 mod path;
 mod types;
 mod verify;
 
 pub use builder::{DEFAULT_BLOCK, ExecutableBuilder, Tensor};
 pub use dtype::DType;
+pub use gemm::{GEMM_DTYPES, Gemm, GemmThunk};
 pub use path::{PathSegment, ThunkPath};
 pub use types::*;
 pub use verify::{ValidationError, check_collective_sizes, verify};

@@ -2,6 +2,7 @@
 //! the nested sequences) and the field.
 
 use super::dtype::DType;
+use super::gemm::{GEMM_DTYPES, GemmThunk};
 use super::path::ThunkPath;
 use super::types::*;
 use crate::kernels::standard_library;
