@@ -270,61 +270,20 @@ pub struct GemmPlan {
     pub beta: Scale,
 }
 
-/// Elements a row-major `rows×cols` matrix with row stride `ld` spans, over `batch` matrices
-/// `stride` apart (0 when empty; `None` on overflow).
-fn extent(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 || batch == 0 {
-        return Some(0);
-    }
-    (batch - 1)
-        .checked_mul(stride)?
-        .checked_add((rows - 1).checked_mul(ld)?)?
-        .checked_add(cols)
-}
-
-/// Plans a gemm: the dtype mapping, the row-major → column-major swap, and every check
-/// (leading dimensions, buffer extents, 32-bit limits). `None` when there is nothing to do.
+/// Plans a gemm: the dtype mapping, the shape check ([`xthunk_core::ir::Gemm::check`]), the
+/// row-major → column-major swap and the 32-bit limits. `None` when there is nothing to do.
 pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
-    let (ab_type, compute_type, esize) = match g.dtype {
-        DType::F32 => (sys::rocblas_datatype_f32_r, sys::rocblas_datatype_f32_r, 4),
-        DType::F64 => (sys::rocblas_datatype_f64_r, sys::rocblas_datatype_f64_r, 8),
-        DType::F16 => (sys::rocblas_datatype_f16_r, sys::rocblas_datatype_f32_r, 2),
-        DType::BF16 => (sys::rocblas_datatype_bf16_r, sys::rocblas_datatype_f32_r, 2),
+    let (ab_type, compute_type) = match g.dtype {
+        DType::F32 => (sys::rocblas_datatype_f32_r, sys::rocblas_datatype_f32_r),
+        DType::F64 => (sys::rocblas_datatype_f64_r, sys::rocblas_datatype_f64_r),
+        DType::F16 => (sys::rocblas_datatype_f16_r, sys::rocblas_datatype_f32_r),
+        DType::BF16 => (sys::rocblas_datatype_bf16_r, sys::rocblas_datatype_f32_r),
         other => return Err(unsupported(format!("{other} gemm"))),
     };
     let bad = |m: String| Error::InvalidArgument(format!("gemm: {m}"));
-    if g.batch == 0 || g.m == 0 || g.n == 0 {
+    g.check().map_err(|e| bad(e.to_string()))?;
+    if g.m == 0 || g.n == 0 {
         return Ok(None);
-    }
-    let (ra, ca) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (rb, cb) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    for (name, ld, cols) in [("lda", g.lda, ca), ("ldb", g.ldb, cb), ("ldc", g.ldc, g.n)] {
-        if ld < cols.max(1) {
-            return Err(bad(format!(
-                "{name} = {ld} is less than the row length {cols}"
-            )));
-        }
-    }
-    if g.batch > 1 && g.stride_c < extent(g.m, g.n, g.ldc, 1, 0).unwrap_or(u64::MAX) {
-        return Err(bad(format!(
-            "stride_c = {} makes the {} outputs overlap",
-            g.stride_c, g.batch
-        )));
-    }
-    for (name, rows, cols, ld, stride, len) in [
-        ("A", ra, ca, g.lda, g.stride_a, g.a.len),
-        ("B", rb, cb, g.ldb, g.stride_b, g.b.len),
-        ("C", g.m, g.n, g.ldc, g.stride_c, g.c.len),
-    ] {
-        let need = extent(rows, cols, ld, g.batch, stride)
-            .and_then(|e| e.checked_mul(esize))
-            .ok_or_else(|| bad(format!("the extent of {name} overflows")))?;
-        if need > len {
-            return Err(bad(format!(
-                "{name} needs {need} bytes ({}x{rows}x{cols}, ld {ld}, stride {stride}) but its buffer has {len}",
-                g.batch
-            )));
-        }
     }
     let i32_of = |name: &str, v: u64| {
         i32::try_from(v).map_err(|_| {
@@ -541,7 +500,7 @@ mod tests {
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("C needs 16 bytes"), "{e}");
+        assert!(e.contains("c needs 16 bytes"), "{e}");
         let bad_ld = GemmLaunch { lda: 2, ..g };
         assert!(plan(&bad_ld).is_err());
         let int = GemmLaunch {
@@ -551,14 +510,25 @@ mod tests {
         assert!(matches!(plan(&int), Err(Error::Unsupported { .. })));
         let empty = GemmLaunch { m: 0, ..g };
         assert!(matches!(plan(&empty), Ok(None)));
+        let big = |r: DeviceRange| DeviceRange { len: 1000, ..r };
         let overlap = GemmLaunch {
             batch: 2,
+            stride_a: 6,
+            stride_b: 12,
             stride_c: 4,
-            a: DeviceRange { len: 1000, ..g.a },
-            b: DeviceRange { len: 1000, ..g.b },
-            c: DeviceRange { len: 1000, ..g.c },
+            a: big(g.a),
+            b: big(g.b),
+            c: big(g.c),
             ..g
         };
-        assert!(plan(&overlap).is_err());
+        let e = plan(&overlap).err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("stride_c")));
+        assert!(
+            plan(&GemmLaunch {
+                stride_c: 8,
+                ..overlap
+            })
+            .is_ok_and(|p| p.is_some())
+        );
     }
 }

@@ -7,7 +7,7 @@
 //! corruption.
 
 use crate::error::Result;
-use crate::ir::{DType, Gemm, MemorySpace, MemsetPattern, Module, Scalar};
+use crate::ir::{DType, Gemm, GemmOperand, MemorySpace, MemsetPattern, Module, Scalar};
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
@@ -177,7 +177,23 @@ pub struct DeviceRange {
     pub len: u64,
 }
 
+impl GemmOperand for DeviceRange {
+    fn start(&self) -> u64 {
+        self.ptr.0
+    }
+    fn bytes(&self) -> u64 {
+        self.len
+    }
+    fn describe(&self) -> String {
+        format!("the buffer at {}", self.ptr)
+    }
+    fn describe_start(&self) -> String {
+        format!("address {}", self.ptr)
+    }
+}
+
 /// A gemm with resolved operands: the [`crate::ir::GemmThunk`]'s shape over device ranges.
+/// Backends check it with [`Gemm::check`].
 pub type GemmLaunch = Gemm<DeviceRange>;
 
 /// An in-order queue of device work. Work on different streams may run concurrently; order

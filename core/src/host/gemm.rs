@@ -58,48 +58,10 @@ fn rhs_strides(g: &GemmLaunch) -> Strides {
     }
 }
 
-/// Element counts needed by one operand (as validated for the thunk).
-fn needed(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
-    (batch - 1).checked_mul(stride)?.checked_add(one)
-}
-
-fn check(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
-    let es = g.dtype.size() as u64;
-    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    if g.batch == 0 {
-        return Err(err("batch count is 0"));
-    }
-    for (name, rows, cols, ld, stride, r) in [
-        ("a", ar, ac, g.lda, g.stride_a, a),
-        ("b", br, bc, g.ldb, g.stride_b, b),
-        ("c", g.m, g.n, g.ldc, g.stride_c, c),
-    ] {
-        if ld < cols {
-            return Err(err(format!("ld{name} {ld} < {cols} columns")));
-        }
-        match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
-            Some(n) if n <= r.len() as u64 => {}
-            _ => {
-                return Err(err(format!(
-                    "operand {name} is smaller than its shape needs"
-                )));
-            }
-        }
-        if (r.ptr() as usize) % g.dtype.size() != 0 {
-            return Err(err(format!("operand {name} is not aligned to {}", g.dtype)));
-        }
-    }
-    Ok(())
-}
-
-/// Runs a gemm on checked regions.
+/// Runs a gemm on its operands' regions (`g`'s ranges, looked up: host addresses are device
+/// addresses, so checking `g` checks the regions).
 pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
-    check(g, a, b, c)?;
+    g.check().map_err(|e| err(e.to_string()))?;
     if g.m == 0 || g.n == 0 {
         return Ok(());
     }

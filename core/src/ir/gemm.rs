@@ -1,6 +1,7 @@
-//! The gemm, `C = alpha·op(A)·op(B) + beta·C` over row-major matrices, and its one shape type
-//! [`Gemm`]: the IR's [`GemmThunk`] names its operands by slices, a backend's launch by device
-//! ranges.
+//! The gemm, `C = alpha·op(A)·op(B) + beta·C` over row-major matrices: its one shape type
+//! [`Gemm`] (the IR's [`GemmThunk`] names its operands by slices, a backend's launch by device
+//! ranges) and the one check of the operands against the shape ([`Gemm::check`]), used by
+//! validation and by the host, CUDA and ROCm backends.
 
 use super::{DType, Slice};
 
@@ -38,6 +39,87 @@ pub struct Gemm<T> {
 /// The `Gemm` thunk: operands are slices of the program's allocations.
 pub type GemmThunk = Gemm<Slice>;
 
+/// One of a gemm's three matrices.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum GemmMatrix {
+    A,
+    B,
+    C,
+}
+
+impl GemmMatrix {
+    pub const ALL: [GemmMatrix; 3] = [GemmMatrix::A, GemmMatrix::B, GemmMatrix::C];
+
+    /// The operand's field name: `a`, `b`, `c`.
+    pub const fn name(self) -> &'static str {
+        match self {
+            GemmMatrix::A => "a",
+            GemmMatrix::B => "b",
+            GemmMatrix::C => "c",
+        }
+    }
+}
+
+/// What the operand check needs to know of an operand.
+pub trait GemmOperand: Copy {
+    /// Where the operand starts (an offset in an allocation, or an address): it must be
+    /// aligned to the element size.
+    fn start(&self) -> u64;
+    /// The bytes the operand holds.
+    fn bytes(&self) -> u64;
+    /// The operand in errors, e.g. `the slice %0[0..+64]`.
+    fn describe(&self) -> String;
+    /// Its start in errors, e.g. `offset 6`.
+    fn describe_start(&self) -> String;
+}
+
+impl GemmOperand for Slice {
+    fn start(&self) -> u64 {
+        self.offset
+    }
+    fn bytes(&self) -> u64 {
+        self.size
+    }
+    fn describe(&self) -> String {
+        format!("the slice {self}")
+    }
+    fn describe_start(&self) -> String {
+        format!("offset {}", self.offset)
+    }
+}
+
+/// An operand that does not fit the gemm's shape: the field at fault and why.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct GemmError {
+    /// The field, e.g. `lda`, `stride_b`, `c`.
+    pub field: String,
+    pub message: String,
+}
+
+fn gemm_error(field: impl Into<String>, message: impl Into<String>) -> GemmError {
+    GemmError {
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+/// Elements spanned by `batch` row-major `rows×cols` matrices with row stride `ld`, `stride`
+/// elements apart: `(batch-1)·stride + (rows-1)·ld + cols`, 0 when a matrix is empty. `None`
+/// when the batch is empty, the matrices of a batch overlap (`stride` smaller than one
+/// matrix) or the count overflows.
+fn span(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
+    let last = batch.checked_sub(1)?;
+    if rows == 0 || cols == 0 {
+        return Some(0);
+    }
+    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
+    if last > 0 && stride < one {
+        return None;
+    }
+    last.checked_mul(stride)?.checked_add(one)
+}
+
 impl<T> Gemm<T> {
     /// Rows and columns of A as stored.
     pub fn stored_a(&self) -> (u64, u64) {
@@ -54,6 +136,21 @@ impl<T> Gemm<T> {
             (self.n, self.k)
         } else {
             (self.k, self.n)
+        }
+    }
+
+    /// Rows, columns, row stride and batch stride of one matrix as stored.
+    pub fn layout(&self, m: GemmMatrix) -> (u64, u64, u64, u64) {
+        match m {
+            GemmMatrix::A => {
+                let (r, c) = self.stored_a();
+                (r, c, self.lda, self.stride_a)
+            }
+            GemmMatrix::B => {
+                let (r, c) = self.stored_b();
+                (r, c, self.ldb, self.stride_b)
+            }
+            GemmMatrix::C => (self.m, self.n, self.ldc, self.stride_c),
         }
     }
 
@@ -79,5 +176,198 @@ impl<T> Gemm<T> {
             stride_b: self.stride_b,
             stride_c: self.stride_c,
         }
+    }
+
+    /// The batch count is at least 1.
+    pub fn check_batch(&self) -> Result<(), GemmError> {
+        if self.batch == 0 {
+            return Err(gemm_error("batch", "must be at least 1"));
+        }
+        Ok(())
+    }
+}
+
+impl<T: GemmOperand> Gemm<T> {
+    /// Checks the batch count and every operand ([`Self::check_operand`]).
+    pub fn check(&self) -> Result<(), GemmError> {
+        self.check_batch()?;
+        for m in GemmMatrix::ALL {
+            self.check_operand(m)?;
+        }
+        Ok(())
+    }
+
+    /// Checks one operand against the shape: its row stride covers a row, the matrices of a
+    /// batch do not overlap, it holds the bytes every batch entry touches, and it starts
+    /// aligned to the element type. (Whether the operand exists, and whether C overlaps an
+    /// input, depends on memory and is the caller's to check.)
+    pub fn check_operand(&self, m: GemmMatrix) -> Result<(), GemmError> {
+        self.check_batch()?;
+        let name = m.name();
+        let (rows, cols, ld, stride) = self.layout(m);
+        let op = self.operand(m);
+        if ld < cols.max(1) {
+            return Err(gemm_error(
+                format!("ld{name}"),
+                format!("row stride {ld} is smaller than the {cols} columns of {name}"),
+            ));
+        }
+        let es = self.dtype.size() as u64;
+        match span(rows, cols, ld, self.batch, stride).and_then(|n| n.checked_mul(es)) {
+            Some(n) if n <= op.bytes() => {}
+            Some(n) => {
+                return Err(gemm_error(
+                    name,
+                    format!(
+                        "{name} needs {n} bytes, {} has {}",
+                        op.describe(),
+                        op.bytes()
+                    ),
+                ));
+            }
+            None => {
+                return Err(gemm_error(
+                    format!("stride_{name}"),
+                    format!("batch stride {stride} is smaller than one matrix, or sizes overflow"),
+                ));
+            }
+        }
+        if op.start() % es != 0 {
+            return Err(gemm_error(
+                name,
+                format!("{} is not aligned to {}", op.describe_start(), self.dtype),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl<T: Copy> Gemm<T> {
+    /// The operand of one matrix.
+    pub fn operand(&self, m: GemmMatrix) -> T {
+        match m {
+            GemmMatrix::A => self.a,
+            GemmMatrix::B => self.b,
+            GemmMatrix::C => self.c,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A gemm of `dtype` over operands that are just byte counts starting at 0.
+    #[derive(Clone, Copy, Debug, PartialEq)]
+    struct Bytes(u64, u64);
+
+    impl GemmOperand for Bytes {
+        fn start(&self) -> u64 {
+            self.0
+        }
+        fn bytes(&self) -> u64 {
+            self.1
+        }
+        fn describe(&self) -> String {
+            "the test operand".into()
+        }
+        fn describe_start(&self) -> String {
+            format!("start {}", self.0)
+        }
+    }
+
+    fn gemm(m: u64, n: u64, k: u64, ta: bool, tb: bool) -> Gemm<usize> {
+        let (lda, ldb) = (if ta { m } else { k }, if tb { k } else { n });
+        Gemm {
+            a: 1,
+            b: 2,
+            c: 3,
+            m,
+            n,
+            k,
+            lda,
+            ldb,
+            ldc: n,
+            trans_a: ta,
+            trans_b: tb,
+            alpha: 1.0,
+            beta: 0.0,
+            dtype: DType::F64,
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+        }
+    }
+
+    #[test]
+    fn operand_extents() {
+        assert_eq!(span(2, 3, 4, 1, 0), Some(7));
+        assert_eq!(span(2, 3, 4, 3, 10), Some(27));
+        assert_eq!(span(0, 3, 4, 3, 10), Some(0));
+        assert_eq!(span(2, 3, 4, 0, 10), None);
+        assert_eq!(span(2, 3, 4, 2, 6), None, "batch entries overlap");
+        assert_eq!(span(2, 3, u64::MAX, 1, 0), None, "overflow");
+    }
+
+    #[test]
+    fn operands_are_checked_against_the_shape() {
+        // a: 2×3 f64 (48 bytes), b: 3×4 (96), c: 2×4 (64).
+        let g = gemm(2, 4, 3, false, false).with_operands(Bytes(0, 48), Bytes(8, 96), Bytes(0, 64));
+        assert_eq!(g.check(), Ok(()));
+        let field = |g: Gemm<Bytes>| g.check().err().map(|e| e.field);
+        assert_eq!(field(Gemm { batch: 0, ..g }).as_deref(), Some("batch"));
+        assert_eq!(field(Gemm { lda: 2, ..g }).as_deref(), Some("lda"));
+        assert_eq!(
+            field(Gemm {
+                c: Bytes(0, 63),
+                ..g
+            })
+            .as_deref(),
+            Some("c")
+        );
+        assert_eq!(
+            field(Gemm {
+                b: Bytes(4, 96),
+                ..g
+            })
+            .as_deref(),
+            Some("b")
+        );
+        let batched = Gemm {
+            batch: 2,
+            stride_a: 6,
+            stride_b: 12,
+            stride_c: 7,
+            a: Bytes(0, 96),
+            b: Bytes(0, 192),
+            c: Bytes(0, 1000),
+            ..g
+        };
+        assert_eq!(field(batched).as_deref(), Some("stride_c"));
+        assert_eq!(
+            Gemm {
+                stride_c: 8,
+                ..batched
+            }
+            .check(),
+            Ok(())
+        );
+        let e = Gemm {
+            c: Bytes(0, 63),
+            ..g
+        }
+        .check()
+        .err()
+        .map(|e| e.to_string());
+        assert_eq!(
+            e.as_deref(),
+            Some("c: c needs 64 bytes, the test operand has 63")
+        );
+        // k = 0: A and B are empty, but their row strides must still be at least 1.
+        let empty =
+            gemm(2, 4, 0, false, false).with_operands(Bytes(0, 0), Bytes(0, 0), Bytes(0, 64));
+        assert_eq!(Gemm { lda: 1, ..empty }.check(), Ok(()));
+        assert_eq!(field(Gemm { lda: 0, ..empty }).as_deref(), Some("lda"));
     }
 }
