@@ -4,7 +4,8 @@
 //! The IR's gemm is row-major; rocBLAS is column-major. A row-major `m×n` matrix with row
 //! stride `ld` is, read column-major, its transpose (`n×m`, leading dimension `ld`). So
 //! `C = op(A)·op(B)` is computed as `Cᵀ = op(B)ᵀ·op(A)ᵀ`: rocBLAS gets `m' = n`, `n' = m`,
-//! `A' = B` (transposed iff `trans_b`), `B' = A` (transposed iff `trans_a`), and `C` as is.
+//! `A' = B` (transposed iff `trans_b`), `B' = A` (transposed iff `trans_a`), and `C` as is
+//! ([`xthunk_core::ir::Gemm::column_major`]).
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
 use crate::device::DeviceShared;
@@ -307,21 +308,22 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
     } else {
         (Scale::F32(g.alpha as f32), Scale::F32(g.beta as f32))
     };
+    let cm = g.column_major();
     Ok(Some(GemmPlan {
-        op_a: op(g.trans_b),
-        op_b: op(g.trans_a),
-        m: i32_of("n", g.n)?,
-        n: i32_of("m", g.m)?,
-        k: i32_of("k", g.k)?,
-        a: g.b.ptr.0,
-        lda: i32_of("ldb", g.ldb)?,
-        stride_a: i64_of("stride_b", g.stride_b)?,
-        b: g.a.ptr.0,
-        ldb: i32_of("lda", g.lda)?,
-        stride_b: i64_of("stride_a", g.stride_a)?,
-        c: g.c.ptr.0,
-        ldc: i32_of("ldc", g.ldc)?,
-        stride_c: i64_of("stride_c", g.stride_c)?,
+        op_a: op(cm.trans_a),
+        op_b: op(cm.trans_b),
+        m: i32_of("n", cm.m)?,
+        n: i32_of("m", cm.n)?,
+        k: i32_of("k", cm.k)?,
+        a: cm.a.ptr.0,
+        lda: i32_of("ldb", cm.lda)?,
+        stride_a: i64_of("stride_b", cm.stride_a)?,
+        b: cm.b.ptr.0,
+        ldb: i32_of("lda", cm.ldb)?,
+        stride_b: i64_of("stride_a", cm.stride_b)?,
+        c: cm.c.ptr.0,
+        ldc: i32_of("ldc", cm.ldc)?,
+        stride_c: i64_of("stride_c", cm.stride_c)?,
         batch: i32_of("batch", g.batch)?,
         ab_type,
         c_type: ab_type,

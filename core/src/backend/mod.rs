@@ -193,7 +193,8 @@ impl GemmOperand for DeviceRange {
 }
 
 /// A gemm with resolved operands: the [`crate::ir::GemmThunk`]'s shape over device ranges.
-/// Backends check it with [`Gemm::check`].
+/// Backends check it with [`Gemm::check`] and map it for a column-major BLAS with
+/// [`Gemm::column_major`].
 pub type GemmLaunch = Gemm<DeviceRange>;
 
 /// An in-order queue of device work. Work on different streams may run concurrently; order

@@ -1,7 +1,8 @@
 //! The gemm, `C = alpha·op(A)·op(B) + beta·C` over row-major matrices: its one shape type
 //! [`Gemm`] (the IR's [`GemmThunk`] names its operands by slices, a backend's launch by device
-//! ranges) and the one check of the operands against the shape ([`Gemm::check`]), used by
-//! validation and by the host, CUDA and ROCm backends.
+//! ranges), the one check of the operands against the shape, and the one restatement of the
+//! row-major gemm for a column-major BLAS ([`Gemm::column_major`]), used by the host backend,
+//! cuBLAS and rocBLAS.
 
 use super::{DType, Slice};
 
@@ -251,6 +252,52 @@ impl<T: Copy> Gemm<T> {
             GemmMatrix::C => self.c,
         }
     }
+
+    /// The gemm as a column-major BLAS (cuBLAS, rocBLAS) computes it. A row-major m×n matrix
+    /// with row stride `ld` is, read column-major, its transpose (n×m, leading dimension
+    /// `ld`), so the row-major `C = op(A)·op(B)` is the column-major `Cᵀ = op(B)ᵀ·op(A)ᵀ`:
+    /// the BLAS gets B as its first operand and A as its second, `m` and `n` swapped, each
+    /// operand's transpose flag, leading dimension and batch stride kept with the operand,
+    /// and C as it is. The scalars, the element type and the batch count do not change.
+    pub fn column_major(&self) -> ColumnMajorGemm<T> {
+        ColumnMajorGemm {
+            trans_a: self.trans_b,
+            trans_b: self.trans_a,
+            m: self.n,
+            n: self.m,
+            k: self.k,
+            a: self.b,
+            lda: self.ldb,
+            stride_a: self.stride_b,
+            b: self.a,
+            ldb: self.lda,
+            stride_b: self.stride_a,
+            c: self.c,
+            ldc: self.ldc,
+            stride_c: self.stride_c,
+        }
+    }
+}
+
+/// A gemm in a column-major BLAS's terms ([`Gemm::column_major`]): `C = op(A)·op(B)` with
+/// `op(A)` m×k and `op(B)` k×n, element (i, j) of a matrix with leading dimension `ld` at
+/// `i + j·ld`. `a` is the row-major gemm's B and `b` its A.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnMajorGemm<T> {
+    pub trans_a: bool,
+    pub trans_b: bool,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub a: T,
+    pub lda: u64,
+    pub stride_a: u64,
+    pub b: T,
+    pub ldb: u64,
+    pub stride_b: u64,
+    pub c: T,
+    pub ldc: u64,
+    pub stride_c: u64,
 }
 
 #[cfg(test)]
@@ -369,5 +416,95 @@ mod tests {
             gemm(2, 4, 0, false, false).with_operands(Bytes(0, 0), Bytes(0, 0), Bytes(0, 64));
         assert_eq!(Gemm { lda: 1, ..empty }.check(), Ok(()));
         assert_eq!(field(Gemm { lda: 0, ..empty }).as_deref(), Some("lda"));
+    }
+
+    /// Column-major gemm as BLAS defines it, on f64 slices indexed from 0.
+    #[allow(clippy::too_many_arguments)]
+    fn blas_reference(
+        transa: bool,
+        transb: bool,
+        m: usize,
+        n: usize,
+        k: usize,
+        a: &[f64],
+        lda: usize,
+        b: &[f64],
+        ldb: usize,
+        c: &mut [f64],
+        ldc: usize,
+    ) {
+        for j in 0..n {
+            for i in 0..m {
+                let mut s = 0.0;
+                for p in 0..k {
+                    let av = if transa {
+                        a[p + i * lda]
+                    } else {
+                        a[i + p * lda]
+                    };
+                    let bv = if transb {
+                        b[j + p * ldb]
+                    } else {
+                        b[p + j * ldb]
+                    };
+                    s += av * bv;
+                }
+                c[i + j * ldc] = s;
+            }
+        }
+    }
+
+    #[test]
+    fn row_major_maps_to_column_major() {
+        let (m, n, k) = (3usize, 4usize, 5usize);
+        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
+            // Stored shapes (row-major) with padded leading dimensions.
+            let (ar, ac) = if ta { (k, m) } else { (m, k) };
+            let (br, bc) = if tb { (n, k) } else { (k, n) };
+            let (lda, ldb, ldc) = (ac + 2, bc + 1, n + 3);
+            let a: Vec<f64> = (0..ar * lda).map(|i| (i as f64 * 0.37).sin()).collect();
+            let b: Vec<f64> = (0..br * ldb).map(|i| (i as f64 * 0.11).cos()).collect();
+            // The row-major definition.
+            let at = |i: usize, p: usize| if ta { a[p * lda + i] } else { a[i * lda + p] };
+            let bt = |p: usize, j: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] };
+            let mut want = vec![0.0; m * ldc];
+            for i in 0..m {
+                for j in 0..n {
+                    want[i * ldc + j] = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
+                }
+            }
+            let g = Gemm {
+                lda: lda as u64,
+                ldb: ldb as u64,
+                ldc: ldc as u64,
+                ..gemm(m as u64, n as u64, k as u64, ta, tb)
+            };
+            let cm = g.column_major();
+            assert_eq!((cm.a, cm.b, cm.c), (2, 1, 3));
+            let operand = |x: usize| if x == 1 { &a } else { &b };
+            let mut got = vec![0.0; m * ldc];
+            blas_reference(
+                cm.trans_a,
+                cm.trans_b,
+                cm.m as usize,
+                cm.n as usize,
+                cm.k as usize,
+                operand(cm.a),
+                cm.lda as usize,
+                operand(cm.b),
+                cm.ldb as usize,
+                &mut got,
+                cm.ldc as usize,
+            );
+            for i in 0..m {
+                for j in 0..n {
+                    let (x, y) = (got[i * ldc + j], want[i * ldc + j]);
+                    assert!(
+                        (x - y).abs() < 1e-12,
+                        "ta={ta} tb={tb} ({i},{j}): {x} vs {y}"
+                    );
+                }
+            }
+        }
     }
 }

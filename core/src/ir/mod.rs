@@ -9,7 +9,7 @@ mod verify;
 
 pub use builder::{DEFAULT_BLOCK, ExecutableBuilder, Tensor};
 pub use dtype::DType;
-pub use gemm::{GEMM_DTYPES, Gemm, GemmError, GemmMatrix, GemmOperand, GemmThunk};
+pub use gemm::{ColumnMajorGemm, GEMM_DTYPES, Gemm, GemmError, GemmMatrix, GemmOperand, GemmThunk};
 pub use path::{PathSegment, ThunkPath};
 pub use types::*;
 pub use verify::{ValidationError, check_collective_sizes, verify};
