@@ -5,29 +5,22 @@
 use crate::backend::{Device, KernelHandle, LaunchDims, LoadedModule};
 use crate::collectives::StreamKind;
 use crate::error::{Error, Result};
-use crate::ir::{
-    AsyncKind, CollectiveThunk, DType, GemmThunk, KernelArg, MemsetPattern, Slice, Thunk, ThunkPath,
-};
+use crate::ir::{AsyncKind, DType, KernelArg, Slice, Thunk, ThunkPath};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-/// One operation, resolved at load.
+/// One operation, as the executor runs it.
 #[derive(Clone)]
 pub(super) enum Op {
-    Copy {
-        src: Slice,
-        dst: Slice,
-    },
-    Memset {
-        dst: Slice,
-        pattern: MemsetPattern,
-    },
+    /// A thunk that runs as written: a copy, memset, gemm, collective, collective permute,
+    /// send, receive or rank id.
+    Direct(Thunk),
+    /// A kernel, resolved in its loaded module.
     Kernel {
         handle: Arc<dyn KernelHandle>,
         dims: LaunchDims,
         args: Vec<KernelArg>,
     },
-    Gemm(Box<GemmThunk>),
     While {
         cond: Vec<Step>,
         pred: Slice,
@@ -44,26 +37,6 @@ pub(super) enum Op {
         body: Vec<Step>,
         /// Allocations whose addresses the recording depends on.
         bindings: Vec<u32>,
-    },
-    Collective(CollectiveThunk),
-    Permute {
-        src: Slice,
-        dst: Slice,
-        dtype: DType,
-        pairs: Vec<(u32, u32)>,
-    },
-    Send {
-        src: Slice,
-        dtype: DType,
-        peer: u32,
-    },
-    Recv {
-        dst: Slice,
-        dtype: DType,
-        peer: u32,
-    },
-    RankId {
-        dst: Slice,
     },
 }
 
@@ -109,14 +82,10 @@ impl<'a> Planner<'a> {
     fn step(&mut self, t: &Thunk, path: &ThunkPath) -> Result<Step> {
         let mut label = t.kind().to_string();
         let op = match t {
-            Thunk::Copy { src, dst } => Op::Copy {
-                src: *src,
-                dst: *dst,
-            },
-            Thunk::Memset { dst, pattern } => Op::Memset {
-                dst: *dst,
-                pattern: *pattern,
-            },
+            Thunk::Copy { .. }
+            | Thunk::Memset { .. }
+            | Thunk::CollectivePermute { .. }
+            | Thunk::RankId { .. } => Op::Direct(t.clone()),
             Thunk::Kernel(k) => {
                 label = format!("kernel {}.{}", k.module, k.name);
                 let Some(m) = self.modules.get(&k.module) else {
@@ -146,7 +115,7 @@ impl<'a> Planner<'a> {
                     }
                     .at_thunk(path, "gemm"));
                 }
-                Op::Gemm(Box::new(*g))
+                Op::Direct(t.clone())
             }
             Thunk::While {
                 cond,
@@ -185,36 +154,16 @@ impl<'a> Planner<'a> {
             }
             Thunk::Collective(c) => {
                 label = format!("{} {} {}", c.op.name(), c.dtype, c.src);
-                Op::Collective(c.clone())
+                Op::Direct(t.clone())
             }
-            Thunk::CollectivePermute {
-                src,
-                dst,
-                dtype,
-                pairs,
-            } => Op::Permute {
-                src: *src,
-                dst: *dst,
-                dtype: *dtype,
-                pairs: pairs.clone(),
-            },
-            Thunk::Send { src, dtype, peer } => {
+            Thunk::Send { peer, .. } => {
                 label = format!("send to rank {peer}");
-                Op::Send {
-                    src: *src,
-                    dtype: *dtype,
-                    peer: *peer,
-                }
+                Op::Direct(t.clone())
             }
-            Thunk::Recv { dst, dtype, peer } => {
+            Thunk::Recv { peer, .. } => {
                 label = format!("recv from rank {peer}");
-                Op::Recv {
-                    dst: *dst,
-                    dtype: *dtype,
-                    peer: *peer,
-                }
+                Op::Direct(t.clone())
             }
-            Thunk::RankId { dst } => Op::RankId { dst: *dst },
             Thunk::Sequence(_) | Thunk::AsyncStart { .. } | Thunk::AsyncDone { .. } => {
                 return Err(Error::InvalidArgument(format!(
                     "internal: {} at {path} is not a schedulable step",

@@ -8,9 +8,9 @@ use super::config::CollectiveContext;
 use super::plan::{Op, Step};
 use super::state::ExecState;
 use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
-use crate::collectives::Communicator;
+use crate::collectives::{Communicator, StreamKind};
 use crate::error::{Error, Result};
-use crate::ir::{DType, KernelArg, MemsetPattern, Slice};
+use crate::ir::{DType, KernelArg, MemsetPattern, Slice, Thunk};
 use std::cell::RefCell;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -220,8 +220,7 @@ impl Run<'_> {
 
     fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
         match &step.op {
-            Op::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
-            Op::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
+            Op::Direct(t) => self.direct(t, step.stream_kind, stream),
             Op::Kernel { handle, dims, args } => {
                 let la: smallvec::SmallVec<[LaunchArg; 8]> = args
                     .iter()
@@ -234,9 +233,6 @@ impl Run<'_> {
                     })
                     .collect();
                 stream.launch(handle, *dims, &la)
-            }
-            Op::Gemm(g) => {
-                stream.gemm(&g.with_operands(self.range(&g.a), self.range(&g.b), self.range(&g.c)))
             }
             Op::While {
                 cond,
@@ -282,25 +278,42 @@ impl Run<'_> {
                     None => Ok(()),
                 }
             }
-            Op::Collective(c) => self.collective(c, step.stream_kind, stream),
-            Op::Permute {
+            Op::CommandBuffer { id, body, bindings } => {
+                self.command_buffer(*id, body, bindings, stream, state)
+            }
+        }
+    }
+
+    /// Runs a thunk the planner left as written ([`Op::Direct`]).
+    fn direct(&self, t: &Thunk, kind: StreamKind, stream: &dyn Stream) -> Result<()> {
+        match t {
+            Thunk::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
+            Thunk::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
+            Thunk::Gemm(g) => {
+                stream.gemm(&g.with_operands(self.range(&g.a), self.range(&g.b), self.range(&g.c)))
+            }
+            Thunk::Collective(c) => self.collective(c, kind, stream),
+            Thunk::CollectivePermute {
                 src,
                 dst,
                 dtype,
                 pairs,
-            } => self.permute(*src, *dst, *dtype, pairs, step.stream_kind, stream),
-            Op::Send { src, dtype, peer } => {
-                self.send(src, *dtype, *peer, step.stream_kind, stream)
-            }
-            Op::Recv { dst, dtype, peer } => {
-                self.recv(dst, *dtype, *peer, step.stream_kind, stream)
-            }
-            Op::RankId { dst } => {
+            } => self.permute(*src, *dst, *dtype, pairs, kind, stream),
+            Thunk::Send { src, dtype, peer } => self.send(src, *dtype, *peer, kind, stream),
+            Thunk::Recv { dst, dtype, peer } => self.recv(dst, *dtype, *peer, kind, stream),
+            Thunk::RankId { dst } => {
                 stream.memset(self.ptr(dst), 4, MemsetPattern::U32(self.rank_world().0))
             }
-            Op::CommandBuffer { id, body, bindings } => {
-                self.command_buffer(*id, body, bindings, stream, state)
-            }
+            Thunk::Kernel(_)
+            | Thunk::While { .. }
+            | Thunk::Conditional { .. }
+            | Thunk::CommandBuffer { .. }
+            | Thunk::Sequence(_)
+            | Thunk::AsyncStart { .. }
+            | Thunk::AsyncDone { .. } => Err(Error::InvalidArgument(format!(
+                "internal: a {} thunk is planned, not run as written",
+                t.kind()
+            ))),
         }
     }
 }

@@ -7,7 +7,7 @@ use super::graph::{DependencyGraph, NodeUses};
 use super::plan::{Op, Planner, Step};
 use crate::collectives::StreamKind;
 use crate::error::Result;
-use crate::ir::{AsyncKind, Executable, ThunkPath};
+use crate::ir::{AsyncKind, Executable, Thunk, ThunkPath};
 use std::collections::BTreeSet;
 
 /// Resource id shared by every collective: they keep program order among themselves, which is
@@ -98,11 +98,13 @@ pub(super) fn schedule(
         || n < config.sequential_below
         || graph.is_chain();
     if sequential {
-        let plain = steps.iter().all(|s| {
-            matches!(
-                s.op,
-                Op::Copy { .. } | Op::Memset { .. } | Op::Kernel { .. } | Op::Gemm(_)
-            )
+        let plain = steps.iter().all(|s| match &s.op {
+            Op::Kernel { .. } => true,
+            Op::Direct(t) => matches!(
+                t,
+                Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
+            ),
+            _ => false,
         });
         let fused =
             (config.auto_command_buffer && plain && n >= AUTO_COMMAND_BUFFER_MIN).then(|| {
