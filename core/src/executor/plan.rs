@@ -219,23 +219,11 @@ impl<'a> Planner<'a> {
         on_step: &mut dyn FnMut(&Thunk, Option<AsyncKind>),
         class: Option<AsyncKind>,
     ) -> Result<()> {
-        match t {
-            Thunk::Sequence(_) => {
-                for (name, list) in t.nested() {
-                    for (i, c) in list.iter().enumerate() {
-                        self.flatten_in(c, &path.in_list(&name, i), out, on_step, class)?;
-                    }
-                }
-            }
-            Thunk::AsyncStart { kind, .. } => {
-                for (name, list) in t.nested() {
-                    for (i, c) in list.iter().enumerate() {
-                        self.flatten_in(c, &path.in_list(&name, i), out, on_step, Some(*kind))?;
-                    }
-                }
-            }
+        let inner = match t {
+            Thunk::Sequence(_) => class,
+            Thunk::AsyncStart { kind, .. } => Some(*kind),
             // Ordering after an async scope comes from the buffer uses of its body.
-            Thunk::AsyncDone { .. } => {}
+            Thunk::AsyncDone { .. } => return Ok(()),
             _ => {
                 on_step(t, class);
                 let mut step = self.step(t, path)?;
@@ -243,6 +231,12 @@ impl<'a> Planner<'a> {
                     step.stream_kind = StreamKind::from(c);
                 }
                 out.push(step);
+                return Ok(());
+            }
+        };
+        for (name, list) in t.nested() {
+            for (i, c) in list.iter().enumerate() {
+                self.flatten_in(c, &path.in_list(&name, i), out, on_step, inner)?;
             }
         }
         Ok(())
