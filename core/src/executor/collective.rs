@@ -131,7 +131,7 @@ impl Run<'_> {
         if from.is_none() {
             stream.memset(self.ptr(&dst), dst.size, MemsetPattern::U8(0))?;
         }
-        let count = src.size / dtype.size() as u64;
+        let count = elements(&src, dtype);
         if world == 1 {
             return match (to, from) {
                 (Some(0), Some(0)) => stream.copy(self.ptr(&src), self.ptr(&dst), src.size),
@@ -166,13 +166,7 @@ impl Run<'_> {
         stream: &dyn Stream,
     ) -> Result<()> {
         let (comm, pos) = self.pair(peer, kind)?;
-        comm.send(
-            stream,
-            self.ptr(src),
-            src.size / dtype.size() as u64,
-            dtype,
-            pos,
-        )
+        comm.send(stream, self.ptr(src), elements(src, dtype), dtype, pos)
     }
 
     /// Receives `dst` from global rank `peer`.
@@ -185,12 +179,11 @@ impl Run<'_> {
         stream: &dyn Stream,
     ) -> Result<()> {
         let (comm, pos) = self.pair(peer, kind)?;
-        comm.recv(
-            stream,
-            self.ptr(dst),
-            dst.size / dtype.size() as u64,
-            dtype,
-            pos,
-        )
+        comm.recv(stream, self.ptr(dst), elements(dst, dtype), dtype, pos)
     }
+}
+
+/// The number of `dtype` elements in `s`.
+fn elements(s: &Slice, dtype: DType) -> u64 {
+    s.size / dtype.size() as u64
 }
