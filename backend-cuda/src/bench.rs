@@ -35,7 +35,9 @@ use cudarc::driver::sys;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use xthunk_core::backend::{DeviceMemory, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
+use xthunk_core::backend::{
+    DeviceMemory, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream,
+};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
@@ -399,12 +401,18 @@ impl RawCublas {
         };
         let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
         self.stream.gemm(&GemmLaunch {
-            a: a.ptr(),
-            b: b.ptr(),
-            c: c.ptr(),
-            a_len: la,
-            b_len: lb,
-            c_len: lc,
+            a: DeviceRange {
+                ptr: a.ptr(),
+                len: la,
+            },
+            b: DeviceRange {
+                ptr: b.ptr(),
+                len: lb,
+            },
+            c: DeviceRange {
+                ptr: c.ptr(),
+                len: lc,
+            },
             m,
             n,
             k,

@@ -9,7 +9,7 @@
 //! (m×n) is, read column-major, `Cᵀ = op(B)ᵀ op(A)ᵀ` (n×m): cuBLAS gets B as its first
 //! operand and A as its second, `m` and `n` swapped, each operand's transpose flag kept with
 //! the operand, and the leading dimensions and batch strides as stored
-//! ([`to_column_major`]).
+//! ([`xthunk_core::ir::Gemm::column_major`]).
 
 use crate::device::Context;
 use crate::loader::{NotFound, SearchConfig, check_symbols};
@@ -199,54 +199,6 @@ unsafe impl Send for BlasSlot {}
 // SAFETY: as above.
 unsafe impl Sync for BlasSlot {}
 
-/// A gemm in cuBLAS's column-major terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ColumnMajor {
-    pub transa: bool,
-    pub transb: bool,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub a: u64,
-    pub lda: u64,
-    pub stride_a: u64,
-    pub b: u64,
-    pub ldb: u64,
-    pub stride_b: u64,
-    pub c: u64,
-    pub ldc: u64,
-    pub stride_c: u64,
-}
-
-/// Row-major `C = op(A) op(B)` as column-major `Cᵀ = op(B)ᵀ op(A)ᵀ`.
-pub(crate) fn to_column_major(g: &GemmLaunch) -> ColumnMajor {
-    ColumnMajor {
-        transa: g.trans_b,
-        transb: g.trans_a,
-        m: g.n,
-        n: g.m,
-        k: g.k,
-        a: g.b.0,
-        lda: g.ldb,
-        stride_a: g.stride_b,
-        b: g.a.0,
-        ldb: g.lda,
-        stride_b: g.stride_a,
-        c: g.c.0,
-        ldc: g.ldc,
-        stride_c: g.stride_c,
-    }
-}
-
-/// Elements one operand needs (as validated for the thunk).
-fn needed(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
-    batch.checked_sub(1)?.checked_mul(stride)?.checked_add(one)
-}
-
 fn int(what: &str, v: u64) -> Result<c_int> {
     c_int::try_from(v).map_err(|_| {
         unsupported(format!(
@@ -271,42 +223,14 @@ impl BlasSlot {
         }
     }
 
-    /// Checks the operands against the device's live allocations and the shapes.
+    /// Checks the operands against the device's live allocations and the shape.
     fn check(g: &GemmLaunch, memory: &MemoryRegistry) -> Result<()> {
-        let es = g.dtype.size() as u64;
-        if g.batch == 0 {
-            return Err(Error::InvalidArgument("gemm batch count is 0".into()));
-        }
-        let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-        let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
         let mut regions = vec![];
-        for (name, ptr, len, rows, cols, ld, stride) in [
-            ("a", g.a, g.a_len, ar, ac, g.lda, g.stride_a),
-            ("b", g.b, g.b_len, br, bc, g.ldb, g.stride_b),
-            ("c", g.c, g.c_len, g.m, g.n, g.ldc, g.stride_c),
-        ] {
-            let r = memory.region(ptr, len)?;
-            if ld < cols {
-                return Err(Error::InvalidArgument(format!(
-                    "gemm: ld{name} {ld} < {cols} columns"
-                )));
-            }
-            match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
-                Some(n) if n <= len => {}
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "gemm: operand {name} ({len} bytes) is smaller than its shape needs"
-                    )));
-                }
-            }
-            if r.addr() % es != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "gemm: operand {name} is not aligned to {}",
-                    g.dtype
-                )));
-            }
-            regions.push(r);
+        for op in [g.a, g.b, g.c] {
+            regions.push(memory.region(op.ptr, op.len)?);
         }
+        g.check()
+            .map_err(|e| Error::InvalidArgument(format!("gemm: {e}")))?;
         if let [a, b, c] = regions.as_slice() {
             if c.overlaps(a) || c.overlaps(b) {
                 return Err(Error::InvalidArgument(
@@ -345,11 +269,11 @@ impl BlasSlot {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
-        let cm = to_column_major(g);
+        let cm = g.column_major();
         // With k = 0 nothing of A or B is read; cuBLAS still wants legal leading dimensions.
         let (min_lda, min_ldb) = (
-            if cm.transa { cm.k } else { cm.m }.max(1),
-            if cm.transb { cm.n } else { cm.k }.max(1),
+            if cm.trans_a { cm.k } else { cm.m }.max(1),
+            if cm.trans_b { cm.n } else { cm.k }.max(1),
         );
         let lda = if cm.k == 0 {
             cm.lda.max(min_lda)
@@ -405,9 +329,9 @@ impl BlasSlot {
             (lib.table.set_stream)(h.raw, stream)
         })?;
         let (a, b, c) = (
-            cm.a as usize as *const c_void,
-            cm.b as usize as *const c_void,
-            cm.c as usize as *mut c_void,
+            cm.a.ptr.0 as usize as *const c_void,
+            cm.b.ptr.0 as usize as *const c_void,
+            cm.c.ptr.0 as usize as *mut c_void,
         );
         if g.batch == 1 {
             // SAFETY: the operands were checked to lie inside live allocations with the sizes
@@ -417,8 +341,8 @@ impl BlasSlot {
             cublas("cublasGemmEx", unsafe {
                 (lib.table.gemm_ex)(
                     h.raw,
-                    op(cm.transa),
-                    op(cm.transb),
+                    op(cm.trans_a),
+                    op(cm.trans_b),
                     m,
                     n,
                     k,
@@ -448,8 +372,8 @@ impl BlasSlot {
             cublas("cublasGemmStridedBatchedEx", unsafe {
                 (lib.table.gemm_strided_batched_ex)(
                     h.raw,
-                    op(cm.transa),
-                    op(cm.transb),
+                    op(cm.trans_a),
+                    op(cm.trans_b),
                     m,
                     n,
                     k,
@@ -473,127 +397,5 @@ impl BlasSlot {
                 )
             })
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xthunk_core::backend::DevicePtr;
-
-    /// Column-major gemm as cuBLAS defines it, on f64 slices indexed from 0.
-    #[allow(clippy::too_many_arguments)]
-    fn cublas_reference(
-        transa: bool,
-        transb: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f64],
-        lda: usize,
-        b: &[f64],
-        ldb: usize,
-        c: &mut [f64],
-        ldc: usize,
-    ) {
-        for j in 0..n {
-            for i in 0..m {
-                let mut s = 0.0;
-                for p in 0..k {
-                    let av = if transa {
-                        a[p + i * lda]
-                    } else {
-                        a[i + p * lda]
-                    };
-                    let bv = if transb {
-                        b[j + p * ldb]
-                    } else {
-                        b[p + j * ldb]
-                    };
-                    s += av * bv;
-                }
-                c[i + j * ldc] = s;
-            }
-        }
-    }
-
-    #[test]
-    fn row_major_maps_to_column_major() {
-        let (m, n, k) = (3usize, 4usize, 5usize);
-        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            // Stored shapes (row-major) with padded leading dimensions.
-            let (ar, ac) = if ta { (k, m) } else { (m, k) };
-            let (br, bc) = if tb { (n, k) } else { (k, n) };
-            let (lda, ldb, ldc) = (ac + 2, bc + 1, n + 3);
-            let a: Vec<f64> = (0..ar * lda).map(|i| (i as f64 * 0.37).sin()).collect();
-            let b: Vec<f64> = (0..br * ldb).map(|i| (i as f64 * 0.11).cos()).collect();
-            // The row-major definition.
-            let at = |i: usize, p: usize| if ta { a[p * lda + i] } else { a[i * lda + p] };
-            let bt = |p: usize, j: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] };
-            let mut want = vec![0.0; m * ldc];
-            for i in 0..m {
-                for j in 0..n {
-                    want[i * ldc + j] = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
-                }
-            }
-            let g = GemmLaunch {
-                a: DevicePtr(1),
-                b: DevicePtr(2),
-                c: DevicePtr(3),
-                a_len: 0,
-                b_len: 0,
-                c_len: 0,
-                m: m as u64,
-                n: n as u64,
-                k: k as u64,
-                lda: lda as u64,
-                ldb: ldb as u64,
-                ldc: ldc as u64,
-                trans_a: ta,
-                trans_b: tb,
-                alpha: 1.0,
-                beta: 0.0,
-                dtype: DType::F64,
-                batch: 1,
-                stride_a: 0,
-                stride_b: 0,
-                stride_c: 0,
-            };
-            let cm = to_column_major(&g);
-            assert_eq!((cm.a, cm.b, cm.c), (2, 1, 3));
-            let first = if cm.a == 2 { &b } else { &a };
-            let second = if cm.b == 1 { &a } else { &b };
-            let mut got = vec![0.0; m * ldc];
-            cublas_reference(
-                cm.transa,
-                cm.transb,
-                cm.m as usize,
-                cm.n as usize,
-                cm.k as usize,
-                first,
-                cm.lda as usize,
-                second,
-                cm.ldb as usize,
-                &mut got,
-                cm.ldc as usize,
-            );
-            for i in 0..m {
-                for j in 0..n {
-                    let (x, y) = (got[i * ldc + j], want[i * ldc + j]);
-                    assert!(
-                        (x - y).abs() < 1e-12,
-                        "ta={ta} tb={tb} ({i},{j}): {x} vs {y}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn operand_extents() {
-        assert_eq!(needed(2, 3, 4, 1, 0), Some(7));
-        assert_eq!(needed(2, 3, 4, 3, 10), Some(27));
-        assert_eq!(needed(0, 3, 4, 3, 10), Some(0));
-        assert_eq!(needed(2, 3, 4, 0, 10), None);
     }
 }

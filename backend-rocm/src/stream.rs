@@ -289,9 +289,9 @@ impl RocmStream {
                 let Some(plan) = blas::plan(g)? else {
                     return Ok(());
                 };
-                self.region(g.a, g.a_len)?;
-                self.region(g.b, g.b_len)?;
-                self.region(g.c, g.c_len)?;
+                self.region(g.a.ptr, g.a.len)?;
+                self.region(g.b.ptr, g.b.len)?;
+                self.region(g.c.ptr, g.c.len)?;
                 if dry {
                     return Ok(());
                 }
