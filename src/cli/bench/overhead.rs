@@ -1,0 +1,174 @@
+//! Benchmark `executor_overhead`: the executor's cost per thunk, from a chain of 10,000 tiny
+//! `add_f32` kernels through `execute`, against the same kernels in a plain loop (host) or as
+//! bare `cuLaunchKernel` calls (CUDA).
+
+use super::program::{Prepared, TINY, check_chain, f32_bytes, f32s, tiny_chain};
+use super::report::{Row, thousands};
+use super::stats::{Goal, Spread, interleaved, ratios, secs};
+use super::{Res, Setup};
+use std::hint::black_box;
+use std::time::Instant;
+use xthunk::DeviceMemory;
+use xthunk::core::backend::{LaunchArg, LaunchDims};
+use xthunk::core::executor::ExecutorConfig;
+use xthunk::core::kernels::{HostArg, HostKernelFn, standard_library};
+use xthunk::ir::{Dim3, MemorySpace, Module, ModuleImage, Scalar};
+
+const CHAIN: usize = 10_000;
+
+/// The chain as a plain loop: `add_f32`'s host function called directly on host buffers,
+/// with the same ping-pong as [`tiny_chain`]. Returns the seconds it took.
+fn plain_chain(add: HostKernelFn, x: &[f32], bufs: &mut [Vec<f32>; 2]) -> Res<f64> {
+    let xp = x.as_ptr() as *mut u8;
+    let [t, y] = bufs;
+    if x.len() < TINY as usize || t.len() < TINY as usize || y.len() < TINY as usize {
+        return Err(xthunk::Error::InvalidArgument(
+            "plain loop buffers too small".into(),
+        ));
+    }
+    let ptrs = [t.as_mut_ptr() as *mut u8, y.as_mut_ptr() as *mut u8];
+    let len = (TINY * 4) as usize;
+    let start = Instant::now();
+    for i in 0..CHAIN {
+        let prev = if i == 0 { xp } else { ptrs[(i - 1) % 2] };
+        let args = [
+            HostArg::Buffer { ptr: prev, len },
+            HostArg::Buffer { ptr: xp, len },
+            HostArg::Buffer {
+                ptr: ptrs[i % 2],
+                len,
+            },
+            HostArg::Scalar(Scalar::I64(TINY as i64)),
+        ];
+        // SAFETY: every pointer refers to a live buffer of at least `len` bytes (checked
+        // above) exclusively borrowed by this function for the call (`x` is only read by the
+        // kernel, through `xp`); in and out may alias only as the kernel contract allows
+        // (an output starting where an input starts).
+        let r = unsafe { add(black_box(&args)) };
+        if let Err(e) = r {
+            return Err(xthunk::Error::Kernel {
+                kernel: "add_f32".into(),
+                message: e.to_string(),
+            });
+        }
+    }
+    Ok(secs(start))
+}
+
+pub fn executor_overhead(s: &Setup) -> Res<Row> {
+    let goal = if s.is_host() {
+        Goal::le(1.5)
+    } else {
+        Goal::le(1.1)
+    };
+    let mut row = Row::new(
+        "executor_overhead",
+        "ns/thunk",
+        "xthunk time / baseline time",
+        goal,
+    );
+    row.work = format!(
+        "a chain of {} add_f32 kernels on {TINY} f32 (each reading the previous result), \
+         through LoadedExecutable::execute (default config), grid 1 x block 32",
+        thousands(CHAIN as u64)
+    );
+    let p = Prepared::new(
+        &s.dev,
+        tiny_chain("chain_10k", CHAIN, false)?,
+        &ExecutorConfig::default(),
+    )?;
+    let xv = vec![0.5f32; TINY as usize];
+    p.set_param(0, &f32_bytes(&xv))?;
+    p.run()?;
+    check_chain(
+        "the executor's chain",
+        &f32s(&p.read(p.output(0)?, 0, TINY * 4)?),
+        CHAIN,
+        0.5,
+    )?;
+    row.notes
+        .push(format!("schedule: {:?}", p.exe.schedule_info()));
+    let plan = s.rounds(200, 40, 20);
+    let per = |v: f64| v / CHAIN as f64 * 1e9;
+    let times = if s.is_host() {
+        let add = standard_library()
+            .get("add_f32")
+            .map(|k| k.func)
+            .ok_or_else(|| xthunk::Error::InvalidArgument("no host add_f32".into()))?;
+        let mut bufs = [vec![0f32; TINY as usize], vec![0f32; TINY as usize]];
+        plain_chain(add, &xv, &mut bufs)?;
+        check_chain("the plain loop", &bufs[1], CHAIN, 0.5)?;
+        row.baseline_label = "plain loop".into();
+        row.baseline_work =
+            "the same chain as a plain loop calling add_f32's host function directly".into();
+        interleaved(
+            plan,
+            &mut [&mut || p.run(), &mut || plain_chain(add, &xv, &mut bufs)],
+        )?
+    } else if s.is_cuda() {
+        let module = s.dev.load_module(&Module {
+            name: "std".into(),
+            images: vec![ModuleImage::Standard],
+        })?;
+        let kernel = module.kernel("add_f32")?;
+        let stream = s.dev.create_stream()?;
+        let alloc = || s.dev.allocate(TINY * 4, 256, MemorySpace::Device);
+        let (x, t, y) = (alloc()?, alloc()?, alloc()?);
+        s.dev.copy_from_host(&f32_bytes(&xv), x.ptr())?;
+        let len = TINY * 4;
+        let ptrs = [t.ptr(), y.ptr()];
+        let launches: Vec<Vec<LaunchArg>> = (0..CHAIN)
+            .map(|i| {
+                let prev = if i == 0 { x.ptr() } else { ptrs[(i - 1) % 2] };
+                vec![
+                    LaunchArg::Buffer { ptr: prev, len },
+                    LaunchArg::Buffer { ptr: x.ptr(), len },
+                    LaunchArg::Buffer {
+                        ptr: ptrs[i % 2],
+                        len,
+                    },
+                    LaunchArg::Scalar(Scalar::I64(TINY as i64)),
+                ]
+            })
+            .collect();
+        let lent: [&dyn DeviceMemory; 3] = [x.as_ref(), t.as_ref(), y.as_ref()];
+        let dims = LaunchDims {
+            grid: Dim3::x(1),
+            block: Dim3::x(32),
+            shared_mem: 0,
+        };
+        let raw = xthunk_cuda::bench::RawLaunchLoop::new(
+            stream.as_ref(),
+            &kernel,
+            dims,
+            &launches,
+            &lent,
+        )?;
+        raw.run()?;
+        let mut got = vec![0u8; len as usize];
+        s.dev.copy_to_host(y.ptr(), &mut got)?;
+        check_chain("the raw launch loop", &f32s(&got), CHAIN, 0.5)?;
+        row.baseline_label = "cuLaunchKernel loop".into();
+        row.baseline_work = format!(
+            "the same {} launches as bare cuLaunchKernel calls (arguments marshalled \
+             beforehand) on one stream, then cuStreamSynchronize",
+            thousands(raw.launches() as u64)
+        );
+        interleaved(
+            plan,
+            &mut [&mut || p.run(), &mut || raw.run().map(|d| d.as_secs_f64())],
+        )?
+    } else {
+        let t = interleaved(plan, &mut [&mut || p.run()])?;
+        row.baseline_label = "n/a".into();
+        row.baseline_work = s.no_baseline();
+        row.rounds = t[0].len();
+        row.value = Some(Spread::of(&t[0]).map(per));
+        return Ok(row);
+    };
+    row.rounds = times[0].len();
+    row.value = Some(Spread::of(&times[0]).map(per));
+    row.baseline = Some(Spread::of(&times[1]).map(per));
+    row.ratio = Some(Spread::of(&ratios(&times[0], &times[1])));
+    Ok(row)
+}
