@@ -35,7 +35,7 @@ mod wide;
 use super::devices::KNOWN_BACKENDS;
 use super::error::{CliError, CliResult, one_line};
 use super::run::backend_choice;
-use report::{Context, Row, Status, device_label, json, table, utc_now, write_atomically};
+use report::{Context, DeviceSummary, Row, Status, table, write_json};
 use stats::Rounds;
 use std::io::Write;
 use std::path::PathBuf;
@@ -151,23 +151,6 @@ fn one(name: &str, filter: Option<&str>, f: impl FnOnce() -> Res<Row>, rows: &mu
     rows.push(row);
 }
 
-fn unavailable_context(args: &BenchArgs) -> Context {
-    Context {
-        date: utc_now(),
-        backend: args.backend.clone(),
-        device_label: String::new(),
-        ordinal: args.device,
-        name: String::new(),
-        arch: String::new(),
-        vendor: String::new(),
-        emulated: false,
-        total_memory: 0,
-        compute_units: 0,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        quick: args.quick,
-    }
-}
-
 /// Runs the benchmarks; returns the exit status.
 pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let filter = args.filter.as_deref();
@@ -190,8 +173,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     let skip = |reason: String, out: &mut dyn Write| -> CliResult<u8> {
         writeln!(out, "bench: backend {} SKIPPED: {reason}", args.backend)?;
         if let Some(path) = &args.json {
-            let ctx = unavailable_context(args);
-            write_atomically(path, &json(&ctx, "skipped", Some(&reason), &[]))?;
+            let device = DeviceSummary {
+                ordinal: args.device,
+                ..DeviceSummary::default()
+            };
+            let ctx = Context::new(&args.backend, device, args.quick);
+            write_json(path, &ctx, "skipped", Some(&reason), &[])?;
         }
         Ok(EXIT_SKIPPED)
     };
@@ -214,23 +201,10 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         emulated: info.emulated,
         quick: args.quick,
     };
-    let ctx = Context {
-        date: utc_now(),
-        backend: backend.name().to_string(),
-        device_label: device_label(&info),
-        ordinal: info.ordinal,
-        name: info.name.clone(),
-        arch: info.arch.clone(),
-        vendor: info.vendor.to_string(),
-        emulated: info.emulated,
-        total_memory: info.total_memory,
-        compute_units: info.compute_units,
-        cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-        quick: args.quick,
-    };
+    let ctx = Context::new(backend.name(), DeviceSummary::of(&info), args.quick);
     eprintln!(
         "xthunk bench: backend {}, device {}: {}",
-        ctx.backend, ctx.ordinal, ctx.device_label
+        ctx.backend, ctx.device.ordinal, ctx.device.label
     );
     let start = Instant::now();
     let mut rows = vec![];
@@ -260,7 +234,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     );
     out.write_all(table(&ctx, &rows).as_bytes())?;
     if let Some(path) = &args.json {
-        write_atomically(path, &json(&ctx, "ran", None, &rows))?;
+        write_json(path, &ctx, "ran", None, &rows)?;
         writeln!(out, "results written to {}", path.display())?;
     }
     let failed = rows.iter().any(|r| matches!(r.status, Status::Failed(_)));

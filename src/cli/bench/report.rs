@@ -1,15 +1,18 @@
 //! What `xthunk bench` reports: one row per benchmark, the run's context (date, device), the
 //! table printed at the end, and the same results as a JSON document (`xthunk-bench/1`).
 
-use super::stats::Goal;
-use super::stats::Spread;
+use super::stats::{Goal, Spread};
 use crate::cli::devices::human_bytes;
 use crate::cli::error::{CliError, CliResult};
+use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 use xthunk::core::backend::Vendor;
+
+/// The JSON document's format name.
+const FORMAT: &str = "xthunk-bench/1";
 
 #[derive(Clone, Debug, PartialEq)]
 pub enum Status {
@@ -127,7 +130,7 @@ fn civil(days: i64) -> (i64, u32, u32) {
 }
 
 /// `2026-05-01 12:34 UTC`.
-pub fn utc_now() -> String {
+fn utc_now() -> String {
     let t = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64);
@@ -140,23 +143,37 @@ pub fn utc_now() -> String {
     )
 }
 
-/// Everything the report and the JSON need besides the rows.
-pub struct Context {
-    pub date: String,
-    pub backend: String,
-    pub device_label: String,
+/// The device a run measured, as the JSON's `device` object gives it (empty when the backend
+/// was unavailable).
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct DeviceSummary {
     pub ordinal: usize,
     pub name: String,
-    pub arch: String,
     pub vendor: String,
+    pub arch: String,
     pub emulated: bool,
     pub total_memory: u64,
     pub compute_units: u32,
-    pub cpus: usize,
-    pub quick: bool,
+    /// `name (arch, N SMs, memory)`, with the emulated mark.
+    pub label: String,
 }
 
-pub fn device_label(d: &xthunk::DeviceInfo) -> String {
+impl DeviceSummary {
+    pub fn of(d: &xthunk::DeviceInfo) -> DeviceSummary {
+        DeviceSummary {
+            ordinal: d.ordinal,
+            name: d.name.clone(),
+            vendor: d.vendor.to_string(),
+            arch: d.arch.clone(),
+            emulated: d.emulated,
+            total_memory: d.total_memory,
+            compute_units: d.compute_units,
+            label: device_label(d),
+        }
+    }
+}
+
+fn device_label(d: &xthunk::DeviceInfo) -> String {
     let units = match d.vendor {
         Vendor::Host => "CPUs",
         Vendor::Nvidia => "SMs",
@@ -175,12 +192,34 @@ pub fn device_label(d: &xthunk::DeviceInfo) -> String {
     s
 }
 
+/// Everything the report and the JSON need besides the rows.
+pub struct Context {
+    pub date: String,
+    pub backend: String,
+    pub device: DeviceSummary,
+    pub cpus: usize,
+    pub quick: bool,
+}
+
+impl Context {
+    /// The context of a run on `device` of `backend`, dated now.
+    pub fn new(backend: &str, device: DeviceSummary, quick: bool) -> Context {
+        Context {
+            date: utc_now(),
+            backend: backend.to_string(),
+            device,
+            cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            quick,
+        }
+    }
+}
+
 pub fn table(ctx: &Context, rows: &[Row]) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
         "== xthunk bench: backend {}, device {}: {} ==",
-        ctx.backend, ctx.ordinal, ctx.device_label
+        ctx.backend, ctx.device.ordinal, ctx.device.label
     );
     let _ = writeln!(
         s,
@@ -231,7 +270,7 @@ pub fn table(ctx: &Context, rows: &[Row]) -> String {
             baseline,
             ratio,
             r.goal.map_or("-".into(), |g| g.text()),
-            r.verdict(ctx.emulated),
+            r.verdict(ctx.device.emulated),
         ]);
     }
     let mut widths = [0usize; 6];
@@ -270,7 +309,7 @@ pub fn table(ctx: &Context, rows: &[Row]) -> String {
             let _ = writeln!(s, "    {n}");
         }
     }
-    if ctx.emulated {
+    if ctx.device.emulated {
         let _ = writeln!(
             s,
             "EMULATED device: these are driver-emulator figures (host memory, host kernels), not \
@@ -280,118 +319,116 @@ pub fn table(ctx: &Context, rows: &[Row]) -> String {
     s
 }
 
-// --- JSON (written by hand: the values are numbers and plain strings) ---
+// --- JSON ---
 
-fn jstr(s: &str) -> String {
-    let mut o = String::with_capacity(s.len() + 2);
-    o.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => o.push_str("\\\""),
-            '\\' => o.push_str("\\\\"),
-            '\n' => o.push_str("\\n"),
-            '\r' => o.push_str("\\r"),
-            '\t' => o.push_str("\\t"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(o, "\\u{:04x}", c as u32);
-            }
-            c => o.push(c),
-        }
-    }
-    o.push('"');
-    o
+/// The JSON document (`xthunk-bench/1`), fields in the order written.
+#[derive(Serialize)]
+struct Document<'a> {
+    format: &'static str,
+    xthunk_version: &'static str,
+    date: &'a str,
+    /// `ran` or `skipped`.
+    status: &'a str,
+    /// Why the backend was skipped.
+    reason: Option<&'a str>,
+    quick: bool,
+    cpus: usize,
+    backend: &'a str,
+    device: &'a DeviceSummary,
+    results: Vec<JsonRow<'a>>,
 }
 
-fn jnum(v: f64) -> String {
-    if v.is_finite() {
-        format!("{v}")
-    } else {
-        "null".into()
-    }
+/// One row of the document's `results`.
+#[derive(Serialize)]
+struct JsonRow<'a> {
+    name: &'a str,
+    /// `ran`, `skipped` or `failed`.
+    status: &'static str,
+    /// Why it was skipped, or the error.
+    reason: Option<&'a str>,
+    work: &'a str,
+    unit: &'a str,
+    value: Option<Spread>,
+    baseline_label: &'a str,
+    baseline_work: &'a str,
+    baseline: Option<Spread>,
+    ratio_definition: &'a str,
+    ratio: Option<Spread>,
+    goal: Option<Goal>,
+    verdict: String,
+    rounds: usize,
+    notes: &'a [String],
 }
 
-fn jspread(v: Option<Spread>) -> String {
-    match v {
-        Some(v) => format!(
-            "{{\"median\": {}, \"p25\": {}, \"p75\": {}}}",
-            jnum(v.median),
-            jnum(v.p25),
-            jnum(v.p75)
-        ),
-        None => "null".into(),
-    }
-}
-
-pub fn json(ctx: &Context, status: &str, reason: Option<&str>, rows: &[Row]) -> String {
-    let mut s = String::new();
-    s.push_str("{\n");
-    let _ = writeln!(s, "  \"format\": \"xthunk-bench/1\",");
-    let _ = writeln!(
-        s,
-        "  \"xthunk_version\": {},",
-        jstr(env!("CARGO_PKG_VERSION"))
-    );
-    let _ = writeln!(s, "  \"date\": {},", jstr(&ctx.date));
-    let _ = writeln!(s, "  \"status\": {},", jstr(status));
-    let _ = writeln!(s, "  \"reason\": {},", reason.map_or("null".into(), jstr));
-    let _ = writeln!(s, "  \"quick\": {},", ctx.quick);
-    let _ = writeln!(s, "  \"cpus\": {},", ctx.cpus);
-    let _ = writeln!(s, "  \"backend\": {},", jstr(&ctx.backend));
-    let _ = writeln!(
-        s,
-        "  \"device\": {{\"ordinal\": {}, \"name\": {}, \"vendor\": {}, \"arch\": {}, \
-         \"emulated\": {}, \"total_memory\": {}, \"compute_units\": {}, \"label\": {}}},",
-        ctx.ordinal,
-        jstr(&ctx.name),
-        jstr(&ctx.vendor),
-        jstr(&ctx.arch),
-        ctx.emulated,
-        ctx.total_memory,
-        ctx.compute_units,
-        jstr(&ctx.device_label)
-    );
-    s.push_str("  \"results\": [");
-    for (i, r) in rows.iter().enumerate() {
-        let (st, why) = match &r.status {
+impl<'a> JsonRow<'a> {
+    fn of(r: &'a Row, emulated: bool) -> JsonRow<'a> {
+        let (status, reason) = match &r.status {
             Status::Ran => ("ran", None),
             Status::Skipped(w) => ("skipped", Some(w.as_str())),
             Status::Failed(e) => ("failed", Some(e.as_str())),
         };
-        let goal = match r.goal {
-            Some(g) => format!("{{\"op\": {}, \"value\": {}}}", jstr(g.op()), jnum(g.value)),
-            None => "null".into(),
-        };
-        let notes: Vec<String> = r.notes.iter().map(|n| jstr(n)).collect();
-        let _ = write!(
-            s,
-            "{}\n    {{\"name\": {}, \"status\": {}, \"reason\": {}, \"work\": {}, \
-             \"unit\": {}, \"value\": {}, \"baseline_label\": {}, \"baseline_work\": {}, \
-             \"baseline\": {}, \"ratio_definition\": {}, \"ratio\": {}, \"goal\": {}, \
-             \"verdict\": {}, \"rounds\": {}, \"notes\": [{}]}}",
-            if i > 0 { "," } else { "" },
-            jstr(&r.name),
-            jstr(st),
-            why.map_or("null".into(), jstr),
-            jstr(&r.work),
-            jstr(r.unit),
-            jspread(r.value),
-            jstr(&r.baseline_label),
-            jstr(&r.baseline_work),
-            jspread(r.baseline),
-            jstr(r.ratio_def),
-            jspread(r.ratio),
-            goal,
-            jstr(&r.verdict(ctx.emulated)),
-            r.rounds,
-            notes.join(", ")
-        );
+        JsonRow {
+            name: &r.name,
+            status,
+            reason,
+            work: &r.work,
+            unit: r.unit,
+            value: r.value,
+            baseline_label: &r.baseline_label,
+            baseline_work: &r.baseline_work,
+            baseline: r.baseline,
+            ratio_definition: r.ratio_def,
+            ratio: r.ratio,
+            goal: r.goal,
+            verdict: r.verdict(emulated),
+            rounds: r.rounds,
+            notes: &r.notes,
+        }
     }
-    s.push_str("\n  ]\n}\n");
-    s
+}
+
+/// The JSON document of a run (`status` `ran`) or of a skipped backend (`skipped`, with the
+/// reason and no rows). Statistics that are not finite are written as `null`.
+fn json(
+    ctx: &Context,
+    status: &str,
+    reason: Option<&str>,
+    rows: &[Row],
+) -> serde_json::Result<String> {
+    let doc = Document {
+        format: FORMAT,
+        xthunk_version: env!("CARGO_PKG_VERSION"),
+        date: &ctx.date,
+        status,
+        reason,
+        quick: ctx.quick,
+        cpus: ctx.cpus,
+        backend: &ctx.backend,
+        device: &ctx.device,
+        results: rows
+            .iter()
+            .map(|r| JsonRow::of(r, ctx.device.emulated))
+            .collect(),
+    };
+    let mut text = serde_json::to_string_pretty(&doc)?;
+    text.push('\n');
+    Ok(text)
+}
+
+/// Writes the JSON document to `path` atomically, creating its folder if needed.
+pub fn write_json(
+    path: &Path,
+    ctx: &Context,
+    status: &str,
+    reason: Option<&str>,
+    rows: &[Row],
+) -> CliResult<()> {
+    let text = json(ctx, status, reason, rows).map_err(|e| CliError::io(path, e.into()))?;
+    write_atomically(path, &text)
 }
 
 /// Writes `text` to `path` through a temporary file in the same folder and a rename.
-pub fn write_atomically(path: &Path, text: &str) -> CliResult<()> {
+fn write_atomically(path: &Path, text: &str) -> CliResult<()> {
     let dir = match path.parent() {
         Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
         _ => PathBuf::from("."),
@@ -431,7 +468,144 @@ mod tests {
         assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(civil(19_723), (2024, 1, 1));
         assert_eq!(civil(20_513), (2026, 3, 1));
-        assert_eq!(jstr("a\"b\\c\nd\u{1}"), "\"a\\\"b\\\\c\\nd\\u0001\"");
-        assert_eq!(jnum(f64::INFINITY), "null");
+    }
+
+    fn context() -> Context {
+        Context {
+            date: "2026-03-01 12:34 UTC".into(),
+            backend: "host".into(),
+            device: DeviceSummary {
+                name: "cpu \"x\"\n\u{1}".into(),
+                ..DeviceSummary::default()
+            },
+            cpus: 2,
+            quick: true,
+        }
+    }
+
+    #[test]
+    fn json_document_keys_and_values() -> serde_json::Result<()> {
+        let mut row = Row::new(
+            "wide_dag",
+            "ms",
+            "1-stream time / 2-stream time",
+            Goal::gt(1.0),
+        );
+        row.value = Some(Spread {
+            median: 2.5,
+            p25: f64::NAN,
+            p75: f64::INFINITY,
+        });
+        row.notes.push("a \\ note".into());
+        let mut failed = Row::new("copy_bandwidth", "", "", None);
+        failed.status = Status::Failed("boom".into());
+        let text = json(&context(), "ran", None, &[row, failed])?;
+        assert!(text.ends_with("}\n"));
+        let v: serde_json::Value = serde_json::from_str(&text)?;
+        // Every object has exactly these keys, written in this order.
+        let has_keys = |v: &serde_json::Value, from: usize, want: &[&str]| {
+            let mut got: Vec<&str> = v
+                .as_object()
+                .map(|o| o.keys().map(String::as_str).collect())
+                .unwrap_or_default();
+            got.sort_unstable();
+            let mut sorted = want.to_vec();
+            sorted.sort_unstable();
+            assert_eq!(got, sorted);
+            let mut at = from;
+            for k in want {
+                let found = text[at..].find(&format!("\"{k}\":"));
+                assert!(found.is_some(), "key `{k}` out of order");
+                at += found.unwrap_or(0);
+            }
+        };
+        has_keys(
+            &v,
+            0,
+            &[
+                "format",
+                "xthunk_version",
+                "date",
+                "status",
+                "reason",
+                "quick",
+                "cpus",
+                "backend",
+                "device",
+                "results",
+            ],
+        );
+        let device_at = text.find("\"device\":").unwrap_or(0);
+        has_keys(
+            &v["device"],
+            device_at,
+            &[
+                "ordinal",
+                "name",
+                "vendor",
+                "arch",
+                "emulated",
+                "total_memory",
+                "compute_units",
+                "label",
+            ],
+        );
+        let results_at = text.find("\"results\":").unwrap_or(0);
+        has_keys(
+            &v["results"][0],
+            results_at,
+            &[
+                "name",
+                "status",
+                "reason",
+                "work",
+                "unit",
+                "value",
+                "baseline_label",
+                "baseline_work",
+                "baseline",
+                "ratio_definition",
+                "ratio",
+                "goal",
+                "verdict",
+                "rounds",
+                "notes",
+            ],
+        );
+        assert_eq!(v["format"], FORMAT);
+        assert_eq!(v["reason"], serde_json::Value::Null);
+        assert_eq!(v["device"]["name"], "cpu \"x\"\n\u{1}");
+        let r0 = &v["results"][0];
+        assert_eq!(r0["value"]["median"], 2.5);
+        assert_eq!(r0["value"]["p25"], serde_json::Value::Null);
+        assert_eq!(r0["value"]["p75"], serde_json::Value::Null);
+        assert_eq!(r0["baseline"], serde_json::Value::Null);
+        assert_eq!(r0["goal"]["op"], ">");
+        assert_eq!(r0["goal"]["value"], 1.0);
+        assert_eq!(r0["verdict"], "info");
+        assert_eq!(r0["notes"][0], "a \\ note");
+        let r1 = &v["results"][1];
+        assert_eq!(
+            (&r1["status"], &r1["reason"]),
+            (&"failed".into(), &"boom".into())
+        );
+        assert_eq!(r1["goal"], serde_json::Value::Null);
+        let skipped: serde_json::Value =
+            serde_json::from_str(&json(&context(), "skipped", Some("no GPU"), &[])?)?;
+        assert_eq!(skipped["reason"], "no GPU");
+        assert_eq!(skipped["results"], serde_json::json!([]));
+        Ok(())
+    }
+
+    #[test]
+    fn json_file_is_written_in_a_new_folder() -> Result<(), Box<dyn std::error::Error>> {
+        let dir = std::env::temp_dir().join(format!("xthunk-bench-unit-{}", std::process::id()));
+        let path = dir.join("sub/out.json");
+        write_json(&path, &context(), "skipped", Some("why"), &[])?;
+        let v: serde_json::Value = serde_json::from_slice(&std::fs::read(&path)?)?;
+        std::fs::remove_dir_all(&dir)?;
+        assert_eq!(v["status"], "skipped");
+        assert!(write_json(Path::new("/"), &context(), "ran", None, &[]).is_err());
+        Ok(())
     }
 }

@@ -3,19 +3,24 @@
 
 use super::Res;
 use super::report::fmt_num;
+use serde::Serialize;
 use std::time::{Duration, Instant};
 
-/// How a measured ratio is compared with its goal.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// How a measured ratio is compared with its goal (serialized as the operator).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub enum Cmp {
+    #[serde(rename = "<=")]
     Le,
+    #[serde(rename = ">=")]
     Ge,
+    #[serde(rename = ">")]
     Gt,
 }
 
-/// A goal on the ratio.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A goal on the ratio: `{"op": "<=", "value": 1.1}` in the JSON.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Goal {
+    #[serde(rename = "op")]
     pub cmp: Cmp,
     pub value: f64,
 }
@@ -58,8 +63,9 @@ impl Goal {
     }
 }
 
-/// A median with the 25th and 75th percentiles.
-#[derive(Clone, Copy, Debug, PartialEq)]
+/// A median with the 25th and 75th percentiles (a statistic that is not finite is `null` in
+/// the JSON).
+#[derive(Clone, Copy, Debug, PartialEq, Serialize)]
 pub struct Spread {
     pub median: f64,
     pub p25: f64,
