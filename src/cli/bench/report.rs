@@ -8,7 +8,7 @@ use serde::Serialize;
 use std::fmt::Write as _;
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
+use time::OffsetDateTime;
 use xthunk::core::backend::Vendor;
 
 /// The JSON document's format name.
@@ -115,31 +115,15 @@ pub fn thousands(n: u64) -> String {
     out
 }
 
-/// Days since 1970-01-01 as a civil date (UTC).
-fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    (y, m, d)
-}
-
 /// `2026-05-01 12:34 UTC`.
-fn utc_now() -> String {
-    let t = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs() as i64);
-    let (y, m, d) = civil(t.div_euclid(86_400));
-    let s = t.rem_euclid(86_400);
+fn date_text(t: OffsetDateTime) -> String {
     format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02} UTC",
-        s / 3600,
-        (s / 60) % 60
+        "{:04}-{:02}-{:02} {:02}:{:02} UTC",
+        t.year(),
+        u8::from(t.month()),
+        t.day(),
+        t.hour(),
+        t.minute()
     )
 }
 
@@ -205,7 +189,7 @@ impl Context {
     /// The context of a run on `device` of `backend`, dated now.
     pub fn new(backend: &str, device: DeviceSummary, quick: bool) -> Context {
         Context {
-            date: utc_now(),
+            date: date_text(OffsetDateTime::now_utc()),
             backend: backend.to_string(),
             device,
             cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
@@ -465,9 +449,22 @@ mod tests {
         assert_eq!(fmt_num(f64::NAN), "n/a");
         assert_eq!(thousands(10_000), "10,000");
         assert_eq!(thousands(999), "999");
-        assert_eq!(civil(0), (1970, 1, 1));
-        assert_eq!(civil(19_723), (2024, 1, 1));
-        assert_eq!(civil(20_513), (2026, 3, 1));
+    }
+
+    #[test]
+    fn dates_are_utc_to_the_minute() {
+        let at = |secs: i64| OffsetDateTime::from_unix_timestamp(secs).map(date_text);
+        assert_eq!(at(0).ok().as_deref(), Some("1970-01-01 00:00 UTC"));
+        assert_eq!(
+            at(19_723 * 86_400 + 59).ok().as_deref(),
+            Some("2024-01-01 00:00 UTC")
+        );
+        assert_eq!(
+            at(20_513 * 86_400 + 12 * 3600 + 34 * 60 + 56)
+                .ok()
+                .as_deref(),
+            Some("2026-03-01 12:34 UTC")
+        );
     }
 
     fn context() -> Context {
