@@ -6,10 +6,10 @@ use crate::cli::devices::human_bytes;
 use crate::cli::error::{CliError, CliResult};
 use serde::Serialize;
 use std::fmt::Write as _;
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use time::OffsetDateTime;
 use xthunk::core::backend::Vendor;
+use xthunk::core::files::{MODE_PUBLIC, write_atomic};
 
 /// The JSON document's format name.
 const FORMAT: &str = "xthunk-bench/1";
@@ -407,33 +407,17 @@ pub fn write_json(
     reason: Option<&str>,
     rows: &[Row],
 ) -> CliResult<()> {
-    let text = json(ctx, status, reason, rows).map_err(|e| CliError::io(path, e.into()))?;
-    write_atomically(path, &text)
-}
-
-/// Writes `text` to `path` through a temporary file in the same folder and a rename.
-fn write_atomically(path: &Path, text: &str) -> CliResult<()> {
-    let dir = match path.parent() {
-        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
-    std::fs::create_dir_all(&dir).map_err(|e| CliError::io(&dir, e))?;
-    let file_name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .ok_or_else(|| CliError::Usage(format!("--json {}: not a file name", path.display())))?;
-    let tmp = dir.join(format!(".{file_name}.tmp-{}", std::process::id()));
-    let result = (|| -> std::io::Result<()> {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(text.as_bytes())?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if let Err(e) = result {
-        let _ = std::fs::remove_file(&tmp);
-        return Err(CliError::io(path, e));
+    if path.file_name().is_none() {
+        return Err(CliError::Usage(format!(
+            "--json {}: not a file name",
+            path.display()
+        )));
     }
-    Ok(())
+    let text = json(ctx, status, reason, rows).map_err(|e| CliError::io(path, e.into()))?;
+    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).map_err(|e| CliError::io(dir, e))?;
+    }
+    write_atomic(path, text.as_bytes(), MODE_PUBLIC).map_err(|e| CliError::io(path, e))
 }
 
 #[cfg(test)]
