@@ -117,10 +117,7 @@ pub fn copy_bandwidth(s: &Setup) -> Res<Row> {
     } else {
         drop(src);
         let t = interleaved(s.rounds(10, 3, 15), &mut [&mut || p.run()])?;
-        row.baseline_label = "n/a".into();
-        row.baseline_work = s.no_baseline();
-        row.rounds = t[0].len();
-        row.value = Some(inverse(Spread::of(&t[0]), gbs));
+        row.without_baseline(s.no_baseline(), &t[0], |v| inverse(v, gbs));
         return Ok(row);
     };
     row.rounds = times[0].len();

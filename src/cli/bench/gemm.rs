@@ -203,10 +203,7 @@ fn gemm(s: &Setup, dtype: DType, n: u64, reps: usize) -> Res<Row> {
         (t, flops)
     } else {
         let t = interleaved(plan, &mut [&mut || p.run()])?;
-        row.baseline_label = "n/a".into();
-        row.baseline_work = s.no_baseline();
-        row.rounds = t[0].len();
-        row.value = Some(inverse(Spread::of(&t[0]), tflops(flops)));
+        row.without_baseline(s.no_baseline(), &t[0], |v| inverse(v, tflops(flops)));
         return Ok(row);
     };
     row.rounds = times[0].len();

@@ -160,10 +160,7 @@ pub fn executor_overhead(s: &Setup) -> Res<Row> {
         )?
     } else {
         let t = interleaved(plan, &mut [&mut || p.run()])?;
-        row.baseline_label = "n/a".into();
-        row.baseline_work = s.no_baseline();
-        row.rounds = t[0].len();
-        row.value = Some(Spread::of(&t[0]).map(per));
+        row.without_baseline(s.no_baseline(), &t[0], |v| v.map(per));
         return Ok(row);
     };
     row.rounds = times[0].len();

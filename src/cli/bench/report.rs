@@ -62,6 +62,19 @@ impl Row {
         }
     }
 
+    /// A row measured without a baseline: its times, labelled `n/a` with `why`.
+    pub fn without_baseline(
+        &mut self,
+        why: String,
+        times: &[f64],
+        value: impl Fn(Spread) -> Spread,
+    ) {
+        self.baseline_label = "n/a".into();
+        self.baseline_work = why;
+        self.rounds = times.len();
+        self.value = Some(value(Spread::of(times)));
+    }
+
     pub fn verdict(&self, emulated: bool) -> String {
         match &self.status {
             Status::Skipped(_) => "skipped".into(),
