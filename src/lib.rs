@@ -25,10 +25,15 @@ pub use xthunk_core::{Error, Result};
 pub use xthunk_proto as proto;
 
 use std::sync::Arc;
+use xthunk_core::backend::baseline::RawBaseline;
+
+mod baseline;
 
 /// The backends compiled into this binary, in `auto` order (GPU backends first, host last).
 pub struct Runtime {
     registry: BackendRegistry,
+    /// The backends that provide raw vendor baselines for benchmarks, with them.
+    baselines: Vec<(Arc<dyn Backend>, Arc<dyn RawBaseline>)>,
 }
 
 impl Runtime {
@@ -40,10 +45,14 @@ impl Runtime {
     /// A runtime whose host backend exposes `n` devices.
     pub fn with_host_devices(n: usize) -> Self {
         let mut registry = BackendRegistry::new();
-        registry.register(Arc::new(xthunk_cuda::CudaBackend::new()));
+        let cuda: Arc<dyn Backend> = Arc::new(xthunk_cuda::CudaBackend::new());
+        registry.register(cuda.clone());
         registry.register(Arc::new(xthunk_rocm::RocmBackend::new()));
         registry.register(Arc::new(xthunk_core::host::HostBackend::with_devices(n)));
-        Runtime { registry }
+        Runtime {
+            registry,
+            baselines: vec![(cuda, Arc::new(baseline::CudaBaseline))],
+        }
     }
 
     pub fn registry(&self) -> &BackendRegistry {
@@ -53,6 +62,15 @@ impl Runtime {
     /// Picks a backend (see [`BackendRegistry::select`]).
     pub fn select(&self, choice: &BackendChoice) -> Result<(Arc<dyn Backend>, Vec<String>)> {
         self.registry.select(choice)
+    }
+
+    /// The raw vendor baselines of `backend` (one of this runtime's) for benchmarks, when its
+    /// vendor provides them: chosen by the backend object, not by its name.
+    pub fn raw_baseline(&self, backend: &Arc<dyn Backend>) -> Option<Arc<dyn RawBaseline>> {
+        self.baselines
+            .iter()
+            .find(|(b, _)| Arc::ptr_eq(b, backend))
+            .map(|(_, raw)| raw.clone())
     }
 }
 

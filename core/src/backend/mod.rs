@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub mod accounting;
+pub mod baseline;
 mod registry;
 pub mod search;
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};

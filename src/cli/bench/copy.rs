@@ -1,5 +1,6 @@
 //! Benchmark `copy_bandwidth`: device-to-device `Copy` thunks of 256 MiB, against `memcpy`
-//! between host vectors (host) or `cuMemcpyDtoDAsync` (CUDA).
+//! between host vectors (host) or the vendor's raw asynchronous copy (the backend's raw
+//! baseline).
 
 use super::program::{Prepared, wrong};
 use super::report::{Row, Status};
@@ -96,21 +97,23 @@ pub fn copy_bandwidth(s: &Setup) -> Res<Row> {
                 Ok(secs(start))
             }],
         )?
-    } else if s.is_cuda() {
+    } else if let Some(raw) = &s.baseline {
         drop(src);
         let stream = s.dev.create_stream()?;
         let (x, y) = (p.param(0)?, p.output(0)?);
-        xthunk_cuda::bench::raw_memcpy_dtod(stream.as_ref(), x, y, bytes, copies)?;
-        row.baseline_label = "cuMemcpyDtoDAsync".into();
+        raw.copy_loop(stream.as_ref(), x, y, bytes, copies)?;
+        let calls = raw.calls();
+        row.baseline_label = calls.copy.into();
         row.baseline_work = format!(
-            "{copies} cuMemcpyDtoDAsync_v2 calls of {} on one stream between the same \
-             buffers, then cuStreamSynchronize",
-            human_bytes(bytes)
+            "{copies} {} calls of {} on one stream between the same buffers, then {}",
+            calls.copy_symbol,
+            human_bytes(bytes),
+            calls.synchronize
         );
         interleaved(
             s.rounds(10, 3, 15),
             &mut [&mut || p.run(), &mut || {
-                xthunk_cuda::bench::raw_memcpy_dtod(stream.as_ref(), x, y, bytes, copies)
+                raw.copy_loop(stream.as_ref(), x, y, bytes, copies)
                     .map(|d| d.as_secs_f64())
             }],
         )?

@@ -1,5 +1,5 @@
 //! Benchmarks `gemm_f32`, `gemm_bf16`, `gemm_f16`: `Gemm` thunks, against a plain triple loop
-//! (host, its rate scaled) or cuBLAS called directly (CUDA);
+//! (host, its rate scaled) or the vendor BLAS called directly (the backend's raw baseline);
 //! with the deterministic inputs and the f64 reference check.
 
 use super::program::{Prepared, wrong};
@@ -182,21 +182,24 @@ fn gemm(s: &Setup, dtype: DType, n: u64, reps: usize) -> Res<Row> {
             &mut [&mut || p.run(), &mut || Ok(triple_loop(m, &a, &b, &mut c))],
         )?;
         (t, 2.0 * (m as f64).powi(3))
-    } else if s.is_cuda() {
+    } else if let Some(raw) = &s.baseline {
         let stream = s.dev.create_stream()?;
-        let raw = xthunk_cuda::bench::RawCublas::new(stream)?;
+        let blas = raw.blas(stream)?;
         let (a, b, c) = (p.param(0)?, p.param(1)?, p.output(0)?);
-        raw.gemm_loop(dtype, n, n, n, a, b, c, reps)?;
-        row.baseline_label = "cuBLAS direct".into();
+        blas.gemm_loop(dtype, n, n, n, a, b, c, reps)?;
+        let calls = raw.calls();
+        row.baseline_label = format!("{} direct", calls.blas);
         row.baseline_work = format!(
-            "{reps} cublasGemmEx call(s) of the same shapes and dtypes ({acc} compute, default \
-             algorithm) on its own handle and stream, then cuStreamSynchronize ({})",
-            raw.library()
+            "{reps} {} call(s) of the same shapes and dtypes ({acc} compute, default \
+             algorithm) on its own handle and stream, then {} ({})",
+            calls.gemm,
+            calls.synchronize,
+            blas.library()
         );
         let t = interleaved(
             plan,
             &mut [&mut || p.run(), &mut || {
-                raw.gemm_loop(dtype, n, n, n, a, b, c, reps)
+                blas.gemm_loop(dtype, n, n, n, a, b, c, reps)
                     .map(|d| d.as_secs_f64())
             }],
         )?;

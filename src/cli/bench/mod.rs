@@ -9,6 +9,10 @@
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` called directly, same shapes | ≥ 0.95× of cuBLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //!
+//! The GPU baselines are the backend's raw vendor baselines
+//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Runtime::raw_baseline`]); a
+//! backend without them gets rows with no baseline.
+//!
 //! Every ratio is measured in interleaved rounds ([`stats`]): each round runs every variant
 //! once, back to back (the order alternating from round to round), after one untimed warm-up
 //! round. The table gives the median of each variant's times and the median of the per-round
@@ -42,6 +46,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk::core::backend::Vendor;
+use xthunk::core::backend::baseline::RawBaseline;
 use xthunk::{Device, Runtime};
 
 /// Exit status: every benchmark that could run ran (goals missed or not).
@@ -74,10 +79,12 @@ pub struct BenchArgs {
 
 type Res<T> = xthunk::Result<T>;
 
-/// The problem sizes and goals for this device.
+/// The device, its raw baseline, and the problem sizes and goals for it.
 struct Setup {
     dev: Arc<dyn Device>,
     backend: &'static str,
+    /// The backend's raw vendor baselines, if it provides them.
+    baseline: Option<Arc<dyn RawBaseline>>,
     /// A real GPU (not the host, not an emulated device).
     gpu: bool,
     emulated: bool,
@@ -85,9 +92,6 @@ struct Setup {
 }
 
 impl Setup {
-    fn is_cuda(&self) -> bool {
-        self.backend == "cuda"
-    }
     fn is_host(&self) -> bool {
         self.dev.info().vendor == Vendor::Host
     }
@@ -197,6 +201,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     let setup = Setup {
         dev: dev.clone(),
         backend: backend.name(),
+        baseline: rt.raw_baseline(&backend),
         gpu: info.vendor != Vendor::Host && !info.emulated,
         emulated: info.emulated,
         quick: args.quick,
