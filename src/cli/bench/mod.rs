@@ -133,14 +133,14 @@ fn one(name: &str, filter: Option<&str>, f: impl FnOnce() -> Res<Row>, rows: &mu
     }
     progress(name);
     let start = Instant::now();
-    let load = load::CpuSnapshot::take();
+    let load = xthunk::core::bench::CpuSnapshot::take();
     let mut row = f().unwrap_or_else(|e| {
         let mut r = Row::new(name, "", "", None);
         r.status = Status::Failed(one_line(&e));
         r
     });
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(note) = load.and_then(|l| l.since(cpus)) {
+    if let Some(note) = load.and_then(|l| load::note_since(&l, cpus)) {
         row.notes.push(note);
     }
     eprintln!(

@@ -6,53 +6,21 @@ use super::program::{Prepared, TINY, check_chain, f32_bytes, f32s, tiny_chain};
 use super::report::{Row, thousands};
 use super::stats::{Goal, Rounds, Spread, interleaved, ratios, secs};
 use super::{Res, Setup};
-use std::hint::black_box;
 use std::time::Instant;
 use xthunk::DeviceMemory;
 use xthunk::core::backend::baseline::RawBaseline;
 use xthunk::core::backend::{LaunchArg, LaunchDims};
+use xthunk::core::bench;
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::core::kernels::{HostArg, HostKernelFn, standard_library};
+use xthunk::core::kernels::{HostKernelFn, standard_library};
 use xthunk::ir::{Dim3, MemorySpace, Module, ModuleImage, Scalar};
 
 const CHAIN: usize = 10_000;
 
-/// The chain as a plain loop: `add_f32`'s host function called directly on host buffers,
-/// with the same ping-pong as [`tiny_chain`]. Returns the seconds it took.
+/// The chain as a plain loop (core's [`bench::plain_chain`]); returns the seconds it took.
 fn plain_chain(add: HostKernelFn, x: &[f32], bufs: &mut [Vec<f32>; 2]) -> Res<f64> {
-    let xp = x.as_ptr() as *mut u8;
-    let [t, y] = bufs;
-    if x.len() < TINY as usize || t.len() < TINY as usize || y.len() < TINY as usize {
-        return Err(xthunk::Error::InvalidArgument(
-            "plain loop buffers too small".into(),
-        ));
-    }
-    let ptrs = [t.as_mut_ptr() as *mut u8, y.as_mut_ptr() as *mut u8];
-    let len = (TINY * 4) as usize;
     let start = Instant::now();
-    for i in 0..CHAIN {
-        let prev = if i == 0 { xp } else { ptrs[(i - 1) % 2] };
-        let args = [
-            HostArg::Buffer { ptr: prev, len },
-            HostArg::Buffer { ptr: xp, len },
-            HostArg::Buffer {
-                ptr: ptrs[i % 2],
-                len,
-            },
-            HostArg::Scalar(Scalar::I64(TINY as i64)),
-        ];
-        // SAFETY: every pointer refers to a live buffer of at least `len` bytes (checked
-        // above) exclusively borrowed by this function for the call (`x` is only read by the
-        // kernel, through `xp`); in and out may alias only as the kernel contract allows
-        // (an output starting where an input starts).
-        let r = unsafe { add(black_box(&args)) };
-        if let Err(e) = r {
-            return Err(xthunk::Error::Kernel {
-                kernel: "add_f32".into(),
-                message: e.to_string(),
-            });
-        }
-    }
+    bench::plain_chain(add, x, bufs, CHAIN)?;
     Ok(secs(start))
 }
 

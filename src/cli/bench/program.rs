@@ -1,14 +1,15 @@
-//! What the benchmarks run: a loaded program with its buffers ([`Prepared`]), the tiny
-//! `add_f32` chain that the overhead and command-buffer benchmarks share, and the helpers that
-//! fill and check buffers.
+//! What the benchmarks run: a loaded program with its buffers ([`Prepared`]), the check of
+//! the tiny `add_f32` chain that the overhead and command-buffer benchmarks share (the chain
+//! itself is core's, shared with the criterion benches), and the helpers that fill and check
+//! buffers.
 
 use super::Res;
 use super::stats::secs;
 use std::sync::Arc;
 use std::time::Instant;
-use xthunk::builder::ExecutableBuilder;
+pub use xthunk::core::bench::{TINY, tiny_chain};
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Slice, Thunk};
+use xthunk::ir::Executable;
 use xthunk::{Buffer, Device, DeviceMemory, ExecuteOptions, LoadedExecutable};
 
 /// A loaded program with its parameter and output buffers.
@@ -81,56 +82,6 @@ pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
 /// The error of a benchmark whose result is wrong.
 pub fn wrong(what: &str, detail: String) -> xthunk::Error {
     xthunk::Error::InvalidArgument(format!("wrong result in {what}: {detail}"))
-}
-
-pub fn buffer_arg(slice: Slice, access: Access) -> KernelArg {
-    KernelArg::Buffer { slice, access }
-}
-
-/// `out = a + b` over `n` f32 with the standard `add_f32`, grid 1 x block 32.
-fn add_kernel(a: Slice, b: Slice, out: Slice, n: u64) -> Thunk {
-    Thunk::Kernel(KernelThunk {
-        module: "std".into(),
-        name: "add_f32".into(),
-        grid: Dim3::x(1),
-        block: Dim3::x(32),
-        shared_mem: 0,
-        args: vec![
-            buffer_arg(a, Access::Read),
-            buffer_arg(b, Access::Read),
-            buffer_arg(out, Access::Write),
-            KernelArg::Scalar(Scalar::I64(n as i64)),
-        ],
-    })
-}
-
-/// Elements of the tiny kernels.
-pub const TINY: u64 = 16;
-
-/// A chain of `len` `add_f32` on 16 elements, `t_i = t_{i-1} + x`, ping-ponging between a temp
-/// and the output (every kernel reads the previous one's result); in the entry or as the body
-/// of one command buffer. With `x = v` the output is `(len + 1) * v` for even `len`.
-pub fn tiny_chain(name: &str, len: usize, command_buffer: bool) -> Res<Executable> {
-    let mut b = ExecutableBuilder::new(name);
-    let x = b.parameter("x", DType::F32, &[TINY]);
-    let y = b.output("y", DType::F32, &[TINY]);
-    let t = b.temp(DType::F32, &[TINY]);
-    b.standard_module();
-    let bufs = [t.slice(), y.slice()];
-    let thunks: Vec<Thunk> = (0..len)
-        .map(|i| {
-            let prev = if i == 0 { x.slice() } else { bufs[(i - 1) % 2] };
-            add_kernel(prev, x.slice(), bufs[i % 2], TINY)
-        })
-        .collect();
-    if command_buffer {
-        b.push(Thunk::CommandBuffer { body: thunks });
-    } else {
-        for th in thunks {
-            b.push(th);
-        }
-    }
-    Ok(b.build()?)
 }
 
 /// Checks a tiny chain's output.

@@ -1,51 +1,13 @@
-//! Benchmark `wide_dag`: 8 independent chains of 4 elementwise kernels on 2 streams, against
-//! the same program on 1 stream.
+//! Benchmark `wide_dag`: 8 independent chains of 4 elementwise kernels (core's shared wide
+//! DAG) on 2 streams, against the same program on 1 stream.
 
 use super::gemm::gemm_value;
-use super::program::{Prepared, buffer_arg, f32_bytes, f32s, wrong};
+use super::program::{Prepared, f32_bytes, f32s, wrong};
 use super::report::{Row, thousands};
 use super::stats::{Goal, Spread, interleaved, ratios};
 use super::{Res, Setup};
-use xthunk::builder::ExecutableBuilder;
+use xthunk::core::bench::{WIDE_CHAINS, WIDE_LEN, wide_dag as wide_program};
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Thunk};
-
-const WIDE_CHAINS: u64 = 8;
-const WIDE_LEN: usize = 4;
-
-/// 8 independent chains `exp -> tanh -> exp -> tanh` over `n` f32 each, every kernel with
-/// `grid` blocks of 256 threads.
-fn wide_program(n: u64, grid: u32) -> Res<Executable> {
-    let total = n * WIDE_CHAINS;
-    let mut b = ExecutableBuilder::new("wide_dag");
-    let x = b.parameter("x", DType::F32, &[total]);
-    let y = b.output("y", DType::F32, &[total]);
-    let t = b.temp(DType::F32, &[total]);
-    b.standard_module();
-    for c in 0..WIDE_CHAINS {
-        let xs = x.elems(c * n, n).slice();
-        let ys = y.elems(c * n, n).slice();
-        let ts = t.elems(c * n, n).slice();
-        let mut prev = xs;
-        for i in 0..WIDE_LEN {
-            let out = if i % 2 == 0 { ts } else { ys };
-            b.push(Thunk::Kernel(KernelThunk {
-                module: "std".into(),
-                name: if i % 2 == 0 { "exp_f32" } else { "tanh_f32" }.into(),
-                grid: Dim3::x(grid),
-                block: Dim3::x(256),
-                shared_mem: 0,
-                args: vec![
-                    buffer_arg(prev, Access::Read),
-                    buffer_arg(out, Access::Write),
-                    KernelArg::Scalar(Scalar::I64(n as i64)),
-                ],
-            }));
-            prev = out;
-        }
-    }
-    Ok(b.build()?)
-}
 
 pub fn wide_dag(s: &Setup) -> Res<Row> {
     let mut row = Row::new(
