@@ -6,9 +6,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 use xthunk_core::Result;
-use xthunk_core::backend::baseline::{BaselineCalls, RawBaseline, RawGemm, RawLaunches};
+use xthunk_core::backend::baseline::{
+    BaselineCalls, RawBaseline, RawGemm, RawGemmCall, RawLaunches,
+};
 use xthunk_core::backend::{DeviceMemory, KernelHandle, LaunchArg, LaunchDims, Stream};
-use xthunk_core::ir::DType;
 use xthunk_cuda::bench as cuda;
 
 /// The CUDA backend's raw baselines: the driver through cudarc's `sys` layer, and cuBLAS.
@@ -73,17 +74,8 @@ impl RawGemm for CudaGemm {
         self.0.library()
     }
 
-    fn gemm_loop(
-        &self,
-        dtype: DType,
-        m: u64,
-        n: u64,
-        k: u64,
-        a: &dyn DeviceMemory,
-        b: &dyn DeviceMemory,
-        c: &dyn DeviceMemory,
-        reps: usize,
-    ) -> Result<Duration> {
-        self.0.gemm_loop(dtype, m, n, k, a, b, c, reps)
+    fn gemm_loop(&self, g: &RawGemmCall<'_>, reps: usize) -> Result<Duration> {
+        self.0
+            .gemm_loop(g.dtype, g.m, g.n, g.k, g.a, g.b, g.c, reps)
     }
 }

@@ -89,21 +89,22 @@ pub trait RawLaunches {
 pub trait RawGemm {
     /// The library file opened.
     fn library(&self) -> &str;
-    /// `reps` times `C = A B` of `dtype` operands with `m x k`, `k x n` and `m x n` matrices
-    /// at the start of `a`, `b` and `c` (column-major, no transposes, packed: the same shapes
-    /// and operation count as a row-major gemm of the same sizes), f32 accumulation (f64 for
-    /// f64), the library's default algorithm; then waits; returns the time. One checked gemm
-    /// of the same shapes is issued first.
-    #[allow(clippy::too_many_arguments)]
-    fn gemm_loop(
-        &self,
-        dtype: DType,
-        m: u64,
-        n: u64,
-        k: u64,
-        a: &dyn DeviceMemory,
-        b: &dyn DeviceMemory,
-        c: &dyn DeviceMemory,
-        reps: usize,
-    ) -> Result<Duration>;
+    /// `reps` times `gemm` with f32 accumulation (f64 for f64) and the library's default
+    /// algorithm, then waits; returns the time. One checked gemm of the same shapes is issued
+    /// first.
+    fn gemm_loop(&self, gemm: &RawGemmCall<'_>, reps: usize) -> Result<Duration>;
+}
+
+/// One gemm of [`RawGemm::gemm_loop`]: `C = A B` of `dtype` operands, with the `m x k`,
+/// `k x n` and `m x n` matrices at the start of `a`, `b` and `c` (column-major, no transposes,
+/// packed: the same shapes and operation count as a row-major gemm of the same sizes).
+#[derive(Clone, Copy, Debug)]
+pub struct RawGemmCall<'a> {
+    pub dtype: DType,
+    pub m: u64,
+    pub n: u64,
+    pub k: u64,
+    pub a: &'a dyn DeviceMemory,
+    pub b: &'a dyn DeviceMemory,
+    pub c: &'a dyn DeviceMemory,
 }

@@ -10,6 +10,7 @@ use crate::cli::devices::human_bytes;
 use std::hint::black_box;
 use std::time::Instant;
 use xthunk::builder::ExecutableBuilder;
+use xthunk::core::backend::baseline::RawGemmCall;
 use xthunk::core::executor::ExecutorConfig;
 use xthunk::ir::{DType, Executable};
 
@@ -185,8 +186,16 @@ fn gemm(s: &Setup, dtype: DType, n: u64, reps: usize) -> Res<Row> {
     } else if let Some(raw) = &s.baseline {
         let stream = s.dev.create_stream()?;
         let blas = raw.blas(stream)?;
-        let (a, b, c) = (p.param(0)?, p.param(1)?, p.output(0)?);
-        blas.gemm_loop(dtype, n, n, n, a, b, c, reps)?;
+        let call = RawGemmCall {
+            dtype,
+            m: n,
+            n,
+            k: n,
+            a: p.param(0)?,
+            b: p.param(1)?,
+            c: p.output(0)?,
+        };
+        blas.gemm_loop(&call, reps)?;
         let calls = raw.calls();
         row.baseline_label = format!("{} direct", calls.blas);
         row.baseline_work = format!(
@@ -199,8 +208,7 @@ fn gemm(s: &Setup, dtype: DType, n: u64, reps: usize) -> Res<Row> {
         let t = interleaved(
             plan,
             &mut [&mut || p.run(), &mut || {
-                blas.gemm_loop(dtype, n, n, n, a, b, c, reps)
-                    .map(|d| d.as_secs_f64())
+                blas.gemm_loop(&call, reps).map(|d| d.as_secs_f64())
             }],
         )?;
         (t, flops)
