@@ -13,6 +13,7 @@ use std::fmt;
 use std::sync::Arc;
 
 pub mod accounting;
+pub mod baseline;
 pub mod dylib;
 pub mod kernel_cache;
 mod registry;
