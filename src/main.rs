@@ -105,23 +105,7 @@ enum Command {
     Conformance(cli::conformance::ConformanceArgs),
     /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
     /// against baselines measured in the same run, and print one table.
-    Bench {
-        /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
-        #[arg(long, default_value = "auto")]
-        backend: String,
-        /// Device ordinal within the backend.
-        #[arg(long, default_value_t = 0)]
-        device: usize,
-        /// Only benchmarks whose name contains this string (e.g. `gemm`, `copy`).
-        #[arg(long)]
-        filter: Option<String>,
-        /// Fewer rounds (a smoke run).
-        #[arg(long)]
-        quick: bool,
-        /// Also write the results as JSON to this file (atomically).
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-    },
+    Bench(cli::bench::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -171,20 +155,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
                 out,
             );
         }
-        Command::Bench {
-            backend,
-            device,
-            filter,
-            quick,
-            json,
-        } => {
-            let args = cli::bench::BenchArgs {
-                backend,
-                device,
-                filter,
-                quick,
-                json,
-            };
+        Command::Bench(args) => {
             return cli::bench::bench(&xthunk::Runtime::new(), &args, out);
         }
     }

@@ -68,12 +68,22 @@ pub const NAMES: [&str; 7] = [
 ];
 
 /// What `xthunk bench` was asked to do.
-#[derive(Debug)]
+#[derive(Debug, Clone, clap::Args)]
 pub struct BenchArgs {
+    /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
+    #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Device ordinal within the backend.
+    #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Only benchmarks whose name contains this string (e.g. `gemm`, `copy`).
+    #[arg(long)]
     pub filter: Option<String>,
+    /// Fewer rounds (a smoke run).
+    #[arg(long)]
     pub quick: bool,
+    /// Also write the results as JSON to this file (atomically).
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
 }
 
