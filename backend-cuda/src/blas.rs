@@ -16,78 +16,18 @@ use crate::loader::{NotFound, SearchConfig, check_symbols};
 use crate::memory::MemoryRegistry;
 use crate::result::{BACKEND, cublas};
 use crate::stream::unsupported;
-use cudarc::driver::sys;
+use crate::sys::{
+    self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
+    CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasCreate_v2_t, cublasDestroy_v2_t,
+    cublasGemmEx_t, cublasGemmStridedBatchedEx_t, cublasGetVersion_v2_t, cublasHandle_t,
+    cublasSetStream_v2_t,
+};
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
 use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
-
-type Handle = *mut c_void;
-type Status = c_int;
-type CreateFn = unsafe extern "C" fn(*mut Handle) -> Status;
-type DestroyFn = unsafe extern "C" fn(Handle) -> Status;
-type SetStreamFn = unsafe extern "C" fn(Handle, sys::CUstream) -> Status;
-type VersionFn = unsafe extern "C" fn(Handle, *mut c_int) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,         // transa
-    c_int,         // transb
-    c_int,         // m
-    c_int,         // n
-    c_int,         // k
-    *const c_void, // alpha
-    *const c_void, // A
-    c_int,         // Atype
-    c_int,         // lda
-    *const c_void, // B
-    c_int,         // Btype
-    c_int,         // ldb
-    *const c_void, // beta
-    *mut c_void,   // C
-    c_int,         // Ctype
-    c_int,         // ldc
-    c_int,         // computeType
-    c_int,         // algo
-) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmStridedBatchedExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *const c_void,
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideA
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideB
-    *const c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideC
-    c_int,      // batchCount
-    c_int,
-    c_int,
-) -> Status;
-
-const CUBLAS_OP_N: c_int = 0;
-const CUBLAS_OP_T: c_int = 1;
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-const CUDA_R_16F: c_int = 2;
-const CUDA_R_16BF: c_int = 14;
-const CUBLAS_COMPUTE_32F: c_int = 68;
-const CUBLAS_COMPUTE_64F: c_int = 70;
-const CUBLAS_GEMM_DEFAULT: c_int = -1;
 
 /// Library file names, newest first.
 pub const LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12"];
@@ -103,12 +43,12 @@ const REQUIRED: [&str; 5] = [
 ];
 
 struct Table {
-    create: CreateFn,
-    destroy: DestroyFn,
-    set_stream: SetStreamFn,
-    gemm_ex: GemmExFn,
-    gemm_strided_batched_ex: GemmStridedBatchedExFn,
-    version: Option<VersionFn>,
+    create: cublasCreate_v2_t,
+    destroy: cublasDestroy_v2_t,
+    set_stream: cublasSetStream_v2_t,
+    gemm_ex: cublasGemmEx_t,
+    gemm_strided_batched_ex: cublasGemmStridedBatchedEx_t,
+    version: Option<cublasGetVersion_v2_t>,
 }
 
 /// A loaded cuBLAS.
@@ -127,22 +67,22 @@ impl BlasLibrary {
         let table = unsafe {
             Table {
                 create: *lib
-                    .get::<CreateFn>(b"cublasCreate_v2")
+                    .get::<cublasCreate_v2_t>(b"cublasCreate_v2")
                     .map_err(|e| missing(&e))?,
                 destroy: *lib
-                    .get::<DestroyFn>(b"cublasDestroy_v2")
+                    .get::<cublasDestroy_v2_t>(b"cublasDestroy_v2")
                     .map_err(|e| missing(&e))?,
                 set_stream: *lib
-                    .get::<SetStreamFn>(b"cublasSetStream_v2")
+                    .get::<cublasSetStream_v2_t>(b"cublasSetStream_v2")
                     .map_err(|e| missing(&e))?,
                 gemm_ex: *lib
-                    .get::<GemmExFn>(b"cublasGemmEx")
+                    .get::<cublasGemmEx_t>(b"cublasGemmEx")
                     .map_err(|e| missing(&e))?,
                 gemm_strided_batched_ex: *lib
-                    .get::<GemmStridedBatchedExFn>(b"cublasGemmStridedBatchedEx")
+                    .get::<cublasGemmStridedBatchedEx_t>(b"cublasGemmStridedBatchedEx")
                     .map_err(|e| missing(&e))?,
                 version: lib
-                    .get::<VersionFn>(b"cublasGetVersion_v2")
+                    .get::<cublasGetVersion_v2_t>(b"cublasGetVersion_v2")
                     .ok()
                     .map(|s| *s),
             }
@@ -168,7 +108,7 @@ fn missing(e: &libloading::Error) -> NotFound {
 
 /// A cuBLAS handle, destroyed on drop.
 struct BlasHandle {
-    raw: Handle,
+    raw: cublasHandle_t,
     lib: Arc<BlasLibrary>,
     ctx: Arc<Context>,
 }
@@ -381,7 +321,7 @@ impl BlasSlot {
         let mut slot = self.handle.lock();
         self.ctx.bind()?;
         if slot.is_none() {
-            let mut raw: Handle = std::ptr::null_mut();
+            let mut raw: cublasHandle_t = std::ptr::null_mut();
             // SAFETY: writes one handle; the device's context is current.
             cublas("cublasCreate_v2", unsafe { (lib.table.create)(&mut raw) })?;
             if let Some(v) = lib.table.version {

@@ -22,7 +22,7 @@ use crate::module::ModuleRaw;
 use crate::nvrtc::Nvrtc;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
 use crate::stream::{CudaEvent, CudaStream};
-use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use crate::sys::{self, CUdevice_attribute, CUresult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_char;

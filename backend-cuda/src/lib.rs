@@ -44,6 +44,7 @@ mod module;
 pub mod nvrtc;
 mod result;
 mod stream;
+pub mod sys;
 
 pub use compile::{CacheStatus, CompileOutput, Compiler, Target, default_cache_dir};
 pub use device::{CudaBackend, CudaDevice};

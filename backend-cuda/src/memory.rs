@@ -12,16 +12,13 @@
 
 use crate::device::Context;
 use crate::result::{cu, cu_error};
-use cudarc::driver::sys::{self, CUresult};
+use crate::sys::{self, CUresult};
 use std::ffi::c_void;
 use std::sync::Arc;
 use xthunk_core::backend::accounting::{Accounting, AllocationRegistry};
 use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
 use xthunk_core::ir::MemorySpace;
 use xthunk_core::{Error, Result};
-
-/// `CU_MEM_ATTACH_GLOBAL`.
-const CU_MEM_ATTACH_GLOBAL: u32 = 1;
 
 /// What the driver handed out (what must be given back).
 #[derive(Debug)]
@@ -197,7 +194,7 @@ fn raw_alloc(space: MemorySpace, size: u64, oom: impl Fn() -> Error) -> Result<(
             let mut p: sys::CUdeviceptr = 0;
             // SAFETY: writes one device pointer; the context is current.
             check("cuMemAllocManaged", unsafe {
-                sys::cuMemAllocManaged(&mut p, bytes, CU_MEM_ATTACH_GLOBAL)
+                sys::cuMemAllocManaged(&mut p, bytes, sys::CU_MEM_ATTACH_GLOBAL)
             })?;
             Ok((Raw::Device(p), p))
         }

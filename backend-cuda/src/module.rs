@@ -11,7 +11,7 @@
 use crate::cubin;
 use crate::device::{Context, CudaDevice};
 use crate::result::{cu, cu_describe};
-use cudarc::driver::sys::{self, CUjit_option, CUresult};
+use crate::sys::{self, CUjit_option, CUresult};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;

@@ -5,31 +5,10 @@
 
 use crate::loader::{NotFound, SearchConfig, check_symbols};
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use crate::sys;
+use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
-
-/// `nvrtcProgram`.
-type Program = *mut c_void;
-/// `nvrtcResult`.
-type Status = c_int;
-
-type VersionFn = unsafe extern "C" fn(*mut c_int, *mut c_int) -> Status;
-type CreateFn = unsafe extern "C" fn(
-    *mut Program,
-    *const c_char,
-    *const c_char,
-    c_int,
-    *const *const c_char,
-    *const *const c_char,
-) -> Status;
-type CompileFn = unsafe extern "C" fn(Program, c_int, *const *const c_char) -> Status;
-type SizeFn = unsafe extern "C" fn(Program, *mut usize) -> Status;
-type GetFn = unsafe extern "C" fn(Program, *mut c_char) -> Status;
-type DestroyFn = unsafe extern "C" fn(*mut Program) -> Status;
-type ErrorStringFn = unsafe extern "C" fn(Status) -> *const c_char;
-type NumArchsFn = unsafe extern "C" fn(*mut c_int) -> Status;
-type ArchsFn = unsafe extern "C" fn(*mut c_int) -> Status;
 
 /// Library file names, newest first.
 pub const LIBRARY_NAMES: [&str; 4] = [
@@ -57,19 +36,19 @@ const REQUIRED: [&str; 11] = [
 ];
 
 struct Table {
-    version: VersionFn,
-    create: CreateFn,
-    compile: CompileFn,
-    log_size: SizeFn,
-    log: GetFn,
-    cubin_size: SizeFn,
-    cubin: GetFn,
-    ptx_size: SizeFn,
-    ptx: GetFn,
-    destroy: DestroyFn,
-    error_string: ErrorStringFn,
-    num_archs: Option<NumArchsFn>,
-    archs: Option<ArchsFn>,
+    version: sys::nvrtcVersion_t,
+    create: sys::nvrtcCreateProgram_t,
+    compile: sys::nvrtcCompileProgram_t,
+    log_size: sys::nvrtcGetSize_t,
+    log: sys::nvrtcGet_t,
+    cubin_size: sys::nvrtcGetSize_t,
+    cubin: sys::nvrtcGet_t,
+    ptx_size: sys::nvrtcGetSize_t,
+    ptx: sys::nvrtcGet_t,
+    destroy: sys::nvrtcDestroyProgram_t,
+    error_string: sys::nvrtcGetErrorString_t,
+    num_archs: Option<sys::nvrtcGetNumSupportedArchs_t>,
+    archs: Option<sys::nvrtcGetSupportedArchs_t>,
 }
 
 /// Copies a function pointer of type `F` out of `lib`.
@@ -143,7 +122,7 @@ pub enum Output {
 /// An `nvrtcProgram`, destroyed on drop.
 struct ProgramHandle<'a> {
     nvrtc: &'a Nvrtc,
-    raw: Program,
+    raw: sys::nvrtcProgram,
 }
 
 impl Drop for ProgramHandle<'_> {
@@ -263,7 +242,7 @@ impl Nvrtc {
     }
 
     /// NVRTC's text for a status code, with the code.
-    fn status_text(&self, code: Status) -> String {
+    fn status_text(&self, code: sys::nvrtcResult) -> String {
         // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string (or null).
         let p = unsafe { (self.table.error_string)(code) };
         if p.is_null() {
@@ -274,7 +253,7 @@ impl Nvrtc {
         format!("{s} ({code})")
     }
 
-    fn check(&self, call: &str, code: Status) -> Result<(), Error> {
+    fn check(&self, call: &str, code: sys::nvrtcResult) -> Result<(), Error> {
         if code == 0 {
             Ok(())
         } else {
@@ -300,7 +279,7 @@ impl Nvrtc {
             .map(|o| CString::new(o.as_str()).unwrap_or_default())
             .collect();
         let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
-        let mut raw: Program = std::ptr::null_mut();
+        let mut raw: sys::nvrtcProgram = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings; no headers (count 0, null arrays).
         let r = unsafe {
             (self.table.create)(

@@ -21,7 +21,7 @@ use crate::device::{Context, guarded};
 use crate::memory::MemoryRegistry;
 use crate::module::CudaKernel;
 use crate::result::{BACKEND, cu, cu_error};
-use cudarc::driver::sys::{self, CUresult, CUstreamCaptureMode};
+use crate::sys::{self, CUresult, CUstreamCaptureMode};
 use std::any::Any;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -32,11 +32,6 @@ use xthunk_core::backend::{
 use xthunk_core::ir::MemsetPattern;
 use xthunk_core::kernels::ParamKind;
 use xthunk_core::{Error, Result};
-
-/// `CU_STREAM_NON_BLOCKING`.
-const CU_STREAM_NON_BLOCKING: u32 = 1;
-/// `CU_EVENT_DISABLE_TIMING`.
-const CU_EVENT_DISABLE_TIMING: u32 = 2;
 
 /// Makes `device` (a device of this backend) current on the calling thread: its primary
 /// context becomes the thread's current context (`cuCtxSetCurrent`), which is what libraries
@@ -170,7 +165,7 @@ impl CudaStream {
         let mut raw: sys::CUstream = std::ptr::null_mut();
         // SAFETY: writes one stream handle; the context is current.
         cu("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut raw, CU_STREAM_NON_BLOCKING)
+            sys::cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
         })?;
         Ok(CudaStream {
             ctx,
@@ -582,7 +577,7 @@ impl CudaEvent {
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: writes one event handle; the context is current.
         cu("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, CU_EVENT_DISABLE_TIMING)
+            sys::cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
         })?;
         Ok(CudaEvent { ctx, raw })
     }
