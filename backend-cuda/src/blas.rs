@@ -12,15 +12,15 @@
 //! ([`to_column_major`]).
 
 use crate::device::Context;
-use crate::loader::{NotFound, SearchConfig, check_symbols};
+use crate::loader::{
+    CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
+};
 use crate::memory::MemoryRegistry;
 use crate::result::{BACKEND, cublas};
 use crate::stream::unsupported;
 use crate::sys::{
     self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
-    CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasCreate_v2_t, cublasDestroy_v2_t,
-    cublasGemmEx_t, cublasGemmStridedBatchedEx_t, cublasGetVersion_v2_t, cublasHandle_t,
-    cublasSetStream_v2_t,
+    CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
 };
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
@@ -29,80 +29,25 @@ use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
-/// Library file names, newest first.
-pub const LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12"];
-/// Wheel library folders under a Python package folder.
-pub const WHEEL_DIRS: [&str; 2] = ["nvidia/cublas/lib", "nvidia/cu13/lib"];
-
-const REQUIRED: [&str; 5] = [
-    "cublasCreate_v2",
-    "cublasDestroy_v2",
-    "cublasSetStream_v2",
-    "cublasGemmEx",
-    "cublasGemmStridedBatchedEx",
-];
-
-struct Table {
-    create: cublasCreate_v2_t,
-    destroy: cublasDestroy_v2_t,
-    set_stream: cublasSetStream_v2_t,
-    gemm_ex: cublasGemmEx_t,
-    gemm_strided_batched_ex: cublasGemmStridedBatchedEx_t,
-    version: Option<cublasGetVersion_v2_t>,
-}
-
 /// A loaded cuBLAS.
 pub(crate) struct BlasLibrary {
-    table: Table,
+    table: CublasApi,
     path: String,
     _lib: libloading::Library,
 }
 
 impl BlasLibrary {
     pub(crate) fn load(config: &SearchConfig) -> std::result::Result<Self, NotFound> {
-        let search = config.library("cuBLAS", &LIBRARY_NAMES, &WHEEL_DIRS);
-        let (opened, _) = search.open(|lib, _| check_symbols(lib, &REQUIRED))?;
+        let search = config.library("cuBLAS", &CUBLAS_LIBRARY_NAMES, &CUBLAS_WHEEL_DIRS);
+        let (opened, _) = search.open(|lib, _| check_symbols(lib, &CublasApi::REQUIRED))?;
         let lib = opened.lib;
-        // SAFETY: every type is the cuBLAS 12 declaration; all symbols were checked present.
-        let table = unsafe {
-            Table {
-                create: *lib
-                    .get::<cublasCreate_v2_t>(b"cublasCreate_v2")
-                    .map_err(|e| missing(&e))?,
-                destroy: *lib
-                    .get::<cublasDestroy_v2_t>(b"cublasDestroy_v2")
-                    .map_err(|e| missing(&e))?,
-                set_stream: *lib
-                    .get::<cublasSetStream_v2_t>(b"cublasSetStream_v2")
-                    .map_err(|e| missing(&e))?,
-                gemm_ex: *lib
-                    .get::<cublasGemmEx_t>(b"cublasGemmEx")
-                    .map_err(|e| missing(&e))?,
-                gemm_strided_batched_ex: *lib
-                    .get::<cublasGemmStridedBatchedEx_t>(b"cublasGemmStridedBatchedEx")
-                    .map_err(|e| missing(&e))?,
-                version: lib
-                    .get::<cublasGetVersion_v2_t>(b"cublasGetVersion_v2")
-                    .ok()
-                    .map(|s| *s),
-            }
-        };
+        let table = CublasApi::bind(&lib)?;
         tracing::info!(path = %opened.path, "loaded cuBLAS");
         Ok(BlasLibrary {
             table,
             path: opened.path,
             _lib: lib,
         })
-    }
-}
-
-fn missing(e: &libloading::Error) -> NotFound {
-    NotFound {
-        what: "cuBLAS",
-        attempts: vec![crate::loader::Attempt {
-            place: "cuBLAS".into(),
-            outcome: e.to_string(),
-        }],
     }
 }
 

@@ -7,7 +7,8 @@
 //!    later `dlopen` by soname then resolves to it);
 //! 2. opens the library under cudarc's own candidate names, exactly as cudarc will, recording
 //!    every name tried (the equivalent of cudarc's `is_culib_present`, with reasons);
-//! 3. checks that it exports every driver symbol this crate calls ([`DRIVER_SYMBOLS`]);
+//! 3. checks that it exports every driver symbol this crate calls
+//!    ([`DRIVER_SYMBOLS`](crate::loader::DRIVER_SYMBOLS));
 //! 4. calls `cuInit(0)` and `cuDriverGetVersion` inside `catch_unwind` with a quiet panic hook,
 //!    and refuses drivers older than CUDA 12.0;
 //! 5. reads the devices' properties.
@@ -16,7 +17,7 @@
 
 use crate::blas::BlasLibrary;
 use crate::compile::Compiler;
-use crate::loader::{Attempt, SearchConfig, check_symbols, describe_attempts};
+use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::memory::{CudaBuffer, MemoryRegistry};
 use crate::module::ModuleRaw;
 use crate::nvrtc::Nvrtc;
@@ -36,76 +37,6 @@ use xthunk_core::{Error, Result};
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
-
-/// Every driver entry point this crate calls through cudarc (checked at probe, so that no
-/// later call can hit cudarc's panic on a missing symbol). A unit test keeps it in sync with
-/// the source.
-pub const DRIVER_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuCtxSynchronize",
-    "cuMemAlloc_v2",
-    "cuMemAllocManaged",
-    "cuMemAllocHost_v2",
-    "cuMemHostGetDevicePointer_v2",
-    "cuMemFree_v2",
-    "cuMemFreeHost",
-    "cuMemcpyHtoD_v2",
-    "cuMemcpyDtoH_v2",
-    "cuMemcpyAsync",
-    "cuMemsetD8Async",
-    "cuMemsetD16Async",
-    "cuMemsetD32Async",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamQuery",
-    "cuStreamWaitEvent",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuEventSynchronize",
-    "cuEventQuery",
-    "cuModuleLoadDataEx",
-    "cuModuleUnload",
-    "cuModuleGetFunction",
-    "cuLaunchKernel",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphLaunch",
-    "cuGraphGetNodes",
-    "cuGraphExecDestroy",
-    "cuGraphDestroy",
-];
-
-/// Runs `f` with panics caught and the panic hook silenced (cudarc panics with a message when
-/// a library or symbol is missing; the probe must neither die nor print). Calls are
-/// serialized, since the panic hook is process-wide.
-pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> std::result::Result<T, String> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _serial = LOCK.lock();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(previous);
-    r.map_err(|payload| {
-        let msg = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "(no message)".into());
-        format!("{what} failed inside cudarc: {msg}")
-    })
-}
 
 /// A device's primary context, retained for as long as this lives.
 #[derive(Debug)]
@@ -178,97 +109,12 @@ fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-fn dlopen(place: &str) -> std::result::Result<libloading::Library, String> {
-    // SAFETY: opening the NVIDIA driver library (or the project's emulator of it) runs its
-    // initializers, which have no preconditions.
-    unsafe { libloading::Library::new(place) }.map_err(|e| crate::loader::dlopen_outcome(&e))
-}
-
-/// The address of `cuInit` in `lib` (to tell whether two handles are the same library).
-fn cu_init_addr(lib: &libloading::Library) -> Option<usize> {
-    // SAFETY: only the symbol's address is read.
-    unsafe { lib.get::<*const std::ffi::c_void>(b"cuInit") }
-        .ok()
-        .map(|s| *s as usize)
-}
-
 impl Driver {
     fn init(config: &SearchConfig) -> std::result::Result<Driver, String> {
-        let mut attempts: Vec<Attempt> = vec![];
-        let mut libs = vec![];
-        // 1. The override folders, opened by full path.
-        let mut preloaded: Option<(String, Option<usize>)> = None;
-        'dirs: for dir in &config.cuda_path {
-            for name in ["libcuda.so.1", "libcuda.so"] {
-                let p = dir.join(name);
-                if !p.exists() {
-                    attempts.push(Attempt {
-                        place: p.display().to_string(),
-                        outcome: "not found".into(),
-                    });
-                    continue;
-                }
-                match dlopen(&p.display().to_string()) {
-                    Ok(lib) => {
-                        preloaded = Some((p.display().to_string(), cu_init_addr(&lib)));
-                        libs.push(lib);
-                        break 'dirs;
-                    }
-                    Err(e) => attempts.push(Attempt {
-                        place: p.display().to_string(),
-                        outcome: e,
-                    }),
-                }
-            }
-        }
-        if preloaded.is_none() && !config.system_search {
-            return Err(format!(
-                "the NVIDIA driver library (libcuda) was not found; tried: {}",
-                describe_attempts(&attempts)
-            ));
-        }
-        // 2. cudarc's names, in cudarc's order: the first that opens is what cudarc will use.
-        let mut found = None;
-        for name in cudarc::get_lib_name_candidates("cuda") {
-            match dlopen(&name) {
-                Ok(lib) => {
-                    found = Some((name, lib));
-                    break;
-                }
-                Err(e) => attempts.push(Attempt {
-                    place: name,
-                    outcome: e,
-                }),
-            }
-        }
-        let Some((name, lib)) = found else {
-            return Err(format!(
-                "the NVIDIA driver library (libcuda) was not found; tried: {}",
-                describe_attempts(&attempts)
-            ));
-        };
-        let mut library = name.clone();
-        if let Some((path, addr)) = &preloaded {
-            if addr.is_some() && *addr == cu_init_addr(&lib) {
-                library = path.clone();
-            } else {
-                tracing::warn!(
-                    "XTHUNK_CUDA_PATH has {path}, but cudarc resolves `{name}` to another driver library: using `{name}`"
-                );
-            }
-        }
-        // 3. Every symbol we call.
-        check_symbols(&lib, DRIVER_SYMBOLS).map_err(|e| {
-            format!("the driver library {library} is unusable: {e} (driver older than CUDA 12.0?)")
-        })?;
-        libs.push(lib);
-        // SAFETY: only tries to open libraries, as above.
-        let present = guarded("is_culib_present", || unsafe { sys::is_culib_present() })?;
-        if !present {
-            return Err(format!(
-                "cudarc cannot open the driver library {library} that the probe opened"
-            ));
-        }
+        let DriverLibrary {
+            path: library,
+            libs,
+        } = DriverLibrary::open(config)?;
         // 4. cuInit and the version, with panics caught.
         // SAFETY: cuInit has no preconditions.
         let r = guarded("cuInit", || unsafe { sys::cuInit(0) })?;
@@ -624,62 +470,6 @@ impl Device for CudaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
-    /// are missing (`cuGraphExecUpdate_v2` in `stream.rs`): not checked at probe, so a driver
-    /// without them still works.
-    const GUARDED_DRIVER_SYMBOLS: &[&str] = &["cuGraphExecUpdate_v2"];
-
-    /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
-    /// probe checks it before cudarc could panic on it) or in [`GUARDED_DRIVER_SYMBOLS`]
-    /// (called under `guarded`), and nothing else is listed.
-    #[test]
-    fn driver_symbols_cover_the_source() {
-        let sources = [
-            include_str!("device.rs"),
-            include_str!("memory.rs"),
-            include_str!("stream.rs"),
-            include_str!("module.rs"),
-            include_str!("blas.rs"),
-        ];
-        let mut used = std::collections::BTreeSet::new();
-        for s in sources {
-            for (i, _) in s.match_indices("sys::cu") {
-                let rest = &s[i + 5..];
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                if end > 2 {
-                    used.insert(rest[..end].to_string());
-                }
-            }
-        }
-        let listed: std::collections::BTreeSet<String> = DRIVER_SYMBOLS
-            .iter()
-            .chain(GUARDED_DRIVER_SYMBOLS)
-            .map(|s| s.to_string())
-            .collect();
-        assert!(
-            GUARDED_DRIVER_SYMBOLS
-                .iter()
-                .all(|g| !DRIVER_SYMBOLS.contains(g)),
-            "a symbol is both required and guarded"
-        );
-        let missing: Vec<_> = used.difference(&listed).collect();
-        assert!(missing.is_empty(), "called but not checked: {missing:?}");
-        let unused: Vec<_> = listed.difference(&used).collect();
-        assert!(unused.is_empty(), "checked but never called: {unused:?}");
-    }
-
-    #[test]
-    #[allow(clippy::panic)]
-    fn guarded_catches_quietly() {
-        let r: std::result::Result<(), String> = guarded("test", || {
-            panic!("boom");
-        });
-        assert_eq!(r, Err("test failed inside cudarc: boom".to_string()));
-        assert_eq!(guarded("ok", || 7), Ok(7));
-    }
 
     #[test]
     fn versions() {

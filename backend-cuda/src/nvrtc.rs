@@ -3,92 +3,18 @@
 //! [`SearchConfig`], the PyPI wheel `nvidia-cuda-nvrtc-cu12` included. Declarations follow
 //! `nvrtc.h` of CUDA 12.9 (from that wheel).
 
-use crate::loader::{NotFound, SearchConfig, check_symbols};
+use crate::loader::{
+    NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig, check_symbols,
+};
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
 use crate::sys;
 use std::ffi::{CStr, CString, c_char, c_int};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
 
-/// Library file names, newest first.
-pub const LIBRARY_NAMES: [&str; 4] = [
-    "libnvrtc.so.13",
-    "libnvrtc.so.12",
-    "libnvrtc.so.11.2",
-    "libnvrtc.so",
-];
-
-/// Wheel library folders under a Python package folder.
-pub const WHEEL_DIRS: [&str; 2] = ["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"];
-
-const REQUIRED: [&str; 11] = [
-    "nvrtcVersion",
-    "nvrtcCreateProgram",
-    "nvrtcCompileProgram",
-    "nvrtcGetProgramLogSize",
-    "nvrtcGetProgramLog",
-    "nvrtcGetCUBINSize",
-    "nvrtcGetCUBIN",
-    "nvrtcGetPTXSize",
-    "nvrtcGetPTX",
-    "nvrtcDestroyProgram",
-    "nvrtcGetErrorString",
-];
-
-struct Table {
-    version: sys::nvrtcVersion_t,
-    create: sys::nvrtcCreateProgram_t,
-    compile: sys::nvrtcCompileProgram_t,
-    log_size: sys::nvrtcGetSize_t,
-    log: sys::nvrtcGet_t,
-    cubin_size: sys::nvrtcGetSize_t,
-    cubin: sys::nvrtcGet_t,
-    ptx_size: sys::nvrtcGetSize_t,
-    ptx: sys::nvrtcGet_t,
-    destroy: sys::nvrtcDestroyProgram_t,
-    error_string: sys::nvrtcGetErrorString_t,
-    num_archs: Option<sys::nvrtcGetNumSupportedArchs_t>,
-    archs: Option<sys::nvrtcGetSupportedArchs_t>,
-}
-
-/// Copies a function pointer of type `F` out of `lib`.
-///
-/// # Safety
-/// `F` must be the exact C signature of the symbol `name`.
-unsafe fn sym<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
-    // SAFETY: the caller guarantees `F` matches the symbol's declaration.
-    unsafe { lib.get::<F>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("symbol `{name}`: {e}"))
-}
-
-impl Table {
-    fn new(lib: &libloading::Library) -> Result<Table, String> {
-        // SAFETY: every type below is the declaration in nvrtc.h (CUDA 12.9): `int` status
-        // codes, `nvrtcProgram` an opaque pointer, sizes `size_t`.
-        unsafe {
-            Ok(Table {
-                version: sym(lib, "nvrtcVersion")?,
-                create: sym(lib, "nvrtcCreateProgram")?,
-                compile: sym(lib, "nvrtcCompileProgram")?,
-                log_size: sym(lib, "nvrtcGetProgramLogSize")?,
-                log: sym(lib, "nvrtcGetProgramLog")?,
-                cubin_size: sym(lib, "nvrtcGetCUBINSize")?,
-                cubin: sym(lib, "nvrtcGetCUBIN")?,
-                ptx_size: sym(lib, "nvrtcGetPTXSize")?,
-                ptx: sym(lib, "nvrtcGetPTX")?,
-                destroy: sym(lib, "nvrtcDestroyProgram")?,
-                error_string: sym(lib, "nvrtcGetErrorString")?,
-                num_archs: sym(lib, "nvrtcGetNumSupportedArchs").ok(),
-                archs: sym(lib, "nvrtcGetSupportedArchs").ok(),
-            })
-        }
-    }
-}
-
 /// A loaded NVRTC.
 pub struct Nvrtc {
-    table: Table,
+    table: NvrtcApi,
     path: String,
     version: (i32, i32),
     archs: Vec<u32>,
@@ -147,11 +73,11 @@ impl Nvrtc {
         config: &SearchConfig,
         max_major: Option<i32>,
     ) -> Result<Nvrtc, NotFound> {
-        let search = config.library("NVRTC", &LIBRARY_NAMES, &WHEEL_DIRS);
+        let search = config.library("NVRTC", &NVRTC_LIBRARY_NAMES, &NVRTC_WHEEL_DIRS);
         let mut found = None;
         let (opened, attempts) = search.open(|lib, _| {
-            check_symbols(lib, &REQUIRED)?;
-            let table = Table::new(lib)?;
+            check_symbols(lib, &NvrtcApi::REQUIRED)?;
+            let table = NvrtcApi::bind(lib)?;
             let (mut major, mut minor) = (0, 0);
             // SAFETY: nvrtcVersion writes two ints through valid pointers.
             let r = unsafe { (table.version)(&mut major, &mut minor) };

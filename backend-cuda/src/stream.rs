@@ -17,7 +17,8 @@
 //! [`CudaGraph`] and the new one both hold it, and it is destroyed with the last of them.
 
 use crate::blas::BlasSlot;
-use crate::device::{Context, guarded};
+use crate::device::Context;
+use crate::loader::guarded;
 use crate::memory::MemoryRegistry;
 use crate::module::CudaKernel;
 use crate::result::{BACKEND, cu, cu_error};
