@@ -16,8 +16,7 @@ use crate::loader::{
     CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
 };
 use crate::memory::MemoryRegistry;
-use crate::result::{BACKEND, cublas};
-use crate::stream::unsupported;
+use crate::result::{BACKEND, cublas, unsupported};
 use crate::sys::{
     self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
     CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,

@@ -21,7 +21,7 @@ use crate::device::Context;
 use crate::loader::guarded;
 use crate::memory::MemoryRegistry;
 use crate::module::CudaKernel;
-use crate::result::{BACKEND, cu, cu_error};
+use crate::result::{cu, cu_error};
 use crate::sys::{self, CUresult, CUstreamCaptureMode};
 use std::any::Any;
 use std::ffi::c_void;
@@ -615,14 +615,6 @@ impl Event for CudaEvent {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-/// Marks an error as coming from this backend (used by callers outside the stream).
-pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
-    Error::Unsupported {
-        backend: BACKEND.into(),
-        feature: feature.into(),
     }
 }
 
