@@ -11,7 +11,7 @@
 //! the operand, and the leading dimensions and batch strides as stored
 //! ([`to_column_major`]).
 
-use crate::device::Context;
+use crate::context::DeviceContext;
 use crate::loader::{
     CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
 };
@@ -54,7 +54,7 @@ impl BlasLibrary {
 struct BlasHandle {
     raw: cublasHandle_t,
     lib: Arc<BlasLibrary>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
 }
 
 impl Drop for BlasHandle {
@@ -73,7 +73,7 @@ impl Drop for BlasHandle {
 /// serialized by the mutex (a handle is not safe to use from two threads at once).
 pub(crate) struct BlasSlot {
     lib: Option<Arc<BlasLibrary>>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     cc: (i32, i32),
     handle: Mutex<Option<BlasHandle>>,
 }
@@ -146,7 +146,11 @@ fn long(what: &str, v: u64) -> Result<c_longlong> {
 }
 
 impl BlasSlot {
-    pub(crate) fn new(lib: Option<Arc<BlasLibrary>>, ctx: Arc<Context>, cc: (i32, i32)) -> Self {
+    pub(crate) fn new(
+        lib: Option<Arc<BlasLibrary>>,
+        ctx: Arc<DeviceContext>,
+        cc: (i32, i32),
+    ) -> Self {
         BlasSlot {
             lib,
             ctx,

@@ -15,12 +15,12 @@
 //!
 //! Any failure is `Error::Unavailable { backend: "cuda", reason }`.
 
-use crate::blas::BlasLibrary;
+use crate::blas::{BlasLibrary, BlasSlot};
 use crate::compile::Compiler;
+use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::memory::{CudaBuffer, MemoryRegistry};
-use crate::module::ModuleRaw;
-use crate::nvrtc::Nvrtc;
+use crate::module::StandardModule;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
 use crate::stream::{CudaEvent, CudaStream};
 use crate::sys::{self, CUdevice_attribute, CUresult};
@@ -37,54 +37,6 @@ use xthunk_core::{Error, Result};
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
-
-/// A device's primary context, retained for as long as this lives.
-#[derive(Debug)]
-pub(crate) struct Context {
-    dev: sys::CUdevice,
-    raw: sys::CUcontext,
-}
-
-// SAFETY: a CUcontext is a driver handle usable from any thread (made current per call with
-// cuCtxSetCurrent); this struct only retains and releases it.
-unsafe impl Send for Context {}
-// SAFETY: as above; the handle is immutable after creation.
-unsafe impl Sync for Context {}
-
-impl Context {
-    fn retain(dev: sys::CUdevice) -> Result<Context> {
-        let mut raw: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one context handle for a valid device ordinal's handle.
-        cu("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut raw, dev)
-        })?;
-        Ok(Context { dev, raw })
-    }
-
-    /// Makes this context current on the calling thread (cheap; done before every driver
-    /// call, since any thread may drive any device).
-    pub(crate) fn bind(&self) -> Result<()> {
-        // SAFETY: `raw` is a retained primary context.
-        cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.raw) })
-    }
-
-    /// Waits for all work of the context.
-    pub(crate) fn synchronize(&self) -> Result<()> {
-        self.bind()?;
-        // SAFETY: the context is current.
-        cu("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: releases the reference retained in `retain`, once.
-        let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
-        if r != CUresult::CUDA_SUCCESS {
-            tracing::error!("cuDevicePrimaryCtxRelease_v2: {}", cu_describe(r));
-        }
-    }
-}
 
 /// What the probe found about one device.
 #[derive(Clone, Debug)]
@@ -308,20 +260,22 @@ impl Backend for CudaBackend {
 pub struct CudaDevice {
     info: DeviceInfo,
     caps: Capabilities,
-    sm: u32,
-    pub(crate) ctx: Arc<Context>,
+    pub(crate) ctx: Arc<DeviceContext>,
     pub(crate) memory: Arc<MemoryRegistry>,
-    pub(crate) blas: Arc<crate::blas::BlasSlot>,
-    config: SearchConfig,
-    driver_version: i32,
-    compiler: OnceLock<std::result::Result<Arc<Compiler>, String>>,
+    pub(crate) blas: Arc<BlasSlot>,
     /// The standard library compiled for this device, shared by every module using it.
-    pub(crate) standard: Mutex<Option<(Arc<ModuleRaw>, String)>>,
+    standard: StandardModule,
 }
 
 impl CudaDevice {
     fn new(props: DeviceProps, config: &SearchConfig, driver_version: i32) -> Result<Self> {
-        let ctx = Arc::new(Context::retain(props.dev)?);
+        let sm = (props.cc.0.max(0) * 10 + props.cc.1.max(0)) as u32;
+        let ctx = Arc::new(DeviceContext::new(
+            props.dev,
+            props.info.name.clone(),
+            sm,
+            CompilerSlot::new(config.clone(), driver_version),
+        )?);
         let blas_lib = match BlasLibrary::load(config) {
             Ok(l) => Some(Arc::new(l)),
             Err(e) => {
@@ -344,7 +298,6 @@ impl CudaDevice {
         if props.managed {
             memory_spaces.push(MemorySpace::Unified);
         }
-        let sm = (props.cc.0.max(0) * 10 + props.cc.1.max(0)) as u32;
         Ok(CudaDevice {
             caps: Capabilities {
                 memory_spaces,
@@ -352,39 +305,23 @@ impl CudaDevice {
                 supports_graphs: true,
                 warp_size: props.warp_size,
             },
-            sm,
             memory: Arc::new(MemoryRegistry::default()),
-            blas: Arc::new(crate::blas::BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
+            blas: Arc::new(BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
             ctx,
             info: props.info,
-            config: config.clone(),
-            driver_version,
-            compiler: OnceLock::new(),
-            standard: Mutex::new(None),
+            standard: StandardModule::default(),
         })
     }
 
     /// The SM architecture number (`90` for sm_90).
     pub fn sm(&self) -> u32 {
-        self.sm
+        self.ctx.sm
     }
 
     /// The NVRTC compiler for this device: the first NVRTC found whose major version the
     /// driver can load, with the default disk cache.
     pub fn compiler(&self) -> Result<Arc<Compiler>> {
-        self.compiler
-            .get_or_init(|| {
-                Nvrtc::load_max_major(&self.config, Some(self.driver_version / 1000))
-                    .map(|n| Arc::new(Compiler::new(Arc::new(n))))
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
-            .map_err(unavailable)
-    }
-
-    /// The compiler if one could be loaded (without an error).
-    pub(crate) fn compiler_status(&self) -> std::result::Result<Arc<Compiler>, String> {
-        self.compiler().map_err(|e| e.to_string())
+        self.ctx.compiler()
     }
 }
 
@@ -408,9 +345,7 @@ impl Device for CudaDevice {
                 feature: format!("{space} memory on {}", self.info.name),
             });
         }
-        let alloc = self
-            .memory
-            .allocate(&self.ctx, &self.info.name, size, alignment, space)?;
+        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
         Ok(Box::new(CudaBuffer {
             alloc,
             registry: self.memory.clone(),
@@ -434,7 +369,7 @@ impl Device for CudaDevice {
     }
 
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
-        crate::module::load(self, module)
+        crate::module::load(&self.ctx, &self.standard, module)
     }
 
     fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {

@@ -36,6 +36,7 @@
 pub mod bench;
 mod blas;
 pub mod compile;
+pub mod context;
 pub mod cubin;
 mod device;
 pub mod loader;

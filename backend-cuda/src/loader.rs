@@ -641,6 +641,7 @@ mod tests {
     #[test]
     fn driver_symbols_cover_the_source() {
         let sources = [
+            include_str!("context.rs"),
             include_str!("device.rs"),
             include_str!("memory.rs"),
             include_str!("stream.rs"),

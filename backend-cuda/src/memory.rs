@@ -10,7 +10,7 @@
 //! layer). Alignment: the driver's own (256 bytes for device memory, a page for pinned) when
 //! it suffices, else the allocation is padded and the returned address rounded up.
 
-use crate::device::Context;
+use crate::context::DeviceContext;
 use crate::result::{cu, cu_error};
 use crate::sys::{self, CUresult};
 use std::ffi::c_void;
@@ -36,7 +36,7 @@ pub(crate) struct Allocation {
     size: u64,
     space: MemorySpace,
     raw: Raw,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     accounting: Arc<Accounting>,
 }
 
@@ -103,8 +103,7 @@ impl MemoryRegistry {
     /// Allocates `size` bytes (0 allowed: one byte is reserved so the address is unique).
     pub(crate) fn allocate(
         &self,
-        ctx: &Arc<Context>,
-        device: &str,
+        ctx: &Arc<DeviceContext>,
         size: u64,
         alignment: u64,
         space: MemorySpace,
@@ -116,7 +115,7 @@ impl MemoryRegistry {
             )));
         }
         let oom = || Error::OutOfMemory {
-            device: device.to_string(),
+            device: ctx.name.clone(),
             requested: size,
             space,
         };

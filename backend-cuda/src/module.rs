@@ -8,8 +8,8 @@
 //! when none loads, the error lists what the module has, what the device needs, and why each
 //! candidate failed.
 
+use crate::context::DeviceContext;
 use crate::cubin;
-use crate::device::{Context, CudaDevice};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
 use parking_lot::Mutex;
@@ -17,7 +17,7 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use xthunk_core::backend::{Device, KernelHandle, LoadedModule};
+use xthunk_core::backend::{KernelHandle, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage};
 use xthunk_core::kernels::{KernelSignature, portable, standard_library};
 use xthunk_core::{Error, Result};
@@ -25,7 +25,7 @@ use xthunk_core::{Error, Result};
 /// A loaded `CUmodule`, unloaded on drop (after every kernel handle of it is gone).
 #[derive(Debug)]
 pub(crate) struct ModuleRaw {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     raw: sys::CUmodule,
 }
 
@@ -47,8 +47,13 @@ impl Drop for ModuleRaw {
     }
 }
 
+/// A device's standard library, compiled and loaded once and shared by every module using
+/// it (with the description of the image).
+#[derive(Default)]
+pub(crate) struct StandardModule(Mutex<Option<(Arc<ModuleRaw>, String)>>);
+
 /// Loads a cubin or (NUL-terminated) PTX image, with the JIT's error log in the error.
-fn load_image(ctx: &Arc<Context>, image: &[u8]) -> Result<ModuleRaw> {
+fn load_image(ctx: &Arc<DeviceContext>, image: &[u8]) -> Result<ModuleRaw> {
     ctx.bind()?;
     const LOG: usize = 16 * 1024;
     let mut log = vec![0u8; LOG];
@@ -135,68 +140,76 @@ fn describe(c: &Choice<'_>, sm: u32) -> String {
 }
 
 /// Compiles `source` with NVRTC for the device and loads it.
-fn compile_and_load(dev: &CudaDevice, source: &str) -> Result<(ModuleRaw, String)> {
-    let compiler = dev.compiler_status().map_err(|reason| Error::Unavailable {
+fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw, String)> {
+    let compiler = ctx.compiler().map_err(|e| Error::Unavailable {
         backend: crate::result::BACKEND.into(),
-        reason: format!("NVRTC is needed to compile portable source: {reason}"),
+        reason: format!("NVRTC is needed to compile portable source: {e}"),
     })?;
-    let out = compiler.compile_for_device(source, dev.sm())?;
+    let out = compiler.compile_for_device(source, ctx.sm)?;
     let mut image = out.image;
     if out.target.output() == crate::nvrtc::Output::Ptx {
         image.push(0);
     }
     let (maj, min) = compiler.nvrtc().version();
     let desc = format!("{} by NVRTC {maj}.{min}", out.target);
-    Ok((load_image(&dev.ctx, &image)?, desc))
+    Ok((load_image(ctx, &image)?, desc))
 }
 
-fn try_choice(dev: &CudaDevice, c: &Choice<'_>) -> Result<(Arc<ModuleRaw>, String, bool)> {
+fn try_choice(
+    ctx: &Arc<DeviceContext>,
+    standard: &StandardModule,
+    c: &Choice<'_>,
+) -> Result<(Arc<ModuleRaw>, String, bool)> {
     match *c {
         Choice::Cubin(data) => {
             let info = cubin::inspect(data).map_err(|e| Error::Module {
                 module: String::new(),
                 message: format!("cubin: {e}"),
             })?;
-            if info.sm != dev.sm() {
+            if info.sm != ctx.sm {
                 return Err(Error::InvalidArgument(format!(
                     "the cubin labelled sm_{} is an ELF for sm_{}",
-                    dev.sm(),
-                    info.sm
+                    ctx.sm, info.sm
                 )));
             }
-            let m = load_image(&dev.ctx, data)?;
-            Ok((Arc::new(m), format!("cubin(sm_{})", dev.sm()), false))
+            let m = load_image(ctx, data)?;
+            Ok((Arc::new(m), format!("cubin(sm_{})", ctx.sm), false))
         }
         Choice::Standard => {
-            let mut cached = dev.standard.lock();
+            let mut cached = standard.0.lock();
             if let Some((m, d)) = cached.as_ref() {
                 return Ok((m.clone(), d.clone(), true));
             }
-            let (m, d) = compile_and_load(dev, portable::standard_source())?;
+            let (m, d) = compile_and_load(ctx, portable::standard_source())?;
             let m = Arc::new(m);
             let d = format!("standard ({d})");
             *cached = Some((m.clone(), d.clone()));
             Ok((m, d, true))
         }
         Choice::Source(code) => {
-            let (m, d) = compile_and_load(dev, &portable::with_prelude(code))?;
+            let (m, d) = compile_and_load(ctx, &portable::with_prelude(code))?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
         Choice::Ptx(code) => {
             let text = CString::new(code)
                 .map_err(|_| Error::InvalidArgument("PTX image contains a NUL byte".into()))?;
-            let m = load_image(&dev.ctx, text.as_bytes_with_nul())?;
+            let m = load_image(ctx, text.as_bytes_with_nul())?;
             Ok((Arc::new(m), "ptx (driver JIT)".into(), false))
         }
     }
 }
 
-/// Loads `module` on `dev`.
-pub(crate) fn load(dev: &CudaDevice, module: &Module) -> Result<Arc<dyn LoadedModule>> {
-    let sm = dev.sm();
+/// Loads `module` on the device of `ctx` (`standard`: that device's compiled standard
+/// library, compiled here on first use).
+pub(crate) fn load(
+    ctx: &Arc<DeviceContext>,
+    standard: &StandardModule,
+    module: &Module,
+) -> Result<Arc<dyn LoadedModule>> {
+    let sm = ctx.sm;
     let mut failures = vec![];
     for c in plan(&module.images, sm) {
-        match try_choice(dev, &c) {
+        match try_choice(ctx, standard, &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
                 return Ok(Arc::new(CudaModule {
@@ -217,7 +230,7 @@ pub(crate) fn load(dev: &CudaDevice, module: &Module) -> Result<Arc<dyn LoadedMo
     let mut message = format!(
         "no image the CUDA device can load: the module has [{}]; the device ({}, sm_{sm}) needs cubin(sm_{sm}), ptx, or standard/source (compiled by NVRTC)",
         have.join(", "),
-        dev.info().name,
+        ctx.name,
     );
     if !failures.is_empty() {
         message.push_str(&format!("; tried: {}", failures.join("; ")));

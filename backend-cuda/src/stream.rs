@@ -17,7 +17,7 @@
 //! [`CudaGraph`] and the new one both hold it, and it is destroyed with the last of them.
 
 use crate::blas::BlasSlot;
-use crate::device::Context;
+use crate::context::DeviceContext;
 use crate::loader::guarded;
 use crate::memory::MemoryRegistry;
 use crate::module::CudaKernel;
@@ -54,7 +54,7 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
 
 /// A CUDA stream.
 pub struct CudaStream {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     pub(crate) raw: sys::CUstream,
     memory: Arc<MemoryRegistry>,
     blas: Arc<BlasSlot>,
@@ -158,7 +158,7 @@ fn cuda_event(event: &dyn Event) -> Result<&CudaEvent> {
 
 impl CudaStream {
     pub(crate) fn new(
-        ctx: Arc<Context>,
+        ctx: Arc<DeviceContext>,
         memory: Arc<MemoryRegistry>,
         blas: Arc<BlasSlot>,
     ) -> Result<Self> {
@@ -398,7 +398,7 @@ impl Stream for CudaStream {
 /// goes (an in-place update hands it from the previous graph to the new one, and both keep
 /// it alive).
 pub(crate) struct ExecHandle {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     raw: sys::CUgraphExec,
 }
 
@@ -429,7 +429,7 @@ static EXEC_UPDATE_AVAILABLE: AtomicBool = AtomicBool::new(true);
 
 /// A recorded and instantiated CUDA graph.
 pub struct CudaGraph {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     graph: sys::CUgraph,
     exec: Arc<ExecHandle>,
     nodes: usize,
@@ -455,7 +455,7 @@ impl CudaGraph {
     }
 
     /// Takes ownership of `graph` and instantiates it (the graph is destroyed on failure).
-    fn instantiate(ctx: Arc<Context>, graph: sys::CUgraph) -> Result<Self> {
+    fn instantiate(ctx: Arc<DeviceContext>, graph: sys::CUgraph) -> Result<Self> {
         let mut g = CudaGraph {
             exec: Arc::new(ExecHandle {
                 ctx: ctx.clone(),
@@ -562,7 +562,7 @@ impl Graph for CudaGraph {
 
 /// A CUDA event (timing disabled).
 pub struct CudaEvent {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     raw: sys::CUevent,
 }
 
@@ -573,7 +573,7 @@ unsafe impl Send for CudaEvent {}
 unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
-    pub(crate) fn new(ctx: Arc<Context>) -> Result<Self> {
+    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: writes one event handle; the context is current.
