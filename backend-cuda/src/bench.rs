@@ -26,9 +26,9 @@
 //! use is guarded against cudarc's panic on a missing symbol.
 
 use crate::loader::{self, SearchConfig, check_symbols, guarded};
-use crate::module::CudaKernel;
+use crate::module::{CudaKernel, arg_slot};
 use crate::result::{BACKEND, cu, cublas};
-use crate::stream::{CudaStream, arg_slot};
+use crate::stream::CudaStream;
 use cudarc::driver::sys;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};

@@ -1,4 +1,5 @@
-//! Loading modules: picking the image for the device and turning it into a `CUmodule`.
+//! Modules and kernels: picking the image for the device, loading it into a `CUmodule`,
+//! kernel lookup, and the marshalling of launch arguments for `cuLaunchKernel`.
 //!
 //! Preference order: a `cubin` whose architecture is exactly the device's `sm_XX` (checked
 //! against the ELF header too); the `standard` library or `source` compiled by NVRTC for the
@@ -7,9 +8,16 @@
 //! through the driver's JIT. An image that fails to load is logged and the next one tried;
 //! when none loads, the error lists what the module has, what the device needs, and why each
 //! candidate failed.
+//!
+//! Arguments: each is marshalled into one 8-byte slot (buffers as `CUdeviceptr`, immediates
+//! as their C type's little-endian bytes), checked first against the kernel's signature when
+//! it is a standard kernel and against the device's live allocations, and passed to
+//! `cuLaunchKernel` as the `kernelParams` array of pointers to the slots; the driver copies
+//! the values at launch (and at capture), so the slots live only for the call.
 
 use crate::context::DeviceContext;
 use crate::cubin;
+use crate::memory::{MemoryRegistry, Region};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
 use parking_lot::Mutex;
@@ -17,9 +25,9 @@ use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use xthunk_core::backend::{KernelHandle, LoadedModule};
+use xthunk_core::backend::{KernelHandle, LaunchArg, LaunchDims, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage};
-use xthunk_core::kernels::{KernelSignature, portable, standard_library};
+use xthunk_core::kernels::{KernelSignature, ParamKind, portable, standard_library};
 use xthunk_core::{Error, Result};
 
 /// A loaded `CUmodule`, unloaded on drop (after every kernel handle of it is gone).
@@ -329,9 +337,144 @@ impl KernelHandle for CudaKernel {
     }
 }
 
+/// One kernel argument as the driver reads it: the bytes of its C type, at the start of an
+/// 8-byte-aligned slot.
+pub(crate) fn arg_slot(arg: &LaunchArg) -> u64 {
+    match *arg {
+        LaunchArg::Buffer { ptr, .. } => ptr.0,
+        LaunchArg::Scalar(s) => {
+            let mut b = [0u8; 8];
+            let v = s.to_le_bytes();
+            b[..v.len()].copy_from_slice(&v);
+            u64::from_le_bytes(b)
+        }
+    }
+}
+
+/// Checks `args` against a known kernel signature: count, buffer/immediate kinds and
+/// immediate types (a wrong immediate type would make the kernel read the wrong bytes).
+fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
+    let Some(sig) = kernel.signature() else {
+        return Ok(());
+    };
+    let bad = |msg: String| {
+        Err(Error::InvalidArgument(format!(
+            "kernel `{}`: {msg}",
+            kernel.name()
+        )))
+    };
+    if sig.params.len() != args.len() {
+        return bad(format!(
+            "takes {} arguments, got {}",
+            sig.params.len(),
+            args.len()
+        ));
+    }
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        match (&p.kind, a) {
+            (ParamKind::Buffer { .. }, LaunchArg::Buffer { .. }) => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) if s.dtype() == *dt => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got {s}",
+                    p.name
+                ));
+            }
+            (ParamKind::Scalar(dt), LaunchArg::Buffer { .. }) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got a buffer",
+                    p.name
+                ));
+            }
+            (ParamKind::Buffer { dtype, .. }, LaunchArg::Scalar(_)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dtype} buffer, got an immediate",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Launch arguments ready for `cuLaunchKernel`: one 8-byte slot per argument, and the
+/// checked regions of the buffers (kept alive until the launch is queued).
+pub(crate) struct KernelArgs {
+    slots: Vec<u64>,
+    _regions: Vec<Region>,
+}
+
+impl KernelArgs {
+    /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| (s as *mut u64).cast::<c_void>())
+            .collect()
+    }
+}
+
+/// Checks `args` against the kernel's signature (when known) and the device's live
+/// allocations, and lays them out for the launch.
+pub(crate) fn marshal(
+    kernel: &CudaKernel,
+    args: &[LaunchArg],
+    memory: &MemoryRegistry,
+) -> Result<KernelArgs> {
+    check_signature(kernel, args)?;
+    let mut regions = Vec::new();
+    for a in args {
+        if let LaunchArg::Buffer { ptr, len } = *a {
+            regions.push(memory.region(ptr, len)?);
+        }
+    }
+    Ok(KernelArgs {
+        slots: args.iter().map(arg_slot).collect(),
+        _regions: regions,
+    })
+}
+
+/// `cuLaunchKernel` on `stream` with marshalled arguments.
+pub(crate) fn launch(
+    ctx: &DeviceContext,
+    kernel: &CudaKernel,
+    dims: LaunchDims,
+    args: &mut KernelArgs,
+    stream: sys::CUstream,
+) -> Result<()> {
+    let mut params = args.pointers();
+    ctx.bind()?;
+    // SAFETY: `kernel.function()` is a live function of a loaded module (kept alive by the
+    // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot of
+    // `args` holding the value in the parameter's C type (checked against the signature when
+    // known); buffer ranges were checked by `marshal`; the driver copies the values before
+    // returning.
+    let r = unsafe {
+        sys::cuLaunchKernel(
+            kernel.function(),
+            dims.grid.x,
+            dims.grid.y,
+            dims.grid.z,
+            dims.block.x,
+            dims.block.y,
+            dims.block.z,
+            dims.shared_mem,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
+        kernel: kernel.name().to_string(),
+        message: e.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xthunk_core::backend::DevicePtr;
+    use xthunk_core::ir::Scalar;
 
     #[test]
     fn exact_cubin_first_then_nvrtc_then_ptx() {
@@ -365,5 +508,31 @@ mod tests {
             data: vec![],
         }];
         assert!(plan(&hsaco_only, 90).is_empty());
+    }
+
+    #[test]
+    fn every_scalar_type_marshals_as_its_c_type() {
+        let cases: [(Scalar, &[u8]); 9] = [
+            (Scalar::Pred(true), &[1]),
+            (Scalar::I8(-2), &[0xfe]),
+            (Scalar::U8(200), &[200]),
+            (Scalar::I32(-3), &(-3i32).to_le_bytes()),
+            (Scalar::I64(-4), &(-4i64).to_le_bytes()),
+            (Scalar::F16(0x3c00), &[0x00, 0x3c]),
+            (Scalar::BF16(0x3f80), &[0x80, 0x3f]),
+            (Scalar::F32(1.5), &1.5f32.to_le_bytes()),
+            (Scalar::F64(-2.25), &(-2.25f64).to_le_bytes()),
+        ];
+        for (s, bytes) in cases {
+            let slot = arg_slot(&LaunchArg::Scalar(s)).to_le_bytes();
+            assert_eq!(&slot[..bytes.len()], bytes, "{s}");
+            assert!(slot[bytes.len()..].iter().all(|&b| b == 0), "{s}");
+            assert_eq!(s.dtype().size(), bytes.len());
+        }
+        let p = arg_slot(&LaunchArg::Buffer {
+            ptr: DevicePtr(0x7f00_dead_beef),
+            len: 4,
+        });
+        assert_eq!(p, 0x7f00_dead_beef);
     }
 }

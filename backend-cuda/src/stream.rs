@@ -2,10 +2,7 @@
 //!
 //! Streams are created non-blocking (they do not synchronize with the legacy default
 //! stream). Every pointer range is checked against the device's live allocations before it
-//! reaches the driver. Kernel arguments are marshalled into one 8-byte slot each (buffers as
-//! `CUdeviceptr`, immediates as their C type's little-endian bytes) and passed to
-//! `cuLaunchKernel` as the `kernelParams` array of pointers to the slots; the driver copies
-//! the values at launch (and at capture), so the slots live only for the call.
+//! reaches the driver. Kernel arguments are marshalled by [`crate::module`].
 //!
 //! Graphs: [`Stream::begin_capture`] starts `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` capture,
 //! [`Stream::end_capture`] ends it and instantiates the graph once; launching it is
@@ -20,18 +17,16 @@ use crate::blas::BlasSlot;
 use crate::context::DeviceContext;
 use crate::loader::guarded;
 use crate::memory::MemoryRegistry;
-use crate::module::CudaKernel;
+use crate::module::{self, CudaKernel};
 use crate::result::{cu, cu_error};
 use crate::sys::{self, CUresult, CUstreamCaptureMode};
 use std::any::Any;
-use std::ffi::c_void;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use xthunk_core::backend::{
     DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
 };
 use xthunk_core::ir::MemsetPattern;
-use xthunk_core::kernels::ParamKind;
 use xthunk_core::{Error, Result};
 
 /// Makes `device` (a device of this backend) current on the calling thread: its primary
@@ -87,66 +82,6 @@ impl Drop for CudaStream {
             tracing::error!("{e}");
         }
     }
-}
-
-/// One kernel argument as the driver reads it: the bytes of its C type, at the start of an
-/// 8-byte-aligned slot.
-pub(crate) fn arg_slot(arg: &LaunchArg) -> u64 {
-    match *arg {
-        LaunchArg::Buffer { ptr, .. } => ptr.0,
-        LaunchArg::Scalar(s) => {
-            let mut b = [0u8; 8];
-            let v = s.to_le_bytes();
-            b[..v.len()].copy_from_slice(&v);
-            u64::from_le_bytes(b)
-        }
-    }
-}
-
-/// Checks `args` against a known kernel signature: count, buffer/immediate kinds and
-/// immediate types (a wrong immediate type would make the kernel read the wrong bytes).
-fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
-    let Some(sig) = kernel.signature() else {
-        return Ok(());
-    };
-    let bad = |msg: String| {
-        Err(Error::InvalidArgument(format!(
-            "kernel `{}`: {msg}",
-            kernel.name()
-        )))
-    };
-    if sig.params.len() != args.len() {
-        return bad(format!(
-            "takes {} arguments, got {}",
-            sig.params.len(),
-            args.len()
-        ));
-    }
-    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
-        match (&p.kind, a) {
-            (ParamKind::Buffer { .. }, LaunchArg::Buffer { .. }) => {}
-            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) if s.dtype() == *dt => {}
-            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) => {
-                return bad(format!(
-                    "argument {i} `{}` must be a {dt} immediate, got {s}",
-                    p.name
-                ));
-            }
-            (ParamKind::Scalar(dt), LaunchArg::Buffer { .. }) => {
-                return bad(format!(
-                    "argument {i} `{}` must be a {dt} immediate, got a buffer",
-                    p.name
-                ));
-            }
-            (ParamKind::Buffer { dtype, .. }, LaunchArg::Scalar(_)) => {
-                return bad(format!(
-                    "argument {i} `{}` must be a {dtype} buffer, got an immediate",
-                    p.name
-                ));
-            }
-        }
-    }
-    Ok(())
 }
 
 fn cuda_event(event: &dyn Event) -> Result<&CudaEvent> {
@@ -266,42 +201,8 @@ impl Stream for CudaStream {
                 dims.block
             )));
         }
-        check_signature(k, args)?;
-        for a in args {
-            if let LaunchArg::Buffer { ptr, len } = *a {
-                self.memory.region(ptr, len)?;
-            }
-        }
-        let mut slots: Vec<u64> = args.iter().map(arg_slot).collect();
-        let mut params: Vec<*mut c_void> = slots
-            .iter_mut()
-            .map(|s| (s as *mut u64).cast::<c_void>())
-            .collect();
-        self.ctx.bind()?;
-        // SAFETY: `k.function()` is a live function of a loaded module (kept alive by the
-        // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot
-        // holding the value in the parameter's C type (checked against the signature when
-        // known); buffer ranges were checked above; the driver copies the values before
-        // returning.
-        let r = unsafe {
-            sys::cuLaunchKernel(
-                k.function(),
-                dims.grid.x,
-                dims.grid.y,
-                dims.grid.z,
-                dims.block.x,
-                dims.block.y,
-                dims.block.z,
-                dims.shared_mem,
-                self.raw,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
-        };
-        cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
-            kernel: k.name().to_string(),
-            message: e.to_string(),
-        })
+        let mut marshalled = module::marshal(k, args, &self.memory)?;
+        module::launch(&self.ctx, k, dims, &mut marshalled, self.raw)
     }
 
     fn gemm(&self, g: &GemmLaunch) -> Result<()> {
@@ -615,37 +516,5 @@ impl Event for CudaEvent {
 
     fn as_any(&self) -> &dyn Any {
         self
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xthunk_core::ir::Scalar;
-
-    #[test]
-    fn every_scalar_type_marshals_as_its_c_type() {
-        let cases: [(Scalar, &[u8]); 9] = [
-            (Scalar::Pred(true), &[1]),
-            (Scalar::I8(-2), &[0xfe]),
-            (Scalar::U8(200), &[200]),
-            (Scalar::I32(-3), &(-3i32).to_le_bytes()),
-            (Scalar::I64(-4), &(-4i64).to_le_bytes()),
-            (Scalar::F16(0x3c00), &[0x00, 0x3c]),
-            (Scalar::BF16(0x3f80), &[0x80, 0x3f]),
-            (Scalar::F32(1.5), &1.5f32.to_le_bytes()),
-            (Scalar::F64(-2.25), &(-2.25f64).to_le_bytes()),
-        ];
-        for (s, bytes) in cases {
-            let slot = arg_slot(&LaunchArg::Scalar(s)).to_le_bytes();
-            assert_eq!(&slot[..bytes.len()], bytes, "{s}");
-            assert!(slot[bytes.len()..].iter().all(|&b| b == 0), "{s}");
-            assert_eq!(s.dtype().size(), bytes.len());
-        }
-        let p = arg_slot(&LaunchArg::Buffer {
-            ptr: DevicePtr(0x7f00_dead_beef),
-            len: 4,
-        });
-        assert_eq!(p, 0x7f00_dead_beef);
     }
 }
