@@ -39,6 +39,7 @@ pub mod compile;
 pub mod context;
 pub mod cubin;
 mod device;
+pub mod graph;
 pub mod loader;
 mod memory;
 mod module;
@@ -49,10 +50,11 @@ pub mod sys;
 
 pub use compile::{CacheStatus, CompileOutput, Compiler, Target, default_cache_dir};
 pub use device::{CudaBackend, CudaDevice};
+pub use graph::CudaGraph;
 pub use loader::SearchConfig;
 pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
-pub use stream::{CudaEvent, CudaGraph, CudaStream, bind_current};
+pub use stream::{CudaEvent, CudaStream, bind_current};
 
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;

@@ -631,7 +631,7 @@ mod tests {
     }
 
     /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
-    /// are missing (`cuGraphExecUpdate_v2` in `stream.rs`): not checked at probe, so a driver
+    /// are missing (`cuGraphExecUpdate_v2` in `graph.rs`): not checked at probe, so a driver
     /// without them still works.
     const GUARDED_DRIVER_SYMBOLS: &[&str] = &["cuGraphExecUpdate_v2"];
 
@@ -643,6 +643,7 @@ mod tests {
         let sources = [
             include_str!("context.rs"),
             include_str!("device.rs"),
+            include_str!("graph.rs"),
             include_str!("memory.rs"),
             include_str!("stream.rs"),
             include_str!("module.rs"),
