@@ -6,9 +6,8 @@
 //! Memory, streams, events, graphs, modules and cuBLAS hold an `Arc<DeviceContext>`; they
 //! depend on this module, not on `device` or on each other in a cycle.
 
-use crate::compile::Compiler;
+use crate::compile::{Compiler, Nvrtc};
 use crate::loader::SearchConfig;
-use crate::nvrtc::Nvrtc;
 use crate::result::{cu, cu_describe, unavailable};
 use crate::sys::{self, CUresult};
 use std::sync::{Arc, OnceLock};

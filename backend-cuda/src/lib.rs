@@ -7,7 +7,7 @@
 //!   crate calls, then `cuInit` / `cuDriverGetVersion` under `catch_unwind` with a quiet panic
 //!   hook; drivers older than CUDA 12.0 are refused. Every failure is
 //!   `Unavailable { backend: "cuda", reason }` naming what was tried.
-//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`nvrtc`], `blas`),
+//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`compile`], `blas`),
 //!   found by [`loader`] in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`,
 //!   pip's `nvidia-*` wheels and the system search.
 //! - **Kernels**: modules load a cubin for the device's exact `sm_XX`, else compile the
@@ -37,57 +37,22 @@ pub mod bench;
 mod blas;
 pub mod compile;
 pub mod context;
-pub mod cubin;
 mod device;
 pub mod graph;
+pub mod image;
 pub mod loader;
 mod memory;
 mod module;
-pub mod nvrtc;
 mod result;
 mod stream;
 pub mod sys;
 
-pub use compile::{CacheStatus, CompileOutput, Compiler, Target, default_cache_dir};
+pub use compile::{
+    CacheStatus, CompileOutput, Compiler, Target, compile_for_target, default_cache_dir, precompile,
+};
 pub use device::{CudaBackend, CudaDevice};
 pub use graph::CudaGraph;
 pub use loader::SearchConfig;
 pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
 pub use stream::{CudaEvent, CudaStream, bind_current};
-
-use xthunk_core::Error;
-use xthunk_core::ir::ModuleImage;
-use xthunk_core::kernels::portable;
-
-/// Compiles a complete portable translation unit (as [`portable::standard_source`] or
-/// [`portable::with_prelude`] give) for `target` (`sm_XX`: a cubin; `compute_XX`: PTX text)
-/// with the environment's NVRTC, through the disk cache. Needs no GPU. For
-/// `xthunk compile`.
-pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> {
-    let target = Target::parse(target)?;
-    let nvrtc = nvrtc::Nvrtc::global()?;
-    Ok(Compiler::new(nvrtc).compile(source, target)?.image)
-}
-
-/// The precompiled image of a portable module image for `target`: `Standard` and `Source`
-/// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
-/// give `None` (they need no compiling).
-pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
-    let source = match image {
-        ModuleImage::Standard => portable::standard_source().to_string(),
-        ModuleImage::Source { code } => portable::with_prelude(code),
-        _ => return Ok(None),
-    };
-    let t = Target::parse(target)?;
-    let data = compile_for_target(&source, target)?;
-    Ok(Some(match t {
-        Target::Sm(_) => ModuleImage::Cubin {
-            arch: t.to_string(),
-            data,
-        },
-        Target::Compute(_) => ModuleImage::Ptx {
-            code: String::from_utf8_lossy(&data).into_owned(),
-        },
-    }))
-}

@@ -16,7 +16,7 @@
 //! the values at launch (and at capture), so the slots live only for the call.
 
 use crate::context::DeviceContext;
-use crate::cubin;
+use crate::image;
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
@@ -155,7 +155,7 @@ fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw
     })?;
     let out = compiler.compile_for_device(source, ctx.sm)?;
     let mut image = out.image;
-    if out.target.output() == crate::nvrtc::Output::Ptx {
+    if out.target.output() == crate::compile::Output::Ptx {
         image.push(0);
     }
     let (maj, min) = compiler.nvrtc().version();
@@ -170,7 +170,7 @@ fn try_choice(
 ) -> Result<(Arc<ModuleRaw>, String, bool)> {
     match *c {
         Choice::Cubin(data) => {
-            let info = cubin::inspect(data).map_err(|e| Error::Module {
+            let info = image::inspect(data).map_err(|e| Error::Module {
                 module: String::new(),
                 message: format!("cubin: {e}"),
             })?;
