@@ -7,16 +7,34 @@
 //!   crate calls, then `cuInit` / `cuDriverGetVersion` under `catch_unwind` with a quiet panic
 //!   hook; drivers older than CUDA 12.0 are refused. Every failure is
 //!   `Unavailable { backend: "cuda", reason }` naming what was tried.
-//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`compile`], `blas`),
-//!   found by [`loader`] in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`,
-//!   pip's `nvidia-*` wheels and the system search.
+//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`loader`]), found
+//!   in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, pip's `nvidia-*`
+//!   wheels and the system search.
 //! - **Kernels**: modules load a cubin for the device's exact `sm_XX`, else compile the
 //!   portable source ([`xthunk_core::kernels::portable`]) with NVRTC for the device (cached on
 //!   disk, see [`compile`]), else hand PTX to the driver's JIT.
 //! - **Graphs**: stream capture into CUDA graphs, instantiated once, launched on a stream.
 //!
-//! Vendor result codes are turned into errors in one place (`result`), with the call, the
+//! Vendor result codes are turned into errors in one place ([`result`]), with the call, the
 //! code's name and number.
+//!
+//! # Modules
+//!
+//! The same files, with the same roles, as the ROCm backend (`xthunk-rocm`):
+//!
+//! - [`sys`]: the C declarations (cudarc's driver bindings re-exported, NVRTC, cuBLAS);
+//! - [`loader`]: finding and opening the libraries, and their symbol tables;
+//! - [`result`]: vendor result codes as errors, `unsupported`, `unavailable`;
+//! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
+//! - [`device`]: the backend (probing) and its devices;
+//! - [`memory`]: allocations and the registry every pointer range is checked against;
+//! - [`stream`]: streams and events;
+//! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
+//! - [`compile`]: the runtime compiler (NVRTC) and its disk cache;
+//! - [`image`]: reading cubins;
+//! - [`blas`]: gemm through cuBLAS;
+//! - [`graph`]: CUDA graphs;
+//! - [`bench`] (CUDA only for now): raw CUDA baselines for `xthunk bench`.
 //!
 //! # What runs without a GPU
 //!
@@ -34,17 +52,17 @@
 //! tests' skips into failures.
 
 pub mod bench;
-mod blas;
+pub mod blas;
 pub mod compile;
 pub mod context;
-mod device;
+pub mod device;
 pub mod graph;
 pub mod image;
 pub mod loader;
-mod memory;
-mod module;
-mod result;
-mod stream;
+pub mod memory;
+pub mod module;
+pub mod result;
+pub mod stream;
 pub mod sys;
 
 pub use compile::{
