@@ -18,10 +18,11 @@ use crate::elf::{CodeObject, mach_of};
 use crate::hiprtc::{Comgr, Hiprtc};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::result::BACKEND;
+use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::portable::{self, source_hash};
@@ -441,7 +442,7 @@ impl Compiler {
     pub fn compile(&self, source: &str, target: &str) -> Result<Compiled, CompileError> {
         let t = self.check_target(target)?;
         let key = self.cache_key(source, &t);
-        if let Some(img) = lock(&self.memory).get(&key).cloned() {
+        if let Some(img) = self.memory.lock().get(&key).cloned() {
             return Ok(Compiled {
                 image: img,
                 target: t,
@@ -454,7 +455,7 @@ impl Compiler {
                     Ok(_) => {
                         tracing::debug!(target = %t.full, path = %cache.path_for(&key).display(), "hsaco cache hit");
                         let img = Arc::new(img);
-                        lock(&self.memory).insert(key, img.clone());
+                        self.memory.lock().insert(key, img.clone());
                         return Ok(Compiled {
                             image: img,
                             target: t,
@@ -470,7 +471,7 @@ impl Compiler {
         }
         let started = std::time::Instant::now();
         let img = {
-            let _serial = lock(&self.lock);
+            let _serial = self.lock.lock();
             self.rtc
                 .compile(source, "xthunk_portable.hip", &options_for(&t))
                 .map_err(|f| CompileError::Compilation {
@@ -496,7 +497,7 @@ impl Compiler {
             }
         }
         let img = Arc::new(img);
-        lock(&self.memory).insert(key, img.clone());
+        self.memory.lock().insert(key, img.clone());
         Ok(Compiled {
             image: img,
             target: t,
@@ -517,11 +518,6 @@ impl Compiler {
             ))),
         }
     }
-}
-
-/// Locks a mutex, recovering from poisoning (the data is a cache: still consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process-wide compiler for the environment's search path and the default disk cache.

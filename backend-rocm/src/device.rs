@@ -18,9 +18,10 @@ use crate::module;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
 use crate::stream::{RocmEvent, RocmStream};
 use crate::sys;
+use parking_lot::Mutex;
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use xthunk_core::backend::{
     Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
     MemoryStats, Stream, Vendor,
@@ -347,7 +348,7 @@ impl Backend for RocmBackend {
                 rt.devices.len()
             )));
         };
-        let mut devs = result_lock(&self.devices);
+        let mut devs = self.devices.lock();
         if devs.len() < rt.devices.len() {
             devs.resize(rt.devices.len(), None);
         }
@@ -396,10 +397,6 @@ impl Backend for RocmBackend {
         }
         Ok(d)
     }
-}
-
-fn result_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// What every object of one device shares.
@@ -472,7 +469,7 @@ impl Device for RocmDevice {
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
         let s = Arc::new(RocmStream::new(self.shared.clone())?);
-        let mut streams = result_lock(&self.streams);
+        let mut streams = self.streams.lock();
         streams.retain(|w| w.strong_count() > 0);
         streams.push(Arc::downgrade(&s));
         Ok(s)

@@ -16,16 +16,17 @@
 //! the arguments are checked against it first: a mismatch is an error, never a launch reading
 //! past the array.
 
-use crate::compile::{Origin, Target, check_code_object, lock};
+use crate::compile::{Origin, Target, check_code_object};
 use crate::device::DeviceShared;
 use crate::elf::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
+use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use xthunk_core::backend::{KernelHandle, LaunchArg, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage, Scalar};
 use xthunk_core::{Error, Result};
@@ -228,7 +229,7 @@ impl LoadedModule for RocmModule {
     }
 
     fn kernel(&self, name: &str) -> Result<Arc<dyn KernelHandle>> {
-        if let Some(k) = lock(&self.kernels).get(name) {
+        if let Some(k) = self.kernels.lock().get(name) {
             return Ok(k.clone());
         }
         let missing = || {
@@ -285,7 +286,7 @@ impl LoadedModule for RocmModule {
             params,
             _module: self.handle.clone(),
         });
-        lock(&self.kernels).insert(name.to_string(), k.clone());
+        self.kernels.lock().insert(name.to_string(), k.clone());
         Ok(k)
     }
 }

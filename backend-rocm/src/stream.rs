@@ -17,15 +17,15 @@
 //! `Unsupported` (the executor then runs command buffers directly).
 
 use crate::blas::{self, BlasHandle};
-use crate::compile::lock;
 use crate::device::DeviceShared;
 use crate::memory::Region;
 use crate::module::{self, RocmKernel};
 use crate::result::{self, hip_describe, unsupported};
 use crate::sys;
+use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use xthunk_core::backend::{
     DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
 };
@@ -295,7 +295,7 @@ impl RocmStream {
                 if dry {
                     return Ok(());
                 }
-                let mut h = lock(&self.blas);
+                let mut h = self.blas.lock();
                 if h.is_none() {
                     *h = Some(BlasHandle::new(lib.clone(), &self.dev, self.raw)?);
                 }
@@ -314,7 +314,7 @@ impl RocmStream {
 
     /// Queues an operation, or records it when the stream is capturing.
     fn submit(&self, op: Op) -> Result<()> {
-        let mut cap = lock(&self.capture);
+        let mut cap = self.capture.lock();
         let Some(c) = cap.as_mut() else {
             drop(cap);
             return self.issue(&op, false);
@@ -481,7 +481,7 @@ impl RocmStream {
     }
 
     fn not_while_capturing(&self, what: &str) -> Result<()> {
-        if lock(&self.capture).is_some() {
+        if self.capture.lock().is_some() {
             return Err(Error::InvalidArgument(format!(
                 "{what} on a ROCm stream that is recording a graph"
             )));
@@ -492,11 +492,11 @@ impl RocmStream {
 
 impl Drop for RocmStream {
     fn drop(&mut self) {
-        if let Some(mut c) = lock(&self.capture).take() {
+        if let Some(mut c) = self.capture.lock().take() {
             self.abort_native(&mut c);
         }
         // The rocBLAS handle goes before its stream.
-        lock(&self.blas).take();
+        self.blas.lock().take();
         let _ = self.dev.bind();
         // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
         let rc = unsafe { (self.dev.hip.api.hipStreamDestroy)(self.raw) };
@@ -576,7 +576,7 @@ impl Stream for RocmStream {
                 self.dev.hip.path.display()
             )));
         }
-        let mut cap = lock(&self.capture);
+        let mut cap = self.capture.lock();
         if cap.is_some() {
             return Err(Error::InvalidArgument(
                 "the ROCm stream is already recording a graph".into(),
@@ -598,7 +598,7 @@ impl Stream for RocmStream {
     }
 
     fn end_capture(&self) -> Result<Arc<dyn Graph>> {
-        let Some(mut c) = lock(&self.capture).take() else {
+        let Some(mut c) = self.capture.lock().take() else {
             return Err(Error::InvalidArgument(
                 "the ROCm stream is not recording a graph".into(),
             ));
