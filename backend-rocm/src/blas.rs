@@ -8,7 +8,9 @@
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
 use crate::device::DeviceShared;
-use crate::loader::{LoadError, SearchConfig, file_containing, open_first, symbol_table};
+use crate::loader::{
+    LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig, file_containing, open_first,
+};
 use crate::result::{self, unsupported};
 use crate::sys;
 use std::ffi::c_void;
@@ -17,33 +19,6 @@ use std::sync::Arc;
 use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
-
-/// Names of rocBLAS (ROCm 7: `.so.5`, ROCm 6: `.so.4`, ROCm 5: `.so.0`).
-pub const ROCBLAS_LIBRARY_NAMES: &[&str] = &[
-    "librocblas.so",
-    "librocblas.so.5",
-    "librocblas.so.4",
-    "librocblas.so.3",
-    "librocblas.so.0",
-];
-
-symbol_table! {
-    /// rocBLAS.
-    pub(crate) struct RocblasApi {
-        required {
-            rocblas_create_handle: sys::rocblas_create_handle_t,
-            rocblas_destroy_handle: sys::rocblas_destroy_handle_t,
-            rocblas_set_stream: sys::rocblas_set_stream_t,
-            rocblas_set_pointer_mode: sys::rocblas_set_pointer_mode_t,
-            rocblas_gemm_ex: sys::rocblas_gemm_ex_t,
-            rocblas_gemm_strided_batched_ex: sys::rocblas_gemm_strided_batched_ex_t,
-        }
-        optional {
-            rocblas_get_version_string_size: sys::rocblas_get_version_string_size_t,
-            rocblas_get_version_string: sys::rocblas_get_version_string_t,
-        }
-    }
-}
 
 /// A loaded rocBLAS.
 pub(crate) struct Rocblas {

@@ -8,56 +8,16 @@
 //! `amd_comgr_get_isa_name`, names like `amdgcn-amd-amdhsa--gfx90a`) before compiling; comgr
 //! is the library hipRTC itself uses (the copy already mapped in the process is preferred).
 
-use crate::loader::{LoadError, SearchConfig, file_containing, open_first, symbol_table};
+use crate::loader::{
+    COMGR_LIBRARY_NAMES, ComgrApi, HIPRTC_LIBRARY_NAMES, HiprtcApi, LoadError, SearchConfig,
+    file_containing, mapped_library, open_first,
+};
 use crate::result::{comgr_describe, hiprtc_describe};
 use crate::sys;
 use libloading::Library;
 use std::ffi::{CString, c_char, c_int};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-
-/// Names of the dedicated hipRTC library (ROCm ≥ 6), after the unversioned name.
-pub const HIPRTC_LIBRARY_NAMES: &[&str] = &[
-    "libhiprtc.so",
-    "libhiprtc.so.7",
-    "libhiprtc.so.6",
-    "libhiprtc.so.5",
-];
-
-/// Names of comgr (`.so.3` from ROCm 6.3 on, `.so.2` before).
-pub const COMGR_LIBRARY_NAMES: &[&str] =
-    &["libamd_comgr.so", "libamd_comgr.so.3", "libamd_comgr.so.2"];
-
-symbol_table! {
-    /// hipRTC.
-    pub(crate) struct HiprtcApi {
-        required {
-            hiprtcCreateProgram: sys::hiprtcCreateProgram_t,
-            hiprtcCompileProgram: sys::hiprtcCompileProgram_t,
-            hiprtcDestroyProgram: sys::hiprtcDestroyProgram_t,
-            hiprtcGetProgramLogSize: sys::hiprtcGetProgramLogSize_t,
-            hiprtcGetProgramLog: sys::hiprtcGetProgramLog_t,
-            hiprtcGetCodeSize: sys::hiprtcGetCodeSize_t,
-            hiprtcGetCode: sys::hiprtcGetCode_t,
-        }
-        optional {
-            hiprtcVersion: sys::hiprtcVersion_t,
-        }
-    }
-}
-
-symbol_table! {
-    /// The code object manager: only its ISA list is used.
-    pub(crate) struct ComgrApi {
-        required {
-            amd_comgr_get_isa_count: sys::amd_comgr_get_isa_count_t,
-            amd_comgr_get_isa_name: sys::amd_comgr_get_isa_name_t,
-        }
-        optional {
-            amd_comgr_get_version: sys::amd_comgr_get_version_t,
-        }
-    }
-}
 
 /// A loaded hipRTC.
 pub(crate) struct Hiprtc {
@@ -318,19 +278,4 @@ fn isa_names(api: &ComgrApi) -> Result<Vec<String>, String> {
         names.push(name.to_string_lossy().into_owned());
     }
     Ok(names)
-}
-
-/// The path of a library already mapped into this process whose file name starts with
-/// `prefix` (from `/proc/self/maps`).
-fn mapped_library(prefix: &str) -> Option<PathBuf> {
-    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
-    maps.lines()
-        .filter_map(|l| l.split_whitespace().nth(5))
-        .find(|p| {
-            Path::new(p)
-                .file_name()
-                .and_then(|f| f.to_str())
-                .is_some_and(|f| f.starts_with(prefix) && f.contains(".so"))
-        })
-        .map(PathBuf::from)
 }
