@@ -7,7 +7,7 @@
 //! `A' = B` (transposed iff `trans_b`), `B' = A` (transposed iff `trans_a`), and `C` as is.
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
-use crate::device::DeviceShared;
+use crate::context::DeviceContext;
 use crate::loader::{
     LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig, file_containing, open_first,
 };
@@ -88,13 +88,13 @@ pub(crate) struct BlasHandle {
 unsafe impl Send for BlasHandle {}
 
 impl BlasHandle {
-    /// A handle on `dev` whose work goes to `stream`, with alpha/beta read from the host.
+    /// A handle on the device of `ctx` whose work goes to `stream`, with alpha/beta read from the host.
     pub(crate) fn new(
         lib: Arc<Rocblas>,
-        dev: &DeviceShared,
+        ctx: &DeviceContext,
         stream: sys::hipStream_t,
     ) -> Result<Self> {
-        dev.bind()?;
+        ctx.bind()?;
         let mut raw: sys::rocblas_handle = std::ptr::null_mut();
         // SAFETY: writes one handle; the device is current on this thread.
         let rc = unsafe { (lib.api.rocblas_create_handle)(&mut raw) };

@@ -17,6 +17,7 @@
 
 pub mod blas;
 pub mod compile;
+pub mod context;
 pub mod device;
 pub mod elf;
 pub mod hiprtc;

@@ -17,7 +17,7 @@
 //! past the array.
 
 use crate::compile::{Origin, Target, check_code_object};
-use crate::device::DeviceShared;
+use crate::context::DeviceContext;
 use crate::elf::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
@@ -127,14 +127,14 @@ pub fn device_code<'a>(
 }
 
 /// Loads a module on a device.
-pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn LoadedModule>> {
+pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn LoadedModule>> {
     let merr = |message: String| Error::Module {
         module: module.name.clone(),
         message,
     };
-    let (image, describe) = match select_image(module, &dev.arch).map_err(merr)? {
+    let (image, describe) = match select_image(module, &ctx.arch).map_err(merr)? {
         ImageChoice::Hsaco { arch, data } => {
-            let (code, label) = device_code(data, arch, &dev.arch).map_err(merr)?;
+            let (code, label) = device_code(data, arch, &ctx.arch).map_err(merr)?;
             check_code_object(code, &label).map_err(|e| {
                 merr(format!(
                     "the hsaco({arch}) image is not a code object for {}: {e}",
@@ -144,9 +144,9 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
             (Arc::new(code.to_vec()), format!("hsaco({arch})"))
         }
         ImageChoice::Compile(img) => {
-            let compiler = dev.runtime.compiler()?;
+            let compiler = ctx.compiler()?;
             let c = compiler
-                .compile_image(img, &dev.arch.full)
+                .compile_image(img, &ctx.arch.full)
                 .map_err(|e| merr(e.to_string()))?;
             let how = match c.origin {
                 Origin::Compiled => "compiled by hipRTC",
@@ -155,16 +155,16 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
             };
             (
                 c.image,
-                format!("{}→hsaco({}) ({how})", img.kind(), dev.arch.full),
+                format!("{}→hsaco({}) ({how})", img.kind(), ctx.arch.full),
             )
         }
     };
     let code = CodeObject::parse(&image).map_err(|e| merr(e.to_string()))?;
-    dev.bind()?;
+    ctx.bind()?;
     let mut raw: sys::hipModule_t = std::ptr::null_mut();
     // SAFETY: `image` is a complete code object (checked above) kept alive by the module for
     // as long as the HIP module exists; `raw` receives the module.
-    let rc = unsafe { (dev.hip.api.hipModuleLoadData)(&mut raw, image.as_ptr().cast()) };
+    let rc = unsafe { (ctx.hip.api.hipModuleLoadData)(&mut raw, image.as_ptr().cast()) };
     if rc != sys::hipSuccess || raw.is_null() {
         return Err(merr(format!(
             "hipModuleLoadData of {describe} failed: {}",
@@ -172,7 +172,7 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
         )));
     }
     let handle = Arc::new(ModuleHandle {
-        dev: dev.clone(),
+        ctx: ctx.clone(),
         raw,
         _image: image,
     });
@@ -188,7 +188,7 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
 
 /// A HIP module, unloaded on drop (after every kernel of it is gone).
 struct ModuleHandle {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipModule_t,
     _image: Arc<Vec<u8>>,
 }
@@ -200,10 +200,10 @@ unsafe impl Sync for ModuleHandle {}
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
-        let _ = self.dev.bind();
+        let _ = self.ctx.bind();
         // SAFETY: `raw` is a live module loaded by hipModuleLoadData, unloaded once here; no
         // kernel of it remains (each holds an Arc to this handle).
-        let rc = unsafe { (self.dev.hip.api.hipModuleUnload)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipModuleUnload)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipModuleUnload: {}", hip_describe(rc));
         }
@@ -259,12 +259,12 @@ impl LoadedModule for RocmModule {
             return Err(missing());
         }
         let cname = CString::new(name).map_err(|_| missing())?;
-        let dev = &self.handle.dev;
-        dev.bind()?;
+        let ctx = &self.handle.ctx;
+        ctx.bind()?;
         let mut f: sys::hipFunction_t = std::ptr::null_mut();
         // SAFETY: the module is live (held by `self.handle`); `cname` is NUL-terminated.
         let rc =
-            unsafe { (dev.hip.api.hipModuleGetFunction)(&mut f, self.handle.raw, cname.as_ptr()) };
+            unsafe { (ctx.hip.api.hipModuleGetFunction)(&mut f, self.handle.raw, cname.as_ptr()) };
         if rc != sys::hipSuccess || f.is_null() {
             return Err(Error::Module {
                 module: self.name.clone(),
@@ -282,7 +282,7 @@ impl LoadedModule for RocmModule {
         let k = Arc::new(RocmKernel {
             name: name.to_string(),
             func: f,
-            ordinal: dev.ordinal,
+            ordinal: ctx.ordinal,
             params,
             _module: self.handle.clone(),
         });
@@ -436,7 +436,7 @@ pub fn check_against_metadata(kernel: &str, params: &[ArgInfo], args: &[LaunchAr
 
 /// `hipModuleLaunchKernel` on `stream` with marshalled arguments.
 pub(crate) fn launch(
-    dev: &DeviceShared,
+    ctx: &DeviceContext,
     kernel: &RocmKernel,
     dims: &xthunk_core::backend::LaunchDims,
     args: &mut KernelArgs,
@@ -460,7 +460,7 @@ pub(crate) fn launch(
     // the code object's metadata when it has any), each to an 8-byte slot in `args` that
     // outlives the call (HIP copies the values before returning); `extra` is null.
     let rc = unsafe {
-        (dev.hip.api.hipModuleLaunchKernel)(
+        (ctx.hip.api.hipModuleLaunchKernel)(
             kernel.func,
             g.x,
             g.y,

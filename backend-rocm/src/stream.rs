@@ -16,8 +16,9 @@
 //! instantiate does too. A runtime without the graph entry points makes `begin_capture` return
 //! `Unsupported` (the executor then runs command buffers directly).
 
-use crate::blas::{self, BlasHandle};
-use crate::device::DeviceShared;
+use crate::blas::{self, BlasHandle, Rocblas};
+use crate::context::DeviceContext;
+use crate::memory::MemoryRegistry;
 use crate::memory::Region;
 use crate::module::{self, RocmKernel};
 use crate::result::{self, hip_describe, unsupported};
@@ -69,7 +70,7 @@ enum Segment {
 
 /// An instantiated HIP graph and its graph, destroyed on drop.
 struct NativeGraph {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     graph: sys::hipGraph_t,
     exec: sys::hipGraphExec_t,
     nodes: usize,
@@ -83,7 +84,7 @@ unsafe impl Sync for NativeGraph {}
 
 impl Drop for NativeGraph {
     fn drop(&mut self) {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         if let (Some(destroy_exec), Some(destroy)) = (api.hipGraphExecDestroy, api.hipGraphDestroy)
         {
             // SAFETY: `exec` and `graph` are live handles owned by this struct, destroyed once.
@@ -148,13 +149,16 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
             device.backend_name()
         )));
     };
-    s.dev.bind()
+    s.ctx.bind()
 }
 
 /// A HIP stream.
 pub struct RocmStream {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipStream_t,
+    memory: Arc<MemoryRegistry>,
+    /// The device's rocBLAS, or why it is absent.
+    rocblas: std::result::Result<Arc<Rocblas>, String>,
     capture: Mutex<Option<Capture>>,
     blas: Mutex<Option<BlasHandle>>,
 }
@@ -166,28 +170,34 @@ unsafe impl Send for RocmStream {}
 unsafe impl Sync for RocmStream {}
 
 impl RocmStream {
-    pub(crate) fn new(dev: Arc<DeviceShared>) -> Result<Self> {
-        dev.bind()?;
+    pub(crate) fn new(
+        ctx: Arc<DeviceContext>,
+        memory: Arc<MemoryRegistry>,
+        rocblas: std::result::Result<Arc<Rocblas>, String>,
+    ) -> Result<Self> {
+        ctx.bind()?;
         let mut raw: sys::hipStream_t = std::ptr::null_mut();
         // SAFETY: writes one stream handle; the device is current.
         let rc =
-            unsafe { (dev.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
+            unsafe { (ctx.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
         result::hip("hipStreamCreateWithFlags", rc)?;
         Ok(RocmStream {
-            dev,
+            ctx,
             raw,
+            memory,
+            rocblas,
             capture: Mutex::new(None),
             blas: Mutex::new(None),
         })
     }
 
     fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        self.dev.memory.region(ptr, len)
+        self.memory.region(ptr, len)
     }
 
     /// Checks an operation and, unless `dry`, queues it on the stream.
     fn issue(&self, op: &Op, dry: bool) -> Result<()> {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         match op {
             Op::Copy { src, dst, size } => {
                 let s = self.region(*src, *size)?;
@@ -206,7 +216,7 @@ impl RocmStream {
                 }
                 let n = usize::try_from(*size)
                     .map_err(|_| Error::InvalidArgument("copy too large".into()))?;
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 if s.alloc.space == MemorySpace::Device && d.alloc.space == MemorySpace::Device {
                     // SAFETY: both ranges lie inside live device allocations of this device
                     // (kept alive by `s`/`d` until the call returns; a free waits for queued
@@ -236,7 +246,7 @@ impl RocmStream {
                 }
                 let count = usize::try_from(size / w)
                     .map_err(|_| Error::InvalidArgument("memset too large".into()))?;
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 // SAFETY: `count` elements of the pattern's width at `dst` lie inside a live
                 // allocation of this device, aligned to that width.
                 let (call, rc) = unsafe {
@@ -264,27 +274,27 @@ impl RocmStream {
                         kernel.name()
                     )));
                 };
-                if k.ordinal != self.dev.ordinal {
+                if k.ordinal != self.ctx.ordinal {
                     return Err(Error::InvalidArgument(format!(
                         "kernel `{}` was loaded on rocm:{}, the stream is on rocm:{}",
                         kernel.name(),
                         k.ordinal,
-                        self.dev.ordinal
+                        self.ctx.ordinal
                     )));
                 }
-                let mut marshalled = module::marshal(k, args, &self.dev.memory)?;
+                let mut marshalled = module::marshal(k, args, &self.memory)?;
                 if dry {
                     return Ok(());
                 }
-                self.dev.bind()?;
-                module::launch(&self.dev, k, dims, &mut marshalled, self.raw)
+                self.ctx.bind()?;
+                module::launch(&self.ctx, k, dims, &mut marshalled, self.raw)
             }
             Op::Gemm(g) => {
-                let Some(lib) = &self.dev.blas else {
-                    return Err(unsupported(format!(
-                        "gemm: rocBLAS is unavailable ({})",
-                        self.dev.blas_reason.as_deref().unwrap_or("not loaded")
-                    )));
+                let lib = match &self.rocblas {
+                    Ok(lib) => lib,
+                    Err(why) => {
+                        return Err(unsupported(format!("gemm: rocBLAS is unavailable ({why})")));
+                    }
                 };
                 let Some(plan) = blas::plan(g)? else {
                     return Ok(());
@@ -297,9 +307,9 @@ impl RocmStream {
                 }
                 let mut h = self.blas.lock();
                 if h.is_none() {
-                    *h = Some(BlasHandle::new(lib.clone(), &self.dev, self.raw)?);
+                    *h = Some(BlasHandle::new(lib.clone(), &self.ctx, self.raw)?);
                 }
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 match h.as_ref() {
                     Some(h) => h.run(&plan),
                     None => Err(Error::backend(
@@ -352,10 +362,10 @@ impl RocmStream {
     /// Begins a HIP capture for the next segment.
     fn open_native(&self, c: &mut Capture) {
         c.native = false;
-        let Some(begin) = self.dev.hip.api.hipStreamBeginCapture else {
+        let Some(begin) = self.ctx.hip.api.hipStreamBeginCapture else {
             return;
         };
-        if self.dev.bind().is_err() {
+        if self.ctx.bind().is_err() {
             return;
         }
         // SAFETY: the stream is live and not capturing (the previous capture was ended).
@@ -376,7 +386,7 @@ impl RocmStream {
             return;
         }
         c.native = false;
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         let (Some(end), Some(destroy)) = (api.hipStreamEndCapture, api.hipGraphDestroy) else {
             return;
         };
@@ -418,7 +428,7 @@ impl RocmStream {
 
     /// `hipStreamEndCapture` + `hipGraphInstantiate`; `None` for an empty graph.
     fn end_native(&self) -> std::result::Result<Option<NativeGraph>, String> {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         let (Some(end), Some(inst), Some(nodes_f), Some(destroy)) = (
             api.hipStreamEndCapture,
             api.hipGraphInstantiate,
@@ -473,7 +483,7 @@ impl RocmStream {
             ));
         }
         Ok(Some(NativeGraph {
-            dev: self.dev.clone(),
+            ctx: self.ctx.clone(),
             graph,
             exec,
             nodes,
@@ -497,9 +507,9 @@ impl Drop for RocmStream {
         }
         // The rocBLAS handle goes before its stream.
         self.blas.lock().take();
-        let _ = self.dev.bind();
+        let _ = self.ctx.bind();
         // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
-        let rc = unsafe { (self.dev.hip.api.hipStreamDestroy)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
         }
@@ -535,32 +545,32 @@ impl Stream for RocmStream {
     fn record(&self, event: &dyn Event) -> Result<()> {
         self.not_while_capturing("recording an event")?;
         let e = RocmEvent::downcast(event)?;
-        self.dev.bind()?;
+        self.ctx.bind()?;
         // SAFETY: the event and stream are live handles.
-        let rc = unsafe { (self.dev.hip.api.hipEventRecord)(e.raw, self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw, self.raw) };
         result::hip("hipEventRecord", rc)
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
         self.not_while_capturing("waiting for an event")?;
         let e = RocmEvent::downcast(event)?;
-        self.dev.bind()?;
+        self.ctx.bind()?;
         // SAFETY: the event and stream are live handles; flags must be 0.
-        let rc = unsafe { (self.dev.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
         result::hip("hipStreamWaitEvent", rc)
     }
 
     fn synchronize(&self) -> Result<()> {
         self.not_while_capturing("synchronizing")?;
         // SAFETY: the stream is live.
-        let rc = unsafe { (self.dev.hip.api.hipStreamSynchronize)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamSynchronize)(self.raw) };
         result::hip("hipStreamSynchronize", rc)
     }
 
     fn query(&self) -> Result<bool> {
         self.not_while_capturing("querying")?;
         // SAFETY: the stream is live.
-        let rc = unsafe { (self.dev.hip.api.hipStreamQuery)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamQuery)(self.raw) };
         match rc {
             sys::hipSuccess => Ok(true),
             sys::hipErrorNotReady => Ok(false),
@@ -569,11 +579,11 @@ impl Stream for RocmStream {
     }
 
     fn begin_capture(&self) -> Result<()> {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         if !api.has_graphs() {
             return Err(unsupported(format!(
                 "HIP graphs (the runtime at {} lacks the stream-capture entry points)",
-                self.dev.hip.path.display()
+                self.ctx.hip.path.display()
             )));
         }
         let mut cap = self.capture.lock();
@@ -605,7 +615,7 @@ impl Stream for RocmStream {
         };
         self.close_native(&mut c);
         let g = RocmGraph {
-            ordinal: self.dev.ordinal,
+            ordinal: self.ctx.ordinal,
             segments: c.segments,
         };
         tracing::debug!(
@@ -623,19 +633,19 @@ impl Stream for RocmStream {
                 "the graph was not recorded by the ROCm backend".into(),
             ));
         };
-        if g.ordinal != self.dev.ordinal {
+        if g.ordinal != self.ctx.ordinal {
             return Err(Error::InvalidArgument(format!(
                 "the graph was recorded on rocm:{}, the stream is on rocm:{}",
-                g.ordinal, self.dev.ordinal
+                g.ordinal, self.ctx.ordinal
             )));
         }
         for s in &g.segments {
             match s {
                 Segment::Native(n) => {
-                    let Some(launch) = self.dev.hip.api.hipGraphLaunch else {
+                    let Some(launch) = self.ctx.hip.api.hipGraphLaunch else {
                         return Err(unsupported("hipGraphLaunch"));
                     };
-                    self.dev.bind()?;
+                    self.ctx.bind()?;
                     // SAFETY: `n.exec` is a live executable graph of this device; the stream
                     // is live.
                     let rc = unsafe { launch(n.exec, self.raw) };
@@ -663,7 +673,7 @@ impl Stream for RocmStream {
 
 /// A HIP event (timing disabled).
 pub struct RocmEvent {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipEvent_t,
 }
 
@@ -673,14 +683,14 @@ unsafe impl Send for RocmEvent {}
 unsafe impl Sync for RocmEvent {}
 
 impl RocmEvent {
-    pub(crate) fn new(dev: Arc<DeviceShared>) -> Result<Self> {
-        dev.bind()?;
+    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
+        ctx.bind()?;
         let mut raw: sys::hipEvent_t = std::ptr::null_mut();
         // SAFETY: writes one event handle.
         let rc =
-            unsafe { (dev.hip.api.hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming) };
+            unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming) };
         result::hip("hipEventCreateWithFlags", rc)?;
-        Ok(RocmEvent { dev, raw })
+        Ok(RocmEvent { ctx, raw })
     }
 
     fn downcast(e: &dyn Event) -> Result<&RocmEvent> {
@@ -693,7 +703,7 @@ impl RocmEvent {
 impl Drop for RocmEvent {
     fn drop(&mut self) {
         // SAFETY: `raw` is a live event, destroyed once here.
-        let rc = unsafe { (self.dev.hip.api.hipEventDestroy)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventDestroy)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipEventDestroy: {}", hip_describe(rc));
         }
@@ -703,13 +713,13 @@ impl Drop for RocmEvent {
 impl Event for RocmEvent {
     fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live.
-        let rc = unsafe { (self.dev.hip.api.hipEventSynchronize)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventSynchronize)(self.raw) };
         result::hip("hipEventSynchronize", rc)
     }
 
     fn query(&self) -> Result<bool> {
         // SAFETY: the event is live.
-        let rc = unsafe { (self.dev.hip.api.hipEventQuery)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventQuery)(self.raw) };
         match rc {
             sys::hipSuccess => Ok(true),
             sys::hipErrorNotReady => Ok(false),
