@@ -20,6 +20,7 @@ pub mod compile;
 pub mod context;
 pub mod device;
 pub mod elf;
+pub mod graph;
 pub mod hiprtc;
 pub mod loader;
 pub mod memory;

@@ -1,23 +1,14 @@
-//! Streams, events and graphs.
+//! Streams and events.
 //!
 //! Streams are non-blocking HIP streams (no implicit ordering with the null stream, which
 //! would invalidate captures); the device's synchronous copies synchronize the device first.
 //! Every operation checks its pointer ranges against the device's live allocations before HIP
-//! sees them.
-//!
-//! **Graphs** (command buffers) are recorded by stream capture (`hipStreamBeginCapture` in
-//! thread-local mode … `hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`). What cannot
-//! be captured falls back to plain stream work *inside* the graph: a recorded graph is a list
-//! of segments, each either an instantiated HIP graph or a list of operations re-issued on the
-//! stream when the graph is launched, in order. A gemm always becomes such a plain operation
-//! (rocBLAS may allocate its workspace during the call, which capture forbids); an operation
-//! HIP refuses to capture (`hipErrorStreamCaptureUnsupported`, an invalidated capture) turns
-//! the segment being captured into plain operations; a segment whose graph does not
-//! instantiate does too. A runtime without the graph entry points makes `begin_capture` return
-//! `Unsupported` (the executor then runs command buffers directly).
+//! sees them. While a stream records a graph, each operation is captured natively or kept for
+//! plain replay, as [`crate::graph`] describes.
 
 use crate::blas::{self, BlasHandle, Rocblas};
 use crate::context::DeviceContext;
+use crate::graph::{Capture, Op, RocmGraph, Segment};
 use crate::memory::MemoryRegistry;
 use crate::memory::Region;
 use crate::module::{self, RocmKernel};
@@ -32,108 +23,6 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{MemorySpace, MemsetPattern};
 use xthunk_core::{Error, Result};
-
-/// One operation, as recorded for plain replay.
-#[derive(Clone)]
-enum Op {
-    Copy {
-        src: DevicePtr,
-        dst: DevicePtr,
-        size: u64,
-    },
-    Memset {
-        dst: DevicePtr,
-        size: u64,
-        pattern: MemsetPattern,
-    },
-    Launch {
-        kernel: Arc<dyn KernelHandle>,
-        dims: LaunchDims,
-        args: Vec<LaunchArg>,
-    },
-    Gemm(GemmLaunch),
-}
-
-/// A capture in progress.
-struct Capture {
-    segments: Vec<Segment>,
-    /// Operations of the current segment (captured natively when `native`).
-    pending: Vec<Op>,
-    /// A HIP capture is open on the stream.
-    native: bool,
-}
-
-enum Segment {
-    Native(NativeGraph),
-    Plain(Vec<Op>),
-}
-
-/// An instantiated HIP graph and its graph, destroyed on drop.
-struct NativeGraph {
-    ctx: Arc<DeviceContext>,
-    graph: sys::hipGraph_t,
-    exec: sys::hipGraphExec_t,
-    nodes: usize,
-}
-
-// SAFETY: HIP graph handles may be used from any thread; they are destroyed once, in `drop`,
-// and launching an executable graph does not mutate it.
-unsafe impl Send for NativeGraph {}
-// SAFETY: as above.
-unsafe impl Sync for NativeGraph {}
-
-impl Drop for NativeGraph {
-    fn drop(&mut self) {
-        let api = &self.ctx.hip.api;
-        if let (Some(destroy_exec), Some(destroy)) = (api.hipGraphExecDestroy, api.hipGraphDestroy)
-        {
-            // SAFETY: `exec` and `graph` are live handles owned by this struct, destroyed once.
-            unsafe {
-                destroy_exec(self.exec);
-                destroy(self.graph);
-            }
-        }
-    }
-}
-
-/// A recorded graph: native HIP graphs and plain operations, in order.
-pub struct RocmGraph {
-    ordinal: c_int,
-    segments: Vec<Segment>,
-}
-
-impl RocmGraph {
-    /// Nodes in native HIP graphs.
-    pub fn native_nodes(&self) -> usize {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Native(g) => g.nodes,
-                Segment::Plain(_) => 0,
-            })
-            .sum()
-    }
-
-    /// Operations replayed as plain stream work.
-    pub fn plain_ops(&self) -> usize {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Native(_) => 0,
-                Segment::Plain(ops) => ops.len(),
-            })
-            .sum()
-    }
-}
-
-impl Graph for RocmGraph {
-    fn node_count(&self) -> usize {
-        self.native_nodes() + self.plain_ops()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
 
 /// Makes `device` (a device of this backend) current on the calling thread (`hipSetDevice`,
 /// per thread), as RCCL's `ncclCommInitRank` and `ncclCommSplit` need: they bind the new
@@ -331,9 +220,9 @@ impl RocmStream {
         };
         if matches!(op, Op::Gemm(_)) {
             self.issue(&op, true)?;
-            self.close_native(c);
+            c.close_native(&self.ctx, self.raw);
             c.segments.push(Segment::Plain(vec![op]));
-            self.open_native(c);
+            c.open_native(&self.ctx, self.raw);
             return Ok(());
         }
         if !c.native {
@@ -348,146 +237,15 @@ impl RocmStream {
             }
             Err(Error::Unsupported { feature, .. }) => {
                 tracing::debug!("not capturable, replayed as plain stream work: {feature}");
-                self.abort_native(c);
+                c.abort_native(&self.ctx, self.raw);
                 c.pending.push(op);
                 let ops = std::mem::take(&mut c.pending);
                 c.segments.push(Segment::Plain(ops));
-                self.open_native(c);
+                c.open_native(&self.ctx, self.raw);
                 Ok(())
             }
             Err(e) => Err(e),
         }
-    }
-
-    /// Begins a HIP capture for the next segment.
-    fn open_native(&self, c: &mut Capture) {
-        c.native = false;
-        let Some(begin) = self.ctx.hip.api.hipStreamBeginCapture else {
-            return;
-        };
-        if self.ctx.bind().is_err() {
-            return;
-        }
-        // SAFETY: the stream is live and not capturing (the previous capture was ended).
-        let rc = unsafe { begin(self.raw, sys::hipStreamCaptureModeThreadLocal) };
-        if rc == sys::hipSuccess {
-            c.native = true;
-        } else {
-            tracing::debug!(
-                "hipStreamBeginCapture: {}; recording plain operations",
-                hip_describe(rc)
-            );
-        }
-    }
-
-    /// Ends the HIP capture, discarding what it recorded.
-    fn abort_native(&self, c: &mut Capture) {
-        if !c.native {
-            return;
-        }
-        c.native = false;
-        let api = &self.ctx.hip.api;
-        let (Some(end), Some(destroy)) = (api.hipStreamEndCapture, api.hipGraphDestroy) else {
-            return;
-        };
-        let mut g: sys::hipGraph_t = std::ptr::null_mut();
-        // SAFETY: the stream is capturing; `g` receives the graph (null when invalidated).
-        unsafe { end(self.raw, &mut g) };
-        if !g.is_null() {
-            // SAFETY: `g` is a graph this call owns, destroyed once.
-            unsafe { destroy(g) };
-        }
-    }
-
-    /// Ends the HIP capture into a native segment (or, if it cannot be ended or instantiated,
-    /// a plain one); the pending operations are accounted for either way.
-    fn close_native(&self, c: &mut Capture) {
-        let ops = std::mem::take(&mut c.pending);
-        if !c.native {
-            if !ops.is_empty() {
-                c.segments.push(Segment::Plain(ops));
-            }
-            return;
-        }
-        c.native = false;
-        match self.end_native() {
-            Ok(Some(g)) => c.segments.push(Segment::Native(g)),
-            Ok(None) => {
-                if !ops.is_empty() {
-                    c.segments.push(Segment::Plain(ops));
-                }
-            }
-            Err(why) => {
-                tracing::debug!("graph segment falls back to plain stream work: {why}");
-                if !ops.is_empty() {
-                    c.segments.push(Segment::Plain(ops));
-                }
-            }
-        }
-    }
-
-    /// `hipStreamEndCapture` + `hipGraphInstantiate`; `None` for an empty graph.
-    fn end_native(&self) -> std::result::Result<Option<NativeGraph>, String> {
-        let api = &self.ctx.hip.api;
-        let (Some(end), Some(inst), Some(nodes_f), Some(destroy)) = (
-            api.hipStreamEndCapture,
-            api.hipGraphInstantiate,
-            api.hipGraphGetNodes,
-            api.hipGraphDestroy,
-        ) else {
-            return Err("the runtime lacks the graph entry points".into());
-        };
-        let mut graph: sys::hipGraph_t = std::ptr::null_mut();
-        // SAFETY: the stream is capturing; `graph` receives the recorded graph.
-        let rc = unsafe { end(self.raw, &mut graph) };
-        if rc != sys::hipSuccess || graph.is_null() {
-            if !graph.is_null() {
-                // SAFETY: destroys the graph this call returned, once.
-                unsafe { destroy(graph) };
-            }
-            return Err(format!("hipStreamEndCapture: {}", hip_describe(rc)));
-        }
-        let mut nodes = 0usize;
-        // SAFETY: `graph` is live; a null node array asks for the count only.
-        let rc = unsafe { nodes_f(graph, std::ptr::null_mut(), &mut nodes) };
-        if rc != sys::hipSuccess || nodes == 0 {
-            // SAFETY: destroys the graph this call owns, once.
-            unsafe { destroy(graph) };
-            return if rc == sys::hipSuccess {
-                Ok(None)
-            } else {
-                Err(format!("hipGraphGetNodes: {}", hip_describe(rc)))
-            };
-        }
-        let mut exec: sys::hipGraphExec_t = std::ptr::null_mut();
-        let mut log = [0u8; 512];
-        // SAFETY: `graph` is live; `exec` receives the executable graph; the log buffer has
-        // the length passed.
-        let rc = unsafe {
-            inst(
-                &mut exec,
-                graph,
-                std::ptr::null_mut(),
-                log.as_mut_ptr().cast(),
-                log.len(),
-            )
-        };
-        if rc != sys::hipSuccess || exec.is_null() {
-            // SAFETY: destroys the graph this call owns, once.
-            unsafe { destroy(graph) };
-            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
-            return Err(format!(
-                "hipGraphInstantiate: {} {}",
-                hip_describe(rc),
-                String::from_utf8_lossy(&log[..end])
-            ));
-        }
-        Ok(Some(NativeGraph {
-            ctx: self.ctx.clone(),
-            graph,
-            exec,
-            nodes,
-        }))
     }
 
     fn not_while_capturing(&self, what: &str) -> Result<()> {
@@ -503,7 +261,7 @@ impl RocmStream {
 impl Drop for RocmStream {
     fn drop(&mut self) {
         if let Some(mut c) = self.capture.lock().take() {
-            self.abort_native(&mut c);
+            c.abort_native(&self.ctx, self.raw);
         }
         // The rocBLAS handle goes before its stream.
         self.blas.lock().take();
@@ -592,12 +350,8 @@ impl Stream for RocmStream {
                 "the ROCm stream is already recording a graph".into(),
             ));
         }
-        let mut c = Capture {
-            segments: Vec::new(),
-            pending: Vec::new(),
-            native: false,
-        };
-        self.open_native(&mut c);
+        let mut c = Capture::default();
+        c.open_native(&self.ctx, self.raw);
         if !c.native {
             return Err(unsupported(
                 "HIP stream capture (hipStreamBeginCapture failed)",
@@ -613,11 +367,8 @@ impl Stream for RocmStream {
                 "the ROCm stream is not recording a graph".into(),
             ));
         };
-        self.close_native(&mut c);
-        let g = RocmGraph {
-            ordinal: self.ctx.ordinal,
-            segments: c.segments,
-        };
+        c.close_native(&self.ctx, self.raw);
+        let g = RocmGraph::new(self.ctx.ordinal, c.segments);
         tracing::debug!(
             native_nodes = g.native_nodes(),
             plain_ops = g.plain_ops(),
@@ -641,16 +392,7 @@ impl Stream for RocmStream {
         }
         for s in &g.segments {
             match s {
-                Segment::Native(n) => {
-                    let Some(launch) = self.ctx.hip.api.hipGraphLaunch else {
-                        return Err(unsupported("hipGraphLaunch"));
-                    };
-                    self.ctx.bind()?;
-                    // SAFETY: `n.exec` is a live executable graph of this device; the stream
-                    // is live.
-                    let rc = unsafe { launch(n.exec, self.raw) };
-                    result::hip("hipGraphLaunch", rc)?;
-                }
+                Segment::Native(n) => n.launch(self.raw)?,
                 Segment::Plain(ops) => {
                     for op in ops {
                         self.issue(op, false)?;
