@@ -5,11 +5,11 @@
 //! why (`Unavailable`, with every path tried, or "no AMD GPU" and the runtime's version).
 //!
 //! Modules mirror the CUDA backend's: [`loader`] (library search, the HIP symbol table),
-//! [`hiprtc`] (hipRTC and comgr's ISA list), [`compile`] (portable source → HSACO, disk
+//! [`compile`] (hipRTC and comgr's ISA list, portable source → HSACO, disk
 //! cache, [`compile_for_target`]), [`device`] (backend, probing, devices), [`memory`],
 //! [`stream`] (streams, events, HIP graphs), [`module`] (image selection, argument
 //! marshalling) and [`blas`] (rocBLAS gemm); [`sys`] holds the C declarations, [`result`] the
-//! one mapping of vendor result codes, [`elf`] the code object reader.
+//! one mapping of vendor result codes, [`image`] the code object reader.
 //!
 //! Environment: `XTHUNK_ROCM_PATH` (`:`-separated folders searched first), `ROCM_PATH`,
 //! `XTHUNK_ROCM_NO_DEFAULT_SEARCH` (search only `XTHUNK_ROCM_PATH`), `XDG_CACHE_HOME` (the
@@ -19,9 +19,8 @@ pub mod blas;
 pub mod compile;
 pub mod context;
 pub mod device;
-pub mod elf;
 pub mod graph;
-pub mod hiprtc;
+pub mod image;
 pub mod loader;
 pub mod memory;
 pub mod module;

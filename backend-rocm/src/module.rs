@@ -18,7 +18,7 @@
 
 use crate::compile::{Origin, Target, check_code_object};
 use crate::context::DeviceContext;
-use crate::elf::{ArgInfo, CodeObject, unbundle};
+use crate::image::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
@@ -543,7 +543,7 @@ mod tests {
 
     #[test]
     fn bundles_give_the_entry_for_the_device() {
-        let b = crate::elf::tests::bundle(&[
+        let b = crate::image::tests::bundle(&[
             ("host-x86_64-unknown-linux", b"host"),
             ("hipv4-amdgcn-amd-amdhsa--gfx908", b"908"),
             ("hipv4-amdgcn-amd-amdhsa--gfx90a", b"90a"),
