@@ -26,8 +26,8 @@ use crate::loader::{
 };
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
 use crate::sys;
+use crate::target::{Output, Target};
 use std::ffi::{CStr, CString, c_char, c_int};
-use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -61,13 +61,6 @@ impl std::fmt::Debug for Nvrtc {
 pub enum Compiled {
     Ok { image: Vec<u8>, log: String },
     Failed { status: String, log: String },
-}
-
-/// What to take out of a compiled program.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Output {
-    Cubin,
-    Ptx,
 }
 
 /// An `nvrtcProgram`, destroyed on drop.
@@ -298,66 +291,7 @@ impl Nvrtc {
     }
 }
 
-// ---- targets and the disk cache ---------------------------------------------------------
-
-/// What to compile for.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Target {
-    /// `sm_XX`: a cubin for exactly that architecture.
-    Sm(u32),
-    /// `compute_XX`: PTX for the driver's JIT, loadable on that architecture and newer.
-    Compute(u32),
-}
-
-impl Target {
-    /// Parses `sm_90`, `sm_90a`-style names are not accepted (`a` features are not portable);
-    /// `compute_80`.
-    pub fn parse(s: &str) -> Result<Target, Error> {
-        let bad = || {
-            Error::InvalidArgument(format!(
-                "CUDA target `{s}`: expected sm_XX (a cubin) or compute_XX (PTX), e.g. sm_90"
-            ))
-        };
-        let (kind, num) = if let Some(n) = s.strip_prefix("sm_") {
-            (true, n)
-        } else if let Some(n) = s.strip_prefix("compute_") {
-            (false, n)
-        } else {
-            return Err(bad());
-        };
-        let n: u32 = num.parse().map_err(|_| bad())?;
-        if !(10..=255).contains(&n) {
-            return Err(bad());
-        }
-        Ok(if kind {
-            Target::Sm(n)
-        } else {
-            Target::Compute(n)
-        })
-    }
-
-    pub fn arch(&self) -> u32 {
-        match *self {
-            Target::Sm(n) | Target::Compute(n) => n,
-        }
-    }
-
-    pub fn output(&self) -> Output {
-        match self {
-            Target::Sm(_) => Output::Cubin,
-            Target::Compute(_) => Output::Ptx,
-        }
-    }
-}
-
-impl fmt::Display for Target {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Target::Sm(n) => write!(f, "sm_{n}"),
-            Target::Compute(n) => write!(f, "compute_{n}"),
-        }
-    }
-}
+// ---- the disk cache ----------------------------------------------------------------------
 
 /// What the disk cache did for one compilation.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -391,18 +325,6 @@ pub fn default_cache_dir() -> Option<PathBuf> {
     crate::loader::user_cache_dir().map(|c| c.join("xthunk").join("kernels").join("cuda"))
 }
 
-// ---- the compiler -------------------------------------------------------------------------
-
-/// An NVRTC compiler with a disk cache.
-pub struct Compiler {
-    nvrtc: Arc<Nvrtc>,
-    cache_dir: Option<PathBuf>,
-    compilations: AtomicU64,
-}
-
-/// Options every compilation gets besides the target.
-const BASE_OPTIONS: [&str; 1] = ["--fmad=false"];
-
 /// Cache entry format version.
 const ENTRY_VERSION: u32 = 1;
 const MAGIC: &[u8; 8] = b"XTKCACHE";
@@ -418,12 +340,12 @@ fn fnv(bytes: &[u8]) -> u64 {
 
 /// Why a cache entry is not usable (it is corrupt, stale or of another key).
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum EntryError {
+enum EntryError {
     Corrupt(String),
 }
 
 /// Serializes a cache entry.
-pub(crate) fn encode_entry(key: &str, kind: Output, image: &[u8]) -> Vec<u8> {
+fn encode_entry(key: &str, kind: Output, image: &[u8]) -> Vec<u8> {
     let mut v = Vec::with_capacity(image.len() + key.len() + 48);
     v.extend_from_slice(MAGIC);
     v.extend_from_slice(&ENTRY_VERSION.to_le_bytes());
@@ -437,7 +359,7 @@ pub(crate) fn encode_entry(key: &str, kind: Output, image: &[u8]) -> Vec<u8> {
 }
 
 /// Parses and verifies a cache entry for `key`.
-pub(crate) fn decode_entry(bytes: &[u8], key: &str, kind: Output) -> Result<Vec<u8>, EntryError> {
+fn decode_entry(bytes: &[u8], key: &str, kind: Output) -> Result<Vec<u8>, EntryError> {
     let corrupt = |why: &str| EntryError::Corrupt(why.to_string());
     let take = |o: usize, n: usize| bytes.get(o..o + n).ok_or_else(|| corrupt("truncated"));
     if take(0, 8)? != MAGIC {
@@ -500,6 +422,18 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
     }
     result
 }
+
+// ---- the compiler -------------------------------------------------------------------------
+
+/// An NVRTC compiler with a disk cache.
+pub struct Compiler {
+    nvrtc: Arc<Nvrtc>,
+    cache_dir: Option<PathBuf>,
+    compilations: AtomicU64,
+}
+
+/// Options every compilation gets besides the target.
+const BASE_OPTIONS: [&str; 1] = ["--fmad=false"];
 
 impl Compiler {
     /// A compiler using `nvrtc`, caching in [`default_cache_dir`].
@@ -692,16 +626,6 @@ pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImag
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse() {
-        assert_eq!(Target::parse("sm_90").ok(), Some(Target::Sm(90)));
-        assert_eq!(Target::parse("compute_80").ok(), Some(Target::Compute(80)));
-        for bad in ["sm90", "sm_", "gfx90a", "sm_90a", "sm_1000"] {
-            assert!(Target::parse(bad).is_err(), "{bad}");
-        }
-        assert_eq!(Target::Sm(90).to_string(), "sm_90");
-    }
 
     #[test]
     fn entries_round_trip_and_detect_corruption() {

@@ -64,9 +64,10 @@ pub mod module;
 pub mod result;
 pub mod stream;
 pub mod sys;
+pub mod target;
 
 pub use compile::{
-    CacheStatus, CompileOutput, Compiler, Target, compile_for_target, default_cache_dir, precompile,
+    CacheStatus, CompileOutput, Compiler, compile_for_target, default_cache_dir, precompile,
 };
 pub use device::{CudaBackend, CudaDevice};
 pub use graph::CudaGraph;
@@ -74,3 +75,4 @@ pub use loader::SearchConfig;
 pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
 pub use stream::{CudaEvent, CudaStream, bind_current};
+pub use target::Target;

@@ -155,7 +155,7 @@ fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw
     })?;
     let out = compiler.compile_for_device(source, ctx.sm)?;
     let mut image = out.image;
-    if out.target.output() == crate::compile::Output::Ptx {
+    if out.target.output() == crate::target::Output::Ptx {
         image.push(0);
     }
     let (maj, min) = compiler.nvrtc().version();

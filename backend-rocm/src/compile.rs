@@ -28,8 +28,9 @@ use crate::loader::{
     COMGR_LIBRARY_NAMES, ComgrApi, HIPRTC_LIBRARY_NAMES, Hip, HiprtcApi, LoadError, SearchConfig,
     file_containing, format_hip_version, mapped_library, open_first,
 };
-use crate::result::{BACKEND, comgr_describe, hiprtc_describe};
+use crate::result::{CompileError, comgr_describe, hiprtc_describe};
 use crate::sys;
+use crate::target::Target;
 use libloading::Library;
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -40,133 +41,6 @@ use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::portable::{self, source_hash};
-
-/// Why a compilation did not produce a code object.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum CompileError {
-    /// hipRTC or comgr could not be loaded.
-    #[error("hipRTC is unavailable: {0}")]
-    Unavailable(String),
-    /// The target is not a well-formed gfx target.
-    #[error("invalid AMD GPU target `{target}`: {reason}")]
-    InvalidTarget { target: String, reason: String },
-    /// comgr does not list the target: compiling would abort the process on ROCm 5.2.
-    #[error(
-        "target `{target}` is not supported by this ROCm (comgr {comgr} lists: {known}); refusing to compile it (hipRTC would abort on an unknown target)"
-    )]
-    UnsupportedTarget {
-        target: String,
-        comgr: String,
-        known: String,
-    },
-    /// hipRTC failed; `log` is its compile log.
-    #[error("hipRTC {call} failed for {target}: {status}\n{log}")]
-    Compilation {
-        call: String,
-        status: String,
-        target: String,
-        log: String,
-    },
-    /// hipRTC returned something that is not a code object for the target.
-    #[error("hipRTC returned a bad code object for {target}: {reason}")]
-    BadOutput { target: String, reason: String },
-}
-
-impl From<CompileError> for Error {
-    fn from(e: CompileError) -> Error {
-        match e {
-            CompileError::Unavailable(reason) => Error::Unavailable {
-                backend: BACKEND.into(),
-                reason: format!("hipRTC: {reason}"),
-            },
-            CompileError::InvalidTarget { .. } => Error::InvalidArgument(e.to_string()),
-            CompileError::UnsupportedTarget { .. } => Error::Unsupported {
-                backend: BACKEND.into(),
-                feature: e.to_string(),
-            },
-            CompileError::Compilation { ref call, .. } => {
-                Error::backend(BACKEND, &call.clone(), e.to_string())
-            }
-            CompileError::BadOutput { .. } => {
-                Error::backend(BACKEND, "hiprtcGetCode", e.to_string())
-            }
-        }
-    }
-}
-
-/// A gfx target, e.g. `gfx90a` or `gfx90a:sramecc+:xnack-`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
-    /// The whole name as given.
-    pub full: String,
-    /// The processor, without features: `gfx90a`.
-    pub base: String,
-    /// `(feature, enabled)`: `("sramecc", true), ("xnack", false)`.
-    pub features: Vec<(String, bool)>,
-}
-
-impl Target {
-    /// Parses and validates a target name (a `gcnArchName` or a `--target` argument).
-    pub fn parse(s: &str) -> Result<Target, CompileError> {
-        let invalid = |reason: &str| CompileError::InvalidTarget {
-            target: s.to_string(),
-            reason: reason.to_string(),
-        };
-        if s.len() > 64 {
-            return Err(invalid("longer than 64 characters"));
-        }
-        let mut parts = s.split(':');
-        let base = parts.next().unwrap_or_default();
-        let Some(proc_id) = base.strip_prefix("gfx") else {
-            return Err(invalid("an AMD GPU target starts with `gfx` (e.g. gfx90a)"));
-        };
-        if proc_id.is_empty()
-            || !proc_id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
-            || !proc_id.as_bytes()[0].is_ascii_digit()
-        {
-            return Err(invalid(
-                "the processor must be `gfx` followed by digits and lowercase letters (e.g. gfx90a, gfx1030, gfx9-generic)",
-            ));
-        }
-        let mut features = Vec::new();
-        for f in parts {
-            let (name, on) = if let Some(n) = f.strip_suffix('+') {
-                (n, true)
-            } else if let Some(n) = f.strip_suffix('-') {
-                (n, false)
-            } else {
-                return Err(invalid("a feature is `name+` or `name-` (e.g. xnack-)"));
-            };
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) {
-                return Err(invalid(
-                    "a feature name is lowercase letters (xnack, sramecc)",
-                ));
-            }
-            if features.iter().any(|(n, _): &(String, bool)| n == name) {
-                return Err(invalid("a feature is given twice"));
-            }
-            features.push((name.to_string(), on));
-        }
-        Ok(Target {
-            full: s.to_string(),
-            base: base.to_string(),
-            features,
-        })
-    }
-
-    /// True when code built for `self` runs on a device whose `gcnArchName` is `device`:
-    /// the same processor, and no feature set one way here and the other way there (a feature
-    /// left unspecified on either side matches both settings).
-    pub fn runs_on(&self, device: &Target) -> bool {
-        self.base == device.base
-            && self
-                .features
-                .iter()
-                .all(|(n, on)| device.features.iter().all(|(dn, don)| dn != n || don == on))
-    }
-}
 
 /// Compiler options for a target (`--offload-arch` always).
 pub fn options_for(target: &Target) -> Vec<String> {
@@ -834,57 +708,6 @@ pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse_strictly() {
-        let t = Target::parse("gfx90a:sramecc+:xnack-");
-        let Ok(t) = t else {
-            unreachable!("{t:?}");
-        };
-        assert_eq!(t.base, "gfx90a");
-        assert_eq!(
-            t.features,
-            vec![("sramecc".to_string(), true), ("xnack".to_string(), false)]
-        );
-        for ok in [
-            "gfx90a",
-            "gfx1030",
-            "gfx942:xnack+",
-            "gfx9-generic",
-            "gfx10-3-generic",
-        ] {
-            assert!(Target::parse(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            "sm_90",
-            "gfx",
-            "gfxZZ",
-            "gfx90a:xnack",
-            "gfx90a --save-temps",
-            "gfx90a:xnack+:xnack-",
-            "gfx90a;rm",
-            "GFX90A",
-        ] {
-            assert!(
-                matches!(Target::parse(bad), Err(CompileError::InvalidTarget { .. })),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn images_match_devices_by_base_target() {
-        let p = |s: &str| Target::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
-        let dev = p("gfx90a:sramecc+:xnack-");
-        assert!(p("gfx90a").runs_on(&dev));
-        assert!(p("gfx90a:xnack-").runs_on(&dev));
-        assert!(p("gfx90a:sramecc+:xnack-").runs_on(&dev));
-        assert!(!p("gfx90a:xnack+").runs_on(&dev));
-        assert!(!p("gfx908").runs_on(&dev));
-        assert!(p("gfx1030").runs_on(&p("gfx1030")));
-        assert!(p("gfx90a:xnack+").runs_on(&p("gfx90a")));
-    }
 
     #[test]
     fn cache_entries_round_trip_and_reject_corruption() {

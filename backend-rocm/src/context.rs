@@ -6,9 +6,10 @@
 //! Memory, streams, events, graphs, modules and rocBLAS hold an `Arc<DeviceContext>`; they
 //! depend on this module, not on `device` or on each other in a cycle.
 
-use crate::compile::{Compiler, DiskCache, Target};
+use crate::compile::{Compiler, DiskCache};
 use crate::loader::{Hip, SearchConfig};
 use crate::result::{self, unavailable};
+use crate::target::Target;
 use std::ffi::c_int;
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Result;

@@ -11,7 +11,7 @@
 //! layout, and accepted only when it reads as a gfx target.
 
 use crate::blas::Rocblas;
-use crate::compile::{Compiler, DiskCache, Target};
+use crate::compile::{Compiler, DiskCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::memory::{MemoryRegistry, RocmBuffer};
@@ -19,6 +19,7 @@ use crate::module;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
 use crate::stream::{RocmEvent, RocmStream};
 use crate::sys;
+use crate::target::Target;
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;

@@ -27,10 +27,11 @@ pub mod module;
 pub mod result;
 pub mod stream;
 pub mod sys;
+pub mod target;
 
-pub use compile::{
-    CompileError, Compiled, Compiler, DiskCache, Origin, Target, compile_for_target, precompile,
-};
+pub use compile::{Compiled, Compiler, DiskCache, Origin, compile_for_target, precompile};
 pub use device::{RocmBackend, RocmDevice, RuntimeLibrary};
 pub use loader::SearchConfig;
+pub use result::CompileError;
 pub use stream::bind_current;
+pub use target::Target;

@@ -16,12 +16,13 @@
 //! the arguments are checked against it first: a mismatch is an error, never a launch reading
 //! past the array.
 
-use crate::compile::{Origin, Target, check_code_object};
+use crate::compile::{Origin, check_code_object};
 use crate::context::DeviceContext;
 use crate::image::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
+use crate::target::Target;
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
