@@ -217,6 +217,11 @@ impl CudaBackend {
         }
     }
 
+    /// Where this backend looks for the NVIDIA libraries.
+    pub fn config(&self) -> &SearchConfig {
+        &self.config
+    }
+
     fn driver(&self) -> Result<Arc<Driver>> {
         self.driver
             .get_or_init(|| Driver::init(&self.config).map(Arc::new))

@@ -31,6 +31,7 @@
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
 //! - [`compile`]: the runtime compiler (NVRTC) and its disk cache;
+//! - [`target`]: `sm_XX` / `compute_XX` target names;
 //! - [`image`]: reading cubins;
 //! - [`blas`]: gemm through cuBLAS;
 //! - [`graph`]: CUDA graphs;

@@ -21,19 +21,19 @@ use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
 /// A loaded rocBLAS.
-pub(crate) struct Rocblas {
+pub(crate) struct BlasLibrary {
     pub(crate) api: RocblasApi,
     pub(crate) path: PathBuf,
     pub(crate) version: String,
 }
 
-impl Rocblas {
+impl BlasLibrary {
     /// Loads rocBLAS (the HIP runtime's folder first). rocBLAS 2.x (ROCm 5) and later have
     /// the `gemm_ex` signatures declared in [`crate::sys`].
     pub(crate) fn load(
         config: &SearchConfig,
         sibling: Option<&Path>,
-    ) -> Result<Rocblas, LoadError> {
+    ) -> Result<BlasLibrary, LoadError> {
         let candidates = config.candidates(ROCBLAS_LIBRARY_NAMES, sibling);
         let (api, path) = open_first("rocBLAS", &candidates, |lib| {
             let api = RocblasApi::bind(lib)?;
@@ -52,7 +52,7 @@ impl Rocblas {
         let path = file_containing(api.rocblas_gemm_ex as usize).unwrap_or(path);
         let version = version_string(&api);
         tracing::info!(path = %path.display(), %version, "loaded rocBLAS");
-        Ok(Rocblas { api, path, version })
+        Ok(BlasLibrary { api, path, version })
     }
 }
 
@@ -79,7 +79,7 @@ fn version_string(api: &RocblasApi) -> String {
 
 /// A rocBLAS handle bound to one stream, destroyed on drop.
 pub(crate) struct BlasHandle {
-    lib: Arc<Rocblas>,
+    lib: Arc<BlasLibrary>,
     raw: sys::rocblas_handle,
 }
 
@@ -90,7 +90,7 @@ unsafe impl Send for BlasHandle {}
 impl BlasHandle {
     /// A handle on the device of `ctx` whose work goes to `stream`, with alpha/beta read from the host.
     pub(crate) fn new(
-        lib: Arc<Rocblas>,
+        lib: Arc<BlasLibrary>,
         ctx: &DeviceContext,
         stream: sys::hipStream_t,
     ) -> Result<Self> {

@@ -10,7 +10,7 @@
 //! (ROCm 5) otherwise, into a zeroed buffer larger than both layouts, at the offset of that
 //! layout, and accepted only when it reads as a gfx target.
 
-use crate::blas::Rocblas;
+use crate::blas::BlasLibrary;
 use crate::compile::{Compiler, DiskCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
@@ -60,11 +60,11 @@ impl RocmBackend {
     /// A backend searching where the environment says (see [`SearchConfig::from_env`]).
     /// Nothing is loaded until the first probe.
     pub fn new() -> Self {
-        Self::with_search(SearchConfig::from_env())
+        Self::with_config(SearchConfig::from_env())
     }
 
     /// A backend searching exactly as `config` says.
-    pub fn with_search(config: SearchConfig) -> Self {
+    pub fn with_config(config: SearchConfig) -> Self {
         RocmBackend {
             config,
             hip: OnceLock::new(),
@@ -74,7 +74,7 @@ impl RocmBackend {
     }
 
     /// Where this backend looks for ROCm.
-    pub fn search(&self) -> &SearchConfig {
+    pub fn config(&self) -> &SearchConfig {
         &self.config
     }
 
@@ -128,7 +128,7 @@ pub(crate) struct Runtime {
     devices: Vec<Probed>,
     /// hipRTC through this runtime's search, shared by its devices.
     compiler: Arc<CompilerSlot>,
-    rocblas: OnceLock<std::result::Result<Arc<Rocblas>, String>>,
+    rocblas: OnceLock<std::result::Result<Arc<BlasLibrary>, String>>,
 }
 
 struct Probed {
@@ -191,10 +191,10 @@ impl Runtime {
     }
 
     /// rocBLAS, or why it is not there.
-    pub(crate) fn rocblas(&self) -> std::result::Result<Arc<Rocblas>, String> {
+    pub(crate) fn rocblas(&self) -> std::result::Result<Arc<BlasLibrary>, String> {
         self.rocblas
             .get_or_init(|| {
-                Rocblas::load(&self.config, self.hip.folder())
+                BlasLibrary::load(&self.config, self.hip.folder())
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })
@@ -384,7 +384,7 @@ pub struct RocmDevice {
     ctx: Arc<DeviceContext>,
     memory: Arc<MemoryRegistry>,
     /// rocBLAS, or why it is absent.
-    blas: std::result::Result<Arc<Rocblas>, String>,
+    blas: std::result::Result<Arc<BlasLibrary>, String>,
     info: DeviceInfo,
     caps: Capabilities,
     streams: Mutex<Vec<Weak<RocmStream>>>,

@@ -6,7 +6,7 @@
 //! sees them. While a stream records a graph, each operation is captured natively or kept for
 //! plain replay, as [`crate::graph`] describes.
 
-use crate::blas::{self, BlasHandle, Rocblas};
+use crate::blas::{self, BlasHandle, BlasLibrary};
 use crate::context::DeviceContext;
 use crate::graph::{Capture, Op, RocmGraph, Segment};
 use crate::memory::MemoryRegistry;
@@ -47,7 +47,7 @@ pub struct RocmStream {
     raw: sys::hipStream_t,
     memory: Arc<MemoryRegistry>,
     /// The device's rocBLAS, or why it is absent.
-    rocblas: std::result::Result<Arc<Rocblas>, String>,
+    rocblas: std::result::Result<Arc<BlasLibrary>, String>,
     capture: Mutex<Option<Capture>>,
     blas: Mutex<Option<BlasHandle>>,
 }
@@ -62,7 +62,7 @@ impl RocmStream {
     pub(crate) fn new(
         ctx: Arc<DeviceContext>,
         memory: Arc<MemoryRegistry>,
-        rocblas: std::result::Result<Arc<Rocblas>, String>,
+        rocblas: std::result::Result<Arc<BlasLibrary>, String>,
     ) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::hipStream_t = std::ptr::null_mut();
