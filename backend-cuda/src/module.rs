@@ -438,7 +438,7 @@ pub(crate) fn marshal(
 pub(crate) fn launch(
     ctx: &DeviceContext,
     kernel: &CudaKernel,
-    dims: LaunchDims,
+    dims: &LaunchDims,
     args: &mut KernelArgs,
     stream: sys::CUstream,
 ) -> Result<()> {

@@ -195,7 +195,7 @@ impl Stream for CudaStream {
             )));
         }
         let mut marshalled = module::marshal(k, args, &self.memory)?;
-        module::launch(&self.ctx, k, dims, &mut marshalled, self.raw)
+        module::launch(&self.ctx, k, &dims, &mut marshalled, self.raw)
     }
 
     fn gemm(&self, g: &GemmLaunch) -> Result<()> {

@@ -326,7 +326,7 @@ pub(crate) struct KernelArgs {
 
 impl KernelArgs {
     /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
-    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+    fn pointers(&mut self) -> Vec<*mut c_void> {
         self.slots
             .iter_mut()
             .map(|s| (s as *mut u64).cast::<c_void>())
