@@ -11,12 +11,16 @@
 //! the operand, and the leading dimensions and batch strides as stored
 //! ([`xthunk_core::ir::Gemm::column_major`]).
 
-use crate::device::Context;
-use crate::loader::{NotFound, SearchConfig, check_symbols};
+use crate::context::DeviceContext;
+use crate::loader::{
+    CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
+};
 use crate::memory::MemoryRegistry;
-use crate::result::{BACKEND, cublas};
-use crate::stream::unsupported;
-use cudarc::driver::sys;
+use crate::result::{BACKEND, cublas, unsupported};
+use crate::sys::{
+    self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
+    CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
+};
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
@@ -24,129 +28,19 @@ use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
-type Handle = *mut c_void;
-type Status = c_int;
-type CreateFn = unsafe extern "C" fn(*mut Handle) -> Status;
-type DestroyFn = unsafe extern "C" fn(Handle) -> Status;
-type SetStreamFn = unsafe extern "C" fn(Handle, sys::CUstream) -> Status;
-type VersionFn = unsafe extern "C" fn(Handle, *mut c_int) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,         // transa
-    c_int,         // transb
-    c_int,         // m
-    c_int,         // n
-    c_int,         // k
-    *const c_void, // alpha
-    *const c_void, // A
-    c_int,         // Atype
-    c_int,         // lda
-    *const c_void, // B
-    c_int,         // Btype
-    c_int,         // ldb
-    *const c_void, // beta
-    *mut c_void,   // C
-    c_int,         // Ctype
-    c_int,         // ldc
-    c_int,         // computeType
-    c_int,         // algo
-) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmStridedBatchedExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *const c_void,
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideA
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideB
-    *const c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideC
-    c_int,      // batchCount
-    c_int,
-    c_int,
-) -> Status;
-
-const CUBLAS_OP_N: c_int = 0;
-const CUBLAS_OP_T: c_int = 1;
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-const CUDA_R_16F: c_int = 2;
-const CUDA_R_16BF: c_int = 14;
-const CUBLAS_COMPUTE_32F: c_int = 68;
-const CUBLAS_COMPUTE_64F: c_int = 70;
-const CUBLAS_GEMM_DEFAULT: c_int = -1;
-
-/// Library file names, newest first.
-pub const LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12"];
-/// Wheel library folders under a Python package folder.
-pub const WHEEL_DIRS: [&str; 2] = ["nvidia/cublas/lib", "nvidia/cu13/lib"];
-
-const REQUIRED: [&str; 5] = [
-    "cublasCreate_v2",
-    "cublasDestroy_v2",
-    "cublasSetStream_v2",
-    "cublasGemmEx",
-    "cublasGemmStridedBatchedEx",
-];
-
-struct Table {
-    create: CreateFn,
-    destroy: DestroyFn,
-    set_stream: SetStreamFn,
-    gemm_ex: GemmExFn,
-    gemm_strided_batched_ex: GemmStridedBatchedExFn,
-    version: Option<VersionFn>,
-}
-
 /// A loaded cuBLAS.
 pub(crate) struct BlasLibrary {
-    table: Table,
+    table: CublasApi,
     path: String,
     _lib: libloading::Library,
 }
 
 impl BlasLibrary {
     pub(crate) fn load(config: &SearchConfig) -> std::result::Result<Self, NotFound> {
-        let search = config.library("cuBLAS", &LIBRARY_NAMES, &WHEEL_DIRS);
-        let (opened, _) = search.open(|lib, _| check_symbols(lib, &REQUIRED))?;
+        let search = config.library("cuBLAS", &CUBLAS_LIBRARY_NAMES, &CUBLAS_WHEEL_DIRS);
+        let (opened, _) = search.open(|lib, _| check_symbols(lib, &CublasApi::REQUIRED))?;
         let lib = opened.lib;
-        // SAFETY: every type is the cuBLAS 12 declaration; all symbols were checked present.
-        let table = unsafe {
-            Table {
-                create: *lib
-                    .get::<CreateFn>(b"cublasCreate_v2")
-                    .map_err(|e| missing(&e))?,
-                destroy: *lib
-                    .get::<DestroyFn>(b"cublasDestroy_v2")
-                    .map_err(|e| missing(&e))?,
-                set_stream: *lib
-                    .get::<SetStreamFn>(b"cublasSetStream_v2")
-                    .map_err(|e| missing(&e))?,
-                gemm_ex: *lib
-                    .get::<GemmExFn>(b"cublasGemmEx")
-                    .map_err(|e| missing(&e))?,
-                gemm_strided_batched_ex: *lib
-                    .get::<GemmStridedBatchedExFn>(b"cublasGemmStridedBatchedEx")
-                    .map_err(|e| missing(&e))?,
-                version: lib
-                    .get::<VersionFn>(b"cublasGetVersion_v2")
-                    .ok()
-                    .map(|s| *s),
-            }
-        };
+        let table = CublasApi::bind(&lib)?;
         tracing::info!(path = %opened.path, "loaded cuBLAS");
         Ok(BlasLibrary {
             table,
@@ -156,21 +50,11 @@ impl BlasLibrary {
     }
 }
 
-fn missing(e: &libloading::Error) -> NotFound {
-    NotFound {
-        what: "cuBLAS",
-        attempts: vec![crate::loader::Attempt {
-            place: "cuBLAS".into(),
-            outcome: e.to_string(),
-        }],
-    }
-}
-
 /// A cuBLAS handle, destroyed on drop.
 struct BlasHandle {
-    raw: Handle,
+    raw: cublasHandle_t,
     lib: Arc<BlasLibrary>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
 }
 
 impl Drop for BlasHandle {
@@ -189,7 +73,7 @@ impl Drop for BlasHandle {
 /// serialized by the mutex (a handle is not safe to use from two threads at once).
 pub(crate) struct BlasSlot {
     lib: Option<Arc<BlasLibrary>>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     cc: (i32, i32),
     handle: Mutex<Option<BlasHandle>>,
 }
@@ -214,7 +98,11 @@ fn long(what: &str, v: u64) -> Result<c_longlong> {
 }
 
 impl BlasSlot {
-    pub(crate) fn new(lib: Option<Arc<BlasLibrary>>, ctx: Arc<Context>, cc: (i32, i32)) -> Self {
+    pub(crate) fn new(
+        lib: Option<Arc<BlasLibrary>>,
+        ctx: Arc<DeviceContext>,
+        cc: (i32, i32),
+    ) -> Self {
         BlasSlot {
             lib,
             ctx,
@@ -305,7 +193,7 @@ impl BlasSlot {
         let mut slot = self.handle.lock();
         self.ctx.bind()?;
         if slot.is_none() {
-            let mut raw: Handle = std::ptr::null_mut();
+            let mut raw: cublasHandle_t = std::ptr::null_mut();
             // SAFETY: writes one handle; the device's context is current.
             cublas("cublasCreate_v2", unsafe { (lib.table.create)(&mut raw) })?;
             if let Some(v) = lib.table.version {

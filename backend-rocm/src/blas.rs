@@ -8,8 +8,10 @@
 //! ([`xthunk_core::ir::Gemm::column_major`]).
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
-use crate::device::DeviceShared;
-use crate::loader::{LoadError, SearchConfig, file_containing, open_first, symbol_table};
+use crate::context::DeviceContext;
+use crate::loader::{
+    LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig, file_containing, open_first,
+};
 use crate::result::{self, unsupported};
 use crate::sys;
 use std::ffi::c_void;
@@ -19,47 +21,20 @@ use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
-/// Names of rocBLAS (ROCm 7: `.so.5`, ROCm 6: `.so.4`, ROCm 5: `.so.0`).
-pub const ROCBLAS_LIBRARY_NAMES: &[&str] = &[
-    "librocblas.so",
-    "librocblas.so.5",
-    "librocblas.so.4",
-    "librocblas.so.3",
-    "librocblas.so.0",
-];
-
-symbol_table! {
-    /// rocBLAS.
-    pub(crate) struct RocblasApi {
-        required {
-            rocblas_create_handle: sys::rocblas_create_handle_t,
-            rocblas_destroy_handle: sys::rocblas_destroy_handle_t,
-            rocblas_set_stream: sys::rocblas_set_stream_t,
-            rocblas_set_pointer_mode: sys::rocblas_set_pointer_mode_t,
-            rocblas_gemm_ex: sys::rocblas_gemm_ex_t,
-            rocblas_gemm_strided_batched_ex: sys::rocblas_gemm_strided_batched_ex_t,
-        }
-        optional {
-            rocblas_get_version_string_size: sys::rocblas_get_version_string_size_t,
-            rocblas_get_version_string: sys::rocblas_get_version_string_t,
-        }
-    }
-}
-
 /// A loaded rocBLAS.
-pub(crate) struct Rocblas {
+pub(crate) struct BlasLibrary {
     pub(crate) api: RocblasApi,
     pub(crate) path: PathBuf,
     pub(crate) version: String,
 }
 
-impl Rocblas {
+impl BlasLibrary {
     /// Loads rocBLAS (the HIP runtime's folder first). rocBLAS 2.x (ROCm 5) and later have
     /// the `gemm_ex` signatures declared in [`crate::sys`].
     pub(crate) fn load(
         config: &SearchConfig,
         sibling: Option<&Path>,
-    ) -> Result<Rocblas, LoadError> {
+    ) -> Result<BlasLibrary, LoadError> {
         let candidates = config.candidates(ROCBLAS_LIBRARY_NAMES, sibling);
         let (api, path) = open_first("rocBLAS", &candidates, |lib| {
             let api = RocblasApi::bind(lib)?;
@@ -78,7 +53,7 @@ impl Rocblas {
         let path = file_containing(api.rocblas_gemm_ex as usize).unwrap_or(path);
         let version = version_string(&api);
         tracing::info!(path = %path.display(), %version, "loaded rocBLAS");
-        Ok(Rocblas { api, path, version })
+        Ok(BlasLibrary { api, path, version })
     }
 }
 
@@ -105,7 +80,7 @@ fn version_string(api: &RocblasApi) -> String {
 
 /// A rocBLAS handle bound to one stream, destroyed on drop.
 pub(crate) struct BlasHandle {
-    lib: Arc<Rocblas>,
+    lib: Arc<BlasLibrary>,
     raw: sys::rocblas_handle,
 }
 
@@ -114,13 +89,13 @@ pub(crate) struct BlasHandle {
 unsafe impl Send for BlasHandle {}
 
 impl BlasHandle {
-    /// A handle on `dev` whose work goes to `stream`, with alpha/beta read from the host.
+    /// A handle on the device of `ctx` whose work goes to `stream`, with alpha/beta read from the host.
     pub(crate) fn new(
-        lib: Arc<Rocblas>,
-        dev: &DeviceShared,
+        lib: Arc<BlasLibrary>,
+        ctx: &DeviceContext,
         stream: sys::hipStream_t,
     ) -> Result<Self> {
-        dev.bind()?;
+        ctx.bind()?;
         let mut raw: sys::rocblas_handle = std::ptr::null_mut();
         // SAFETY: writes one handle; the device is current on this thread.
         let rc = unsafe { (lib.api.rocblas_create_handle)(&mut raw) };

@@ -23,7 +23,7 @@ use xthunk_core::ir::{
     DType, Dim3, KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar, Thunk,
 };
 use xthunk_rocm::RocmBackend;
-use xthunk_rocm::stream::RocmGraph;
+use xthunk_rocm::graph::RocmGraph;
 
 const TEST: &str = "the_backend_drives_a_hip_stand_in_correctly";
 

@@ -1,6 +1,6 @@
 //! Reading CUDA ELF images (cubins): machine, SM architecture and function symbols, so that a
 //! cubin's declared architecture can be checked before the driver sees it, and tests can
-//! check what NVRTC produced.
+//! check what NVRTC produced. (The ROCm backend's `image` reads AMD code objects.)
 //!
 //! Layout facts (checked against NVRTC 12.9 output): `e_machine` is `EM_CUDA` (190); the
 //! ELF OS/ABI byte is 0x33 (`ELFOSABI_CUDA`); with ABI version 7 (sm_XX up to sm_90a) the SM
