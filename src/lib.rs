@@ -24,11 +24,23 @@ pub use xthunk_core::ir;
 pub use xthunk_core::{Error, Result};
 pub use xthunk_proto as proto;
 
-use std::sync::Arc;
+mod cliques;
+pub use cliques::{BackendCollectives, BindDevice, NcclCliqueFactory};
+mod baseline;
+use xthunk_core::backend::baseline::RawBaseline;
 
-/// The backends compiled into this binary, in `auto` order (GPU backends first, host last).
+use std::sync::Arc;
+use xthunk_core::host::HostCliqueFactory;
+
+/// The backends compiled into this binary, in `auto` order (GPU backends first, host last),
+/// each with its collective support ([`BackendCollectives`]): the one place that says which
+/// clique provider a backend's devices use.
 pub struct Runtime {
     registry: BackendRegistry,
+    /// Per registered backend, in registration order.
+    collectives: Vec<(&'static str, BackendCollectives)>,
+    /// The backends that provide raw vendor baselines for benchmarks, with them.
+    baselines: Vec<(Arc<dyn Backend>, Arc<dyn RawBaseline>)>,
 }
 
 impl Runtime {
@@ -39,11 +51,33 @@ impl Runtime {
 
     /// A runtime whose host backend exposes `n` devices.
     pub fn with_host_devices(n: usize) -> Self {
-        let mut registry = BackendRegistry::new();
-        registry.register(Arc::new(xthunk_cuda::CudaBackend::new()));
-        registry.register(Arc::new(xthunk_rocm::RocmBackend::new()));
-        registry.register(Arc::new(xthunk_core::host::HostBackend::with_devices(n)));
-        Runtime { registry }
+        let mut rt = Runtime {
+            registry: BackendRegistry::new(),
+            collectives: Vec::new(),
+            baselines: Vec::new(),
+        };
+        let cuda: Arc<dyn Backend> = Arc::new(xthunk_cuda::CudaBackend::new());
+        rt.baselines
+            .push((cuda.clone(), Arc::new(baseline::CudaBaseline)));
+        rt.register(
+            cuda,
+            BackendCollectives::in_process(NcclCliqueFactory::nccl()),
+        );
+        rt.register(
+            Arc::new(xthunk_rocm::RocmBackend::new()),
+            BackendCollectives::in_process(NcclCliqueFactory::rccl()),
+        );
+        rt.register(
+            Arc::new(xthunk_core::host::HostBackend::with_devices(n)),
+            BackendCollectives::in_process(HostCliqueFactory).across_processes(),
+        );
+        rt
+    }
+
+    /// Adds `backend` (last in `auto` order) with its collective support.
+    pub fn register(&mut self, backend: Arc<dyn Backend>, collectives: BackendCollectives) {
+        self.collectives.push((backend.name(), collectives));
+        self.registry.register(backend);
     }
 
     pub fn registry(&self) -> &BackendRegistry {
@@ -53,6 +87,25 @@ impl Runtime {
     /// Picks a backend (see [`BackendRegistry::select`]).
     pub fn select(&self, choice: &BackendChoice) -> Result<(Arc<dyn Backend>, Vec<String>)> {
         self.registry.select(choice)
+    }
+
+    /// The collective support registered with the backend named `backend` (none for a
+    /// backend this runtime does not have).
+    pub fn collectives(&self, backend: &str) -> BackendCollectives {
+        self.collectives
+            .iter()
+            .find(|(name, _)| *name == backend)
+            .map(|(_, c)| c.clone())
+            .unwrap_or_default()
+    }
+
+    /// The raw vendor baselines of `backend` (one of this runtime's) for benchmarks, when its
+    /// vendor provides them: chosen by the backend object, not by its name.
+    pub fn raw_baseline(&self, backend: &Arc<dyn Backend>) -> Option<Arc<dyn RawBaseline>> {
+        self.baselines
+            .iter()
+            .find(|(b, _)| Arc::ptr_eq(b, backend))
+            .map(|(_, raw)| raw.clone())
     }
 }
 

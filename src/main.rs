@@ -22,7 +22,6 @@ use cli::error::{CliError, CliResult, one_line};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::time::Duration;
 
 const AFTER_HELP: &str = "\
 Exit status:
@@ -68,39 +67,7 @@ struct Cli {
 enum Command {
     /// Run a program (.txtpb or .pb) and print a summary of its outputs.
     #[command(after_help = RUN_AFTER_HELP)]
-    Run {
-        /// The program file (.txtpb text or .pb binary).
-        program: PathBuf,
-        /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
-        #[arg(long, default_value = "auto")]
-        backend: String,
-        /// Device ordinal within the backend.
-        #[arg(long, default_value_t = 0)]
-        device: usize,
-        /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable).
-        #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
-        inputs: Vec<(String, PathBuf)>,
-        /// Write NAME.npy for every output into this directory (created if missing).
-        #[arg(long, value_name = "DIR")]
-        output_dir: Option<PathBuf>,
-        /// Seed of the random values of parameters without --input.
-        #[arg(long, default_value_t = 0)]
-        seed: u64,
-        /// How many times to execute (the outputs are those of the last execution).
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        iterations: u32,
-        /// Fail if one execution takes longer than this many seconds.
-        #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
-        deadline: Option<Duration>,
-        /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
-        /// collectives among them; parameters without --input get per-rank random values.
-        #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-        devices: u32,
-        /// A collective whose peers have not all arrived after this many seconds fails,
-        /// naming the missing ranks (a warning names them after a sixth of it).
-        #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
-        collective_timeout: Duration,
-    },
+    Run(cli::run::RunArgs),
     /// Print a readable listing of a program: signature, allocations, modules, thunk tree.
     Inspect {
         /// The program file (.txtpb or .pb).
@@ -132,81 +99,13 @@ enum Command {
     /// COMMAND (after `--`) with XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_COORDINATOR and
     /// XTHUNK_JOB_ID set; every output line is prefixed with `[rank R]`.
     #[command(after_help = cli::launch::AFTER_HELP)]
-    Launch {
-        /// How many processes (ranks).
-        #[arg(short = 'n', long = "nprocs", value_name = "N")]
-        #[arg(value_parser = cli::launch::parse_nprocs)]
-        nprocs: usize,
-        /// Where the ranks meet: `local`, or `etcd://HOST:PORT[,HOST:PORT...]`.
-        #[arg(long, default_value = "local", value_parser = cli::launch::parse_coordinator)]
-        coordinator: xthunk_core::distributed::CoordinatorSpec,
-        /// The job id, the same for every rank and unique among the jobs sharing the
-        /// coordinator (default: a new one).
-        #[arg(long)]
-        job_id: Option<String>,
-        /// Seconds the other ranks get to exit on their own after one failed, before they are
-        /// killed.
-        #[arg(long, value_name = "SECS", default_value = "3")]
-        #[arg(value_parser = cli::launch::parse_grace)]
-        grace: Duration,
-        /// The xthunk command every rank runs, after `--` (e.g. `-- run program.txtpb`).
-        #[arg(last = true, required = true, value_name = "COMMAND")]
-        command: Vec<std::ffi::OsString>,
-    },
+    Launch(cli::launch::LaunchArgs),
     /// Run the conformance suite on a backend (default: every backend of this build).
     #[command(after_help = CONFORMANCE_AFTER_HELP)]
-    Conformance {
-        /// Only this backend (host, cuda, rocm).
-        #[arg(long)]
-        backend: Option<String>,
-        /// Device ordinal within the backend.
-        #[arg(long, default_value_t = 0)]
-        device: usize,
-        /// Only checks whose name contains this string (e.g. `kernels/`, `gemm`).
-        #[arg(long)]
-        filter: Option<String>,
-        /// List every check, passed ones included.
-        #[arg(long)]
-        verbose_table: bool,
-    },
+    Conformance(cli::conformance::ConformanceArgs),
     /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
     /// against baselines measured in the same run, and print one table.
-    Bench {
-        /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
-        #[arg(long, default_value = "auto")]
-        backend: String,
-        /// Device ordinal within the backend.
-        #[arg(long, default_value_t = 0)]
-        device: usize,
-        /// Only benchmarks whose name contains this string (e.g. `gemm`, `copy`).
-        #[arg(long)]
-        filter: Option<String>,
-        /// Fewer rounds (a smoke run).
-        #[arg(long)]
-        quick: bool,
-        /// Also write the results as JSON to this file (atomically).
-        #[arg(long, value_name = "FILE")]
-        json: Option<PathBuf>,
-    },
-}
-
-fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-            Ok((name.to_string(), PathBuf::from(file)))
-        }
-        _ => Err(format!("expected NAME=FILE.npy, got `{s}`")),
-    }
-}
-
-fn parse_deadline(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
-    if secs <= 0.0 {
-        return Err(format!("the deadline must be positive, got {s}"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("deadline {s}: {e}"))
+    Bench(cli::bench::BenchArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -235,32 +134,7 @@ fn init_logging(verbose: u8) {
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
     match cli.command {
-        Command::Run {
-            program,
-            backend,
-            device,
-            inputs,
-            output_dir,
-            seed,
-            iterations,
-            deadline,
-            devices,
-            collective_timeout,
-        } => {
-            let args = cli::run::RunArgs {
-                program,
-                backend,
-                device,
-                inputs,
-                output_dir,
-                seed,
-                iterations,
-                deadline,
-                devices,
-                collective_timeout,
-            };
-            cli::run::run(&args, out)?;
-        }
+        Command::Run(args) => cli::run::run(&args, out)?,
         Command::Inspect { program } => {
             let exe =
                 xthunk::proto::load_file(&program).map_err(|e| CliError::program(&program, e))?;
@@ -273,54 +147,15 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
             output,
         } => cli::compile::compile(&program, &targets, &output, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
-        Command::Launch {
-            nprocs,
-            coordinator,
-            job_id,
-            grace,
-            command,
-        } => {
-            let args = cli::launch::LaunchArgs {
-                nprocs,
-                coordinator,
-                job_id,
-                grace,
-                command,
-            };
-            return cli::launch::launch(&args, out);
-        }
-        Command::Conformance {
-            backend,
-            device,
-            filter,
-            verbose_table,
-        } => {
-            let args = cli::conformance::ConformanceArgs {
-                backend,
-                device,
-                filter,
-                verbose_table,
-            };
+        Command::Launch(args) => return cli::launch::launch(&args, out),
+        Command::Conformance(args) => {
             return cli::conformance::conformance(
                 &xthunk::Runtime::with_host_devices(xthunk_conformance::MAX_RANKS),
                 &args,
                 out,
             );
         }
-        Command::Bench {
-            backend,
-            device,
-            filter,
-            quick,
-            json,
-        } => {
-            let args = cli::bench::BenchArgs {
-                backend,
-                device,
-                filter,
-                quick,
-                json,
-            };
+        Command::Bench(args) => {
             return cli::bench::bench(&xthunk::Runtime::new(), &args, out);
         }
     }
@@ -355,20 +190,5 @@ mod tests {
     #[test]
     fn cli_definition_is_consistent() {
         Cli::command().debug_assert();
-    }
-
-    #[test]
-    fn input_and_deadline_parsers() {
-        assert_eq!(
-            parse_input("x=a=b.npy"),
-            Ok(("x".to_string(), PathBuf::from("a=b.npy")))
-        );
-        assert!(parse_input("x").is_err());
-        assert!(parse_input("=f.npy").is_err());
-        assert_eq!(parse_deadline("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_deadline("0").is_err());
-        assert!(parse_deadline("-1").is_err());
-        assert!(parse_deadline("nan").is_err());
-        assert!(parse_deadline("inf").is_err());
     }
 }

@@ -25,17 +25,17 @@
 //! call (it is not in the driver symbols the probe checks, `DRIVER_SYMBOLS`), so its first
 //! use is guarded against cudarc's panic on a missing symbol.
 
-use crate::blas;
-use crate::device::guarded;
-use crate::loader::{SearchConfig, check_symbols};
-use crate::module::CudaKernel;
+use crate::loader::{self, SearchConfig, check_symbols, guarded};
+use crate::module::{CudaKernel, arg_slot};
 use crate::result::{BACKEND, cu, cublas};
-use crate::stream::{CudaStream, arg_slot};
+use crate::stream::CudaStream;
 use cudarc::driver::sys;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
-use xthunk_core::backend::{DeviceMemory, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
+use xthunk_core::backend::{
+    DeviceMemory, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream,
+};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
@@ -299,8 +299,11 @@ impl RawCublas {
         let s = cuda_stream(stream.as_ref())?;
         sync(s)?;
         let raw_stream = s.raw;
-        let search =
-            SearchConfig::from_env().library("cuBLAS", &blas::LIBRARY_NAMES, &blas::WHEEL_DIRS);
+        let search = SearchConfig::from_env().library(
+            "cuBLAS",
+            &loader::CUBLAS_LIBRARY_NAMES,
+            &loader::CUBLAS_WHEEL_DIRS,
+        );
         let (opened, _) = search
             .open(|lib, _| check_symbols(lib, &REQUIRED))
             .map_err(|e| Error::Unavailable {
@@ -399,12 +402,18 @@ impl RawCublas {
         };
         let (mi, ni, ki) = (int("m", m)?, int("n", n)?, int("k", k)?);
         self.stream.gemm(&GemmLaunch {
-            a: a.ptr(),
-            b: b.ptr(),
-            c: c.ptr(),
-            a_len: la,
-            b_len: lb,
-            c_len: lc,
+            a: DeviceRange {
+                ptr: a.ptr(),
+                len: la,
+            },
+            b: DeviceRange {
+                ptr: b.ptr(),
+                len: lb,
+            },
+            c: DeviceRange {
+                ptr: c.ptr(),
+                len: lc,
+            },
             m,
             n,
             k,

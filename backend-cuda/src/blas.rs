@@ -9,14 +9,18 @@
 //! (m×n) is, read column-major, `Cᵀ = op(B)ᵀ op(A)ᵀ` (n×m): cuBLAS gets B as its first
 //! operand and A as its second, `m` and `n` swapped, each operand's transpose flag kept with
 //! the operand, and the leading dimensions and batch strides as stored
-//! ([`to_column_major`]).
+//! ([`xthunk_core::ir::Gemm::column_major`]).
 
-use crate::device::Context;
-use crate::loader::{NotFound, SearchConfig, check_symbols};
+use crate::context::DeviceContext;
+use crate::loader::{
+    CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
+};
 use crate::memory::MemoryRegistry;
-use crate::result::{BACKEND, cublas};
-use crate::stream::unsupported;
-use cudarc::driver::sys;
+use crate::result::{BACKEND, cublas, unsupported};
+use crate::sys::{
+    self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
+    CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
+};
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::sync::Arc;
@@ -24,129 +28,19 @@ use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
-type Handle = *mut c_void;
-type Status = c_int;
-type CreateFn = unsafe extern "C" fn(*mut Handle) -> Status;
-type DestroyFn = unsafe extern "C" fn(Handle) -> Status;
-type SetStreamFn = unsafe extern "C" fn(Handle, sys::CUstream) -> Status;
-type VersionFn = unsafe extern "C" fn(Handle, *mut c_int) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,         // transa
-    c_int,         // transb
-    c_int,         // m
-    c_int,         // n
-    c_int,         // k
-    *const c_void, // alpha
-    *const c_void, // A
-    c_int,         // Atype
-    c_int,         // lda
-    *const c_void, // B
-    c_int,         // Btype
-    c_int,         // ldb
-    *const c_void, // beta
-    *mut c_void,   // C
-    c_int,         // Ctype
-    c_int,         // ldc
-    c_int,         // computeType
-    c_int,         // algo
-) -> Status;
-#[allow(clippy::type_complexity)]
-type GemmStridedBatchedExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *const c_void,
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideA
-    *const c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideB
-    *const c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    c_longlong, // strideC
-    c_int,      // batchCount
-    c_int,
-    c_int,
-) -> Status;
-
-const CUBLAS_OP_N: c_int = 0;
-const CUBLAS_OP_T: c_int = 1;
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-const CUDA_R_16F: c_int = 2;
-const CUDA_R_16BF: c_int = 14;
-const CUBLAS_COMPUTE_32F: c_int = 68;
-const CUBLAS_COMPUTE_64F: c_int = 70;
-const CUBLAS_GEMM_DEFAULT: c_int = -1;
-
-/// Library file names, newest first.
-pub const LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12"];
-/// Wheel library folders under a Python package folder.
-pub const WHEEL_DIRS: [&str; 2] = ["nvidia/cublas/lib", "nvidia/cu13/lib"];
-
-const REQUIRED: [&str; 5] = [
-    "cublasCreate_v2",
-    "cublasDestroy_v2",
-    "cublasSetStream_v2",
-    "cublasGemmEx",
-    "cublasGemmStridedBatchedEx",
-];
-
-struct Table {
-    create: CreateFn,
-    destroy: DestroyFn,
-    set_stream: SetStreamFn,
-    gemm_ex: GemmExFn,
-    gemm_strided_batched_ex: GemmStridedBatchedExFn,
-    version: Option<VersionFn>,
-}
-
 /// A loaded cuBLAS.
 pub(crate) struct BlasLibrary {
-    table: Table,
+    table: CublasApi,
     path: String,
     _lib: libloading::Library,
 }
 
 impl BlasLibrary {
     pub(crate) fn load(config: &SearchConfig) -> std::result::Result<Self, NotFound> {
-        let search = config.library("cuBLAS", &LIBRARY_NAMES, &WHEEL_DIRS);
-        let (opened, _) = search.open(|lib, _| check_symbols(lib, &REQUIRED))?;
+        let search = config.library("cuBLAS", &CUBLAS_LIBRARY_NAMES, &CUBLAS_WHEEL_DIRS);
+        let (opened, _) = search.open(|lib, _| check_symbols(lib, &CublasApi::REQUIRED))?;
         let lib = opened.lib;
-        // SAFETY: every type is the cuBLAS 12 declaration; all symbols were checked present.
-        let table = unsafe {
-            Table {
-                create: *lib
-                    .get::<CreateFn>(b"cublasCreate_v2")
-                    .map_err(|e| missing(&e))?,
-                destroy: *lib
-                    .get::<DestroyFn>(b"cublasDestroy_v2")
-                    .map_err(|e| missing(&e))?,
-                set_stream: *lib
-                    .get::<SetStreamFn>(b"cublasSetStream_v2")
-                    .map_err(|e| missing(&e))?,
-                gemm_ex: *lib
-                    .get::<GemmExFn>(b"cublasGemmEx")
-                    .map_err(|e| missing(&e))?,
-                gemm_strided_batched_ex: *lib
-                    .get::<GemmStridedBatchedExFn>(b"cublasGemmStridedBatchedEx")
-                    .map_err(|e| missing(&e))?,
-                version: lib
-                    .get::<VersionFn>(b"cublasGetVersion_v2")
-                    .ok()
-                    .map(|s| *s),
-            }
-        };
+        let table = CublasApi::bind(&lib)?;
         tracing::info!(path = %opened.path, "loaded cuBLAS");
         Ok(BlasLibrary {
             table,
@@ -156,21 +50,11 @@ impl BlasLibrary {
     }
 }
 
-fn missing(e: &libloading::Error) -> NotFound {
-    NotFound {
-        what: "cuBLAS",
-        attempts: vec![crate::loader::Attempt {
-            place: "cuBLAS".into(),
-            outcome: e.to_string(),
-        }],
-    }
-}
-
 /// A cuBLAS handle, destroyed on drop.
 struct BlasHandle {
-    raw: Handle,
+    raw: cublasHandle_t,
     lib: Arc<BlasLibrary>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
 }
 
 impl Drop for BlasHandle {
@@ -189,7 +73,7 @@ impl Drop for BlasHandle {
 /// serialized by the mutex (a handle is not safe to use from two threads at once).
 pub(crate) struct BlasSlot {
     lib: Option<Arc<BlasLibrary>>,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     cc: (i32, i32),
     handle: Mutex<Option<BlasHandle>>,
 }
@@ -198,54 +82,6 @@ pub(crate) struct BlasSlot {
 unsafe impl Send for BlasSlot {}
 // SAFETY: as above.
 unsafe impl Sync for BlasSlot {}
-
-/// A gemm in cuBLAS's column-major terms.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct ColumnMajor {
-    pub transa: bool,
-    pub transb: bool,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub a: u64,
-    pub lda: u64,
-    pub stride_a: u64,
-    pub b: u64,
-    pub ldb: u64,
-    pub stride_b: u64,
-    pub c: u64,
-    pub ldc: u64,
-    pub stride_c: u64,
-}
-
-/// Row-major `C = op(A) op(B)` as column-major `Cᵀ = op(B)ᵀ op(A)ᵀ`.
-pub(crate) fn to_column_major(g: &GemmLaunch) -> ColumnMajor {
-    ColumnMajor {
-        transa: g.trans_b,
-        transb: g.trans_a,
-        m: g.n,
-        n: g.m,
-        k: g.k,
-        a: g.b.0,
-        lda: g.ldb,
-        stride_a: g.stride_b,
-        b: g.a.0,
-        ldb: g.lda,
-        stride_b: g.stride_a,
-        c: g.c.0,
-        ldc: g.ldc,
-        stride_c: g.stride_c,
-    }
-}
-
-/// Elements one operand needs (as validated for the thunk).
-fn needed(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
-    batch.checked_sub(1)?.checked_mul(stride)?.checked_add(one)
-}
 
 fn int(what: &str, v: u64) -> Result<c_int> {
     c_int::try_from(v).map_err(|_| {
@@ -262,7 +98,11 @@ fn long(what: &str, v: u64) -> Result<c_longlong> {
 }
 
 impl BlasSlot {
-    pub(crate) fn new(lib: Option<Arc<BlasLibrary>>, ctx: Arc<Context>, cc: (i32, i32)) -> Self {
+    pub(crate) fn new(
+        lib: Option<Arc<BlasLibrary>>,
+        ctx: Arc<DeviceContext>,
+        cc: (i32, i32),
+    ) -> Self {
         BlasSlot {
             lib,
             ctx,
@@ -271,42 +111,14 @@ impl BlasSlot {
         }
     }
 
-    /// Checks the operands against the device's live allocations and the shapes.
+    /// Checks the operands against the device's live allocations and the shape.
     fn check(g: &GemmLaunch, memory: &MemoryRegistry) -> Result<()> {
-        let es = g.dtype.size() as u64;
-        if g.batch == 0 {
-            return Err(Error::InvalidArgument("gemm batch count is 0".into()));
-        }
-        let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-        let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
         let mut regions = vec![];
-        for (name, ptr, len, rows, cols, ld, stride) in [
-            ("a", g.a, g.a_len, ar, ac, g.lda, g.stride_a),
-            ("b", g.b, g.b_len, br, bc, g.ldb, g.stride_b),
-            ("c", g.c, g.c_len, g.m, g.n, g.ldc, g.stride_c),
-        ] {
-            let r = memory.region(ptr, len)?;
-            if ld < cols {
-                return Err(Error::InvalidArgument(format!(
-                    "gemm: ld{name} {ld} < {cols} columns"
-                )));
-            }
-            match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
-                Some(n) if n <= len => {}
-                _ => {
-                    return Err(Error::InvalidArgument(format!(
-                        "gemm: operand {name} ({len} bytes) is smaller than its shape needs"
-                    )));
-                }
-            }
-            if r.addr() % es != 0 {
-                return Err(Error::InvalidArgument(format!(
-                    "gemm: operand {name} is not aligned to {}",
-                    g.dtype
-                )));
-            }
-            regions.push(r);
+        for op in [g.a, g.b, g.c] {
+            regions.push(memory.region(op.ptr, op.len)?);
         }
+        g.check()
+            .map_err(|e| Error::InvalidArgument(format!("gemm: {e}")))?;
         if let [a, b, c] = regions.as_slice() {
             if c.overlaps(a) || c.overlaps(b) {
                 return Err(Error::InvalidArgument(
@@ -345,11 +157,11 @@ impl BlasSlot {
         if g.m == 0 || g.n == 0 {
             return Ok(());
         }
-        let cm = to_column_major(g);
+        let cm = g.column_major();
         // With k = 0 nothing of A or B is read; cuBLAS still wants legal leading dimensions.
         let (min_lda, min_ldb) = (
-            if cm.transa { cm.k } else { cm.m }.max(1),
-            if cm.transb { cm.n } else { cm.k }.max(1),
+            if cm.trans_a { cm.k } else { cm.m }.max(1),
+            if cm.trans_b { cm.n } else { cm.k }.max(1),
         );
         let lda = if cm.k == 0 {
             cm.lda.max(min_lda)
@@ -381,7 +193,7 @@ impl BlasSlot {
         let mut slot = self.handle.lock();
         self.ctx.bind()?;
         if slot.is_none() {
-            let mut raw: Handle = std::ptr::null_mut();
+            let mut raw: cublasHandle_t = std::ptr::null_mut();
             // SAFETY: writes one handle; the device's context is current.
             cublas("cublasCreate_v2", unsafe { (lib.table.create)(&mut raw) })?;
             if let Some(v) = lib.table.version {
@@ -405,9 +217,9 @@ impl BlasSlot {
             (lib.table.set_stream)(h.raw, stream)
         })?;
         let (a, b, c) = (
-            cm.a as usize as *const c_void,
-            cm.b as usize as *const c_void,
-            cm.c as usize as *mut c_void,
+            cm.a.ptr.0 as usize as *const c_void,
+            cm.b.ptr.0 as usize as *const c_void,
+            cm.c.ptr.0 as usize as *mut c_void,
         );
         if g.batch == 1 {
             // SAFETY: the operands were checked to lie inside live allocations with the sizes
@@ -417,8 +229,8 @@ impl BlasSlot {
             cublas("cublasGemmEx", unsafe {
                 (lib.table.gemm_ex)(
                     h.raw,
-                    op(cm.transa),
-                    op(cm.transb),
+                    op(cm.trans_a),
+                    op(cm.trans_b),
                     m,
                     n,
                     k,
@@ -448,8 +260,8 @@ impl BlasSlot {
             cublas("cublasGemmStridedBatchedEx", unsafe {
                 (lib.table.gemm_strided_batched_ex)(
                     h.raw,
-                    op(cm.transa),
-                    op(cm.transb),
+                    op(cm.trans_a),
+                    op(cm.trans_b),
                     m,
                     n,
                     k,
@@ -473,127 +285,5 @@ impl BlasSlot {
                 )
             })
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use xthunk_core::backend::DevicePtr;
-
-    /// Column-major gemm as cuBLAS defines it, on f64 slices indexed from 0.
-    #[allow(clippy::too_many_arguments)]
-    fn cublas_reference(
-        transa: bool,
-        transb: bool,
-        m: usize,
-        n: usize,
-        k: usize,
-        a: &[f64],
-        lda: usize,
-        b: &[f64],
-        ldb: usize,
-        c: &mut [f64],
-        ldc: usize,
-    ) {
-        for j in 0..n {
-            for i in 0..m {
-                let mut s = 0.0;
-                for p in 0..k {
-                    let av = if transa {
-                        a[p + i * lda]
-                    } else {
-                        a[i + p * lda]
-                    };
-                    let bv = if transb {
-                        b[j + p * ldb]
-                    } else {
-                        b[p + j * ldb]
-                    };
-                    s += av * bv;
-                }
-                c[i + j * ldc] = s;
-            }
-        }
-    }
-
-    #[test]
-    fn row_major_maps_to_column_major() {
-        let (m, n, k) = (3usize, 4usize, 5usize);
-        for (ta, tb) in [(false, false), (true, false), (false, true), (true, true)] {
-            // Stored shapes (row-major) with padded leading dimensions.
-            let (ar, ac) = if ta { (k, m) } else { (m, k) };
-            let (br, bc) = if tb { (n, k) } else { (k, n) };
-            let (lda, ldb, ldc) = (ac + 2, bc + 1, n + 3);
-            let a: Vec<f64> = (0..ar * lda).map(|i| (i as f64 * 0.37).sin()).collect();
-            let b: Vec<f64> = (0..br * ldb).map(|i| (i as f64 * 0.11).cos()).collect();
-            // The row-major definition.
-            let at = |i: usize, p: usize| if ta { a[p * lda + i] } else { a[i * lda + p] };
-            let bt = |p: usize, j: usize| if tb { b[j * ldb + p] } else { b[p * ldb + j] };
-            let mut want = vec![0.0; m * ldc];
-            for i in 0..m {
-                for j in 0..n {
-                    want[i * ldc + j] = (0..k).map(|p| at(i, p) * bt(p, j)).sum();
-                }
-            }
-            let g = GemmLaunch {
-                a: DevicePtr(1),
-                b: DevicePtr(2),
-                c: DevicePtr(3),
-                a_len: 0,
-                b_len: 0,
-                c_len: 0,
-                m: m as u64,
-                n: n as u64,
-                k: k as u64,
-                lda: lda as u64,
-                ldb: ldb as u64,
-                ldc: ldc as u64,
-                trans_a: ta,
-                trans_b: tb,
-                alpha: 1.0,
-                beta: 0.0,
-                dtype: DType::F64,
-                batch: 1,
-                stride_a: 0,
-                stride_b: 0,
-                stride_c: 0,
-            };
-            let cm = to_column_major(&g);
-            assert_eq!((cm.a, cm.b, cm.c), (2, 1, 3));
-            let first = if cm.a == 2 { &b } else { &a };
-            let second = if cm.b == 1 { &a } else { &b };
-            let mut got = vec![0.0; m * ldc];
-            cublas_reference(
-                cm.transa,
-                cm.transb,
-                cm.m as usize,
-                cm.n as usize,
-                cm.k as usize,
-                first,
-                cm.lda as usize,
-                second,
-                cm.ldb as usize,
-                &mut got,
-                cm.ldc as usize,
-            );
-            for i in 0..m {
-                for j in 0..n {
-                    let (x, y) = (got[i * ldc + j], want[i * ldc + j]);
-                    assert!(
-                        (x - y).abs() < 1e-12,
-                        "ta={ta} tb={tb} ({i},{j}): {x} vs {y}"
-                    );
-                }
-            }
-        }
-    }
-
-    #[test]
-    fn operand_extents() {
-        assert_eq!(needed(2, 3, 4, 1, 0), Some(7));
-        assert_eq!(needed(2, 3, 4, 3, 10), Some(27));
-        assert_eq!(needed(0, 3, 4, 3, 10), Some(0));
-        assert_eq!(needed(2, 3, 4, 0, 10), None);
     }
 }

@@ -7,22 +7,23 @@
 //!    later `dlopen` by soname then resolves to it);
 //! 2. opens the library under cudarc's own candidate names, exactly as cudarc will, recording
 //!    every name tried (the equivalent of cudarc's `is_culib_present`, with reasons);
-//! 3. checks that it exports every driver symbol this crate calls ([`DRIVER_SYMBOLS`]);
+//! 3. checks that it exports every driver symbol this crate calls
+//!    ([`DRIVER_SYMBOLS`](crate::loader::DRIVER_SYMBOLS));
 //! 4. calls `cuInit(0)` and `cuDriverGetVersion` inside `catch_unwind` with a quiet panic hook,
 //!    and refuses drivers older than CUDA 12.0;
 //! 5. reads the devices' properties.
 //!
 //! Any failure is `Error::Unavailable { backend: "cuda", reason }`.
 
-use crate::blas::BlasLibrary;
+use crate::blas::{BlasLibrary, BlasSlot};
 use crate::compile::Compiler;
-use crate::loader::{Attempt, SearchConfig, check_symbols, describe_attempts};
+use crate::context::{CompilerSlot, DeviceContext};
+use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::memory::{CudaBuffer, MemoryRegistry};
-use crate::module::ModuleRaw;
-use crate::nvrtc::Nvrtc;
+use crate::module::StandardModule;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
 use crate::stream::{CudaEvent, CudaStream};
-use cudarc::driver::sys::{self, CUdevice_attribute, CUresult};
+use crate::sys::{self, CUdevice_attribute, CUresult};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_char;
@@ -36,124 +37,6 @@ use xthunk_core::{Error, Result};
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
-
-/// Every driver entry point this crate calls through cudarc (checked at probe, so that no
-/// later call can hit cudarc's panic on a missing symbol). A unit test keeps it in sync with
-/// the source.
-pub const DRIVER_SYMBOLS: &[&str] = &[
-    "cuInit",
-    "cuDriverGetVersion",
-    "cuDeviceGetCount",
-    "cuDeviceGet",
-    "cuDeviceGetName",
-    "cuDeviceGetAttribute",
-    "cuDeviceTotalMem_v2",
-    "cuDevicePrimaryCtxRetain",
-    "cuDevicePrimaryCtxRelease_v2",
-    "cuCtxSetCurrent",
-    "cuCtxSynchronize",
-    "cuMemAlloc_v2",
-    "cuMemAllocManaged",
-    "cuMemAllocHost_v2",
-    "cuMemHostGetDevicePointer_v2",
-    "cuMemFree_v2",
-    "cuMemFreeHost",
-    "cuMemcpyHtoD_v2",
-    "cuMemcpyDtoH_v2",
-    "cuMemcpyAsync",
-    "cuMemsetD8Async",
-    "cuMemsetD16Async",
-    "cuMemsetD32Async",
-    "cuStreamCreate",
-    "cuStreamDestroy_v2",
-    "cuStreamSynchronize",
-    "cuStreamQuery",
-    "cuStreamWaitEvent",
-    "cuStreamBeginCapture_v2",
-    "cuStreamEndCapture",
-    "cuEventCreate",
-    "cuEventDestroy_v2",
-    "cuEventRecord",
-    "cuEventSynchronize",
-    "cuEventQuery",
-    "cuModuleLoadDataEx",
-    "cuModuleUnload",
-    "cuModuleGetFunction",
-    "cuLaunchKernel",
-    "cuGraphInstantiateWithFlags",
-    "cuGraphLaunch",
-    "cuGraphGetNodes",
-    "cuGraphExecDestroy",
-    "cuGraphDestroy",
-];
-
-/// Runs `f` with panics caught and the panic hook silenced (cudarc panics with a message when
-/// a library or symbol is missing; the probe must neither die nor print). Calls are
-/// serialized, since the panic hook is process-wide.
-pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> std::result::Result<T, String> {
-    static LOCK: Mutex<()> = Mutex::new(());
-    let _serial = LOCK.lock();
-    let previous = std::panic::take_hook();
-    std::panic::set_hook(Box::new(|_| {}));
-    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-    std::panic::set_hook(previous);
-    r.map_err(|payload| {
-        let msg = payload
-            .downcast_ref::<String>()
-            .cloned()
-            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-            .unwrap_or_else(|| "(no message)".into());
-        format!("{what} failed inside cudarc: {msg}")
-    })
-}
-
-/// A device's primary context, retained for as long as this lives.
-#[derive(Debug)]
-pub(crate) struct Context {
-    dev: sys::CUdevice,
-    raw: sys::CUcontext,
-}
-
-// SAFETY: a CUcontext is a driver handle usable from any thread (made current per call with
-// cuCtxSetCurrent); this struct only retains and releases it.
-unsafe impl Send for Context {}
-// SAFETY: as above; the handle is immutable after creation.
-unsafe impl Sync for Context {}
-
-impl Context {
-    fn retain(dev: sys::CUdevice) -> Result<Context> {
-        let mut raw: sys::CUcontext = std::ptr::null_mut();
-        // SAFETY: writes one context handle for a valid device ordinal's handle.
-        cu("cuDevicePrimaryCtxRetain", unsafe {
-            sys::cuDevicePrimaryCtxRetain(&mut raw, dev)
-        })?;
-        Ok(Context { dev, raw })
-    }
-
-    /// Makes this context current on the calling thread (cheap; done before every driver
-    /// call, since any thread may drive any device).
-    pub(crate) fn bind(&self) -> Result<()> {
-        // SAFETY: `raw` is a retained primary context.
-        cu("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.raw) })
-    }
-
-    /// Waits for all work of the context.
-    pub(crate) fn synchronize(&self) -> Result<()> {
-        self.bind()?;
-        // SAFETY: the context is current.
-        cu("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
-    }
-}
-
-impl Drop for Context {
-    fn drop(&mut self) {
-        // SAFETY: releases the reference retained in `retain`, once.
-        let r = unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) };
-        if r != CUresult::CUDA_SUCCESS {
-            tracing::error!("cuDevicePrimaryCtxRelease_v2: {}", cu_describe(r));
-        }
-    }
-}
 
 /// What the probe found about one device.
 #[derive(Clone, Debug)]
@@ -178,97 +61,12 @@ fn version_text(v: i32) -> String {
     format!("{}.{}", v / 1000, (v % 1000) / 10)
 }
 
-fn dlopen(place: &str) -> std::result::Result<libloading::Library, String> {
-    // SAFETY: opening the NVIDIA driver library (or the project's emulator of it) runs its
-    // initializers, which have no preconditions.
-    unsafe { libloading::Library::new(place) }.map_err(|e| crate::loader::dlopen_outcome(&e))
-}
-
-/// The address of `cuInit` in `lib` (to tell whether two handles are the same library).
-fn cu_init_addr(lib: &libloading::Library) -> Option<usize> {
-    // SAFETY: only the symbol's address is read.
-    unsafe { lib.get::<*const std::ffi::c_void>(b"cuInit") }
-        .ok()
-        .map(|s| *s as usize)
-}
-
 impl Driver {
     fn init(config: &SearchConfig) -> std::result::Result<Driver, String> {
-        let mut attempts: Vec<Attempt> = vec![];
-        let mut libs = vec![];
-        // 1. The override folders, opened by full path.
-        let mut preloaded: Option<(String, Option<usize>)> = None;
-        'dirs: for dir in &config.cuda_path {
-            for name in ["libcuda.so.1", "libcuda.so"] {
-                let p = dir.join(name);
-                if !p.exists() {
-                    attempts.push(Attempt {
-                        place: p.display().to_string(),
-                        outcome: "not found".into(),
-                    });
-                    continue;
-                }
-                match dlopen(&p.display().to_string()) {
-                    Ok(lib) => {
-                        preloaded = Some((p.display().to_string(), cu_init_addr(&lib)));
-                        libs.push(lib);
-                        break 'dirs;
-                    }
-                    Err(e) => attempts.push(Attempt {
-                        place: p.display().to_string(),
-                        outcome: e,
-                    }),
-                }
-            }
-        }
-        if preloaded.is_none() && !config.system_search {
-            return Err(format!(
-                "the NVIDIA driver library (libcuda) was not found; tried: {}",
-                describe_attempts(&attempts)
-            ));
-        }
-        // 2. cudarc's names, in cudarc's order: the first that opens is what cudarc will use.
-        let mut found = None;
-        for name in cudarc::get_lib_name_candidates("cuda") {
-            match dlopen(&name) {
-                Ok(lib) => {
-                    found = Some((name, lib));
-                    break;
-                }
-                Err(e) => attempts.push(Attempt {
-                    place: name,
-                    outcome: e,
-                }),
-            }
-        }
-        let Some((name, lib)) = found else {
-            return Err(format!(
-                "the NVIDIA driver library (libcuda) was not found; tried: {}",
-                describe_attempts(&attempts)
-            ));
-        };
-        let mut library = name.clone();
-        if let Some((path, addr)) = &preloaded {
-            if addr.is_some() && *addr == cu_init_addr(&lib) {
-                library = path.clone();
-            } else {
-                tracing::warn!(
-                    "XTHUNK_CUDA_PATH has {path}, but cudarc resolves `{name}` to another driver library: using `{name}`"
-                );
-            }
-        }
-        // 3. Every symbol we call.
-        check_symbols(&lib, DRIVER_SYMBOLS).map_err(|e| {
-            format!("the driver library {library} is unusable: {e} (driver older than CUDA 12.0?)")
-        })?;
-        libs.push(lib);
-        // SAFETY: only tries to open libraries, as above.
-        let present = guarded("is_culib_present", || unsafe { sys::is_culib_present() })?;
-        if !present {
-            return Err(format!(
-                "cudarc cannot open the driver library {library} that the probe opened"
-            ));
-        }
+        let DriverLibrary {
+            path: library,
+            libs,
+        } = DriverLibrary::open(config)?;
         // 4. cuInit and the version, with panics caught.
         // SAFETY: cuInit has no preconditions.
         let r = guarded("cuInit", || unsafe { sys::cuInit(0) })?;
@@ -419,6 +217,11 @@ impl CudaBackend {
         }
     }
 
+    /// Where this backend looks for the NVIDIA libraries.
+    pub fn config(&self) -> &SearchConfig {
+        &self.config
+    }
+
     fn driver(&self) -> Result<Arc<Driver>> {
         self.driver
             .get_or_init(|| Driver::init(&self.config).map(Arc::new))
@@ -462,20 +265,22 @@ impl Backend for CudaBackend {
 pub struct CudaDevice {
     info: DeviceInfo,
     caps: Capabilities,
-    sm: u32,
-    pub(crate) ctx: Arc<Context>,
+    pub(crate) ctx: Arc<DeviceContext>,
     pub(crate) memory: Arc<MemoryRegistry>,
-    pub(crate) blas: Arc<crate::blas::BlasSlot>,
-    config: SearchConfig,
-    driver_version: i32,
-    compiler: OnceLock<std::result::Result<Arc<Compiler>, String>>,
+    pub(crate) blas: Arc<BlasSlot>,
     /// The standard library compiled for this device, shared by every module using it.
-    pub(crate) standard: Mutex<Option<(Arc<ModuleRaw>, String)>>,
+    standard: StandardModule,
 }
 
 impl CudaDevice {
     fn new(props: DeviceProps, config: &SearchConfig, driver_version: i32) -> Result<Self> {
-        let ctx = Arc::new(Context::retain(props.dev)?);
+        let sm = (props.cc.0.max(0) * 10 + props.cc.1.max(0)) as u32;
+        let ctx = Arc::new(DeviceContext::new(
+            props.dev,
+            props.info.name.clone(),
+            sm,
+            CompilerSlot::new(config.clone(), driver_version),
+        )?);
         let blas_lib = match BlasLibrary::load(config) {
             Ok(l) => Some(Arc::new(l)),
             Err(e) => {
@@ -498,7 +303,6 @@ impl CudaDevice {
         if props.managed {
             memory_spaces.push(MemorySpace::Unified);
         }
-        let sm = (props.cc.0.max(0) * 10 + props.cc.1.max(0)) as u32;
         Ok(CudaDevice {
             caps: Capabilities {
                 memory_spaces,
@@ -506,39 +310,23 @@ impl CudaDevice {
                 supports_graphs: true,
                 warp_size: props.warp_size,
             },
-            sm,
             memory: Arc::new(MemoryRegistry::default()),
-            blas: Arc::new(crate::blas::BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
+            blas: Arc::new(BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
             ctx,
             info: props.info,
-            config: config.clone(),
-            driver_version,
-            compiler: OnceLock::new(),
-            standard: Mutex::new(None),
+            standard: StandardModule::default(),
         })
     }
 
     /// The SM architecture number (`90` for sm_90).
     pub fn sm(&self) -> u32 {
-        self.sm
+        self.ctx.sm
     }
 
     /// The NVRTC compiler for this device: the first NVRTC found whose major version the
     /// driver can load, with the default disk cache.
     pub fn compiler(&self) -> Result<Arc<Compiler>> {
-        self.compiler
-            .get_or_init(|| {
-                Nvrtc::load_max_major(&self.config, Some(self.driver_version / 1000))
-                    .map(|n| Arc::new(Compiler::new(Arc::new(n))))
-                    .map_err(|e| e.to_string())
-            })
-            .clone()
-            .map_err(unavailable)
-    }
-
-    /// The compiler if one could be loaded (without an error).
-    pub(crate) fn compiler_status(&self) -> std::result::Result<Arc<Compiler>, String> {
-        self.compiler().map_err(|e| e.to_string())
+        self.ctx.compiler()
     }
 }
 
@@ -562,9 +350,7 @@ impl Device for CudaDevice {
                 feature: format!("{space} memory on {}", self.info.name),
             });
         }
-        let alloc = self
-            .memory
-            .allocate(&self.ctx, &self.info.name, size, alignment, space)?;
+        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
         Ok(Box::new(CudaBuffer {
             alloc,
             registry: self.memory.clone(),
@@ -588,7 +374,7 @@ impl Device for CudaDevice {
     }
 
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
-        crate::module::load(self, module)
+        crate::module::load(&self.ctx, &self.standard, module)
     }
 
     fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
@@ -624,62 +410,6 @@ impl Device for CudaDevice {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
-    /// are missing (`cuGraphExecUpdate_v2` in `stream.rs`): not checked at probe, so a driver
-    /// without them still works.
-    const GUARDED_DRIVER_SYMBOLS: &[&str] = &["cuGraphExecUpdate_v2"];
-
-    /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
-    /// probe checks it before cudarc could panic on it) or in [`GUARDED_DRIVER_SYMBOLS`]
-    /// (called under `guarded`), and nothing else is listed.
-    #[test]
-    fn driver_symbols_cover_the_source() {
-        let sources = [
-            include_str!("device.rs"),
-            include_str!("memory.rs"),
-            include_str!("stream.rs"),
-            include_str!("module.rs"),
-            include_str!("blas.rs"),
-        ];
-        let mut used = std::collections::BTreeSet::new();
-        for s in sources {
-            for (i, _) in s.match_indices("sys::cu") {
-                let rest = &s[i + 5..];
-                let end = rest
-                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
-                    .unwrap_or(rest.len());
-                if end > 2 {
-                    used.insert(rest[..end].to_string());
-                }
-            }
-        }
-        let listed: std::collections::BTreeSet<String> = DRIVER_SYMBOLS
-            .iter()
-            .chain(GUARDED_DRIVER_SYMBOLS)
-            .map(|s| s.to_string())
-            .collect();
-        assert!(
-            GUARDED_DRIVER_SYMBOLS
-                .iter()
-                .all(|g| !DRIVER_SYMBOLS.contains(g)),
-            "a symbol is both required and guarded"
-        );
-        let missing: Vec<_> = used.difference(&listed).collect();
-        assert!(missing.is_empty(), "called but not checked: {missing:?}");
-        let unused: Vec<_> = listed.difference(&used).collect();
-        assert!(unused.is_empty(), "checked but never called: {unused:?}");
-    }
-
-    #[test]
-    #[allow(clippy::panic)]
-    fn guarded_catches_quietly() {
-        let r: std::result::Result<(), String> = guarded("test", || {
-            panic!("boom");
-        });
-        assert_eq!(r, Err("test failed inside cudarc: boom".to_string()));
-        assert_eq!(guarded("ok", || 7), Ok(7));
-    }
 
     #[test]
     fn versions() {

@@ -7,16 +7,35 @@
 //!   crate calls, then `cuInit` / `cuDriverGetVersion` under `catch_unwind` with a quiet panic
 //!   hook; drivers older than CUDA 12.0 are refused. Every failure is
 //!   `Unavailable { backend: "cuda", reason }` naming what was tried.
-//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`nvrtc`], `blas`),
-//!   found by [`loader`] in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`,
-//!   pip's `nvidia-*` wheels and the system search.
+//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`loader`]), found
+//!   in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, pip's `nvidia-*`
+//!   wheels and the system search.
 //! - **Kernels**: modules load a cubin for the device's exact `sm_XX`, else compile the
 //!   portable source ([`xthunk_core::kernels::portable`]) with NVRTC for the device (cached on
 //!   disk, see [`compile`]), else hand PTX to the driver's JIT.
 //! - **Graphs**: stream capture into CUDA graphs, instantiated once, launched on a stream.
 //!
-//! Vendor result codes are turned into errors in one place (`result`), with the call, the
+//! Vendor result codes are turned into errors in one place ([`result`]), with the call, the
 //! code's name and number.
+//!
+//! # Modules
+//!
+//! The same files, with the same roles, as the ROCm backend (`xthunk-rocm`):
+//!
+//! - [`sys`]: the C declarations (cudarc's driver bindings re-exported, NVRTC, cuBLAS);
+//! - [`loader`]: finding and opening the libraries, and their symbol tables;
+//! - [`result`]: vendor result codes as errors, `unsupported`, `unavailable`;
+//! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
+//! - [`device`]: the backend (probing) and its devices;
+//! - [`memory`]: allocations and the registry every pointer range is checked against;
+//! - [`stream`]: streams and events;
+//! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
+//! - [`compile`]: the runtime compiler (NVRTC) and its disk cache;
+//! - [`target`]: `sm_XX` / `compute_XX` target names;
+//! - [`image`]: reading cubins;
+//! - [`blas`]: gemm through cuBLAS;
+//! - [`graph`]: CUDA graphs;
+//! - [`bench`] (CUDA only for now): raw CUDA baselines for `xthunk bench`.
 //!
 //! # What runs without a GPU
 //!
@@ -34,56 +53,27 @@
 //! tests' skips into failures.
 
 pub mod bench;
-mod blas;
+pub mod blas;
 pub mod compile;
-pub mod cubin;
-mod device;
+pub mod context;
+pub mod device;
+pub mod graph;
+pub mod image;
 pub mod loader;
-mod memory;
-mod module;
-pub mod nvrtc;
-mod result;
-mod stream;
+pub mod memory;
+pub mod module;
+pub mod result;
+pub mod stream;
+pub mod sys;
+pub mod target;
 
-pub use compile::{CacheStatus, CompileOutput, Compiler, Target, default_cache_dir};
+pub use compile::{
+    CacheStatus, CompileOutput, Compiler, compile_for_target, default_cache_dir, precompile,
+};
 pub use device::{CudaBackend, CudaDevice};
+pub use graph::CudaGraph;
 pub use loader::SearchConfig;
 pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
-pub use stream::{CudaEvent, CudaGraph, CudaStream, bind_current};
-
-use xthunk_core::Error;
-use xthunk_core::ir::ModuleImage;
-use xthunk_core::kernels::portable;
-
-/// Compiles a complete portable translation unit (as [`portable::standard_source`] or
-/// [`portable::with_prelude`] give) for `target` (`sm_XX`: a cubin; `compute_XX`: PTX text)
-/// with the environment's NVRTC, through the disk cache. Needs no GPU. For
-/// `xthunk compile`.
-pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> {
-    let target = Target::parse(target)?;
-    let nvrtc = nvrtc::Nvrtc::global()?;
-    Ok(Compiler::new(nvrtc).compile(source, target)?.image)
-}
-
-/// The precompiled image of a portable module image for `target`: `Standard` and `Source`
-/// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
-/// give `None` (they need no compiling).
-pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
-    let source = match image {
-        ModuleImage::Standard => portable::standard_source().to_string(),
-        ModuleImage::Source { code } => portable::with_prelude(code),
-        _ => return Ok(None),
-    };
-    let t = Target::parse(target)?;
-    let data = compile_for_target(&source, target)?;
-    Ok(Some(match t {
-        Target::Sm(_) => ModuleImage::Cubin {
-            arch: t.to_string(),
-            data,
-        },
-        Target::Compute(_) => ModuleImage::Ptx {
-            code: String::from_utf8_lossy(&data).into_owned(),
-        },
-    }))
-}
+pub use stream::{CudaEvent, CudaStream, bind_current};
+pub use target::Target;

@@ -1,4 +1,7 @@
-//! Finding and opening NVIDIA libraries at run time, with a record of every place tried.
+//! Finding and opening NVIDIA libraries at run time, with a record of every place tried, and
+//! their symbol tables: the driver symbols checked before cudarc may call them
+//! ([`DRIVER_SYMBOLS`], `guarded` for the ones it may lack), NVRTC's (`NvrtcApi`) and
+//! cuBLAS's (`CublasApi`) function pointers, bound once from the library that was opened.
 //!
 //! Search order for the toolkit libraries (NVRTC, cuBLAS):
 //!
@@ -18,6 +21,13 @@
 //! it, the library is opened by full path and kept open, so that cudarc's later `dlopen` of
 //! `libcuda.so.1` by name resolves to that already-loaded object.
 
+// The cuBLAS declarations are imported by name: `sys::cu…` in this crate's sources means a
+// driver call (the driver-symbol test below reads it so).
+use crate::sys::{
+    self, cublasCreate_v2_t, cublasDestroy_v2_t, cublasGemmEx_t, cublasGemmStridedBatchedEx_t,
+    cublasGetVersion_v2_t, cublasSetStream_v2_t,
+};
+use parking_lot::Mutex;
 use std::path::PathBuf;
 pub use xthunk_core::backend::search::{Attempt, describe_attempts};
 use xthunk_core::backend::search::{
@@ -245,6 +255,327 @@ pub fn check_symbols(lib: &libloading::Library, names: &[&str]) -> Result<(), St
     Ok(())
 }
 
+/// Every driver entry point this crate calls through cudarc (checked at probe, so that no
+/// later call can hit cudarc's panic on a missing symbol). A unit test keeps it in sync with
+/// the source.
+pub const DRIVER_SYMBOLS: &[&str] = &[
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceGetAttribute",
+    "cuDeviceTotalMem_v2",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuCtxSynchronize",
+    "cuMemAlloc_v2",
+    "cuMemAllocManaged",
+    "cuMemAllocHost_v2",
+    "cuMemHostGetDevicePointer_v2",
+    "cuMemFree_v2",
+    "cuMemFreeHost",
+    "cuMemcpyHtoD_v2",
+    "cuMemcpyDtoH_v2",
+    "cuMemcpyAsync",
+    "cuMemsetD8Async",
+    "cuMemsetD16Async",
+    "cuMemsetD32Async",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamQuery",
+    "cuStreamWaitEvent",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuEventCreate",
+    "cuEventDestroy_v2",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventQuery",
+    "cuModuleLoadDataEx",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphLaunch",
+    "cuGraphGetNodes",
+    "cuGraphExecDestroy",
+    "cuGraphDestroy",
+];
+
+/// Runs `f` with panics caught and the panic hook silenced (cudarc panics with a message when
+/// a library or symbol is missing; the probe must neither die nor print). Calls are
+/// serialized, since the panic hook is process-wide.
+pub(crate) fn guarded<T>(what: &str, f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static LOCK: Mutex<()> = Mutex::new(());
+    let _serial = LOCK.lock();
+    let previous = std::panic::take_hook();
+    std::panic::set_hook(Box::new(|_| {}));
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    std::panic::set_hook(previous);
+    r.map_err(|payload| {
+        let msg = payload
+            .downcast_ref::<String>()
+            .cloned()
+            .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_else(|| "(no message)".into());
+        format!("{what} failed inside cudarc: {msg}")
+    })
+}
+
+/// The NVIDIA driver library, opened the way cudarc will open it, and kept open.
+pub(crate) struct DriverLibrary {
+    /// The full path (when the override found it) or the name cudarc resolves.
+    pub(crate) path: String,
+    /// The driver library (and an override's preloaded copy).
+    pub(crate) libs: Vec<libloading::Library>,
+}
+
+/// The address of `cuInit` in `lib` (to tell whether two handles are the same library).
+fn cu_init_addr(lib: &libloading::Library) -> Option<usize> {
+    // SAFETY: only the symbol's address is read.
+    unsafe { lib.get::<*const std::ffi::c_void>(b"cuInit") }
+        .ok()
+        .map(|s| *s as usize)
+}
+
+impl DriverLibrary {
+    /// Steps 1 to 3 of the probe (see `crate::device`): the override folders (by full path,
+    /// kept open), cudarc's own names in cudarc's order, every symbol of [`DRIVER_SYMBOLS`];
+    /// then checks that cudarc itself can open the library.
+    pub(crate) fn open(config: &SearchConfig) -> Result<DriverLibrary, String> {
+        let mut attempts: Vec<Attempt> = vec![];
+        let mut libs = vec![];
+        // 1. The override folders, opened by full path.
+        let mut preloaded: Option<(String, Option<usize>)> = None;
+        'dirs: for dir in &config.cuda_path {
+            for name in ["libcuda.so.1", "libcuda.so"] {
+                let p = dir.join(name);
+                if !p.exists() {
+                    attempts.push(Attempt {
+                        place: p.display().to_string(),
+                        outcome: "not found".into(),
+                    });
+                    continue;
+                }
+                match dlopen(&p.display().to_string()) {
+                    Ok(lib) => {
+                        preloaded = Some((p.display().to_string(), cu_init_addr(&lib)));
+                        libs.push(lib);
+                        break 'dirs;
+                    }
+                    Err(e) => attempts.push(Attempt {
+                        place: p.display().to_string(),
+                        outcome: e,
+                    }),
+                }
+            }
+        }
+        if preloaded.is_none() && !config.system_search {
+            return Err(format!(
+                "the NVIDIA driver library (libcuda) was not found; tried: {}",
+                describe_attempts(&attempts)
+            ));
+        }
+        // 2. cudarc's names, in cudarc's order: the first that opens is what cudarc will use.
+        let mut found = None;
+        for name in cudarc::get_lib_name_candidates("cuda") {
+            match dlopen(&name) {
+                Ok(lib) => {
+                    found = Some((name, lib));
+                    break;
+                }
+                Err(e) => attempts.push(Attempt {
+                    place: name,
+                    outcome: e,
+                }),
+            }
+        }
+        let Some((name, lib)) = found else {
+            return Err(format!(
+                "the NVIDIA driver library (libcuda) was not found; tried: {}",
+                describe_attempts(&attempts)
+            ));
+        };
+        let mut library = name.clone();
+        if let Some((path, addr)) = &preloaded {
+            if addr.is_some() && *addr == cu_init_addr(&lib) {
+                library = path.clone();
+            } else {
+                tracing::warn!(
+                    "XTHUNK_CUDA_PATH has {path}, but cudarc resolves `{name}` to another driver library: using `{name}`"
+                );
+            }
+        }
+        // 3. Every symbol we call.
+        check_symbols(&lib, DRIVER_SYMBOLS).map_err(|e| {
+            format!("the driver library {library} is unusable: {e} (driver older than CUDA 12.0?)")
+        })?;
+        libs.push(lib);
+        // SAFETY: only tries to open libraries, as above.
+        let present = guarded("is_culib_present", || unsafe { sys::is_culib_present() })?;
+        if !present {
+            return Err(format!(
+                "cudarc cannot open the driver library {library} that the probe opened"
+            ));
+        }
+        Ok(DriverLibrary {
+            path: library,
+            libs,
+        })
+    }
+}
+
+/// Library file names, newest first.
+pub const NVRTC_LIBRARY_NAMES: [&str; 4] = [
+    "libnvrtc.so.13",
+    "libnvrtc.so.12",
+    "libnvrtc.so.11.2",
+    "libnvrtc.so",
+];
+
+/// Wheel library folders under a Python package folder.
+pub const NVRTC_WHEEL_DIRS: [&str; 2] = ["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"];
+
+/// NVRTC (`libnvrtc.so.*`): the functions the compiler calls, and the two that list the
+/// supported architectures (optional: older NVRTCs lack them).
+pub(crate) struct NvrtcApi {
+    pub(crate) version: sys::nvrtcVersion_t,
+    pub(crate) create: sys::nvrtcCreateProgram_t,
+    pub(crate) compile: sys::nvrtcCompileProgram_t,
+    pub(crate) log_size: sys::nvrtcGetSize_t,
+    pub(crate) log: sys::nvrtcGet_t,
+    pub(crate) cubin_size: sys::nvrtcGetSize_t,
+    pub(crate) cubin: sys::nvrtcGet_t,
+    pub(crate) ptx_size: sys::nvrtcGetSize_t,
+    pub(crate) ptx: sys::nvrtcGet_t,
+    pub(crate) destroy: sys::nvrtcDestroyProgram_t,
+    pub(crate) error_string: sys::nvrtcGetErrorString_t,
+    pub(crate) num_archs: Option<sys::nvrtcGetNumSupportedArchs_t>,
+    pub(crate) archs: Option<sys::nvrtcGetSupportedArchs_t>,
+}
+
+impl NvrtcApi {
+    /// Names of the required symbols.
+    pub(crate) const REQUIRED: [&str; 11] = [
+        "nvrtcVersion",
+        "nvrtcCreateProgram",
+        "nvrtcCompileProgram",
+        "nvrtcGetProgramLogSize",
+        "nvrtcGetProgramLog",
+        "nvrtcGetCUBINSize",
+        "nvrtcGetCUBIN",
+        "nvrtcGetPTXSize",
+        "nvrtcGetPTX",
+        "nvrtcDestroyProgram",
+        "nvrtcGetErrorString",
+    ];
+}
+
+/// Copies a function pointer of type `F` out of `lib`.
+///
+/// # Safety
+/// `F` must be the exact C signature of the symbol `name`.
+unsafe fn sym<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
+    // SAFETY: the caller guarantees `F` matches the symbol's declaration.
+    unsafe { lib.get::<F>(name.as_bytes()) }
+        .map(|s| *s)
+        .map_err(|e| format!("symbol `{name}`: {e}"))
+}
+
+impl NvrtcApi {
+    /// Looks every symbol up in `lib` (which must stay loaded while the table is used).
+    pub(crate) fn bind(lib: &libloading::Library) -> Result<NvrtcApi, String> {
+        // SAFETY: every type below is the declaration in nvrtc.h (CUDA 12.9): `int` status
+        // codes, `nvrtcProgram` an opaque pointer, sizes `size_t`.
+        unsafe {
+            Ok(NvrtcApi {
+                version: sym(lib, "nvrtcVersion")?,
+                create: sym(lib, "nvrtcCreateProgram")?,
+                compile: sym(lib, "nvrtcCompileProgram")?,
+                log_size: sym(lib, "nvrtcGetProgramLogSize")?,
+                log: sym(lib, "nvrtcGetProgramLog")?,
+                cubin_size: sym(lib, "nvrtcGetCUBINSize")?,
+                cubin: sym(lib, "nvrtcGetCUBIN")?,
+                ptx_size: sym(lib, "nvrtcGetPTXSize")?,
+                ptx: sym(lib, "nvrtcGetPTX")?,
+                destroy: sym(lib, "nvrtcDestroyProgram")?,
+                error_string: sym(lib, "nvrtcGetErrorString")?,
+                num_archs: sym(lib, "nvrtcGetNumSupportedArchs").ok(),
+                archs: sym(lib, "nvrtcGetSupportedArchs").ok(),
+            })
+        }
+    }
+}
+
+/// Library file names, newest first.
+pub const CUBLAS_LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12"];
+/// Wheel library folders under a Python package folder.
+pub const CUBLAS_WHEEL_DIRS: [&str; 2] = ["nvidia/cublas/lib", "nvidia/cu13/lib"];
+
+/// cuBLAS (`libcublas.so.*`): handle management and the two gemm entry points; the version
+/// query is optional.
+pub(crate) struct CublasApi {
+    pub(crate) create: cublasCreate_v2_t,
+    pub(crate) destroy: cublasDestroy_v2_t,
+    pub(crate) set_stream: cublasSetStream_v2_t,
+    pub(crate) gemm_ex: cublasGemmEx_t,
+    pub(crate) gemm_strided_batched_ex: cublasGemmStridedBatchedEx_t,
+    pub(crate) version: Option<cublasGetVersion_v2_t>,
+}
+
+impl CublasApi {
+    /// Names of the required symbols.
+    pub(crate) const REQUIRED: [&str; 5] = [
+        "cublasCreate_v2",
+        "cublasDestroy_v2",
+        "cublasSetStream_v2",
+        "cublasGemmEx",
+        "cublasGemmStridedBatchedEx",
+    ];
+
+    /// Looks every symbol up in `lib` (which must stay loaded while the table is used).
+    pub(crate) fn bind(lib: &libloading::Library) -> Result<CublasApi, NotFound> {
+        // SAFETY: every type is the cuBLAS 12 declaration; all symbols were checked present.
+        let table = unsafe {
+            CublasApi {
+                create: *lib
+                    .get::<cublasCreate_v2_t>(b"cublasCreate_v2")
+                    .map_err(|e| missing(&e))?,
+                destroy: *lib
+                    .get::<cublasDestroy_v2_t>(b"cublasDestroy_v2")
+                    .map_err(|e| missing(&e))?,
+                set_stream: *lib
+                    .get::<cublasSetStream_v2_t>(b"cublasSetStream_v2")
+                    .map_err(|e| missing(&e))?,
+                gemm_ex: *lib
+                    .get::<cublasGemmEx_t>(b"cublasGemmEx")
+                    .map_err(|e| missing(&e))?,
+                gemm_strided_batched_ex: *lib
+                    .get::<cublasGemmStridedBatchedEx_t>(b"cublasGemmStridedBatchedEx")
+                    .map_err(|e| missing(&e))?,
+                version: lib
+                    .get::<cublasGetVersion_v2_t>(b"cublasGetVersion_v2")
+                    .ok()
+                    .map(|s| *s),
+            }
+        };
+        Ok(table)
+    }
+}
+
+fn missing(e: &libloading::Error) -> NotFound {
+    NotFound {
+        what: "cuBLAS",
+        attempts: vec![Attempt {
+            place: "cuBLAS".into(),
+            outcome: e.to_string(),
+        }],
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -297,5 +628,63 @@ mod tests {
                 .any(|d| d.ends_with("xthunk/pip/nvidia/cuda_nvrtc/lib"))
                 || user_cache_dir().is_none()
         );
+    }
+
+    /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
+    /// are missing (`cuGraphExecUpdate_v2` in `graph.rs`): not checked at probe, so a driver
+    /// without them still works.
+    const GUARDED_DRIVER_SYMBOLS: &[&str] = &["cuGraphExecUpdate_v2"];
+
+    /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
+    /// probe checks it before cudarc could panic on it) or in [`GUARDED_DRIVER_SYMBOLS`]
+    /// (called under `guarded`), and nothing else is listed.
+    #[test]
+    fn driver_symbols_cover_the_source() {
+        let sources = [
+            include_str!("context.rs"),
+            include_str!("device.rs"),
+            include_str!("graph.rs"),
+            include_str!("memory.rs"),
+            include_str!("stream.rs"),
+            include_str!("module.rs"),
+            include_str!("blas.rs"),
+        ];
+        let mut used = std::collections::BTreeSet::new();
+        for s in sources {
+            for (i, _) in s.match_indices("sys::cu") {
+                let rest = &s[i + 5..];
+                let end = rest
+                    .find(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                    .unwrap_or(rest.len());
+                if end > 2 {
+                    used.insert(rest[..end].to_string());
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> = DRIVER_SYMBOLS
+            .iter()
+            .chain(GUARDED_DRIVER_SYMBOLS)
+            .map(|s| s.to_string())
+            .collect();
+        assert!(
+            GUARDED_DRIVER_SYMBOLS
+                .iter()
+                .all(|g| !DRIVER_SYMBOLS.contains(g)),
+            "a symbol is both required and guarded"
+        );
+        let missing: Vec<_> = used.difference(&listed).collect();
+        assert!(missing.is_empty(), "called but not checked: {missing:?}");
+        let unused: Vec<_> = listed.difference(&used).collect();
+        assert!(unused.is_empty(), "checked but never called: {unused:?}");
+    }
+
+    #[test]
+    #[allow(clippy::panic)]
+    fn guarded_catches_quietly() {
+        let r: std::result::Result<(), String> = guarded("test", || {
+            panic!("boom");
+        });
+        assert_eq!(r, Err("test failed inside cudarc: boom".to_string()));
+        assert_eq!(guarded("ok", || 7), Ok(7));
     }
 }

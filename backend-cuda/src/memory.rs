@@ -10,18 +10,15 @@
 //! layer). Alignment: the driver's own (256 bytes for device memory, a page for pinned) when
 //! it suffices, else the allocation is padded and the returned address rounded up.
 
-use crate::device::Context;
+use crate::context::DeviceContext;
 use crate::result::{cu, cu_error};
-use cudarc::driver::sys::{self, CUresult};
+use crate::sys::{self, CUresult};
 use std::ffi::c_void;
 use std::sync::Arc;
 use xthunk_core::backend::accounting::{Accounting, AllocationRegistry};
 use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
 use xthunk_core::ir::MemorySpace;
 use xthunk_core::{Error, Result};
-
-/// `CU_MEM_ATTACH_GLOBAL`.
-const CU_MEM_ATTACH_GLOBAL: u32 = 1;
 
 /// What the driver handed out (what must be given back).
 #[derive(Debug)]
@@ -39,7 +36,7 @@ pub(crate) struct Allocation {
     size: u64,
     space: MemorySpace,
     raw: Raw,
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     accounting: Arc<Accounting>,
 }
 
@@ -106,8 +103,7 @@ impl MemoryRegistry {
     /// Allocates `size` bytes (0 allowed: one byte is reserved so the address is unique).
     pub(crate) fn allocate(
         &self,
-        ctx: &Arc<Context>,
-        device: &str,
+        ctx: &Arc<DeviceContext>,
         size: u64,
         alignment: u64,
         space: MemorySpace,
@@ -119,7 +115,7 @@ impl MemoryRegistry {
             )));
         }
         let oom = || Error::OutOfMemory {
-            device: device.to_string(),
+            device: ctx.name.clone(),
             requested: size,
             space,
         };
@@ -197,7 +193,7 @@ fn raw_alloc(space: MemorySpace, size: u64, oom: impl Fn() -> Error) -> Result<(
             let mut p: sys::CUdeviceptr = 0;
             // SAFETY: writes one device pointer; the context is current.
             check("cuMemAllocManaged", unsafe {
-                sys::cuMemAllocManaged(&mut p, bytes, CU_MEM_ATTACH_GLOBAL)
+                sys::cuMemAllocManaged(&mut p, bytes, sys::CU_MEM_ATTACH_GLOBAL)
             })?;
             Ok((Raw::Device(p), p))
         }

@@ -1,4 +1,5 @@
-//! Loading modules: picking the image for the device and turning it into a `CUmodule`.
+//! Modules and kernels: picking the image for the device, loading it into a `CUmodule`,
+//! kernel lookup, and the marshalling of launch arguments for `cuLaunchKernel`.
 //!
 //! Preference order: a `cubin` whose architecture is exactly the device's `sm_XX` (checked
 //! against the ELF header too); the `standard` library or `source` compiled by NVRTC for the
@@ -7,25 +8,32 @@
 //! through the driver's JIT. An image that fails to load is logged and the next one tried;
 //! when none loads, the error lists what the module has, what the device needs, and why each
 //! candidate failed.
+//!
+//! Arguments: each is marshalled into one 8-byte slot (buffers as `CUdeviceptr`, immediates
+//! as their C type's little-endian bytes), checked first against the kernel's signature when
+//! it is a standard kernel and against the device's live allocations, and passed to
+//! `cuLaunchKernel` as the `kernelParams` array of pointers to the slots; the driver copies
+//! the values at launch (and at capture), so the slots live only for the call.
 
-use crate::cubin;
-use crate::device::{Context, CudaDevice};
+use crate::context::DeviceContext;
+use crate::image;
+use crate::memory::{MemoryRegistry, Region};
 use crate::result::{cu, cu_describe};
-use cudarc::driver::sys::{self, CUjit_option, CUresult};
+use crate::sys::{self, CUjit_option, CUresult};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
 use std::sync::Arc;
-use xthunk_core::backend::{Device, KernelHandle, LoadedModule};
+use xthunk_core::backend::{KernelHandle, LaunchArg, LaunchDims, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage};
-use xthunk_core::kernels::{KernelSignature, portable, standard_library};
+use xthunk_core::kernels::{KernelSignature, ParamKind, portable, standard_library};
 use xthunk_core::{Error, Result};
 
 /// A loaded `CUmodule`, unloaded on drop (after every kernel handle of it is gone).
 #[derive(Debug)]
 pub(crate) struct ModuleRaw {
-    ctx: Arc<Context>,
+    ctx: Arc<DeviceContext>,
     raw: sys::CUmodule,
 }
 
@@ -47,8 +55,13 @@ impl Drop for ModuleRaw {
     }
 }
 
+/// A device's standard library, compiled and loaded once and shared by every module using
+/// it (with the description of the image).
+#[derive(Default)]
+pub(crate) struct StandardModule(Mutex<Option<(Arc<ModuleRaw>, String)>>);
+
 /// Loads a cubin or (NUL-terminated) PTX image, with the JIT's error log in the error.
-fn load_image(ctx: &Arc<Context>, image: &[u8]) -> Result<ModuleRaw> {
+fn load_image(ctx: &Arc<DeviceContext>, image: &[u8]) -> Result<ModuleRaw> {
     ctx.bind()?;
     const LOG: usize = 16 * 1024;
     let mut log = vec![0u8; LOG];
@@ -135,68 +148,76 @@ fn describe(c: &Choice<'_>, sm: u32) -> String {
 }
 
 /// Compiles `source` with NVRTC for the device and loads it.
-fn compile_and_load(dev: &CudaDevice, source: &str) -> Result<(ModuleRaw, String)> {
-    let compiler = dev.compiler_status().map_err(|reason| Error::Unavailable {
+fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw, String)> {
+    let compiler = ctx.compiler().map_err(|e| Error::Unavailable {
         backend: crate::result::BACKEND.into(),
-        reason: format!("NVRTC is needed to compile portable source: {reason}"),
+        reason: format!("NVRTC is needed to compile portable source: {e}"),
     })?;
-    let out = compiler.compile_for_device(source, dev.sm())?;
+    let out = compiler.compile_for_device(source, ctx.sm)?;
     let mut image = out.image;
-    if out.target.output() == crate::nvrtc::Output::Ptx {
+    if out.target.output() == crate::target::Output::Ptx {
         image.push(0);
     }
     let (maj, min) = compiler.nvrtc().version();
     let desc = format!("{} by NVRTC {maj}.{min}", out.target);
-    Ok((load_image(&dev.ctx, &image)?, desc))
+    Ok((load_image(ctx, &image)?, desc))
 }
 
-fn try_choice(dev: &CudaDevice, c: &Choice<'_>) -> Result<(Arc<ModuleRaw>, String, bool)> {
+fn try_choice(
+    ctx: &Arc<DeviceContext>,
+    standard: &StandardModule,
+    c: &Choice<'_>,
+) -> Result<(Arc<ModuleRaw>, String, bool)> {
     match *c {
         Choice::Cubin(data) => {
-            let info = cubin::inspect(data).map_err(|e| Error::Module {
+            let info = image::inspect(data).map_err(|e| Error::Module {
                 module: String::new(),
                 message: format!("cubin: {e}"),
             })?;
-            if info.sm != dev.sm() {
+            if info.sm != ctx.sm {
                 return Err(Error::InvalidArgument(format!(
                     "the cubin labelled sm_{} is an ELF for sm_{}",
-                    dev.sm(),
-                    info.sm
+                    ctx.sm, info.sm
                 )));
             }
-            let m = load_image(&dev.ctx, data)?;
-            Ok((Arc::new(m), format!("cubin(sm_{})", dev.sm()), false))
+            let m = load_image(ctx, data)?;
+            Ok((Arc::new(m), format!("cubin(sm_{})", ctx.sm), false))
         }
         Choice::Standard => {
-            let mut cached = dev.standard.lock();
+            let mut cached = standard.0.lock();
             if let Some((m, d)) = cached.as_ref() {
                 return Ok((m.clone(), d.clone(), true));
             }
-            let (m, d) = compile_and_load(dev, portable::standard_source())?;
+            let (m, d) = compile_and_load(ctx, portable::standard_source())?;
             let m = Arc::new(m);
             let d = format!("standard ({d})");
             *cached = Some((m.clone(), d.clone()));
             Ok((m, d, true))
         }
         Choice::Source(code) => {
-            let (m, d) = compile_and_load(dev, &portable::with_prelude(code))?;
+            let (m, d) = compile_and_load(ctx, &portable::with_prelude(code))?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
         Choice::Ptx(code) => {
             let text = CString::new(code)
                 .map_err(|_| Error::InvalidArgument("PTX image contains a NUL byte".into()))?;
-            let m = load_image(&dev.ctx, text.as_bytes_with_nul())?;
+            let m = load_image(ctx, text.as_bytes_with_nul())?;
             Ok((Arc::new(m), "ptx (driver JIT)".into(), false))
         }
     }
 }
 
-/// Loads `module` on `dev`.
-pub(crate) fn load(dev: &CudaDevice, module: &Module) -> Result<Arc<dyn LoadedModule>> {
-    let sm = dev.sm();
+/// Loads `module` on the device of `ctx` (`standard`: that device's compiled standard
+/// library, compiled here on first use).
+pub(crate) fn load(
+    ctx: &Arc<DeviceContext>,
+    standard: &StandardModule,
+    module: &Module,
+) -> Result<Arc<dyn LoadedModule>> {
+    let sm = ctx.sm;
     let mut failures = vec![];
     for c in plan(&module.images, sm) {
-        match try_choice(dev, &c) {
+        match try_choice(ctx, standard, &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
                 return Ok(Arc::new(CudaModule {
@@ -217,7 +238,7 @@ pub(crate) fn load(dev: &CudaDevice, module: &Module) -> Result<Arc<dyn LoadedMo
     let mut message = format!(
         "no image the CUDA device can load: the module has [{}]; the device ({}, sm_{sm}) needs cubin(sm_{sm}), ptx, or standard/source (compiled by NVRTC)",
         have.join(", "),
-        dev.info().name,
+        ctx.name,
     );
     if !failures.is_empty() {
         message.push_str(&format!("; tried: {}", failures.join("; ")));
@@ -316,9 +337,144 @@ impl KernelHandle for CudaKernel {
     }
 }
 
+/// One kernel argument as the driver reads it: the bytes of its C type, at the start of an
+/// 8-byte-aligned slot.
+pub(crate) fn arg_slot(arg: &LaunchArg) -> u64 {
+    match *arg {
+        LaunchArg::Buffer { ptr, .. } => ptr.0,
+        LaunchArg::Scalar(s) => {
+            let mut b = [0u8; 8];
+            let v = s.to_le_bytes();
+            b[..v.len()].copy_from_slice(&v);
+            u64::from_le_bytes(b)
+        }
+    }
+}
+
+/// Checks `args` against a known kernel signature: count, buffer/immediate kinds and
+/// immediate types (a wrong immediate type would make the kernel read the wrong bytes).
+fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
+    let Some(sig) = kernel.signature() else {
+        return Ok(());
+    };
+    let bad = |msg: String| {
+        Err(Error::InvalidArgument(format!(
+            "kernel `{}`: {msg}",
+            kernel.name()
+        )))
+    };
+    if sig.params.len() != args.len() {
+        return bad(format!(
+            "takes {} arguments, got {}",
+            sig.params.len(),
+            args.len()
+        ));
+    }
+    for (i, (p, a)) in sig.params.iter().zip(args).enumerate() {
+        match (&p.kind, a) {
+            (ParamKind::Buffer { .. }, LaunchArg::Buffer { .. }) => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) if s.dtype() == *dt => {}
+            (ParamKind::Scalar(dt), LaunchArg::Scalar(s)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got {s}",
+                    p.name
+                ));
+            }
+            (ParamKind::Scalar(dt), LaunchArg::Buffer { .. }) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dt} immediate, got a buffer",
+                    p.name
+                ));
+            }
+            (ParamKind::Buffer { dtype, .. }, LaunchArg::Scalar(_)) => {
+                return bad(format!(
+                    "argument {i} `{}` must be a {dtype} buffer, got an immediate",
+                    p.name
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Launch arguments ready for `cuLaunchKernel`: one 8-byte slot per argument, and the
+/// checked regions of the buffers (kept alive until the launch is queued).
+pub(crate) struct KernelArgs {
+    slots: Vec<u64>,
+    _regions: Vec<Region>,
+}
+
+impl KernelArgs {
+    /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
+    fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots
+            .iter_mut()
+            .map(|s| (s as *mut u64).cast::<c_void>())
+            .collect()
+    }
+}
+
+/// Checks `args` against the kernel's signature (when known) and the device's live
+/// allocations, and lays them out for the launch.
+pub(crate) fn marshal(
+    kernel: &CudaKernel,
+    args: &[LaunchArg],
+    memory: &MemoryRegistry,
+) -> Result<KernelArgs> {
+    check_signature(kernel, args)?;
+    let mut regions = Vec::new();
+    for a in args {
+        if let LaunchArg::Buffer { ptr, len } = *a {
+            regions.push(memory.region(ptr, len)?);
+        }
+    }
+    Ok(KernelArgs {
+        slots: args.iter().map(arg_slot).collect(),
+        _regions: regions,
+    })
+}
+
+/// `cuLaunchKernel` on `stream` with marshalled arguments.
+pub(crate) fn launch(
+    ctx: &DeviceContext,
+    kernel: &CudaKernel,
+    dims: &LaunchDims,
+    args: &mut KernelArgs,
+    stream: sys::CUstream,
+) -> Result<()> {
+    let mut params = args.pointers();
+    ctx.bind()?;
+    // SAFETY: `kernel.function()` is a live function of a loaded module (kept alive by the
+    // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot of
+    // `args` holding the value in the parameter's C type (checked against the signature when
+    // known); buffer ranges were checked by `marshal`; the driver copies the values before
+    // returning.
+    let r = unsafe {
+        sys::cuLaunchKernel(
+            kernel.function(),
+            dims.grid.x,
+            dims.grid.y,
+            dims.grid.z,
+            dims.block.x,
+            dims.block.y,
+            dims.block.z,
+            dims.shared_mem,
+            stream,
+            params.as_mut_ptr(),
+            std::ptr::null_mut(),
+        )
+    };
+    cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
+        kernel: kernel.name().to_string(),
+        message: e.to_string(),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use xthunk_core::backend::DevicePtr;
+    use xthunk_core::ir::Scalar;
 
     #[test]
     fn exact_cubin_first_then_nvrtc_then_ptx() {
@@ -352,5 +508,31 @@ mod tests {
             data: vec![],
         }];
         assert!(plan(&hsaco_only, 90).is_empty());
+    }
+
+    #[test]
+    fn every_scalar_type_marshals_as_its_c_type() {
+        let cases: [(Scalar, &[u8]); 9] = [
+            (Scalar::Pred(true), &[1]),
+            (Scalar::I8(-2), &[0xfe]),
+            (Scalar::U8(200), &[200]),
+            (Scalar::I32(-3), &(-3i32).to_le_bytes()),
+            (Scalar::I64(-4), &(-4i64).to_le_bytes()),
+            (Scalar::F16(0x3c00), &[0x00, 0x3c]),
+            (Scalar::BF16(0x3f80), &[0x80, 0x3f]),
+            (Scalar::F32(1.5), &1.5f32.to_le_bytes()),
+            (Scalar::F64(-2.25), &(-2.25f64).to_le_bytes()),
+        ];
+        for (s, bytes) in cases {
+            let slot = arg_slot(&LaunchArg::Scalar(s)).to_le_bytes();
+            assert_eq!(&slot[..bytes.len()], bytes, "{s}");
+            assert!(slot[bytes.len()..].iter().all(|&b| b == 0), "{s}");
+            assert_eq!(s.dtype().size(), bytes.len());
+        }
+        let p = arg_slot(&LaunchArg::Buffer {
+            ptr: DevicePtr(0x7f00_dead_beef),
+            len: 4,
+        });
+        assert_eq!(p, 0x7f00_dead_beef);
     }
 }

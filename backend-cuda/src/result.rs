@@ -1,5 +1,6 @@
 //! Vendor result codes, mapped to xthunk errors in this one place: every error names the
-//! library call, the code's symbolic name and its number.
+//! library call, the code's symbolic name and its number; and the backend's `Unavailable` and
+//! `Unsupported` errors.
 
 use cudarc::driver::sys::CUresult;
 use xthunk_core::Error;
@@ -88,6 +89,14 @@ pub(crate) fn unavailable(reason: impl Into<String>) -> Error {
     Error::Unavailable {
         backend: BACKEND.into(),
         reason: reason.into(),
+    }
+}
+
+/// `Unsupported { backend: "cuda", feature }`.
+pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
+    Error::Unsupported {
+        backend: BACKEND.into(),
+        feature: feature.into(),
     }
 }
 

@@ -10,8 +10,8 @@ use std::sync::Arc;
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::{portable, standard_library};
-use xthunk_cuda::cubin::{self, EM_CUDA};
-use xthunk_cuda::nvrtc::Nvrtc;
+use xthunk_cuda::compile::Nvrtc;
+use xthunk_cuda::image::{self, EM_CUDA};
 use xthunk_cuda::{CacheStatus, Compiler, SearchConfig, Target};
 
 const INSTALL: &str = "python3 -m pip install --target \"$HOME/.cache/xthunk/pip\" nvidia-cuda-nvrtc-cu12 \
@@ -59,7 +59,7 @@ fn every_standard_kernel_compiles_for_sm80_and_sm90_and_is_cached() {
         let out = compiler.compile(src, Target::Sm(sm)).unwrap();
         let secs = t0.elapsed().as_secs_f64();
         assert_eq!(out.cache, CacheStatus::Miss);
-        let info = cubin::inspect(&out.image).unwrap();
+        let info = image::inspect(&out.image).unwrap();
         assert_eq!(info.machine, EM_CUDA, "e_machine");
         assert_eq!(info.sm, sm, "SM in e_flags {:#x}", info.e_flags);
         let missing: Vec<&&str> = names
@@ -186,7 +186,7 @@ fn compile_for_target_and_precompile() {
     }
     let src = portable::kernel_source("gelu_f16").unwrap();
     let cubin = xthunk_cuda::compile_for_target(&src, "sm_90").unwrap();
-    let info = cubin::inspect(&cubin).unwrap();
+    let info = image::inspect(&cubin).unwrap();
     assert_eq!((info.machine, info.sm), (EM_CUDA, 90));
     assert!(info.functions.iter().any(|f| f == "gelu_f16"));
     let ptx = xthunk_cuda::compile_for_target(&src, "compute_80").unwrap();
@@ -200,7 +200,7 @@ fn compile_for_target_and_precompile() {
     match xthunk_cuda::precompile(&image, "sm_80").unwrap() {
         Some(ModuleImage::Cubin { arch, data }) => {
             assert_eq!(arch, "sm_80");
-            assert_eq!(cubin::inspect(&data).unwrap().sm, 80);
+            assert_eq!(image::inspect(&data).unwrap().sm, 80);
         }
         other => panic!("expected a cubin, got {other:?}"),
     }

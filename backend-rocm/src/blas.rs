@@ -4,11 +4,14 @@
 //! The IR's gemm is row-major; rocBLAS is column-major. A row-major `m×n` matrix with row
 //! stride `ld` is, read column-major, its transpose (`n×m`, leading dimension `ld`). So
 //! `C = op(A)·op(B)` is computed as `Cᵀ = op(B)ᵀ·op(A)ᵀ`: rocBLAS gets `m' = n`, `n' = m`,
-//! `A' = B` (transposed iff `trans_b`), `B' = A` (transposed iff `trans_a`), and `C` as is.
+//! `A' = B` (transposed iff `trans_b`), `B' = A` (transposed iff `trans_a`), and `C` as is
+//! ([`xthunk_core::ir::Gemm::column_major`]).
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
-use crate::device::DeviceShared;
-use crate::loader::{LoadError, SearchConfig, file_containing, open_first, symbol_table};
+use crate::context::DeviceContext;
+use crate::loader::{
+    LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig, file_containing, open_first,
+};
 use crate::result::{self, unsupported};
 use crate::sys;
 use std::ffi::c_void;
@@ -18,47 +21,20 @@ use xthunk_core::backend::GemmLaunch;
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
-/// Names of rocBLAS (ROCm 7: `.so.5`, ROCm 6: `.so.4`, ROCm 5: `.so.0`).
-pub const ROCBLAS_LIBRARY_NAMES: &[&str] = &[
-    "librocblas.so",
-    "librocblas.so.5",
-    "librocblas.so.4",
-    "librocblas.so.3",
-    "librocblas.so.0",
-];
-
-symbol_table! {
-    /// rocBLAS.
-    pub(crate) struct RocblasApi {
-        required {
-            rocblas_create_handle: sys::rocblas_create_handle_t,
-            rocblas_destroy_handle: sys::rocblas_destroy_handle_t,
-            rocblas_set_stream: sys::rocblas_set_stream_t,
-            rocblas_set_pointer_mode: sys::rocblas_set_pointer_mode_t,
-            rocblas_gemm_ex: sys::rocblas_gemm_ex_t,
-            rocblas_gemm_strided_batched_ex: sys::rocblas_gemm_strided_batched_ex_t,
-        }
-        optional {
-            rocblas_get_version_string_size: sys::rocblas_get_version_string_size_t,
-            rocblas_get_version_string: sys::rocblas_get_version_string_t,
-        }
-    }
-}
-
 /// A loaded rocBLAS.
-pub(crate) struct Rocblas {
+pub(crate) struct BlasLibrary {
     pub(crate) api: RocblasApi,
     pub(crate) path: PathBuf,
     pub(crate) version: String,
 }
 
-impl Rocblas {
+impl BlasLibrary {
     /// Loads rocBLAS (the HIP runtime's folder first). rocBLAS 2.x (ROCm 5) and later have
     /// the `gemm_ex` signatures declared in [`crate::sys`].
     pub(crate) fn load(
         config: &SearchConfig,
         sibling: Option<&Path>,
-    ) -> Result<Rocblas, LoadError> {
+    ) -> Result<BlasLibrary, LoadError> {
         let candidates = config.candidates(ROCBLAS_LIBRARY_NAMES, sibling);
         let (api, path) = open_first("rocBLAS", &candidates, |lib| {
             let api = RocblasApi::bind(lib)?;
@@ -77,7 +53,7 @@ impl Rocblas {
         let path = file_containing(api.rocblas_gemm_ex as usize).unwrap_or(path);
         let version = version_string(&api);
         tracing::info!(path = %path.display(), %version, "loaded rocBLAS");
-        Ok(Rocblas { api, path, version })
+        Ok(BlasLibrary { api, path, version })
     }
 }
 
@@ -104,7 +80,7 @@ fn version_string(api: &RocblasApi) -> String {
 
 /// A rocBLAS handle bound to one stream, destroyed on drop.
 pub(crate) struct BlasHandle {
-    lib: Arc<Rocblas>,
+    lib: Arc<BlasLibrary>,
     raw: sys::rocblas_handle,
 }
 
@@ -113,13 +89,13 @@ pub(crate) struct BlasHandle {
 unsafe impl Send for BlasHandle {}
 
 impl BlasHandle {
-    /// A handle on `dev` whose work goes to `stream`, with alpha/beta read from the host.
+    /// A handle on the device of `ctx` whose work goes to `stream`, with alpha/beta read from the host.
     pub(crate) fn new(
-        lib: Arc<Rocblas>,
-        dev: &DeviceShared,
+        lib: Arc<BlasLibrary>,
+        ctx: &DeviceContext,
         stream: sys::hipStream_t,
     ) -> Result<Self> {
-        dev.bind()?;
+        ctx.bind()?;
         let mut raw: sys::rocblas_handle = std::ptr::null_mut();
         // SAFETY: writes one handle; the device is current on this thread.
         let rc = unsafe { (lib.api.rocblas_create_handle)(&mut raw) };
@@ -270,61 +246,20 @@ pub struct GemmPlan {
     pub beta: Scale,
 }
 
-/// Elements a row-major `rows×cols` matrix with row stride `ld` spans, over `batch` matrices
-/// `stride` apart (0 when empty; `None` on overflow).
-fn extent(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 || batch == 0 {
-        return Some(0);
-    }
-    (batch - 1)
-        .checked_mul(stride)?
-        .checked_add((rows - 1).checked_mul(ld)?)?
-        .checked_add(cols)
-}
-
-/// Plans a gemm: the dtype mapping, the row-major → column-major swap, and every check
-/// (leading dimensions, buffer extents, 32-bit limits). `None` when there is nothing to do.
+/// Plans a gemm: the dtype mapping, the shape check ([`xthunk_core::ir::Gemm::check`]), the
+/// row-major → column-major swap and the 32-bit limits. `None` when there is nothing to do.
 pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
-    let (ab_type, compute_type, esize) = match g.dtype {
-        DType::F32 => (sys::rocblas_datatype_f32_r, sys::rocblas_datatype_f32_r, 4),
-        DType::F64 => (sys::rocblas_datatype_f64_r, sys::rocblas_datatype_f64_r, 8),
-        DType::F16 => (sys::rocblas_datatype_f16_r, sys::rocblas_datatype_f32_r, 2),
-        DType::BF16 => (sys::rocblas_datatype_bf16_r, sys::rocblas_datatype_f32_r, 2),
+    let (ab_type, compute_type) = match g.dtype {
+        DType::F32 => (sys::rocblas_datatype_f32_r, sys::rocblas_datatype_f32_r),
+        DType::F64 => (sys::rocblas_datatype_f64_r, sys::rocblas_datatype_f64_r),
+        DType::F16 => (sys::rocblas_datatype_f16_r, sys::rocblas_datatype_f32_r),
+        DType::BF16 => (sys::rocblas_datatype_bf16_r, sys::rocblas_datatype_f32_r),
         other => return Err(unsupported(format!("{other} gemm"))),
     };
     let bad = |m: String| Error::InvalidArgument(format!("gemm: {m}"));
-    if g.batch == 0 || g.m == 0 || g.n == 0 {
+    g.check().map_err(|e| bad(e.to_string()))?;
+    if g.m == 0 || g.n == 0 {
         return Ok(None);
-    }
-    let (ra, ca) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (rb, cb) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    for (name, ld, cols) in [("lda", g.lda, ca), ("ldb", g.ldb, cb), ("ldc", g.ldc, g.n)] {
-        if ld < cols.max(1) {
-            return Err(bad(format!(
-                "{name} = {ld} is less than the row length {cols}"
-            )));
-        }
-    }
-    if g.batch > 1 && g.stride_c < extent(g.m, g.n, g.ldc, 1, 0).unwrap_or(u64::MAX) {
-        return Err(bad(format!(
-            "stride_c = {} makes the {} outputs overlap",
-            g.stride_c, g.batch
-        )));
-    }
-    for (name, rows, cols, ld, stride, len) in [
-        ("A", ra, ca, g.lda, g.stride_a, g.a_len),
-        ("B", rb, cb, g.ldb, g.stride_b, g.b_len),
-        ("C", g.m, g.n, g.ldc, g.stride_c, g.c_len),
-    ] {
-        let need = extent(rows, cols, ld, g.batch, stride)
-            .and_then(|e| e.checked_mul(esize))
-            .ok_or_else(|| bad(format!("the extent of {name} overflows")))?;
-        if need > len {
-            return Err(bad(format!(
-                "{name} needs {need} bytes ({}x{rows}x{cols}, ld {ld}, stride {stride}) but its buffer has {len}",
-                g.batch
-            )));
-        }
     }
     let i32_of = |name: &str, v: u64| {
         i32::try_from(v).map_err(|_| {
@@ -348,21 +283,22 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
     } else {
         (Scale::F32(g.alpha as f32), Scale::F32(g.beta as f32))
     };
+    let cm = g.column_major();
     Ok(Some(GemmPlan {
-        op_a: op(g.trans_b),
-        op_b: op(g.trans_a),
-        m: i32_of("n", g.n)?,
-        n: i32_of("m", g.m)?,
-        k: i32_of("k", g.k)?,
-        a: g.b.0,
-        lda: i32_of("ldb", g.ldb)?,
-        stride_a: i64_of("stride_b", g.stride_b)?,
-        b: g.a.0,
-        ldb: i32_of("lda", g.lda)?,
-        stride_b: i64_of("stride_a", g.stride_a)?,
-        c: g.c.0,
-        ldc: i32_of("ldc", g.ldc)?,
-        stride_c: i64_of("stride_c", g.stride_c)?,
+        op_a: op(cm.trans_a),
+        op_b: op(cm.trans_b),
+        m: i32_of("n", cm.m)?,
+        n: i32_of("m", cm.n)?,
+        k: i32_of("k", cm.k)?,
+        a: cm.a.ptr.0,
+        lda: i32_of("ldb", cm.lda)?,
+        stride_a: i64_of("stride_b", cm.stride_a)?,
+        b: cm.b.ptr.0,
+        ldb: i32_of("lda", cm.ldb)?,
+        stride_b: i64_of("stride_a", cm.stride_b)?,
+        c: cm.c.ptr.0,
+        ldc: i32_of("ldc", cm.ldc)?,
+        stride_c: i64_of("stride_c", cm.stride_c)?,
         batch: i32_of("batch", g.batch)?,
         ab_type,
         c_type: ab_type,
@@ -375,7 +311,7 @@ pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xthunk_core::backend::DevicePtr;
+    use xthunk_core::backend::{DevicePtr, DeviceRange};
 
     /// Runs a plan the way column-major BLAS defines it, on host arrays.
     fn colmajor(p: &GemmPlan, a: &[f64], b: &[f64], c: &mut [f64]) {
@@ -451,12 +387,18 @@ mod tests {
                 let b: Vec<f64> = (0..len(sb)).map(|i| (i % 5) as f64 * 0.5 - 1.0).collect();
                 let c0: Vec<f64> = (0..len(sc)).map(|i| (i % 3) as f64).collect();
                 let g = GemmLaunch {
-                    a: DevicePtr(0x1000),
-                    b: DevicePtr(0x2000),
-                    c: DevicePtr(0x3000),
-                    a_len: len(sa) as u64 * 8,
-                    b_len: len(sb) as u64 * 8,
-                    c_len: len(sc) as u64 * 8,
+                    a: DeviceRange {
+                        ptr: DevicePtr(0x1000),
+                        len: len(sa) as u64 * 8,
+                    },
+                    b: DeviceRange {
+                        ptr: DevicePtr(0x2000),
+                        len: len(sb) as u64 * 8,
+                    },
+                    c: DeviceRange {
+                        ptr: DevicePtr(0x3000),
+                        len: len(sc) as u64 * 8,
+                    },
                     m,
                     n,
                     k,
@@ -491,12 +433,18 @@ mod tests {
     #[test]
     fn plans_check_types_and_extents() {
         let g = GemmLaunch {
-            a: DevicePtr(0x1000),
-            b: DevicePtr(0x2000),
-            c: DevicePtr(0x3000),
-            a_len: 2 * 3 * 2,
-            b_len: 3 * 4 * 2,
-            c_len: 2 * 4 * 2,
+            a: DeviceRange {
+                ptr: DevicePtr(0x1000),
+                len: 2 * 3 * 2,
+            },
+            b: DeviceRange {
+                ptr: DevicePtr(0x2000),
+                len: 3 * 4 * 2,
+            },
+            c: DeviceRange {
+                ptr: DevicePtr(0x3000),
+                len: 2 * 4 * 2,
+            },
             m: 2,
             n: 4,
             k: 3,
@@ -521,12 +469,15 @@ mod tests {
                     && p.alpha == Scale::F32(1.0)
                     && (p.m, p.n, p.k) == (4, 2, 3))
         );
-        let short = GemmLaunch { c_len: 15, ..g };
+        let short = GemmLaunch {
+            c: DeviceRange { len: 15, ..g.c },
+            ..g
+        };
         let e = plan(&short)
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
-        assert!(e.contains("C needs 16 bytes"), "{e}");
+        assert!(e.contains("c needs 16 bytes"), "{e}");
         let bad_ld = GemmLaunch { lda: 2, ..g };
         assert!(plan(&bad_ld).is_err());
         let int = GemmLaunch {
@@ -536,14 +487,25 @@ mod tests {
         assert!(matches!(plan(&int), Err(Error::Unsupported { .. })));
         let empty = GemmLaunch { m: 0, ..g };
         assert!(matches!(plan(&empty), Ok(None)));
+        let big = |r: DeviceRange| DeviceRange { len: 1000, ..r };
         let overlap = GemmLaunch {
             batch: 2,
+            stride_a: 6,
+            stride_b: 12,
             stride_c: 4,
-            c_len: 1000,
-            a_len: 1000,
-            b_len: 1000,
+            a: big(g.a),
+            b: big(g.b),
+            c: big(g.c),
             ..g
         };
-        assert!(plan(&overlap).is_err());
+        let e = plan(&overlap).err().map(|e| e.to_string());
+        assert!(e.is_some_and(|e| e.contains("stride_c")));
+        assert!(
+            plan(&GemmLaunch {
+                stride_c: 8,
+                ..overlap
+            })
+            .is_ok_and(|p| p.is_some())
+        );
     }
 }

@@ -1,4 +1,13 @@
-//! Portable source → AMD GPU code object (HSACO) with hipRTC, behind a disk cache.
+//! The runtime compiler: portable source → AMD GPU code object (HSACO) with hipRTC, behind a
+//! disk cache.
+//!
+//! hipRTC is `libhiprtc.so.*` on ROCm ≥ 6 and part of `libamdhip64` on ROCm 5 (Debian's
+//! 5.2): the dedicated library is searched first, then the HIP runtime's own symbols.
+//!
+//! On ROCm 5.2 a target hipRTC does not know *aborts the process* (a crash inside comgr), so
+//! every target is checked against comgr's ISA list (`amd_comgr_get_isa_count` /
+//! `amd_comgr_get_isa_name`, names like `amdgcn-amd-amdhsa--gfx90a`) before compiling; comgr
+//! is the library hipRTC itself uses (the copy already mapped in the process is preferred).
 //!
 //! - Targets are validated (`gfx…` with optional `:feature±` suffixes, nothing that could be
 //!   read as another compiler option) and checked against comgr's ISA list before hipRTC sees
@@ -14,144 +23,24 @@
 //!   and carry their key and a checksum: a corrupt or foreign entry is removed and rebuilt.
 //!   Entries are also kept in memory for the life of the [`Compiler`].
 
-use crate::elf::{CodeObject, mach_of};
-use crate::hiprtc::{Comgr, Hiprtc};
-use crate::loader::{Hip, SearchConfig, format_hip_version};
-use crate::result::BACKEND;
+use crate::image::{CodeObject, mach_of};
+use crate::loader::{
+    COMGR_LIBRARY_NAMES, ComgrApi, HIPRTC_LIBRARY_NAMES, Hip, HiprtcApi, LoadError, SearchConfig,
+    file_containing, format_hip_version, mapped_library, open_first,
+};
+use crate::result::{CompileError, comgr_describe, hiprtc_describe};
+use crate::sys;
+use crate::target::Target;
+use libloading::Library;
+use parking_lot::Mutex;
 use std::collections::HashMap;
+use std::ffi::{CString, c_char, c_int};
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::portable::{self, source_hash};
-
-/// Why a compilation did not produce a code object.
-#[derive(Clone, Debug, thiserror::Error)]
-pub enum CompileError {
-    /// hipRTC or comgr could not be loaded.
-    #[error("hipRTC is unavailable: {0}")]
-    Unavailable(String),
-    /// The target is not a well-formed gfx target.
-    #[error("invalid AMD GPU target `{target}`: {reason}")]
-    InvalidTarget { target: String, reason: String },
-    /// comgr does not list the target: compiling would abort the process on ROCm 5.2.
-    #[error(
-        "target `{target}` is not supported by this ROCm (comgr {comgr} lists: {known}); refusing to compile it (hipRTC would abort on an unknown target)"
-    )]
-    UnsupportedTarget {
-        target: String,
-        comgr: String,
-        known: String,
-    },
-    /// hipRTC failed; `log` is its compile log.
-    #[error("hipRTC {call} failed for {target}: {status}\n{log}")]
-    Compilation {
-        call: String,
-        status: String,
-        target: String,
-        log: String,
-    },
-    /// hipRTC returned something that is not a code object for the target.
-    #[error("hipRTC returned a bad code object for {target}: {reason}")]
-    BadOutput { target: String, reason: String },
-}
-
-impl From<CompileError> for Error {
-    fn from(e: CompileError) -> Error {
-        match e {
-            CompileError::Unavailable(reason) => Error::Unavailable {
-                backend: BACKEND.into(),
-                reason: format!("hipRTC: {reason}"),
-            },
-            CompileError::InvalidTarget { .. } => Error::InvalidArgument(e.to_string()),
-            CompileError::UnsupportedTarget { .. } => Error::Unsupported {
-                backend: BACKEND.into(),
-                feature: e.to_string(),
-            },
-            CompileError::Compilation { ref call, .. } => {
-                Error::backend(BACKEND, &call.clone(), e.to_string())
-            }
-            CompileError::BadOutput { .. } => {
-                Error::backend(BACKEND, "hiprtcGetCode", e.to_string())
-            }
-        }
-    }
-}
-
-/// A gfx target, e.g. `gfx90a` or `gfx90a:sramecc+:xnack-`.
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Target {
-    /// The whole name as given.
-    pub full: String,
-    /// The processor, without features: `gfx90a`.
-    pub base: String,
-    /// `(feature, enabled)`: `("sramecc", true), ("xnack", false)`.
-    pub features: Vec<(String, bool)>,
-}
-
-impl Target {
-    /// Parses and validates a target name (a `gcnArchName` or a `--target` argument).
-    pub fn parse(s: &str) -> Result<Target, CompileError> {
-        let invalid = |reason: &str| CompileError::InvalidTarget {
-            target: s.to_string(),
-            reason: reason.to_string(),
-        };
-        if s.len() > 64 {
-            return Err(invalid("longer than 64 characters"));
-        }
-        let mut parts = s.split(':');
-        let base = parts.next().unwrap_or_default();
-        let Some(proc_id) = base.strip_prefix("gfx") else {
-            return Err(invalid("an AMD GPU target starts with `gfx` (e.g. gfx90a)"));
-        };
-        if proc_id.is_empty()
-            || !proc_id
-                .bytes()
-                .all(|b| b.is_ascii_digit() || b.is_ascii_lowercase() || b == b'-')
-            || !proc_id.as_bytes()[0].is_ascii_digit()
-        {
-            return Err(invalid(
-                "the processor must be `gfx` followed by digits and lowercase letters (e.g. gfx90a, gfx1030, gfx9-generic)",
-            ));
-        }
-        let mut features = Vec::new();
-        for f in parts {
-            let (name, on) = if let Some(n) = f.strip_suffix('+') {
-                (n, true)
-            } else if let Some(n) = f.strip_suffix('-') {
-                (n, false)
-            } else {
-                return Err(invalid("a feature is `name+` or `name-` (e.g. xnack-)"));
-            };
-            if name.is_empty() || !name.bytes().all(|b| b.is_ascii_lowercase()) {
-                return Err(invalid(
-                    "a feature name is lowercase letters (xnack, sramecc)",
-                ));
-            }
-            if features.iter().any(|(n, _): &(String, bool)| n == name) {
-                return Err(invalid("a feature is given twice"));
-            }
-            features.push((name.to_string(), on));
-        }
-        Ok(Target {
-            full: s.to_string(),
-            base: base.to_string(),
-            features,
-        })
-    }
-
-    /// True when code built for `self` runs on a device whose `gcnArchName` is `device`:
-    /// the same processor, and no feature set one way here and the other way there (a feature
-    /// left unspecified on either side matches both settings).
-    pub fn runs_on(&self, device: &Target) -> bool {
-        self.base == device.base
-            && self
-                .features
-                .iter()
-                .all(|(n, on)| device.features.iter().all(|(dn, don)| dn != n || don == on))
-    }
-}
 
 /// Compiler options for a target (`--offload-arch` always).
 pub fn options_for(target: &Target) -> Vec<String> {
@@ -311,6 +200,269 @@ fn decode_entry<'a>(data: &'a [u8], key: &str) -> Result<&'a [u8], &'static str>
     Ok(payload)
 }
 
+// ---- hipRTC and comgr -------------------------------------------------------------------
+
+/// A loaded hipRTC.
+pub(crate) struct Hiprtc {
+    pub(crate) api: HiprtcApi,
+    /// The library the symbols came from.
+    pub(crate) path: PathBuf,
+    /// `hiprtcVersion`, e.g. `(9, 0)`.
+    pub(crate) version: Option<(i32, i32)>,
+}
+
+/// A failed compilation: the status and hipRTC's log.
+#[derive(Clone, Debug)]
+pub(crate) struct RtcFailure {
+    pub(crate) call: &'static str,
+    pub(crate) status: String,
+    pub(crate) log: String,
+}
+
+impl Hiprtc {
+    /// Loads hipRTC: `libhiprtc.so*` (searched with `config`, the HIP runtime's folder first),
+    /// else the HIP runtime library itself (ROCm 5).
+    pub(crate) fn load(
+        config: &SearchConfig,
+        hip_library: Option<(&Arc<Library>, &Path)>,
+    ) -> Result<Hiprtc, LoadError> {
+        let sibling = hip_library.and_then(|(_, p)| p.parent());
+        let candidates = config.candidates(HIPRTC_LIBRARY_NAMES, sibling);
+        let (api, path) = match open_first("hipRTC", &candidates, HiprtcApi::bind) {
+            Ok(found) => found,
+            Err(mut e) => match hip_library {
+                Some((lib, p)) => match HiprtcApi::bind(lib.clone()) {
+                    Ok(api) => (api, p.to_path_buf()),
+                    Err(why) => {
+                        e.tried
+                            .push(format!("{} (the HIP runtime: {why})", p.display()));
+                        return Err(e);
+                    }
+                },
+                None => {
+                    e.tried
+                        .push("libamdhip64 (the HIP runtime was not found either)".into());
+                    return Err(e);
+                }
+            },
+        };
+        let path = file_containing(api.hiprtcCreateProgram as usize).unwrap_or(path);
+        let version = api.hiprtcVersion.and_then(|f| {
+            let (mut major, mut minor): (c_int, c_int) = (0, 0);
+            // SAFETY: `hiprtcVersion` writes two ints through valid pointers.
+            let rc = unsafe { f(&mut major, &mut minor) };
+            (rc == sys::HIPRTC_SUCCESS).then_some((major, minor))
+        });
+        tracing::info!(path = %path.display(), ?version, "loaded hipRTC");
+        Ok(Hiprtc { api, path, version })
+    }
+
+    /// Compiles one translation unit. `Ok` holds the code object; `Err` the failing call, its
+    /// status and the compiler's log.
+    pub(crate) fn compile(
+        &self,
+        source: &str,
+        name: &str,
+        options: &[String],
+    ) -> Result<Vec<u8>, RtcFailure> {
+        let fail = |call, status: String, log: String| RtcFailure { call, status, log };
+        let src = CString::new(source).map_err(|_| {
+            fail(
+                "hiprtcCreateProgram",
+                "the source contains a NUL byte".into(),
+                String::new(),
+            )
+        })?;
+        let cname = CString::new(name).unwrap_or_default();
+        let opts: Vec<CString> = options
+            .iter()
+            .map(|o| CString::new(o.as_str()))
+            .collect::<Result<_, _>>()
+            .map_err(|_| {
+                fail(
+                    "hiprtcCompileProgram",
+                    "an option contains a NUL byte".into(),
+                    String::new(),
+                )
+            })?;
+        let opt_ptrs: Vec<*const c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+        let mut raw: sys::hiprtcProgram = std::ptr::null_mut();
+        // SAFETY: `src` and `cname` are NUL-terminated and outlive the call; no headers are
+        // passed (count 0, null arrays); `raw` receives the new program.
+        let rc = unsafe {
+            (self.api.hiprtcCreateProgram)(
+                &mut raw,
+                src.as_ptr(),
+                cname.as_ptr(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
+        if rc != sys::HIPRTC_SUCCESS || raw.is_null() {
+            return Err(fail(
+                "hiprtcCreateProgram",
+                hiprtc_describe(rc),
+                String::new(),
+            ));
+        }
+        let program = Program {
+            api: &self.api,
+            raw,
+        };
+        let n = c_int::try_from(opt_ptrs.len()).unwrap_or(c_int::MAX);
+        // SAFETY: `program.raw` is a live program; `opt_ptrs` holds `n` NUL-terminated
+        // strings that outlive the call.
+        let rc = unsafe { (self.api.hiprtcCompileProgram)(program.raw, n, opt_ptrs.as_ptr()) };
+        let log = program.log();
+        if rc != sys::HIPRTC_SUCCESS {
+            return Err(fail("hiprtcCompileProgram", hiprtc_describe(rc), log));
+        }
+        let mut size = 0usize;
+        // SAFETY: writes the code size of a compiled program.
+        let rc = unsafe { (self.api.hiprtcGetCodeSize)(program.raw, &mut size) };
+        if rc != sys::HIPRTC_SUCCESS {
+            return Err(fail("hiprtcGetCodeSize", hiprtc_describe(rc), log));
+        }
+        if size == 0 {
+            return Err(fail(
+                "hiprtcGetCodeSize",
+                "hipRTC returned an empty code object".into(),
+                log,
+            ));
+        }
+        let mut code = vec![0u8; size];
+        // SAFETY: `code` has exactly the `size` bytes hipRTC reported for this program.
+        let rc = unsafe { (self.api.hiprtcGetCode)(program.raw, code.as_mut_ptr().cast()) };
+        if rc != sys::HIPRTC_SUCCESS {
+            return Err(fail("hiprtcGetCode", hiprtc_describe(rc), log));
+        }
+        if !log.trim().is_empty() {
+            tracing::debug!(%name, %log, "hipRTC log");
+        }
+        Ok(code)
+    }
+}
+
+/// A hipRTC program, destroyed on drop.
+struct Program<'a> {
+    api: &'a HiprtcApi,
+    raw: sys::hiprtcProgram,
+}
+
+impl Program<'_> {
+    /// The compile log (empty when there is none or it cannot be read).
+    fn log(&self) -> String {
+        let mut size = 0usize;
+        // SAFETY: writes the log size of a live program.
+        let rc = unsafe { (self.api.hiprtcGetProgramLogSize)(self.raw, &mut size) };
+        if rc != sys::HIPRTC_SUCCESS || size == 0 {
+            return String::new();
+        }
+        // One more byte than reported, zeroed: the text is NUL-terminated whether or not the
+        // library counts the terminator.
+        let mut buf = vec![0u8; size.saturating_add(1)];
+        // SAFETY: `buf` holds at least the `size` bytes hipRTC reported.
+        let rc = unsafe { (self.api.hiprtcGetProgramLog)(self.raw, buf.as_mut_ptr().cast()) };
+        if rc != sys::HIPRTC_SUCCESS {
+            return format!("(the log could not be read: {})", hiprtc_describe(rc));
+        }
+        let end = buf.iter().position(|b| *b == 0).unwrap_or(buf.len());
+        String::from_utf8_lossy(&buf[..end]).into_owned()
+    }
+}
+
+impl Drop for Program<'_> {
+    fn drop(&mut self) {
+        // SAFETY: `raw` is a live program created by hiprtcCreateProgram, destroyed once here.
+        let rc = unsafe { (self.api.hiprtcDestroyProgram)(&mut self.raw) };
+        if rc != sys::HIPRTC_SUCCESS {
+            tracing::warn!("hiprtcDestroyProgram: {}", hiprtc_describe(rc));
+        }
+    }
+}
+
+/// comgr's list of ISAs.
+pub(crate) struct Comgr {
+    pub(crate) path: PathBuf,
+    pub(crate) version: Option<(usize, usize)>,
+    /// Full ISA names, e.g. `amdgcn-amd-amdhsa--gfx90a` (newer comgr also lists feature
+    /// variants such as `amdgcn-amd-amdhsa--gfx90a:xnack+`).
+    pub(crate) isa_names: Vec<String>,
+}
+
+impl Comgr {
+    /// Loads comgr: the copy already mapped into the process (hipRTC's own) first, then the
+    /// search.
+    pub(crate) fn load(config: &SearchConfig, sibling: Option<&Path>) -> Result<Comgr, LoadError> {
+        let mut candidates: Vec<PathBuf> = mapped_library("libamd_comgr").into_iter().collect();
+        for c in config.candidates(COMGR_LIBRARY_NAMES, sibling) {
+            if !candidates.contains(&c) {
+                candidates.push(c);
+            }
+        }
+        let ((api, isa_names), path) = open_first("comgr", &candidates, |lib| {
+            let api = ComgrApi::bind(lib)?;
+            isa_names(&api).map(|names| (api, names))
+        })?;
+        let path = file_containing(api.amd_comgr_get_isa_count as usize).unwrap_or(path);
+        let version = api.amd_comgr_get_version.map(|f| {
+            let (mut major, mut minor) = (0usize, 0usize);
+            // SAFETY: writes two size_t values through valid pointers.
+            unsafe { f(&mut major, &mut minor) };
+            (major, minor)
+        });
+        tracing::info!(path = %path.display(), ?version, isas = isa_names.len(), "loaded comgr");
+        Ok(Comgr {
+            path,
+            version,
+            isa_names,
+        })
+    }
+
+    /// The gfx targets comgr knows, without features (`gfx90a`, `gfx1030`, ...), in its order.
+    pub(crate) fn targets(&self) -> Vec<String> {
+        let mut out: Vec<String> = Vec::new();
+        for n in &self.isa_names {
+            let Some(t) = n.strip_prefix("amdgcn-amd-amdhsa--") else {
+                continue;
+            };
+            let base = t.split(':').next().unwrap_or(t).to_string();
+            if !out.contains(&base) {
+                out.push(base);
+            }
+        }
+        out
+    }
+}
+
+/// Every ISA name comgr lists.
+fn isa_names(api: &ComgrApi) -> Result<Vec<String>, String> {
+    let mut count = 0usize;
+    // SAFETY: writes one size_t through a valid pointer.
+    let rc = unsafe { (api.amd_comgr_get_isa_count)(&mut count) };
+    if rc != sys::AMD_COMGR_STATUS_SUCCESS {
+        return Err(format!("amd_comgr_get_isa_count: {}", comgr_describe(rc)));
+    }
+    let mut names = Vec::with_capacity(count.min(1024));
+    for i in 0..count.min(4096) {
+        let mut p: *const c_char = std::ptr::null();
+        // SAFETY: `i` is below the count comgr reported; comgr stores a pointer to a static
+        // NUL-terminated string in `p`.
+        let rc = unsafe { (api.amd_comgr_get_isa_name)(i, &mut p) };
+        if rc != sys::AMD_COMGR_STATUS_SUCCESS || p.is_null() {
+            return Err(format!(
+                "amd_comgr_get_isa_name({i}): {}",
+                comgr_describe(rc)
+            ));
+        }
+        // SAFETY: `p` is non-null and points to comgr's static NUL-terminated ISA name.
+        let name = unsafe { std::ffi::CStr::from_ptr(p) };
+        names.push(name.to_string_lossy().into_owned());
+    }
+    Ok(names)
+}
+
 // ---- the compiler -------------------------------------------------------------------------
 
 /// A compiled code object.
@@ -441,7 +593,7 @@ impl Compiler {
     pub fn compile(&self, source: &str, target: &str) -> Result<Compiled, CompileError> {
         let t = self.check_target(target)?;
         let key = self.cache_key(source, &t);
-        if let Some(img) = lock(&self.memory).get(&key).cloned() {
+        if let Some(img) = self.memory.lock().get(&key).cloned() {
             return Ok(Compiled {
                 image: img,
                 target: t,
@@ -454,7 +606,7 @@ impl Compiler {
                     Ok(_) => {
                         tracing::debug!(target = %t.full, path = %cache.path_for(&key).display(), "hsaco cache hit");
                         let img = Arc::new(img);
-                        lock(&self.memory).insert(key, img.clone());
+                        self.memory.lock().insert(key, img.clone());
                         return Ok(Compiled {
                             image: img,
                             target: t,
@@ -470,7 +622,7 @@ impl Compiler {
         }
         let started = std::time::Instant::now();
         let img = {
-            let _serial = lock(&self.lock);
+            let _serial = self.lock.lock();
             self.rtc
                 .compile(source, "xthunk_portable.hip", &options_for(&t))
                 .map_err(|f| CompileError::Compilation {
@@ -496,7 +648,7 @@ impl Compiler {
             }
         }
         let img = Arc::new(img);
-        lock(&self.memory).insert(key, img.clone());
+        self.memory.lock().insert(key, img.clone());
         Ok(Compiled {
             image: img,
             target: t,
@@ -517,11 +669,6 @@ impl Compiler {
             ))),
         }
     }
-}
-
-/// Locks a mutex, recovering from poisoning (the data is a cache: still consistent).
-pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The process-wide compiler for the environment's search path and the default disk cache.
@@ -561,57 +708,6 @@ pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn targets_parse_strictly() {
-        let t = Target::parse("gfx90a:sramecc+:xnack-");
-        let Ok(t) = t else {
-            unreachable!("{t:?}");
-        };
-        assert_eq!(t.base, "gfx90a");
-        assert_eq!(
-            t.features,
-            vec![("sramecc".to_string(), true), ("xnack".to_string(), false)]
-        );
-        for ok in [
-            "gfx90a",
-            "gfx1030",
-            "gfx942:xnack+",
-            "gfx9-generic",
-            "gfx10-3-generic",
-        ] {
-            assert!(Target::parse(ok).is_ok(), "{ok}");
-        }
-        for bad in [
-            "",
-            "sm_90",
-            "gfx",
-            "gfxZZ",
-            "gfx90a:xnack",
-            "gfx90a --save-temps",
-            "gfx90a:xnack+:xnack-",
-            "gfx90a;rm",
-            "GFX90A",
-        ] {
-            assert!(
-                matches!(Target::parse(bad), Err(CompileError::InvalidTarget { .. })),
-                "{bad}"
-            );
-        }
-    }
-
-    #[test]
-    fn images_match_devices_by_base_target() {
-        let p = |s: &str| Target::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
-        let dev = p("gfx90a:sramecc+:xnack-");
-        assert!(p("gfx90a").runs_on(&dev));
-        assert!(p("gfx90a:xnack-").runs_on(&dev));
-        assert!(p("gfx90a:sramecc+:xnack-").runs_on(&dev));
-        assert!(!p("gfx90a:xnack+").runs_on(&dev));
-        assert!(!p("gfx908").runs_on(&dev));
-        assert!(p("gfx1030").runs_on(&p("gfx1030")));
-        assert!(p("gfx90a:xnack+").runs_on(&p("gfx90a")));
-    }
 
     #[test]
     fn cache_entries_round_trip_and_reject_corruption() {

@@ -10,17 +10,20 @@
 //! (ROCm 5) otherwise, into a zeroed buffer larger than both layouts, at the offset of that
 //! layout, and accepted only when it reads as a gfx target.
 
-use crate::blas::Rocblas;
-use crate::compile::{Compiler, DiskCache, Target};
+use crate::blas::BlasLibrary;
+use crate::compile::{Compiler, DiskCache};
+use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::memory::{MemoryRegistry, RocmBuffer};
 use crate::module;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
 use crate::stream::{RocmEvent, RocmStream};
 use crate::sys;
+use crate::target::Target;
+use parking_lot::Mutex;
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
-use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::sync::{Arc, OnceLock, Weak};
 use xthunk_core::backend::{
     Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
     MemoryStats, Stream, Vendor,
@@ -57,11 +60,11 @@ impl RocmBackend {
     /// A backend searching where the environment says (see [`SearchConfig::from_env`]).
     /// Nothing is loaded until the first probe.
     pub fn new() -> Self {
-        Self::with_search(SearchConfig::from_env())
+        Self::with_config(SearchConfig::from_env())
     }
 
     /// A backend searching exactly as `config` says.
-    pub fn with_search(config: SearchConfig) -> Self {
+    pub fn with_config(config: SearchConfig) -> Self {
         RocmBackend {
             config,
             hip: OnceLock::new(),
@@ -71,7 +74,7 @@ impl RocmBackend {
     }
 
     /// Where this backend looks for ROCm.
-    pub fn search(&self) -> &SearchConfig {
+    pub fn config(&self) -> &SearchConfig {
         &self.config
     }
 
@@ -123,8 +126,9 @@ pub(crate) struct Runtime {
     config: SearchConfig,
     version: String,
     devices: Vec<Probed>,
-    compiler: OnceLock<std::result::Result<Arc<Compiler>, String>>,
-    rocblas: OnceLock<std::result::Result<Arc<Rocblas>, String>>,
+    /// hipRTC through this runtime's search, shared by its devices.
+    compiler: Arc<CompilerSlot>,
+    rocblas: OnceLock<std::result::Result<Arc<BlasLibrary>, String>>,
 }
 
 struct Probed {
@@ -177,39 +181,20 @@ impl Runtime {
         let version = hip.describe();
         tracing::info!(devices = devices.len(), "{version}");
         Ok(Runtime {
+            compiler: Arc::new(CompilerSlot::new(config.clone(), hip.clone())),
             hip,
             config,
             version,
             devices,
-            compiler: OnceLock::new(),
             rocblas: OnceLock::new(),
         })
     }
 
-    /// hipRTC through this runtime's search, with the default disk cache.
-    pub(crate) fn compiler(&self) -> Result<Arc<Compiler>> {
-        self.compiler
-            .get_or_init(|| {
-                Compiler::with_hip(
-                    &self.config,
-                    Some(self.hip.clone()),
-                    DiskCache::default_location(),
-                )
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
-            })
-            .clone()
-            .map_err(|reason| Error::Unavailable {
-                backend: BACKEND.into(),
-                reason,
-            })
-    }
-
     /// rocBLAS, or why it is not there.
-    pub(crate) fn rocblas(&self) -> std::result::Result<Arc<Rocblas>, String> {
+    pub(crate) fn rocblas(&self) -> std::result::Result<Arc<BlasLibrary>, String> {
         self.rocblas
             .get_or_init(|| {
-                Rocblas::load(&self.config, self.hip.folder())
+                BlasLibrary::load(&self.config, self.hip.folder())
                     .map(Arc::new)
                     .map_err(|e| e.to_string())
             })
@@ -347,39 +332,33 @@ impl Backend for RocmBackend {
                 rt.devices.len()
             )));
         };
-        let mut devs = result_lock(&self.devices);
+        let mut devs = self.devices.lock();
         if devs.len() < rt.devices.len() {
             devs.resize(rt.devices.len(), None);
         }
         if let Some(Some(d)) = devs.get(ordinal) {
             return Ok(d.clone());
         }
-        let (blas, blas_reason) = match rt.rocblas() {
-            Ok(b) => (Some(b), None),
-            Err(why) => {
-                tracing::warn!("rocBLAS unavailable, gemm disabled on rocm:{ordinal}: {why}");
-                (None, Some(why))
-            }
-        };
+        let blas = rt.rocblas();
+        if let Err(why) = &blas {
+            tracing::warn!("rocBLAS unavailable, gemm disabled on rocm:{ordinal}: {why}");
+        }
         let mut memory_spaces = vec![MemorySpace::Device, MemorySpace::HostPinned];
         if p.managed_memory {
             memory_spaces.push(MemorySpace::Unified);
         }
-        let shared = Arc::new(DeviceShared {
-            hip: rt.hip.clone(),
-            runtime: rt.clone(),
-            ordinal: ordinal as c_int,
-            name: format!("rocm:{ordinal} ({})", p.info.name),
-            arch: p.arch.clone(),
-            managed_memory: p.managed_memory,
-            memory: Arc::new(MemoryRegistry::default()),
-            blas,
-            blas_reason,
-        });
+        let ctx = Arc::new(DeviceContext::new(
+            rt.hip.clone(),
+            ordinal as c_int,
+            format!("rocm:{ordinal} ({})", p.info.name),
+            p.arch.clone(),
+            p.managed_memory,
+            rt.compiler.clone(),
+        ));
         let d = Arc::new(RocmDevice {
             caps: Capabilities {
                 memory_spaces,
-                gemm_dtypes: if shared.blas.is_some() {
+                gemm_dtypes: if blas.is_ok() {
                     vec![DType::F32, DType::F64, DType::F16, DType::BF16]
                 } else {
                     vec![]
@@ -388,7 +367,9 @@ impl Backend for RocmBackend {
                 warp_size: p.warp_size,
             },
             info: p.info.clone(),
-            shared,
+            ctx,
+            memory: Arc::new(MemoryRegistry::default()),
+            blas,
             streams: Mutex::new(Vec::new()),
         });
         if let Some(slot) = devs.get_mut(ordinal) {
@@ -398,38 +379,12 @@ impl Backend for RocmBackend {
     }
 }
 
-fn result_lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// What every object of one device shares.
-pub(crate) struct DeviceShared {
-    pub(crate) hip: Arc<Hip>,
-    pub(crate) runtime: Arc<Runtime>,
-    pub(crate) ordinal: c_int,
-    /// `rocm:0 (AMD Instinct MI210)`.
-    pub(crate) name: String,
-    /// The device's `gcnArchName`, parsed.
-    pub(crate) arch: Target,
-    pub(crate) managed_memory: bool,
-    pub(crate) memory: Arc<MemoryRegistry>,
-    pub(crate) blas: Option<Arc<Rocblas>>,
-    /// Why rocBLAS is absent.
-    pub(crate) blas_reason: Option<String>,
-}
-
-impl DeviceShared {
-    /// Makes this device current on the calling thread (HIP's current device is per thread).
-    pub(crate) fn bind(&self) -> Result<()> {
-        // SAFETY: `ordinal` is a device index the runtime reported.
-        let rc = unsafe { (self.hip.api.hipSetDevice)(self.ordinal) };
-        result::hip("hipSetDevice", rc)
-    }
-}
-
 /// An AMD GPU.
 pub struct RocmDevice {
-    shared: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
+    memory: Arc<MemoryRegistry>,
+    /// rocBLAS, or why it is absent.
+    blas: std::result::Result<Arc<BlasLibrary>, String>,
     info: DeviceInfo,
     caps: Capabilities,
     streams: Mutex<Vec<Weak<RocmStream>>>,
@@ -438,7 +393,7 @@ pub struct RocmDevice {
 impl RocmDevice {
     /// The device's full `gcnArchName` (e.g. `gfx90a:sramecc+:xnack-`).
     pub fn gcn_arch_name(&self) -> &str {
-        &self.shared.arch.full
+        &self.ctx.arch.full
     }
 }
 
@@ -456,41 +411,42 @@ impl Device for RocmDevice {
     }
 
     fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
-        let alloc = self
-            .shared
-            .memory
-            .allocate(&self.shared, size, alignment, space)?;
+        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
         Ok(Box::new(RocmBuffer {
             alloc,
-            registry: self.shared.memory.clone(),
+            registry: self.memory.clone(),
         }))
     }
 
     fn memory_stats(&self) -> MemoryStats {
-        self.shared.memory.stats()
+        self.memory.stats()
     }
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
-        let s = Arc::new(RocmStream::new(self.shared.clone())?);
-        let mut streams = result_lock(&self.streams);
+        let s = Arc::new(RocmStream::new(
+            self.ctx.clone(),
+            self.memory.clone(),
+            self.blas.clone(),
+        )?);
+        let mut streams = self.streams.lock();
         streams.retain(|w| w.strong_count() > 0);
         streams.push(Arc::downgrade(&s));
         Ok(s)
     }
 
     fn create_event(&self) -> Result<Arc<dyn Event>> {
-        Ok(Arc::new(RocmEvent::new(self.shared.clone())?))
+        Ok(Arc::new(RocmEvent::new(self.ctx.clone())?))
     }
 
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
-        module::load(&self.shared, module)
+        module::load(&self.ctx, module)
     }
 
     fn copy_to_host(&self, src: DevicePtr, dst: &mut [u8]) -> Result<()> {
         if dst.is_empty() {
             return Ok(());
         }
-        let r = self.shared.memory.region(src, dst.len() as u64)?;
+        let r = self.memory.region(src, dst.len() as u64)?;
         // After all queued work (the streams are non-blocking: the null stream does not wait
         // for them).
         self.synchronize()?;
@@ -498,7 +454,7 @@ impl Device for RocmDevice {
         // is a distinct host buffer of exactly that length; hipMemcpy returns when the copy
         // is done.
         let rc = unsafe {
-            (self.shared.hip.api.hipMemcpy)(
+            (self.ctx.hip.api.hipMemcpy)(
                 dst.as_mut_ptr().cast(),
                 r.ptr(),
                 dst.len(),
@@ -512,11 +468,11 @@ impl Device for RocmDevice {
         if src.is_empty() {
             return Ok(());
         }
-        let r = self.shared.memory.region(dst, src.len() as u64)?;
+        let r = self.memory.region(dst, src.len() as u64)?;
         self.synchronize()?;
         // SAFETY: as in `copy_to_host`, in the other direction.
         let rc = unsafe {
-            (self.shared.hip.api.hipMemcpy)(
+            (self.ctx.hip.api.hipMemcpy)(
                 r.ptr(),
                 src.as_ptr().cast(),
                 src.len(),
@@ -527,10 +483,7 @@ impl Device for RocmDevice {
     }
 
     fn synchronize(&self) -> Result<()> {
-        self.shared.bind()?;
-        // SAFETY: no arguments; waits for all work of the current (this) device.
-        let rc = unsafe { (self.shared.hip.api.hipDeviceSynchronize)() };
-        result::hip("hipDeviceSynchronize", rc)
+        self.ctx.synchronize()
     }
 }
 

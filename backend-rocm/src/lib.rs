@@ -1,15 +1,30 @@
 //! xthunk's ROCm backend: AMD GPUs through HIP, hipRTC and rocBLAS, all opened with `dlopen`
 //! at run time through hand-written declaration tables (no crate on crates.io fits: `hip-sys`
 //! links `libamdhip64` at build time). The crate builds without ROCm, and a process using it
-//! starts on a machine without ROCm or without an AMD GPU: `RocmBackend::probe` (the `Backend` trait) then says
-//! why (`Unavailable`, with every path tried, or "no AMD GPU" and the runtime's version).
+//! starts on a machine without ROCm or without an AMD GPU: `RocmBackend::probe` (the
+//! `Backend` trait) then says why (`Unavailable`, with every path tried, or "no AMD GPU" and
+//! the runtime's version).
 //!
-//! Modules mirror the CUDA backend's: [`loader`] (library search, the HIP symbol table),
-//! [`hiprtc`] (hipRTC and comgr's ISA list), [`compile`] (portable source → HSACO, disk
-//! cache, [`compile_for_target`]), [`device`] (backend, probing, devices), [`memory`],
-//! [`stream`] (streams, events, HIP graphs), [`module`] (image selection, argument
-//! marshalling) and [`blas`] (rocBLAS gemm); [`sys`] holds the C declarations, [`result`] the
-//! one mapping of vendor result codes, [`elf`] the code object reader.
+//! Vendor result codes are turned into errors in one place ([`result`]), with the call, the
+//! code's name and number.
+//!
+//! # Modules
+//!
+//! The same files, with the same roles, as the CUDA backend (`xthunk-cuda`):
+//!
+//! - [`sys`]: the C declarations (HIP runtime, hipRTC, comgr, rocBLAS);
+//! - [`loader`]: finding and opening the libraries, and their symbol tables;
+//! - [`result`]: vendor result codes as errors, `unsupported`, `unavailable`, [`CompileError`];
+//! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
+//! - [`device`]: the backend (probing) and its devices;
+//! - [`memory`]: allocations and the registry every pointer range is checked against;
+//! - [`stream`]: streams and events;
+//! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
+//! - [`compile`]: the runtime compiler (hipRTC, comgr's ISA list) and its disk cache;
+//! - [`target`]: gfx target names;
+//! - [`image`]: reading code objects and offload bundles;
+//! - [`blas`]: gemm through rocBLAS;
+//! - [`graph`]: HIP graphs.
 //!
 //! Environment: `XTHUNK_ROCM_PATH` (`:`-separated folders searched first), `ROCM_PATH`,
 //! `XTHUNK_ROCM_NO_DEFAULT_SEARCH` (search only `XTHUNK_ROCM_PATH`), `XDG_CACHE_HOME` (the
@@ -17,19 +32,24 @@
 
 pub mod blas;
 pub mod compile;
+pub mod context;
 pub mod device;
-pub mod elf;
-pub mod hiprtc;
+pub mod graph;
+pub mod image;
 pub mod loader;
 pub mod memory;
 pub mod module;
 pub mod result;
 pub mod stream;
 pub mod sys;
+pub mod target;
 
-pub use compile::{
-    CompileError, Compiled, Compiler, DiskCache, Origin, Target, compile_for_target, precompile,
-};
+pub use compile::{Compiled, Compiler, DiskCache, Origin, compile_for_target, precompile};
 pub use device::{RocmBackend, RocmDevice, RuntimeLibrary};
+pub use graph::RocmGraph;
 pub use loader::SearchConfig;
-pub use stream::bind_current;
+pub use memory::RocmBuffer;
+pub use module::{RocmKernel, RocmModule};
+pub use result::CompileError;
+pub use stream::{RocmEvent, RocmStream, bind_current};
+pub use target::Target;

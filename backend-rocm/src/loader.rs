@@ -1,4 +1,6 @@
-//! Finding and opening the ROCm libraries at run time, and the HIP runtime's symbol table.
+//! Finding and opening the ROCm libraries at run time, and their symbol tables: the HIP
+//! runtime's (`HipApi`), hipRTC's (`HiprtcApi`), comgr's (`ComgrApi`) and rocBLAS's
+//! (`RocblasApi`).
 //!
 //! Every ROCm library is opened with `dlopen` (through `libloading`); nothing is linked at
 //! build time. Search order (the first candidate that opens *and* has every required symbol
@@ -203,8 +205,6 @@ macro_rules! symbol_table {
         }
     };
 }
-pub(crate) use symbol_table;
-
 symbol_table! {
     /// The HIP runtime (`libamdhip64`).
     pub(crate) struct HipApi {
@@ -278,6 +278,76 @@ impl HipApi {
     }
 }
 
+/// Names of the dedicated hipRTC library (ROCm ≥ 6), after the unversioned name.
+pub const HIPRTC_LIBRARY_NAMES: &[&str] = &[
+    "libhiprtc.so",
+    "libhiprtc.so.7",
+    "libhiprtc.so.6",
+    "libhiprtc.so.5",
+];
+
+/// Names of comgr (`.so.3` from ROCm 6.3 on, `.so.2` before).
+pub const COMGR_LIBRARY_NAMES: &[&str] =
+    &["libamd_comgr.so", "libamd_comgr.so.3", "libamd_comgr.so.2"];
+
+symbol_table! {
+    /// hipRTC.
+    pub(crate) struct HiprtcApi {
+        required {
+            hiprtcCreateProgram: sys::hiprtcCreateProgram_t,
+            hiprtcCompileProgram: sys::hiprtcCompileProgram_t,
+            hiprtcDestroyProgram: sys::hiprtcDestroyProgram_t,
+            hiprtcGetProgramLogSize: sys::hiprtcGetProgramLogSize_t,
+            hiprtcGetProgramLog: sys::hiprtcGetProgramLog_t,
+            hiprtcGetCodeSize: sys::hiprtcGetCodeSize_t,
+            hiprtcGetCode: sys::hiprtcGetCode_t,
+        }
+        optional {
+            hiprtcVersion: sys::hiprtcVersion_t,
+        }
+    }
+}
+
+symbol_table! {
+    /// The code object manager: only its ISA list is used.
+    pub(crate) struct ComgrApi {
+        required {
+            amd_comgr_get_isa_count: sys::amd_comgr_get_isa_count_t,
+            amd_comgr_get_isa_name: sys::amd_comgr_get_isa_name_t,
+        }
+        optional {
+            amd_comgr_get_version: sys::amd_comgr_get_version_t,
+        }
+    }
+}
+
+/// Names of rocBLAS (ROCm 7: `.so.5`, ROCm 6: `.so.4`, ROCm 5: `.so.0`).
+pub const ROCBLAS_LIBRARY_NAMES: &[&str] = &[
+    "librocblas.so",
+    "librocblas.so.5",
+    "librocblas.so.4",
+    "librocblas.so.3",
+    "librocblas.so.0",
+];
+
+symbol_table! {
+    /// rocBLAS.
+    pub(crate) struct RocblasApi {
+        required {
+            rocblas_create_handle: sys::rocblas_create_handle_t,
+            rocblas_destroy_handle: sys::rocblas_destroy_handle_t,
+            rocblas_set_stream: sys::rocblas_set_stream_t,
+            rocblas_set_pointer_mode: sys::rocblas_set_pointer_mode_t,
+            rocblas_gemm_ex: sys::rocblas_gemm_ex_t,
+            rocblas_gemm_strided_batched_ex: sys::rocblas_gemm_strided_batched_ex_t,
+        }
+        optional {
+            rocblas_get_version_string_size: sys::rocblas_get_version_string_size_t,
+            rocblas_get_version_string: sys::rocblas_get_version_string_t,
+        }
+    }
+}
+
 /// The loaded HIP runtime: its table, where it came from, and its version.
 pub(crate) struct Hip {
     pub(crate) api: HipApi,
@@ -344,6 +414,21 @@ pub fn format_hip_version(v: c_int) -> String {
         return "unknown".into();
     }
     format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
+}
+
+/// The path of a library already mapped into this process whose file name starts with
+/// `prefix` (from `/proc/self/maps`).
+pub(crate) fn mapped_library(prefix: &str) -> Option<PathBuf> {
+    let maps = std::fs::read_to_string("/proc/self/maps").ok()?;
+    maps.lines()
+        .filter_map(|l| l.split_whitespace().nth(5))
+        .find(|p| {
+            Path::new(p)
+                .file_name()
+                .and_then(|f| f.to_str())
+                .is_some_and(|f| f.starts_with(prefix) && f.contains(".so"))
+        })
+        .map(PathBuf::from)
 }
 
 #[cfg(test)]

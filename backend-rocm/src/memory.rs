@@ -6,7 +6,7 @@
 //! host memory to a page; a larger requested alignment is met by over-allocating and handing
 //! out the aligned address inside.
 
-use crate::device::DeviceShared;
+use crate::context::DeviceContext;
 use crate::result::{hip_describe, unsupported};
 use crate::sys;
 use std::ffi::c_void;
@@ -39,7 +39,7 @@ pub(crate) struct Allocation {
     /// What HIP returned (freed with `release`).
     raw: *mut c_void,
     release: Release,
-    device: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     accounting: Arc<Accounting>,
 }
 
@@ -49,7 +49,7 @@ impl std::fmt::Debug for Allocation {
             .field("addr", &format_args!("{:#x}", self.addr))
             .field("size", &self.size)
             .field("space", &self.space)
-            .field("device", &self.device.ordinal)
+            .field("device", &self.ctx.ordinal)
             .finish()
     }
 }
@@ -62,8 +62,8 @@ unsafe impl Sync for Allocation {}
 
 impl Drop for Allocation {
     fn drop(&mut self) {
-        let api = &self.device.hip.api;
-        if let Err(e) = self.device.bind() {
+        let api = &self.ctx.hip.api;
+        if let Err(e) = self.ctx.bind() {
             tracing::warn!("freeing memory: {e}");
         }
         // SAFETY: `raw` came from the matching HIP allocator and is freed exactly once, here.
@@ -111,13 +111,13 @@ impl MemoryRegistry {
     /// Allocates `size` bytes of `space` aligned to `alignment`.
     pub(crate) fn allocate(
         &self,
-        device: &Arc<DeviceShared>,
+        ctx: &Arc<DeviceContext>,
         size: u64,
         alignment: u64,
         space: MemorySpace,
     ) -> Result<Arc<Allocation>> {
         let oom = || Error::OutOfMemory {
-            device: device.name.clone(),
+            device: ctx.name.clone(),
             requested: size,
             space,
         };
@@ -136,18 +136,18 @@ impl MemoryRegistry {
                 ));
             }
         };
-        if space == MemorySpace::Unified && !device.managed_memory {
+        if space == MemorySpace::Unified && !ctx.managed_memory {
             return Err(unsupported(format!(
                 "unified (managed) memory on {}",
-                device.name
+                ctx.name
             )));
         }
         let extra = if alignment > guaranteed { alignment } else { 0 };
         // At least one byte, so that every allocation has its own address.
         let bytes = size.max(1).checked_add(extra).ok_or_else(oom)?;
         let bytes = usize::try_from(bytes).map_err(|_| oom())?;
-        device.bind()?;
-        let api = &device.hip.api;
+        ctx.bind()?;
+        let api = &ctx.hip.api;
         let mut raw: *mut c_void = std::ptr::null_mut();
         // SAFETY: each allocator writes one pointer into `raw`; `bytes` is non-zero.
         let (call, rc) = unsafe {
@@ -200,7 +200,7 @@ impl MemoryRegistry {
             space,
             raw,
             release,
-            device: device.clone(),
+            ctx: ctx.clone(),
             accounting: self.accounting.clone(),
         });
         self.allocations.insert(addr, size, a.clone());

@@ -16,16 +16,18 @@
 //! the arguments are checked against it first: a mismatch is an error, never a launch reading
 //! past the array.
 
-use crate::compile::{Origin, Target, check_code_object, lock};
-use crate::device::DeviceShared;
-use crate::elf::{ArgInfo, CodeObject, unbundle};
+use crate::compile::{Origin, check_code_object};
+use crate::context::DeviceContext;
+use crate::image::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
+use crate::target::Target;
+use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
 use std::ffi::{CString, c_void};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use xthunk_core::backend::{KernelHandle, LaunchArg, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage, Scalar};
 use xthunk_core::{Error, Result};
@@ -126,14 +128,14 @@ pub fn device_code<'a>(
 }
 
 /// Loads a module on a device.
-pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn LoadedModule>> {
+pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn LoadedModule>> {
     let merr = |message: String| Error::Module {
         module: module.name.clone(),
         message,
     };
-    let (image, describe) = match select_image(module, &dev.arch).map_err(merr)? {
+    let (image, describe) = match select_image(module, &ctx.arch).map_err(merr)? {
         ImageChoice::Hsaco { arch, data } => {
-            let (code, label) = device_code(data, arch, &dev.arch).map_err(merr)?;
+            let (code, label) = device_code(data, arch, &ctx.arch).map_err(merr)?;
             check_code_object(code, &label).map_err(|e| {
                 merr(format!(
                     "the hsaco({arch}) image is not a code object for {}: {e}",
@@ -143,9 +145,9 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
             (Arc::new(code.to_vec()), format!("hsaco({arch})"))
         }
         ImageChoice::Compile(img) => {
-            let compiler = dev.runtime.compiler()?;
+            let compiler = ctx.compiler()?;
             let c = compiler
-                .compile_image(img, &dev.arch.full)
+                .compile_image(img, &ctx.arch.full)
                 .map_err(|e| merr(e.to_string()))?;
             let how = match c.origin {
                 Origin::Compiled => "compiled by hipRTC",
@@ -154,16 +156,16 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
             };
             (
                 c.image,
-                format!("{}→hsaco({}) ({how})", img.kind(), dev.arch.full),
+                format!("{}→hsaco({}) ({how})", img.kind(), ctx.arch.full),
             )
         }
     };
     let code = CodeObject::parse(&image).map_err(|e| merr(e.to_string()))?;
-    dev.bind()?;
+    ctx.bind()?;
     let mut raw: sys::hipModule_t = std::ptr::null_mut();
     // SAFETY: `image` is a complete code object (checked above) kept alive by the module for
     // as long as the HIP module exists; `raw` receives the module.
-    let rc = unsafe { (dev.hip.api.hipModuleLoadData)(&mut raw, image.as_ptr().cast()) };
+    let rc = unsafe { (ctx.hip.api.hipModuleLoadData)(&mut raw, image.as_ptr().cast()) };
     if rc != sys::hipSuccess || raw.is_null() {
         return Err(merr(format!(
             "hipModuleLoadData of {describe} failed: {}",
@@ -171,7 +173,7 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
         )));
     }
     let handle = Arc::new(ModuleHandle {
-        dev: dev.clone(),
+        ctx: ctx.clone(),
         raw,
         _image: image,
     });
@@ -187,7 +189,7 @@ pub(crate) fn load(dev: &Arc<DeviceShared>, module: &Module) -> Result<Arc<dyn L
 
 /// A HIP module, unloaded on drop (after every kernel of it is gone).
 struct ModuleHandle {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipModule_t,
     _image: Arc<Vec<u8>>,
 }
@@ -199,10 +201,10 @@ unsafe impl Sync for ModuleHandle {}
 
 impl Drop for ModuleHandle {
     fn drop(&mut self) {
-        let _ = self.dev.bind();
+        let _ = self.ctx.bind();
         // SAFETY: `raw` is a live module loaded by hipModuleLoadData, unloaded once here; no
         // kernel of it remains (each holds an Arc to this handle).
-        let rc = unsafe { (self.dev.hip.api.hipModuleUnload)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipModuleUnload)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipModuleUnload: {}", hip_describe(rc));
         }
@@ -228,7 +230,7 @@ impl LoadedModule for RocmModule {
     }
 
     fn kernel(&self, name: &str) -> Result<Arc<dyn KernelHandle>> {
-        if let Some(k) = lock(&self.kernels).get(name) {
+        if let Some(k) = self.kernels.lock().get(name) {
             return Ok(k.clone());
         }
         let missing = || {
@@ -258,12 +260,12 @@ impl LoadedModule for RocmModule {
             return Err(missing());
         }
         let cname = CString::new(name).map_err(|_| missing())?;
-        let dev = &self.handle.dev;
-        dev.bind()?;
+        let ctx = &self.handle.ctx;
+        ctx.bind()?;
         let mut f: sys::hipFunction_t = std::ptr::null_mut();
         // SAFETY: the module is live (held by `self.handle`); `cname` is NUL-terminated.
         let rc =
-            unsafe { (dev.hip.api.hipModuleGetFunction)(&mut f, self.handle.raw, cname.as_ptr()) };
+            unsafe { (ctx.hip.api.hipModuleGetFunction)(&mut f, self.handle.raw, cname.as_ptr()) };
         if rc != sys::hipSuccess || f.is_null() {
             return Err(Error::Module {
                 module: self.name.clone(),
@@ -281,11 +283,11 @@ impl LoadedModule for RocmModule {
         let k = Arc::new(RocmKernel {
             name: name.to_string(),
             func: f,
-            ordinal: dev.ordinal,
+            ordinal: ctx.ordinal,
             params,
             _module: self.handle.clone(),
         });
-        lock(&self.kernels).insert(name.to_string(), k.clone());
+        self.kernels.lock().insert(name.to_string(), k.clone());
         Ok(k)
     }
 }
@@ -324,7 +326,7 @@ pub(crate) struct KernelArgs {
 
 impl KernelArgs {
     /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
-    pub(crate) fn pointers(&mut self) -> Vec<*mut c_void> {
+    fn pointers(&mut self) -> Vec<*mut c_void> {
         self.slots
             .iter_mut()
             .map(|s| (s as *mut u64).cast::<c_void>())
@@ -435,7 +437,7 @@ pub fn check_against_metadata(kernel: &str, params: &[ArgInfo], args: &[LaunchAr
 
 /// `hipModuleLaunchKernel` on `stream` with marshalled arguments.
 pub(crate) fn launch(
-    dev: &DeviceShared,
+    ctx: &DeviceContext,
     kernel: &RocmKernel,
     dims: &xthunk_core::backend::LaunchDims,
     args: &mut KernelArgs,
@@ -459,7 +461,7 @@ pub(crate) fn launch(
     // the code object's metadata when it has any), each to an 8-byte slot in `args` that
     // outlives the call (HIP copies the values before returning); `extra` is null.
     let rc = unsafe {
-        (dev.hip.api.hipModuleLaunchKernel)(
+        (ctx.hip.api.hipModuleLaunchKernel)(
             kernel.func,
             g.x,
             g.y,
@@ -542,7 +544,7 @@ mod tests {
 
     #[test]
     fn bundles_give_the_entry_for_the_device() {
-        let b = crate::elf::tests::bundle(&[
+        let b = crate::image::tests::bundle(&[
             ("host-x86_64-unknown-linux", b"host"),
             ("hipv4-amdgcn-amd-amdhsa--gfx908", b"908"),
             ("hipv4-amdgcn-amd-amdhsa--gfx90a", b"90a"),

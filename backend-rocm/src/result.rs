@@ -1,7 +1,9 @@
 //! Vendor result codes, mapped to xthunk errors in this one place: every error names the
 //! library call, the code's symbolic name and its number. Codes are plain integers (the
 //! `hipError_t`, `hiprtcResult`, `amd_comgr_status_t` and `rocblas_status` values of the
-//! headers), so a code a newer library adds is reported by number, never misread.
+//! headers), so a code a newer library adds is reported by number, never misread. Also the
+//! backend's `Unavailable` and `Unsupported` errors, and [`CompileError`] (why the runtime
+//! compiler made no code object) with its mapping to xthunk errors.
 
 use crate::sys;
 use xthunk_core::Error;
@@ -268,6 +270,59 @@ pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
     Error::Unsupported {
         backend: BACKEND.into(),
         feature: feature.into(),
+    }
+}
+
+/// Why a compilation did not produce a code object.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum CompileError {
+    /// hipRTC or comgr could not be loaded.
+    #[error("hipRTC is unavailable: {0}")]
+    Unavailable(String),
+    /// The target is not a well-formed gfx target.
+    #[error("invalid AMD GPU target `{target}`: {reason}")]
+    InvalidTarget { target: String, reason: String },
+    /// comgr does not list the target: compiling would abort the process on ROCm 5.2.
+    #[error(
+        "target `{target}` is not supported by this ROCm (comgr {comgr} lists: {known}); refusing to compile it (hipRTC would abort on an unknown target)"
+    )]
+    UnsupportedTarget {
+        target: String,
+        comgr: String,
+        known: String,
+    },
+    /// hipRTC failed; `log` is its compile log.
+    #[error("hipRTC {call} failed for {target}: {status}\n{log}")]
+    Compilation {
+        call: String,
+        status: String,
+        target: String,
+        log: String,
+    },
+    /// hipRTC returned something that is not a code object for the target.
+    #[error("hipRTC returned a bad code object for {target}: {reason}")]
+    BadOutput { target: String, reason: String },
+}
+
+impl From<CompileError> for Error {
+    fn from(e: CompileError) -> Error {
+        match e {
+            CompileError::Unavailable(reason) => Error::Unavailable {
+                backend: BACKEND.into(),
+                reason: format!("hipRTC: {reason}"),
+            },
+            CompileError::InvalidTarget { .. } => Error::InvalidArgument(e.to_string()),
+            CompileError::UnsupportedTarget { .. } => Error::Unsupported {
+                backend: BACKEND.into(),
+                feature: e.to_string(),
+            },
+            CompileError::Compilation { ref call, .. } => {
+                Error::backend(BACKEND, &call.clone(), e.to_string())
+            }
+            CompileError::BadOutput { .. } => {
+                Error::backend(BACKEND, "hiprtcGetCode", e.to_string())
+            }
+        }
     }
 }
 

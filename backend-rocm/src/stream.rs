@@ -1,138 +1,28 @@
-//! Streams, events and graphs.
+//! Streams and events.
 //!
 //! Streams are non-blocking HIP streams (no implicit ordering with the null stream, which
 //! would invalidate captures); the device's synchronous copies synchronize the device first.
 //! Every operation checks its pointer ranges against the device's live allocations before HIP
-//! sees them.
-//!
-//! **Graphs** (command buffers) are recorded by stream capture (`hipStreamBeginCapture` in
-//! thread-local mode … `hipStreamEndCapture`, `hipGraphInstantiate`, `hipGraphLaunch`). What cannot
-//! be captured falls back to plain stream work *inside* the graph: a recorded graph is a list
-//! of segments, each either an instantiated HIP graph or a list of operations re-issued on the
-//! stream when the graph is launched, in order. A gemm always becomes such a plain operation
-//! (rocBLAS may allocate its workspace during the call, which capture forbids); an operation
-//! HIP refuses to capture (`hipErrorStreamCaptureUnsupported`, an invalidated capture) turns
-//! the segment being captured into plain operations; a segment whose graph does not
-//! instantiate does too. A runtime without the graph entry points makes `begin_capture` return
-//! `Unsupported` (the executor then runs command buffers directly).
+//! sees them. While a stream records a graph, each operation is captured natively or kept for
+//! plain replay, as [`crate::graph`] describes.
 
-use crate::blas::{self, BlasHandle};
-use crate::compile::lock;
-use crate::device::DeviceShared;
+use crate::blas::{self, BlasHandle, BlasLibrary};
+use crate::context::DeviceContext;
+use crate::graph::{Capture, Op, RocmGraph, Segment};
+use crate::memory::MemoryRegistry;
 use crate::memory::Region;
 use crate::module::{self, RocmKernel};
 use crate::result::{self, hip_describe, unsupported};
 use crate::sys;
+use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_int;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use xthunk_core::backend::{
     DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
 };
 use xthunk_core::ir::{MemorySpace, MemsetPattern};
 use xthunk_core::{Error, Result};
-
-/// One operation, as recorded for plain replay.
-#[derive(Clone)]
-enum Op {
-    Copy {
-        src: DevicePtr,
-        dst: DevicePtr,
-        size: u64,
-    },
-    Memset {
-        dst: DevicePtr,
-        size: u64,
-        pattern: MemsetPattern,
-    },
-    Launch {
-        kernel: Arc<dyn KernelHandle>,
-        dims: LaunchDims,
-        args: Vec<LaunchArg>,
-    },
-    Gemm(GemmLaunch),
-}
-
-/// A capture in progress.
-struct Capture {
-    segments: Vec<Segment>,
-    /// Operations of the current segment (captured natively when `native`).
-    pending: Vec<Op>,
-    /// A HIP capture is open on the stream.
-    native: bool,
-}
-
-enum Segment {
-    Native(NativeGraph),
-    Plain(Vec<Op>),
-}
-
-/// An instantiated HIP graph and its graph, destroyed on drop.
-struct NativeGraph {
-    dev: Arc<DeviceShared>,
-    graph: sys::hipGraph_t,
-    exec: sys::hipGraphExec_t,
-    nodes: usize,
-}
-
-// SAFETY: HIP graph handles may be used from any thread; they are destroyed once, in `drop`,
-// and launching an executable graph does not mutate it.
-unsafe impl Send for NativeGraph {}
-// SAFETY: as above.
-unsafe impl Sync for NativeGraph {}
-
-impl Drop for NativeGraph {
-    fn drop(&mut self) {
-        let api = &self.dev.hip.api;
-        if let (Some(destroy_exec), Some(destroy)) = (api.hipGraphExecDestroy, api.hipGraphDestroy)
-        {
-            // SAFETY: `exec` and `graph` are live handles owned by this struct, destroyed once.
-            unsafe {
-                destroy_exec(self.exec);
-                destroy(self.graph);
-            }
-        }
-    }
-}
-
-/// A recorded graph: native HIP graphs and plain operations, in order.
-pub struct RocmGraph {
-    ordinal: c_int,
-    segments: Vec<Segment>,
-}
-
-impl RocmGraph {
-    /// Nodes in native HIP graphs.
-    pub fn native_nodes(&self) -> usize {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Native(g) => g.nodes,
-                Segment::Plain(_) => 0,
-            })
-            .sum()
-    }
-
-    /// Operations replayed as plain stream work.
-    pub fn plain_ops(&self) -> usize {
-        self.segments
-            .iter()
-            .map(|s| match s {
-                Segment::Native(_) => 0,
-                Segment::Plain(ops) => ops.len(),
-            })
-            .sum()
-    }
-}
-
-impl Graph for RocmGraph {
-    fn node_count(&self) -> usize {
-        self.native_nodes() + self.plain_ops()
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
 
 /// Makes `device` (a device of this backend) current on the calling thread (`hipSetDevice`,
 /// per thread), as RCCL's `ncclCommInitRank` and `ncclCommSplit` need: they bind the new
@@ -148,13 +38,16 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
             device.backend_name()
         )));
     };
-    s.dev.bind()
+    s.ctx.bind()
 }
 
 /// A HIP stream.
 pub struct RocmStream {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipStream_t,
+    memory: Arc<MemoryRegistry>,
+    /// The device's rocBLAS, or why it is absent.
+    rocblas: std::result::Result<Arc<BlasLibrary>, String>,
     capture: Mutex<Option<Capture>>,
     blas: Mutex<Option<BlasHandle>>,
 }
@@ -166,28 +59,34 @@ unsafe impl Send for RocmStream {}
 unsafe impl Sync for RocmStream {}
 
 impl RocmStream {
-    pub(crate) fn new(dev: Arc<DeviceShared>) -> Result<Self> {
-        dev.bind()?;
+    pub(crate) fn new(
+        ctx: Arc<DeviceContext>,
+        memory: Arc<MemoryRegistry>,
+        rocblas: std::result::Result<Arc<BlasLibrary>, String>,
+    ) -> Result<Self> {
+        ctx.bind()?;
         let mut raw: sys::hipStream_t = std::ptr::null_mut();
         // SAFETY: writes one stream handle; the device is current.
         let rc =
-            unsafe { (dev.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
+            unsafe { (ctx.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
         result::hip("hipStreamCreateWithFlags", rc)?;
         Ok(RocmStream {
-            dev,
+            ctx,
             raw,
+            memory,
+            rocblas,
             capture: Mutex::new(None),
             blas: Mutex::new(None),
         })
     }
 
     fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
-        self.dev.memory.region(ptr, len)
+        self.memory.region(ptr, len)
     }
 
     /// Checks an operation and, unless `dry`, queues it on the stream.
     fn issue(&self, op: &Op, dry: bool) -> Result<()> {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         match op {
             Op::Copy { src, dst, size } => {
                 let s = self.region(*src, *size)?;
@@ -206,7 +105,7 @@ impl RocmStream {
                 }
                 let n = usize::try_from(*size)
                     .map_err(|_| Error::InvalidArgument("copy too large".into()))?;
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 if s.alloc.space == MemorySpace::Device && d.alloc.space == MemorySpace::Device {
                     // SAFETY: both ranges lie inside live device allocations of this device
                     // (kept alive by `s`/`d` until the call returns; a free waits for queued
@@ -236,7 +135,7 @@ impl RocmStream {
                 }
                 let count = usize::try_from(size / w)
                     .map_err(|_| Error::InvalidArgument("memset too large".into()))?;
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 // SAFETY: `count` elements of the pattern's width at `dst` lie inside a live
                 // allocation of this device, aligned to that width.
                 let (call, rc) = unsafe {
@@ -264,42 +163,42 @@ impl RocmStream {
                         kernel.name()
                     )));
                 };
-                if k.ordinal != self.dev.ordinal {
+                if k.ordinal != self.ctx.ordinal {
                     return Err(Error::InvalidArgument(format!(
                         "kernel `{}` was loaded on rocm:{}, the stream is on rocm:{}",
                         kernel.name(),
                         k.ordinal,
-                        self.dev.ordinal
+                        self.ctx.ordinal
                     )));
                 }
-                let mut marshalled = module::marshal(k, args, &self.dev.memory)?;
+                let mut marshalled = module::marshal(k, args, &self.memory)?;
                 if dry {
                     return Ok(());
                 }
-                self.dev.bind()?;
-                module::launch(&self.dev, k, dims, &mut marshalled, self.raw)
+                self.ctx.bind()?;
+                module::launch(&self.ctx, k, dims, &mut marshalled, self.raw)
             }
             Op::Gemm(g) => {
-                let Some(lib) = &self.dev.blas else {
-                    return Err(unsupported(format!(
-                        "gemm: rocBLAS is unavailable ({})",
-                        self.dev.blas_reason.as_deref().unwrap_or("not loaded")
-                    )));
+                let lib = match &self.rocblas {
+                    Ok(lib) => lib,
+                    Err(why) => {
+                        return Err(unsupported(format!("gemm: rocBLAS is unavailable ({why})")));
+                    }
                 };
                 let Some(plan) = blas::plan(g)? else {
                     return Ok(());
                 };
-                self.region(g.a, g.a_len)?;
-                self.region(g.b, g.b_len)?;
-                self.region(g.c, g.c_len)?;
+                self.region(g.a.ptr, g.a.len)?;
+                self.region(g.b.ptr, g.b.len)?;
+                self.region(g.c.ptr, g.c.len)?;
                 if dry {
                     return Ok(());
                 }
-                let mut h = lock(&self.blas);
+                let mut h = self.blas.lock();
                 if h.is_none() {
-                    *h = Some(BlasHandle::new(lib.clone(), &self.dev, self.raw)?);
+                    *h = Some(BlasHandle::new(lib.clone(), &self.ctx, self.raw)?);
                 }
-                self.dev.bind()?;
+                self.ctx.bind()?;
                 match h.as_ref() {
                     Some(h) => h.run(&plan),
                     None => Err(Error::backend(
@@ -314,16 +213,16 @@ impl RocmStream {
 
     /// Queues an operation, or records it when the stream is capturing.
     fn submit(&self, op: Op) -> Result<()> {
-        let mut cap = lock(&self.capture);
+        let mut cap = self.capture.lock();
         let Some(c) = cap.as_mut() else {
             drop(cap);
             return self.issue(&op, false);
         };
         if matches!(op, Op::Gemm(_)) {
             self.issue(&op, true)?;
-            self.close_native(c);
+            c.close_native(&self.ctx, self.raw);
             c.segments.push(Segment::Plain(vec![op]));
-            self.open_native(c);
+            c.open_native(&self.ctx, self.raw);
             return Ok(());
         }
         if !c.native {
@@ -338,150 +237,19 @@ impl RocmStream {
             }
             Err(Error::Unsupported { feature, .. }) => {
                 tracing::debug!("not capturable, replayed as plain stream work: {feature}");
-                self.abort_native(c);
+                c.abort_native(&self.ctx, self.raw);
                 c.pending.push(op);
                 let ops = std::mem::take(&mut c.pending);
                 c.segments.push(Segment::Plain(ops));
-                self.open_native(c);
+                c.open_native(&self.ctx, self.raw);
                 Ok(())
             }
             Err(e) => Err(e),
         }
     }
 
-    /// Begins a HIP capture for the next segment.
-    fn open_native(&self, c: &mut Capture) {
-        c.native = false;
-        let Some(begin) = self.dev.hip.api.hipStreamBeginCapture else {
-            return;
-        };
-        if self.dev.bind().is_err() {
-            return;
-        }
-        // SAFETY: the stream is live and not capturing (the previous capture was ended).
-        let rc = unsafe { begin(self.raw, sys::hipStreamCaptureModeThreadLocal) };
-        if rc == sys::hipSuccess {
-            c.native = true;
-        } else {
-            tracing::debug!(
-                "hipStreamBeginCapture: {}; recording plain operations",
-                hip_describe(rc)
-            );
-        }
-    }
-
-    /// Ends the HIP capture, discarding what it recorded.
-    fn abort_native(&self, c: &mut Capture) {
-        if !c.native {
-            return;
-        }
-        c.native = false;
-        let api = &self.dev.hip.api;
-        let (Some(end), Some(destroy)) = (api.hipStreamEndCapture, api.hipGraphDestroy) else {
-            return;
-        };
-        let mut g: sys::hipGraph_t = std::ptr::null_mut();
-        // SAFETY: the stream is capturing; `g` receives the graph (null when invalidated).
-        unsafe { end(self.raw, &mut g) };
-        if !g.is_null() {
-            // SAFETY: `g` is a graph this call owns, destroyed once.
-            unsafe { destroy(g) };
-        }
-    }
-
-    /// Ends the HIP capture into a native segment (or, if it cannot be ended or instantiated,
-    /// a plain one); the pending operations are accounted for either way.
-    fn close_native(&self, c: &mut Capture) {
-        let ops = std::mem::take(&mut c.pending);
-        if !c.native {
-            if !ops.is_empty() {
-                c.segments.push(Segment::Plain(ops));
-            }
-            return;
-        }
-        c.native = false;
-        match self.end_native() {
-            Ok(Some(g)) => c.segments.push(Segment::Native(g)),
-            Ok(None) => {
-                if !ops.is_empty() {
-                    c.segments.push(Segment::Plain(ops));
-                }
-            }
-            Err(why) => {
-                tracing::debug!("graph segment falls back to plain stream work: {why}");
-                if !ops.is_empty() {
-                    c.segments.push(Segment::Plain(ops));
-                }
-            }
-        }
-    }
-
-    /// `hipStreamEndCapture` + `hipGraphInstantiate`; `None` for an empty graph.
-    fn end_native(&self) -> std::result::Result<Option<NativeGraph>, String> {
-        let api = &self.dev.hip.api;
-        let (Some(end), Some(inst), Some(nodes_f), Some(destroy)) = (
-            api.hipStreamEndCapture,
-            api.hipGraphInstantiate,
-            api.hipGraphGetNodes,
-            api.hipGraphDestroy,
-        ) else {
-            return Err("the runtime lacks the graph entry points".into());
-        };
-        let mut graph: sys::hipGraph_t = std::ptr::null_mut();
-        // SAFETY: the stream is capturing; `graph` receives the recorded graph.
-        let rc = unsafe { end(self.raw, &mut graph) };
-        if rc != sys::hipSuccess || graph.is_null() {
-            if !graph.is_null() {
-                // SAFETY: destroys the graph this call returned, once.
-                unsafe { destroy(graph) };
-            }
-            return Err(format!("hipStreamEndCapture: {}", hip_describe(rc)));
-        }
-        let mut nodes = 0usize;
-        // SAFETY: `graph` is live; a null node array asks for the count only.
-        let rc = unsafe { nodes_f(graph, std::ptr::null_mut(), &mut nodes) };
-        if rc != sys::hipSuccess || nodes == 0 {
-            // SAFETY: destroys the graph this call owns, once.
-            unsafe { destroy(graph) };
-            return if rc == sys::hipSuccess {
-                Ok(None)
-            } else {
-                Err(format!("hipGraphGetNodes: {}", hip_describe(rc)))
-            };
-        }
-        let mut exec: sys::hipGraphExec_t = std::ptr::null_mut();
-        let mut log = [0u8; 512];
-        // SAFETY: `graph` is live; `exec` receives the executable graph; the log buffer has
-        // the length passed.
-        let rc = unsafe {
-            inst(
-                &mut exec,
-                graph,
-                std::ptr::null_mut(),
-                log.as_mut_ptr().cast(),
-                log.len(),
-            )
-        };
-        if rc != sys::hipSuccess || exec.is_null() {
-            // SAFETY: destroys the graph this call owns, once.
-            unsafe { destroy(graph) };
-            let end = log.iter().position(|b| *b == 0).unwrap_or(log.len());
-            return Err(format!(
-                "hipGraphInstantiate: {} {}",
-                hip_describe(rc),
-                String::from_utf8_lossy(&log[..end])
-            ));
-        }
-        Ok(Some(NativeGraph {
-            dev: self.dev.clone(),
-            graph,
-            exec,
-            nodes,
-        }))
-    }
-
     fn not_while_capturing(&self, what: &str) -> Result<()> {
-        if lock(&self.capture).is_some() {
+        if self.capture.lock().is_some() {
             return Err(Error::InvalidArgument(format!(
                 "{what} on a ROCm stream that is recording a graph"
             )));
@@ -492,14 +260,14 @@ impl RocmStream {
 
 impl Drop for RocmStream {
     fn drop(&mut self) {
-        if let Some(mut c) = lock(&self.capture).take() {
-            self.abort_native(&mut c);
+        if let Some(mut c) = self.capture.lock().take() {
+            c.abort_native(&self.ctx, self.raw);
         }
         // The rocBLAS handle goes before its stream.
-        lock(&self.blas).take();
-        let _ = self.dev.bind();
+        self.blas.lock().take();
+        let _ = self.ctx.bind();
         // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
-        let rc = unsafe { (self.dev.hip.api.hipStreamDestroy)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
         }
@@ -535,32 +303,32 @@ impl Stream for RocmStream {
     fn record(&self, event: &dyn Event) -> Result<()> {
         self.not_while_capturing("recording an event")?;
         let e = RocmEvent::downcast(event)?;
-        self.dev.bind()?;
+        self.ctx.bind()?;
         // SAFETY: the event and stream are live handles.
-        let rc = unsafe { (self.dev.hip.api.hipEventRecord)(e.raw, self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw, self.raw) };
         result::hip("hipEventRecord", rc)
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
         self.not_while_capturing("waiting for an event")?;
         let e = RocmEvent::downcast(event)?;
-        self.dev.bind()?;
+        self.ctx.bind()?;
         // SAFETY: the event and stream are live handles; flags must be 0.
-        let rc = unsafe { (self.dev.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
         result::hip("hipStreamWaitEvent", rc)
     }
 
     fn synchronize(&self) -> Result<()> {
         self.not_while_capturing("synchronizing")?;
         // SAFETY: the stream is live.
-        let rc = unsafe { (self.dev.hip.api.hipStreamSynchronize)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamSynchronize)(self.raw) };
         result::hip("hipStreamSynchronize", rc)
     }
 
     fn query(&self) -> Result<bool> {
         self.not_while_capturing("querying")?;
         // SAFETY: the stream is live.
-        let rc = unsafe { (self.dev.hip.api.hipStreamQuery)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamQuery)(self.raw) };
         match rc {
             sys::hipSuccess => Ok(true),
             sys::hipErrorNotReady => Ok(false),
@@ -569,25 +337,21 @@ impl Stream for RocmStream {
     }
 
     fn begin_capture(&self) -> Result<()> {
-        let api = &self.dev.hip.api;
+        let api = &self.ctx.hip.api;
         if !api.has_graphs() {
             return Err(unsupported(format!(
                 "HIP graphs (the runtime at {} lacks the stream-capture entry points)",
-                self.dev.hip.path.display()
+                self.ctx.hip.path.display()
             )));
         }
-        let mut cap = lock(&self.capture);
+        let mut cap = self.capture.lock();
         if cap.is_some() {
             return Err(Error::InvalidArgument(
                 "the ROCm stream is already recording a graph".into(),
             ));
         }
-        let mut c = Capture {
-            segments: Vec::new(),
-            pending: Vec::new(),
-            native: false,
-        };
-        self.open_native(&mut c);
+        let mut c = Capture::default();
+        c.open_native(&self.ctx, self.raw);
         if !c.native {
             return Err(unsupported(
                 "HIP stream capture (hipStreamBeginCapture failed)",
@@ -598,16 +362,13 @@ impl Stream for RocmStream {
     }
 
     fn end_capture(&self) -> Result<Arc<dyn Graph>> {
-        let Some(mut c) = lock(&self.capture).take() else {
+        let Some(mut c) = self.capture.lock().take() else {
             return Err(Error::InvalidArgument(
                 "the ROCm stream is not recording a graph".into(),
             ));
         };
-        self.close_native(&mut c);
-        let g = RocmGraph {
-            ordinal: self.dev.ordinal,
-            segments: c.segments,
-        };
+        c.close_native(&self.ctx, self.raw);
+        let g = RocmGraph::new(self.ctx.ordinal, c.segments);
         tracing::debug!(
             native_nodes = g.native_nodes(),
             plain_ops = g.plain_ops(),
@@ -623,24 +384,15 @@ impl Stream for RocmStream {
                 "the graph was not recorded by the ROCm backend".into(),
             ));
         };
-        if g.ordinal != self.dev.ordinal {
+        if g.ordinal != self.ctx.ordinal {
             return Err(Error::InvalidArgument(format!(
                 "the graph was recorded on rocm:{}, the stream is on rocm:{}",
-                g.ordinal, self.dev.ordinal
+                g.ordinal, self.ctx.ordinal
             )));
         }
         for s in &g.segments {
             match s {
-                Segment::Native(n) => {
-                    let Some(launch) = self.dev.hip.api.hipGraphLaunch else {
-                        return Err(unsupported("hipGraphLaunch"));
-                    };
-                    self.dev.bind()?;
-                    // SAFETY: `n.exec` is a live executable graph of this device; the stream
-                    // is live.
-                    let rc = unsafe { launch(n.exec, self.raw) };
-                    result::hip("hipGraphLaunch", rc)?;
-                }
+                Segment::Native(n) => n.launch(self.raw)?,
                 Segment::Plain(ops) => {
                     for op in ops {
                         self.issue(op, false)?;
@@ -663,7 +415,7 @@ impl Stream for RocmStream {
 
 /// A HIP event (timing disabled).
 pub struct RocmEvent {
-    dev: Arc<DeviceShared>,
+    ctx: Arc<DeviceContext>,
     raw: sys::hipEvent_t,
 }
 
@@ -673,14 +425,14 @@ unsafe impl Send for RocmEvent {}
 unsafe impl Sync for RocmEvent {}
 
 impl RocmEvent {
-    pub(crate) fn new(dev: Arc<DeviceShared>) -> Result<Self> {
-        dev.bind()?;
+    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
+        ctx.bind()?;
         let mut raw: sys::hipEvent_t = std::ptr::null_mut();
         // SAFETY: writes one event handle.
         let rc =
-            unsafe { (dev.hip.api.hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming) };
+            unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming) };
         result::hip("hipEventCreateWithFlags", rc)?;
-        Ok(RocmEvent { dev, raw })
+        Ok(RocmEvent { ctx, raw })
     }
 
     fn downcast(e: &dyn Event) -> Result<&RocmEvent> {
@@ -693,7 +445,7 @@ impl RocmEvent {
 impl Drop for RocmEvent {
     fn drop(&mut self) {
         // SAFETY: `raw` is a live event, destroyed once here.
-        let rc = unsafe { (self.dev.hip.api.hipEventDestroy)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventDestroy)(self.raw) };
         if rc != sys::hipSuccess {
             tracing::warn!("hipEventDestroy: {}", hip_describe(rc));
         }
@@ -703,13 +455,13 @@ impl Drop for RocmEvent {
 impl Event for RocmEvent {
     fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live.
-        let rc = unsafe { (self.dev.hip.api.hipEventSynchronize)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventSynchronize)(self.raw) };
         result::hip("hipEventSynchronize", rc)
     }
 
     fn query(&self) -> Result<bool> {
         // SAFETY: the event is live.
-        let rc = unsafe { (self.dev.hip.api.hipEventQuery)(self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventQuery)(self.raw) };
         match rc {
             sys::hipSuccess => Ok(true),
             sys::hipErrorNotReady => Ok(false),

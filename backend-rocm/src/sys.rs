@@ -4,7 +4,7 @@
 //! hip_runtime_api.h`, `hiprtc.h`; `libamd-comgr-dev`: `/usr/include/amd_comgr.h`; ROCm 6's
 //! `hip_runtime_api.h` for the `R0600` device properties; rocBLAS' `rocblas-types.h` and
 //! `rocblas-functions.h`). Nothing here is linked: the function pointer types are filled in at
-//! run time by the tables of [`crate::loader`], [`crate::hiprtc`] and [`crate::blas`].
+//! run time by the tables of [`crate::loader`].
 //!
 //! Handles are opaque pointers; enums are plain integers (a C enum is an `int` on every ABI
 //! ROCm supports), so an unknown value from a newer library is never undefined behaviour.

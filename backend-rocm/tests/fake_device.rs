@@ -16,14 +16,14 @@ use common::{TempDir, note, skip};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use xthunk_core::Error;
-use xthunk_core::backend::{Backend, DevicePtr, GemmLaunch, LaunchArg, LaunchDims};
+use xthunk_core::backend::{Backend, DevicePtr, DeviceRange, GemmLaunch, LaunchArg, LaunchDims};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
 use xthunk_core::ir::{
     DType, Dim3, KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar, Thunk,
 };
 use xthunk_rocm::RocmBackend;
-use xthunk_rocm::stream::RocmGraph;
+use xthunk_rocm::graph::RocmGraph;
 
 const TEST: &str = "the_backend_drives_a_hip_stand_in_correctly";
 
@@ -348,12 +348,18 @@ fn child() {
 
         // ---- gemm without rocBLAS: Unsupported, naming why ----------------------------------
         let g = GemmLaunch {
-            a: a.ptr(),
-            b: b.ptr(),
-            c: managed.ptr(),
-            a_len: 16,
-            b_len: 16,
-            c_len: 16,
+            a: DeviceRange {
+                ptr: a.ptr(),
+                len: 16,
+            },
+            b: DeviceRange {
+                ptr: b.ptr(),
+                len: 16,
+            },
+            c: DeviceRange {
+                ptr: managed.ptr(),
+                len: 16,
+            },
             m: 2,
             n: 2,
             k: 2,

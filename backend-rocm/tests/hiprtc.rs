@@ -13,7 +13,7 @@ use common::{TempDir, compiler_or_skip, note};
 use xthunk_core::backend::{DevicePtr, LaunchArg};
 use xthunk_core::ir::{DType, Scalar};
 use xthunk_core::kernels::{ParamKind, portable, standard_library};
-use xthunk_rocm::elf::{CodeObject, EM_AMDGPU, mach_of};
+use xthunk_rocm::image::{CodeObject, EM_AMDGPU, mach_of};
 use xthunk_rocm::module::check_against_metadata;
 use xthunk_rocm::{CompileError, Origin};
 

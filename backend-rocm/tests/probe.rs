@@ -100,7 +100,7 @@ fn unavailable_reason(b: &RocmBackend) -> String {
 #[test]
 fn an_empty_override_folder_lists_every_path_tried() {
     let dir = TempDir::new("empty");
-    let b = RocmBackend::with_search(SearchConfig::only([dir.path().to_path_buf()]));
+    let b = RocmBackend::with_config(SearchConfig::only([dir.path().to_path_buf()]));
     let reason = unavailable_reason(&b);
     note(&format!("empty override folder: {reason}"));
     assert!(reason.contains("no usable libamdhip64 found"), "{reason}");
@@ -142,7 +142,7 @@ fn a_library_that_is_not_hip_is_refused_with_the_missing_symbols() {
     let dir = TempDir::new("wronglib");
     std::os::unix::fs::symlink(&other, dir.path().join("libamdhip64.so")).unwrap();
     std::fs::write(dir.path().join("libamdhip64.so.6"), b"not an ELF file").unwrap();
-    let b = RocmBackend::with_search(SearchConfig::only([dir.path().to_path_buf()]));
+    let b = RocmBackend::with_config(SearchConfig::only([dir.path().to_path_buf()]));
     let reason = unavailable_reason(&b);
     note(&format!("wrong libraries: {reason}"));
     assert!(
@@ -170,8 +170,8 @@ fn the_environment_controls_the_search() {
         // In the child: only the empty folder is searched.
         let dir = std::env::var("XTHUNK_ROCM_PATH").unwrap();
         let b = RocmBackend::new();
-        assert_eq!(b.search().override_dirs, vec![PathBuf::from(&dir)]);
-        assert!(!b.search().default_search);
+        assert_eq!(b.config().override_dirs, vec![PathBuf::from(&dir)]);
+        assert!(!b.config().default_search);
         let reason = unavailable_reason(&b);
         assert!(
             reason.contains(&format!("{dir}/libamdhip64.so.5 (no such file)")),

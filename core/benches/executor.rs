@@ -29,14 +29,12 @@ use std::hint::black_box;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Buffer, Device, DeviceMemory};
-use xthunk_core::builder::ExecutableBuilder;
+use xthunk_core::bench::{self, CpuSnapshot, TINY, WIDE_CHAINS, WIDE_LEN};
 use xthunk_core::executor::graph::{DependencyGraph, NodeUses};
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use xthunk_core::host::HostBackend;
-use xthunk_core::ir::{
-    Access, BufferUse, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Slice, Thunk,
-};
-use xthunk_core::kernels::{HostArg, HostKernelFn, standard_library};
+use xthunk_core::ir::{Access, BufferUse, Executable, Slice};
+use xthunk_core::kernels::{HostKernelFn, standard_library};
 
 /// Runs every variant once per round, back to back, for `rounds` rounds after one warm-up
 /// round. Returns the median seconds per call of each variant and, for each variant, the
@@ -63,55 +61,17 @@ fn paired(rounds: usize, variants: &mut [&mut dyn FnMut()]) -> (Vec<f64>, Vec<f6
     let ratios = (0..k)
         .map(|i| median((0..rounds).map(|r| times[i][r] / times[0][r]).collect()))
         .collect();
-    let note = match (before, CpuSnapshot::take()) {
-        (Some(a), Some(b)) => {
-            let total = (b.total - a.total).max(1) as f64;
-            let busy = (b.busy - a.busy) as f64;
-            let own = (b.own - a.own) as f64;
-            format!(
-                "  (meanwhile this process used {:.0}% and other processes {:.0}% of the machine's \
-                 {} CPUs)",
-                100.0 * own / total,
-                100.0 * (busy - own).max(0.0) / total,
-                std::thread::available_parallelism().map_or(1, |n| n.get()),
-            )
-        }
-        _ => String::new(),
+    let note = match before.and_then(|a| a.since()) {
+        Some(used) => format!(
+            "  (meanwhile this process used {:.0}% and other processes {:.0}% of the machine's \
+             {} CPUs)",
+            100.0 * used.own,
+            100.0 * used.others,
+            std::thread::available_parallelism().map_or(1, |n| n.get()),
+        ),
+        None => String::new(),
     };
     (times.into_iter().map(median).collect(), ratios, note)
-}
-
-/// CPU time counters (Linux, in clock ticks): all CPUs' total and busy time, and this
-/// process's own user + system time. Used to show how much other work shared the machine
-/// while a ratio was measured.
-struct CpuSnapshot {
-    total: u64,
-    busy: u64,
-    own: u64,
-}
-
-impl CpuSnapshot {
-    fn take() -> Option<CpuSnapshot> {
-        let stat = std::fs::read_to_string("/proc/stat").ok()?;
-        let cpu: Vec<u64> = stat
-            .lines()
-            .next()?
-            .split_whitespace()
-            .skip(1)
-            .filter_map(|v| v.parse().ok())
-            .collect();
-        // user nice system idle iowait irq softirq steal ...
-        let total: u64 = cpu.iter().take(8).sum();
-        let idle = cpu.get(3)? + cpu.get(4)?;
-        let me = std::fs::read_to_string("/proc/self/stat").ok()?;
-        let fields: Vec<&str> = me.rsplit(')').next()?.split_whitespace().collect();
-        let own = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
-        Some(CpuSnapshot {
-            total,
-            busy: total - idle,
-            own,
-        })
-    }
 }
 
 fn fmt_time(secs: f64) -> String {
@@ -128,59 +88,9 @@ fn device() -> Arc<dyn Device> {
     HostBackend::new().device(0).expect("host device")
 }
 
-/// `out = a + b` over `n` f32 elements with the standard library's `add_f32`.
-fn add_kernel(a: Slice, b: Slice, out: Slice, n: i64) -> Thunk {
-    Thunk::Kernel(KernelThunk {
-        module: "std".into(),
-        name: "add_f32".into(),
-        grid: Dim3::x(1),
-        block: Dim3::x(32),
-        shared_mem: 0,
-        args: vec![
-            KernelArg::Buffer {
-                slice: a,
-                access: Access::Read,
-            },
-            KernelArg::Buffer {
-                slice: b,
-                access: Access::Read,
-            },
-            KernelArg::Buffer {
-                slice: out,
-                access: Access::Write,
-            },
-            KernelArg::Scalar(Scalar::I64(n)),
-        ],
-    })
-}
-
-const TINY: u64 = 16;
-
-/// A chain of `len` `add_f32` kernels on 16 elements: `t_i = t_{i-1} + x`, ping-ponging
-/// between a temp and the output (the last one writes the output when `len` is even), so
-/// every kernel reads the previous one's result. The kernels are the entry, or the body of one
-/// command buffer.
+/// The tiny chain shared with `xthunk bench` ([`bench::tiny_chain`]).
 fn tiny_chain(name: &str, len: usize, command_buffer: bool) -> Executable {
-    let mut b = ExecutableBuilder::new(name);
-    let x = b.parameter("x", DType::F32, &[TINY]);
-    let y = b.output("y", DType::F32, &[TINY]);
-    let t = b.temp(DType::F32, &[TINY]);
-    b.standard_module();
-    let bufs = [t.slice(), y.slice()];
-    let thunks: Vec<Thunk> = (0..len)
-        .map(|i| {
-            let prev = if i == 0 { x.slice() } else { bufs[(i - 1) % 2] };
-            add_kernel(prev, x.slice(), bufs[i % 2], TINY as i64)
-        })
-        .collect();
-    if command_buffer {
-        b.push(Thunk::CommandBuffer { body: thunks });
-    } else {
-        for th in thunks {
-            b.push(th);
-        }
-    }
-    b.build().expect("valid program")
+    bench::tiny_chain(name, len, command_buffer).expect("valid program")
 }
 
 /// Parameters (filled with `fill`) and outputs for `exe`.
@@ -239,30 +149,10 @@ fn quick<'a>(
 
 const CHAIN: usize = 10_000;
 
-/// The chain as a plain loop: `add_f32`'s host function called directly on host buffers
-/// (`bufs` = [temp, output]), with the same ping-pong as [`tiny_chain`].
+/// The chain as a plain loop (the shared [`bench::plain_chain`]), `CHAIN` kernels long.
 fn plain_chain(add: HostKernelFn, x: &[f32], bufs: &mut [Vec<f32>; 2]) {
-    let xp = x.as_ptr() as *mut u8;
-    let [t, y] = bufs;
-    let ptrs = [t.as_mut_ptr() as *mut u8, y.as_mut_ptr() as *mut u8];
-    let len = (TINY * 4) as usize;
-    for i in 0..CHAIN {
-        let prev = if i == 0 { xp } else { ptrs[(i - 1) % 2] };
-        let args = [
-            HostArg::Buffer { ptr: prev, len },
-            HostArg::Buffer { ptr: xp, len },
-            HostArg::Buffer {
-                ptr: ptrs[i % 2],
-                len,
-            },
-            HostArg::Scalar(Scalar::I64(TINY as i64)),
-        ];
-        // SAFETY: every pointer refers to a live 64-byte buffer borrowed by this function
-        // and not accessed by anyone else during the call; `x` (read through `xp`) is only
-        // read by the kernel.
-        let r = unsafe { add(black_box(&args)) };
-        black_box(r.is_ok());
-    }
+    let r = bench::plain_chain(add, x, bufs, CHAIN);
+    black_box(r.is_ok());
 }
 
 fn chain_overhead(c: &mut Criterion) {
@@ -457,58 +347,12 @@ fn command_buffer(c: &mut Criterion) {
 // d. A wide DAG on 2 streams vs 1
 // ---------------------------------------------------------------------------------------------
 
-const WIDE_CHAINS: usize = 8;
-const WIDE_LEN: usize = 4;
 const WIDE_N: u64 = 256 * 1024;
 
-fn unary(name: &str, x: Slice, out: Slice) -> Thunk {
-    Thunk::Kernel(KernelThunk {
-        module: "std".into(),
-        name: name.into(),
-        grid: Dim3::x(1024),
-        block: Dim3::x(256),
-        shared_mem: 0,
-        args: vec![
-            KernelArg::Buffer {
-                slice: x,
-                access: Access::Read,
-            },
-            KernelArg::Buffer {
-                slice: out,
-                access: Access::Write,
-            },
-            KernelArg::Scalar(Scalar::I64(WIDE_N as i64)),
-        ],
-    })
-}
-
-/// 8 independent chains `exp -> tanh -> exp -> tanh` over 256K f32 each (values stay in
-/// [-1, e]), each chain reading its own slice of the input and ending in its own slice of
-/// the output.
+/// The wide DAG shared with `xthunk bench` ([`bench::wide_dag`]) over 256K f32 per chain,
+/// grid 1024.
 fn wide_dag() -> Executable {
-    let total = WIDE_N * WIDE_CHAINS as u64;
-    let mut b = ExecutableBuilder::new("wide_dag");
-    let x = b.parameter("x", DType::F32, &[total]);
-    let y = b.output("y", DType::F32, &[total]);
-    let t = b.temp(DType::F32, &[total]);
-    b.standard_module();
-    for c in 0..WIDE_CHAINS as u64 {
-        let xs = x.elems(c * WIDE_N, WIDE_N).slice();
-        let ys = y.elems(c * WIDE_N, WIDE_N).slice();
-        let ts = t.elems(c * WIDE_N, WIDE_N).slice();
-        // Ends in y: ts, ys, ts, ys.
-        let mut prev = xs;
-        for i in 0..WIDE_LEN {
-            let out = if i % 2 == 0 { ts } else { ys };
-            b.push(unary(
-                if i % 2 == 0 { "exp_f32" } else { "tanh_f32" },
-                prev,
-                out,
-            ));
-            prev = out;
-        }
-    }
-    b.build().expect("valid program")
+    bench::wide_dag(WIDE_N, 1024).expect("valid program")
 }
 
 fn wide(c: &mut Criterion) {
@@ -532,7 +376,7 @@ fn wide(c: &mut Criterion) {
         two.schedule_info()
     );
 
-    let kernels = (WIDE_CHAINS * WIDE_LEN) as u64;
+    let kernels = WIDE_CHAINS * WIDE_LEN as u64;
     let mut g = quick(c, "wide_dag_2v1_streams");
     g.throughput(Throughput::Elements(kernels));
     g.bench_function("streams_1", |b| b.iter(|| io_one.execute(&one)));

@@ -5,7 +5,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use std::hint::black_box;
-use xthunk_core::backend::{Backend, GemmLaunch};
+use xthunk_core::backend::{Backend, DeviceRange, GemmLaunch};
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::{DType, MemorySpace};
 
@@ -52,12 +52,18 @@ fn bench(cr: &mut Criterion) {
         return;
     };
     let launch = GemmLaunch {
-        a: a.ptr(),
-        b: b.ptr(),
-        c: c.ptr(),
-        a_len: bytes,
-        b_len: bytes,
-        c_len: bytes,
+        a: DeviceRange {
+            ptr: a.ptr(),
+            len: bytes,
+        },
+        b: DeviceRange {
+            ptr: b.ptr(),
+            len: bytes,
+        },
+        c: DeviceRange {
+            ptr: c.ptr(),
+            len: bytes,
+        },
         m: N as u64,
         n: N as u64,
         k: N as u64,

@@ -51,6 +51,12 @@ impl StagedFile {
         self.tmp.as_file_mut().write_all(bytes)
     }
 
+    /// Flushes the content written so far to disk (so that several files can all be made
+    /// durable before any of them is renamed into place).
+    pub fn sync(&self) -> io::Result<()> {
+        self.tmp.as_file().sync_all()
+    }
+
     /// Flushes the content to disk and renames it over the final path.
     pub fn commit(self) -> io::Result<()> {
         self.tmp.as_file().sync_all()?;
@@ -67,6 +73,7 @@ pub fn write_atomic(path: &Path, content: &[u8], mode: u32) -> io::Result<()> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 

@@ -2,6 +2,7 @@
 //! backend with the standard kernel library, and the executor.
 
 pub mod backend;
+pub mod bench;
 pub mod builder;
 pub mod collectives;
 pub mod distributed;

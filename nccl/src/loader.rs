@@ -25,24 +25,25 @@
 //! [`crate::MIN_VERSION`] wins. When none does, the error is
 //! `Unavailable { backend: "nccl" | "rccl", reason }` with every path tried and why it failed.
 //!
-//! The table follows IREE's dynamic symbol tables: required symbols (a library lacking one is
-//! skipped, naming what it lacks) and optional ones (`None` when absent; each is also gated on
-//! the version that introduced it). A library that was bound is never unloaded: NCCL starts
-//! threads (the bootstrap root of `ncclGetUniqueId`, proxies) that would run unmapped code.
+//! The table is declared with core's one symbol-table mechanism
+//! ([`xthunk_core::backend::dylib`]): required symbols (a library lacking one is skipped,
+//! naming what it lacks) and optional ones (`None` when absent, and `None` below the version
+//! that introduced them even where the library exports them). A library that was bound is
+//! never unloaded: NCCL starts threads (the bootstrap root of `ncclGetUniqueId`, proxies) that
+//! would run unmapped code.
 
 use crate::result::describe_result;
 use crate::sys;
 use crate::version::{
     BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MIN_VERSION, NcclVersion, SPLIT_SINCE,
 };
-use libloading::Library;
 use std::ffi::{CStr, c_int};
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use xthunk_core::backend::dylib::{Loader, OptionalSymbol, Probe, SymbolTable, symbol_table};
 use xthunk_core::backend::search::{
-    self, Attempt, dedup_paths, describe_attempts, file_containing, installed_site_packages,
-    site_packages_under, split_paths,
+    self, dedup_paths, describe_attempts, installed_site_packages, site_packages_under, split_paths,
 };
 use xthunk_core::{Error, Result};
 
@@ -191,68 +192,10 @@ impl SearchConfig {
     }
 }
 
-/// Declares the table: `required` symbols (a library without one of them is refused, naming
-/// every missing symbol) and `optional` ones (`Option`). The pointer types are the header's
-/// declarations (`crate::sys`); the table owns the library, so the pointers stay valid.
-macro_rules! symbol_table {
-    (
-        $(#[$meta:meta])*
-        struct $name:ident {
-            required { $( $req:ident : $req_ty:ty, )* }
-            optional { $( $opt:ident : $opt_ty:ty, )* }
-        }
-    ) => {
-        $(#[$meta])*
-        #[allow(non_snake_case)]
-        pub(crate) struct $name {
-            $( pub(crate) $req: $req_ty, )*
-            $( pub(crate) $opt: Option<$opt_ty>, )*
-            _library: Arc<Library>,
-        }
-
-        #[allow(non_snake_case)]
-        impl $name {
-            /// Names of the required symbols.
-            pub(crate) const REQUIRED: &'static [&'static str] = &[$(stringify!($req)),*];
-            /// Names of the optional symbols.
-            pub(crate) const OPTIONAL: &'static [&'static str] = &[$(stringify!($opt)),*];
-
-            /// Looks every symbol up in `library`; the error names every missing required one.
-            fn bind(library: Arc<Library>) -> std::result::Result<Self, String> {
-                let mut missing: Vec<&'static str> = Vec::new();
-                $(
-                    // SAFETY: `$req_ty` is this symbol's C declaration in `nccl.h` (see
-                    // `crate::sys`); the pointer is used only while `library`, kept in the
-                    // table, is loaded.
-                    let $req: Option<$req_ty> = unsafe {
-                        library.get::<$req_ty>(concat!(stringify!($req), "\0").as_bytes())
-                    }
-                    .ok()
-                    .map(|s| *s);
-                    if $req.is_none() {
-                        missing.push(stringify!($req));
-                    }
-                )*
-                $(
-                    // SAFETY: as for the required symbols.
-                    let $opt: Option<$opt_ty> = unsafe {
-                        library.get::<$opt_ty>(concat!(stringify!($opt), "\0").as_bytes())
-                    }
-                    .ok()
-                    .map(|s| *s);
-                )*
-                let ($(Some($req),)*) = ($($req,)*) else {
-                    return Err(search::lacks_symbols(&missing));
-                };
-                Ok($name { $($req,)* $($opt,)* _library: library })
-            }
-        }
-    };
-}
-
 symbol_table! {
-    /// The NCCL/RCCL API: one table for both libraries.
-    struct NcclApi {
+    /// The NCCL/RCCL API: one table for both libraries. The types are `nccl.h`'s declarations
+    /// ([`crate::sys`]).
+    pub(crate) struct NcclApi {
         required {
             ncclGetVersion: sys::ncclGetVersion_t,
             ncclGetUniqueId: sys::ncclGetUniqueId_t,
@@ -273,12 +216,13 @@ symbol_table! {
             ncclCommUserRank: sys::ncclCommUserRank_t,
         }
         optional {
-            // 2.14
+            #[since(CONFIG_SINCE.to_version())]
             ncclCommInitRankConfig: sys::ncclCommInitRankConfig_t,
+            #[since(CONFIG_SINCE.to_version())]
             ncclCommFinalize: sys::ncclCommFinalize_t,
-            // 2.18
+            #[since(SPLIT_SINCE.to_version())]
             ncclCommSplit: sys::ncclCommSplit_t,
-            // 2.13
+            #[since(LAST_ERROR_SINCE.to_version())]
             ncclGetLastError: sys::ncclGetLastError_t,
         }
     }
@@ -310,8 +254,8 @@ static LOADED_RCCL: parking_lot::Mutex<Option<Arc<Nccl>>> = parking_lot::Mutex::
 impl Nccl {
     /// Names of the required symbols of the table.
     pub const REQUIRED_SYMBOLS: &'static [&'static str] = NcclApi::REQUIRED;
-    /// Names of the optional symbols (each also gated on the version that introduced it).
-    pub const OPTIONAL_SYMBOLS: &'static [&'static str] = NcclApi::OPTIONAL;
+    /// The optional symbols, each with the version that introduced it.
+    pub const OPTIONAL_SYMBOLS: &'static [OptionalSymbol] = NcclApi::OPTIONAL;
 
     /// The library, loaded once per process with the environment's search
     /// ([`SearchConfig::from_env`]). A success is kept; a failure is not (a later call
@@ -335,11 +279,29 @@ impl Nccl {
     /// themselves are opened once by the dynamic loader, which counts references).
     pub fn load_with(flavor: Flavor, config: &SearchConfig) -> Result<Arc<Nccl>> {
         let candidates = config.candidates(flavor);
-        let tried: Vec<Attempt> =
-            match search::open_first(&candidates, |c, bare| Nccl::open(flavor, c, bare)) {
-                Ok((n, _)) => return Ok(Arc::new(n)),
-                Err(tried) => tried,
-            };
+        let loaded = Loader::new(flavor.to_string())
+            .min_version(MIN_VERSION.to_version())
+            .load(&candidates, |api: &NcclApi| {
+                let v = Nccl::read_version(api)?;
+                Ok(Probe::with(Some(v.to_version()), v))
+            });
+        let tried = match loaded {
+            Ok(l) => {
+                tracing::info!(
+                    library = flavor.name(),
+                    path = %l.path.display(),
+                    version = %l.extra,
+                    "loaded {flavor}"
+                );
+                return Ok(Arc::new(Nccl {
+                    api: l.table,
+                    flavor,
+                    path: l.path,
+                    version: l.extra,
+                }));
+            }
+            Err(e) => e.tried,
+        };
         let reason = if candidates.is_empty() {
             format!(
                 "no {} found: no folder to search ({})",
@@ -363,17 +325,8 @@ impl Nccl {
         })
     }
 
-    /// Opens one candidate, binds the table and checks the version.
-    fn open(flavor: Flavor, path: &Path, bare: bool) -> std::result::Result<Nccl, String> {
-        // SAFETY: opening the library runs its initializers; it is the vendor's NCCL/RCCL (or
-        // a stand-in with the same API, e.g. the driver emulator) chosen by the search above.
-        // It is opened RTLD_LAZY | RTLD_LOCAL (libloading's default), and a library that was
-        // bound is never unloaded (pinned below).
-        let library = match unsafe { Library::new(path) } {
-            Ok(l) => Arc::new(l),
-            Err(e) => return Err(search::open_failure(&e, bare)),
-        };
-        let api = NcclApi::bind(library.clone())?;
+    /// `ncclGetVersion`, decoded; the error refuses the candidate.
+    fn read_version(api: &NcclApi) -> std::result::Result<NcclVersion, String> {
         let mut code: c_int = 0;
         // SAFETY: `ncclGetVersion` writes one int through a valid pointer; it needs no GPU and
         // no initialized runtime.
@@ -381,31 +334,8 @@ impl Nccl {
         if rc != sys::ncclSuccess {
             return Err(format!("ncclGetVersion failed: {}", describe_result(rc)));
         }
-        let Some(version) = NcclVersion::from_code(code) else {
-            return Err(format!(
-                "ncclGetVersion returned an unknown version code {code}"
-            ));
-        };
-        if version < MIN_VERSION {
-            return Err(format!(
-                "{flavor} {version} is older than the minimum {MIN_VERSION} xthunk supports"
-            ));
-        }
-        // Pinned: never unloaded (see the module documentation).
-        std::mem::forget(library);
-        let path = file_containing(api.ncclGetVersion as usize).unwrap_or_else(|| path.into());
-        tracing::info!(
-            library = flavor.name(),
-            path = %path.display(),
-            %version,
-            "loaded {flavor}"
-        );
-        Ok(Nccl {
-            api,
-            flavor,
-            path,
-            version,
-        })
+        NcclVersion::from_code(code)
+            .ok_or_else(|| format!("ncclGetVersion returned an unknown version code {code}"))
     }
 
     pub fn flavor(&self) -> Flavor {
@@ -433,19 +363,20 @@ impl Nccl {
     }
 
     /// Whether communicators can be configured (`ncclCommInitRankConfig`, 2.14): needed for
-    /// non-blocking communicators.
+    /// non-blocking communicators. (Each optional symbol is `None` below its version: the
+    /// table's gates.)
     pub fn supports_config(&self) -> bool {
-        self.version >= CONFIG_SINCE && self.api.ncclCommInitRankConfig.is_some()
+        self.api.ncclCommInitRankConfig.is_some()
     }
 
     /// Whether `ncclCommSplit` can be used (2.18).
     pub fn supports_split(&self) -> bool {
-        self.version >= SPLIT_SINCE && self.api.ncclCommSplit.is_some()
+        self.api.ncclCommSplit.is_some()
     }
 
     /// Whether `ncclCommFinalize` can be used (2.14).
     pub fn supports_finalize(&self) -> bool {
-        self.version >= CONFIG_SINCE && self.api.ncclCommFinalize.is_some()
+        self.api.ncclCommFinalize.is_some()
     }
 
     /// The library's own message for a result code (`ncclGetErrorString`).
@@ -459,10 +390,7 @@ impl Nccl {
     /// The library's description of its last error (`ncclGetLastError`, 2.13), when it has
     /// a non-empty one.
     pub fn last_error(&self) -> Option<String> {
-        let f = self
-            .api
-            .ncclGetLastError
-            .filter(|_| self.version >= LAST_ERROR_SINCE)?;
+        let f = self.api.ncclGetLastError?;
         // SAFETY: `ncclGetLastError` accepts a null communicator and returns a pointer to a
         // library-owned string (or null), which is copied at once.
         let p = unsafe { f(std::ptr::null_mut()) };
@@ -646,12 +574,19 @@ mod tests {
         ] {
             assert!(Nccl::REQUIRED_SYMBOLS.contains(&s), "{s}");
         }
-        for s in [
-            "ncclCommInitRankConfig",
-            "ncclCommSplit",
-            "ncclCommFinalize",
+        let gated = |name: &str| {
+            Nccl::OPTIONAL_SYMBOLS
+                .iter()
+                .find(|o| o.name == name)
+                .and_then(|o| o.since)
+        };
+        for (s, since) in [
+            ("ncclCommInitRankConfig", CONFIG_SINCE),
+            ("ncclCommSplit", SPLIT_SINCE),
+            ("ncclCommFinalize", CONFIG_SINCE),
+            ("ncclGetLastError", LAST_ERROR_SINCE),
         ] {
-            assert!(Nccl::OPTIONAL_SYMBOLS.contains(&s), "{s}");
+            assert_eq!(gated(s), Some(since.to_version()), "{s}");
         }
     }
 }

@@ -36,7 +36,7 @@ use std::fmt;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
 use xthunk_core::collectives::{
-    CliqueCache, CliqueKey, CliqueProvider, Communicator, Member, Rendezvous, Timeouts,
+    CliqueCache, CliqueKey, CliqueProvider, Communicator, Member, Rendezvous, Timeouts, Undetected,
     error_message,
 };
 use xthunk_core::{Error, Result};
@@ -591,6 +591,22 @@ impl CliqueProvider for NcclCliqueProvider {
             }
         }
         dead.into_iter().map(|(k, ..)| k).collect()
+    }
+
+    /// NCCL and RCCL do not compare the operations ranks issue, and a collective waits for
+    /// its peers without a timeout: a mismatched or missing rank is found only when the
+    /// communicator is aborted (the executor's watchdog, a deadline, a coordinator's failure
+    /// report), never by the provider's rendezvous timeouts (those cover communicator init
+    /// and splits only).
+    fn undetected(&self) -> Undetected {
+        Undetected {
+            mismatch: Some(
+                "NCCL/RCCL do not detect mismatched collectives (they hang until aborted)",
+            ),
+            missing_rank: Some(
+                "NCCL/RCCL wait for a missing rank without a timeout (until aborted)",
+            ),
+        }
     }
 }
 

@@ -2,6 +2,7 @@
 //! each optional feature needs.
 
 use std::fmt;
+use xthunk_core::backend::dylib::Version;
 
 /// A library version, `major.minor.patch`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -40,6 +41,11 @@ impl NcclVersion {
         } else {
             None
         }
+    }
+
+    /// The same version as core's [`Version`], which the symbol table's gates compare.
+    pub const fn to_version(self) -> Version {
+        Version::new(self.major, self.minor, self.patch)
     }
 
     /// The integer the header's `NCCL_VERSION(major, minor, patch)` gives.
@@ -118,5 +124,10 @@ mod tests {
         assert_eq!(NcclVersion::new(2, 32, 3).to_string(), "2.32.3");
         assert!(MIN_VERSION < CONFIG_SINCE && CONFIG_SINCE < SPLIT_SINCE);
         assert!(NcclVersion::new(2, 9, 9) < NcclVersion::new(2, 10, 0));
+        assert_eq!(SPLIT_SINCE.to_version(), Version::new(2, 18, 0));
+        assert_eq!(
+            NcclVersion::new(2, 32, 3).to_version().to_string(),
+            "2.32.3"
+        );
     }
 }

@@ -3,9 +3,8 @@
 use crate::text::{line_col, try_to_text};
 use crate::{ProtoError, decode, encode, parse_text};
 use std::fs;
-use std::io::Write;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::path::Path;
+use xthunk_core::files::{MODE_PUBLIC, write_atomic};
 use xthunk_core::ir::Executable;
 
 /// The encoding of a program file.
@@ -62,49 +61,16 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
 /// Writes a program file; the format follows the extension (see [`Format::from_path`]). Does
 /// not validate the program.
 ///
-/// The content is written to a temporary file in the same directory, flushed, then renamed
-/// over `path`: on any error `path` is left as it was (absent or with its old content) and the
-/// temporary file is removed.
+/// Written atomically ([`xthunk_core::files::write_atomic`]): on any error `path` is left as it
+/// was (absent or with its old content) and no temporary file remains.
 pub fn save_file(path: impl AsRef<Path>, exe: &Executable) -> Result<(), ProtoError> {
     let path = path.as_ref();
     let content = match Format::from_path(path)? {
         Format::Binary => encode(exe),
         Format::Text => try_to_text(exe)?.into_bytes(),
     };
-    let tmp = temp_path(path);
-    let io = |source| ProtoError::Io {
+    write_atomic(path, &content, MODE_PUBLIC).map_err(|source| ProtoError::Io {
         path: path.to_path_buf(),
         source,
-    };
-    let result = write_new(&tmp, &content).and_then(|()| fs::rename(&tmp, path));
-    if let Err(e) = result {
-        // Best effort: the temporary file may not exist (e.g. the directory is missing).
-        let _ = fs::remove_file(&tmp);
-        return Err(io(e));
-    }
-    Ok(())
-}
-
-fn write_new(tmp: &Path, content: &[u8]) -> std::io::Result<()> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .open(tmp)?;
-    f.write_all(content)?;
-    f.sync_all()
-}
-
-/// `.<name>.<pid>.<n>.tmp` next to `path`, unique within this process.
-fn temp_path(path: &Path) -> PathBuf {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_else(|| "program".into());
-    let tmp_name = format!(".{name}.{}.{n}.tmp", std::process::id());
-    match path.parent() {
-        Some(dir) => dir.join(tmp_name),
-        None => PathBuf::from(tmp_name),
-    }
+    })
 }

@@ -12,10 +12,20 @@ pub const EXIT_FAILED: u8 = 1;
 /// Exit status: no requested backend could run (every one was skipped).
 pub const EXIT_SKIPPED: u8 = 2;
 
+/// `xthunk conformance` as parsed (its command-line arguments).
+#[derive(Debug, clap::Args)]
 pub struct ConformanceArgs {
+    /// Only this backend (host, cuda, rocm).
+    #[arg(long)]
     pub backend: Option<String>,
+    /// Device ordinal within the backend.
+    #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// Only checks whose name contains this string (e.g. `kernels/`, `gemm`).
+    #[arg(long)]
     pub filter: Option<String>,
+    /// List every check, passed ones included.
+    #[arg(long)]
     pub verbose_table: bool,
 }
 
@@ -65,7 +75,12 @@ pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) ->
                 rt.registry().names().join(", ")
             )));
         };
-        let report = xthunk_conformance::run(backend.as_ref(), args.device, args.filter.as_deref());
+        // The clique provider registered with the backend, injected into the suite.
+        let subject = xthunk_conformance::Subject {
+            cliques: rt.collectives(name).cliques,
+            ..xthunk_conformance::Subject::new(backend.clone())
+        };
+        let report = xthunk_conformance::run(&subject, args.device, args.filter.as_deref());
         if report.skipped() {
             // Every check carries the same reason: the backend is unavailable.
             writeln!(

@@ -168,7 +168,8 @@ pub fn run_job(
     };
     let rt = Runtime::new();
     let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
-    if backend.name() != "host" {
+    // Ranks in separate processes meet through shared memory segments of host memory.
+    if !rt.collectives(backend.name()).across_processes {
         return Err(xthunk::Error::Unsupported {
             backend: backend.name().into(),
             feature: "jobs of several processes (their collectives run on the host backend, \
@@ -206,11 +207,12 @@ pub fn run_job(
         .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
     }
     eprintln!(
-        "xthunk: job {job}: rank {rank} of {world} (pid {}), {} coordinator {}, backend host, \
+        "xthunk: job {job}: rank {rank} of {world} (pid {}), {} coordinator {}, backend {}, \
          collectives through shared memory",
         std::process::id(),
         coordinator.backend(),
-        config.coordinator
+        config.coordinator,
+        backend.name()
     );
     // Meeting and leaving may take longer than a collective (processes start, load, exit).
     let barrier_timeout = args.collective_timeout.max(Duration::from_secs(60));
@@ -372,9 +374,10 @@ fn run_rank(
     let e = exe.executable();
     writeln!(
         out,
-        "program {} ({} thunks) as rank {rank} of {world} on host:{} {} (job {})",
+        "program {} ({} thunks) as rank {rank} of {world} on {}:{} {} (job {})",
         e.name,
         e.thunk_count(),
+        device.backend_name(),
         device.info().ordinal,
         device.info().name,
         coordinator.job_id()

@@ -37,13 +37,27 @@ Exit status:
   1  a rank failed: the first to fail is named, the others get --grace seconds to exit on
      their own and are then killed; or the ranks could not be started";
 
-/// `xthunk launch` as parsed.
-#[derive(Debug, Clone)]
+/// `xthunk launch` as parsed (its command-line arguments).
+#[derive(Debug, Clone, clap::Args)]
 pub struct LaunchArgs {
+    /// How many processes (ranks).
+    #[arg(short = 'n', long = "nprocs", value_name = "N")]
+    #[arg(value_parser = parse_nprocs)]
     pub nprocs: usize,
+    /// Where the ranks meet: `local`, or `etcd://HOST:PORT[,HOST:PORT...]`.
+    #[arg(long, default_value = "local", value_parser = parse_coordinator)]
     pub coordinator: CoordinatorSpec,
+    /// The job id, the same for every rank and unique among the jobs sharing the
+    /// coordinator (default: a new one).
+    #[arg(long)]
     pub job_id: Option<String>,
+    /// Seconds the other ranks get to exit on their own after one failed, before they are
+    /// killed.
+    #[arg(long, value_name = "SECS", default_value = "3")]
+    #[arg(value_parser = parse_grace)]
     pub grace: Duration,
+    /// The xthunk command every rank runs, after `--` (e.g. `-- run program.txtpb`).
+    #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 

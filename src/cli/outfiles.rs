@@ -7,9 +7,9 @@ use super::error::{CliError, CliResult};
 use super::npy;
 use std::collections::BTreeMap;
 use std::fs;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use xthunk::ir::{DType, TensorSpec};
+use xthunk_core::files::{MODE_PUBLIC, StagedFile};
 
 /// The file name of an output: its name with anything but `[A-Za-z0-9_.-]` replaced by `_`
 /// (and no leading dot), plus `.npy`.
@@ -76,53 +76,27 @@ impl Plan {
     /// Writes every output (`results` in signature order); returns the paths written.
     pub fn write(self, results: &[Vec<u8>]) -> CliResult<Vec<PathBuf>> {
         fs::create_dir_all(&self.dir).map_err(|e| CliError::io(&self.dir, e))?;
-        let mut temps: Vec<PathBuf> = vec![];
-        let staged = self.stage(results, &mut temps);
-        if let Err(e) = staged {
-            for t in &temps {
-                let _ = fs::remove_file(t);
-            }
-            return Err(e);
-        }
-        let mut written = vec![];
-        for (tmp, t) in temps.iter().zip(&self.targets) {
-            if let Err(e) = fs::rename(tmp, &t.path) {
-                for t in &temps {
-                    let _ = fs::remove_file(t);
-                }
-                return Err(CliError::io(&t.path, e));
-            }
-            written.push(t.path.clone());
-        }
-        Ok(written)
-    }
-
-    fn stage(&self, results: &[Vec<u8>], temps: &mut Vec<PathBuf>) -> CliResult<()> {
+        // Every file staged first (an error drops the staged ones, which removes them), then
+        // all renamed into place.
+        let mut staged = vec![];
         for (t, data) in self.targets.iter().zip(results) {
             let content =
                 npy::encode(t.dtype, &t.dims, data).map_err(|e| CliError::io(&t.path, e))?;
-            let tmp = temp_path(&t.path);
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&tmp)
-                .map_err(|e| CliError::io(&tmp, e))?;
-            temps.push(tmp.clone());
+            let mut f =
+                StagedFile::create(&t.path, MODE_PUBLIC).map_err(|e| CliError::io(&t.path, e))?;
             f.write_all(&content)
-                .and_then(|()| f.sync_all())
-                .map_err(|e| CliError::io(&tmp, e))?;
+                .and_then(|()| f.sync())
+                .map_err(|e| CliError::io(&t.path, e))?;
+            staged.push(f);
         }
-        Ok(())
+        let mut written = vec![];
+        for f in staged {
+            let path = f.path().to_path_buf();
+            f.commit().map_err(|e| CliError::io(&path, e))?;
+            written.push(path);
+        }
+        Ok(written)
     }
-}
-
-/// `.NAME.npy.<pid>.tmp` next to `path`.
-fn temp_path(path: &Path) -> PathBuf {
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    path.with_file_name(format!(".{name}.{}.tmp", std::process::id()))
 }
 
 #[cfg(test)]

@@ -8,20 +8,61 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use xthunk::{BackendChoice, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
-/// Everything `xthunk run` was asked to do.
-#[derive(Debug)]
+/// Everything `xthunk run` was asked to do (its command-line arguments).
+#[derive(Debug, clap::Args)]
 pub struct RunArgs {
+    /// The program file (.txtpb text or .pb binary).
     pub program: PathBuf,
+    /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
+    #[arg(long, default_value = "auto")]
     pub backend: String,
+    /// Device ordinal within the backend.
+    #[arg(long, default_value_t = 0)]
     pub device: usize,
+    /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable).
+    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
+    /// Write NAME.npy for every output into this directory (created if missing).
+    #[arg(long, value_name = "DIR")]
     pub output_dir: Option<PathBuf>,
+    /// Seed of the random values of parameters without --input.
+    #[arg(long, default_value_t = 0)]
     pub seed: u64,
+    /// How many times to execute (the outputs are those of the last execution).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub iterations: u32,
+    /// Fail if one execution takes longer than this many seconds.
+    #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
     pub deadline: Option<Duration>,
-    /// SPMD ranks (devices 0..N-1 of the backend); 1 runs on `device` alone.
+    /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
+    /// collectives among them; parameters without --input get per-rank random values.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub devices: u32,
+    /// A collective whose peers have not all arrived after this many seconds fails,
+    /// naming the missing ranks (a warning names them after a sixth of it).
+    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
     pub collective_timeout: Duration,
+}
+
+/// clap value parser of `--input`: `NAME=FILE.npy`.
+pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
+    match s.split_once('=') {
+        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
+            Ok((name.to_string(), PathBuf::from(file)))
+        }
+        _ => Err(format!("expected NAME=FILE.npy, got `{s}`")),
+    }
+}
+
+/// clap value parser of `--deadline` and `--collective-timeout`: positive seconds.
+pub fn parse_deadline(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
+    if secs <= 0.0 {
+        return Err(format!("the deadline must be positive, got {s}"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("deadline {s}: {e}"))
 }
 
 /// How many leading values of each output are printed.
@@ -208,8 +249,7 @@ fn run_spmd(
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
-    use xthunk::core::collectives::{CliqueProvider, Timeouts};
-    use xthunk::core::host::HostCliqueProvider;
+    use xthunk::core::collectives::Timeouts;
     let n = inputs.len();
     let sig = program.signature.clone();
     let plans = match &args.output_dir {
@@ -230,40 +270,16 @@ fn run_spmd(
         .map(|i| backend.device(i))
         .collect::<xthunk::Result<Vec<_>>>()?;
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
-    let cliques: std::sync::Arc<dyn CliqueProvider> = match backend.name() {
-        "host" => std::sync::Arc::new(HostCliqueProvider::new(devices.clone(), timeouts)?),
-        name @ ("cuda" | "rocm") => {
-            // NCCL on CUDA, RCCL on ROCm: each rank's thread makes its device current
-            // before its communicator is created (ncclCommInitRank binds to it).
-            type BindOne = fn(&dyn xthunk::Device) -> xthunk::Result<()>;
-            let (flavor, bind_one): (xthunk_nccl::Flavor, BindOne) = if name == "cuda" {
-                (xthunk_nccl::Flavor::Nccl, xthunk_cuda::bind_current)
-            } else {
-                (xthunk_nccl::Flavor::Rccl, xthunk_rocm::bind_current)
-            };
-            let bind_devices = devices.clone();
-            let bind: xthunk_nccl::BindRank = std::sync::Arc::new(move |rank: usize| {
-                let device = bind_devices.get(rank).ok_or_else(|| {
-                    xthunk::Error::InvalidArgument(format!("no device for rank {rank}"))
-                })?;
-                bind_one(device.as_ref())
-            });
-            std::sync::Arc::new(xthunk_nccl::NcclCliqueProvider::new(
-                flavor,
-                devices.clone(),
-                bind,
-                timeouts,
-            )?)
+    // The clique provider registered with the backend (host, NCCL on CUDA, RCCL on ROCm).
+    let Some(factory) = rt.collectives(backend.name()).cliques else {
+        return Err(xthunk::Error::Unsupported {
+            backend: backend.name().into(),
+            feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
+                .into(),
         }
-        other => {
-            return Err(xthunk::Error::Unsupported {
-                backend: other.into(),
-                feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
-                    .into(),
-            }
-            .into());
-        }
+        .into());
     };
+    let cliques = factory.create(&devices, timeouts)?;
     eprintln!(
         "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}{}",
         backend.name(),
@@ -369,4 +385,24 @@ pub(super) fn print_times(
         times.len(),
         if times.len() == 1 { "" } else { "s" }
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn input_and_deadline_parsers() {
+        assert_eq!(
+            parse_input("x=a=b.npy"),
+            Ok(("x".to_string(), PathBuf::from("a=b.npy")))
+        );
+        assert!(parse_input("x").is_err());
+        assert!(parse_input("=f.npy").is_err());
+        assert_eq!(parse_deadline("1.5"), Ok(Duration::from_millis(1500)));
+        assert!(parse_deadline("0").is_err());
+        assert!(parse_deadline("-1").is_err());
+        assert!(parse_deadline("nan").is_err());
+        assert!(parse_deadline("inf").is_err());
+    }
 }

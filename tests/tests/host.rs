@@ -6,5 +6,7 @@ fn main() {
     let backend = std::sync::Arc::new(xthunk_core::host::HostBackend::with_devices(
         xthunk_conformance::MAX_RANKS,
     ));
-    libtest_mimic::run(&args, xthunk_conformance::trials(backend)).exit();
+    let subject = xthunk_conformance::Subject::new(backend)
+        .with_cliques(std::sync::Arc::new(xthunk_core::host::HostCliqueFactory));
+    libtest_mimic::run(&args, xthunk_conformance::trials(subject)).exit();
 }

@@ -7,12 +7,15 @@
 //! corruption.
 
 use crate::error::Result;
-use crate::ir::{DType, MemorySpace, MemsetPattern, Module, Scalar};
+use crate::ir::{DType, Gemm, GemmOperand, MemorySpace, MemsetPattern, Module, Scalar};
 use std::any::Any;
 use std::fmt;
 use std::sync::Arc;
 
 pub mod accounting;
+pub mod baseline;
+pub mod dylib;
+pub mod kernel_cache;
 mod registry;
 pub mod search;
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
@@ -170,31 +173,32 @@ pub struct LaunchDims {
     pub shared_mem: u32,
 }
 
-/// A gemm with resolved pointers; fields as in [`crate::ir::GemmThunk`].
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct GemmLaunch {
-    pub a: DevicePtr,
-    pub b: DevicePtr,
-    pub c: DevicePtr,
-    pub a_len: u64,
-    pub b_len: u64,
-    pub c_len: u64,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub lda: u64,
-    pub ldb: u64,
-    pub ldc: u64,
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub alpha: f64,
-    pub beta: f64,
-    pub dtype: DType,
-    pub batch: u64,
-    pub stride_a: u64,
-    pub stride_b: u64,
-    pub stride_c: u64,
+/// `len` bytes of device memory at `ptr`: a gemm operand at launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRange {
+    pub ptr: DevicePtr,
+    pub len: u64,
 }
+
+impl GemmOperand for DeviceRange {
+    fn start(&self) -> u64 {
+        self.ptr.0
+    }
+    fn bytes(&self) -> u64 {
+        self.len
+    }
+    fn describe(&self) -> String {
+        format!("the buffer at {}", self.ptr)
+    }
+    fn describe_start(&self) -> String {
+        format!("address {}", self.ptr)
+    }
+}
+
+/// A gemm with resolved operands: the [`crate::ir::GemmThunk`]'s shape over device ranges.
+/// Backends check it with [`Gemm::check`] and map it for a column-major BLAS with
+/// [`Gemm::column_major`].
+pub type GemmLaunch = Gemm<DeviceRange>;
 
 /// An in-order queue of device work. Work on different streams may run concurrently; order
 /// across streams comes only from events.

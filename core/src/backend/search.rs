@@ -2,11 +2,24 @@
 //! variables, Python package folders (where pip's wheels put vendor libraries), candidate
 //! lists, trying candidates in order, and how the places tried read in an error.
 //!
-//! Nothing here opens a library: `dlopen` (and what a library must export) stays with each
-//! backend, which passes it in as a closure.
+//! Nothing here opens a library: [`super::dylib`] does (`dlopen`, binding a symbol table,
+//! version checks), handing [`open_first`] the candidates built here.
 
 use std::fmt;
 use std::path::{Path, PathBuf};
+
+/// The value of the environment variable `name` as a path, when it is set and not empty.
+pub fn env_path(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+}
+
+/// The user's cache folder: `$XDG_CACHE_HOME`, else `$HOME/.cache`; `var` gives a variable's
+/// value when it is set and not empty ([`env_path`] for the environment).
+pub fn user_cache_dir(var: impl Fn(&str) -> Option<PathBuf>) -> Option<PathBuf> {
+    var("XDG_CACHE_HOME").or_else(|| var("HOME").map(|h| h.join(".cache")))
+}
 
 /// A `:`-separated list of folders (empty entries skipped).
 pub fn split_paths(v: &str) -> Vec<PathBuf> {
@@ -225,6 +238,28 @@ mod tests {
         let mut v = split_paths("/a:/b:/a:/c:/b");
         dedup_paths(&mut v);
         assert_eq!(v, split_paths("/a:/b:/c"));
+    }
+
+    #[test]
+    fn the_user_cache_folder_prefers_xdg() {
+        let vars = |pairs: &'static [(&'static str, &'static str)]| {
+            move |k: &str| {
+                pairs
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map(|(_, v)| PathBuf::from(v))
+            }
+        };
+        assert_eq!(
+            user_cache_dir(vars(&[("XDG_CACHE_HOME", "/x"), ("HOME", "/h")])),
+            Some(PathBuf::from("/x"))
+        );
+        assert_eq!(
+            user_cache_dir(vars(&[("HOME", "/h")])),
+            Some(PathBuf::from("/h/.cache"))
+        );
+        assert_eq!(user_cache_dir(vars(&[])), None);
+        assert_eq!(env_path("XTHUNK_SURELY_UNSET_VARIABLE_FOR_TESTS"), None);
     }
 
     #[test]

@@ -45,7 +45,7 @@ pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
 pub(crate) use rendezvous::{may_spin, spin_while};
 pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
-use crate::backend::{DevicePtr, Stream};
+use crate::backend::{Device, DevicePtr, Stream};
 use crate::error::{Error, Result};
 pub use crate::ir::ReduceOp;
 use crate::ir::{AsyncKind, DType};
@@ -383,4 +383,46 @@ pub trait CliqueProvider: Send + Sync {
     /// running an old execution can never meet ranks of a new one: call this only when no
     /// rank is running (e.g. between SPMD runs).
     fn evict_aborted(&self) -> Vec<CliqueKey>;
+    /// The failures this provider's cliques do not detect by themselves (see [`Undetected`]).
+    /// The default: none (the host providers detect both within their [`Timeouts`]).
+    fn undetected(&self) -> Undetected {
+        Undetected::default()
+    }
+}
+
+/// Failures a [`CliqueProvider`]'s cliques do not detect by themselves within its [`Timeouts`]:
+/// each `Some(why)`. Such a failure leaves the ranks waiting until the clique is aborted (by
+/// [`Watchdog`], a deadline, a coordinator's failure report), so whoever provokes one on
+/// purpose (the conformance suite) must not do it there.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Undetected {
+    /// Ranks of one clique issuing different operations (kind, count, dtype, root).
+    pub mismatch: Option<&'static str>,
+    /// A rank that never issues the operation its peers wait for.
+    pub missing_rank: Option<&'static str>,
+}
+
+/// Makes the [`CliqueProvider`] of some devices of one backend (global rank `r` is `devices[r]`,
+/// every rendezvous with `timeouts`): how that backend's devices form cliques within one
+/// process. The `xthunk` facade registers one with each backend; the CLI and the conformance
+/// harness are handed it. Any closure of this signature is one.
+pub trait CliqueFactory: Send + Sync {
+    fn create(
+        &self,
+        devices: &[Arc<dyn Device>],
+        timeouts: Timeouts,
+    ) -> Result<Arc<dyn CliqueProvider>>;
+}
+
+impl<F> CliqueFactory for F
+where
+    F: Fn(&[Arc<dyn Device>], Timeouts) -> Result<Arc<dyn CliqueProvider>> + Send + Sync,
+{
+    fn create(
+        &self,
+        devices: &[Arc<dyn Device>],
+        timeouts: Timeouts,
+    ) -> Result<Arc<dyn CliqueProvider>> {
+        self(devices, timeouts)
+    }
 }

@@ -25,81 +25,20 @@ fn load<T: bytemuck::Pod>(r: &Region) -> Vec<T> {
         .collect()
 }
 
-struct Strides {
-    rs: isize,
-    cs: isize,
-}
-
-fn lhs_strides(g: &GemmLaunch) -> Strides {
-    if g.trans_a {
-        Strides {
-            rs: 1,
-            cs: g.lda as isize,
-        }
+/// Row and column strides of `op(X)` for a column-major `X` with leading dimension `ld`
+/// (element (i, j) of `X` at `i + j·ld`).
+fn blas_strides(trans: bool, ld: u64) -> (isize, isize) {
+    if trans {
+        (ld as isize, 1)
     } else {
-        Strides {
-            rs: g.lda as isize,
-            cs: 1,
-        }
+        (1, ld as isize)
     }
 }
 
-fn rhs_strides(g: &GemmLaunch) -> Strides {
-    if g.trans_b {
-        Strides {
-            rs: 1,
-            cs: g.ldb as isize,
-        }
-    } else {
-        Strides {
-            rs: g.ldb as isize,
-            cs: 1,
-        }
-    }
-}
-
-/// Element counts needed by one operand (as validated for the thunk).
-fn needed(rows: u64, cols: u64, ld: u64, batch: u64, stride: u64) -> Option<u64> {
-    if rows == 0 || cols == 0 {
-        return Some(0);
-    }
-    let one = (rows - 1).checked_mul(ld)?.checked_add(cols)?;
-    (batch - 1).checked_mul(stride)?.checked_add(one)
-}
-
-fn check(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
-    let es = g.dtype.size() as u64;
-    let (ar, ac) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-    let (br, bc) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-    if g.batch == 0 {
-        return Err(err("batch count is 0"));
-    }
-    for (name, rows, cols, ld, stride, r) in [
-        ("a", ar, ac, g.lda, g.stride_a, a),
-        ("b", br, bc, g.ldb, g.stride_b, b),
-        ("c", g.m, g.n, g.ldc, g.stride_c, c),
-    ] {
-        if ld < cols {
-            return Err(err(format!("ld{name} {ld} < {cols} columns")));
-        }
-        match needed(rows, cols, ld, g.batch, stride).and_then(|n| n.checked_mul(es)) {
-            Some(n) if n <= r.len() as u64 => {}
-            _ => {
-                return Err(err(format!(
-                    "operand {name} is smaller than its shape needs"
-                )));
-            }
-        }
-        if (r.ptr() as usize) % g.dtype.size() != 0 {
-            return Err(err(format!("operand {name} is not aligned to {}", g.dtype)));
-        }
-    }
-    Ok(())
-}
-
-/// Runs a gemm on checked regions.
+/// Runs a gemm on its operands' regions (`g`'s ranges, looked up: host addresses are device
+/// addresses, so checking `g` checks the regions).
 pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
-    check(g, a, b, c)?;
+    g.check().map_err(|e| err(e.to_string()))?;
     if g.m == 0 || g.n == 0 {
         return Ok(());
     }
@@ -160,28 +99,18 @@ impl Zero for f64 {
 /// `a`, `b`, `c` must be valid for the shapes, strides and batch of `g`; `c` must not overlap
 /// `a` or `b` and must not be accessed by anyone else during the call.
 unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, alpha: T, beta: T) {
-    let ls = lhs_strides(g);
-    let rs = rhs_strides(g);
     let par = if g.m * g.n * g.k.max(1) >= PARALLEL_THRESHOLD {
         Parallelism::Rayon(0)
     } else {
         Parallelism::None
     };
-    for bi in 0..g.batch as usize {
-        // SAFETY: offsets stay inside the operands (checked against their sizes).
-        let (ab, bb, cb) = unsafe {
-            (
-                a.add(bi * g.stride_a as usize),
-                b.add(bi * g.stride_b as usize),
-                c.add(bi * g.stride_c as usize),
-            )
-        };
-        if g.k == 0 {
+    if g.k == 0 {
+        for bi in 0..g.batch as usize {
             for i in 0..g.m as usize {
                 for j in 0..g.n as usize {
-                    // SAFETY: (i, j) is inside C.
+                    // SAFETY: (i, j) of batch entry bi is inside C (checked against its size).
                     unsafe {
-                        let p = cb.add(i * g.ldc as usize + j);
+                        let p = c.add(bi * g.stride_c as usize + i * g.ldc as usize + j);
                         *p = if g.beta == 0.0 {
                             T::ZERO
                         } else {
@@ -190,26 +119,41 @@ unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, a
                     }
                 }
             }
-            continue;
         }
+        return;
+    }
+    // The column-major restatement, as cuBLAS and rocBLAS get it: `gemm` takes any strides.
+    let cm = g.with_operands(a, b, c.cast_const()).column_major();
+    let (lhs_rs, lhs_cs) = blas_strides(cm.trans_a, cm.lda);
+    let (rhs_rs, rhs_cs) = blas_strides(cm.trans_b, cm.ldb);
+    let (dst_rs, dst_cs) = blas_strides(false, cm.ldc);
+    for bi in 0..g.batch as usize {
+        // SAFETY: offsets stay inside the operands (checked against their sizes).
+        let (lhs, rhs, dst) = unsafe {
+            (
+                cm.a.add(bi * cm.stride_a as usize),
+                cm.b.add(bi * cm.stride_b as usize),
+                cm.c.cast_mut().add(bi * cm.stride_c as usize),
+            )
+        };
         // SAFETY: shapes and strides describe memory inside the operands (see above);
         // `gemm` computes dst := alpha·dst + beta·lhs·rhs, so our alpha/beta swap places, and
         // dst is not read when our beta is 0 (it may hold NaN poison).
         unsafe {
             gemm::gemm(
-                g.m as usize,
-                g.n as usize,
-                g.k as usize,
-                cb,
-                1,
-                g.ldc as isize,
+                cm.m as usize,
+                cm.n as usize,
+                cm.k as usize,
+                dst,
+                dst_cs,
+                dst_rs,
                 g.beta != 0.0,
-                ab,
-                ls.cs,
-                ls.rs,
-                bb,
-                rs.cs,
-                rs.rs,
+                lhs,
+                lhs_cs,
+                lhs_rs,
+                rhs,
+                rhs_cs,
+                rhs_rs,
                 beta,
                 alpha,
                 false,

@@ -14,8 +14,8 @@ mod module;
 mod stream;
 
 pub use collectives::{
-    HostCliqueProvider, HostCommunicator, ShmCliqueProvider, ShmCommunicator, ShmOptions,
-    job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments,
+    HostCliqueFactory, HostCliqueProvider, HostCommunicator, ShmCliqueProvider, ShmCommunicator,
+    ShmOptions, job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments,
 };
 pub use memory::HostBuffer;
 pub use module::{HostKernelHandle, HostModule};

@@ -376,9 +376,9 @@ impl Stream for HostStream {
     }
 
     fn gemm(&self, g: &GemmLaunch) -> Result<()> {
-        let a = self.region(g.a, g.a_len)?;
-        let b = self.region(g.b, g.b_len)?;
-        let c = self.region(g.c, g.c_len)?;
+        let a = self.region(g.a.ptr, g.a.len)?;
+        let b = self.region(g.b.ptr, g.b.len)?;
+        let c = self.region(g.c.ptr, g.c.len)?;
         let overlaps = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
         if overlaps(c.range(), a.range()) || overlaps(c.range(), b.range()) {
             return Err(Error::InvalidArgument(

@@ -1,6 +1,7 @@
 //! The thunk IR: allocations, slices, modules, thunks and executables.
 
 use super::dtype::DType;
+use super::gemm::GemmThunk;
 use std::fmt;
 
 /// Version of the program ABI (the protobuf schema and the IR semantics). A loader refuses
@@ -310,52 +311,6 @@ pub struct KernelThunk {
     /// Dynamic shared memory in bytes.
     pub shared_mem: u32,
     pub args: Vec<KernelArg>,
-}
-
-/// Element types a `Gemm` supports. f16/bf16 accumulate in f32.
-pub const GEMM_DTYPES: [DType; 4] = [DType::F32, DType::F64, DType::F16, DType::BF16];
-
-/// `Gemm` thunk, row-major: `C = alpha * op(A) * op(B) + beta * C` for each batch entry, with
-/// `op(A)` of shape m×k and `op(B)` k×n. `lda`/`ldb`/`ldc` are row strides (in elements) of the
-/// matrices as stored (A is stored k×m when `trans_a`). Batch strides are in elements.
-#[derive(Clone, Debug, PartialEq)]
-pub struct GemmThunk {
-    pub a: Slice,
-    pub b: Slice,
-    pub c: Slice,
-    pub m: u64,
-    pub n: u64,
-    pub k: u64,
-    pub lda: u64,
-    pub ldb: u64,
-    pub ldc: u64,
-    pub trans_a: bool,
-    pub trans_b: bool,
-    pub alpha: f64,
-    pub beta: f64,
-    pub dtype: DType,
-    pub batch: u64,
-    pub stride_a: u64,
-    pub stride_b: u64,
-    pub stride_c: u64,
-}
-
-impl GemmThunk {
-    /// Rows and columns of A and B as stored.
-    pub fn stored_a(&self) -> (u64, u64) {
-        if self.trans_a {
-            (self.k, self.m)
-        } else {
-            (self.m, self.k)
-        }
-    }
-    pub fn stored_b(&self) -> (u64, u64) {
-        if self.trans_b {
-            (self.n, self.k)
-        } else {
-            (self.k, self.n)
-        }
-    }
 }
 
 /// Which stream class an async scope runs on.

@@ -2,6 +2,7 @@
 //! the nested sequences) and the field.
 
 use super::dtype::DType;
+use super::gemm::{GEMM_DTYPES, GemmError, GemmMatrix, GemmThunk};
 use super::path::ThunkPath;
 use super::signature::KernelCatalog;
 use super::types::*;
@@ -730,75 +731,14 @@ impl Verifier<'_> {
                 format!("gemm does not support {}", g.dtype),
             ));
         }
-        if g.batch == 0 {
-            return Err(err(path, "batch", "must be at least 1"));
-        }
+        let shape = |e: GemmError| err(path, e.field, e.message);
+        g.check_batch().map_err(shape)?;
         if !g.alpha.is_finite() || !g.beta.is_finite() {
             return Err(err(path, "alpha", "alpha and beta must be finite"));
         }
-        let es = g.dtype.size() as u64;
-        let (ar, ac) = g.stored_a();
-        let (br, bc) = g.stored_b();
-        for (name, rows, cols, ld, stride, slice) in [
-            ("a", ar, ac, g.lda, g.stride_a, g.a),
-            ("b", br, bc, g.ldb, g.stride_b, g.b),
-            ("c", g.m, g.n, g.ldc, g.stride_c, g.c),
-        ] {
-            self.slice(&slice, path, name, name == "c")?;
-            if ld < cols.max(1) {
-                return Err(err(
-                    path,
-                    format!("ld{name}"),
-                    format!("row stride {ld} is smaller than the {cols} columns of {name}"),
-                ));
-            }
-            // Elements touched by one matrix: (rows-1)*ld + cols; the batch adds (batch-1)*stride.
-            let one = if rows == 0 || cols == 0 {
-                Some(0)
-            } else {
-                (rows - 1).checked_mul(ld).and_then(|x| x.checked_add(cols))
-            };
-            let need = one.and_then(|one| {
-                if one == 0 {
-                    return Some(0);
-                }
-                if g.batch > 1 && stride < one {
-                    return None;
-                }
-                (g.batch - 1)
-                    .checked_mul(stride)?
-                    .checked_add(one)?
-                    .checked_mul(es)
-            });
-            match need {
-                Some(n) if n <= slice.size => {}
-                Some(n) => {
-                    return Err(err(
-                        path,
-                        name,
-                        format!(
-                            "{name} needs {n} bytes, the slice {slice} has {}",
-                            slice.size
-                        ),
-                    ));
-                }
-                None => {
-                    return Err(err(
-                        path,
-                        format!("stride_{name}"),
-                        format!(
-                            "batch stride {stride} is smaller than one matrix, or sizes overflow"
-                        ),
-                    ));
-                }
-            }
-            if slice.offset % es != 0 {
-                return Err(err(
-                    path,
-                    name,
-                    format!("offset {} is not aligned to {}", slice.offset, g.dtype),
-                ));
-            }
+        for m in GemmMatrix::ALL {
+            self.slice(&g.operand(m), path, m.name(), m == GemmMatrix::C)?;
+            g.check_operand(m).map_err(shape)?;
         }
         if g.c.overlaps(&g.a) || g.c.overlaps(&g.b) {
             return Err(err(path, "c", "the output overlaps an input"));

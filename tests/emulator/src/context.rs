@@ -32,6 +32,24 @@ impl Api {
             Api::Hip => "xthunk emulated AMD device",
         }
     }
+
+    /// The name device `dev` reports: [`device_name`](Self::device_name), with the ordinal
+    /// when there are several devices.
+    pub fn device_label(self, dev: i32) -> String {
+        if device_count() > 1 {
+            format!("{} {dev}", self.device_name())
+        } else {
+            self.device_name().to_string()
+        }
+    }
+
+    /// What owns streams, events and functions in the API's messages.
+    pub fn owner(self) -> &'static str {
+        match self {
+            Api::Cuda => "context",
+            Api::Hip => "device",
+        }
+    }
 }
 
 /// A context: the owner of allocations, streams, events, modules.

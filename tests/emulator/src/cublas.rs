@@ -1,13 +1,15 @@
 //! cuBLAS (`libcublas.so.12` / `.13`): handles, streams, pointer and math modes, and gemm
 //! (`cublasGemmEx`, `cublasGemmStridedBatchedEx`, `cublasSgemm_v2`, `cublasDgemm_v2`), from
-//! `cublas_api.h` (cuBLAS 12). Gemm runs on the host ([`crate::gemm`]).
+//! `cublas_api.h` (cuBLAS 12). Gemm runs on the host ([`crate::gemm`]); what cuBLAS shares
+//! with rocBLAS is [`crate::blas`].
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
+use crate::blas::{self, Arg, BLAS_HANDLES, GemmArgs};
 use crate::context;
 use crate::error::{Code, EmuError, EmuResult, guard, invalid};
 use crate::ffi::put;
-use crate::gemm::{self, BLAS_HANDLES, Elt, GemmDesc, GemmOp, Operand, Scal};
+use crate::gemm::{Elt, GemmOp};
 use std::ffi::{c_char, c_int, c_longlong, c_void};
 use std::sync::atomic::Ordering;
 
@@ -56,7 +58,7 @@ pub unsafe extern "C" fn cublasCreate_v2(handle: *mut usize) -> Status {
         if handle.is_null() {
             return Err(invalid(C, "`handle` is a null pointer"));
         }
-        let h = gemm::create_handle(c);
+        let h = blas::create_handle(c);
         // SAFETY: the caller's out-pointer (checked non-null).
         unsafe { put(handle, h, "handle", C) }
     })
@@ -238,7 +240,7 @@ fn dtype(v: c_int, call: &str) -> EmuResult<Elt> {
         1 => Ok(Elt::F64),
         2 => Ok(Elt::F16),
         14 => Ok(Elt::BF16),
-        t => Err(gemm::bad_types(
+        t => Err(blas::bad_types(
             call,
             format!("cudaDataType {t} is not emulated (f32, f64, f16, bf16 are)"),
         )),
@@ -251,7 +253,7 @@ fn types(a: Elt, b: Elt, c: Elt, compute: c_int, call: &str) -> EmuResult<bool> 
         68 | 69 | 74 | 75 | 77 => false,
         70 | 71 => true,
         64 | 65 => {
-            return Err(gemm::bad_types(
+            return Err(blas::bad_types(
                 call,
                 "CUBLAS_COMPUTE_16F is not emulated (only 32F and 64F)".into(),
             ));
@@ -266,7 +268,7 @@ fn types(a: Elt, b: Elt, c: Elt, compute: c_int, call: &str) -> EmuResult<bool> 
             _ => false,
         };
     if !ok {
-        return Err(gemm::bad_types(
+        return Err(blas::bad_types(
             call,
             format!(
                 "A {a:?}, B {b:?}, C {c:?} with compute {compute} is not a supported combination"
@@ -276,93 +278,22 @@ fn types(a: Elt, b: Elt, c: Elt, compute: c_int, call: &str) -> EmuResult<bool> 
     Ok(compute64)
 }
 
-/// Reads alpha/beta as the handle's pointer mode says.
-///
 /// # Safety
-/// In host mode, `p` must point to a value of the compute type.
-unsafe fn scalar(
-    p: *const c_void,
-    device: bool,
-    compute64: bool,
-    what: &str,
-    call: &str,
-) -> EmuResult<Scal> {
-    if p.is_null() {
-        return Err(invalid(call, format!("`{what}` is a null pointer")));
-    }
-    if device {
-        return Ok(Scal::Device(p as usize));
-    }
-    // SAFETY: host pointer mode: `p` points to the compute type (the caller's contract).
-    Ok(Scal::Host(unsafe {
-        if compute64 {
-            std::ptr::read_unaligned(p.cast::<f64>())
-        } else {
-            std::ptr::read_unaligned(p.cast::<f32>()) as f64
-        }
-    }))
-}
-
-/// Everything a cuBLAS gemm call passes, in its own terms.
-struct Call {
-    handle: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const c_void,
-    a: (usize, c_int, c_longlong, c_int),
-    b: (usize, c_int, c_longlong, c_int),
-    beta: *const c_void,
-    c: (usize, c_int, c_longlong, c_int),
-    batch: c_int,
-    compute: c_int,
-}
-
-/// # Safety
-/// `alpha`/`beta` as [`scalar`] requires.
-unsafe fn gemm_call(g: Call, name: &str) -> EmuResult<()> {
+/// `alpha`/`beta` as [`GemmArgs::describe`] requires.
+unsafe fn gemm_call(g: GemmArgs, name: &str) -> EmuResult<()> {
     let h = BLAS_HANDLES.get(g.handle, name)?;
-    let (ta, tb) = (op(g.transa, name)?, op(g.transb, name)?);
+    let (ta, tb) = (op(g.trans[0], name)?, op(g.trans[1], name)?);
     let (at, bt, ct) = (
-        dtype(g.a.3, name)?,
-        dtype(g.b.3, name)?,
-        dtype(g.c.3, name)?,
+        dtype(g.a.ty, name)?,
+        dtype(g.b.ty, name)?,
+        dtype(g.c.ty, name)?,
     );
     let compute64 = types(at, bt, ct, g.compute, name)?;
     let device = h.pointer_mode.load(Ordering::SeqCst) == 1;
     // SAFETY: forwarded from the caller.
-    let (alpha, beta) = unsafe {
-        (
-            scalar(g.alpha, device, compute64, "alpha", name)?,
-            scalar(g.beta, device, compute64, "beta", name)?,
-        )
-    };
-    let operand = |o: (usize, c_int, c_longlong, c_int)| Operand {
-        ptr: o.0,
-        ld: o.1 as i64,
-        stride: o.2,
-    };
-    let desc = GemmDesc {
-        trans_a: ta,
-        trans_b: tb,
-        m: g.m as i64,
-        n: g.n as i64,
-        k: g.k as i64,
-        alpha,
-        beta,
-        a: operand(g.a),
-        b: operand(g.b),
-        c: operand(g.c),
-        d: operand(g.c),
-        batch: g.batch as i64,
-        ab_type: at,
-        cd_type: ct,
-        compute64,
-    };
+    let desc = unsafe { g.describe((ta, tb), at, ct, compute64, device, name)? };
     let op = GemmOp::prepare(desc, name)?;
-    gemm::enqueue(&h, op, name)
+    blas::enqueue(&h, op, name)
 }
 
 #[unsafe(no_mangle)]
@@ -389,18 +320,18 @@ pub unsafe extern "C" fn cublasGemmEx(
 ) -> Status {
     const C: &str = "cublasGemmEx";
     api(C, || {
-        let call = Call {
+        let call = GemmArgs {
             handle,
-            transa,
-            transb,
+            trans: [transa, transb],
             m,
             n,
             k,
             alpha,
-            a: (a as usize, lda, 0, a_type),
-            b: (b as usize, ldb, 0, b_type),
             beta,
-            c: (c as usize, ldc, 0, c_type),
+            a: Arg::new(a as usize, lda, 0, a_type),
+            b: Arg::new(b as usize, ldb, 0, b_type),
+            c: Arg::new(c as usize, ldc, 0, c_type),
+            d: Arg::new(c as usize, ldc, 0, c_type),
             batch: 1,
             compute,
         };
@@ -437,18 +368,18 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
 ) -> Status {
     const C: &str = "cublasGemmStridedBatchedEx";
     api(C, || {
-        let call = Call {
+        let call = GemmArgs {
             handle,
-            transa,
-            transb,
+            trans: [transa, transb],
             m,
             n,
             k,
             alpha,
-            a: (a as usize, lda, stride_a, a_type),
-            b: (b as usize, ldb, stride_b, b_type),
             beta,
-            c: (c as usize, ldc, stride_c, c_type),
+            a: Arg::new(a as usize, lda, stride_a, a_type),
+            b: Arg::new(b as usize, ldb, stride_b, b_type),
+            c: Arg::new(c as usize, ldc, stride_c, c_type),
+            d: Arg::new(c as usize, ldc, stride_c, c_type),
             batch,
             compute,
         };
@@ -457,80 +388,6 @@ pub unsafe extern "C" fn cublasGemmStridedBatchedEx(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cublasSgemm_v2(
-    handle: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: *const f32,
-    lda: c_int,
-    b: *const f32,
-    ldb: c_int,
-    beta: *const f32,
-    c: *mut f32,
-    ldc: c_int,
-) -> Status {
-    const C: &str = "cublasSgemm_v2";
-    api(C, || {
-        let call = Call {
-            handle,
-            transa,
-            transb,
-            m,
-            n,
-            k,
-            alpha: alpha.cast(),
-            a: (a as usize, lda, 0, 0),
-            b: (b as usize, ldb, 0, 0),
-            beta: beta.cast(),
-            c: (c as usize, ldc, 0, 0),
-            batch: 1,
-            compute: 68,
-        };
-        // SAFETY: cuBLAS's contract for alpha/beta.
-        unsafe { gemm_call(call, C) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn cublasDgemm_v2(
-    handle: usize,
-    transa: c_int,
-    transb: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f64,
-    a: *const f64,
-    lda: c_int,
-    b: *const f64,
-    ldb: c_int,
-    beta: *const f64,
-    c: *mut f64,
-    ldc: c_int,
-) -> Status {
-    const C: &str = "cublasDgemm_v2";
-    api(C, || {
-        let call = Call {
-            handle,
-            transa,
-            transb,
-            m,
-            n,
-            k,
-            alpha: alpha.cast(),
-            a: (a as usize, lda, 0, 1),
-            b: (b as usize, ldb, 0, 1),
-            beta: beta.cast(),
-            c: (c as usize, ldc, 0, 1),
-            batch: 1,
-            compute: 70,
-        };
-        // SAFETY: cuBLAS's contract for alpha/beta.
-        unsafe { gemm_call(call, C) }
-    })
-}
+// `cudaDataType` R_32F / R_64F with `CUBLAS_COMPUTE_32F` / `_64F`.
+blas::single_type_gemm!(cublasSgemm_v2, f32, Status, 0, 68);
+blas::single_type_gemm!(cublasDgemm_v2, f64, Status, 1, 70);

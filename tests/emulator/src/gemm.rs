@@ -4,38 +4,11 @@
 //! rounded to nearest even once when stored. When `beta` is 0, C is not read (BLAS rule: it
 //! may hold NaN or garbage). Every operand range is checked against the live allocations
 //! when queued and again when run; an output overlapping an input is refused.
+//!
+//! The BLAS handles and what the two libraries' gemm calls pass are in [`crate::blas`].
 
-use crate::context::Ctx;
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, EmuResult};
-use crate::handles::{HandleKind, Table};
+use crate::error::{Code, EmuResult};
 use half::{bf16, f16};
-use parking_lot::Mutex;
-use std::sync::Arc;
-use std::sync::atomic::AtomicU32;
-
-pub static BLAS_HANDLES: Table<BlasHandle> = Table::new(HandleKind::Blas);
-
-/// A cuBLAS or rocBLAS handle.
-pub struct BlasHandle {
-    pub ctx_id: u64,
-    pub ctx: Arc<Ctx>,
-    /// The raw stream handle work goes to (0: the legacy stream).
-    pub stream: Mutex<usize>,
-    /// 0: alpha/beta are host pointers; 1: device pointers.
-    pub pointer_mode: AtomicU32,
-    pub math_mode: AtomicU32,
-}
-
-pub fn create_handle(ctx: Arc<Ctx>) -> usize {
-    BLAS_HANDLES.insert(Arc::new(BlasHandle {
-        ctx_id: ctx.id,
-        ctx,
-        stream: Mutex::new(0),
-        pointer_mode: AtomicU32::new(0),
-        math_mode: AtomicU32::new(0),
-    }))
-}
 
 /// Element types of gemm operands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -382,20 +355,4 @@ impl GemmOp {
         }
         Ok(())
     }
-}
-
-/// Resolves the stream a BLAS handle queues on and queues `op` there.
-pub fn enqueue(h: &BlasHandle, op: GemmOp, call: &str) -> EmuResult<()> {
-    let raw = *h.stream.lock();
-    let s = crate::stream::resolve(&h.ctx, raw, call)?;
-    crate::stream::submit(
-        &s,
-        crate::stream::Op::new(crate::stream::Work::Gemm(Arc::new(op)), call),
-    )?;
-    Ok(())
-}
-
-/// An error for an unsupported type combination.
-pub fn bad_types(call: &str, msg: String) -> EmuError {
-    EmuError::new(Code::NotSupported, Kind::Unsupported, call, msg)
 }

@@ -137,6 +137,17 @@ impl<T> Table<T> {
         self.with(|i| i.live.iter().map(|(h, o)| (*h, o.clone())).collect())
     }
 
+    /// The handles of the live objects `keep` selects (e.g. those of one context).
+    pub fn handles_where(&self, keep: impl Fn(&T) -> bool) -> Vec<usize> {
+        self.with(|i| {
+            i.live
+                .iter()
+                .filter(|(_, o)| keep(o))
+                .map(|(h, _)| *h)
+                .collect()
+        })
+    }
+
     fn bad(&self, handle: usize, was_destroyed: bool, call: &str) -> EmuError {
         let what = self.kind.name();
         let msg = if handle == 0 {

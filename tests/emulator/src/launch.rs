@@ -127,10 +127,8 @@ pub fn unload_module(handle: usize, call: &str) -> EmuResult<()> {
 }
 
 pub fn destroy_context_modules(ctx: u64) {
-    for (h, m) in MODULES.all() {
-        if m.ctx_id == ctx {
-            let _ = unload_module(h, "context destruction");
-        }
+    for h in MODULES.handles_where(|m| m.ctx_id == ctx) {
+        let _ = unload_module(h, "context destruction");
     }
 }
 

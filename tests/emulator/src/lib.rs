@@ -21,6 +21,8 @@
 //!   implementation, decoding the raw parameters by the kernel's signature.
 //! - Gemm ([`gemm`]) and collectives ([`nccl`]) run on the host.
 //! - Settings and error injection: [`config`].
+//! - The C APIs ([`cuda`], [`hip`], [`cublas`], [`rocblas`], [`nccl`]) are thin shims; what the
+//!   CUDA driver and the HIP runtime do alike is one body in [`driver`].
 //!
 //! The C ABI shims are `unsafe extern "C"` functions whose safety contract is the vendor
 //! API's documentation (valid out-pointers, complete images, …): documenting it again on
@@ -28,6 +30,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub mod blas;
 pub mod config;
 pub mod context;
 pub mod control;
@@ -35,6 +38,7 @@ pub mod copy;
 pub mod cublas;
 pub mod cuda;
 pub mod diag;
+pub mod driver;
 pub mod error;
 pub mod ffi;
 pub mod gemm;

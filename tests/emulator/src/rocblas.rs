@@ -2,14 +2,15 @@
 //! (`rocblas_gemm_ex`, `rocblas_gemm_strided_batched_ex`, `rocblas_sgemm`, `rocblas_dgemm`),
 //! from `rocblas-types.h` / `rocblas-functions.h`. `rocblas_gemm_ex` computes
 //! `D = alpha op(A) op(B) + beta C` with separate C and D. Gemm runs on the host
-//! ([`crate::gemm`]).
+//! ([`crate::gemm`]); what rocBLAS shares with cuBLAS is [`crate::blas`].
 
 #![allow(non_camel_case_types, clippy::too_many_arguments)]
 
+use crate::blas::{self, Arg, BLAS_HANDLES, GemmArgs};
 use crate::context;
 use crate::error::{Code, EmuError, EmuResult, guard, invalid};
 use crate::ffi::put;
-use crate::gemm::{self, BLAS_HANDLES, Elt, GemmDesc, GemmOp, Operand, Scal};
+use crate::gemm::{Elt, GemmOp};
 use std::ffi::{c_char, c_int, c_void};
 use std::sync::atomic::Ordering;
 
@@ -66,7 +67,7 @@ pub unsafe extern "C" fn rocblas_create_handle(handle: *mut usize) -> rocblas_st
             return Err(INVALID_POINTER);
         }
         let c = st(context::hip_ctx(C))?;
-        let h = gemm::create_handle(c);
+        let h = blas::create_handle(c);
         // SAFETY: the caller's out-pointer (checked non-null).
         st(unsafe { put(handle, h, "handle", C) })
     })
@@ -183,68 +184,22 @@ fn dtype(v: c_int, call: &str) -> Result<Elt, rocblas_status> {
         152 => Ok(Elt::F64),
         168 => Ok(Elt::BF16),
         t => {
-            gemm::bad_types(call, format!("rocblas_datatype {t} is not emulated"));
+            blas::bad_types(call, format!("rocblas_datatype {t} is not emulated"));
             Err(NOT_IMPLEMENTED)
         }
     }
 }
 
 /// # Safety
-/// In host pointer mode, `p` must point to a value of the compute type.
-unsafe fn scalar(
-    p: *const c_void,
-    device: bool,
-    compute64: bool,
-    what: &str,
-    call: &str,
-) -> Result<Scal, rocblas_status> {
-    if p.is_null() {
-        invalid(call, format!("`{what}` is a null pointer"));
-        return Err(INVALID_POINTER);
-    }
-    if device {
-        return Ok(Scal::Device(p as usize));
-    }
-    // SAFETY: host pointer mode: `p` points to the compute type (the caller's contract).
-    Ok(Scal::Host(unsafe {
-        if compute64 {
-            std::ptr::read_unaligned(p.cast::<f64>())
-        } else {
-            std::ptr::read_unaligned(p.cast::<f32>()) as f64
-        }
-    }))
-}
-
-/// One operand: pointer, leading dimension, stride, type.
-type Arg = (usize, c_int, i64, c_int);
-
-struct Call {
-    handle: usize,
-    trans_a: c_int,
-    trans_b: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const c_void,
-    a: Arg,
-    b: Arg,
-    beta: *const c_void,
-    c: Arg,
-    d: Arg,
-    batch: c_int,
-    compute: c_int,
-}
-
-/// # Safety
-/// `alpha`/`beta` as [`scalar`] requires.
-unsafe fn gemm_call(g: Call, name: &str) -> Result<(), rocblas_status> {
+/// `alpha`/`beta` as [`GemmArgs::describe`] requires.
+unsafe fn gemm_call(g: GemmArgs, name: &str) -> Result<(), rocblas_status> {
     let h = st(BLAS_HANDLES.get(g.handle, name))?;
-    let (ta, tb) = (op(g.trans_a, name)?, op(g.trans_b, name)?);
+    let (ta, tb) = (op(g.trans[0], name)?, op(g.trans[1], name)?);
     let (at, bt, ct, dt) = (
-        dtype(g.a.3, name)?,
-        dtype(g.b.3, name)?,
-        dtype(g.c.3, name)?,
-        dtype(g.d.3, name)?,
+        dtype(g.a.ty, name)?,
+        dtype(g.b.ty, name)?,
+        dtype(g.c.ty, name)?,
+        dtype(g.d.ty, name)?,
     );
     let compute = dtype(g.compute, name)?;
     let compute64 = compute == Elt::F64;
@@ -257,7 +212,7 @@ unsafe fn gemm_call(g: Call, name: &str) -> Result<(), rocblas_status> {
             _ => false,
         };
     if !ok {
-        gemm::bad_types(
+        blas::bad_types(
             name,
             format!(
                 "A {at:?}, B {bt:?}, C {ct:?}, D {dt:?}, compute {compute:?} is not a supported combination"
@@ -265,44 +220,18 @@ unsafe fn gemm_call(g: Call, name: &str) -> Result<(), rocblas_status> {
         );
         return Err(NOT_IMPLEMENTED);
     }
-    if g.c.0 == g.d.0 && g.c.1 != g.d.1 {
+    if g.c.ptr == g.d.ptr && g.c.ld != g.d.ld {
         return Err(bad_value(
             name,
             "C and D are the same matrix with different ldc/ldd".into(),
         ));
     }
     let device = h.pointer_mode.load(Ordering::SeqCst) == 1;
-    // SAFETY: forwarded from the caller.
-    let (alpha, beta) = unsafe {
-        (
-            scalar(g.alpha, device, compute64, "alpha", name)?,
-            scalar(g.beta, device, compute64, "beta", name)?,
-        )
-    };
-    let operand = |o: Arg| Operand {
-        ptr: o.0,
-        ld: o.1 as i64,
-        stride: o.2,
-    };
-    let desc = GemmDesc {
-        trans_a: ta,
-        trans_b: tb,
-        m: g.m as i64,
-        n: g.n as i64,
-        k: g.k as i64,
-        alpha,
-        beta,
-        a: operand(g.a),
-        b: operand(g.b),
-        c: operand(g.c),
-        d: operand(g.d),
-        batch: g.batch as i64,
-        ab_type: at,
-        cd_type: ct,
-        compute64,
-    };
+    // SAFETY: forwarded from the caller. Its only error is a null alpha or beta.
+    let desc = unsafe { g.describe((ta, tb), at, ct, compute64, device, name) }
+        .map_err(|_| INVALID_POINTER)?;
     let op = st(GemmOp::prepare(desc, name))?;
-    st(gemm::enqueue(&h, op, name))
+    st(blas::enqueue(&h, op, name))
 }
 
 #[unsafe(no_mangle)]
@@ -334,19 +263,18 @@ pub unsafe extern "C" fn rocblas_gemm_ex(
 ) -> rocblas_status {
     const C: &str = "rocblas_gemm_ex";
     api(C, || {
-        let call = Call {
+        let call = GemmArgs {
             handle,
-            trans_a,
-            trans_b,
+            trans: [trans_a, trans_b],
             m,
             n,
             k,
             alpha,
-            a: (a as usize, lda, 0, a_type),
-            b: (b as usize, ldb, 0, b_type),
             beta,
-            c: (c as usize, ldc, 0, c_type),
-            d: (d as usize, ldd, 0, d_type),
+            a: Arg::new(a as usize, lda, 0, a_type),
+            b: Arg::new(b as usize, ldb, 0, b_type),
+            c: Arg::new(c as usize, ldc, 0, c_type),
+            d: Arg::new(d as usize, ldd, 0, d_type),
             batch: 1,
             compute: compute_type,
         };
@@ -389,19 +317,18 @@ pub unsafe extern "C" fn rocblas_gemm_strided_batched_ex(
 ) -> rocblas_status {
     const C: &str = "rocblas_gemm_strided_batched_ex";
     api(C, || {
-        let call = Call {
+        let call = GemmArgs {
             handle,
-            trans_a,
-            trans_b,
+            trans: [trans_a, trans_b],
             m,
             n,
             k,
             alpha,
-            a: (a as usize, lda, stride_a, a_type),
-            b: (b as usize, ldb, stride_b, b_type),
             beta,
-            c: (c as usize, ldc, stride_c, c_type),
-            d: (d as usize, ldd, stride_d, d_type),
+            a: Arg::new(a as usize, lda, stride_a, a_type),
+            b: Arg::new(b as usize, ldb, stride_b, b_type),
+            c: Arg::new(c as usize, ldc, stride_c, c_type),
+            d: Arg::new(d as usize, ldd, stride_d, d_type),
             batch: batch_count,
             compute: compute_type,
         };
@@ -410,82 +337,6 @@ pub unsafe extern "C" fn rocblas_gemm_strided_batched_ex(
     })
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rocblas_sgemm(
-    handle: usize,
-    trans_a: c_int,
-    trans_b: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f32,
-    a: *const f32,
-    lda: c_int,
-    b: *const f32,
-    ldb: c_int,
-    beta: *const f32,
-    c: *mut f32,
-    ldc: c_int,
-) -> rocblas_status {
-    const C: &str = "rocblas_sgemm";
-    api(C, || {
-        let call = Call {
-            handle,
-            trans_a,
-            trans_b,
-            m,
-            n,
-            k,
-            alpha: alpha.cast(),
-            a: (a as usize, lda, 0, 151),
-            b: (b as usize, ldb, 0, 151),
-            beta: beta.cast(),
-            c: (c as usize, ldc, 0, 151),
-            d: (c as usize, ldc, 0, 151),
-            batch: 1,
-            compute: 151,
-        };
-        // SAFETY: rocBLAS's contract for alpha/beta.
-        unsafe { gemm_call(call, C) }
-    })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn rocblas_dgemm(
-    handle: usize,
-    trans_a: c_int,
-    trans_b: c_int,
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    alpha: *const f64,
-    a: *const f64,
-    lda: c_int,
-    b: *const f64,
-    ldb: c_int,
-    beta: *const f64,
-    c: *mut f64,
-    ldc: c_int,
-) -> rocblas_status {
-    const C: &str = "rocblas_dgemm";
-    api(C, || {
-        let call = Call {
-            handle,
-            trans_a,
-            trans_b,
-            m,
-            n,
-            k,
-            alpha: alpha.cast(),
-            a: (a as usize, lda, 0, 152),
-            b: (b as usize, ldb, 0, 152),
-            beta: beta.cast(),
-            c: (c as usize, ldc, 0, 152),
-            d: (c as usize, ldc, 0, 152),
-            batch: 1,
-            compute: 152,
-        };
-        // SAFETY: rocBLAS's contract for alpha/beta.
-        unsafe { gemm_call(call, C) }
-    })
-}
+// `rocblas_datatype_f32_r` / `_f64_r`, computed in the same type.
+blas::single_type_gemm!(rocblas_sgemm, f32, rocblas_status, 151, 151);
+blas::single_type_gemm!(rocblas_dgemm, f64, rocblas_status, 152, 152);

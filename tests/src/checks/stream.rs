@@ -10,7 +10,9 @@ use crate::util::{
 };
 use rand::Rng;
 use std::sync::Arc;
-use xthunk_core::backend::{Device, DevicePtr, GemmLaunch, LaunchArg, LaunchDims, Stream};
+use xthunk_core::backend::{
+    Device, DevicePtr, DeviceRange, GemmLaunch, LaunchArg, LaunchDims, Stream,
+};
 use xthunk_core::ir::{DType, Dim3, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar};
 
 pub fn checks() -> Vec<Check> {
@@ -317,12 +319,18 @@ fn bad_addresses(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
         )
     })?;
     let gemm = GemmLaunch {
-        a: BOGUS,
-        b: buf.ptr(),
-        c: buf.ptr().offset(2048),
-        a_len: 64,
-        b_len: 64,
-        c_len: 64,
+        a: DeviceRange {
+            ptr: BOGUS,
+            len: 64,
+        },
+        b: DeviceRange {
+            ptr: buf.ptr(),
+            len: 64,
+        },
+        c: DeviceRange {
+            ptr: buf.ptr().offset(2048),
+            len: 64,
+        },
         m: 4,
         n: 4,
         k: 4,

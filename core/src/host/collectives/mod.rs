@@ -22,7 +22,7 @@ mod shm;
 
 pub use comm::HostComm;
 pub use kernel::{P2pOp, RawBuf};
-pub use local::{HostCliqueProvider, LocalRank};
+pub use local::{HostCliqueFactory, HostCliqueProvider, LocalRank};
 pub use ops::OpDesc;
 pub use shm::{
     ShmCliqueProvider, ShmOptions, ShmRank, job_segment_prefix, job_segments, remove_job_segments,

@@ -59,7 +59,7 @@ mod algorithms;
 mod provider;
 mod touching;
 
-pub use provider::HostCliqueProvider;
+pub use provider::{HostCliqueFactory, HostCliqueProvider};
 
 use super::Transport;
 use super::kernel::{P2pOp, RawBuf};

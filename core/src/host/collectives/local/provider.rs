@@ -5,7 +5,7 @@ use super::super::{HostComm, HostCommunicator};
 use super::{HostClique, LocalRank, Msg, RvKey};
 use crate::backend::Device;
 use crate::collectives::{
-    CliqueCache, CliqueKey, CliqueProvider, Communicator, Timeouts, error_message,
+    CliqueCache, CliqueFactory, CliqueKey, CliqueProvider, Communicator, Timeouts, error_message,
 };
 use crate::error::{Error, Result};
 use std::fmt;
@@ -171,5 +171,22 @@ impl CliqueProvider for HostCliqueProvider {
             .into_iter()
             .map(|(k, ..)| k)
             .collect()
+    }
+}
+
+/// The [`CliqueFactory`] of the host backend's devices: a [`HostCliqueProvider`].
+#[derive(Clone, Copy, Debug, Default)]
+pub struct HostCliqueFactory;
+
+impl CliqueFactory for HostCliqueFactory {
+    fn create(
+        &self,
+        devices: &[Arc<dyn Device>],
+        timeouts: Timeouts,
+    ) -> Result<Arc<dyn CliqueProvider>> {
+        Ok(Arc::new(HostCliqueProvider::new(
+            devices.to_vec(),
+            timeouts,
+        )?))
     }
 }

@@ -1,0 +1,469 @@
+//! The one disk cache of compiled kernel images (cubins, PTX, HSACO code objects), for every
+//! vendor backend.
+//!
+//! - **Where**: one folder per backend, `$XDG_CACHE_HOME/xthunk/kernels/<backend>` (else
+//!   `$HOME/.cache/xthunk/kernels/<backend>`), created owner-only (0700); each entry a file
+//!   `<key>.bin`, owner-only (0600), written atomically ([`crate::files::StagedFile`]), so a
+//!   reader never sees half an entry and no temporary file survives a failure.
+//! - **Key**: a SHA-256 over everything that determines the image ([`KeyInputs`]: the backend,
+//!   the compiler and its version, the target, the image kind, every option and the complete
+//!   translation unit, prelude included), each field length-prefixed so that no two different
+//!   inputs encode alike.
+//! - **Entry**: `magic "XTKIMAGE" | format u32 | key (32 bytes) | image length u64 | SHA-256
+//!   of the image (32 bytes) | image`, little-endian. Every read checks all of it: an entry
+//!   that is truncated, corrupt, of another format or of another key is a miss
+//!   ([`Lookup::Corrupt`]), logged and removed, and the caller's compile writes it anew.
+//!
+//! Writing the cache is best effort for callers: a failure to write costs a recompilation
+//! next time, never a wrong image.
+
+use crate::files::{MODE_PRIVATE, write_atomic};
+use sha2::{Digest, Sha256};
+use std::fmt;
+use std::io;
+use std::os::unix::fs::DirBuilderExt;
+use std::path::{Path, PathBuf};
+
+/// The entry layout's version; an entry of another is a miss.
+pub const FORMAT_VERSION: u32 = 1;
+const MAGIC: &[u8; 8] = b"XTKIMAGE";
+/// Bytes before the image.
+const HEADER_LEN: usize = 8 + 4 + 32 + 8 + 32;
+/// Permission bits of the cache folders.
+pub const DIR_MODE: u32 = 0o700;
+
+/// Everything that determines a compiled image: what a cache key is made of.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KeyInputs<'a> {
+    /// `cuda`, `rocm`.
+    pub backend: &'a str,
+    /// `NVRTC`, `hipRTC`.
+    pub compiler: &'a str,
+    /// The compiler's version, and that of every library that shapes its output (for
+    /// hipRTC: the HIP runtime's and comgr's too).
+    pub compiler_version: &'a str,
+    /// `sm_90`, `compute_80`, `gfx90a:xnack-`.
+    pub target: &'a str,
+    /// What the image is: `cubin`, `ptx`, `hsaco`.
+    pub kind: &'a str,
+    /// Every compiler option, in order (the target option included).
+    pub options: &'a [String],
+    /// The complete translation unit compiled: prelude and kernel source.
+    pub source: &'a str,
+}
+
+/// A cache key: the SHA-256 of [`KeyInputs`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+pub struct CacheKey([u8; 32]);
+
+impl CacheKey {
+    pub fn new(inputs: &KeyInputs<'_>) -> CacheKey {
+        fn field(h: &mut Sha256, name: &str, value: &[u8]) {
+            h.update(name.as_bytes());
+            h.update((value.len() as u64).to_le_bytes());
+            h.update(value);
+        }
+        let KeyInputs {
+            backend,
+            compiler,
+            compiler_version,
+            target,
+            kind,
+            options,
+            source,
+        } = *inputs;
+        let mut h = Sha256::new();
+        h.update(b"xthunk kernel cache key\0");
+        h.update(FORMAT_VERSION.to_le_bytes());
+        field(&mut h, "backend", backend.as_bytes());
+        field(&mut h, "compiler", compiler.as_bytes());
+        field(&mut h, "compiler_version", compiler_version.as_bytes());
+        field(&mut h, "target", target.as_bytes());
+        field(&mut h, "kind", kind.as_bytes());
+        h.update((options.len() as u64).to_le_bytes());
+        for o in options {
+            field(&mut h, "option", o.as_bytes());
+        }
+        field(&mut h, "source", source.as_bytes());
+        CacheKey(h.finalize().into())
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+
+    /// 64 lowercase hex digits.
+    pub fn hex(&self) -> String {
+        hex(&self.0)
+    }
+}
+
+impl fmt::Display for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.hex())
+    }
+}
+
+impl fmt::Debug for CacheKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "CacheKey({})", self.hex())
+    }
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// What the cache had for a key.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Lookup {
+    /// An intact entry: the image.
+    Hit(Vec<u8>),
+    /// No entry.
+    Miss,
+    /// An entry that failed its checks (why): a miss. It was logged and removed; the caller
+    /// compiles and writes it anew.
+    Corrupt(String),
+}
+
+impl Lookup {
+    /// The image of a hit.
+    pub fn hit(self) -> Option<Vec<u8>> {
+        match self {
+            Lookup::Hit(image) => Some(image),
+            Lookup::Miss | Lookup::Corrupt(_) => None,
+        }
+    }
+}
+
+/// A backend's kernel cache folder.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KernelCache {
+    dir: PathBuf,
+}
+
+impl KernelCache {
+    /// A cache in `dir` (created, 0700, on the first write).
+    pub fn new(dir: impl Into<PathBuf>) -> Self {
+        KernelCache { dir: dir.into() }
+    }
+
+    /// `$XDG_CACHE_HOME/xthunk/kernels/<backend>`, else `$HOME/.cache/xthunk/kernels/<backend>`;
+    /// `None` when neither variable is set.
+    pub fn default_dir(backend: &str) -> Option<PathBuf> {
+        Self::default_dir_from(backend, crate::backend::search::env_path)
+    }
+
+    /// [`KernelCache::default_dir`] for these variable values (`var` gives a variable's value
+    /// when it is set and not empty).
+    pub fn default_dir_from(
+        backend: &str,
+        var: impl Fn(&str) -> Option<PathBuf>,
+    ) -> Option<PathBuf> {
+        crate::backend::search::user_cache_dir(var)
+            .map(|c| c.join("xthunk").join("kernels").join(backend))
+    }
+
+    /// The cache in [`KernelCache::default_dir`].
+    pub fn default_location(backend: &str) -> Option<KernelCache> {
+        Self::default_dir(backend).map(KernelCache::new)
+    }
+
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The file of a key's entry.
+    pub fn path_for(&self, key: &CacheKey) -> PathBuf {
+        self.dir.join(format!("{}.bin", key.hex()))
+    }
+
+    /// The entry for `key`, verified. A corrupt one is logged and removed.
+    pub fn get(&self, key: &CacheKey) -> Lookup {
+        let path = self.path_for(key);
+        let why = match std::fs::read(&path) {
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+                ) =>
+            {
+                return Lookup::Miss;
+            }
+            Err(e) => format!("cannot be read: {e}"),
+            Ok(bytes) => match decode(&bytes, key) {
+                Ok(()) => {
+                    tracing::debug!(path = %path.display(), "kernel cache hit");
+                    let mut bytes = bytes;
+                    bytes.drain(..HEADER_LEN);
+                    return Lookup::Hit(bytes);
+                }
+                Err(why) => why,
+            },
+        };
+        tracing::warn!(
+            path = %path.display(),
+            "discarding a bad kernel cache entry ({why}): compiling again"
+        );
+        let _ = std::fs::remove_file(&path);
+        Lookup::Corrupt(why)
+    }
+
+    /// Stores `image` under `key`, atomically, creating the folder (0700) if needed; returns
+    /// the entry's path.
+    pub fn put(&self, key: &CacheKey, image: &[u8]) -> io::Result<PathBuf> {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(DIR_MODE)
+            .create(&self.dir)?;
+        let path = self.path_for(key);
+        write_atomic(&path, &encode(key, image), MODE_PRIVATE)?;
+        Ok(path)
+    }
+
+    /// Removes a key's entry (one the caller found unusable after it was read, e.g. a code
+    /// object for another target); absent is fine.
+    pub fn remove(&self, key: &CacheKey) {
+        let _ = std::fs::remove_file(self.path_for(key));
+    }
+}
+
+/// An entry's bytes.
+fn encode(key: &CacheKey, image: &[u8]) -> Vec<u8> {
+    let mut v = Vec::with_capacity(HEADER_LEN + image.len());
+    v.extend_from_slice(MAGIC);
+    v.extend_from_slice(&FORMAT_VERSION.to_le_bytes());
+    v.extend_from_slice(key.as_bytes());
+    v.extend_from_slice(&(image.len() as u64).to_le_bytes());
+    v.extend_from_slice(&Sha256::digest(image));
+    v.extend_from_slice(image);
+    v
+}
+
+/// Checks an entry's bytes for `key`; the error says what is wrong.
+fn decode(bytes: &[u8], key: &CacheKey) -> Result<(), String> {
+    let Some((header, image)) = bytes.split_at_checked(HEADER_LEN) else {
+        return Err(format!("truncated: {} bytes", bytes.len()));
+    };
+    let (magic, rest) = header.split_at(8);
+    if magic != MAGIC {
+        return Err("not a kernel cache entry".into());
+    }
+    let (format, rest) = rest.split_at(4);
+    let format = u32::from_le_bytes([format[0], format[1], format[2], format[3]]);
+    if format != FORMAT_VERSION {
+        return Err(format!("format {format}, not {FORMAT_VERSION}"));
+    }
+    let (entry_key, rest) = rest.split_at(32);
+    if entry_key != key.as_bytes() {
+        return Err("the entry belongs to another key".into());
+    }
+    let (len, sum) = rest.split_at(8);
+    let mut len8 = [0u8; 8];
+    len8.copy_from_slice(len);
+    let len = u64::from_le_bytes(len8);
+    if image.len() as u64 != len {
+        return Err(format!(
+            "length mismatch: the header says {len} bytes, the file has {}",
+            image.len()
+        ));
+    }
+    if Sha256::digest(image).as_slice() != sum {
+        return Err("checksum mismatch".into());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn opts(o: &[&str]) -> Vec<String> {
+        o.iter().map(|s| s.to_string()).collect()
+    }
+
+    fn key_of(options: &[String], f: impl FnOnce(&mut KeyInputs<'_>)) -> CacheKey {
+        let mut k = KeyInputs {
+            backend: "cuda",
+            compiler: "NVRTC",
+            compiler_version: "12.9",
+            target: "sm_90",
+            kind: "cubin",
+            options,
+            source: "prelude\nextern \"C\" __global__ void k() {}",
+        };
+        f(&mut k);
+        CacheKey::new(&k)
+    }
+
+    #[test]
+    fn the_key_changes_with_every_input() {
+        let o = opts(&["--gpu-architecture=sm_90", "--fmad=false"]);
+        let base = key_of(&o, |_| {});
+        assert_eq!(base, key_of(&o, |_| {}), "deterministic");
+        let other_opts = opts(&["--gpu-architecture=sm_90"]);
+        let joined = opts(&["--gpu-architecture=sm_90 --fmad=false"]);
+        let variants = [
+            key_of(&o, |k| k.backend = "rocm"),
+            key_of(&o, |k| k.compiler = "hipRTC"),
+            key_of(&o, |k| k.compiler_version = "12.8"),
+            key_of(&o, |k| k.target = "sm_80"),
+            key_of(&o, |k| k.kind = "ptx"),
+            key_of(&other_opts, |_| {}),
+            key_of(&joined, |_| {}),
+            key_of(&o, |k| {
+                k.source = "prelude\nextern \"C\" __global__ void j() {}"
+            }),
+            key_of(&o, |k| {
+                k.source = "prelude2\nextern \"C\" __global__ void k() {}"
+            }),
+            // A byte moved between two fields.
+            key_of(&o, |k| {
+                k.compiler = "NVRTC1";
+                k.compiler_version = "2.9";
+            }),
+        ];
+        for (i, v) in variants.iter().enumerate() {
+            assert_ne!(*v, base, "variant {i}");
+            for w in &variants[i + 1..] {
+                assert_ne!(v, w);
+            }
+        }
+        assert_eq!(base.hex().len(), 64);
+        assert!(base.hex().bytes().all(|b| b.is_ascii_hexdigit()));
+        assert_eq!(base.to_string(), base.hex());
+    }
+
+    #[test]
+    fn a_miss_then_a_hit() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = KernelCache::new(dir.path().join("kernels").join("cuda"));
+        let key = key_of(&[], |_| {});
+        assert_eq!(cache.get(&key), Lookup::Miss);
+        let path = cache.put(&key, b"\x7fELF image").unwrap();
+        assert_eq!(path, cache.path_for(&key));
+        assert_eq!(cache.get(&key), Lookup::Hit(b"\x7fELF image".to_vec()));
+        // Another key misses; an empty image is an image.
+        let other = key_of(&[], |k| k.target = "sm_80");
+        assert_eq!(cache.get(&other), Lookup::Miss);
+        cache.put(&other, b"").unwrap();
+        assert_eq!(cache.get(&other).hit(), Some(vec![]));
+        // Rewriting replaces; only entries are left in the folder.
+        cache.put(&key, b"second").unwrap();
+        assert_eq!(cache.get(&key).hit(), Some(b"second".to_vec()));
+        let names: Vec<String> = std::fs::read_dir(cache.dir())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        assert_eq!(names.len(), 2, "{names:?}");
+        assert!(names.iter().all(|n| n.ends_with(".bin")), "{names:?}");
+        cache.remove(&key);
+        assert_eq!(cache.get(&key), Lookup::Miss);
+        cache.remove(&key);
+    }
+
+    #[test]
+    fn corrupt_or_truncated_entries_are_misses_removed_and_rewritten() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = KernelCache::new(dir.path());
+        let key = key_of(&[], |_| {});
+        let image = b"some cubin bytes, long enough to cut".to_vec();
+        let path = cache.put(&key, &image).unwrap();
+        let good = std::fs::read(&path).unwrap();
+
+        let mut flipped = good.clone();
+        let mid = HEADER_LEN + image.len() / 2;
+        flipped[mid] ^= 0x5a;
+        let truncated = good[..good.len() - 3].to_vec();
+        let mut longer = good.clone();
+        longer.push(0);
+        let mut bad_magic = good.clone();
+        bad_magic[0] ^= 1;
+        let mut bad_format = good.clone();
+        bad_format[8] ^= 1;
+        let mut bad_sum = good.clone();
+        bad_sum[8 + 4 + 32 + 8] ^= 1;
+        let cases: [(&[u8], &str); 8] = [
+            (&flipped, "checksum mismatch"),
+            (&truncated, "length mismatch"),
+            (&longer, "length mismatch"),
+            (&good[..10], "truncated"),
+            (b"", "truncated"),
+            (&bad_magic, "not a kernel cache entry"),
+            (&bad_format, "format"),
+            (&bad_sum, "checksum mismatch"),
+        ];
+        for (bytes, why) in cases {
+            std::fs::write(&path, bytes).unwrap();
+            match cache.get(&key) {
+                Lookup::Corrupt(reason) => assert!(reason.contains(why), "{why}: {reason}"),
+                other => panic!("{why}: {other:?}"),
+            }
+            assert!(!path.exists(), "{why}: the bad entry is removed");
+            assert_eq!(cache.get(&key), Lookup::Miss);
+            cache.put(&key, &image).unwrap();
+            assert_eq!(cache.get(&key).hit(), Some(image.clone()), "{why}");
+        }
+
+        // An intact entry copied under another key's name belongs to that other key.
+        let other = key_of(&[], |k| k.kind = "ptx");
+        std::fs::copy(&path, cache.path_for(&other)).unwrap();
+        assert_eq!(
+            cache.get(&other),
+            Lookup::Corrupt("the entry belongs to another key".into())
+        );
+    }
+
+    #[test]
+    fn the_folder_is_owner_only_and_so_are_the_entries() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path().join("cache");
+        let cache = KernelCache::new(root.join("xthunk").join("kernels").join("rocm"));
+        let key = key_of(&[], |_| {});
+        let path = cache.put(&key, b"x").unwrap();
+        let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
+        for d in [cache.dir().to_path_buf(), root.join("xthunk"), root.clone()] {
+            assert_eq!(mode(&d), 0o700, "{}", d.display());
+        }
+        assert_eq!(mode(&path), 0o600);
+        // No temporary file is left beside the entry.
+        let n = std::fs::read_dir(cache.dir()).unwrap().count();
+        assert_eq!(n, 1);
+    }
+
+    #[test]
+    fn a_write_into_an_impossible_folder_fails_cleanly() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("a-file");
+        std::fs::write(&file, b"").unwrap();
+        let cache = KernelCache::new(file.join("kernels"));
+        let key = key_of(&[], |_| {});
+        assert!(cache.put(&key, b"x").is_err());
+        assert_eq!(cache.get(&key), Lookup::Miss);
+    }
+
+    #[test]
+    fn the_default_folder_is_per_backend_under_the_user_cache() {
+        let vars = |xdg: Option<&'static str>, home: Option<&'static str>| {
+            move |k: &str| match k {
+                "XDG_CACHE_HOME" => xdg.map(PathBuf::from),
+                "HOME" => home.map(PathBuf::from),
+                _ => None,
+            }
+        };
+        assert_eq!(
+            KernelCache::default_dir_from("cuda", vars(Some("/x"), Some("/h"))),
+            Some(PathBuf::from("/x/xthunk/kernels/cuda"))
+        );
+        assert_eq!(
+            KernelCache::default_dir_from("rocm", vars(None, Some("/h"))),
+            Some(PathBuf::from("/h/.cache/xthunk/kernels/rocm"))
+        );
+        assert_eq!(
+            KernelCache::default_dir_from("rocm", vars(None, None)),
+            None
+        );
+    }
+}

@@ -1,0 +1,79 @@
+//! Command buffers in a [`Run`]: a body recorded once per pooled state as a backend graph,
+//! replayed while the addresses it was recorded with stay the same, re-recorded (updating the
+//! previous graph where the backend can) when one changes, and run step by step where the
+//! backend cannot record.
+
+use super::plan::Step;
+use super::run::Run;
+use super::state::ExecState;
+use crate::backend::{DevicePtr, Graph, Stream};
+use crate::error::{Error, Result};
+use std::sync::Arc;
+
+/// A command buffer's recording in one pooled state.
+pub(super) struct Recording {
+    /// The addresses of the bound allocations when it was recorded.
+    addresses: Vec<DevicePtr>,
+    /// `None` when the backend cannot record (the body then runs directly).
+    graph: Option<Arc<dyn Graph>>,
+}
+
+impl Run<'_> {
+    /// Runs command buffer `id` (its `body` bound to the allocations `bindings`) on `stream`.
+    pub(super) fn command_buffer(
+        &self,
+        id: usize,
+        body: &[Step],
+        bindings: &[u32],
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        let addresses: Vec<DevicePtr> = bindings.iter().map(|a| self.table[*a as usize]).collect();
+        let reuse = state
+            .recordings
+            .get(&id)
+            .is_some_and(|r| r.addresses == addresses);
+        if !reuse {
+            // The graph recorded for earlier addresses, if any: the backend may update
+            // it in place instead of building a new one.
+            let previous = state.recordings.get(&id).and_then(|r| r.graph.clone());
+            let graph = match stream.begin_capture() {
+                Ok(()) => {
+                    let issued = self.steps(body, stream, state);
+                    // Only a complete recording may update the previous graph.
+                    let captured = match &issued {
+                        Ok(_) => stream.end_capture_reusing(previous.as_ref()),
+                        Err(_) => stream.end_capture(),
+                    };
+                    match issued.and(captured) {
+                        Ok(g) => Some(g),
+                        // Captured work never ran: fall back to running the body
+                        // directly (now and on later executions of this state); a
+                        // real error shows up again there, with its thunk.
+                        Err(e) => {
+                            tracing::warn!(
+                                command_buffer = id,
+                                "recording failed, running the body directly: {e}"
+                            );
+                            None
+                        }
+                    }
+                }
+                Err(Error::Unsupported { .. }) => None,
+                Err(e) => return Err(e),
+            };
+            tracing::debug!(
+                command_buffer = id,
+                nodes = graph.as_ref().map(|g| g.node_count()),
+                "recorded command buffer"
+            );
+            state.recordings.insert(id, Recording { addresses, graph });
+        }
+        let graph = state.recordings.get(&id).and_then(|r| r.graph.clone());
+        match graph {
+            Some(g) => stream.launch_graph(&g),
+            // No graph support: run the body directly.
+            None => self.steps(body, stream, state),
+        }
+    }
+}

@@ -1,0 +1,88 @@
+//! How a program is scheduled ([`ExecutorConfig`]) and how one execution runs
+//! ([`ExecuteOptions`], with the [`CollectiveContext`] of an SPMD rank).
+
+use crate::collectives::CliqueProvider;
+use std::sync::Arc;
+use std::time::Duration;
+
+/// How a program is scheduled.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// Compute streams to spread independent work over (at least 1). Async communication
+    /// bodies get one more stream of their own.
+    pub streams: usize,
+    /// Graphs with fewer nodes than this run sequentially on one stream.
+    pub sequential_below: usize,
+    /// Always run in program order on one stream (the in-order executor).
+    pub force_sequential: bool,
+    /// Run a sequential program of at least [`AUTO_COMMAND_BUFFER_MIN`] plain operations
+    /// (copies, memsets, kernels, gemms) as one implicit command buffer: recorded on the first
+    /// execution of a pooled state, replayed after, re-recorded when an address changes (as
+    /// XLA converts thunk sequences to command buffers). Executions with a deadline run the
+    /// thunks one by one, so that the progress tracker can name the pending one.
+    pub auto_command_buffer: bool,
+}
+
+/// The smallest sequential program that [`ExecutorConfig::auto_command_buffer`] records.
+pub const AUTO_COMMAND_BUFFER_MIN: usize = 64;
+
+impl Default for ExecutorConfig {
+    fn default() -> Self {
+        ExecutorConfig {
+            streams: 2,
+            sequential_below: 4,
+            force_sequential: false,
+            auto_command_buffer: true,
+        }
+    }
+}
+
+impl ExecutorConfig {
+    /// The in-order executor: one stream, program order.
+    pub fn in_order() -> Self {
+        ExecutorConfig {
+            streams: 1,
+            sequential_below: 0,
+            force_sequential: true,
+            auto_command_buffer: false,
+        }
+    }
+
+    /// Spread over `n` compute streams.
+    pub fn with_streams(n: usize) -> Self {
+        ExecutorConfig {
+            streams: n.max(1),
+            ..Default::default()
+        }
+    }
+}
+
+/// Options of one execution.
+#[derive(Clone, Debug, Default)]
+pub struct ExecuteOptions {
+    /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
+    /// execution has not finished after this long.
+    pub deadline: Option<Duration>,
+    /// This device's place in an SPMD run, for collective thunks. Without it the program
+    /// runs as rank 0 of a world of 1.
+    pub collectives: Option<CollectiveContext>,
+}
+
+/// One device's place in an SPMD run: its global rank, the number of ranks, and where its
+/// communicators come from. Every rank acquires cliques in program order of the collective
+/// thunks, the same on every rank.
+#[derive(Clone)]
+pub struct CollectiveContext {
+    pub rank: u32,
+    pub world: u32,
+    pub cliques: Arc<dyn CliqueProvider>,
+}
+
+impl std::fmt::Debug for CollectiveContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CollectiveContext")
+            .field("rank", &self.rank)
+            .field("world", &self.world)
+            .finish_non_exhaustive()
+    }
+}

@@ -1,0 +1,300 @@
+//! [`LoadedExecutable`]: an executable loaded onto one device (modules, constants, the static
+//! schedule, a pool of per-execution state), and its entry points: load, allocate, execute.
+
+use super::config::{ExecuteOptions, ExecutorConfig};
+use super::plan::Planner;
+use super::run::Run;
+use super::schedule::{Schedule, ScheduleInfo, schedule};
+use super::state::ExecState;
+use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
+use crate::error::{Error, Result};
+use crate::ir::{AllocationKind, Executable};
+use crate::verify;
+use parking_lot::Mutex;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// An executable loaded onto one device.
+pub struct LoadedExecutable {
+    pub(super) exe: Arc<Executable>,
+    pub(super) device: Arc<dyn Device>,
+    modules: BTreeMap<String, Arc<dyn LoadedModule>>,
+    pub(super) schedule: Schedule,
+    constants: BTreeMap<u32, Buffer>,
+    pool: Mutex<Vec<ExecState>>,
+}
+
+impl std::fmt::Debug for LoadedExecutable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LoadedExecutable")
+            .field("name", &self.exe.name)
+            .field("device", &self.device.info().name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl LoadedExecutable {
+    /// Loads with the default [`ExecutorConfig`].
+    pub fn load(device: Arc<dyn Device>, exe: Executable) -> Result<Self> {
+        Self::load_with(device, exe, &ExecutorConfig::default())
+    }
+
+    /// Validates `exe`, checks the device supports what it needs, loads its modules, resolves
+    /// every kernel, uploads constants and builds the schedule.
+    pub fn load_with(
+        device: Arc<dyn Device>,
+        exe: Executable,
+        config: &ExecutorConfig,
+    ) -> Result<Self> {
+        verify(&exe)?;
+        let caps = device.capabilities();
+        for a in &exe.allocations {
+            if !caps.memory_spaces.contains(&a.memory_space) {
+                return Err(Error::Unsupported {
+                    backend: device.backend_name().into(),
+                    feature: format!("{} memory (allocation {})", a.memory_space, a.index),
+                });
+            }
+        }
+        let mut modules = BTreeMap::new();
+        for m in &exe.modules {
+            let lm = device.load_module(m)?;
+            tracing::debug!(module = %m.name, image = %lm.image(), "loaded module");
+            modules.insert(m.name.clone(), lm);
+        }
+        let mut planner = Planner::new(&modules, device.as_ref());
+        let schedule = schedule(&exe, &mut planner, config)?;
+        tracing::debug!(
+            nodes = schedule.nodes.len(),
+            edges = schedule.graph_edges,
+            streams = schedule.streams,
+            sequential = schedule.sequential,
+            "scheduled"
+        );
+        let mut constants = BTreeMap::new();
+        for a in &exe.allocations {
+            if let AllocationKind::Constant(bytes) = &a.kind {
+                let buf = device.allocate(a.size, a.alignment, a.memory_space)?;
+                device.copy_from_host(bytes, buf.ptr())?;
+                constants.insert(a.index, buf);
+            }
+        }
+        Ok(LoadedExecutable {
+            exe: Arc::new(exe),
+            device,
+            modules,
+            schedule,
+            constants,
+            pool: Mutex::new(vec![]),
+        })
+    }
+
+    pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    pub fn device(&self) -> &Arc<dyn Device> {
+        &self.device
+    }
+
+    /// The image each module was loaded from, e.g. `("std", "standard")`.
+    pub fn module_images(&self) -> Vec<(String, String)> {
+        self.modules
+            .iter()
+            .map(|(n, m)| (n.clone(), m.image()))
+            .collect()
+    }
+
+    /// The static schedule's shape.
+    pub fn schedule_info(&self) -> ScheduleInfo {
+        self.schedule.info()
+    }
+
+    /// Frees pooled per-execution state (temporaries, streams, recordings).
+    pub fn release_cached_state(&self) {
+        self.pool.lock().clear();
+    }
+
+    fn alloc_specs(&self, outputs: bool) -> Result<Vec<Buffer>> {
+        let specs = if outputs {
+            &self.exe.signature.outputs
+        } else {
+            &self.exe.signature.parameters
+        };
+        specs
+            .iter()
+            .map(|o| {
+                let a = &self.exe.allocations[o.allocation as usize];
+                self.device.allocate(a.size, a.alignment, a.memory_space)
+            })
+            .collect()
+    }
+
+    /// Allocates a buffer for every output (to pass to [`Self::execute`]).
+    pub fn allocate_outputs(&self) -> Result<Vec<Buffer>> {
+        self.alloc_specs(true)
+    }
+
+    /// Allocates a buffer for every parameter.
+    pub fn allocate_parameters(&self) -> Result<Vec<Buffer>> {
+        self.alloc_specs(false)
+    }
+
+    /// Runs the program with device buffers for the parameters and outputs (in signature
+    /// order). Returns when all work finished. On error, issuing stops, queued work is
+    /// drained, and the error (naming the thunk where known) is returned.
+    pub fn execute(
+        &self,
+        params: &[&dyn DeviceMemory],
+        outputs: &[&dyn DeviceMemory],
+        opts: &ExecuteOptions,
+    ) -> Result<()> {
+        let sig = &self.exe.signature;
+        if params.len() != sig.parameters.len() || outputs.len() != sig.outputs.len() {
+            return Err(Error::InvalidArgument(format!(
+                "`{}` takes {} parameters and {} outputs, got {} and {}",
+                self.exe.name,
+                sig.parameters.len(),
+                sig.outputs.len(),
+                params.len(),
+                outputs.len()
+            )));
+        }
+        let span = tracing::debug_span!("execute", program = %self.exe.name);
+        let _g = span.enter();
+        let start = Instant::now();
+        let mut table = vec![DevicePtr(0); self.exe.allocations.len()];
+        for a in &self.exe.allocations {
+            let (buf, what): (Option<&dyn DeviceMemory>, String) = match &a.kind {
+                AllocationKind::Parameter(n) => {
+                    (params.get(*n as usize).copied(), format!("parameter {n}"))
+                }
+                AllocationKind::Output(n) => {
+                    (outputs.get(*n as usize).copied(), format!("output {n}"))
+                }
+                AllocationKind::Constant(_) => (
+                    self.constants
+                        .get(&a.index)
+                        .map(|b| b.as_ref() as &dyn DeviceMemory),
+                    "constant".into(),
+                ),
+                AllocationKind::Temp => continue,
+            };
+            let Some(buf) = buf else {
+                return Err(Error::InvalidArgument(format!("missing buffer for {what}")));
+            };
+            if buf.size() < a.size {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} of `{}` needs {} bytes, the buffer has {}",
+                    self.exe.name,
+                    a.size,
+                    buf.size()
+                )));
+            }
+            if buf.ptr().0 % a.alignment != 0 {
+                return Err(Error::InvalidArgument(format!(
+                    "{what} buffer at {} is not aligned to {}",
+                    buf.ptr(),
+                    a.alignment
+                )));
+            }
+            table[a.index as usize] = buf.ptr();
+        }
+        let pooled = self.pool.lock().pop();
+        let mut state = match pooled {
+            Some(s) => s,
+            None => ExecState::new(self)?,
+        };
+        for (i, b) in &state.temps {
+            table[*i as usize] = b.ptr();
+        }
+        let deadline = opts.deadline.map(|d| (d, start + d));
+        let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref());
+        let issued = run.issue_all(&mut state);
+        if let Err(e) = &issued {
+            // Peers waiting for this rank in a collective must not wait for the timeout.
+            run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
+        }
+        let waited = match &issued {
+            Ok(()) => run.wait_all(&state),
+            Err(_) => Ok(()),
+        };
+        if let Err(e) = &waited {
+            run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
+        }
+        if let Err(Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
+            // The work may never finish (a hung kernel): do not block the caller. A reaper
+            // thread waits for the streams and only then frees the state.
+            let reaper = std::thread::Builder::new()
+                .name("xthunk-reaper".into())
+                .spawn(move || {
+                    for s in &state.streams {
+                        let _ = s.synchronize();
+                    }
+                    drop(state);
+                });
+            if let Err(spawn) = reaper {
+                tracing::error!("could not spawn a reaper thread: {spawn}");
+            }
+            return issued.and(waited);
+        }
+        let result = issued.and(waited);
+        // Drain before anything is freed or reused, whatever happened.
+        let mut drained = Ok(());
+        for s in &state.streams {
+            let r = s.synchronize();
+            if drained.is_ok() {
+                drained = r;
+            }
+        }
+        let result = result.and(drained);
+        if result.is_ok() {
+            state.tracking.clear();
+            self.pool.lock().push(state);
+        }
+        tracing::debug!(elapsed_us = start.elapsed().as_micros() as u64, "executed");
+        result
+    }
+
+    /// Convenience: uploads host bytes for every parameter, runs, and downloads every output.
+    pub fn run_with_host_data(
+        &self,
+        inputs: &[&[u8]],
+        opts: &ExecuteOptions,
+    ) -> Result<Vec<Vec<u8>>> {
+        let sig = &self.exe.signature;
+        if inputs.len() != sig.parameters.len() {
+            return Err(Error::InvalidArgument(format!(
+                "`{}` takes {} parameters, got {}",
+                self.exe.name,
+                sig.parameters.len(),
+                inputs.len()
+            )));
+        }
+        let params = self.allocate_parameters()?;
+        for ((p, data), spec) in params.iter().zip(inputs).zip(&sig.parameters) {
+            if data.len() as u64 != p.size() {
+                return Err(Error::InvalidArgument(format!(
+                    "parameter `{}` needs {} bytes, got {}",
+                    spec.name,
+                    p.size(),
+                    data.len()
+                )));
+            }
+            self.device.copy_from_host(data, p.ptr())?;
+        }
+        let outputs = self.allocate_outputs()?;
+        let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
+        let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+        self.execute(&pr, &or, opts)?;
+        outputs
+            .iter()
+            .map(|o| {
+                let mut v = vec![0u8; o.size() as usize];
+                self.device.copy_to_host(o.ptr(), &mut v)?;
+                Ok(v)
+            })
+            .collect()
+    }
+}

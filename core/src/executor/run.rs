@@ -1,0 +1,319 @@
+//! One execution in progress ([`Run`]): issues the schedule's nodes on their streams (with
+//! the cross-stream event waits and records), runs composite steps (`While`, `Conditional`)
+//! by reading predicates back, waits for the streams with the deadline and the collective
+//! watchdog, and names the pending thunks when it gives up.
+
+use super::LoadedExecutable;
+use super::config::CollectiveContext;
+use super::plan::{Op, Step};
+use super::state::ExecState;
+use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
+use crate::collectives::{Communicator, StreamKind};
+use crate::error::{Error, Result};
+use crate::ir::{DType, KernelArg, MemsetPattern, Slice, Thunk};
+use std::cell::RefCell;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One execution in progress.
+pub(super) struct Run<'a> {
+    pub(super) exe: &'a LoadedExecutable,
+    /// The device address of every allocation (by index) for this execution.
+    pub(super) table: &'a [DevicePtr],
+    /// The deadline's length and the instant it expires.
+    pub(super) deadline: Option<(Duration, Instant)>,
+    pub(super) collectives: Option<&'a CollectiveContext>,
+    /// Communicators this execution used: aborted if it fails, so peers fail fast instead of
+    /// waiting for this rank until their terminate timeout.
+    pub(super) used: RefCell<Vec<Arc<dyn Communicator>>>,
+}
+
+impl<'a> Run<'a> {
+    pub(super) fn new(
+        exe: &'a LoadedExecutable,
+        table: &'a [DevicePtr],
+        deadline: Option<(Duration, Instant)>,
+        collectives: Option<&'a CollectiveContext>,
+    ) -> Self {
+        Run {
+            exe,
+            table,
+            deadline,
+            collectives,
+            used: RefCell::new(vec![]),
+        }
+    }
+}
+
+impl Run<'_> {
+    pub(super) fn ptr(&self, s: &Slice) -> DevicePtr {
+        self.table[s.allocation as usize].offset(s.offset)
+    }
+
+    fn range(&self, s: &Slice) -> DeviceRange {
+        DeviceRange {
+            ptr: self.ptr(s),
+            len: s.size,
+        }
+    }
+
+    pub(super) fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
+        let nodes = &self.exe.schedule.nodes;
+        let tracking = self.deadline.is_some();
+        if tracking {
+            while state.tracking.len() < nodes.len() {
+                state.tracking.push(self.exe.device.create_event()?);
+            }
+        }
+        // A sequential schedule without a deadline may run in the issuing thread (a hint the
+        // host backend uses; with a deadline the caller must stay free to give up).
+        let immediate = self.exe.schedule.sequential && self.deadline.is_none();
+        for s in &state.streams {
+            s.set_immediate(immediate);
+        }
+        if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
+            let stream = state.streams[0].clone();
+            return self
+                .step(&fused.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind));
+        }
+        for (i, node) in nodes.iter().enumerate() {
+            let stream = state.streams[node.stream].clone();
+            for w in &node.waits {
+                if let Some(e) = state.events.get(w) {
+                    stream.wait(e.as_ref())?;
+                }
+            }
+            self.step(&node.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
+            if node.record {
+                if let Some(e) = state.events.get(&i) {
+                    stream.record(e.as_ref())?;
+                }
+            }
+            if tracking {
+                stream.record(state.tracking[i].as_ref())?;
+            }
+        }
+        Ok(())
+    }
+
+    fn check_deadline(&self, state: &ExecState) -> Result<()> {
+        if let Some((d, at)) = self.deadline {
+            if Instant::now() >= at {
+                return Err(Error::DeadlineExceeded {
+                    deadline: d,
+                    pending: self.pending(state),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The first unfinished node of every stream (needs tracking events).
+    fn pending(&self, state: &ExecState) -> String {
+        let nodes = &self.exe.schedule.nodes;
+        let mut out = vec![];
+        for s in 0..state.streams.len() {
+            let first = nodes.iter().enumerate().find(|(i, n)| {
+                n.stream == s
+                    && state
+                        .tracking
+                        .get(*i)
+                        .is_none_or(|e| !e.query().unwrap_or(false))
+            });
+            if let Some((_, n)) = first {
+                out.push(format!("stream {s}: {} ({})", n.step.path, n.step.label));
+            }
+        }
+        if out.is_empty() {
+            "none (finishing)".into()
+        } else {
+            out.join("; ")
+        }
+    }
+
+    pub(super) fn wait_all(&self, state: &ExecState) -> Result<()> {
+        // With communicators in use, poll: a communicator's asynchronous error (a peer died, a
+        // timeout in the library) aborts every communicator of this execution instead of
+        // leaving the streams blocked forever (the hang watchdog).
+        let watch = !self.used.borrow().is_empty();
+        if self.deadline.is_none() && !watch {
+            let mut first = Ok(());
+            for s in &state.streams {
+                let r = s.synchronize();
+                if first.is_ok() {
+                    first = r;
+                }
+            }
+            return first;
+        }
+        let mut sleep = Duration::from_micros(20);
+        loop {
+            let mut done = true;
+            for s in &state.streams {
+                if !s.query()? {
+                    done = false;
+                }
+            }
+            if done {
+                return Ok(());
+            }
+            self.check_deadline(state)?;
+            if watch {
+                let failed = self
+                    .used
+                    .borrow()
+                    .iter()
+                    .find_map(|c| c.async_error().err());
+                if let Some(e) = failed {
+                    let (rank, _) = self.rank_world();
+                    self.abort_communicators(&format!("rank {rank}: {e}"));
+                    return Err(Error::backend(
+                        "executor",
+                        "collective watchdog",
+                        format!(
+                            "rank {rank}: a communicator failed asynchronously ({e}); first pending thunks: {}",
+                            self.pending(state)
+                        ),
+                    ));
+                }
+            }
+            std::thread::sleep(sleep);
+            sleep = (sleep * 2).min(Duration::from_millis(2));
+        }
+    }
+
+    /// Reads `size` bytes at `slice` on the host after the stream's work so far.
+    fn read_back(&self, slice: &Slice, stream: &dyn Stream, state: &ExecState) -> Result<[u8; 8]> {
+        stream.copy(self.ptr(slice), state.scratch.ptr(), slice.size)?;
+        if self.deadline.is_some() {
+            let mut sleep = Duration::from_micros(10);
+            while !stream.query()? {
+                self.check_deadline(state)?;
+                std::thread::sleep(sleep);
+                sleep = (sleep * 2).min(Duration::from_millis(2));
+            }
+        } else {
+            stream.synchronize()?;
+        }
+        let mut buf = [0u8; 8];
+        let n = slice.size.min(8) as usize;
+        self.exe
+            .device
+            .copy_to_host(state.scratch.ptr(), &mut buf[..n])?;
+        Ok(buf)
+    }
+
+    pub(super) fn steps(
+        &self,
+        steps: &[Step],
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        for s in steps {
+            self.step(s, stream, state)
+                .map_err(|e| e.at_thunk(&s.path, s.kind))?;
+        }
+        Ok(())
+    }
+
+    fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
+        match &step.op {
+            Op::Direct(t) => self.direct(t, step.stream_kind, stream),
+            Op::Kernel { handle, dims, args } => {
+                let la: smallvec::SmallVec<[LaunchArg; 8]> = args
+                    .iter()
+                    .map(|a| match a {
+                        KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {
+                            ptr: self.ptr(slice),
+                            len: slice.size,
+                        },
+                        KernelArg::Scalar(s) => LaunchArg::Scalar(*s),
+                    })
+                    .collect();
+                stream.launch(handle, *dims, &la)
+            }
+            Op::While {
+                cond,
+                pred,
+                body,
+                trip_count,
+            } => {
+                if let Some(n) = trip_count {
+                    for _ in 0..*n {
+                        self.steps(body, stream, state)?;
+                    }
+                    return Ok(());
+                }
+                loop {
+                    self.steps(cond, stream, state)?;
+                    let b = self.read_back(pred, stream, state)?;
+                    if b[0] == 0 {
+                        return Ok(());
+                    }
+                    self.steps(body, stream, state)?;
+                    self.check_deadline(state)?;
+                }
+            }
+            Op::Conditional {
+                index,
+                index_type,
+                branches,
+            } => {
+                let b = self.read_back(index, stream, state)?;
+                let last = branches.len().saturating_sub(1);
+                let which = if *index_type == DType::Pred {
+                    if b[0] != 0 { 0 } else { 1 }
+                } else {
+                    let i = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+                    if i < 0 || i as usize > last {
+                        last
+                    } else {
+                        i as usize
+                    }
+                };
+                match branches.get(which) {
+                    Some(br) => self.steps(br, stream, state),
+                    None => Ok(()),
+                }
+            }
+            Op::CommandBuffer { id, body, bindings } => {
+                self.command_buffer(*id, body, bindings, stream, state)
+            }
+        }
+    }
+
+    /// Runs a thunk the planner left as written ([`Op::Direct`]).
+    fn direct(&self, t: &Thunk, kind: StreamKind, stream: &dyn Stream) -> Result<()> {
+        match t {
+            Thunk::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
+            Thunk::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
+            Thunk::Gemm(g) => {
+                stream.gemm(&g.with_operands(self.range(&g.a), self.range(&g.b), self.range(&g.c)))
+            }
+            Thunk::Collective(c) => self.collective(c, kind, stream),
+            Thunk::CollectivePermute {
+                src,
+                dst,
+                dtype,
+                pairs,
+            } => self.permute(*src, *dst, *dtype, pairs, kind, stream),
+            Thunk::Send { src, dtype, peer } => self.send(src, *dtype, *peer, kind, stream),
+            Thunk::Recv { dst, dtype, peer } => self.recv(dst, *dtype, *peer, kind, stream),
+            Thunk::RankId { dst } => {
+                stream.memset(self.ptr(dst), 4, MemsetPattern::U32(self.rank_world().0))
+            }
+            Thunk::Kernel(_)
+            | Thunk::While { .. }
+            | Thunk::Conditional { .. }
+            | Thunk::CommandBuffer { .. }
+            | Thunk::Sequence(_)
+            | Thunk::AsyncStart { .. }
+            | Thunk::AsyncDone { .. } => Err(Error::InvalidArgument(format!(
+                "internal: a {} thunk is planned, not run as written",
+                t.kind()
+            ))),
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! Per-execution resources (streams, events, temporaries, scratch, command-buffer
+//! recordings), pooled by the [`LoadedExecutable`] so that it can run from many threads at
+//! once.
+
+use super::LoadedExecutable;
+use super::command_buffer::Recording;
+use crate::backend::{Buffer, Event, Stream};
+use crate::error::Result;
+use crate::ir::{AllocationKind, MemorySpace};
+use std::collections::HashMap;
+use std::sync::Arc;
+
+/// Per-execution resources, pooled.
+pub(super) struct ExecState {
+    pub(super) streams: Vec<Arc<dyn Stream>>,
+    /// The events of the nodes that record one (by node index).
+    pub(super) events: HashMap<usize, Arc<dyn Event>>,
+    pub(super) temps: Vec<(u32, Buffer)>,
+    /// 8 bytes the host reads predicates and branch indices through.
+    pub(super) scratch: Buffer,
+    /// Command-buffer recordings by command-buffer id.
+    pub(super) recordings: HashMap<usize, Recording>,
+    /// One event per node, recorded after it when the execution has a deadline.
+    pub(super) tracking: Vec<Arc<dyn Event>>,
+}
+
+impl ExecState {
+    /// Creates the streams, events, temporaries and scratch one execution of `exe` needs.
+    pub(super) fn new(exe: &LoadedExecutable) -> Result<Self> {
+        let streams = (0..exe.schedule.streams)
+            .map(|_| exe.device.create_stream())
+            .collect::<Result<Vec<_>>>()?;
+        let mut events = HashMap::new();
+        for (i, n) in exe.schedule.nodes.iter().enumerate() {
+            if n.record {
+                events.insert(i, exe.device.create_event()?);
+            }
+        }
+        let mut temps = vec![];
+        for a in &exe.exe.allocations {
+            if a.kind == AllocationKind::Temp {
+                temps.push((
+                    a.index,
+                    exe.device.allocate(a.size, a.alignment, a.memory_space)?,
+                ));
+            }
+        }
+        let space = if exe
+            .device
+            .capabilities()
+            .memory_spaces
+            .contains(&MemorySpace::HostPinned)
+        {
+            MemorySpace::HostPinned
+        } else {
+            MemorySpace::Device
+        };
+        let scratch = exe.device.allocate(8, 8, space)?;
+        Ok(ExecState {
+            streams,
+            events,
+            temps,
+            scratch,
+            recordings: HashMap::new(),
+            tracking: vec![],
+        })
+    }
+}

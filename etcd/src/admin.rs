@@ -1,0 +1,35 @@
+//! Admin helpers for launchers and tests: list and delete the keys of a job.
+
+use crate::client::with_client;
+use crate::job_prefix;
+use crate::keys::listing;
+use etcd_client::DeleteOptions;
+use xthunk_core::distributed::{DistributedResult, validate_job_id};
+
+/// Every key of `job_id` in the etcd at `endpoints` (an empty list after a clean shutdown, or
+/// once the leases of dead ranks expired).
+pub fn job_keys(endpoints: &[String], job_id: &str) -> DistributedResult<Vec<String>> {
+    validate_job_id(job_id)?;
+    let prefix = job_prefix(job_id);
+    with_client(endpoints, "list job keys", job_id, async |c| {
+        let resp = c.get(prefix.clone(), Some(listing())).await?;
+        Ok(resp
+            .kvs()
+            .iter()
+            .map(|kv| String::from_utf8_lossy(kv.key()).into_owned())
+            .collect())
+    })
+}
+
+/// Deletes every key of `job_id` (e.g. by a launcher after its ranks were killed, instead of
+/// waiting for their leases to expire); returns how many went.
+pub fn delete_job(endpoints: &[String], job_id: &str) -> DistributedResult<u64> {
+    validate_job_id(job_id)?;
+    let prefix = job_prefix(job_id);
+    with_client(endpoints, "delete job keys", job_id, async |c| {
+        let resp = c
+            .delete(prefix.clone(), Some(DeleteOptions::new().with_prefix()))
+            .await?;
+        Ok(resp.deleted().unsigned_abs())
+    })
+}

@@ -1,0 +1,187 @@
+//! A rank's session: what its blocking calls and its background tasks share (the client, the
+//! lease, the failure board), one bounded request, joining the job (world size check,
+//! registration as alive) and leaving it.
+
+use crate::client::within;
+use crate::keys::{Keys, listing};
+use crate::store_error;
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, WatchResponse, WatchStream,
+};
+use std::collections::{BTreeSet, HashSet};
+use std::fmt;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use xthunk_core::distributed::{DistributedError, DistributedResult, FailureBoard, RankFailure};
+
+/// What the calling thread and the background tasks share.
+pub(crate) struct Ctx {
+    pub(crate) client: Client,
+    pub(crate) keys: Keys,
+    pub(crate) job: String,
+    pub(crate) rank: usize,
+    pub(crate) world: usize,
+    pub(crate) lease: i64,
+    pub(crate) ttl: Duration,
+    pub(crate) request_timeout: Duration,
+    pub(crate) board: FailureBoard,
+    /// Bumped on every new failure: wakes async waiters.
+    pub(crate) failure_tick: tokio::sync::watch::Sender<u64>,
+    /// Set when this rank starts leaving: the deletion of its own keys is then expected.
+    pub(crate) leaving: AtomicBool,
+}
+
+impl Ctx {
+    pub(crate) fn store_err(
+        &self,
+        op: impl Into<String>,
+        message: impl fmt::Display,
+    ) -> DistributedError {
+        store_error(&self.job, op, message)
+    }
+
+    pub(crate) fn fail(&self, rank: usize, reason: String) {
+        if self.board.record(RankFailure { rank, reason }) {
+            self.failure_tick.send_modify(|n| *n += 1);
+        }
+    }
+
+    pub(crate) fn check(&self) -> DistributedResult<()> {
+        match self.board.first() {
+            Some(failure) => Err(DistributedError::RankFailed {
+                job: self.job.clone(),
+                failure,
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// One request, bounded by the request timeout.
+    pub(crate) async fn req<T>(
+        &self,
+        op: &str,
+        fut: impl Future<Output = Result<T, etcd_client::Error>>,
+    ) -> DistributedResult<T> {
+        within(self.request_timeout, fut)
+            .await
+            .map_err(|m| self.store_err(op, m))
+    }
+
+    /// Ranks that have an `alive` key now.
+    pub(crate) async fn alive_ranks(&self) -> DistributedResult<BTreeSet<usize>> {
+        let mut client = self.client.clone();
+        let prefix = self.keys.alive_prefix();
+        let resp = self
+            .req(
+                "list live ranks",
+                client.get(prefix.clone(), Some(listing())),
+            )
+            .await?;
+        Ok(self.keys.alive_in(resp.kvs()))
+    }
+
+    /// Leaves the job: marks a clean exit if `clean`, revokes the lease (every key of this
+    /// rank goes), and deletes the job's prefix if no rank is alive any more.
+    pub(crate) async fn leave(&self, clean: bool) -> DistributedResult<()> {
+        self.leaving.store(true, Ordering::SeqCst);
+        let mut client = self.client.clone();
+        if clean {
+            let put = client.put(
+                self.keys.left(self.rank),
+                "",
+                Some(PutOptions::new().with_lease(self.lease)),
+            );
+            self.req("mark clean exit", put).await?;
+        }
+        self.req("revoke lease", client.lease_revoke(self.lease))
+            .await?;
+        if self.alive_ranks().await?.is_empty() {
+            let del = client.delete(
+                self.keys.prefix.clone(),
+                Some(DeleteOptions::new().with_prefix()),
+            );
+            self.req("delete job keys", del).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks the world size and registers `ctx.rank` as alive; returns the revision of the
+/// registration and the ranks alive at it.
+pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize>)> {
+    let mut client = ctx.client.clone();
+    let lease = Some(PutOptions::new().with_lease(ctx.lease));
+    let world_key = ctx.keys.world();
+    let world = ctx.world.to_string();
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            world_key.clone(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([TxnOp::put(world_key.clone(), world.clone(), lease.clone())])
+        .or_else([TxnOp::get(world_key.clone(), None)]);
+    let resp = ctx.req("check world size", client.txn(txn)).await?;
+    if !resp.succeeded() {
+        for op in resp.op_responses() {
+            if let etcd_client::TxnOpResponse::Get(g) = op
+                && let Some(kv) = g.kvs().first()
+                && kv.value() != world.as_bytes()
+            {
+                return Err(DistributedError::Config(format!(
+                    "job `{}` has {} ranks in etcd, but rank {} joins it with a world of {}",
+                    ctx.job,
+                    String::from_utf8_lossy(kv.value()),
+                    ctx.rank,
+                    ctx.world
+                )));
+            }
+        }
+    }
+    let alive_key = ctx.keys.alive(ctx.rank);
+    let txn = Txn::new()
+        .when([Compare::create_revision(
+            alive_key.clone(),
+            CompareOp::Equal,
+            0,
+        )])
+        .and_then([TxnOp::put(alive_key, "", lease)]);
+    let resp = ctx.req("register as alive", client.txn(txn)).await?;
+    if !resp.succeeded() {
+        return Err(DistributedError::Config(format!(
+            "rank {} of job `{}` is already alive in etcd: another process uses this job id and \
+             rank, or a previous run's lease has not expired yet (wait for its TTL, or use \
+             another job id)",
+            ctx.rank, ctx.job
+        )));
+    }
+    let rev = resp.header().map_or(0, |h| h.revision());
+    let opts = listing().with_revision(rev);
+    let now = ctx
+        .req(
+            "list live ranks",
+            client.get(ctx.keys.alive_prefix(), Some(opts)),
+        )
+        .await?;
+    Ok((rev, ctx.keys.alive_in(now.kvs())))
+}
+
+/// The next response of a watch, or why the watch is over (canceled, ended, failed).
+pub(crate) async fn next_response(stream: &mut WatchStream) -> Result<WatchResponse, String> {
+    match stream.message().await {
+        Ok(Some(resp)) if resp.canceled() => {
+            Err(format!("watch canceled: {}", resp.cancel_reason()))
+        }
+        Ok(Some(resp)) => Ok(resp),
+        Ok(None) => Err("watch stream ended".to_string()),
+        Err(e) => Err(e.to_string()),
+    }
+}
+
+/// Resolves when the failure tick changes; never, once its sender is gone.
+pub(crate) async fn changed(tick: &mut tokio::sync::watch::Receiver<u64>) {
+    if tick.changed().await.is_err() {
+        std::future::pending::<()>().await;
+    }
+}

@@ -1,0 +1,257 @@
+//! `xthunk bench`: the runtime's benchmarks, run through the public APIs on one device and
+//! compared, in the same run, with a baseline doing the same work without xthunk.
+//!
+//! | benchmark | xthunk | host baseline | CUDA baseline | goal (GPU / host) |
+//! |---|---|---|---|---|
+//! | `executor_overhead` | a chain of 10,000 `add_f32` kernels on 16 elements through `execute` | the host kernel function called in a plain loop | a bare `cuLaunchKernel` loop of the same kernel | ≤ 1.1× / ≤ 1.5× time |
+//! | `command_buffer` | 1,000 such kernels as one `CommandBuffer` (recorded once, replayed) | the same kernels launched directly (in the entry) | same | ≥ 3× / ≥ 2× faster |
+//! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
+//! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` called directly, same shapes | ≥ 0.95× of cuBLAS / none |
+//! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
+//!
+//! The GPU baselines are the backend's raw vendor baselines
+//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Runtime::raw_baseline`]); a
+//! backend without them gets rows with no baseline.
+//!
+//! Every ratio is measured in interleaved rounds ([`stats`]): each round runs every variant
+//! once, back to back (the order alternating from round to round), after one untimed warm-up
+//! round. The table gives the median of each variant's times and the median of the per-round
+//! ratios, with their spread (the 25th to 75th percentile of the per-round ratios). Results of
+//! every variant are checked once (a wrong result is an error, not a number).
+//!
+//! Devices of the driver emulator are labelled `[EMULATED device, not a GPU result]`, run
+//! smaller problems and get no verdict.
+//!
+//! Modules: [`stats`] (goals, spreads, interleaved rounds), [`report`] (rows, the table, the
+//! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
+//! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`].
+
+mod copy;
+mod gemm;
+mod load;
+mod overhead;
+mod program;
+mod replay;
+mod report;
+mod stats;
+mod wide;
+
+use super::devices::KNOWN_BACKENDS;
+use super::error::{CliError, CliResult, one_line};
+use super::run::backend_choice;
+use report::{Context, DeviceSummary, Row, Status, table, write_json};
+use stats::Rounds;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use xthunk::core::backend::Vendor;
+use xthunk::core::backend::baseline::RawBaseline;
+use xthunk::{Device, Runtime};
+
+/// Exit status: every benchmark that could run ran (goals missed or not).
+pub const EXIT_OK: u8 = 0;
+/// Exit status: a benchmark failed (an error, or a wrong result).
+pub const EXIT_FAILED: u8 = 1;
+/// Exit status: the requested backend could not run.
+pub const EXIT_SKIPPED: u8 = 2;
+
+/// Every benchmark row name (a `--filter` must match one).
+pub const NAMES: [&str; 7] = [
+    "executor_overhead",
+    "command_buffer",
+    "copy_bandwidth",
+    "gemm_f32",
+    "gemm_bf16",
+    "gemm_f16",
+    "wide_dag",
+];
+
+/// What `xthunk bench` was asked to do.
+#[derive(Debug, Clone, clap::Args)]
+pub struct BenchArgs {
+    /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
+    #[arg(long, default_value = "auto")]
+    pub backend: String,
+    /// Device ordinal within the backend.
+    #[arg(long, default_value_t = 0)]
+    pub device: usize,
+    /// Only benchmarks whose name contains this string (e.g. `gemm`, `copy`).
+    #[arg(long)]
+    pub filter: Option<String>,
+    /// Fewer rounds (a smoke run).
+    #[arg(long)]
+    pub quick: bool,
+    /// Also write the results as JSON to this file (atomically).
+    #[arg(long, value_name = "FILE")]
+    pub json: Option<PathBuf>,
+}
+
+type Res<T> = xthunk::Result<T>;
+
+/// The device, its raw baseline, and the problem sizes and goals for it.
+struct Setup {
+    dev: Arc<dyn Device>,
+    backend: &'static str,
+    /// The backend's raw vendor baselines, if it provides them.
+    baseline: Option<Arc<dyn RawBaseline>>,
+    /// A real GPU (not the host, not an emulated device).
+    gpu: bool,
+    emulated: bool,
+    quick: bool,
+}
+
+impl Setup {
+    fn is_host(&self) -> bool {
+        self.dev.info().vendor == Vendor::Host
+    }
+    fn rounds(&self, full: usize, quick: usize, budget_s: u64) -> Rounds {
+        Rounds {
+            rounds: if self.quick { quick } else { full },
+            budget: Duration::from_secs(if self.quick {
+                budget_s.div_ceil(3)
+            } else {
+                budget_s
+            }),
+        }
+    }
+    /// Whether `bytes` more can be allocated comfortably (half the device's memory at most).
+    fn fits(&self, bytes: u64) -> bool {
+        let total = self.dev.info().total_memory;
+        total == 0 || bytes <= total / 2
+    }
+    fn no_baseline(&self) -> String {
+        format!(
+            "no raw baseline for the {} backend in this build",
+            self.backend
+        )
+    }
+}
+
+fn selected(name: &str, filter: Option<&str>) -> bool {
+    filter.is_none_or(|f| name.contains(f))
+}
+
+fn progress(name: &str) {
+    eprintln!("xthunk bench: running {name} ...");
+}
+
+/// Runs one benchmark, turning an error into a failed row.
+fn one(name: &str, filter: Option<&str>, f: impl FnOnce() -> Res<Row>, rows: &mut Vec<Row>) {
+    if !selected(name, filter) {
+        return;
+    }
+    progress(name);
+    let start = Instant::now();
+    let load = xthunk::core::bench::CpuSnapshot::take();
+    let mut row = f().unwrap_or_else(|e| {
+        let mut r = Row::new(name, "", "", None);
+        r.status = Status::Failed(one_line(&e));
+        r
+    });
+    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+    if let Some(note) = load.and_then(|l| load::note_since(&l, cpus)) {
+        row.notes.push(note);
+    }
+    eprintln!(
+        "xthunk bench:   {name}: {} ({:.1} s)",
+        match &row.status {
+            Status::Ran => format!("{} rounds", row.rounds),
+            Status::Skipped(r) => format!("skipped: {r}"),
+            Status::Failed(e) => format!("ERROR: {e}"),
+        },
+        start.elapsed().as_secs_f64()
+    );
+    rows.push(row);
+}
+
+/// Runs the benchmarks; returns the exit status.
+pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u8> {
+    let filter = args.filter.as_deref();
+    if let Some(f) = filter {
+        if !NAMES.iter().any(|n| n.contains(f)) {
+            return Err(CliError::Usage(format!(
+                "no benchmark matches --filter `{f}` (benchmarks: {})",
+                NAMES.join(", ")
+            )));
+        }
+    }
+    let known = args.backend == "auto" || KNOWN_BACKENDS.contains(&args.backend.as_str());
+    if !known {
+        return Err(CliError::Usage(format!(
+            "unknown backend `{}` (auto, {})",
+            args.backend,
+            KNOWN_BACKENDS.join(", ")
+        )));
+    }
+    let skip = |reason: String, out: &mut dyn Write| -> CliResult<u8> {
+        writeln!(out, "bench: backend {} SKIPPED: {reason}", args.backend)?;
+        if let Some(path) = &args.json {
+            let device = DeviceSummary {
+                ordinal: args.device,
+                ..DeviceSummary::default()
+            };
+            let ctx = Context::new(&args.backend, device, args.quick);
+            write_json(path, &ctx, "skipped", Some(&reason), &[])?;
+        }
+        Ok(EXIT_SKIPPED)
+    };
+    if args.backend != "auto" && rt.registry().get(&args.backend).is_none() {
+        return skip("not built into this binary".into(), out);
+    }
+    let (backend, skipped) = match rt.select(&backend_choice(&args.backend)) {
+        Ok(b) => b,
+        Err(e) => return skip(one_line(&e), out),
+    };
+    for s in skipped {
+        eprintln!("xthunk bench: auto skipped {s}");
+    }
+    let dev = backend.device(args.device)?;
+    let info = dev.info().clone();
+    let setup = Setup {
+        dev: dev.clone(),
+        backend: backend.name(),
+        baseline: rt.raw_baseline(&backend),
+        gpu: info.vendor != Vendor::Host && !info.emulated,
+        emulated: info.emulated,
+        quick: args.quick,
+    };
+    let ctx = Context::new(backend.name(), DeviceSummary::of(&info), args.quick);
+    eprintln!(
+        "xthunk bench: backend {}, device {}: {}",
+        ctx.backend, ctx.device.ordinal, ctx.device.label
+    );
+    let start = Instant::now();
+    let mut rows = vec![];
+    one(
+        "executor_overhead",
+        filter,
+        || overhead::executor_overhead(&setup),
+        &mut rows,
+    );
+    one(
+        "command_buffer",
+        filter,
+        || replay::command_buffer(&setup),
+        &mut rows,
+    );
+    one(
+        "copy_bandwidth",
+        filter,
+        || copy::copy_bandwidth(&setup),
+        &mut rows,
+    );
+    rows.extend(gemm::gemms(&setup, filter));
+    one("wide_dag", filter, || wide::wide_dag(&setup), &mut rows);
+    eprintln!(
+        "xthunk bench: done in {:.1} s",
+        start.elapsed().as_secs_f64()
+    );
+    out.write_all(table(&ctx, &rows).as_bytes())?;
+    if let Some(path) = &args.json {
+        write_json(path, &ctx, "ran", None, &rows)?;
+        writeln!(out, "results written to {}", path.display())?;
+    }
+    let failed = rows.iter().any(|r| matches!(r.status, Status::Failed(_)));
+    Ok(if failed { EXIT_FAILED } else { EXIT_OK })
+}

@@ -1,0 +1,100 @@
+//! What the benchmarks run: a loaded program with its buffers ([`Prepared`]), the check of
+//! the tiny `add_f32` chain that the overhead and command-buffer benchmarks share (the chain
+//! itself is core's, shared with the criterion benches), and the helpers that fill and check
+//! buffers.
+
+use super::Res;
+use super::stats::secs;
+use std::sync::Arc;
+use std::time::Instant;
+pub use xthunk::core::bench::{TINY, tiny_chain};
+use xthunk::core::executor::ExecutorConfig;
+use xthunk::ir::Executable;
+use xthunk::{Buffer, Device, DeviceMemory, ExecuteOptions, LoadedExecutable};
+
+/// A loaded program with its parameter and output buffers.
+pub struct Prepared {
+    pub exe: LoadedExecutable,
+    params: Vec<Buffer>,
+    outputs: Vec<Buffer>,
+}
+
+impl Prepared {
+    pub fn new(dev: &Arc<dyn Device>, exe: Executable, cfg: &ExecutorConfig) -> Res<Prepared> {
+        let exe = LoadedExecutable::load_with(dev.clone(), exe, cfg)?;
+        let params = exe.allocate_parameters()?;
+        let outputs = exe.allocate_outputs()?;
+        Ok(Prepared {
+            exe,
+            params,
+            outputs,
+        })
+    }
+
+    pub fn set_param(&self, i: usize, bytes: &[u8]) -> Res<()> {
+        let p = self.param(i)?;
+        self.exe.device().copy_from_host(bytes, p.ptr())
+    }
+
+    pub fn param(&self, i: usize) -> Res<&dyn DeviceMemory> {
+        self.params
+            .get(i)
+            .map(|b| b.as_ref() as &dyn DeviceMemory)
+            .ok_or_else(|| xthunk::Error::InvalidArgument(format!("no parameter {i}")))
+    }
+
+    pub fn output(&self, i: usize) -> Res<&dyn DeviceMemory> {
+        self.outputs
+            .get(i)
+            .map(|b| b.as_ref() as &dyn DeviceMemory)
+            .ok_or_else(|| xthunk::Error::InvalidArgument(format!("no output {i}")))
+    }
+
+    /// Executes once; returns the seconds it took (issue to completion).
+    pub fn run(&self) -> Res<f64> {
+        let p: Vec<&dyn DeviceMemory> = self.params.iter().map(|b| b.as_ref() as _).collect();
+        let o: Vec<&dyn DeviceMemory> = self.outputs.iter().map(|b| b.as_ref() as _).collect();
+        let start = Instant::now();
+        self.exe.execute(&p, &o, &ExecuteOptions::default())?;
+        Ok(secs(start))
+    }
+
+    pub fn read(&self, buf: &dyn DeviceMemory, offset: u64, len: u64) -> Res<Vec<u8>> {
+        let mut v = vec![0u8; len as usize];
+        self.exe
+            .device()
+            .copy_to_host(buf.ptr().offset(offset), &mut v)?;
+        Ok(v)
+    }
+}
+
+pub fn f32s(bytes: &[u8]) -> Vec<f32> {
+    bytes
+        .chunks_exact(4)
+        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+        .collect()
+}
+
+pub fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+/// The error of a benchmark whose result is wrong.
+pub fn wrong(what: &str, detail: String) -> xthunk::Error {
+    xthunk::Error::InvalidArgument(format!("wrong result in {what}: {detail}"))
+}
+
+/// Checks a tiny chain's output.
+pub fn check_chain(what: &str, got: &[f32], len: usize, x: f32) -> Res<()> {
+    let want = (len as f32 + 1.0) * x;
+    match got.iter().find(|v| **v != want) {
+        None if got.len() == TINY as usize => Ok(()),
+        _ => Err(wrong(
+            what,
+            format!(
+                "expected {TINY} x {want}, got {:?}",
+                &got[..got.len().min(4)]
+            ),
+        )),
+    }
+}

@@ -1,0 +1,173 @@
+//! Modules and launches: loading images (with the JIT log options), functions, their
+//! attributes, kernel launches.
+
+use super::{CUresult, Cuda, Handle, api};
+use crate::context;
+use crate::driver;
+use crate::error::{cu, guard, invalid};
+use crate::ffi::put;
+use std::ffi::{c_char, c_int, c_uint, c_void};
+
+/// `CU_JIT_INFO_LOG_BUFFER`, `…_SIZE_BYTES`, `CU_JIT_ERROR_LOG_BUFFER`, `…_SIZE_BYTES`.
+const JIT_INFO_LOG: c_int = 3;
+const JIT_INFO_LOG_SIZE: c_int = 4;
+const JIT_ERROR_LOG: c_int = 5;
+const JIT_ERROR_LOG_SIZE: c_int = 6;
+
+/// Writes `msg` into the log buffer option pair `(buf, size)` if the caller gave one.
+///
+/// # Safety
+/// `options` and `values` hold `n` entries, as `cuModuleLoadDataEx` requires.
+unsafe fn write_log(
+    n: usize,
+    options: *const c_int,
+    values: *mut *mut c_void,
+    buf_opt: c_int,
+    size_opt: c_int,
+    msg: &str,
+) {
+    if n == 0 || options.is_null() || values.is_null() {
+        return;
+    }
+    let (mut buf, mut size, mut size_idx) = (std::ptr::null_mut::<u8>(), 0usize, None);
+    for i in 0..n {
+        // SAFETY: `i < n` entries (the caller's contract).
+        let (o, v) = unsafe { (*options.add(i), *values.add(i)) };
+        if o == buf_opt {
+            buf = v.cast();
+        } else if o == size_opt {
+            size = v as usize;
+            size_idx = Some(i);
+        }
+    }
+    if buf.is_null() || size == 0 {
+        return;
+    }
+    let len = msg.len().min(size - 1);
+    // SAFETY: the log buffer holds `size` bytes (the option contract); `len + 1 <= size`;
+    // the size option slot is writable (the driver reports the length written there).
+    unsafe {
+        std::ptr::copy_nonoverlapping(msg.as_ptr(), buf, len);
+        *buf.add(len) = 0;
+        if let Some(i) = size_idx {
+            *values.add(i) = (len + 1) as *mut c_void;
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadDataEx(
+    module: *mut Handle,
+    image: *const c_void,
+    num_options: c_uint,
+    options: *mut c_int,
+    values: *mut *mut c_void,
+) -> CUresult {
+    const C: &str = "cuModuleLoadDataEx";
+    let n = num_options as usize;
+    // SAFETY: the caller's out-pointer and complete image.
+    let r = guard(C, || unsafe {
+        driver::load_module::<Cuda>(module, image, C)
+    });
+    match r {
+        Ok(()) => {
+            // SAFETY: `options`/`values` hold `n` entries (the caller's contract).
+            unsafe {
+                write_log(n, options, values, JIT_ERROR_LOG, JIT_ERROR_LOG_SIZE, "");
+                write_log(
+                    n,
+                    options,
+                    values,
+                    JIT_INFO_LOG,
+                    JIT_INFO_LOG_SIZE,
+                    "xthunk-emulator: module loaded (kernels run as host implementations)",
+                );
+            }
+            cu::SUCCESS
+        }
+        Err(e) => {
+            let msg = format!("xthunk-emulator: {}", e.message);
+            // SAFETY: as above.
+            unsafe { write_log(n, options, values, JIT_ERROR_LOG, JIT_ERROR_LOG_SIZE, &msg) };
+            e.code.cu()
+        }
+    }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleLoadData(module: *mut Handle, image: *const c_void) -> CUresult {
+    // SAFETY: same contract, no options.
+    unsafe { cuModuleLoadDataEx(module, image, 0, std::ptr::null_mut(), std::ptr::null_mut()) }
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleUnload(m: Handle) -> CUresult {
+    const C: &str = "cuModuleUnload";
+    api(C, || {
+        context::cuda_initialized(C)?;
+        crate::launch::unload_module(m, C)
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuModuleGetFunction(
+    f: *mut Handle,
+    m: Handle,
+    name: *const c_char,
+) -> CUresult {
+    const C: &str = "cuModuleGetFunction";
+    api(C, || {
+        context::cuda_initialized(C)?;
+        // SAFETY: `name` is a NUL-terminated string; `f` the caller's out-pointer.
+        unsafe { driver::get_function(f, m, name, ("name", "hfunc"), C) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, f: Handle) -> CUresult {
+    const C: &str = "cuFuncGetAttribute";
+    api(C, || {
+        crate::launch::FUNCTIONS.get(f, C)?;
+        let sm = crate::config::get().sm as c_int;
+        let v = match attrib {
+            0 => 1024,
+            1..=3 => 0,
+            4 => 32,
+            5 | 6 => sm,
+            7 => 0,
+            8 => 48 * 1024,
+            9 => -1,
+            10..=20 => 0,
+            a => return Err(invalid(C, format!("unknown function attribute {a}"))),
+        };
+        // SAFETY: the caller's out-pointer.
+        unsafe { put(pi, v, "pi", C) }
+    })
+}
+
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuLaunchKernel(
+    f: Handle,
+    grid_x: c_uint,
+    grid_y: c_uint,
+    grid_z: c_uint,
+    block_x: c_uint,
+    block_y: c_uint,
+    block_z: c_uint,
+    shared: c_uint,
+    s: Handle,
+    params: *mut *mut c_void,
+    extra: *mut *mut c_void,
+) -> CUresult {
+    const C: &str = "cuLaunchKernel";
+    api(C, || {
+        context::cuda_initialized(C)?;
+        let dims = (
+            [grid_x, grid_y, grid_z],
+            [block_x, block_y, block_z],
+            shared,
+        );
+        // SAFETY: `params`/`extra` follow the launch API contract.
+        unsafe { driver::launch_kernel::<Cuda>(f, dims, s, params, extra, C) }
+    })
+}

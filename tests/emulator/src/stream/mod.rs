@@ -1,0 +1,93 @@
+//! Streams, events, stream capture and graphs.
+//!
+//! Every stream (including each context's legacy default stream) is a queue served by its own
+//! worker thread. Operations get increasing sequence numbers; a stream has *run* everything up
+//! to `done`. In **strict** mode (the default) the worker only runs operations up to the
+//! `released` mark, which only moves when something waits: a stream/event/context
+//! synchronize, a blocking copy, a query (which releases, then reports "not ready"), or an
+//! event wait executed by another stream's worker. So work nobody waits for never runs, and a
+//! missing synchronization in the caller reads poisoned memory every time, not just sometimes.
+//! Without strict mode, work runs as soon as it is queued.
+//!
+//! The legacy default stream keeps its synchronizing semantics: work queued on it first waits
+//! for all work already queued on the context's blocking streams, and work queued on a
+//! blocking stream first waits for the legacy stream's queued work (non-blocking streams do
+//! neither).
+//!
+//! Every operation runs under one global execution lock (kernels, copies, gemms run one at a
+//! time), so racy caller code can produce wrong results but never a data race inside the
+//! emulator. Each operation re-checks its memory ranges when it runs (a use after free that
+//! happened after queuing is caught then) and a failure becomes the stream's and the
+//! context's sticky error, returned by every later synchronization.
+//!
+//! Capture: `BeginCapture` turns a stream into a recorder; operations become graph nodes (a
+//! linear list: queue order is a valid topological order). Other streams join a capture by
+//! waiting on an event recorded in it. Calls that are illegal during capture (synchronous
+//! copies, allocation, synchronization, queries, legacy-stream work) fail with
+//! `STREAM_CAPTURE_UNSUPPORTED`/`_IMPLICIT` and invalidate the capture, as in CUDA; ending an
+//! invalidated capture fails with `STREAM_CAPTURE_INVALIDATED`.
+//!
+//! Files: `op` (what an operation does, and running it), `queue` (a stream, its worker and the
+//! legacy-stream ordering), `event`, `capture`, `graph`, `teardown` (what a destroyed context
+//! still owns); this file holds the handle tables, the execution lock and stream resolution.
+
+mod capture;
+mod event;
+mod graph;
+mod op;
+mod queue;
+mod teardown;
+
+pub use capture::{
+    CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL, Capture, begin_capture, capture_status,
+    check_capture_rules, end_capture,
+};
+pub use event::{
+    EVENT_DISABLE_TIMING, EventCore, EventState, create_event, elapsed, query_event, record_event,
+    synchronize_event, wait_event,
+};
+pub use graph::{ExecCore, GraphCore, instantiate, launch_graph, node_handle, update_exec};
+pub use op::{HostFn, HostWork, Op, Work};
+pub use queue::{
+    StreamCore, StreamKind, create_stream, destroy_stream, legacy_barrier, query_stream, submit,
+    synchronize_stream,
+};
+pub use teardown::{destroy_context_objects, report_context_leaks};
+
+use crate::context::Ctx;
+use crate::diag::Kind;
+use crate::error::{Code, EmuError, EmuResult};
+use crate::handles::{HandleKind, Table};
+use parking_lot::Mutex;
+use std::sync::Arc;
+
+/// The global execution lock: every operation that touches emulated memory holds it.
+pub static EXEC: Mutex<()> = Mutex::new(());
+
+pub static STREAMS: Table<StreamCore> = Table::new(HandleKind::Stream);
+pub static EVENTS: Table<EventCore> = Table::new(HandleKind::Event);
+pub static GRAPHS: Table<GraphCore> = Table::new(HandleKind::Graph);
+pub static EXECS: Table<ExecCore> = Table::new(HandleKind::GraphExec);
+
+/// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` (HIP: `hipStreamPerThread` is 2 too).
+pub const STREAM_LEGACY: usize = 1;
+pub const STREAM_PER_THREAD: usize = 2;
+
+/// The stream a raw handle names in `ctx`: NULL, `CU_STREAM_LEGACY` and the per-thread
+/// default stream are the context's legacy stream (the per-thread stream is treated as the
+/// legacy one: stricter ordering, never weaker).
+pub fn resolve(ctx: &Arc<Ctx>, handle: usize, call: &str) -> EmuResult<Arc<StreamCore>> {
+    if handle == 0 || handle == STREAM_LEGACY || handle == STREAM_PER_THREAD {
+        return Ok(ctx.legacy.clone());
+    }
+    let s = STREAMS.get(handle, call)?;
+    if s.ctx_id != ctx.id {
+        return Err(EmuError::new(
+            Code::InvalidHandle,
+            Kind::InvalidHandle,
+            call,
+            format!("stream {handle:#x} belongs to another context"),
+        ));
+    }
+    Ok(s)
+}

@@ -1,8 +1,0 @@
-//! The conformance suite on the CUDA backend: on a machine without an NVIDIA GPU (or driver)
-//! every check is listed as ignored, with the probe's reason in its kind.
-
-fn main() {
-    let args = libtest_mimic::Arguments::from_args();
-    let backend = std::sync::Arc::new(xthunk_cuda::CudaBackend::new());
-    libtest_mimic::run(&args, xthunk_conformance::trials(backend)).exit();
-}
