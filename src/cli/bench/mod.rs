@@ -9,9 +9,9 @@
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` called directly, same shapes | ≥ 0.95× of cuBLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //!
-//! The GPU baselines are the backend's raw vendor baselines
-//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Runtime::raw_baseline`]); a
-//! backend without them gets rows with no baseline.
+//! The GPU baselines are the device's raw vendor baselines
+//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Device::raw_baseline`]); a
+//! device without them gets rows with no baseline.
 //!
 //! Every ratio is measured in interleaved rounds ([`stats`]): each round runs every variant
 //! once, back to back (the order alternating from round to round), after one untimed warm-up
@@ -93,7 +93,7 @@ type Res<T> = xthunk::Result<T>;
 struct Setup {
     dev: Arc<dyn Device>,
     backend: &'static str,
-    /// The backend's raw vendor baselines, if it provides them.
+    /// The device's raw vendor baselines, if its backend provides them.
     baseline: Option<Arc<dyn RawBaseline>>,
     /// A real GPU (not the host, not an emulated device).
     gpu: bool,
@@ -211,7 +211,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     let setup = Setup {
         dev: dev.clone(),
         backend: backend.name(),
-        baseline: rt.raw_baseline(&backend),
+        baseline: dev.raw_baseline(),
         gpu: info.vendor != Vendor::Host && !info.emulated,
         emulated: info.emulated,
         quick: args.quick,
