@@ -26,8 +26,6 @@ pub use xthunk_proto as proto;
 
 mod cliques;
 pub use cliques::{BackendCollectives, BindDevice, NcclCliqueFactory};
-mod baseline;
-use xthunk_core::backend::baseline::RawBaseline;
 
 use std::sync::Arc;
 use xthunk_core::host::HostCliqueFactory;
@@ -39,8 +37,6 @@ pub struct Runtime {
     registry: BackendRegistry,
     /// Per registered backend, in registration order.
     collectives: Vec<(&'static str, BackendCollectives)>,
-    /// The backends that provide raw vendor baselines for benchmarks, with them.
-    baselines: Vec<(Arc<dyn Backend>, Arc<dyn RawBaseline>)>,
 }
 
 impl Runtime {
@@ -54,13 +50,9 @@ impl Runtime {
         let mut rt = Runtime {
             registry: BackendRegistry::new(),
             collectives: Vec::new(),
-            baselines: Vec::new(),
         };
-        let cuda: Arc<dyn Backend> = Arc::new(xthunk_cuda::CudaBackend::new());
-        rt.baselines
-            .push((cuda.clone(), Arc::new(baseline::CudaBaseline)));
         rt.register(
-            cuda,
+            Arc::new(xthunk_cuda::CudaBackend::new()),
             BackendCollectives::in_process(NcclCliqueFactory::nccl()),
         );
         rt.register(
@@ -97,15 +89,6 @@ impl Runtime {
             .find(|(name, _)| *name == backend)
             .map(|(_, c)| c.clone())
             .unwrap_or_default()
-    }
-
-    /// The raw vendor baselines of `backend` (one of this runtime's) for benchmarks, when its
-    /// vendor provides them: chosen by the backend object, not by its name.
-    pub fn raw_baseline(&self, backend: &Arc<dyn Backend>) -> Option<Arc<dyn RawBaseline>> {
-        self.baselines
-            .iter()
-            .find(|(b, _)| Arc::ptr_eq(b, backend))
-            .map(|(_, raw)| raw.clone())
     }
 }
 

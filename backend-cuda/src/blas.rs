@@ -30,8 +30,8 @@ use xthunk_core::{Error, Result};
 
 /// A loaded cuBLAS.
 pub(crate) struct BlasLibrary {
-    table: CublasApi,
-    path: String,
+    pub(crate) table: CublasApi,
+    pub(crate) path: String,
     _lib: libloading::Library,
 }
 
@@ -109,6 +109,12 @@ impl BlasSlot {
             cc,
             handle: Mutex::new(None),
         }
+    }
+
+    /// The loaded cuBLAS, if one was found (for the raw baselines, `crate::bench`).
+    #[cfg(feature = "bench")]
+    pub(crate) fn library(&self) -> Option<&Arc<BlasLibrary>> {
+        self.lib.as_ref()
     }
 
     /// Checks the operands against the device's live allocations and the shape.

@@ -405,6 +405,14 @@ impl Device for CudaDevice {
     fn synchronize(&self) -> Result<()> {
         self.ctx.synchronize()
     }
+
+    #[cfg(feature = "bench")]
+    fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
+        Some(Arc::new(crate::bench::CudaBaseline::new(
+            self.ctx.clone(),
+            self.blas.library().cloned(),
+        )))
+    }
 }
 
 #[cfg(test)]

@@ -35,7 +35,8 @@
 //! - [`image`]: reading cubins;
 //! - [`blas`]: gemm through cuBLAS;
 //! - [`graph`]: CUDA graphs;
-//! - [`bench`] (CUDA only for now): raw CUDA baselines for `xthunk bench`.
+//! - `bench` (with the `bench` feature; not public): the device's raw vendor baselines for
+//!   `xthunk bench`, handed out by `Device::raw_baseline`.
 //!
 //! # What runs without a GPU
 //!
@@ -52,7 +53,8 @@
 //! `XTHUNK_CUDA_PATH` at it). `XTHUNK_REQUIRE_NVRTC=1` / `XTHUNK_REQUIRE_CXX=1` turn the
 //! tests' skips into failures.
 
-pub mod bench;
+#[cfg(feature = "bench")]
+mod bench;
 pub mod blas;
 pub mod compile;
 pub mod context;

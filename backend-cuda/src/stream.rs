@@ -42,7 +42,7 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
 
 /// A CUDA stream.
 pub struct CudaStream {
-    ctx: Arc<DeviceContext>,
+    pub(crate) ctx: Arc<DeviceContext>,
     pub(crate) raw: sys::CUstream,
     memory: Arc<MemoryRegistry>,
     blas: Arc<BlasSlot>,

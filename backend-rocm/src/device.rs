@@ -485,6 +485,14 @@ impl Device for RocmDevice {
     fn synchronize(&self) -> Result<()> {
         self.ctx.synchronize()
     }
+
+    #[cfg(feature = "bench")]
+    fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
+        Some(Arc::new(crate::bench::RocmBaseline::new(
+            self.ctx.clone(),
+            self.blas.clone(),
+        )))
+    }
 }
 
 #[cfg(test)]

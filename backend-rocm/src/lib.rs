@@ -24,12 +24,16 @@
 //! - [`target`]: gfx target names;
 //! - [`image`]: reading code objects and offload bundles;
 //! - [`blas`]: gemm through rocBLAS;
-//! - [`graph`]: HIP graphs.
+//! - [`graph`]: HIP graphs;
+//! - `bench` (with the `bench` feature; not public): the device's raw vendor baselines for
+//!   `xthunk bench`, handed out by `Device::raw_baseline`.
 //!
 //! Environment: `XTHUNK_ROCM_PATH` (`:`-separated folders searched first), `ROCM_PATH`,
 //! `XTHUNK_ROCM_NO_DEFAULT_SEARCH` (search only `XTHUNK_ROCM_PATH`), `XDG_CACHE_HOME` (the
 //! hsaco cache lives in `$XDG_CACHE_HOME/xthunk/kernels/rocm`).
 
+#[cfg(feature = "bench")]
+mod bench;
 pub mod blas;
 pub mod compile;
 pub mod context;

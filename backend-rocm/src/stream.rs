@@ -43,8 +43,8 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
 
 /// A HIP stream.
 pub struct RocmStream {
-    ctx: Arc<DeviceContext>,
-    raw: sys::hipStream_t,
+    pub(crate) ctx: Arc<DeviceContext>,
+    pub(crate) raw: sys::hipStream_t,
     memory: Arc<MemoryRegistry>,
     /// The device's rocBLAS, or why it is absent.
     rocblas: std::result::Result<Arc<BlasLibrary>, String>,

@@ -138,6 +138,12 @@ pub trait Device: Send + Sync {
     fn copy_from_host(&self, src: &[u8], dst: DevicePtr) -> Result<()>;
     /// Waits for all work on all streams of the device.
     fn synchronize(&self) -> Result<()>;
+    /// The device's raw vendor baselines for benchmarks ([`baseline::RawBaseline`]), when its
+    /// vendor crate provides them (the CUDA and ROCm crates with their `bench` feature). None
+    /// by default.
+    fn raw_baseline(&self) -> Option<Arc<dyn baseline::RawBaseline>> {
+        None
+    }
 }
 
 /// A loaded module.

@@ -1,17 +1,19 @@
 //! `xthunk bench`: the runtime's benchmarks, run through the public APIs on one device and
 //! compared, in the same run, with a baseline doing the same work without xthunk.
 //!
-//! | benchmark | xthunk | host baseline | CUDA baseline | goal (GPU / host) |
+//! | benchmark | xthunk | host baseline | GPU baseline (CUDA / ROCm) | goal (GPU / host) |
 //! |---|---|---|---|---|
-//! | `executor_overhead` | a chain of 10,000 `add_f32` kernels on 16 elements through `execute` | the host kernel function called in a plain loop | a bare `cuLaunchKernel` loop of the same kernel | ≤ 1.1× / ≤ 1.5× time |
+//! | `executor_overhead` | a chain of 10,000 `add_f32` kernels on 16 elements through `execute` | the host kernel function called in a plain loop | a bare `cuLaunchKernel` / `hipModuleLaunchKernel` loop of the same kernel | ≤ 1.1× / ≤ 1.5× time |
 //! | `command_buffer` | 1,000 such kernels as one `CommandBuffer` (recorded once, replayed) | the same kernels launched directly (in the entry) | same | ≥ 3× / ≥ 2× faster |
-//! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
-//! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` called directly, same shapes | ≥ 0.95× of cuBLAS / none |
+//! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` / `hipMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
+//! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` / rocBLAS `rocblas_gemm_ex` called directly, same shapes | ≥ 0.95× of the vendor BLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //!
-//! The GPU baselines are the backend's raw vendor baselines
-//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Runtime::raw_baseline`]); a
-//! backend without them gets rows with no baseline.
+//! The GPU baselines are the device's raw vendor baselines
+//! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Device::raw_baseline`]: CUDA's
+//! `cuLaunchKernel` / `cuMemcpyDtoDAsync` / `cublasGemmEx`, ROCm's `hipModuleLaunchKernel` /
+//! `hipMemcpyDtoDAsync` / `rocblas_gemm_ex`); a device without them gets rows with no
+//! baseline.
 //!
 //! Every ratio is measured in interleaved rounds ([`stats`]): each round runs every variant
 //! once, back to back (the order alternating from round to round), after one untimed warm-up
@@ -93,7 +95,7 @@ type Res<T> = xthunk::Result<T>;
 struct Setup {
     dev: Arc<dyn Device>,
     backend: &'static str,
-    /// The backend's raw vendor baselines, if it provides them.
+    /// The device's raw vendor baselines, if its backend provides them.
     baseline: Option<Arc<dyn RawBaseline>>,
     /// A real GPU (not the host, not an emulated device).
     gpu: bool,
@@ -211,7 +213,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     let setup = Setup {
         dev: dev.clone(),
         backend: backend.name(),
-        baseline: rt.raw_baseline(&backend),
+        baseline: dev.raw_baseline(),
         gpu: info.vendor != Vendor::Host && !info.emulated,
         emulated: info.emulated,
         quick: args.quick,
