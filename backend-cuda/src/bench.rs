@@ -8,8 +8,8 @@
 //!   stack), then one `cuStreamSynchronize`.
 //! - [`raw_memcpy_dtod`]: `cuMemcpyDtoDAsync_v2` a given number of times, then one
 //!   `cuStreamSynchronize`.
-//! - [`RawCublas`]: its own cuBLAS handle (the library found by the same search as the
-//!   backend's, see [`crate::loader`]) calling `cublasGemmEx` a given number of times, then one
+//! - [`RawCublas`]: its own cuBLAS handle (the crate's cuBLAS table, bound by the same search
+//!   as the backend's, see [`crate::loader`]) calling `cublasGemmEx` a given number of times, then one
 //!   `cuStreamSynchronize`.
 //!
 //! Each runs on a stream created by the CUDA device ([`xthunk_core::backend::Device::create_stream`])
@@ -25,10 +25,15 @@
 //! call (it is not in the driver symbols the probe checks, `DRIVER_SYMBOLS`), so its first
 //! use is guarded against cudarc's panic on a missing symbol.
 
-use crate::loader::{self, SearchConfig, check_symbols, guarded};
+use crate::blas::BlasLibrary;
+use crate::loader::{SearchConfig, guarded};
 use crate::module::{CudaKernel, arg_slot};
 use crate::result::{BACKEND, cu, cublas};
 use crate::stream::CudaStream;
+use crate::sys::{
+    CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUDA_R_16BF,
+    CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
+};
 use cudarc::driver::sys;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
@@ -237,59 +242,12 @@ pub fn raw_memcpy_dtod(
     Ok(start.elapsed())
 }
 
-type Handle = *mut c_void;
-type CreateFn = unsafe extern "C" fn(*mut Handle) -> c_int;
-type DestroyFn = unsafe extern "C" fn(Handle) -> c_int;
-type SetStreamFn = unsafe extern "C" fn(Handle, sys::CUstream) -> c_int;
-/// `cublasGemmEx`, as declared in `cublas_api.h` (cuBLAS 12 and 13), and in `blas.rs`.
-type GemmExFn = unsafe extern "C" fn(
-    Handle,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    *const c_void,
-    *const c_void,
-    c_int,
-    c_int,
-    *const c_void,
-    c_int,
-    c_int,
-    *const c_void,
-    *mut c_void,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-) -> c_int;
-
-// The values `blas.rs` uses (cuBLAS 12's `cublas_api.h` / `library_types.h`).
-const CUBLAS_OP_N: c_int = 0;
-const CUDA_R_32F: c_int = 0;
-const CUDA_R_64F: c_int = 1;
-const CUDA_R_16F: c_int = 2;
-const CUDA_R_16BF: c_int = 14;
-const CUBLAS_COMPUTE_32F: c_int = 68;
-const CUBLAS_COMPUTE_64F: c_int = 70;
-const CUBLAS_GEMM_DEFAULT: c_int = -1;
-
-const REQUIRED: [&str; 4] = [
-    "cublasCreate_v2",
-    "cublasDestroy_v2",
-    "cublasSetStream_v2",
-    "cublasGemmEx",
-];
-
 /// cuBLAS called directly: its own handle on one stream.
 pub struct RawCublas {
     stream: Arc<dyn Stream>,
-    handle: Handle,
-    destroy: DestroyFn,
-    set_stream: SetStreamFn,
-    gemm_ex: GemmExFn,
+    handle: cublasHandle_t,
+    lib: BlasLibrary,
     path: String,
-    _lib: libloading::Library,
 }
 
 impl RawCublas {
@@ -299,45 +257,24 @@ impl RawCublas {
         let s = cuda_stream(stream.as_ref())?;
         sync(s)?;
         let raw_stream = s.raw;
-        let search = SearchConfig::from_env().library(
-            "cuBLAS",
-            &loader::CUBLAS_LIBRARY_NAMES,
-            &loader::CUBLAS_WHEEL_DIRS,
-        );
-        let (opened, _) = search
-            .open(|lib, _| check_symbols(lib, &REQUIRED))
-            .map_err(|e| Error::Unavailable {
-                backend: BACKEND.into(),
-                reason: e.to_string(),
-            })?;
-        let lib = opened.lib;
-        let missing = |e: libloading::Error| Error::backend(BACKEND, "dlsym", e.to_string());
-        // SAFETY: each type is the cuBLAS 12/13 declaration of the symbol looked up; all of
-        // them were checked present.
-        let (create, destroy, set_stream, gemm_ex) = unsafe {
-            (
-                *lib.get::<CreateFn>(b"cublasCreate_v2").map_err(missing)?,
-                *lib.get::<DestroyFn>(b"cublasDestroy_v2").map_err(missing)?,
-                *lib.get::<SetStreamFn>(b"cublasSetStream_v2")
-                    .map_err(missing)?,
-                *lib.get::<GemmExFn>(b"cublasGemmEx").map_err(missing)?,
-            )
-        };
-        let mut handle: Handle = std::ptr::null_mut();
+        let lib = BlasLibrary::load(&SearchConfig::from_env()).map_err(|e| Error::Unavailable {
+            backend: BACKEND.into(),
+            reason: e.to_string(),
+        })?;
+        let mut handle: cublasHandle_t = std::ptr::null_mut();
         // SAFETY: writes one handle; the device's context is current (bound by `sync`).
-        cublas("cublasCreate_v2", unsafe { create(&mut handle) })?;
+        cublas("cublasCreate_v2", unsafe {
+            (lib.table.cublasCreate_v2)(&mut handle)
+        })?;
         let me = RawCublas {
             stream,
             handle,
-            destroy,
-            set_stream,
-            gemm_ex,
-            path: opened.path,
-            _lib: lib,
+            path: lib.path.display().to_string(),
+            lib,
         };
         // SAFETY: live handle; the stream is live and of the current context.
         cublas("cublasSetStream_v2", unsafe {
-            (me.set_stream)(me.handle, raw_stream)
+            (me.lib.table.cublasSetStream_v2)(me.handle, raw_stream)
         })?;
         Ok(me)
     }
@@ -451,7 +388,7 @@ impl RawCublas {
             // input (checked above and by the backend's checked gemm); alpha and beta are host
             // scalars of the compute type that outlive the call.
             cublas("cublasGemmEx", unsafe {
-                (self.gemm_ex)(
+                (self.lib.table.cublasGemmEx)(
                     self.handle,
                     CUBLAS_OP_N,
                     CUBLAS_OP_N,
@@ -489,7 +426,7 @@ impl Drop for RawCublas {
         }
         // SAFETY: created by cublasCreate_v2 in `new`, destroyed once, here, with the
         // device's context current (bound by `sync`).
-        let r = unsafe { (self.destroy)(self.handle) };
+        let r = unsafe { (self.lib.table.cublasDestroy_v2)(self.handle) };
         if let Err(e) = cublas("cublasDestroy_v2", r) {
             tracing::error!("{e}");
         }

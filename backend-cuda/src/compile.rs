@@ -1,6 +1,6 @@
 //! The runtime compiler: portable source to cubins or PTX with NVRTC, through a disk cache.
 //!
-//! **NVRTC** ([`Nvrtc`]) is loaded through the crate's own table ([`crate::loader`]; cudarc
+//! **NVRTC** ([`Nvrtc`]) is bound through the crate's own table ([`crate::loader`]; cudarc
 //! only searches the names of the CUDA major it was built for): `libnvrtc.so.13`, `.12`,
 //! `.11.2` in the places of [`SearchConfig`], the PyPI wheel `nvidia-cuda-nvrtc-cu12`
 //! included.
@@ -21,9 +21,7 @@
 //! checksum does not match is reported as corrupt, recompiled and replaced. Failing to write
 //! the cache only logs a warning.
 
-use crate::loader::{
-    NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig, check_symbols,
-};
+use crate::loader::{NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig};
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
 use crate::sys;
 use crate::target::{Output, Target};
@@ -32,6 +30,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
+use xthunk_core::backend::dylib::{Loader, Probe, Version};
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::portable::{self, PORTABLE_SOURCE_VERSION, source_hash};
 
@@ -39,12 +38,12 @@ use xthunk_core::kernels::portable::{self, PORTABLE_SOURCE_VERSION, source_hash}
 
 /// A loaded NVRTC.
 pub struct Nvrtc {
+    /// The table (which keeps the library open).
     table: NvrtcApi,
-    path: String,
+    /// The file loaded (resolved through `/proc/self/maps` when found by bare name).
+    path: PathBuf,
     version: (i32, i32),
     archs: Vec<u32>,
-    /// Keeps the function pointers of `table` valid; dropped last.
-    _lib: libloading::Library,
 }
 
 impl std::fmt::Debug for Nvrtc {
@@ -72,7 +71,7 @@ struct ProgramHandle<'a> {
 impl Drop for ProgramHandle<'_> {
     fn drop(&mut self) {
         // SAFETY: `raw` was created by nvrtcCreateProgram and is destroyed exactly once.
-        let r = unsafe { (self.nvrtc.table.destroy)(&mut self.raw) };
+        let r = unsafe { (self.nvrtc.table.nvrtcDestroyProgram)(&mut self.raw) };
         if r != 0 {
             tracing::warn!("nvrtcDestroyProgram failed: {}", self.nvrtc.status_text(r));
         }
@@ -91,46 +90,38 @@ impl Nvrtc {
         config: &SearchConfig,
         max_major: Option<i32>,
     ) -> Result<Nvrtc, NotFound> {
-        let search = config.library("NVRTC", &NVRTC_LIBRARY_NAMES, &NVRTC_WHEEL_DIRS);
-        let mut found = None;
-        let (opened, attempts) = search.open(|lib, _| {
-            check_symbols(lib, &NvrtcApi::REQUIRED)?;
-            let table = NvrtcApi::bind(lib)?;
-            let (mut major, mut minor) = (0, 0);
-            // SAFETY: nvrtcVersion writes two ints through valid pointers.
-            let r = unsafe { (table.version)(&mut major, &mut minor) };
-            if r != 0 {
-                return Err(format!("nvrtcVersion failed: {}", nvrtc_describe(r)));
-            }
-            if let Some(m) = max_major {
-                if major > m {
-                    return Err(format!(
-                        "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
-                    ));
+        let candidates = config.candidates(&NVRTC_LIBRARY_NAMES, &NVRTC_WHEEL_DIRS);
+        let loaded = Loader::new("NVRTC")
+            .load(&candidates, |table: &NvrtcApi| {
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: nvrtcVersion writes two ints through valid pointers.
+                let r = unsafe { (table.nvrtcVersion)(&mut major, &mut minor) };
+                if r != 0 {
+                    return Err(format!("nvrtcVersion failed: {}", nvrtc_describe(r)));
                 }
-            }
-            found = Some((table, (major, minor)));
-            Ok(())
-        })?;
-        let Some((table, version)) = found else {
-            return Err(NotFound {
-                what: "NVRTC",
-                attempts,
-            });
-        };
+                if let Some(m) = max_major {
+                    if major > m {
+                        return Err(format!(
+                            "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
+                        ));
+                    }
+                }
+                let version = Version::new(major.max(0) as u32, minor.max(0) as u32, 0);
+                Ok(Probe::with(Some(version), (major, minor)))
+            })
+            .map_err(|e| NotFound::from_load("NVRTC", e))?;
         let mut n = Nvrtc {
-            table,
-            path: opened.path,
-            version,
+            table: loaded.table,
+            path: loaded.path,
+            version: loaded.extra,
             archs: vec![],
-            _lib: opened.lib,
         };
         n.archs = n.query_archs();
         tracing::info!(
-            path = %n.path,
+            path = %n.path.display(),
             "loaded NVRTC {}.{} ({} targets)",
-            version.0,
-            version.1,
+            n.version.0,
+            n.version.1,
             n.archs.len()
         );
         Ok(n)
@@ -156,8 +147,8 @@ impl Nvrtc {
         self.version
     }
 
-    /// Where it was loaded from.
-    pub fn path(&self) -> &str {
+    /// The file it was loaded from.
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
@@ -167,7 +158,10 @@ impl Nvrtc {
     }
 
     fn query_archs(&self) -> Vec<u32> {
-        let (Some(num), Some(get)) = (self.table.num_archs, self.table.archs) else {
+        let (Some(num), Some(get)) = (
+            self.table.nvrtcGetNumSupportedArchs,
+            self.table.nvrtcGetSupportedArchs,
+        ) else {
             return vec![];
         };
         let mut n: c_int = 0;
@@ -188,7 +182,7 @@ impl Nvrtc {
     /// NVRTC's text for a status code, with the code.
     fn status_text(&self, code: sys::nvrtcResult) -> String {
         // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string (or null).
-        let p = unsafe { (self.table.error_string)(code) };
+        let p = unsafe { (self.table.nvrtcGetErrorString)(code) };
         if p.is_null() {
             return nvrtc_describe(code);
         }
@@ -226,7 +220,7 @@ impl Nvrtc {
         let mut raw: sys::nvrtcProgram = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings; no headers (count 0, null arrays).
         let r = unsafe {
-            (self.table.create)(
+            (self.table.nvrtcCreateProgram)(
                 &mut raw,
                 src.as_ptr(),
                 cname.as_ptr(),
@@ -243,7 +237,7 @@ impl Nvrtc {
             .map_err(|_| Error::InvalidArgument("too many NVRTC options".into()))?;
         // SAFETY: `prog` is a live program; `opt_ptrs` holds `n_opts` valid C strings that
         // outlive the call.
-        let r = unsafe { (self.table.compile)(prog.raw, n_opts, opt_ptrs.as_ptr()) };
+        let r = unsafe { (self.table.nvrtcCompileProgram)(prog.raw, n_opts, opt_ptrs.as_ptr()) };
         let log = self.log(&prog)?;
         if r != 0 {
             return Ok(Compiled::Failed {
@@ -252,8 +246,16 @@ impl Nvrtc {
             });
         }
         let (size_fn, get_fn, what) = match output {
-            Output::Cubin => (self.table.cubin_size, self.table.cubin, "nvrtcGetCUBIN"),
-            Output::Ptx => (self.table.ptx_size, self.table.ptx, "nvrtcGetPTX"),
+            Output::Cubin => (
+                self.table.nvrtcGetCUBINSize,
+                self.table.nvrtcGetCUBIN,
+                "nvrtcGetCUBIN",
+            ),
+            Output::Ptx => (
+                self.table.nvrtcGetPTXSize,
+                self.table.nvrtcGetPTX,
+                "nvrtcGetPTX",
+            ),
         };
         let mut size = 0usize;
         // SAFETY: writes one size_t.
@@ -276,7 +278,7 @@ impl Nvrtc {
         let mut size = 0usize;
         // SAFETY: writes one size_t.
         self.check("nvrtcGetProgramLogSize", unsafe {
-            (self.table.log_size)(prog.raw, &mut size)
+            (self.table.nvrtcGetProgramLogSize)(prog.raw, &mut size)
         })?;
         if size <= 1 {
             return Ok(String::new());
@@ -284,7 +286,7 @@ impl Nvrtc {
         let mut buf = vec![0u8; size];
         // SAFETY: `buf` holds the `size` bytes (NUL included) the call writes.
         self.check("nvrtcGetProgramLog", unsafe {
-            (self.table.log)(prog.raw, buf.as_mut_ptr().cast())
+            (self.table.nvrtcGetProgramLog)(prog.raw, buf.as_mut_ptr().cast())
         })?;
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         Ok(String::from_utf8_lossy(&buf[..end]).trim_end().to_string())
@@ -322,7 +324,8 @@ pub struct CompileOutput {
 /// The default cache folder: `$XDG_CACHE_HOME/xthunk/kernels/cuda` or
 /// `~/.cache/xthunk/kernels/cuda`.
 pub fn default_cache_dir() -> Option<PathBuf> {
-    crate::loader::user_cache_dir().map(|c| c.join("xthunk").join("kernels").join("cuda"))
+    xthunk_core::backend::search::user_cache_dir(xthunk_core::backend::search::env_path)
+        .map(|c| c.join("xthunk").join("kernels").join("cuda"))
 }
 
 /// Cache entry format version.

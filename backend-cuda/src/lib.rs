@@ -7,7 +7,8 @@
 //!   crate calls, then `cuInit` / `cuDriverGetVersion` under `catch_unwind` with a quiet panic
 //!   hook; drivers older than CUDA 12.0 are refused. Every failure is
 //!   `Unavailable { backend: "cuda", reason }` naming what was tried.
-//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`loader`]), found
+//! - **NVRTC** and **cuBLAS** through the crate's symbol tables ([`loader`], declared with
+//!   core's one mechanism, `xthunk_core::backend::dylib`), found
 //!   in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, pip's `nvidia-*`
 //!   wheels and the system search.
 //! - **Kernels**: modules load a cubin for the device's exact `sm_XX`, else compile the

@@ -24,7 +24,7 @@ fn nvrtc_or_skip(test: &str) -> Option<Arc<Nvrtc>> {
                 "{test}: NVRTC {}.{} from {}",
                 n.version().0,
                 n.version().1,
-                n.path()
+                n.path().display()
             );
             Some(Arc::new(n))
         }
