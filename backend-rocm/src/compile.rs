@@ -26,12 +26,11 @@
 use crate::image::{CodeObject, mach_of};
 use crate::loader::{
     COMGR_LIBRARY_NAMES, ComgrApi, HIPRTC_LIBRARY_NAMES, Hip, HiprtcApi, LoadError, SearchConfig,
-    file_containing, format_hip_version, mapped_library, open_first,
+    format_hip_version, mapped_library,
 };
 use crate::result::{CompileError, comgr_describe, hiprtc_describe};
 use crate::sys;
 use crate::target::Target;
-use libloading::Library;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int};
@@ -39,6 +38,8 @@ use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
+use xthunk_core::backend::dylib::{Library, Loader, Probe, Version};
+use xthunk_core::backend::search::Attempt;
 use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::portable::{self, source_hash};
 
@@ -228,31 +229,41 @@ impl Hiprtc {
     ) -> Result<Hiprtc, LoadError> {
         let sibling = hip_library.and_then(|(_, p)| p.parent());
         let candidates = config.candidates(HIPRTC_LIBRARY_NAMES, sibling);
-        let (api, path) = match open_first("hipRTC", &candidates, HiprtcApi::bind) {
-            Ok(found) => found,
+        let loader = Loader::new("hipRTC");
+        let probe = |api: &HiprtcApi| {
+            let version = api.hiprtcVersion.and_then(|f| {
+                let (mut major, mut minor): (c_int, c_int) = (0, 0);
+                // SAFETY: `hiprtcVersion` writes two ints through valid pointers.
+                let rc = unsafe { f(&mut major, &mut minor) };
+                (rc == sys::HIPRTC_SUCCESS).then_some((major, minor))
+            });
+            let v = version.map(|(a, b)| Version::new(a.max(0) as u32, b.max(0) as u32, 0));
+            Ok(Probe::with(v, version))
+        };
+        let loaded = match loader.load(&candidates, probe) {
+            Ok(loaded) => loaded,
+            // ROCm 5: hipRTC is part of the HIP runtime.
             Err(mut e) => match hip_library {
-                Some((lib, p)) => match HiprtcApi::bind(lib.clone()) {
-                    Ok(api) => (api, p.to_path_buf()),
+                Some((lib, p)) => match loader.bind(lib, p, probe) {
+                    Ok(loaded) => loaded,
                     Err(why) => {
-                        e.tried
-                            .push(format!("{} (the HIP runtime: {why})", p.display()));
+                        e.tried.push(Attempt::new(
+                            p.display().to_string(),
+                            format!("the HIP runtime: {why}"),
+                        ));
                         return Err(e);
                     }
                 },
                 None => {
-                    e.tried
-                        .push("libamdhip64 (the HIP runtime was not found either)".into());
+                    e.tried.push(Attempt::new(
+                        "libamdhip64",
+                        "the HIP runtime was not found either",
+                    ));
                     return Err(e);
                 }
             },
         };
-        let path = file_containing(api.hiprtcCreateProgram as usize).unwrap_or(path);
-        let version = api.hiprtcVersion.and_then(|f| {
-            let (mut major, mut minor): (c_int, c_int) = (0, 0);
-            // SAFETY: `hiprtcVersion` writes two ints through valid pointers.
-            let rc = unsafe { f(&mut major, &mut minor) };
-            (rc == sys::HIPRTC_SUCCESS).then_some((major, minor))
-        });
+        let (api, path, version) = (loaded.table, loaded.path, loaded.extra);
         tracing::info!(path = %path.display(), ?version, "loaded hipRTC");
         Ok(Hiprtc { api, path, version })
     }
@@ -401,17 +412,23 @@ impl Comgr {
                 candidates.push(c);
             }
         }
-        let ((api, isa_names), path) = open_first("comgr", &candidates, |lib| {
-            let api = ComgrApi::bind(lib)?;
-            isa_names(&api).map(|names| (api, names))
+        let loaded = Loader::new("comgr").load(&candidates, |api: &ComgrApi| {
+            let version = api.amd_comgr_get_version.map(|f| {
+                let (mut major, mut minor) = (0usize, 0usize);
+                // SAFETY: writes two size_t values through valid pointers.
+                unsafe { f(&mut major, &mut minor) };
+                (major, minor)
+            });
+            let v = version.map(|(a, b)| {
+                Version::new(
+                    u32::try_from(a).unwrap_or(u32::MAX),
+                    u32::try_from(b).unwrap_or(u32::MAX),
+                    0,
+                )
+            });
+            Ok(Probe::with(v, (version, isa_names(api)?)))
         })?;
-        let path = file_containing(api.amd_comgr_get_isa_count as usize).unwrap_or(path);
-        let version = api.amd_comgr_get_version.map(|f| {
-            let (mut major, mut minor) = (0usize, 0usize);
-            // SAFETY: writes two size_t values through valid pointers.
-            unsafe { f(&mut major, &mut minor) };
-            (major, minor)
-        });
+        let (path, (version, isa_names)) = (loaded.path, loaded.extra);
         tracing::info!(path = %path.display(), ?version, isas = isa_names.len(), "loaded comgr");
         Ok(Comgr {
             path,
