@@ -13,13 +13,13 @@
 //! Options: `--gpu-architecture=<target>` and `--fmad=false` (no contraction into fused
 //! multiply-adds, so results follow the host reference's evaluation order).
 //!
-//! **Disk cache**: `$XDG_CACHE_HOME/xthunk/kernels/cuda/` (default `~/.cache/xthunk/...`), one
-//! file per (source hash, target, NVRTC version, options, portable source version). An entry
-//! is a small header (magic, format version, the full key, payload kind, length and FNV-1a
-//! checksum) followed by the image. Entries are written to a temporary file and renamed into
-//! place (atomic on POSIX), so readers never see half an entry; an entry whose key, length or
-//! checksum does not match is reported as corrupt, recompiled and replaced. Failing to write
-//! the cache only logs a warning.
+//! **Disk cache**: core's one kernel cache ([`KernelCache`]) in
+//! `$XDG_CACHE_HOME/xthunk/kernels/cuda/` (default `~/.cache/xthunk/kernels/cuda/`, beside the
+//! ROCm backend's `kernels/rocm/`), keyed by the SHA-256 of everything that determines the
+//! image ([`Compiler::cache_key`]: the complete translation unit, the options, the target and
+//! its output kind, NVRTC's version), verified when read, written atomically, owner-only. An
+//! entry that fails its checks is recompiled and replaced ([`CacheStatus::Rebuilt`]); failing
+//! to write the cache only logs a warning.
 
 use crate::loader::{NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig};
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
@@ -31,8 +31,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
 use xthunk_core::backend::dylib::{Loader, Probe, Version};
+use xthunk_core::backend::kernel_cache::{CacheKey, KeyInputs, Lookup};
+pub use xthunk_core::backend::kernel_cache::{CacheStatus, KernelCache};
 use xthunk_core::ir::ModuleImage;
-use xthunk_core::kernels::portable::{self, PORTABLE_SOURCE_VERSION, source_hash};
+use xthunk_core::kernels::portable;
 
 // ---- NVRTC ------------------------------------------------------------------------------
 
@@ -295,25 +297,13 @@ impl Nvrtc {
 
 // ---- the disk cache ----------------------------------------------------------------------
 
-/// What the disk cache did for one compilation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheStatus {
-    /// Loaded from the cache; NVRTC was not called.
-    Hit,
-    /// Not in the cache: compiled and stored.
-    Miss,
-    /// A corrupt entry was found: compiled again and replaced.
-    Rebuilt,
-    /// No cache folder: compiled.
-    Disabled,
-}
-
 /// A compiled image.
 #[derive(Clone, Debug)]
 pub struct CompileOutput {
     pub target: Target,
     /// A cubin (`Target::Sm`) or PTX text (`Target::Compute`).
     pub image: Vec<u8>,
+    /// What the disk cache did.
     pub cache: CacheStatus,
     /// The cache entry's path, when there is a cache.
     pub cache_path: Option<PathBuf>,
@@ -321,109 +311,10 @@ pub struct CompileOutput {
     pub log: String,
 }
 
-/// The default cache folder: `$XDG_CACHE_HOME/xthunk/kernels/cuda` or
-/// `~/.cache/xthunk/kernels/cuda`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    xthunk_core::backend::search::user_cache_dir(xthunk_core::backend::search::env_path)
-        .map(|c| c.join("xthunk").join("kernels").join("cuda"))
-}
-
-/// Cache entry format version.
-const ENTRY_VERSION: u32 = 1;
-const MAGIC: &[u8; 8] = b"XTKCACHE";
-
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// Why a cache entry is not usable (it is corrupt, stale or of another key).
-#[derive(Debug, PartialEq, Eq)]
-enum EntryError {
-    Corrupt(String),
-}
-
-/// Serializes a cache entry.
-fn encode_entry(key: &str, kind: Output, image: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(image.len() + key.len() + 48);
-    v.extend_from_slice(MAGIC);
-    v.extend_from_slice(&ENTRY_VERSION.to_le_bytes());
-    v.extend_from_slice(&(kind as u32).to_le_bytes());
-    v.extend_from_slice(&(image.len() as u64).to_le_bytes());
-    v.extend_from_slice(&fnv(image).to_le_bytes());
-    v.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    v.extend_from_slice(key.as_bytes());
-    v.extend_from_slice(image);
-    v
-}
-
-/// Parses and verifies a cache entry for `key`.
-fn decode_entry(bytes: &[u8], key: &str, kind: Output) -> Result<Vec<u8>, EntryError> {
-    let corrupt = |why: &str| EntryError::Corrupt(why.to_string());
-    let take = |o: usize, n: usize| bytes.get(o..o + n).ok_or_else(|| corrupt("truncated"));
-    if take(0, 8)? != MAGIC {
-        return Err(corrupt("bad magic"));
-    }
-    let u32_at = |o| -> Result<u32, EntryError> {
-        Ok(u32::from_le_bytes(
-            take(o, 4)?.try_into().map_err(|_| corrupt("truncated"))?,
-        ))
-    };
-    let u64_at = |o| -> Result<u64, EntryError> {
-        Ok(u64::from_le_bytes(
-            take(o, 8)?.try_into().map_err(|_| corrupt("truncated"))?,
-        ))
-    };
-    if u32_at(8)? != ENTRY_VERSION {
-        return Err(corrupt("other format version"));
-    }
-    if u32_at(12)? != kind as u32 {
-        return Err(corrupt("other image kind"));
-    }
-    let len = u64_at(16)? as usize;
-    let sum = u64_at(24)?;
-    let key_len = u32_at(32)? as usize;
-    if take(36, key_len)? != key.as_bytes() {
-        return Err(corrupt("key mismatch"));
-    }
-    let start = 36 + key_len;
-    if bytes.len() != start.saturating_add(len) {
-        return Err(corrupt("length mismatch"));
-    }
-    let image = &bytes[start..];
-    if fnv(image) != sum {
-        return Err(corrupt("checksum mismatch"));
-    }
-    Ok(image.to_vec())
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
-/// renamed over `path`.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+/// The default disk cache: `$XDG_CACHE_HOME/xthunk/kernels/cuda` or
+/// `~/.cache/xthunk/kernels/cuda`; `None` when neither variable is set.
+pub fn default_cache() -> Option<KernelCache> {
+    KernelCache::default_location(BACKEND)
 }
 
 // ---- the compiler -------------------------------------------------------------------------
@@ -431,39 +322,53 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// An NVRTC compiler with a disk cache.
 pub struct Compiler {
     nvrtc: Arc<Nvrtc>,
-    cache_dir: Option<PathBuf>,
+    cache: Option<KernelCache>,
     compilations: AtomicU64,
 }
 
 /// Options every compilation gets besides the target.
 const BASE_OPTIONS: [&str; 1] = ["--fmad=false"];
 
+/// The disk cache key of a complete translation unit (prelude included) for `target` with
+/// NVRTC `nvrtc_version`: everything that determines the image.
+fn cache_key(nvrtc_version: (i32, i32), source: &str, target: Target) -> CacheKey {
+    let (maj, min) = nvrtc_version;
+    CacheKey::new(&KeyInputs {
+        backend: BACKEND,
+        compiler: "NVRTC",
+        compiler_version: &format!("{maj}.{min}"),
+        target: &target.to_string(),
+        kind: match target.output() {
+            Output::Cubin => "cubin",
+            Output::Ptx => "ptx",
+        },
+        options: &Compiler::options(target),
+        source,
+    })
+}
+
 impl Compiler {
-    /// A compiler using `nvrtc`, caching in [`default_cache_dir`].
-    pub fn new(nvrtc: Arc<Nvrtc>) -> Self {
+    /// A compiler using `nvrtc`; `cache` is the disk cache, if any ([`default_cache`] is
+    /// the usual one).
+    pub fn new(nvrtc: Arc<Nvrtc>, cache: Option<KernelCache>) -> Self {
         Compiler {
             nvrtc,
-            cache_dir: default_cache_dir(),
+            cache,
             compilations: AtomicU64::new(0),
         }
-    }
-
-    /// Uses `dir` as the cache folder (`None`: no disk cache).
-    pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
-        self.cache_dir = dir;
-        self
     }
 
     pub fn nvrtc(&self) -> &Arc<Nvrtc> {
         &self.nvrtc
     }
 
-    pub fn cache_dir(&self) -> Option<&Path> {
-        self.cache_dir.as_deref()
+    /// The disk cache, if any.
+    pub fn cache(&self) -> Option<&KernelCache> {
+        self.cache.as_ref()
     }
 
     /// How many times this compiler called NVRTC (cache hits do not count).
-    pub fn nvrtc_compilations(&self) -> u64 {
+    pub fn compilations(&self) -> u64 {
         self.compilations.load(Ordering::Relaxed)
     }
 
@@ -473,15 +378,9 @@ impl Compiler {
         o
     }
 
-    /// The cache key of `source` for `target`: everything that changes the output.
-    fn key(&self, source: &str, target: Target) -> String {
-        let (maj, min) = self.nvrtc.version();
-        format!(
-            "xthunk-portable-v{PORTABLE_SOURCE_VERSION};src={:016x};len={};target={target};nvrtc={maj}.{min};opts={}",
-            source_hash(source),
-            source.len(),
-            BASE_OPTIONS.join(" ")
-        )
+    /// The disk cache key of a complete translation unit for `target` with this NVRTC.
+    pub fn cache_key(&self, source: &str, target: Target) -> CacheKey {
+        cache_key(self.nvrtc.version(), source, target)
     }
 
     /// The target to compile for a device of architecture `sm`: a cubin when NVRTC knows the
@@ -522,36 +421,22 @@ impl Compiler {
     /// Compiles a complete translation unit (prelude included) for `target`, through the
     /// disk cache. A compile error is `Error::Module` carrying NVRTC's log.
     pub fn compile(&self, source: &str, target: Target) -> Result<CompileOutput, Error> {
-        let key = self.key(source, target);
-        let path = self
-            .cache_dir
-            .as_ref()
-            .map(|d| d.join(format!("{:016x}-{target}.bin", fnv(key.as_bytes()))));
-        let mut status = CacheStatus::Disabled;
-        if let Some(p) = &path {
-            status = match std::fs::read(p) {
-                Err(_) => CacheStatus::Miss,
-                Ok(bytes) => match decode_entry(&bytes, &key, target.output()) {
-                    Ok(image) => {
-                        tracing::debug!(path = %p.display(), "kernel cache hit");
-                        return Ok(CompileOutput {
-                            target,
-                            image,
-                            cache: CacheStatus::Hit,
-                            cache_path: path,
-                            log: String::new(),
-                        });
-                    }
-                    Err(EntryError::Corrupt(why)) => {
-                        tracing::warn!(
-                            path = %p.display(),
-                            "corrupt kernel cache entry ({why}): compiling again"
-                        );
-                        CacheStatus::Rebuilt
-                    }
-                },
-            };
-        }
+        let key = self.cache_key(source, target);
+        let cache_path = self.cache.as_ref().map(|c| c.path_for(&key));
+        let status = match self.cache.as_ref().map(|c| c.get(&key)) {
+            None => CacheStatus::Disabled,
+            Some(Lookup::Hit(image)) => {
+                return Ok(CompileOutput {
+                    target,
+                    image,
+                    cache: CacheStatus::Hit,
+                    cache_path,
+                    log: String::new(),
+                });
+            }
+            Some(Lookup::Miss) => CacheStatus::Miss,
+            Some(Lookup::Corrupt(_)) => CacheStatus::Rebuilt,
+        };
         self.compilations.fetch_add(1, Ordering::Relaxed);
         let started = std::time::Instant::now();
         let compiled = self.nvrtc.compile(
@@ -579,16 +464,16 @@ impl Compiler {
             started.elapsed(),
             image.len()
         );
-        if let Some(p) = &path {
-            if let Err(e) = write_atomic(p, &encode_entry(&key, target.output(), &image)) {
-                tracing::warn!(path = %p.display(), "could not write the kernel cache: {e}");
+        if let Some(c) = &self.cache {
+            if let Err(e) = c.put(&key, &image) {
+                tracing::warn!(dir = %c.dir().display(), "could not write the kernel cache: {e}");
             }
         }
         Ok(CompileOutput {
             target,
             image,
             cache: status,
-            cache_path: path,
+            cache_path,
             log,
         })
     }
@@ -601,7 +486,9 @@ impl Compiler {
 pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> {
     let target = Target::parse(target)?;
     let nvrtc = Nvrtc::global()?;
-    Ok(Compiler::new(nvrtc).compile(source, target)?.image)
+    Ok(Compiler::new(nvrtc, default_cache())
+        .compile(source, target)?
+        .image)
 }
 
 /// The precompiled image of a portable module image for `target`: `Standard` and `Source`
@@ -631,46 +518,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_round_trip_and_detect_corruption() {
-        let img = b"\x7fELF some cubin bytes".to_vec();
-        let e = encode_entry("k1", Output::Cubin, &img);
-        assert_eq!(decode_entry(&e, "k1", Output::Cubin), Ok(img.clone()));
-        assert!(matches!(
-            decode_entry(&e, "k2", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-        assert!(matches!(
-            decode_entry(&e, "k1", Output::Ptx),
-            Err(EntryError::Corrupt(_))
-        ));
-        let mut flipped = e.clone();
-        if let Some(b) = flipped.last_mut() {
-            *b ^= 1;
+    fn the_cache_key_covers_source_target_kind_and_nvrtc_version() {
+        let src = portable::with_prelude("extern \"C\" __global__ void k() {}");
+        let base = cache_key((12, 9), &src, Target::Sm(90));
+        assert_eq!(base, cache_key((12, 9), &src, Target::Sm(90)));
+        for other in [
+            cache_key((12, 8), &src, Target::Sm(90)),
+            cache_key((12, 9), &src, Target::Sm(80)),
+            cache_key((12, 9), &src, Target::Compute(90)),
+            cache_key((12, 9), &portable::with_prelude("// other"), Target::Sm(90)),
+        ] {
+            assert_ne!(other, base);
         }
         assert_eq!(
-            decode_entry(&flipped, "k1", Output::Cubin),
-            Err(EntryError::Corrupt("checksum mismatch".into()))
+            Compiler::options(Target::Sm(90)),
+            ["--gpu-architecture=sm_90", "--fmad=false"]
         );
-        assert!(matches!(
-            decode_entry(&e[..e.len() - 1], "k1", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-        assert!(matches!(
-            decode_entry(&e[..10], "k1", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-    }
-
-    #[test]
-    fn atomic_write_replaces() {
-        let dir = std::env::temp_dir().join(format!("xthunk-cache-{}", std::process::id()));
-        let p = dir.join("a.bin");
-        assert!(write_atomic(&p, b"one").is_ok());
-        assert!(write_atomic(&p, b"two").is_ok());
-        assert_eq!(std::fs::read(&p).ok(), Some(b"two".to_vec()));
-        let leftovers = std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0);
-        assert_eq!(leftovers, 1);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]
