@@ -11,7 +11,7 @@
 //! layout, and accepted only when it reads as a gfx target.
 
 use crate::blas::BlasLibrary;
-use crate::compile::{Compiler, DiskCache};
+use crate::compile::{Compiler, KernelCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::memory::{MemoryRegistry, RocmBuffer};
@@ -101,7 +101,7 @@ impl RocmBackend {
 
     /// A hipRTC compiler loaded through this backend's search (for `xthunk compile` and
     /// tests), with `cache` as its disk cache.
-    pub fn compiler(&self, cache: Option<DiskCache>) -> Result<Compiler> {
+    pub fn compiler(&self, cache: Option<KernelCache>) -> Result<Compiler> {
         let hip = self.hip().ok();
         Ok(Compiler::with_hip(&self.config, hip, cache)?)
     }
