@@ -234,8 +234,8 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
     let arch_name = gcn_arch_name(hip, ordinal)?;
     let arch = Target::parse(&arch_name).map_err(|e| e.to_string())?;
     // The driver emulator (tests/emulator) names its devices "… (xthunk emulated)", as the
-    // CUDA backend expects; an `xthunk_emulator_version` export marks it too.
-    let emulated = name.contains("xthunk emulated") || api.xthunk_emulator_version.is_some();
+    // CUDA backend expects; its control API's `xthunk_emu_version` export marks it too.
+    let emulated = name.contains("xthunk emulated") || api.xthunk_emu_version.is_some();
     Ok(Probed {
         info: DeviceInfo {
             ordinal: ordinal as usize,

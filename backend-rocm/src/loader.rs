@@ -152,9 +152,9 @@ symbol_table! {
             hipGraphGetNodes: sys::hipGraphGetNodes_t,
             hipGraphDestroy: sys::hipGraphDestroy_t,
             hipGraphExecDestroy: sys::hipGraphExecDestroy_t,
-            // Exported only by xthunk's driver emulator (tests/emulator): its devices are
-            // labelled emulated everywhere.
-            xthunk_emulator_version: sys::xthunk_emulator_version_t,
+            // Exported only by xthunk's driver emulator (tests/emulator, its control API):
+            // its devices are labelled emulated everywhere.
+            xthunk_emu_version: sys::xthunk_emu_version_t,
         }
     }
 }
