@@ -181,16 +181,17 @@ impl RawBaseline for CudaBaseline {
         let mut handle: cublasHandle_t = std::ptr::null_mut();
         // SAFETY: writes one handle; the device's context is current (bound by `sync`).
         cublas("cublasCreate_v2", unsafe {
-            (lib.table.create)(&mut handle)
+            (lib.table.cublasCreate_v2)(&mut handle)
         })?;
         let me = Gemm {
             stream,
             lib: lib.clone(),
+            path: lib.path.display().to_string(),
             handle,
         };
         // SAFETY: live handle; the stream is live and of the current context.
         cublas("cublasSetStream_v2", unsafe {
-            (me.lib.table.set_stream)(me.handle, raw_stream)
+            (me.lib.table.cublasSetStream_v2)(me.handle, raw_stream)
         })?;
         Ok(Box::new(me))
     }
@@ -254,12 +255,14 @@ impl RawLaunches for Launches<'_> {
 struct Gemm {
     stream: Arc<dyn Stream>,
     lib: Arc<BlasLibrary>,
+    /// The file of the cuBLAS loaded, as the report names it.
+    path: String,
     handle: cublasHandle_t,
 }
 
 impl RawGemm for Gemm {
     fn library(&self) -> &str {
-        &self.lib.path
+        &self.path
     }
 
     /// `C = A B` column-major with no transposes (`lda = m`, `ldb = k`, `ldc = m`) through
@@ -302,7 +305,7 @@ impl RawGemm for Gemm {
             // input (checked by `checked_launch` and by the backend's checked gemm); alpha and
             // beta are host scalars of the compute type that outlive the call.
             cublas("cublasGemmEx", unsafe {
-                (self.lib.table.gemm_ex)(
+                (self.lib.table.cublasGemmEx)(
                     self.handle,
                     CUBLAS_OP_N,
                     CUBLAS_OP_N,
@@ -340,7 +343,7 @@ impl Drop for Gemm {
         }
         // SAFETY: created by cublasCreate_v2 in `CudaBaseline::blas`, destroyed once, here,
         // with the device's context current (bound by `sync`).
-        let r = unsafe { (self.lib.table.destroy)(self.handle) };
+        let r = unsafe { (self.lib.table.cublasDestroy_v2)(self.handle) };
         if let Err(e) = cublas("cublasDestroy_v2", r) {
             tracing::error!("{e}");
         }

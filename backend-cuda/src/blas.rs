@@ -1,5 +1,5 @@
-//! Gemm through cuBLAS, loaded at run time by the crate's own `libloading` table
-//! (`libcublas.so.13`, `.12` in the places NVRTC is searched, with the wheel folders
+//! Gemm through cuBLAS, bound at run time through the crate's table ([`CublasApi`], in
+//! [`crate::loader`]; `libcublas.so.13`, `.12` in the places NVRTC is searched, with the wheel folders
 //! `nvidia/cublas/lib` and `nvidia/cu13/lib`). Declarations follow cuBLAS 12 (`cublas_api.h`;
 //! enum values checked against cudarc's generated bindings): `cublasGemmEx` and
 //! `cublasGemmStridedBatchedEx` with f32 / f16 / bf16 operands and `CUBLAS_COMPUTE_32F`, and
@@ -12,9 +12,7 @@
 //! ([`xthunk_core::ir::Gemm::column_major`]).
 
 use crate::context::DeviceContext;
-use crate::loader::{
-    CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig, check_symbols,
-};
+use crate::loader::{CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig};
 use crate::memory::MemoryRegistry;
 use crate::result::{BACKEND, cublas, unsupported};
 use crate::sys::{
@@ -23,29 +21,32 @@ use crate::sys::{
 };
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
+use std::path::PathBuf;
 use std::sync::Arc;
 use xthunk_core::backend::GemmLaunch;
+use xthunk_core::backend::dylib::{Loader, Probe};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
 /// A loaded cuBLAS.
 pub(crate) struct BlasLibrary {
+    /// The table (which keeps the library open).
     pub(crate) table: CublasApi,
-    pub(crate) path: String,
-    _lib: libloading::Library,
+    /// The file loaded (resolved through `/proc/self/maps` when found by bare name).
+    pub(crate) path: PathBuf,
 }
 
 impl BlasLibrary {
+    /// Binds cuBLAS from the first of `config`'s candidates that has the whole table.
     pub(crate) fn load(config: &SearchConfig) -> std::result::Result<Self, NotFound> {
-        let search = config.library("cuBLAS", &CUBLAS_LIBRARY_NAMES, &CUBLAS_WHEEL_DIRS);
-        let (opened, _) = search.open(|lib, _| check_symbols(lib, &CublasApi::REQUIRED))?;
-        let lib = opened.lib;
-        let table = CublasApi::bind(&lib)?;
-        tracing::info!(path = %opened.path, "loaded cuBLAS");
+        let candidates = config.candidates(&CUBLAS_LIBRARY_NAMES, &CUBLAS_WHEEL_DIRS);
+        let loaded = Loader::new("cuBLAS")
+            .load(&candidates, |_: &CublasApi| Ok(Probe::version(None)))
+            .map_err(|e| NotFound::from_load("cuBLAS", e))?;
+        tracing::info!(path = %loaded.path.display(), "loaded cuBLAS");
         Ok(BlasLibrary {
-            table,
-            path: opened.path,
-            _lib: lib,
+            table: loaded.table,
+            path: loaded.path,
         })
     }
 }
@@ -61,7 +62,7 @@ impl Drop for BlasHandle {
     fn drop(&mut self) {
         if self.ctx.bind().is_ok() {
             // SAFETY: created by cublasCreate_v2, destroyed once.
-            let r = unsafe { (self.lib.table.destroy)(self.raw) };
+            let r = unsafe { (self.lib.table.cublasDestroy_v2)(self.raw) };
             if let Err(e) = cublas("cublasDestroy_v2", r) {
                 tracing::error!("{e}");
             }
@@ -201,12 +202,14 @@ impl BlasSlot {
         if slot.is_none() {
             let mut raw: cublasHandle_t = std::ptr::null_mut();
             // SAFETY: writes one handle; the device's context is current.
-            cublas("cublasCreate_v2", unsafe { (lib.table.create)(&mut raw) })?;
-            if let Some(v) = lib.table.version {
+            cublas("cublasCreate_v2", unsafe {
+                (lib.table.cublasCreate_v2)(&mut raw)
+            })?;
+            if let Some(v) = lib.table.cublasGetVersion_v2 {
                 let mut ver = 0;
                 // SAFETY: writes one int for a live handle.
                 if unsafe { v(raw, &mut ver) } == 0 {
-                    tracing::info!(path = %lib.path, "cuBLAS version {ver}");
+                    tracing::info!(path = %lib.path.display(), "cuBLAS version {ver}");
                 }
             }
             *slot = Some(BlasHandle {
@@ -220,7 +223,7 @@ impl BlasSlot {
         };
         // SAFETY: live handle and stream of this context.
         cublas("cublasSetStream_v2", unsafe {
-            (lib.table.set_stream)(h.raw, stream)
+            (lib.table.cublasSetStream_v2)(h.raw, stream)
         })?;
         let (a, b, c) = (
             cm.a.ptr.0 as usize as *const c_void,
@@ -233,7 +236,7 @@ impl BlasSlot {
             // host scalars of the compute type that outlive the call (cuBLAS reads them
             // before returning in host pointer mode).
             cublas("cublasGemmEx", unsafe {
-                (lib.table.gemm_ex)(
+                (lib.table.cublasGemmEx)(
                     h.raw,
                     op(cm.trans_a),
                     op(cm.trans_b),
@@ -264,7 +267,7 @@ impl BlasSlot {
             let batch = int("batch", g.batch)?;
             // SAFETY: as for cublasGemmEx, with every batch entry inside the checked ranges.
             cublas("cublasGemmStridedBatchedEx", unsafe {
-                (lib.table.gemm_strided_batched_ex)(
+                (lib.table.cublasGemmStridedBatchedEx)(
                     h.raw,
                     op(cm.trans_a),
                     op(cm.trans_b),

@@ -1,6 +1,6 @@
 //! The runtime compiler: portable source to cubins or PTX with NVRTC, through a disk cache.
 //!
-//! **NVRTC** ([`Nvrtc`]) is loaded through the crate's own table ([`crate::loader`]; cudarc
+//! **NVRTC** ([`Nvrtc`]) is bound through the crate's own table ([`crate::loader`]; cudarc
 //! only searches the names of the CUDA major it was built for): `libnvrtc.so.13`, `.12`,
 //! `.11.2` in the places of [`SearchConfig`], the PyPI wheel `nvidia-cuda-nvrtc-cu12`
 //! included.
@@ -13,17 +13,15 @@
 //! Options: `--gpu-architecture=<target>` and `--fmad=false` (no contraction into fused
 //! multiply-adds, so results follow the host reference's evaluation order).
 //!
-//! **Disk cache**: `$XDG_CACHE_HOME/xthunk/kernels/cuda/` (default `~/.cache/xthunk/...`), one
-//! file per (source hash, target, NVRTC version, options, portable source version). An entry
-//! is a small header (magic, format version, the full key, payload kind, length and FNV-1a
-//! checksum) followed by the image. Entries are written to a temporary file and renamed into
-//! place (atomic on POSIX), so readers never see half an entry; an entry whose key, length or
-//! checksum does not match is reported as corrupt, recompiled and replaced. Failing to write
-//! the cache only logs a warning.
+//! **Disk cache**: core's one kernel cache ([`KernelCache`]) in
+//! `$XDG_CACHE_HOME/xthunk/kernels/cuda/` (default `~/.cache/xthunk/kernels/cuda/`, beside the
+//! ROCm backend's `kernels/rocm/`), keyed by the SHA-256 of everything that determines the
+//! image ([`Compiler::cache_key`]: the complete translation unit, the options, the target and
+//! its output kind, NVRTC's version), verified when read, written atomically, owner-only. An
+//! entry that fails its checks is recompiled and replaced ([`CacheStatus::Rebuilt`]); failing
+//! to write the cache only logs a warning.
 
-use crate::loader::{
-    NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig, check_symbols,
-};
+use crate::loader::{NVRTC_LIBRARY_NAMES, NVRTC_WHEEL_DIRS, NotFound, NvrtcApi, SearchConfig};
 use crate::result::{BACKEND, nvrtc_describe, nvrtc_error};
 use crate::sys;
 use crate::target::{Output, Target};
@@ -32,19 +30,22 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
+use xthunk_core::backend::dylib::{Loader, Probe, Version};
+use xthunk_core::backend::kernel_cache::{CacheKey, KeyInputs, Lookup};
+pub use xthunk_core::backend::kernel_cache::{CacheStatus, KernelCache};
 use xthunk_core::ir::ModuleImage;
-use xthunk_core::kernels::portable::{self, PORTABLE_SOURCE_VERSION, source_hash};
+use xthunk_core::kernels::portable;
 
 // ---- NVRTC ------------------------------------------------------------------------------
 
 /// A loaded NVRTC.
 pub struct Nvrtc {
+    /// The table (which keeps the library open).
     table: NvrtcApi,
-    path: String,
+    /// The file loaded (resolved through `/proc/self/maps` when found by bare name).
+    path: PathBuf,
     version: (i32, i32),
     archs: Vec<u32>,
-    /// Keeps the function pointers of `table` valid; dropped last.
-    _lib: libloading::Library,
 }
 
 impl std::fmt::Debug for Nvrtc {
@@ -72,7 +73,7 @@ struct ProgramHandle<'a> {
 impl Drop for ProgramHandle<'_> {
     fn drop(&mut self) {
         // SAFETY: `raw` was created by nvrtcCreateProgram and is destroyed exactly once.
-        let r = unsafe { (self.nvrtc.table.destroy)(&mut self.raw) };
+        let r = unsafe { (self.nvrtc.table.nvrtcDestroyProgram)(&mut self.raw) };
         if r != 0 {
             tracing::warn!("nvrtcDestroyProgram failed: {}", self.nvrtc.status_text(r));
         }
@@ -91,46 +92,38 @@ impl Nvrtc {
         config: &SearchConfig,
         max_major: Option<i32>,
     ) -> Result<Nvrtc, NotFound> {
-        let search = config.library("NVRTC", &NVRTC_LIBRARY_NAMES, &NVRTC_WHEEL_DIRS);
-        let mut found = None;
-        let (opened, attempts) = search.open(|lib, _| {
-            check_symbols(lib, &NvrtcApi::REQUIRED)?;
-            let table = NvrtcApi::bind(lib)?;
-            let (mut major, mut minor) = (0, 0);
-            // SAFETY: nvrtcVersion writes two ints through valid pointers.
-            let r = unsafe { (table.version)(&mut major, &mut minor) };
-            if r != 0 {
-                return Err(format!("nvrtcVersion failed: {}", nvrtc_describe(r)));
-            }
-            if let Some(m) = max_major {
-                if major > m {
-                    return Err(format!(
-                        "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
-                    ));
+        let candidates = config.candidates(&NVRTC_LIBRARY_NAMES, &NVRTC_WHEEL_DIRS);
+        let loaded = Loader::new("NVRTC")
+            .load(&candidates, |table: &NvrtcApi| {
+                let (mut major, mut minor) = (0, 0);
+                // SAFETY: nvrtcVersion writes two ints through valid pointers.
+                let r = unsafe { (table.nvrtcVersion)(&mut major, &mut minor) };
+                if r != 0 {
+                    return Err(format!("nvrtcVersion failed: {}", nvrtc_describe(r)));
                 }
-            }
-            found = Some((table, (major, minor)));
-            Ok(())
-        })?;
-        let Some((table, version)) = found else {
-            return Err(NotFound {
-                what: "NVRTC",
-                attempts,
-            });
-        };
+                if let Some(m) = max_major {
+                    if major > m {
+                        return Err(format!(
+                            "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
+                        ));
+                    }
+                }
+                let version = Version::new(major.max(0) as u32, minor.max(0) as u32, 0);
+                Ok(Probe::with(Some(version), (major, minor)))
+            })
+            .map_err(|e| NotFound::from_load("NVRTC", e))?;
         let mut n = Nvrtc {
-            table,
-            path: opened.path,
-            version,
+            table: loaded.table,
+            path: loaded.path,
+            version: loaded.extra,
             archs: vec![],
-            _lib: opened.lib,
         };
         n.archs = n.query_archs();
         tracing::info!(
-            path = %n.path,
+            path = %n.path.display(),
             "loaded NVRTC {}.{} ({} targets)",
-            version.0,
-            version.1,
+            n.version.0,
+            n.version.1,
             n.archs.len()
         );
         Ok(n)
@@ -156,8 +149,8 @@ impl Nvrtc {
         self.version
     }
 
-    /// Where it was loaded from.
-    pub fn path(&self) -> &str {
+    /// The file it was loaded from.
+    pub fn path(&self) -> &Path {
         &self.path
     }
 
@@ -167,7 +160,10 @@ impl Nvrtc {
     }
 
     fn query_archs(&self) -> Vec<u32> {
-        let (Some(num), Some(get)) = (self.table.num_archs, self.table.archs) else {
+        let (Some(num), Some(get)) = (
+            self.table.nvrtcGetNumSupportedArchs,
+            self.table.nvrtcGetSupportedArchs,
+        ) else {
             return vec![];
         };
         let mut n: c_int = 0;
@@ -188,7 +184,7 @@ impl Nvrtc {
     /// NVRTC's text for a status code, with the code.
     fn status_text(&self, code: sys::nvrtcResult) -> String {
         // SAFETY: nvrtcGetErrorString returns a static NUL-terminated string (or null).
-        let p = unsafe { (self.table.error_string)(code) };
+        let p = unsafe { (self.table.nvrtcGetErrorString)(code) };
         if p.is_null() {
             return nvrtc_describe(code);
         }
@@ -226,7 +222,7 @@ impl Nvrtc {
         let mut raw: sys::nvrtcProgram = std::ptr::null_mut();
         // SAFETY: valid NUL-terminated strings; no headers (count 0, null arrays).
         let r = unsafe {
-            (self.table.create)(
+            (self.table.nvrtcCreateProgram)(
                 &mut raw,
                 src.as_ptr(),
                 cname.as_ptr(),
@@ -243,7 +239,7 @@ impl Nvrtc {
             .map_err(|_| Error::InvalidArgument("too many NVRTC options".into()))?;
         // SAFETY: `prog` is a live program; `opt_ptrs` holds `n_opts` valid C strings that
         // outlive the call.
-        let r = unsafe { (self.table.compile)(prog.raw, n_opts, opt_ptrs.as_ptr()) };
+        let r = unsafe { (self.table.nvrtcCompileProgram)(prog.raw, n_opts, opt_ptrs.as_ptr()) };
         let log = self.log(&prog)?;
         if r != 0 {
             return Ok(Compiled::Failed {
@@ -252,8 +248,16 @@ impl Nvrtc {
             });
         }
         let (size_fn, get_fn, what) = match output {
-            Output::Cubin => (self.table.cubin_size, self.table.cubin, "nvrtcGetCUBIN"),
-            Output::Ptx => (self.table.ptx_size, self.table.ptx, "nvrtcGetPTX"),
+            Output::Cubin => (
+                self.table.nvrtcGetCUBINSize,
+                self.table.nvrtcGetCUBIN,
+                "nvrtcGetCUBIN",
+            ),
+            Output::Ptx => (
+                self.table.nvrtcGetPTXSize,
+                self.table.nvrtcGetPTX,
+                "nvrtcGetPTX",
+            ),
         };
         let mut size = 0usize;
         // SAFETY: writes one size_t.
@@ -276,7 +280,7 @@ impl Nvrtc {
         let mut size = 0usize;
         // SAFETY: writes one size_t.
         self.check("nvrtcGetProgramLogSize", unsafe {
-            (self.table.log_size)(prog.raw, &mut size)
+            (self.table.nvrtcGetProgramLogSize)(prog.raw, &mut size)
         })?;
         if size <= 1 {
             return Ok(String::new());
@@ -284,7 +288,7 @@ impl Nvrtc {
         let mut buf = vec![0u8; size];
         // SAFETY: `buf` holds the `size` bytes (NUL included) the call writes.
         self.check("nvrtcGetProgramLog", unsafe {
-            (self.table.log)(prog.raw, buf.as_mut_ptr().cast())
+            (self.table.nvrtcGetProgramLog)(prog.raw, buf.as_mut_ptr().cast())
         })?;
         let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
         Ok(String::from_utf8_lossy(&buf[..end]).trim_end().to_string())
@@ -293,25 +297,13 @@ impl Nvrtc {
 
 // ---- the disk cache ----------------------------------------------------------------------
 
-/// What the disk cache did for one compilation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum CacheStatus {
-    /// Loaded from the cache; NVRTC was not called.
-    Hit,
-    /// Not in the cache: compiled and stored.
-    Miss,
-    /// A corrupt entry was found: compiled again and replaced.
-    Rebuilt,
-    /// No cache folder: compiled.
-    Disabled,
-}
-
 /// A compiled image.
 #[derive(Clone, Debug)]
 pub struct CompileOutput {
     pub target: Target,
     /// A cubin (`Target::Sm`) or PTX text (`Target::Compute`).
     pub image: Vec<u8>,
+    /// What the disk cache did.
     pub cache: CacheStatus,
     /// The cache entry's path, when there is a cache.
     pub cache_path: Option<PathBuf>,
@@ -319,108 +311,10 @@ pub struct CompileOutput {
     pub log: String,
 }
 
-/// The default cache folder: `$XDG_CACHE_HOME/xthunk/kernels/cuda` or
-/// `~/.cache/xthunk/kernels/cuda`.
-pub fn default_cache_dir() -> Option<PathBuf> {
-    crate::loader::user_cache_dir().map(|c| c.join("xthunk").join("kernels").join("cuda"))
-}
-
-/// Cache entry format version.
-const ENTRY_VERSION: u32 = 1;
-const MAGIC: &[u8; 8] = b"XTKCACHE";
-
-fn fnv(bytes: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in bytes {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// Why a cache entry is not usable (it is corrupt, stale or of another key).
-#[derive(Debug, PartialEq, Eq)]
-enum EntryError {
-    Corrupt(String),
-}
-
-/// Serializes a cache entry.
-fn encode_entry(key: &str, kind: Output, image: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(image.len() + key.len() + 48);
-    v.extend_from_slice(MAGIC);
-    v.extend_from_slice(&ENTRY_VERSION.to_le_bytes());
-    v.extend_from_slice(&(kind as u32).to_le_bytes());
-    v.extend_from_slice(&(image.len() as u64).to_le_bytes());
-    v.extend_from_slice(&fnv(image).to_le_bytes());
-    v.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    v.extend_from_slice(key.as_bytes());
-    v.extend_from_slice(image);
-    v
-}
-
-/// Parses and verifies a cache entry for `key`.
-fn decode_entry(bytes: &[u8], key: &str, kind: Output) -> Result<Vec<u8>, EntryError> {
-    let corrupt = |why: &str| EntryError::Corrupt(why.to_string());
-    let take = |o: usize, n: usize| bytes.get(o..o + n).ok_or_else(|| corrupt("truncated"));
-    if take(0, 8)? != MAGIC {
-        return Err(corrupt("bad magic"));
-    }
-    let u32_at = |o| -> Result<u32, EntryError> {
-        Ok(u32::from_le_bytes(
-            take(o, 4)?.try_into().map_err(|_| corrupt("truncated"))?,
-        ))
-    };
-    let u64_at = |o| -> Result<u64, EntryError> {
-        Ok(u64::from_le_bytes(
-            take(o, 8)?.try_into().map_err(|_| corrupt("truncated"))?,
-        ))
-    };
-    if u32_at(8)? != ENTRY_VERSION {
-        return Err(corrupt("other format version"));
-    }
-    if u32_at(12)? != kind as u32 {
-        return Err(corrupt("other image kind"));
-    }
-    let len = u64_at(16)? as usize;
-    let sum = u64_at(24)?;
-    let key_len = u32_at(32)? as usize;
-    if take(36, key_len)? != key.as_bytes() {
-        return Err(corrupt("key mismatch"));
-    }
-    let start = 36 + key_len;
-    if bytes.len() != start.saturating_add(len) {
-        return Err(corrupt("length mismatch"));
-    }
-    let image = &bytes[start..];
-    if fnv(image) != sum {
-        return Err(corrupt("checksum mismatch"));
-    }
-    Ok(image.to_vec())
-}
-
-/// Writes `bytes` to `path` atomically: a temporary file in the same folder, synced, then
-/// renamed over `path`.
-fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
-    use std::io::Write;
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let tmp = dir.join(format!(
-        ".{}.tmp-{}-{}",
-        path.file_name().and_then(|n| n.to_str()).unwrap_or("entry"),
-        std::process::id(),
-        COUNTER.fetch_add(1, Ordering::Relaxed)
-    ));
-    let result = (|| {
-        let mut f = std::fs::File::create(&tmp)?;
-        f.write_all(bytes)?;
-        f.sync_all()?;
-        std::fs::rename(&tmp, path)
-    })();
-    if result.is_err() {
-        let _ = std::fs::remove_file(&tmp);
-    }
-    result
+/// The default disk cache: `$XDG_CACHE_HOME/xthunk/kernels/cuda` or
+/// `~/.cache/xthunk/kernels/cuda`; `None` when neither variable is set.
+pub fn default_cache() -> Option<KernelCache> {
+    KernelCache::default_location(BACKEND)
 }
 
 // ---- the compiler -------------------------------------------------------------------------
@@ -428,39 +322,53 @@ fn write_atomic(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
 /// An NVRTC compiler with a disk cache.
 pub struct Compiler {
     nvrtc: Arc<Nvrtc>,
-    cache_dir: Option<PathBuf>,
+    cache: Option<KernelCache>,
     compilations: AtomicU64,
 }
 
 /// Options every compilation gets besides the target.
 const BASE_OPTIONS: [&str; 1] = ["--fmad=false"];
 
+/// The disk cache key of a complete translation unit (prelude included) for `target` with
+/// NVRTC `nvrtc_version`: everything that determines the image.
+fn cache_key(nvrtc_version: (i32, i32), source: &str, target: Target) -> CacheKey {
+    let (maj, min) = nvrtc_version;
+    CacheKey::new(&KeyInputs {
+        backend: BACKEND,
+        compiler: "NVRTC",
+        compiler_version: &format!("{maj}.{min}"),
+        target: &target.to_string(),
+        kind: match target.output() {
+            Output::Cubin => "cubin",
+            Output::Ptx => "ptx",
+        },
+        options: &Compiler::options(target),
+        source,
+    })
+}
+
 impl Compiler {
-    /// A compiler using `nvrtc`, caching in [`default_cache_dir`].
-    pub fn new(nvrtc: Arc<Nvrtc>) -> Self {
+    /// A compiler using `nvrtc`; `cache` is the disk cache, if any ([`default_cache`] is
+    /// the usual one).
+    pub fn new(nvrtc: Arc<Nvrtc>, cache: Option<KernelCache>) -> Self {
         Compiler {
             nvrtc,
-            cache_dir: default_cache_dir(),
+            cache,
             compilations: AtomicU64::new(0),
         }
-    }
-
-    /// Uses `dir` as the cache folder (`None`: no disk cache).
-    pub fn with_cache_dir(mut self, dir: Option<PathBuf>) -> Self {
-        self.cache_dir = dir;
-        self
     }
 
     pub fn nvrtc(&self) -> &Arc<Nvrtc> {
         &self.nvrtc
     }
 
-    pub fn cache_dir(&self) -> Option<&Path> {
-        self.cache_dir.as_deref()
+    /// The disk cache, if any.
+    pub fn cache(&self) -> Option<&KernelCache> {
+        self.cache.as_ref()
     }
 
     /// How many times this compiler called NVRTC (cache hits do not count).
-    pub fn nvrtc_compilations(&self) -> u64 {
+    pub fn compilations(&self) -> u64 {
         self.compilations.load(Ordering::Relaxed)
     }
 
@@ -470,15 +378,9 @@ impl Compiler {
         o
     }
 
-    /// The cache key of `source` for `target`: everything that changes the output.
-    fn key(&self, source: &str, target: Target) -> String {
-        let (maj, min) = self.nvrtc.version();
-        format!(
-            "xthunk-portable-v{PORTABLE_SOURCE_VERSION};src={:016x};len={};target={target};nvrtc={maj}.{min};opts={}",
-            source_hash(source),
-            source.len(),
-            BASE_OPTIONS.join(" ")
-        )
+    /// The disk cache key of a complete translation unit for `target` with this NVRTC.
+    pub fn cache_key(&self, source: &str, target: Target) -> CacheKey {
+        cache_key(self.nvrtc.version(), source, target)
     }
 
     /// The target to compile for a device of architecture `sm`: a cubin when NVRTC knows the
@@ -519,36 +421,22 @@ impl Compiler {
     /// Compiles a complete translation unit (prelude included) for `target`, through the
     /// disk cache. A compile error is `Error::Module` carrying NVRTC's log.
     pub fn compile(&self, source: &str, target: Target) -> Result<CompileOutput, Error> {
-        let key = self.key(source, target);
-        let path = self
-            .cache_dir
-            .as_ref()
-            .map(|d| d.join(format!("{:016x}-{target}.bin", fnv(key.as_bytes()))));
-        let mut status = CacheStatus::Disabled;
-        if let Some(p) = &path {
-            status = match std::fs::read(p) {
-                Err(_) => CacheStatus::Miss,
-                Ok(bytes) => match decode_entry(&bytes, &key, target.output()) {
-                    Ok(image) => {
-                        tracing::debug!(path = %p.display(), "kernel cache hit");
-                        return Ok(CompileOutput {
-                            target,
-                            image,
-                            cache: CacheStatus::Hit,
-                            cache_path: path,
-                            log: String::new(),
-                        });
-                    }
-                    Err(EntryError::Corrupt(why)) => {
-                        tracing::warn!(
-                            path = %p.display(),
-                            "corrupt kernel cache entry ({why}): compiling again"
-                        );
-                        CacheStatus::Rebuilt
-                    }
-                },
-            };
-        }
+        let key = self.cache_key(source, target);
+        let cache_path = self.cache.as_ref().map(|c| c.path_for(&key));
+        let status = match self.cache.as_ref().map(|c| c.get(&key)) {
+            None => CacheStatus::Disabled,
+            Some(Lookup::Hit(image)) => {
+                return Ok(CompileOutput {
+                    target,
+                    image,
+                    cache: CacheStatus::Hit,
+                    cache_path,
+                    log: String::new(),
+                });
+            }
+            Some(Lookup::Miss) => CacheStatus::Miss,
+            Some(Lookup::Corrupt(_)) => CacheStatus::Rebuilt,
+        };
         self.compilations.fetch_add(1, Ordering::Relaxed);
         let started = std::time::Instant::now();
         let compiled = self.nvrtc.compile(
@@ -576,16 +464,16 @@ impl Compiler {
             started.elapsed(),
             image.len()
         );
-        if let Some(p) = &path {
-            if let Err(e) = write_atomic(p, &encode_entry(&key, target.output(), &image)) {
-                tracing::warn!(path = %p.display(), "could not write the kernel cache: {e}");
+        if let Some(c) = &self.cache {
+            if let Err(e) = c.put(&key, &image) {
+                tracing::warn!(dir = %c.dir().display(), "could not write the kernel cache: {e}");
             }
         }
         Ok(CompileOutput {
             target,
             image,
             cache: status,
-            cache_path: path,
+            cache_path,
             log,
         })
     }
@@ -598,7 +486,9 @@ impl Compiler {
 pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> {
     let target = Target::parse(target)?;
     let nvrtc = Nvrtc::global()?;
-    Ok(Compiler::new(nvrtc).compile(source, target)?.image)
+    Ok(Compiler::new(nvrtc, default_cache())
+        .compile(source, target)?
+        .image)
 }
 
 /// The precompiled image of a portable module image for `target`: `Standard` and `Source`
@@ -628,46 +518,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn entries_round_trip_and_detect_corruption() {
-        let img = b"\x7fELF some cubin bytes".to_vec();
-        let e = encode_entry("k1", Output::Cubin, &img);
-        assert_eq!(decode_entry(&e, "k1", Output::Cubin), Ok(img.clone()));
-        assert!(matches!(
-            decode_entry(&e, "k2", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-        assert!(matches!(
-            decode_entry(&e, "k1", Output::Ptx),
-            Err(EntryError::Corrupt(_))
-        ));
-        let mut flipped = e.clone();
-        if let Some(b) = flipped.last_mut() {
-            *b ^= 1;
+    fn the_cache_key_covers_source_target_kind_and_nvrtc_version() {
+        let src = portable::with_prelude("extern \"C\" __global__ void k() {}");
+        let base = cache_key((12, 9), &src, Target::Sm(90));
+        assert_eq!(base, cache_key((12, 9), &src, Target::Sm(90)));
+        for other in [
+            cache_key((12, 8), &src, Target::Sm(90)),
+            cache_key((12, 9), &src, Target::Sm(80)),
+            cache_key((12, 9), &src, Target::Compute(90)),
+            cache_key((12, 9), &portable::with_prelude("// other"), Target::Sm(90)),
+        ] {
+            assert_ne!(other, base);
         }
         assert_eq!(
-            decode_entry(&flipped, "k1", Output::Cubin),
-            Err(EntryError::Corrupt("checksum mismatch".into()))
+            Compiler::options(Target::Sm(90)),
+            ["--gpu-architecture=sm_90", "--fmad=false"]
         );
-        assert!(matches!(
-            decode_entry(&e[..e.len() - 1], "k1", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-        assert!(matches!(
-            decode_entry(&e[..10], "k1", Output::Cubin),
-            Err(EntryError::Corrupt(_))
-        ));
-    }
-
-    #[test]
-    fn atomic_write_replaces() {
-        let dir = std::env::temp_dir().join(format!("xthunk-cache-{}", std::process::id()));
-        let p = dir.join("a.bin");
-        assert!(write_atomic(&p, b"one").is_ok());
-        assert!(write_atomic(&p, b"two").is_ok());
-        assert_eq!(std::fs::read(&p).ok(), Some(b"two".to_vec()));
-        let leftovers = std::fs::read_dir(&dir).map(|r| r.count()).unwrap_or(0);
-        assert_eq!(leftovers, 1);
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
     #[test]

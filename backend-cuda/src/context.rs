@@ -6,7 +6,7 @@
 //! Memory, streams, events, graphs, modules and cuBLAS hold an `Arc<DeviceContext>`; they
 //! depend on this module, not on `device` or on each other in a cycle.
 
-use crate::compile::{Compiler, Nvrtc};
+use crate::compile::{Compiler, Nvrtc, default_cache};
 use crate::loader::SearchConfig;
 use crate::result::{cu, cu_describe, unavailable};
 use crate::sys::{self, CUresult};
@@ -38,7 +38,7 @@ impl CompilerSlot {
         self.compiler
             .get_or_init(|| {
                 Nvrtc::load_max_major(&self.config, self.max_major)
-                    .map(|n| Arc::new(Compiler::new(Arc::new(n))))
+                    .map(|n| Arc::new(Compiler::new(Arc::new(n), default_cache())))
                     .map_err(|e| e.to_string())
             })
             .clone()

@@ -7,12 +7,13 @@
 //!   crate calls, then `cuInit` / `cuDriverGetVersion` under `catch_unwind` with a quiet panic
 //!   hook; drivers older than CUDA 12.0 are refused. Every failure is
 //!   `Unavailable { backend: "cuda", reason }` naming what was tried.
-//! - **NVRTC** and **cuBLAS** through the crate's own `libloading` tables ([`loader`]), found
+//! - **NVRTC** and **cuBLAS** through the crate's symbol tables ([`loader`], declared with
+//!   core's one mechanism, `xthunk_core::backend::dylib`), found
 //!   in `XTHUNK_CUDA_PATH`, `$CUDA_HOME/lib64`, `/usr/local/cuda/lib64`, pip's `nvidia-*`
 //!   wheels and the system search.
 //! - **Kernels**: modules load a cubin for the device's exact `sm_XX`, else compile the
 //!   portable source ([`xthunk_core::kernels::portable`]) with NVRTC for the device (cached on
-//!   disk, see [`compile`]), else hand PTX to the driver's JIT.
+//!   disk in core's kernel cache, see [`compile`]), else hand PTX to the driver's JIT.
 //! - **Graphs**: stream capture into CUDA graphs, instantiated once, launched on a stream.
 //!
 //! Vendor result codes are turned into errors in one place ([`result`]), with the call, the
@@ -70,7 +71,8 @@ pub mod sys;
 pub mod target;
 
 pub use compile::{
-    CacheStatus, CompileOutput, Compiler, compile_for_target, default_cache_dir, precompile,
+    CacheStatus, CompileOutput, Compiler, KernelCache, compile_for_target, default_cache,
+    precompile,
 };
 pub use device::{CudaBackend, CudaDevice};
 pub use graph::CudaGraph;

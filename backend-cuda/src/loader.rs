@@ -1,9 +1,10 @@
 //! Finding and opening NVIDIA libraries at run time, with a record of every place tried, and
 //! their symbol tables: the driver symbols checked before cudarc may call them
-//! ([`DRIVER_SYMBOLS`], `guarded` for the ones it may lack), NVRTC's (`NvrtcApi`) and
-//! cuBLAS's (`CublasApi`) function pointers, bound once from the library that was opened.
+//! ([`DRIVER_SYMBOLS`], `guarded` for the ones it may lack), and NVRTC's (`NvrtcApi`) and
+//! cuBLAS's (`CublasApi`) tables, declared with core's one symbol-table mechanism
+//! ([`xthunk_core::backend::dylib`]) and bound once from the library that was opened.
 //!
-//! Search order for the toolkit libraries (NVRTC, cuBLAS):
+//! Search order for the toolkit libraries (NVRTC, cuBLAS), [`SearchConfig::candidates`]:
 //!
 //! 1. every folder of `XTHUNK_CUDA_PATH` (`:`-separated);
 //! 2. `$CUDA_HOME/lib64` (then `$CUDA_PATH/lib64`), and `/usr/local/cuda/lib64`;
@@ -16,23 +17,24 @@
 //!    `/usr/lib/python3*/{dist,site}-packages` and pyenv's versions;
 //! 4. the sonames through the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld cache).
 //!
+//! The first candidate that opens, has every required symbol of the table and passes the
+//! caller's check (NVRTC's version) wins; when none does, [`NotFound`] lists every path tried
+//! and why it failed. A library that was bound is never unloaded (see core's `dylib`).
+//!
 //! The driver (`libcuda.so.1`) comes with the kernel driver, not the toolkit: it is searched in
 //! `XTHUNK_CUDA_PATH`, then by name with the names cudarc itself uses. When the override finds
 //! it, the library is opened by full path and kept open, so that cudarc's later `dlopen` of
 //! `libcuda.so.1` by name resolves to that already-loaded object.
 
-// The cuBLAS declarations are imported by name: `sys::cu…` in this crate's sources means a
-// driver call (the driver-symbol test below reads it so).
-use crate::sys::{
-    self, cublasCreate_v2_t, cublasDestroy_v2_t, cublasGemmEx_t, cublasGemmStridedBatchedEx_t,
-    cublasGetVersion_v2_t, cublasSetStream_v2_t,
-};
+use crate::sys;
 use parking_lot::Mutex;
 use std::path::PathBuf;
-pub use xthunk_core::backend::search::{Attempt, describe_attempts};
+use xthunk_core::backend::dylib::{LoadError, symbol_table};
 use xthunk_core::backend::search::{
-    dedup_paths, error_chain, installed_site_packages, site_packages_under, split_paths,
+    self, dedup_paths, env_path, error_chain, installed_site_packages, site_packages_under,
+    split_paths,
 };
+pub use xthunk_core::backend::search::{Attempt, describe_attempts};
 
 /// A `dlopen` failure as a short outcome: `not found` when the file does not exist,
 /// otherwise the loader's message (e.g. a wrong architecture or a missing dependency).
@@ -60,17 +62,6 @@ pub struct SearchConfig {
     pub system_search: bool,
 }
 
-fn env_path(name: &str) -> Option<PathBuf> {
-    std::env::var_os(name)
-        .filter(|v| !v.is_empty())
-        .map(PathBuf::from)
-}
-
-/// The user's cache folder: `$XDG_CACHE_HOME`, else `~/.cache`.
-pub fn user_cache_dir() -> Option<PathBuf> {
-    env_path("XDG_CACHE_HOME").or_else(|| env_path("HOME").map(|h| h.join(".cache")))
-}
-
 impl SearchConfig {
     /// The search described in the [module documentation](self), from the environment.
     pub fn from_env() -> Self {
@@ -92,7 +83,7 @@ impl SearchConfig {
                 python_dirs.push(p);
             }
         }
-        if let Some(c) = user_cache_dir() {
+        if let Some(c) = search::user_cache_dir(env_path) {
             python_dirs.push(c.join("xthunk").join("pip"));
         }
         if let Some(home) = env_path("HOME") {
@@ -119,14 +110,11 @@ impl SearchConfig {
         }
     }
 
-    /// The search for a toolkit library: folders from the override, the toolkit and the
-    /// wheels (`wheel_subdirs` under each Python folder), then `names` by soname.
-    pub fn library(
-        &self,
-        what: &'static str,
-        names: &[&str],
-        wheel_subdirs: &[&str],
-    ) -> LibrarySearch {
+    /// Every candidate for a toolkit library called one of `names`, in search order: each
+    /// name in the override folders, the toolkit folders and the wheel folders
+    /// (`wheel_subdirs` under each Python folder), then (with the system search) the bare
+    /// names for the dynamic loader.
+    pub fn candidates(&self, names: &[&str], wheel_subdirs: &[&str]) -> Vec<PathBuf> {
         let mut dirs = self.cuda_path.clone();
         dirs.extend(self.toolkit_dirs.iter().cloned());
         for py in &self.python_dirs {
@@ -134,112 +122,34 @@ impl SearchConfig {
                 dirs.push(py.join(sub));
             }
         }
-        LibrarySearch {
-            what,
-            dirs,
-            names: names.iter().map(|s| s.to_string()).collect(),
-            by_name: self.system_search,
-        }
+        search::candidates(&dirs, names, self.system_search)
     }
 }
 
-/// How to find one library.
-#[derive(Clone, Debug)]
-pub struct LibrarySearch {
-    /// What it is, for messages (`NVRTC`).
-    pub what: &'static str,
-    pub dirs: Vec<PathBuf>,
-    /// File names, best first (`libnvrtc.so.13`, `libnvrtc.so.12`, …).
-    pub names: Vec<String>,
-    /// Whether to try the names through the dynamic loader's search last.
-    pub by_name: bool,
-}
-
-/// A library that was opened, and where.
-#[derive(Debug)]
-pub struct Opened {
-    pub lib: libloading::Library,
-    /// The full path, or the name the dynamic loader resolved.
-    pub path: String,
-}
-
-/// The library could not be found or opened: every place tried.
-#[derive(Clone, Debug, thiserror::Error)]
+/// A toolkit library could not be found or opened: every place tried.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 #[error("{what} not found; tried: {}", describe_attempts(.attempts))]
 pub struct NotFound {
+    /// `NVRTC`, `cuBLAS`.
     pub what: &'static str,
     pub attempts: Vec<Attempt>,
 }
 
-/// Opens a shared library by path or name.
+impl NotFound {
+    /// The search for `what` failed as core's loader says.
+    pub(crate) fn from_load(what: &'static str, e: LoadError) -> Self {
+        NotFound {
+            what,
+            attempts: e.tried,
+        }
+    }
+}
+
+/// Opens a shared library by path or name (the driver, for cudarc).
 fn dlopen(place: &str) -> Result<libloading::Library, String> {
     // SAFETY: loading a library runs its initializers. The libraries opened here are NVIDIA's
     // (or the project's driver emulator), whose initializers have no preconditions.
     unsafe { libloading::Library::new(place) }.map_err(|e| dlopen_outcome(&e))
-}
-
-impl LibrarySearch {
-    /// Opens candidates in order and returns the first that `accept` takes (`accept` checks
-    /// symbols or the version; a refusal is recorded with its reason and the search goes
-    /// on).
-    pub fn open(
-        &self,
-        mut accept: impl FnMut(&libloading::Library, &str) -> Result<(), String>,
-    ) -> Result<(Opened, Vec<Attempt>), NotFound> {
-        let mut attempts = vec![];
-        let mut try_place = |place: String, attempts: &mut Vec<Attempt>| match dlopen(&place) {
-            Ok(lib) => match accept(&lib, &place) {
-                Ok(()) => Some(Opened { lib, path: place }),
-                Err(why) => {
-                    attempts.push(Attempt {
-                        place,
-                        outcome: format!("refused: {why}"),
-                    });
-                    None
-                }
-            },
-            Err(e) => {
-                attempts.push(Attempt { place, outcome: e });
-                None
-            }
-        };
-        for dir in &self.dirs {
-            if !dir.is_dir() {
-                attempts.push(Attempt {
-                    place: dir.display().to_string(),
-                    outcome: "no such folder".into(),
-                });
-                continue;
-            }
-            let mut any = false;
-            for name in &self.names {
-                let p = dir.join(name);
-                if p.exists() {
-                    any = true;
-                    if let Some(o) = try_place(p.display().to_string(), &mut attempts) {
-                        return Ok((o, attempts));
-                    }
-                }
-            }
-            if !any {
-                attempts.push(Attempt {
-                    place: dir.display().to_string(),
-                    outcome: format!("none of {}", self.names.join(", ")),
-                });
-            }
-        }
-        if self.by_name {
-            for name in &self.names {
-                if let Some(o) = try_place(name.clone(), &mut attempts) {
-                    return Ok((o, attempts));
-                }
-            }
-        }
-        Err(NotFound {
-            what: self.what,
-            attempts,
-        })
-    }
 }
 
 /// Checks that `lib` exports every symbol in `names`; the error names the first missing.
@@ -439,73 +349,26 @@ pub const NVRTC_LIBRARY_NAMES: [&str; 4] = [
 /// Wheel library folders under a Python package folder.
 pub const NVRTC_WHEEL_DIRS: [&str; 2] = ["nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib"];
 
-/// NVRTC (`libnvrtc.so.*`): the functions the compiler calls, and the two that list the
-/// supported architectures (optional: older NVRTCs lack them).
-pub(crate) struct NvrtcApi {
-    pub(crate) version: sys::nvrtcVersion_t,
-    pub(crate) create: sys::nvrtcCreateProgram_t,
-    pub(crate) compile: sys::nvrtcCompileProgram_t,
-    pub(crate) log_size: sys::nvrtcGetSize_t,
-    pub(crate) log: sys::nvrtcGet_t,
-    pub(crate) cubin_size: sys::nvrtcGetSize_t,
-    pub(crate) cubin: sys::nvrtcGet_t,
-    pub(crate) ptx_size: sys::nvrtcGetSize_t,
-    pub(crate) ptx: sys::nvrtcGet_t,
-    pub(crate) destroy: sys::nvrtcDestroyProgram_t,
-    pub(crate) error_string: sys::nvrtcGetErrorString_t,
-    pub(crate) num_archs: Option<sys::nvrtcGetNumSupportedArchs_t>,
-    pub(crate) archs: Option<sys::nvrtcGetSupportedArchs_t>,
-}
-
-impl NvrtcApi {
-    /// Names of the required symbols.
-    pub(crate) const REQUIRED: [&str; 11] = [
-        "nvrtcVersion",
-        "nvrtcCreateProgram",
-        "nvrtcCompileProgram",
-        "nvrtcGetProgramLogSize",
-        "nvrtcGetProgramLog",
-        "nvrtcGetCUBINSize",
-        "nvrtcGetCUBIN",
-        "nvrtcGetPTXSize",
-        "nvrtcGetPTX",
-        "nvrtcDestroyProgram",
-        "nvrtcGetErrorString",
-    ];
-}
-
-/// Copies a function pointer of type `F` out of `lib`.
-///
-/// # Safety
-/// `F` must be the exact C signature of the symbol `name`.
-unsafe fn sym<F: Copy>(lib: &libloading::Library, name: &str) -> Result<F, String> {
-    // SAFETY: the caller guarantees `F` matches the symbol's declaration.
-    unsafe { lib.get::<F>(name.as_bytes()) }
-        .map(|s| *s)
-        .map_err(|e| format!("symbol `{name}`: {e}"))
-}
-
-impl NvrtcApi {
-    /// Looks every symbol up in `lib` (which must stay loaded while the table is used).
-    pub(crate) fn bind(lib: &libloading::Library) -> Result<NvrtcApi, String> {
-        // SAFETY: every type below is the declaration in nvrtc.h (CUDA 12.9): `int` status
-        // codes, `nvrtcProgram` an opaque pointer, sizes `size_t`.
-        unsafe {
-            Ok(NvrtcApi {
-                version: sym(lib, "nvrtcVersion")?,
-                create: sym(lib, "nvrtcCreateProgram")?,
-                compile: sym(lib, "nvrtcCompileProgram")?,
-                log_size: sym(lib, "nvrtcGetProgramLogSize")?,
-                log: sym(lib, "nvrtcGetProgramLog")?,
-                cubin_size: sym(lib, "nvrtcGetCUBINSize")?,
-                cubin: sym(lib, "nvrtcGetCUBIN")?,
-                ptx_size: sym(lib, "nvrtcGetPTXSize")?,
-                ptx: sym(lib, "nvrtcGetPTX")?,
-                destroy: sym(lib, "nvrtcDestroyProgram")?,
-                error_string: sym(lib, "nvrtcGetErrorString")?,
-                num_archs: sym(lib, "nvrtcGetNumSupportedArchs").ok(),
-                archs: sym(lib, "nvrtcGetSupportedArchs").ok(),
-            })
+symbol_table! {
+    /// NVRTC (`libnvrtc.so.*`): the functions the compiler calls, and the two that list the
+    /// supported architectures (optional: older NVRTCs lack them).
+    pub(crate) struct NvrtcApi {
+        required {
+            nvrtcVersion: sys::nvrtcVersion_t,
+            nvrtcCreateProgram: sys::nvrtcCreateProgram_t,
+            nvrtcCompileProgram: sys::nvrtcCompileProgram_t,
+            nvrtcGetProgramLogSize: sys::nvrtcGetSize_t,
+            nvrtcGetProgramLog: sys::nvrtcGet_t,
+            nvrtcGetCUBINSize: sys::nvrtcGetSize_t,
+            nvrtcGetCUBIN: sys::nvrtcGet_t,
+            nvrtcGetPTXSize: sys::nvrtcGetSize_t,
+            nvrtcGetPTX: sys::nvrtcGet_t,
+            nvrtcDestroyProgram: sys::nvrtcDestroyProgram_t,
+            nvrtcGetErrorString: sys::nvrtcGetErrorString_t,
+        }
+        optional {
+            nvrtcGetNumSupportedArchs: sys::nvrtcGetNumSupportedArchs_t,
+            nvrtcGetSupportedArchs: sys::nvrtcGetSupportedArchs_t,
         }
     }
 }
@@ -515,102 +378,74 @@ pub const CUBLAS_LIBRARY_NAMES: [&str; 2] = ["libcublas.so.13", "libcublas.so.12
 /// Wheel library folders under a Python package folder.
 pub const CUBLAS_WHEEL_DIRS: [&str; 2] = ["nvidia/cublas/lib", "nvidia/cu13/lib"];
 
-/// cuBLAS (`libcublas.so.*`): handle management and the two gemm entry points; the version
-/// query is optional.
-pub(crate) struct CublasApi {
-    pub(crate) create: cublasCreate_v2_t,
-    pub(crate) destroy: cublasDestroy_v2_t,
-    pub(crate) set_stream: cublasSetStream_v2_t,
-    pub(crate) gemm_ex: cublasGemmEx_t,
-    pub(crate) gemm_strided_batched_ex: cublasGemmStridedBatchedEx_t,
-    pub(crate) version: Option<cublasGetVersion_v2_t>,
-}
-
-impl CublasApi {
-    /// Names of the required symbols.
-    pub(crate) const REQUIRED: [&str; 5] = [
-        "cublasCreate_v2",
-        "cublasDestroy_v2",
-        "cublasSetStream_v2",
-        "cublasGemmEx",
-        "cublasGemmStridedBatchedEx",
-    ];
-
-    /// Looks every symbol up in `lib` (which must stay loaded while the table is used).
-    pub(crate) fn bind(lib: &libloading::Library) -> Result<CublasApi, NotFound> {
-        // SAFETY: every type is the cuBLAS 12 declaration; all symbols were checked present.
-        let table = unsafe {
-            CublasApi {
-                create: *lib
-                    .get::<cublasCreate_v2_t>(b"cublasCreate_v2")
-                    .map_err(|e| missing(&e))?,
-                destroy: *lib
-                    .get::<cublasDestroy_v2_t>(b"cublasDestroy_v2")
-                    .map_err(|e| missing(&e))?,
-                set_stream: *lib
-                    .get::<cublasSetStream_v2_t>(b"cublasSetStream_v2")
-                    .map_err(|e| missing(&e))?,
-                gemm_ex: *lib
-                    .get::<cublasGemmEx_t>(b"cublasGemmEx")
-                    .map_err(|e| missing(&e))?,
-                gemm_strided_batched_ex: *lib
-                    .get::<cublasGemmStridedBatchedEx_t>(b"cublasGemmStridedBatchedEx")
-                    .map_err(|e| missing(&e))?,
-                version: lib
-                    .get::<cublasGetVersion_v2_t>(b"cublasGetVersion_v2")
-                    .ok()
-                    .map(|s| *s),
-            }
-        };
-        Ok(table)
-    }
-}
-
-fn missing(e: &libloading::Error) -> NotFound {
-    NotFound {
-        what: "cuBLAS",
-        attempts: vec![Attempt {
-            place: "cuBLAS".into(),
-            outcome: e.to_string(),
-        }],
+symbol_table! {
+    /// cuBLAS (`libcublas.so.*`): handle management and the two gemm entry points; the
+    /// version query is optional.
+    pub(crate) struct CublasApi {
+        required {
+            cublasCreate_v2: sys::cublasCreate_v2_t,
+            cublasDestroy_v2: sys::cublasDestroy_v2_t,
+            cublasSetStream_v2: sys::cublasSetStream_v2_t,
+            cublasGemmEx: sys::cublasGemmEx_t,
+            cublasGemmStridedBatchedEx: sys::cublasGemmStridedBatchedEx_t,
+        }
+        optional {
+            cublasGetVersion_v2: sys::cublasGetVersion_v2_t,
+        }
     }
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
     use super::*;
+    use xthunk_core::backend::dylib::{Loader, Probe};
 
     #[test]
     fn empty_override_lists_every_place() {
-        let dir = std::env::temp_dir().join(format!("xthunk-loader-{}", std::process::id()));
-        let _ = std::fs::create_dir_all(&dir);
-        let cfg = SearchConfig::only(vec![dir.clone(), dir.join("missing")]);
-        let s = cfg.library("NVRTC", &["libnvrtc.so.12"], &["nvidia/cuda_nvrtc/lib"]);
-        let err = s.open(|_, _| Ok(())).err().map(|e| e.to_string());
-        let msg = err.unwrap_or_default();
-        assert!(msg.starts_with("NVRTC not found; tried: "), "{msg}");
-        assert!(msg.contains(&format!("{} (none of libnvrtc.so.12)", dir.display())));
+        let dir = tempfile::tempdir().unwrap();
+        let dir = dir.path();
+        let cfg = SearchConfig::only(vec![dir.to_path_buf(), dir.join("missing")]);
+        let candidates = cfg.candidates(&["libnvrtc.so.12"], &["nvidia/cuda_nvrtc/lib"]);
+        let (present, absent) = (
+            dir.join("libnvrtc.so.12"),
+            dir.join("missing").join("libnvrtc.so.12"),
+        );
+        assert_eq!(candidates, [present.clone(), absent.clone()]);
+        let e = Loader::new("NVRTC")
+            .load::<NvrtcApi, ()>(&candidates, |_| Ok(Probe::version(None)))
+            .unwrap_err();
+        // Every path tried, each name in each folder (consecutive equal outcomes grouped).
+        assert_eq!(
+            NotFound::from_load("NVRTC", e).to_string(),
+            format!(
+                "NVRTC not found; tried: {}, {} (no such file)",
+                present.display(),
+                absent.display()
+            )
+        );
         let grouped = describe_attempts(&[
-            Attempt {
-                place: "a".into(),
-                outcome: "not found".into(),
-            },
-            Attempt {
-                place: "b".into(),
-                outcome: "not found".into(),
-            },
-            Attempt {
-                place: "b".into(),
-                outcome: "not found".into(),
-            },
-            Attempt {
-                place: "c".into(),
-                outcome: "refused: old".into(),
-            },
+            Attempt::new("a", "not found"),
+            Attempt::new("b", "not found"),
+            Attempt::new("b", "not found"),
+            Attempt::new("c", "refused: old"),
         ]);
         assert_eq!(grouped, "a, b (not found); c (refused: old)");
-        assert!(msg.contains("missing (no such folder)"), "{msg}");
-        let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_library_without_the_table_is_refused_naming_what_it_lacks() {
+        // The C math library stands in for a wrong file called libcublas.so.12.
+        let e = Loader::new("cuBLAS")
+            .load::<CublasApi, ()>(&[PathBuf::from("libm.so.6")], |_| Ok(Probe::version(None)))
+            .unwrap_err();
+        let msg = NotFound::from_load("cuBLAS", e).to_string();
+        assert!(
+            msg.starts_with(
+                "cuBLAS not found; tried: libm.so.6 (lacks required symbols cublasCreate_v2, "
+            ),
+            "{msg}"
+        );
     }
 
     #[test]
@@ -621,13 +456,14 @@ mod tests {
                 .contains(&PathBuf::from("/usr/local/cuda/lib64"))
         );
         assert!(c.system_search);
-        let s = c.library("NVRTC", &["libnvrtc.so.12"], &["nvidia/cuda_nvrtc/lib"]);
+        let cands = c.candidates(&["libnvrtc.so.12"], &["nvidia/cuda_nvrtc/lib"]);
         assert!(
-            s.dirs
+            cands
                 .iter()
-                .any(|d| d.ends_with("xthunk/pip/nvidia/cuda_nvrtc/lib"))
-                || user_cache_dir().is_none()
+                .any(|d| d.ends_with("xthunk/pip/nvidia/cuda_nvrtc/lib/libnvrtc.so.12"))
+                || search::user_cache_dir(env_path).is_none()
         );
+        assert_eq!(cands.last(), Some(&PathBuf::from("libnvrtc.so.12")));
     }
 
     /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they

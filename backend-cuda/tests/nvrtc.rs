@@ -12,7 +12,7 @@ use xthunk_core::ir::ModuleImage;
 use xthunk_core::kernels::{portable, standard_library};
 use xthunk_cuda::compile::Nvrtc;
 use xthunk_cuda::image::{self, EM_CUDA};
-use xthunk_cuda::{CacheStatus, Compiler, SearchConfig, Target};
+use xthunk_cuda::{CacheStatus, Compiler, KernelCache, SearchConfig, Target};
 
 const INSTALL: &str = "python3 -m pip install --target \"$HOME/.cache/xthunk/pip\" nvidia-cuda-nvrtc-cu12 \
      (or set XTHUNK_PIP_PREFIX / XTHUNK_CUDA_PATH to where NVRTC is)";
@@ -24,7 +24,7 @@ fn nvrtc_or_skip(test: &str) -> Option<Arc<Nvrtc>> {
                 "{test}: NVRTC {}.{} from {}",
                 n.version().0,
                 n.version().1,
-                n.path()
+                n.path().display()
             );
             Some(Arc::new(n))
         }
@@ -40,7 +40,7 @@ fn nvrtc_or_skip(test: &str) -> Option<Arc<Nvrtc>> {
 
 fn temp_compiler(nvrtc: Arc<Nvrtc>) -> (tempfile::TempDir, Compiler) {
     let dir = tempfile::tempdir().unwrap();
-    let c = Compiler::new(nvrtc).with_cache_dir(Some(dir.path().to_path_buf()));
+    let c = Compiler::new(nvrtc, Some(KernelCache::new(dir.path())));
     (dir, c)
 }
 
@@ -80,7 +80,7 @@ fn every_standard_kernel_compiles_for_sm80_and_sm90_and_is_cached() {
         );
         first.push(out.image);
     }
-    assert_eq!(compiler.nvrtc_compilations(), 2);
+    assert_eq!(compiler.compilations(), 2);
 
     // The second load of each comes from the disk cache, NVRTC untouched...
     for (i, sm) in [80, 90].into_iter().enumerate() {
@@ -88,14 +88,14 @@ fn every_standard_kernel_compiles_for_sm80_and_sm90_and_is_cached() {
         assert_eq!(out.cache, CacheStatus::Hit, "sm_{sm}");
         assert_eq!(out.image, first[i]);
     }
-    assert_eq!(compiler.nvrtc_compilations(), 2);
+    assert_eq!(compiler.compilations(), 2);
     // ...also for another compiler on the same folder (another process).
-    let again = Compiler::new(nvrtc).with_cache_dir(compiler.cache_dir().map(|p| p.to_path_buf()));
+    let again = Compiler::new(nvrtc, compiler.cache().cloned());
     assert_eq!(
         again.compile(src, Target::Sm(90)).unwrap().cache,
         CacheStatus::Hit
     );
-    assert_eq!(again.nvrtc_compilations(), 0);
+    assert_eq!(again.compilations(), 0);
 }
 
 #[test]
@@ -125,7 +125,7 @@ fn corrupt_cache_entry_is_detected_and_rebuilt() {
         compiler.compile(&src, Target::Sm(90)).unwrap().cache,
         CacheStatus::Hit
     );
-    assert_eq!(compiler.nvrtc_compilations(), 3);
+    assert_eq!(compiler.compilations(), 3);
 }
 
 #[test]
@@ -149,7 +149,7 @@ fn broken_kernel_error_carries_the_nvrtc_log() {
     eprintln!("broken kernel: {msg}");
     // Nothing was cached for it.
     assert_eq!(
-        std::fs::read_dir(compiler.cache_dir().unwrap())
+        std::fs::read_dir(compiler.cache().unwrap().dir())
             .map(|d| d.count())
             .unwrap_or(0),
         0

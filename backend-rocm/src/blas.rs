@@ -9,15 +9,14 @@
 //! f16 and bf16 use f32 compute (alpha and beta are f32), f32 uses f32, f64 uses f64.
 
 use crate::context::DeviceContext;
-use crate::loader::{
-    LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig, file_containing, open_first,
-};
+use crate::loader::{LoadError, ROCBLAS_LIBRARY_NAMES, RocblasApi, SearchConfig};
 use crate::result::{self, unsupported};
 use crate::sys;
 use std::ffi::c_void;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use xthunk_core::backend::GemmLaunch;
+use xthunk_core::backend::dylib::{Loader, Probe, Version};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 
@@ -36,9 +35,8 @@ impl BlasLibrary {
         sibling: Option<&Path>,
     ) -> Result<BlasLibrary, LoadError> {
         let candidates = config.candidates(ROCBLAS_LIBRARY_NAMES, sibling);
-        let (api, path) = open_first("rocBLAS", &candidates, |lib| {
-            let api = RocblasApi::bind(lib)?;
-            let version = version_string(&api);
+        let loaded = Loader::new("rocBLAS").load(&candidates, |api: &RocblasApi| {
+            let version = version_string(api);
             let major = version
                 .split('.')
                 .next()
@@ -47,11 +45,10 @@ impl BlasLibrary {
                 Some(m) if m < 2 => Err(format!(
                     "rocBLAS {version} is too old (its gemm_ex takes a workspace; 2.0 or later needed)"
                 )),
-                _ => Ok(api),
+                _ => Ok(Probe::with(Version::parse_leading(&version), version)),
             }
         })?;
-        let path = file_containing(api.rocblas_gemm_ex as usize).unwrap_or(path);
-        let version = version_string(&api);
+        let (api, path, version) = (loaded.table, loaded.path, loaded.extra);
         tracing::info!(path = %path.display(), %version, "loaded rocBLAS");
         Ok(BlasLibrary { api, path, version })
     }

@@ -16,31 +16,36 @@
 //!   kernels follow the host's evaluation order; see `xthunk_core::kernels::portable`).
 //! - Every result is checked: an ELF for `EM_AMDGPU` whose `e_flags` mach field is the
 //!   target's.
-//! - Cache: `$XDG_CACHE_HOME/xthunk/kernels/rocm/` (else `~/.cache/xthunk/kernels/rocm/`,
-//!   beside the CUDA backend's `kernels/cuda/`), keyed by the
-//!   source hash and length, the target, the options and the compiler version (hipRTC, HIP
-//!   runtime and comgr versions). Entries are written to a temporary file and renamed (atomic),
-//!   and carry their key and a checksum: a corrupt or foreign entry is removed and rebuilt.
-//!   Entries are also kept in memory for the life of the [`Compiler`].
+//! - Disk cache: core's one kernel cache ([`KernelCache`]) in
+//!   `$XDG_CACHE_HOME/xthunk/kernels/rocm/` (else `~/.cache/xthunk/kernels/rocm/`, beside the
+//!   CUDA backend's `kernels/cuda/`), keyed by the SHA-256 of everything that determines the
+//!   code object ([`Compiler::cache_key`]: the complete translation unit, the options, the
+//!   target, the compiler version: hipRTC, HIP runtime and comgr), verified when read,
+//!   written atomically, owner-only. An entry that fails its checks, or is not a code object
+//!   for its target, is removed and rebuilt ([`CacheStatus::Rebuilt`]). Images are also kept
+//!   in memory for the life of the [`Compiler`] ([`CacheStatus::Memory`]).
 
 use crate::image::{CodeObject, mach_of};
 use crate::loader::{
     COMGR_LIBRARY_NAMES, ComgrApi, HIPRTC_LIBRARY_NAMES, Hip, HiprtcApi, LoadError, SearchConfig,
-    file_containing, format_hip_version, mapped_library, open_first,
+    format_hip_version, mapped_library,
 };
-use crate::result::{CompileError, comgr_describe, hiprtc_describe};
+use crate::result::{BACKEND, CompileError, comgr_describe, hiprtc_describe};
 use crate::sys;
 use crate::target::Target;
-use libloading::Library;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{CString, c_char, c_int};
-use std::io::Write as _;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use xthunk_core::Error;
+use xthunk_core::backend::dylib::{Library, Loader, Probe, Version};
+use xthunk_core::backend::kernel_cache::{CacheKey, KeyInputs, Lookup};
+pub use xthunk_core::backend::kernel_cache::{CacheStatus, KernelCache};
+use xthunk_core::backend::search::Attempt;
 use xthunk_core::ir::ModuleImage;
-use xthunk_core::kernels::portable::{self, source_hash};
+use xthunk_core::kernels::portable;
 
 /// Compiler options for a target (`--offload-arch` always).
 pub fn options_for(target: &Target) -> Vec<String> {
@@ -67,137 +72,10 @@ pub fn check_code_object(image: &[u8], target: &Target) -> Result<CodeObject, St
     Ok(co)
 }
 
-// ---- disk cache ---------------------------------------------------------------------------
-
-const CACHE_MAGIC: &[u8; 8] = b"XTHSACO1";
-
-/// The on-disk cache of compiled code objects.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct DiskCache {
-    dir: PathBuf,
-}
-
-impl DiskCache {
-    /// A cache in `dir` (created on first write).
-    pub fn new(dir: impl Into<PathBuf>) -> Self {
-        DiskCache { dir: dir.into() }
-    }
-
-    /// `$XDG_CACHE_HOME/xthunk/kernels/rocm`, else `$HOME/.cache/xthunk/kernels/rocm`.
-    pub fn default_location() -> Option<DiskCache> {
-        let base = std::env::var_os("XDG_CACHE_HOME")
-            .filter(|v| !v.is_empty())
-            .map(PathBuf::from)
-            .or_else(|| {
-                std::env::var_os("HOME")
-                    .filter(|v| !v.is_empty())
-                    .map(|h| PathBuf::from(h).join(".cache"))
-            })?;
-        Some(DiskCache::new(
-            base.join("xthunk").join("kernels").join("rocm"),
-        ))
-    }
-
-    pub fn dir(&self) -> &Path {
-        &self.dir
-    }
-
-    /// The file of a key.
-    pub fn path_for(&self, key: &str) -> PathBuf {
-        self.dir
-            .join(format!("{:016x}.hsaco", fnv1a(key.as_bytes())))
-    }
-
-    /// The entry for `key`, if present and intact. A corrupt entry (bad magic, key, length or
-    /// checksum) is removed so that it is rebuilt.
-    pub fn get(&self, key: &str) -> Option<Vec<u8>> {
-        let path = self.path_for(key);
-        let data = std::fs::read(&path).ok()?;
-        match decode_entry(&data, key) {
-            Ok(payload) => Some(payload.to_vec()),
-            Err(why) => {
-                tracing::warn!(path = %path.display(), "discarding a bad cache entry: {why}");
-                let _ = std::fs::remove_file(&path);
-                None
-            }
-        }
-    }
-
-    /// Stores `payload` under `key`, atomically (temporary file + rename).
-    pub fn put(&self, key: &str, payload: &[u8]) -> std::io::Result<()> {
-        std::fs::create_dir_all(&self.dir)?;
-        let path = self.path_for(key);
-        let tmp = self.dir.join(format!(
-            ".{}.{}.{}.tmp",
-            path.file_name().and_then(|f| f.to_str()).unwrap_or("entry"),
-            std::process::id(),
-            unique()
-        ));
-        let written = (|| {
-            let mut f = std::fs::File::create(&tmp)?;
-            f.write_all(&encode_entry(key, payload))?;
-            f.sync_all()?;
-            std::fs::rename(&tmp, &path)
-        })();
-        if written.is_err() {
-            let _ = std::fs::remove_file(&tmp);
-        }
-        written
-    }
-}
-
-fn unique() -> u64 {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static N: AtomicU64 = AtomicU64::new(0);
-    let t = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_nanos() as u64)
-        .unwrap_or(0);
-    t ^ N.fetch_add(1, Ordering::Relaxed).rotate_left(48)
-}
-
-/// 64-bit FNV-1a (the cache file name and the entry checksum).
-fn fnv1a(data: &[u8]) -> u64 {
-    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    for b in data {
-        h ^= *b as u64;
-        h = h.wrapping_mul(0x0000_0100_0000_01b3);
-    }
-    h
-}
-
-/// `magic | key length (u32) | key | payload length (u64) | checksum (u64) | payload`.
-fn encode_entry(key: &str, payload: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(payload.len() + key.len() + 32);
-    out.extend_from_slice(CACHE_MAGIC);
-    out.extend_from_slice(&(key.len() as u32).to_le_bytes());
-    out.extend_from_slice(key.as_bytes());
-    out.extend_from_slice(&(payload.len() as u64).to_le_bytes());
-    out.extend_from_slice(&fnv1a(payload).to_le_bytes());
-    out.extend_from_slice(payload);
-    out
-}
-
-fn decode_entry<'a>(data: &'a [u8], key: &str) -> Result<&'a [u8], &'static str> {
-    let rest = data.strip_prefix(CACHE_MAGIC).ok_or("bad magic")?;
-    let (klen, rest) = rest.split_first_chunk::<4>().ok_or("truncated")?;
-    let klen = u32::from_le_bytes(*klen) as usize;
-    if rest.len() < klen {
-        return Err("truncated key");
-    }
-    let (k, rest) = rest.split_at(klen);
-    if k != key.as_bytes() {
-        return Err("the entry belongs to another key");
-    }
-    let (len, rest) = rest.split_first_chunk::<8>().ok_or("truncated")?;
-    let (sum, payload) = rest.split_first_chunk::<8>().ok_or("truncated")?;
-    if payload.len() as u64 != u64::from_le_bytes(*len) {
-        return Err("length mismatch");
-    }
-    if fnv1a(payload) != u64::from_le_bytes(*sum) {
-        return Err("checksum mismatch");
-    }
-    Ok(payload)
+/// The default disk cache: `$XDG_CACHE_HOME/xthunk/kernels/rocm` or
+/// `~/.cache/xthunk/kernels/rocm`; `None` when neither variable is set.
+pub fn default_cache() -> Option<KernelCache> {
+    KernelCache::default_location(BACKEND)
 }
 
 // ---- hipRTC and comgr -------------------------------------------------------------------
@@ -228,43 +106,53 @@ impl Hiprtc {
     ) -> Result<Hiprtc, LoadError> {
         let sibling = hip_library.and_then(|(_, p)| p.parent());
         let candidates = config.candidates(HIPRTC_LIBRARY_NAMES, sibling);
-        let (api, path) = match open_first("hipRTC", &candidates, HiprtcApi::bind) {
-            Ok(found) => found,
+        let loader = Loader::new("hipRTC");
+        let probe = |api: &HiprtcApi| {
+            let version = api.hiprtcVersion.and_then(|f| {
+                let (mut major, mut minor): (c_int, c_int) = (0, 0);
+                // SAFETY: `hiprtcVersion` writes two ints through valid pointers.
+                let rc = unsafe { f(&mut major, &mut minor) };
+                (rc == sys::HIPRTC_SUCCESS).then_some((major, minor))
+            });
+            let v = version.map(|(a, b)| Version::new(a.max(0) as u32, b.max(0) as u32, 0));
+            Ok(Probe::with(v, version))
+        };
+        let loaded = match loader.load(&candidates, probe) {
+            Ok(loaded) => loaded,
+            // ROCm 5: hipRTC is part of the HIP runtime.
             Err(mut e) => match hip_library {
-                Some((lib, p)) => match HiprtcApi::bind(lib.clone()) {
-                    Ok(api) => (api, p.to_path_buf()),
+                Some((lib, p)) => match loader.bind(lib, p, probe) {
+                    Ok(loaded) => loaded,
                     Err(why) => {
-                        e.tried
-                            .push(format!("{} (the HIP runtime: {why})", p.display()));
+                        e.tried.push(Attempt::new(
+                            p.display().to_string(),
+                            format!("the HIP runtime: {why}"),
+                        ));
                         return Err(e);
                     }
                 },
                 None => {
-                    e.tried
-                        .push("libamdhip64 (the HIP runtime was not found either)".into());
+                    e.tried.push(Attempt::new(
+                        "libamdhip64",
+                        "the HIP runtime was not found either",
+                    ));
                     return Err(e);
                 }
             },
         };
-        let path = file_containing(api.hiprtcCreateProgram as usize).unwrap_or(path);
-        let version = api.hiprtcVersion.and_then(|f| {
-            let (mut major, mut minor): (c_int, c_int) = (0, 0);
-            // SAFETY: `hiprtcVersion` writes two ints through valid pointers.
-            let rc = unsafe { f(&mut major, &mut minor) };
-            (rc == sys::HIPRTC_SUCCESS).then_some((major, minor))
-        });
+        let (api, path, version) = (loaded.table, loaded.path, loaded.extra);
         tracing::info!(path = %path.display(), ?version, "loaded hipRTC");
         Ok(Hiprtc { api, path, version })
     }
 
-    /// Compiles one translation unit. `Ok` holds the code object; `Err` the failing call, its
-    /// status and the compiler's log.
+    /// Compiles one translation unit. `Ok` holds the code object and the compiler's log;
+    /// `Err` the failing call, its status and the log.
     pub(crate) fn compile(
         &self,
         source: &str,
         name: &str,
         options: &[String],
-    ) -> Result<Vec<u8>, RtcFailure> {
+    ) -> Result<(Vec<u8>, String), RtcFailure> {
         let fail = |call, status: String, log: String| RtcFailure { call, status, log };
         let src = CString::new(source).map_err(|_| {
             fail(
@@ -340,7 +228,7 @@ impl Hiprtc {
         if !log.trim().is_empty() {
             tracing::debug!(%name, %log, "hipRTC log");
         }
-        Ok(code)
+        Ok((code, log))
     }
 }
 
@@ -401,17 +289,23 @@ impl Comgr {
                 candidates.push(c);
             }
         }
-        let ((api, isa_names), path) = open_first("comgr", &candidates, |lib| {
-            let api = ComgrApi::bind(lib)?;
-            isa_names(&api).map(|names| (api, names))
+        let loaded = Loader::new("comgr").load(&candidates, |api: &ComgrApi| {
+            let version = api.amd_comgr_get_version.map(|f| {
+                let (mut major, mut minor) = (0usize, 0usize);
+                // SAFETY: writes two size_t values through valid pointers.
+                unsafe { f(&mut major, &mut minor) };
+                (major, minor)
+            });
+            let v = version.map(|(a, b)| {
+                Version::new(
+                    u32::try_from(a).unwrap_or(u32::MAX),
+                    u32::try_from(b).unwrap_or(u32::MAX),
+                    0,
+                )
+            });
+            Ok(Probe::with(v, (version, isa_names(api)?)))
         })?;
-        let path = file_containing(api.amd_comgr_get_isa_count as usize).unwrap_or(path);
-        let version = api.amd_comgr_get_version.map(|f| {
-            let (mut major, mut minor) = (0usize, 0usize);
-            // SAFETY: writes two size_t values through valid pointers.
-            unsafe { f(&mut major, &mut minor) };
-            (major, minor)
-        });
+        let (path, (version, isa_names)) = (loaded.path, loaded.extra);
         tracing::info!(path = %path.display(), ?version, isas = isa_names.len(), "loaded comgr");
         Ok(Comgr {
             path,
@@ -467,22 +361,30 @@ fn isa_names(api: &ComgrApi) -> Result<Vec<String>, String> {
 
 /// A compiled code object.
 #[derive(Clone, Debug)]
-pub struct Compiled {
-    pub image: Arc<Vec<u8>>,
+pub struct CompileOutput {
     pub target: Target,
-    /// Where it came from.
-    pub origin: Origin,
+    /// The HSACO code object (checked to be one for `target`).
+    pub image: Arc<Vec<u8>>,
+    /// What the caches did.
+    pub cache: CacheStatus,
+    /// The disk cache entry's path, when there is a disk cache.
+    pub cache_path: Option<PathBuf>,
+    /// hipRTC's log (warnings), empty when the image came from a cache.
+    pub log: String,
 }
 
-/// Where a [`Compiled`] came from.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Origin {
-    /// Compiled by hipRTC now.
-    Compiled,
-    /// Read from the disk cache.
-    DiskCache,
-    /// Compiled (or read) earlier by this compiler.
-    Memory,
+/// The disk cache key of a complete translation unit (prelude included) for `target` with
+/// the compiler `version` ([`Compiler::version`]): everything that determines the image.
+fn cache_key(version: &str, source: &str, target: &Target) -> CacheKey {
+    CacheKey::new(&KeyInputs {
+        backend: BACKEND,
+        compiler: "hipRTC",
+        compiler_version: version,
+        target: &target.full,
+        kind: "hsaco",
+        options: &options_for(target),
+        source,
+    })
 }
 
 /// hipRTC with comgr's target list and a cache. Cheap to share (`Arc`).
@@ -492,16 +394,21 @@ pub struct Compiler {
     /// Kept loaded: on ROCm 5, hipRTC's symbols live in it.
     _hip: Option<Arc<Hip>>,
     version: String,
-    cache: Option<DiskCache>,
-    memory: Mutex<HashMap<String, Arc<Vec<u8>>>>,
+    cache: Option<KernelCache>,
+    memory: Mutex<HashMap<CacheKey, Arc<Vec<u8>>>>,
+    compilations: AtomicU64,
     /// hipRTC calls are serialized (ROCm 5.2's hipRTC is not documented thread-safe).
     lock: Mutex<()>,
 }
 
 impl Compiler {
     /// Loads hipRTC and comgr through `config` (the HIP runtime, when found, is used for
-    /// hipRTC on ROCm 5 and its folder searched first); `cache` is the disk cache, if any.
-    pub fn new(config: &SearchConfig, cache: Option<DiskCache>) -> Result<Compiler, CompileError> {
+    /// hipRTC on ROCm 5 and its folder searched first); `cache` is the disk cache, if any
+    /// ([`default_cache`] is the usual one).
+    pub fn new(
+        config: &SearchConfig,
+        cache: Option<KernelCache>,
+    ) -> Result<Compiler, CompileError> {
         let hip = Hip::load(config).ok().map(Arc::new);
         Self::with_hip(config, hip, cache)
     }
@@ -509,7 +416,7 @@ impl Compiler {
     pub(crate) fn with_hip(
         config: &SearchConfig,
         hip: Option<Arc<Hip>>,
-        cache: Option<DiskCache>,
+        cache: Option<KernelCache>,
     ) -> Result<Compiler, CompileError> {
         let hip_lib = hip.as_ref().map(|h| (&h.api.library, h.path.as_path()));
         let rtc =
@@ -537,6 +444,7 @@ impl Compiler {
             version,
             cache,
             memory: Mutex::new(HashMap::new()),
+            compilations: AtomicU64::new(0),
             lock: Mutex::new(()),
         })
     }
@@ -547,8 +455,13 @@ impl Compiler {
     }
 
     /// The disk cache, if any.
-    pub fn cache(&self) -> Option<&DiskCache> {
+    pub fn cache(&self) -> Option<&KernelCache> {
         self.cache.as_ref()
+    }
+
+    /// How many times this compiler called hipRTC (cache hits do not count).
+    pub fn compilations(&self) -> u64 {
+        self.compilations.load(Ordering::Relaxed)
     }
 
     /// The gfx targets comgr (and so hipRTC) supports, e.g. `["gfx600", …, "gfx90a", …]`.
@@ -575,54 +488,49 @@ impl Compiler {
         Ok(t)
     }
 
-    /// The cache key of a translation unit for a target.
-    pub fn cache_key(&self, source: &str, target: &Target) -> String {
-        format!(
-            "xthunk-hsaco|portable v{}|src {:016x}+{}|target {}|opts {}|{}",
-            portable::PORTABLE_SOURCE_VERSION,
-            source_hash(source),
-            source.len(),
-            target.full,
-            options_for(target).join(" "),
-            self.version
-        )
+    /// The disk cache key of a complete translation unit for `target` with this compiler.
+    pub fn cache_key(&self, source: &str, target: &Target) -> CacheKey {
+        cache_key(&self.version, source, target)
     }
 
     /// Compiles a complete translation unit (e.g. [`portable::standard_source`] or
     /// [`portable::with_prelude`]) for `target`, through the caches.
-    pub fn compile(&self, source: &str, target: &str) -> Result<Compiled, CompileError> {
+    pub fn compile(&self, source: &str, target: &str) -> Result<CompileOutput, CompileError> {
         let t = self.check_target(target)?;
         let key = self.cache_key(source, &t);
+        let cache_path = self.cache.as_ref().map(|c| c.path_for(&key));
+        let from_cache = |image, cache| CompileOutput {
+            target: t.clone(),
+            image,
+            cache,
+            cache_path: cache_path.clone(),
+            log: String::new(),
+        };
         if let Some(img) = self.memory.lock().get(&key).cloned() {
-            return Ok(Compiled {
-                image: img,
-                target: t,
-                origin: Origin::Memory,
-            });
+            return Ok(from_cache(img, CacheStatus::Memory));
         }
-        if let Some(cache) = &self.cache {
-            if let Some(img) = cache.get(&key) {
-                match check_code_object(&img, &t) {
-                    Ok(_) => {
-                        tracing::debug!(target = %t.full, path = %cache.path_for(&key).display(), "hsaco cache hit");
-                        let img = Arc::new(img);
-                        self.memory.lock().insert(key, img.clone());
-                        return Ok(Compiled {
-                            image: img,
-                            target: t,
-                            origin: Origin::DiskCache,
-                        });
-                    }
-                    Err(why) => {
-                        tracing::warn!("discarding a cached code object: {why}");
-                        let _ = std::fs::remove_file(cache.path_for(&key));
-                    }
+        let status = match self.cache.as_ref().map(|c| (c, c.get(&key))) {
+            None => CacheStatus::Disabled,
+            Some((_, Lookup::Miss)) => CacheStatus::Miss,
+            Some((_, Lookup::Corrupt(_))) => CacheStatus::Rebuilt,
+            Some((cache, Lookup::Hit(img))) => match check_code_object(&img, &t) {
+                Ok(_) => {
+                    tracing::debug!(target = %t.full, path = %cache.path_for(&key).display(), "hsaco cache hit");
+                    let img = Arc::new(img);
+                    self.memory.lock().insert(key, img.clone());
+                    return Ok(from_cache(img, CacheStatus::Hit));
                 }
-            }
-        }
+                Err(why) => {
+                    tracing::warn!("discarding a cached code object: {why}");
+                    cache.remove(&key);
+                    CacheStatus::Rebuilt
+                }
+            },
+        };
         let started = std::time::Instant::now();
-        let img = {
+        let (img, log) = {
             let _serial = self.lock.lock();
+            self.compilations.fetch_add(1, Ordering::Relaxed);
             self.rtc
                 .compile(source, "xthunk_portable.hip", &options_for(&t))
                 .map_err(|f| CompileError::Compilation {
@@ -649,15 +557,17 @@ impl Compiler {
         }
         let img = Arc::new(img);
         self.memory.lock().insert(key, img.clone());
-        Ok(Compiled {
-            image: img,
+        Ok(CompileOutput {
             target: t,
-            origin: Origin::Compiled,
+            image: img,
+            cache: status,
+            cache_path,
+            log,
         })
     }
 
     /// Compiles a module image that needs compiling (`Standard`, `Source`) for `target`.
-    pub fn compile_image(&self, image: &ModuleImage, target: &str) -> Result<Compiled, Error> {
+    pub fn compile_image(&self, image: &ModuleImage, target: &str) -> Result<CompileOutput, Error> {
         match image {
             ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
             ModuleImage::Source { code } => {
@@ -674,10 +584,8 @@ impl Compiler {
 /// The process-wide compiler for the environment's search path and the default disk cache.
 pub fn default_compiler() -> Result<Arc<Compiler>, CompileError> {
     static C: OnceLock<Result<Arc<Compiler>, CompileError>> = OnceLock::new();
-    C.get_or_init(|| {
-        Compiler::new(&SearchConfig::from_env(), DiskCache::default_location()).map(Arc::new)
-    })
-    .clone()
+    C.get_or_init(|| Compiler::new(&SearchConfig::from_env(), default_cache()).map(Arc::new))
+        .clone()
 }
 
 /// Compiles a complete portable translation unit (e.g. `portable::standard_source()`, or
@@ -710,19 +618,20 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cache_entries_round_trip_and_reject_corruption() {
-        let e = encode_entry("k1", b"payload");
-        assert_eq!(decode_entry(&e, "k1"), Ok(&b"payload"[..]));
-        assert_eq!(
-            decode_entry(&e, "k2"),
-            Err("the entry belongs to another key")
-        );
-        let mut bad = e.clone();
-        let last = bad.len() - 1;
-        bad[last] ^= 1;
-        assert_eq!(decode_entry(&bad, "k1"), Err("checksum mismatch"));
-        assert!(decode_entry(&e[..e.len() - 2], "k1").is_err());
-        assert!(decode_entry(b"nope", "k1").is_err());
+    fn the_cache_key_covers_source_target_and_compiler_version() {
+        let t = |s| Target::parse(s).unwrap_or_else(|e| unreachable!("{e}"));
+        let src = portable::with_prelude("extern \"C\" __global__ void k() {}");
+        let v = "hipRTC 5.2 (/lib/libamdhip64.so.5); HIP runtime 5.2.21153; comgr 2.4";
+        let base = cache_key(v, &src, &t("gfx90a"));
+        assert_eq!(base, cache_key(v, &src, &t("gfx90a")));
+        for other in [
+            cache_key("hipRTC 6.0", &src, &t("gfx90a")),
+            cache_key(v, &src, &t("gfx908")),
+            cache_key(v, &src, &t("gfx90a:xnack-")),
+            cache_key(v, &portable::with_prelude("// other"), &t("gfx90a")),
+        ] {
+            assert_ne!(other, base);
+        }
     }
 
     #[test]

@@ -6,7 +6,7 @@
 //! Memory, streams, events, graphs, modules and rocBLAS hold an `Arc<DeviceContext>`; they
 //! depend on this module, not on `device` or on each other in a cycle.
 
-use crate::compile::{Compiler, DiskCache};
+use crate::compile::{Compiler, default_cache};
 use crate::loader::{Hip, SearchConfig};
 use crate::result::{self, unavailable};
 use crate::target::Target;
@@ -37,13 +37,9 @@ impl CompilerSlot {
     pub(crate) fn get(&self) -> Result<Arc<Compiler>> {
         self.compiler
             .get_or_init(|| {
-                Compiler::with_hip(
-                    &self.config,
-                    Some(self.hip.clone()),
-                    DiskCache::default_location(),
-                )
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
+                Compiler::with_hip(&self.config, Some(self.hip.clone()), default_cache())
+                    .map(Arc::new)
+                    .map_err(|e| e.to_string())
             })
             .clone()
             .map_err(unavailable)

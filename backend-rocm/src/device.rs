@@ -11,7 +11,7 @@
 //! layout, and accepted only when it reads as a gfx target.
 
 use crate::blas::BlasLibrary;
-use crate::compile::{Compiler, DiskCache};
+use crate::compile::{Compiler, KernelCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::memory::{MemoryRegistry, RocmBuffer};
@@ -101,7 +101,7 @@ impl RocmBackend {
 
     /// A hipRTC compiler loaded through this backend's search (for `xthunk compile` and
     /// tests), with `cache` as its disk cache.
-    pub fn compiler(&self, cache: Option<DiskCache>) -> Result<Compiler> {
+    pub fn compiler(&self, cache: Option<KernelCache>) -> Result<Compiler> {
         let hip = self.hip().ok();
         Ok(Compiler::with_hip(&self.config, hip, cache)?)
     }
@@ -234,8 +234,8 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
     let arch_name = gcn_arch_name(hip, ordinal)?;
     let arch = Target::parse(&arch_name).map_err(|e| e.to_string())?;
     // The driver emulator (tests/emulator) names its devices "… (xthunk emulated)", as the
-    // CUDA backend expects; an `xthunk_emulator_version` export marks it too.
-    let emulated = name.contains("xthunk emulated") || api.xthunk_emulator_version.is_some();
+    // CUDA backend expects; its control API's `xthunk_emu_version` export marks it too.
+    let emulated = name.contains("xthunk emulated") || api.xthunk_emu_version.is_some();
     Ok(Probed {
         info: DeviceInfo {
             ordinal: ordinal as usize,

@@ -30,7 +30,7 @@
 //!
 //! Environment: `XTHUNK_ROCM_PATH` (`:`-separated folders searched first), `ROCM_PATH`,
 //! `XTHUNK_ROCM_NO_DEFAULT_SEARCH` (search only `XTHUNK_ROCM_PATH`), `XDG_CACHE_HOME` (the
-//! hsaco cache lives in `$XDG_CACHE_HOME/xthunk/kernels/rocm`).
+//! hsaco cache, core's kernel cache, lives in `$XDG_CACHE_HOME/xthunk/kernels/rocm`).
 
 #[cfg(feature = "bench")]
 mod bench;
@@ -48,7 +48,10 @@ pub mod stream;
 pub mod sys;
 pub mod target;
 
-pub use compile::{Compiled, Compiler, DiskCache, Origin, compile_for_target, precompile};
+pub use compile::{
+    CacheStatus, CompileOutput, Compiler, KernelCache, compile_for_target, default_cache,
+    precompile,
+};
 pub use device::{RocmBackend, RocmDevice, RuntimeLibrary};
 pub use graph::RocmGraph;
 pub use loader::SearchConfig;

@@ -15,18 +15,19 @@
 //! `0` or the empty string): a test, or an admin pinning one installation, sees exactly the
 //! folders named.
 //!
-//! The tables follow IREE's dynamic symbol tables: required symbols (a library lacking one is
-//! skipped, with the missing names in the reason) and optional ones (`None` when absent,
-//! which turns a feature off), loaded once into plain function pointers that live as long as
-//! the table, which owns the library handle. A library that was bound is never unloaded: comgr
-//! registers LLVM options in the NODELETE libLLVM, so unloading and reloading it aborts.
+//! The tables are declared with core's one symbol-table mechanism
+//! ([`xthunk_core::backend::dylib`], after IREE's dynamic symbol tables): required symbols (a
+//! library lacking one is skipped, with the missing names in the reason) and optional ones
+//! (`None` when absent, which turns a feature off), bound once into plain function pointers
+//! that live as long as the table, which keeps the library open. A library that was bound is
+//! never unloaded: comgr registers LLVM options in the NODELETE libLLVM, so unloading and
+//! reloading it aborts; the HIP runtime keeps threads and global state.
 
 use crate::sys;
-use libloading::Library;
 use std::ffi::c_int;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
-pub(crate) use xthunk_core::backend::search::file_containing;
+pub use xthunk_core::backend::dylib::LoadError;
+use xthunk_core::backend::dylib::{Loader, Probe, Version, symbol_table};
 use xthunk_core::backend::search::{self, split_paths};
 
 /// Names of the HIP runtime, newest first (ROCm 7, 6, 5), after the unversioned name.
@@ -98,113 +99,6 @@ impl SearchConfig {
     }
 }
 
-/// No candidate for a library worked. Displays every path tried and why it failed.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-#[error("no usable {library} found{}; tried: {}", if .tried.is_empty() { " (no folder to search)" } else { "" }, .tried.join("; "))]
-pub struct LoadError {
-    /// `libamdhip64`, `hipRTC`, `comgr`, `rocBLAS`.
-    pub library: &'static str,
-    /// `path (reason)` for each candidate, in order.
-    pub tried: Vec<String>,
-}
-
-/// Opens the first candidate that `dlopen` accepts and `bind` turns into a table.
-///
-/// A candidate with a folder that does not exist is not handed to `dlopen` (its reason is
-/// "no such file"); a bare name is left to the dynamic loader.
-pub(crate) fn open_first<T>(
-    library: &'static str,
-    candidates: &[PathBuf],
-    mut bind: impl FnMut(Arc<Library>) -> Result<T, String>,
-) -> Result<(T, PathBuf), LoadError> {
-    search::open_first(candidates, |c, bare| {
-        // SAFETY: opening a ROCm library runs its initializers; these are the vendor's
-        // libraries (or a stand-in with the same API, e.g. the emulator) chosen by the search
-        // above. We open it with RTLD_LAZY | RTLD_LOCAL (libloading's default) and never
-        // unload it while a function pointer from it is reachable (the table owns it).
-        let lib = match unsafe { Library::new(c) } {
-            Ok(l) => Arc::new(l),
-            // libloading's message is "dlopen failed"; the loader's reason is its source.
-            Err(e) => return Err(search::open_failure(&e, bare)),
-        };
-        let t = bind(lib.clone())?;
-        // Pinned: a ROCm library is never unloaded. comgr registers its LLVM options in
-        // libLLVM (which is NODELETE), so unloading and reloading comgr aborts the process
-        // ("Option ... registered more than once"); the HIP runtime keeps threads and global
-        // state. dlopen's reference count makes reloading cheap.
-        std::mem::forget(lib);
-        Ok(t)
-    })
-    .map_err(|tried| LoadError {
-        library,
-        tried: tried.iter().map(ToString::to_string).collect(),
-    })
-}
-
-/// Declares a table of C functions loaded from one library: `required` ones (a library
-/// without one of them is refused, naming every missing symbol) and `optional` ones
-/// (`Option`). The function pointer types must be declared exactly as in the vendor header
-/// (`crate::sys`); the table owns the library, so the pointers stay valid as long as it.
-macro_rules! symbol_table {
-    (
-        $(#[$meta:meta])*
-        $vis:vis struct $name:ident {
-            required { $( $req:ident : $req_ty:ty, )* }
-            optional { $( $opt:ident : $opt_ty:ty, )* }
-        }
-    ) => {
-        $(#[$meta])*
-        #[allow(non_snake_case, dead_code)]
-        $vis struct $name {
-            $( pub(crate) $req: $req_ty, )*
-            $( pub(crate) $opt: Option<$opt_ty>, )*
-            pub(crate) library: std::sync::Arc<libloading::Library>,
-        }
-
-        #[allow(non_snake_case, dead_code)]
-        impl $name {
-            /// Names of the required symbols.
-            pub(crate) const REQUIRED: &'static [&'static str] = &[$(stringify!($req)),*];
-            /// Names of the optional symbols.
-            pub(crate) const OPTIONAL: &'static [&'static str] = &[$(stringify!($opt)),*];
-
-            /// Looks every symbol up in `library`; the error names every missing required one.
-            pub(crate) fn bind(
-                library: std::sync::Arc<libloading::Library>,
-            ) -> Result<Self, String> {
-                let mut missing: Vec<&'static str> = Vec::new();
-                $(
-                    // SAFETY: `$req_ty` is the C declaration of this symbol in the vendor
-                    // header (see `crate::sys`); the pointer is used only while `library`
-                    // (kept in the table) is loaded.
-                    let $req: Option<$req_ty> = unsafe {
-                        library.get::<$req_ty>(concat!(stringify!($req), "\0").as_bytes())
-                    }
-                    .ok()
-                    .map(|s| *s);
-                    if $req.is_none() {
-                        missing.push(stringify!($req));
-                    }
-                )*
-                $(
-                    // SAFETY: as for the required symbols.
-                    let $opt: Option<$opt_ty> = unsafe {
-                        library.get::<$opt_ty>(concat!(stringify!($opt), "\0").as_bytes())
-                    }
-                    .ok()
-                    .map(|s| *s);
-                )*
-                #[allow(unused_parens)]
-                let ($($req),*) = match ($($req),*) {
-                    ($(Some($req)),*) => ($($req),*),
-                    #[allow(unreachable_patterns)]
-                    _ => return Err(xthunk_core::backend::search::lacks_symbols(&missing)),
-                };
-                Ok($name { $($req,)* $($opt,)* library })
-            }
-        }
-    };
-}
 symbol_table! {
     /// The HIP runtime (`libamdhip64`).
     pub(crate) struct HipApi {
@@ -258,9 +152,9 @@ symbol_table! {
             hipGraphGetNodes: sys::hipGraphGetNodes_t,
             hipGraphDestroy: sys::hipGraphDestroy_t,
             hipGraphExecDestroy: sys::hipGraphExecDestroy_t,
-            // Exported only by xthunk's driver emulator (tests/emulator): its devices are
-            // labelled emulated everywhere.
-            xthunk_emulator_version: sys::xthunk_emulator_version_t,
+            // Exported only by xthunk's driver emulator (tests/emulator, its control API):
+            // its devices are labelled emulated everywhere.
+            xthunk_emu_version: sys::xthunk_emu_version_t,
         }
     }
 }
@@ -361,13 +255,15 @@ impl Hip {
     /// Loads the HIP runtime from the first candidate that works.
     pub(crate) fn load(config: &SearchConfig) -> Result<Hip, LoadError> {
         let candidates = config.candidates(HIP_LIBRARY_NAMES, None);
-        let (api, path) = open_first("libamdhip64", &candidates, HipApi::bind)?;
-        let path = file_containing(api.hipInit as usize).unwrap_or(path);
-        let mut v: c_int = 0;
-        // SAFETY: `hipRuntimeGetVersion` writes one int through a valid pointer; it needs no
-        // initialized runtime.
-        let rc = unsafe { (api.hipRuntimeGetVersion)(&mut v) };
-        let runtime_version = if rc == sys::hipSuccess { v } else { 0 };
+        let loaded = Loader::new("libamdhip64").load(&candidates, |api: &HipApi| {
+            let mut v: c_int = 0;
+            // SAFETY: `hipRuntimeGetVersion` writes one int through a valid pointer; it needs
+            // no initialized runtime.
+            let rc = unsafe { (api.hipRuntimeGetVersion)(&mut v) };
+            let v = if rc == sys::hipSuccess { v } else { 0 };
+            Ok(Probe::with(hip_version(v), v))
+        })?;
+        let (api, path, runtime_version) = (loaded.table, loaded.path, loaded.extra);
         tracing::info!(
             path = %path.display(),
             version = %format_hip_version(runtime_version),
@@ -410,10 +306,21 @@ impl Hip {
 
 /// `50221153` → `5.2.21153` (HIP_VERSION = major * 10^7 + minor * 10^5 + patch).
 pub fn format_hip_version(v: c_int) -> String {
-    if v <= 0 {
-        return "unknown".into();
+    match hip_version(v) {
+        Some(v) => v.to_string(),
+        None => "unknown".into(),
     }
-    format!("{}.{}.{}", v / 10_000_000, (v / 100_000) % 100, v % 100_000)
+}
+
+/// A HIP version number (`major * 10^7 + minor * 10^5 + patch`) as a [`Version`]; `None`
+/// when it is not positive (unknown).
+pub fn hip_version(v: c_int) -> Option<Version> {
+    let v = u32::try_from(v).ok().filter(|v| *v > 0)?;
+    Some(Version::new(
+        v / 10_000_000,
+        (v / 100_000) % 100,
+        v % 100_000,
+    ))
 }
 
 /// The path of a library already mapped into this process whose file name starts with
@@ -487,22 +394,24 @@ mod tests {
 
     #[test]
     fn load_error_lists_every_path() {
-        let e = open_first::<()>(
-            "libamdhip64",
-            &[PathBuf::from("/nonexistent-xthunk/libamdhip64.so")],
-            |_| Ok(()),
+        let e = Loader::new("libamdhip64")
+            .load::<HipApi, ()>(
+                &[PathBuf::from("/nonexistent-xthunk/libamdhip64.so")],
+                |_| Ok(Probe::version(None)),
+            )
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert_eq!(
+            e,
+            "no usable libamdhip64 found; tried: /nonexistent-xthunk/libamdhip64.so (no such file)"
         );
-        let msg = e.err().map(|e| e.to_string()).unwrap_or_default();
-        assert!(
-            msg.contains("no usable libamdhip64 found")
-                && msg.contains("/nonexistent-xthunk/libamdhip64.so (no such file)"),
-            "{msg}"
-        );
-        let e = LoadError {
-            library: "comgr",
-            tried: vec![],
-        };
-        assert!(e.to_string().contains("no folder to search"));
+        let e = Loader::new("comgr")
+            .load::<ComgrApi, ()>(&[], |_| Ok(Probe::version(None)))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(e.contains("no folder to search"), "{e}");
     }
 
     #[test]
@@ -510,5 +419,7 @@ mod tests {
         assert_eq!(format_hip_version(50_221_153), "5.2.21153");
         assert_eq!(format_hip_version(60_342_134), "6.3.42134");
         assert_eq!(format_hip_version(0), "unknown");
+        assert_eq!(format_hip_version(-1), "unknown");
+        assert_eq!(hip_version(60_342_134), Some(Version::new(6, 3, 42134)));
     }
 }

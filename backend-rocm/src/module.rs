@@ -16,7 +16,7 @@
 //! the arguments are checked against it first: a mismatch is an error, never a launch reading
 //! past the array.
 
-use crate::compile::{Origin, check_code_object};
+use crate::compile::{CacheStatus, check_code_object};
 use crate::context::DeviceContext;
 use crate::image::{ArgInfo, CodeObject, unbundle};
 use crate::memory::{MemoryRegistry, Region};
@@ -149,10 +149,12 @@ pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn 
             let c = compiler
                 .compile_image(img, &ctx.arch.full)
                 .map_err(|e| merr(e.to_string()))?;
-            let how = match c.origin {
-                Origin::Compiled => "compiled by hipRTC",
-                Origin::DiskCache => "hipRTC, from the disk cache",
-                Origin::Memory => "hipRTC, cached",
+            let how = match c.cache {
+                CacheStatus::Miss | CacheStatus::Rebuilt | CacheStatus::Disabled => {
+                    "compiled by hipRTC"
+                }
+                CacheStatus::Hit => "hipRTC, from the disk cache",
+                CacheStatus::Memory => "hipRTC, cached",
             };
             (
                 c.image,

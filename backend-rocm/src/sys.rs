@@ -239,8 +239,9 @@ pub type hipGraphGetNodes_t = unsafe extern "C" fn(
 pub type hipGraphDestroy_t = unsafe extern "C" fn(graph: hipGraph_t) -> hipError_t;
 pub type hipGraphExecDestroy_t = unsafe extern "C" fn(exec: hipGraphExec_t) -> hipError_t;
 
-/// `const char* xthunk_emulator_version(void)`: present only in xthunk's driver emulator.
-pub type xthunk_emulator_version_t = unsafe extern "C" fn() -> *const c_char;
+/// `int xthunk_emu_version(void)`: the version of the control API of xthunk's driver emulator
+/// (`tests/emulator/src/control.rs`); present only there.
+pub type xthunk_emu_version_t = unsafe extern "C" fn() -> c_int;
 
 // ---- hipRTC (libhiprtc.so on ROCm >= 6, inside libamdhip64 on ROCm 5) -------------------
 

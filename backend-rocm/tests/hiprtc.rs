@@ -15,7 +15,7 @@ use xthunk_core::ir::{DType, Scalar};
 use xthunk_core::kernels::{ParamKind, portable, standard_library};
 use xthunk_rocm::image::{CodeObject, EM_AMDGPU, mach_of};
 use xthunk_rocm::module::check_against_metadata;
-use xthunk_rocm::{CompileError, Origin};
+use xthunk_rocm::{CacheStatus, CompileError};
 
 const SMALL: &str = r#"
 extern "C" __global__ void scale_rows(float* x, long long n, unsigned short h, double d,
@@ -68,7 +68,7 @@ fn small_kernels_compile_for_every_chosen_target() {
         let out = c
             .compile(&src, target)
             .unwrap_or_else(|e| panic!("{target}: {e}"));
-        assert_eq!(out.origin, Origin::Compiled);
+        assert_eq!(out.cache, CacheStatus::Miss);
         let co = check_elf(&out.image, target);
         assert_eq!(co.kernels, vec!["scale_rows", "second_kernel"], "{target}");
         assert!(co.symbols.iter().any(|s| s == "scale_rows"), "{target}");
@@ -183,7 +183,7 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
             .compile(src, target)
             .unwrap_or_else(|e| panic!("{target}: {e}"));
         let secs = t0.elapsed().as_secs_f64();
-        assert_eq!(out.origin, Origin::Compiled);
+        assert_eq!(out.cache, CacheStatus::Miss);
         let co = check_elf(&out.image, target);
         let mut missing = Vec::new();
         for n in &names {
@@ -210,12 +210,14 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
         first.push(out.image);
     }
     // Same compiler: from memory. A new compiler on the same folder: from the disk cache.
-    assert_eq!(c.compile(src, "gfx90a").unwrap().origin, Origin::Memory);
+    assert_eq!(c.compilations(), targets.len() as u64);
+    assert_eq!(c.compile(src, "gfx90a").unwrap().cache, CacheStatus::Memory);
+    assert_eq!(c.compilations(), targets.len() as u64);
     let c2 = compiler_or_skip(test, dir.path()).unwrap();
     for (target, img) in targets.iter().zip(&first) {
         let t0 = std::time::Instant::now();
         let out = c2.compile(src, target).unwrap();
-        assert_eq!(out.origin, Origin::DiskCache, "{target}");
+        assert_eq!(out.cache, CacheStatus::Hit, "{target}");
         assert_eq!(out.image, *img, "{target}");
         note(&format!(
             "{target}: disk cache hit in {:.1} ms",
@@ -231,17 +233,21 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
     std::fs::write(&path, &bytes).unwrap();
     let c3 = compiler_or_skip(test, dir.path()).unwrap();
     let out = c3.compile(src, "gfx90a").unwrap();
-    assert_eq!(out.origin, Origin::Compiled);
+    assert_eq!(out.cache, CacheStatus::Rebuilt);
+    assert_eq!(out.cache_path.as_deref(), Some(path.as_path()));
     assert_eq!(out.image, first[0]);
     let c4 = compiler_or_skip(test, dir.path()).unwrap();
-    assert_eq!(c4.compile(src, "gfx90a").unwrap().origin, Origin::DiskCache);
-    // No temporary files are left behind.
-    let leftovers: Vec<_> = std::fs::read_dir(dir.path())
+    assert_eq!(c4.compile(src, "gfx90a").unwrap().cache, CacheStatus::Hit);
+    assert_eq!(c4.compilations(), 0);
+    // No temporary files are left behind: one entry per target, nothing else.
+    let names: Vec<String> = std::fs::read_dir(dir.path())
         .unwrap()
         .filter_map(|e| e.ok())
-        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .map(|e| e.file_name().to_string_lossy().into_owned())
         .collect();
-    assert!(leftovers.is_empty(), "{leftovers:?}");
+    assert!(!names.iter().any(|n| n.ends_with(".tmp")), "{names:?}");
+    assert!(names.iter().all(|n| n.ends_with(".bin")), "{names:?}");
+    assert_eq!(names.len(), targets.len(), "{names:?}");
 }
 
 #[test]

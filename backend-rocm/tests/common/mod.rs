@@ -4,7 +4,7 @@
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use xthunk_rocm::{Compiler, DiskCache, SearchConfig};
+use xthunk_rocm::{Compiler, KernelCache, SearchConfig};
 
 /// How to get the runtime these tests use.
 pub const INSTALL: &str =
@@ -29,10 +29,7 @@ pub fn note(msg: &str) {
 
 /// A compiler on the environment's ROCm with a fresh disk cache in `dir`, or `None` (skipped).
 pub fn compiler_or_skip(test: &str, dir: &Path) -> Option<Arc<Compiler>> {
-    match Compiler::new(
-        &SearchConfig::from_env(),
-        Some(DiskCache::new(dir.to_path_buf())),
-    ) {
+    match Compiler::new(&SearchConfig::from_env(), Some(KernelCache::new(dir))) {
         Ok(c) => Some(Arc::new(c)),
         Err(e) => {
             skip(test, &format!("hipRTC is not installed ({e})"));

@@ -136,6 +136,24 @@ impl Lookup {
     }
 }
 
+/// What a backend's compiler did with its caches for one compilation: the same in every
+/// backend (each one's `CompileOutput::cache`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum CacheStatus {
+    /// Compiled or read earlier by the same compiler and kept in memory (for a compiler that
+    /// keeps images: the ROCm backend's).
+    Memory,
+    /// Read from the disk cache: the compiler was not called.
+    Hit,
+    /// Not in the disk cache: compiled and stored.
+    Miss,
+    /// An entry was there but unusable (it failed its checks, or the backend's own check of
+    /// the image): compiled again and replaced.
+    Rebuilt,
+    /// No disk cache: compiled.
+    Disabled,
+}
+
 /// A backend's kernel cache folder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct KernelCache {
