@@ -58,9 +58,10 @@
 //!
 //! # Caching
 //!
-//! Compiled images are cached by the backends under a key made of [`source_hash`] of the
-//! exact text compiled, the target architecture and the compiler version;
-//! [`PORTABLE_SOURCE_VERSION`] changes whenever the generator or prelude changes meaning.
+//! Compiled images are cached by the backends in core's kernel cache
+//! ([`crate::backend::kernel_cache`]), keyed by a SHA-256 of the exact text compiled, the
+//! options, the target architecture and the compiler version; [`PORTABLE_SOURCE_VERSION`]
+//! changes whenever the generator or prelude changes meaning.
 
 use super::{KernelSignature, ParamKind, standard_library};
 use crate::ir::{Access, DType};
@@ -92,12 +93,6 @@ pub fn standard_source() -> &'static str {
     })
 }
 
-/// [`source_hash`] of [`standard_source`].
-pub fn standard_source_hash() -> u64 {
-    static H: OnceLock<u64> = OnceLock::new();
-    *H.get_or_init(|| source_hash(standard_source()))
-}
-
 /// One standard kernel as a complete translation unit (prelude included), or `None` when
 /// `name` is not a standard kernel.
 pub fn kernel_source(name: &str) -> Option<String> {
@@ -124,12 +119,6 @@ pub fn with_prelude(code: &str) -> String {
     s.push_str(code);
     s.push('\n');
     s
-}
-
-/// A stable 64-bit hash of source text (FNV-1a), the same on every platform and build: the
-/// source part of compiled-image cache keys.
-pub fn source_hash(text: &str) -> u64 {
-    crate::hash::fnv1a64(text.as_bytes())
 }
 
 fn header() -> String {
@@ -741,12 +730,5 @@ mod tests {
         for bad in ["__shfl", "% 32", "/ 32", "[32]", "< 32"] {
             assert!(!src.contains(bad), "source contains `{bad}`");
         }
-    }
-
-    #[test]
-    fn hash_is_stable() {
-        assert_eq!(source_hash(""), 0xcbf2_9ce4_8422_2325);
-        assert_eq!(source_hash("a"), 0xaf63_dc4c_8601_ec8c);
-        assert_eq!(standard_source_hash(), source_hash(standard_source()));
     }
 }
