@@ -2,9 +2,10 @@
 //! a job of more than one rank (`xthunk launch`, Slurm, Open MPI, a Kubernetes indexed job; see
 //! `xthunk_core::distributed::env`).
 //!
-//! The rank joins the job through its coordinator (etcd: the `etcd` feature), meets the others
-//! at the `start` barrier, runs the program on its host device with the collectives going
-//! through shared memory segments ([`ShmCliqueProvider`]), prints its outputs behind
+//! The rank joins the job through its coordinator, meets the others at the start barrier
+//! (warning every few seconds about the ranks still missing), runs the program on its host
+//! device with the collectives going through shared memory segments
+//! ([`ShmCliqueProvider`]), prints its outputs behind
 //! `rank R`, writes them under `DIR/rank<R>/` with `--output-dir` (the layout of
 //! `run --devices N`, so that the two can be compared file by file), and leaves with the
 //! coordinator's shutdown barrier.
@@ -24,7 +25,16 @@
 //! Exactly one of the two ends the process: whichever starts first.
 //!
 //! `XTHUNK_LEASE_TTL` (seconds, default 5) is the lease TTL: a dead rank is noticed within
-//! about that long.
+//! about that long. `XTHUNK_START_TIMEOUT` (seconds, default 60) bounds the start barrier
+//! (`xthunk launch --lease-ttl`, `--start-timeout` set both). The coordinator is the embedded
+//! one of `xthunk launch` (`unix://…`, always built) or etcd (the `etcd` feature).
+//!
+//! # The root cause
+//!
+//! A rank that fails by itself publishes its error under [`CAUSE_KEY`] (unless a cause is
+//! already there); a rank that fails because another left reports the published cause rather
+//! than the departure (with the embedded coordinator; etcd deletes the key with the
+//! publisher's lease).
 
 use super::error::{CliError, CliResult};
 use super::outfiles;

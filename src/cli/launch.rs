@@ -42,14 +42,16 @@ Coordinators:
   local      only for -n 1 (the in-process coordinator cannot span processes)
 
 Timeouts (all of a job's timers):
-  --lease-ttl      a rank that dies is seen at once; one that hangs or stops is reported failed
-                   by the coordinator after this long without a heartbeat (default 5 s)
+  --lease-ttl      a rank that hangs or stops is reported failed after this long without a
+                   heartbeat, a dead one too with etcd (the embedded coordinator sees a death
+                   at once) (default 5 s)
   --start-timeout  how long the ranks wait for each other at the start; every 5 s the lowest
                    rank present names the ranks still missing (default 60 s)
   --grace          after the first rank fails, how long the others get to notice, report and
                    clean up before the launcher kills them (default: the lease TTL + 5 s; at
                    least the lease TTL + 1 s)
-  `run --collective-timeout` (default 60 s) bounds each collective, and a rank's shutdown.
+  `run --collective-timeout` (default 60 s) bounds each collective, and the shutdown barrier
+  (with at least 60 s).
 
 Exit status:
   0  every rank exited 0
