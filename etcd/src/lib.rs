@@ -75,7 +75,7 @@ fn store_error(
 }
 
 /// The default lease TTL: a dead rank is noticed within about this long.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(5);
+pub const DEFAULT_TTL: Duration = xthunk_core::distributed::DEFAULT_LEASE_TTL;
 
 /// How to reach etcd and who this rank is.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -120,7 +120,8 @@ pub fn job_prefix(job_id: &str) -> String {
     format!("/xthunk/{job_id}/")
 }
 
-/// The coordinator `config` asks for: [`EtcdCoordinator`] for `etcd://`, or, for `local`, a
+/// The coordinator `config` asks for: [`EtcdCoordinator`] for `etcd://`, an
+/// `EmbeddedCoordinator` for `unix://` (the socket `xthunk launch` serves), or, for `local`, a
 /// [`LocalCoordinator`] when the job is this process alone (the local coordinator cannot span
 /// processes: a `local` job of more ranks is an error here).
 pub fn connect(
@@ -133,8 +134,24 @@ pub fn connect(
         }
         CoordinatorSpec::Local => Err(DistributedError::Config(format!(
             "job `{}` has {} processes, but the local coordinator serves the threads of one \
-             process: use --coordinator etcd://HOST:PORT",
+             process: start the job with `xthunk launch -n N` (it serves a coordinator), or \
+             use --coordinator etcd://HOST:PORT",
             config.job_id, config.world_size
+        ))),
+        #[cfg(unix)]
+        CoordinatorSpec::Unix { path } => Ok(Box::new(
+            xthunk_core::distributed::EmbeddedCoordinator::connect(
+                path,
+                &config.job_id,
+                config.rank,
+                config.world_size,
+                ttl,
+            )?,
+        )),
+        #[cfg(not(unix))]
+        CoordinatorSpec::Unix { path } => Err(DistributedError::Config(format!(
+            "the embedded coordinator at {} needs Unix sockets",
+            path.display()
         ))),
         CoordinatorSpec::Etcd { endpoints } => {
             let c = EtcdConfig::new(

@@ -2,9 +2,10 @@
 //! a job of more than one rank (`xthunk launch`, Slurm, Open MPI, a Kubernetes indexed job; see
 //! `xthunk_core::distributed::env`).
 //!
-//! The rank joins the job through its coordinator (etcd: the `etcd` feature), meets the others
-//! at the `start` barrier, runs the program on its host device with the collectives going
-//! through shared memory segments ([`ShmCliqueProvider`]), prints its outputs behind
+//! The rank joins the job through its coordinator, meets the others at the start barrier
+//! (warning every few seconds about the ranks still missing), runs the program on its host
+//! device with the collectives going through shared memory segments
+//! ([`ShmCliqueProvider`]), prints its outputs behind
 //! `rank R`, writes them under `DIR/rank<R>/` with `--output-dir` (the layout of
 //! `run --devices N`, so that the two can be compared file by file), and leaves with the
 //! coordinator's shutdown barrier.
@@ -24,7 +25,16 @@
 //! Exactly one of the two ends the process: whichever starts first.
 //!
 //! `XTHUNK_LEASE_TTL` (seconds, default 5) is the lease TTL: a dead rank is noticed within
-//! about that long.
+//! about that long. `XTHUNK_START_TIMEOUT` (seconds, default 60) bounds the start barrier
+//! (`xthunk launch --lease-ttl`, `--start-timeout` set both). The coordinator is the embedded
+//! one of `xthunk launch` (`unix://…`, always built) or etcd (the `etcd` feature).
+//!
+//! # The root cause
+//!
+//! A rank that fails by itself publishes its error under [`CAUSE_KEY`] (unless a cause is
+//! already there); a rank that fails because another left reports the published cause rather
+//! than the departure (with the embedded coordinator; etcd deletes the key with the
+//! publisher's lease).
 
 use super::error::{CliError, CliResult};
 use super::outfiles;
@@ -35,8 +45,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use xthunk::core::collectives::{CliqueProvider, Timeouts};
 use xthunk::core::distributed::{
-    Coordinator, CoordinatorSpec, DistributedConfig, DistributedError, Overrides,
-    spawn_failure_handler,
+    CAUSE_KEY, Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig,
+    DistributedError, EmbeddedCoordinator, Overrides, list_ranks, spawn_failure_handler,
 };
 use xthunk::core::executor::CollectiveContext;
 use xthunk::core::host::{ShmCliqueProvider, ShmOptions, remove_job_segments};
@@ -44,6 +54,15 @@ use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// The lease TTL variable (seconds).
 pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
+
+/// The start barrier's timeout variable (seconds).
+pub const XTHUNK_START_TIMEOUT: &str = "XTHUNK_START_TIMEOUT";
+
+/// The start barrier's timeout when [`XTHUNK_START_TIMEOUT`] is not set.
+pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// How often a rank waiting at the start barrier names the ranks still missing.
+pub const START_WARN_EVERY: Duration = Duration::from_secs(5);
 
 /// This process's job, when its environment names one of more than one rank. An environment
 /// that names a job badly is an error when it holds `XTHUNK_*` variables (someone meant to
@@ -73,9 +92,9 @@ pub fn detect() -> CliResult<Option<DistributedConfig>> {
     }
 }
 
-/// The lease TTL from [`XTHUNK_LEASE_TTL`], if set.
-fn lease_ttl() -> CliResult<Option<Duration>> {
-    let Ok(v) = std::env::var(XTHUNK_LEASE_TTL) else {
+/// Positive seconds from the variable `name`, if set.
+fn seconds_var(name: &str) -> CliResult<Option<Duration>> {
+    let Ok(v) = std::env::var(name) else {
         return Ok(None);
     };
     v.trim()
@@ -86,9 +105,19 @@ fn lease_ttl() -> CliResult<Option<Duration>> {
         .map(Some)
         .ok_or_else(|| {
             CliError::Usage(format!(
-                "{XTHUNK_LEASE_TTL}={v:?}: expected a positive number of seconds"
+                "{name}={v:?}: expected a positive number of seconds"
             ))
         })
+}
+
+/// The lease TTL from [`XTHUNK_LEASE_TTL`], if set.
+fn lease_ttl() -> CliResult<Option<Duration>> {
+    seconds_var(XTHUNK_LEASE_TTL)
+}
+
+/// The start barrier's timeout from [`XTHUNK_START_TIMEOUT`], else the default.
+fn start_timeout() -> CliResult<Duration> {
+    Ok(seconds_var(XTHUNK_START_TIMEOUT)?.unwrap_or(DEFAULT_START_TIMEOUT))
 }
 
 fn distributed(e: DistributedError) -> CliError {
@@ -98,33 +127,41 @@ fn distributed(e: DistributedError) -> CliError {
 /// Whether this build can reach the job's coordinator at all (before anything else is done).
 fn check_coordinator(config: &DistributedConfig) -> CliResult<()> {
     lease_ttl()?;
+    start_timeout()?;
     match &config.coordinator {
         CoordinatorSpec::Local => Err(CliError::Usage(local_coordinator_error(config))),
+        CoordinatorSpec::Unix { .. } => Ok(()),
         CoordinatorSpec::Etcd { .. } if cfg!(feature = "etcd") => Ok(()),
         spec => Err(CliError::Usage(format!(
             "job `{}` meets through {spec}, but this xthunk was built without the `etcd` \
-             feature: rebuild it with `cargo build --features etcd` (etcd-client needs protoc)",
+             feature: rebuild it with `cargo build --features etcd` (etcd-client needs protoc), \
+             or run the job on one machine with `xthunk launch -n N` (its embedded coordinator \
+             needs no etcd)",
             config.job_id
         ))),
     }
 }
 
-#[cfg(feature = "etcd")]
-fn connect(config: &DistributedConfig) -> CliResult<Box<dyn Coordinator>> {
-    let ttl = lease_ttl()?.unwrap_or(xthunk_etcd::DEFAULT_TTL);
-    xthunk_etcd::connect(config, ttl).map_err(distributed)
-}
-
-#[cfg(not(feature = "etcd"))]
 fn connect(config: &DistributedConfig) -> CliResult<Box<dyn Coordinator>> {
     check_coordinator(config)?;
-    Err(CliError::Usage(local_coordinator_error(config)))
+    let ttl = lease_ttl()?.unwrap_or(DEFAULT_LEASE_TTL);
+    match &config.coordinator {
+        CoordinatorSpec::Unix { path } => Ok(Box::new(
+            EmbeddedCoordinator::connect(path, &config.job_id, config.rank, config.world_size, ttl)
+                .map_err(distributed)?,
+        )),
+        #[cfg(feature = "etcd")]
+        _ => xthunk_etcd::connect(config, ttl).map_err(distributed),
+        #[cfg(not(feature = "etcd"))]
+        _ => Err(CliError::Usage(local_coordinator_error(config))),
+    }
 }
 
 fn local_coordinator_error(config: &DistributedConfig) -> String {
     format!(
         "job `{}` has {} processes, but the local coordinator serves the threads of one \
-         process: start the job with --coordinator etcd://HOST:PORT",
+         process: start the job with `xthunk launch -n N` (it serves a coordinator to its \
+         ranks), or with --coordinator etcd://HOST:PORT",
         config.job_id, config.world_size
     )
 }
@@ -214,7 +251,7 @@ pub fn run_job(
         config.coordinator,
         backend.name()
     );
-    // Meeting and leaving may take longer than a collective (processes start, load, exit).
+    // Leaving may take longer than a collective (processes finish writing and exit).
     let barrier_timeout = args.collective_timeout.max(Duration::from_secs(60));
     let result = run_rank(
         args,
@@ -224,7 +261,6 @@ pub fn run_job(
         program,
         inputs,
         plan,
-        barrier_timeout,
         out,
     )
     .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
@@ -252,7 +288,13 @@ fn on_rank_failure(
         p.abort_all(failure);
     }
     remove_job_segments(job);
-    eprintln!("error: {failure} (job {job})");
+    match coordinator
+        .upgrade()
+        .and_then(|c| published_cause(c.as_ref()))
+    {
+        Some(root) => eprintln!("error: {root}; this rank aborts because of it ({failure})"),
+        None => eprintln!("error: {failure} (job {job})"),
+    }
     if let Some(cause) = cause {
         eprintln!("xthunk: the collectives of this rank had already failed: {cause}");
     }
@@ -269,6 +311,12 @@ fn on_rank_failure(
         }
     }
     std::process::exit(1);
+}
+
+/// The cause of the job's failure another rank published ([`CAUSE_KEY`]), if any.
+fn published_cause(c: &dyn Coordinator) -> Option<String> {
+    let v = c.try_get(CAUSE_KEY).ok()??;
+    Some(String::from_utf8_lossy(&v).into_owned())
 }
 
 /// The main thread failed with `e`: clean up and return it, unless the failure handler is
@@ -288,8 +336,31 @@ fn fail(
         }
         return e;
     }
-    provider.abort_all(&super::error::one_line(&e));
+    let message = super::error::one_line(&e);
+    provider.abort_all(&message);
     remove_job_segments(job);
+    // The cause of the job's failure: another rank's (published), or this rank's own (then
+    // published for the others, unless one was first).
+    let caused_by_another = matches!(
+        &e,
+        CliError::Core(xthunk::Error::Distributed(
+            DistributedError::RankFailed { .. }
+        ))
+    );
+    let e = match published_cause(coordinator.as_ref()) {
+        Some(root) if caused_by_another => CliError::Usage(format!(
+            "{root}; this rank aborts because of it ({message})"
+        )),
+        Some(_) => e,
+        None if caused_by_another => e,
+        None => {
+            let cause = format!("{message} (found by rank {})", coordinator.rank());
+            if let Err(err) = coordinator.set(CAUSE_KEY, cause.as_bytes()) {
+                tracing::warn!(error = %err, "could not publish the cause of the failure");
+            }
+            e
+        }
+    };
     drop(provider);
     // Dropped without shutdown, the coordinator revokes this rank's lease: the other ranks
     // learn at once that it failed, instead of after the TTL.
@@ -298,6 +369,54 @@ fn fail(
     }
     drop(coordinator);
     e
+}
+
+/// The start of the job: every rank announces itself, then waits for the others up to
+/// `timeout` ([`DistributedError::NeverStarted`] names the missing), the lowest rank present
+/// naming those still missing every [`START_WARN_EVERY`]; then a barrier.
+fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
+    let key = |r: usize| format!("xthunk.started/{r}");
+    let (rank, world) = (c.rank(), c.world_size());
+    c.set(&key(rank), b"").map_err(distributed)?;
+    let begun = Instant::now();
+    let mut warn_at = begun + START_WARN_EVERY;
+    let mut present = vec![false; world];
+    present[rank] = true;
+    loop {
+        c.check().map_err(distributed)?;
+        for (r, seen) in present.iter_mut().enumerate() {
+            if !*seen && c.try_get(&key(r)).map_err(distributed)?.is_some() {
+                *seen = true;
+            }
+        }
+        let missing: Vec<usize> = (0..world).filter(|r| !present[*r]).collect();
+        if missing.is_empty() {
+            break;
+        }
+        let now = Instant::now();
+        if now - begun >= timeout {
+            return Err(distributed(DistributedError::NeverStarted {
+                job: c.job_id().to_string(),
+                missing,
+                timeout,
+            }));
+        }
+        if now >= warn_at {
+            if present.iter().position(|p| *p) == Some(rank) {
+                eprintln!(
+                    "xthunk: job {}: waiting for {} to start ({:.0?} so far; the job fails after \
+                     the start timeout of {timeout:?})",
+                    c.job_id(),
+                    list_ranks(&missing),
+                    now - begun
+                );
+            }
+            warn_at += START_WARN_EVERY;
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    c.barrier("start", timeout.max(Duration::from_secs(10)))
+        .map_err(distributed)
 }
 
 /// The rank's work between the coordinator's start and shutdown.
@@ -310,7 +429,6 @@ fn run_rank(
     program: xthunk::ir::Executable,
     inputs: Vec<Vec<u8>>,
     plan: Option<outfiles::Plan>,
-    barrier_timeout: Duration,
     out: &mut dyn Write,
 ) -> CliResult<()> {
     let rank = coordinator.rank();
@@ -335,9 +453,7 @@ fn run_rank(
         device.copy_from_host(bytes, buf.ptr())?;
     }
     let outputs = exe.allocate_outputs()?;
-    coordinator
-        .barrier("start", barrier_timeout)
-        .map_err(distributed)?;
+    start_barrier(coordinator.as_ref(), start_timeout()?)?;
     eprintln!(
         "xthunk: job {}: rank {rank} of {world} started",
         coordinator.job_id()

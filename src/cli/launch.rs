@@ -16,6 +16,7 @@
 //! group).
 
 use super::error::{CliError, CliResult};
+use super::job::{XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -25,17 +26,64 @@ use std::time::{Duration, Instant};
 use xthunk_core::distributed::env::{
     XTHUNK_COORDINATOR, XTHUNK_JOB_ID, XTHUNK_LOCAL_RANK, XTHUNK_RANK, XTHUNK_WORLD_SIZE,
 };
-use xthunk_core::distributed::{CoordinatorSpec, validate_job_id};
+use xthunk_core::distributed::{CAUSE_KEY, CoordinatorSpec, EmbeddedServer, validate_job_id};
 
 pub const AFTER_HELP: &str = "\
 Each rank runs this same xthunk binary with COMMAND (e.g. `-- run program.txtpb`) and with
-XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_LOCAL_RANK, XTHUNK_COORDINATOR and XTHUNK_JOB_ID set.
-Every output line is prefixed with `[rank R]`.
+XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_LOCAL_RANK, XTHUNK_COORDINATOR, XTHUNK_JOB_ID,
+XTHUNK_LEASE_TTL and XTHUNK_START_TIMEOUT set. Every output line is prefixed with `[rank R]`.
+
+Coordinators:
+  embedded   (default) this launcher serves the job's coordinator on a Unix socket in a
+             private folder: nothing to install or start
+  etcd://HOST:PORT[,HOST:PORT...]
+             an etcd v3 cluster (needed for jobs across hosts; this xthunk needs the `etcd`
+             feature)
+  local      only for -n 1 (the in-process coordinator cannot span processes)
+
+Timeouts (all of a job's timers):
+  --lease-ttl      a rank that hangs or stops is reported failed after this long without a
+                   heartbeat, a dead one too with etcd (the embedded coordinator sees a death
+                   at once) (default 5 s)
+  --start-timeout  how long the ranks wait for each other at the start; every 5 s the lowest
+                   rank present names the ranks still missing (default 60 s)
+  --grace          after the first rank fails, how long the others get to notice, report and
+                   clean up before the launcher kills them (default: the lease TTL + 5 s; at
+                   least the lease TTL + 1 s)
+  `run --collective-timeout` (default 60 s) bounds each collective, and the shutdown barrier
+  (with at least 60 s).
 
 Exit status:
   0  every rank exited 0
-  1  a rank failed: the first to fail is named, the others get --grace seconds to exit on
-     their own and are then killed; or the ranks could not be started";
+  1  a rank failed: the cause the coordinator recorded first is named (else the first rank to
+     exit non-zero), the others get --grace to exit on their own and are then killed; or the
+     ranks could not be started
+  2  a usage error (an unknown coordinator, `local` for several processes, --grace shorter
+     than the lease TTL), caught before any rank starts";
+
+/// The default of `--grace`: the lease TTL plus this.
+pub const GRACE_AFTER_TTL: Duration = Duration::from_secs(5);
+
+/// The shortest `--grace`: the lease TTL plus this.
+pub const MIN_GRACE_AFTER_TTL: Duration = Duration::from_secs(1);
+
+/// Where the ranks of a launch meet.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchCoordinator {
+    /// This launcher serves it ([`EmbeddedServer`]).
+    Embedded,
+    /// An existing coordinator.
+    Given(CoordinatorSpec),
+}
+
+impl std::fmt::Display for LaunchCoordinator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            LaunchCoordinator::Embedded => f.write_str("embedded"),
+            LaunchCoordinator::Given(spec) => spec.fmt(f),
+        }
+    }
+}
 
 /// `xthunk launch` as parsed (its command-line arguments).
 #[derive(Debug, Clone, clap::Args)]
@@ -44,27 +92,64 @@ pub struct LaunchArgs {
     #[arg(short = 'n', long = "nprocs", value_name = "N")]
     #[arg(value_parser = parse_nprocs)]
     pub nprocs: usize,
-    /// Where the ranks meet: `local`, or `etcd://HOST:PORT[,HOST:PORT...]`.
-    #[arg(long, default_value = "local", value_parser = parse_coordinator)]
-    pub coordinator: CoordinatorSpec,
+    /// Where the ranks meet: `embedded` (served by this launcher), `etcd://HOST:PORT[,...]`,
+    /// or `local` (-n 1 only).
+    #[arg(long, default_value = "embedded", value_parser = parse_coordinator)]
+    pub coordinator: LaunchCoordinator,
     /// The job id, the same for every rank and unique among the jobs sharing the
     /// coordinator (default: a new one).
     #[arg(long)]
     pub job_id: Option<String>,
+    /// Seconds without a heartbeat after which a rank is reported failed (the etcd lease
+    /// TTL).
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "XTHUNK_LEASE_TTL",
+        default_value = "5"
+    )]
+    #[arg(value_parser = parse_positive_secs)]
+    pub lease_ttl: Duration,
+    /// Seconds the ranks wait for each other at the start before the job fails, naming the
+    /// ranks that never started.
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "XTHUNK_START_TIMEOUT",
+        default_value = "60"
+    )]
+    #[arg(value_parser = parse_positive_secs)]
+    pub start_timeout: Duration,
     /// Seconds the other ranks get to exit on their own after one failed, before they are
-    /// killed.
-    #[arg(long, value_name = "SECS", default_value = "3")]
+    /// killed (default: the lease TTL + 5; at least the lease TTL + 1).
+    #[arg(long, value_name = "SECS")]
     #[arg(value_parser = parse_grace)]
-    pub grace: Duration,
+    pub grace: Option<Duration>,
     /// The xthunk command every rank runs, after `--` (e.g. `-- run program.txtpb`).
     #[arg(last = true, required = true, value_name = "COMMAND")]
     pub command: Vec<OsString>,
 }
 
 /// clap value parser of `--coordinator`.
-pub fn parse_coordinator(s: &str) -> Result<CoordinatorSpec, String> {
+pub fn parse_coordinator(s: &str) -> Result<LaunchCoordinator, String> {
+    if s.trim() == "embedded" {
+        return Ok(LaunchCoordinator::Embedded);
+    }
     s.parse()
-        .map_err(|e: xthunk_core::distributed::DistributedError| e.to_string())
+        .map(LaunchCoordinator::Given)
+        .map_err(|e: xthunk_core::distributed::DistributedError| format!("{e}, or `embedded`"))
+}
+
+/// clap value parser of `--lease-ttl` and `--start-timeout`: positive seconds.
+pub fn parse_positive_secs(s: &str) -> Result<Duration, String> {
+    let secs: f64 = s
+        .trim()
+        .parse()
+        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
+    if !(secs.is_finite() && secs > 0.0) {
+        return Err(format!("expected a positive number of seconds, got {s}"));
+    }
+    Duration::try_from_secs_f64(secs).map_err(|e| format!("{s} seconds: {e}"))
 }
 
 /// clap value parser of `-n`: 1 to 4096.
@@ -100,14 +185,79 @@ pub fn new_job_id() -> String {
     )
 }
 
+/// The grace the survivors get: `--grace`, else the lease TTL + [`GRACE_AFTER_TTL`]; a
+/// `--grace` under the lease TTL + [`MIN_GRACE_AFTER_TTL`] is a usage error (the survivors
+/// would be killed before they could notice the failure).
+pub fn grace(args: &LaunchArgs) -> Result<Duration, String> {
+    let min = args.lease_ttl + MIN_GRACE_AFTER_TTL;
+    match args.grace {
+        None => Ok(args.lease_ttl + GRACE_AFTER_TTL),
+        Some(g) if g >= min => Ok(g),
+        Some(g) => Err(format!(
+            "--grace {g:?} is shorter than the lease TTL ({:?}) + {MIN_GRACE_AFTER_TTL:?}: the \
+             other ranks would be killed before they can notice a failure and clean up; give \
+             at least --grace {}",
+            args.lease_ttl,
+            min.as_secs_f64()
+        )),
+    }
+}
+
+/// The coordinator the ranks are given, checked before any rank starts.
+fn check_coordinator(args: &LaunchArgs) -> Result<(), String> {
+    match &args.coordinator {
+        LaunchCoordinator::Given(CoordinatorSpec::Local) if args.nprocs > 1 => Err(format!(
+            "--coordinator local serves the threads of one process, but this job has {} \
+             processes: drop --coordinator (this launcher then serves an embedded coordinator), \
+             or give --coordinator etcd://HOST:PORT",
+            args.nprocs
+        )),
+        LaunchCoordinator::Given(spec @ CoordinatorSpec::Etcd { .. })
+            if !cfg!(feature = "etcd") =>
+        {
+            Err(format!(
+                "--coordinator {spec}: this xthunk was built without the `etcd` feature (rebuild \
+                 it with `cargo build --features etcd`), or drop --coordinator to use the \
+                 embedded one"
+            ))
+        }
+        _ => Ok(()),
+    }
+}
+
 pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let job_id = args.job_id.clone().unwrap_or_else(new_job_id);
-    validate_job_id(&job_id).map_err(|e| CliError::Usage(e.to_string()))?;
+    let checked = validate_job_id(&job_id)
+        .map_err(|e| e.to_string())
+        .and_then(|()| check_coordinator(args))
+        .and_then(|()| grace(args));
+    let grace = match checked {
+        Ok(g) => g,
+        Err(e) => {
+            // A usage error: exit 2, as clap's own, before any rank starts.
+            eprintln!("error: {e}");
+            return Ok(2);
+        }
+    };
     let exe = std::env::current_exe().map_err(|e| {
         CliError::Usage(format!("cannot find the xthunk executable to launch: {e}"))
     })?;
+    let server =
+        match &args.coordinator {
+            LaunchCoordinator::Embedded => Some(EmbeddedServer::start().map_err(|e| {
+                CliError::Usage(format!("cannot start the embedded coordinator: {e}"))
+            })?),
+            LaunchCoordinator::Given(_) => None,
+        };
+    let coordinator = match (&server, &args.coordinator) {
+        (Some(server), _) => server.spec().to_string(),
+        (None, c) => c.to_string(),
+    };
     let world = args.nprocs;
-    let coordinator = args.coordinator.to_string();
+    let (ttl, start) = (
+        args.lease_ttl.as_secs_f64().to_string(),
+        args.start_timeout.as_secs_f64().to_string(),
+    );
     let env = |rank: usize| {
         vec![
             (XTHUNK_RANK, rank.to_string()),
@@ -115,25 +265,47 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
             (XTHUNK_LOCAL_RANK, rank.to_string()),
             (XTHUNK_COORDINATOR, coordinator.clone()),
             (XTHUNK_JOB_ID, job_id.clone()),
+            (XTHUNK_LEASE_TTL, ttl.clone()),
+            (XTHUNK_START_TIMEOUT, start.clone()),
         ]
     };
     tracing::info!(
-        nprocs = world, coordinator = %coordinator, job = %job_id, "launching ranks"
+        nprocs = world, coordinator = %coordinator, job = %job_id, grace = ?grace,
+        lease_ttl = ?args.lease_ttl, start_timeout = ?args.start_timeout, "launching ranks"
     );
     let mut stderr = std::io::stderr();
+    // The launcher knows how each process ended: a rank that dies before it joined (or
+    // whose end its coordinator has not seen yet) is a failure of the job with that cause.
+    let mut on_exit = |rank: usize, status: ExitStatus| {
+        if let Some(server) = &server
+            && !status.success()
+        {
+            server.rank_exited(&job_id, world, rank, &status.to_string());
+        }
+    };
     let outcome = run_ranks(
         &exe,
         &args.command,
         world,
         &env,
-        args.grace,
+        grace,
+        &mut on_exit,
         out,
         &mut stderr,
     )
     .map_err(|e| CliError::io(&exe, e))?;
-    for line in outcome.failure_report() {
+    // The root cause: what a rank published as the cause of the job's failure, else the
+    // first failure the coordinator saw.
+    let cause = server.as_ref().and_then(|s| {
+        let published = s
+            .value(&job_id, CAUSE_KEY)
+            .map(|v| String::from_utf8_lossy(&v).into_owned());
+        published.or_else(|| s.failures(&job_id).first().map(ToString::to_string))
+    });
+    for line in outcome.failure_report(&job_id, cause.as_deref()) {
         let _ = writeln!(stderr, "{line}");
     }
+    drop(server);
     if let Some(e) = outcome.stdout_error {
         return Err(CliError::Stdout(e));
     }
@@ -157,8 +329,10 @@ impl Outcome {
     }
 
     /// After a failure: one line per rank that did not exit 0, then the `error:` line that
-    /// names the first failure. Nothing when every rank succeeded.
-    pub fn failure_report(&self) -> Vec<String> {
+    /// names the root cause: the first failure the job's coordinator recorded (`cause`,
+    /// when the launcher serves it), else the first rank that exited non-zero. Nothing when
+    /// every rank succeeded.
+    pub fn failure_report(&self, job: &str, cause: Option<&str>) -> Vec<String> {
         let Some((first, status)) = &self.first_failure else {
             return Vec::new();
         };
@@ -176,7 +350,13 @@ impl Outcome {
                 format!("xthunk launch: rank {r}: {s}{how}")
             })
             .collect();
-        lines.push(format!("error: rank {first} failed first: {status}"));
+        match cause {
+            Some(cause) => lines.push(format!(
+                "error: job {job}: {cause} (the root cause its coordinator recorded; rank {first} \
+                 exited first: {status})"
+            )),
+            None => lines.push(format!("error: rank {first} failed first: {status}")),
+        }
         lines
     }
 }
@@ -277,15 +457,18 @@ fn forward(rank: usize, pipe: Pipe, stream: impl Read, tx: mpsc::Sender<Msg>) {
 }
 
 /// Starts `world` processes `program args...` (rank `r` with the variables `env(r)`), copies
-/// their output lines to `out`/`err` behind `[rank R] `, and waits for them all; after the
-/// first failure the others get `grace`, then are killed. Call it from the thread that lives
+/// their output lines to `out`/`err` behind `[rank R] `, and waits for them all (`on_exit`
+/// is told of each exit as it is seen); after the first failure the others get `grace`, then
+/// are killed. Call it from the thread that lives
 /// as long as the ranks should: on Linux a rank is killed when that thread ends.
+#[allow(clippy::too_many_arguments)]
 pub fn run_ranks(
     program: &Path,
     args: &[OsString],
     world: usize,
     env: &dyn Fn(usize) -> Vec<(&'static str, String)>,
     grace: Duration,
+    on_exit: &mut dyn FnMut(usize, ExitStatus),
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> std::io::Result<Outcome> {
@@ -349,6 +532,7 @@ pub fn run_ranks(
             }
             if let Some(status) = rank.child.try_wait()? {
                 rank.status = Some(status);
+                on_exit(r, status);
                 if !status.success() && first_failure.is_none() {
                     first_failure = Some((r, status));
                     sink.note(&format!(
@@ -466,7 +650,17 @@ mod tests {
 
     fn run(s: &str, world: usize, grace: Duration) -> (Outcome, String, String) {
         let (mut out, mut err) = (Vec::new(), Vec::new());
-        let o = run_ranks(&sh(), &script(s), world, &env, grace, &mut out, &mut err).unwrap();
+        let o = run_ranks(
+            &sh(),
+            &script(s),
+            world,
+            &env,
+            grace,
+            &mut |_, _| {},
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
         (
             o,
             String::from_utf8(out).unwrap(),
@@ -531,7 +725,7 @@ mod tests {
         assert!(!o.ranks[1].1);
         assert!(err.contains("rank 1 failed first"), "{err}");
         assert!(err.contains("killed rank 0"), "{err}");
-        let report = o.failure_report();
+        let report = o.failure_report("j", None);
         assert_eq!(
             report.last().map(String::as_str),
             Some("error: rank 1 failed first: exit status: 3")
@@ -571,6 +765,7 @@ mod tests {
             2,
             &env,
             Duration::ZERO,
+            &mut |_, _| {},
             &mut out,
             &mut err,
         )
@@ -608,7 +803,17 @@ mod tests {
         assert!(parse_grace("-1").is_err());
         assert_eq!(parse_nprocs("4"), Ok(4));
         assert!(parse_nprocs("0").is_err());
-        assert_eq!(parse_coordinator("local"), Ok(CoordinatorSpec::Local));
+        assert_eq!(
+            parse_coordinator("local"),
+            Ok(LaunchCoordinator::Given(CoordinatorSpec::Local))
+        );
+        assert_eq!(
+            parse_coordinator("embedded"),
+            Ok(LaunchCoordinator::Embedded)
+        );
         assert!(parse_coordinator("etcd://").is_err());
+        assert!(parse_coordinator("zookeeper://a:1").is_err());
+        assert!(parse_positive_secs("0").is_err());
+        assert_eq!(parse_positive_secs("2.5"), Ok(Duration::from_millis(2500)));
     }
 }

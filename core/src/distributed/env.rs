@@ -66,6 +66,9 @@ pub enum CoordinatorSpec {
     Local,
     /// An etcd v3 cluster (`etcd://HOST:PORT[,HOST:PORT...]`); `endpoints` are `HOST:PORT`.
     Etcd { endpoints: Vec<String> },
+    /// The embedded coordinator that `xthunk launch` serves on a Unix socket
+    /// (`unix:///ABSOLUTE/PATH`), see [`embedded`](super::embedded).
+    Unix { path: std::path::PathBuf },
 }
 
 impl fmt::Display for CoordinatorSpec {
@@ -73,6 +76,7 @@ impl fmt::Display for CoordinatorSpec {
         match self {
             CoordinatorSpec::Local => f.write_str("local"),
             CoordinatorSpec::Etcd { endpoints } => write!(f, "etcd://{}", endpoints.join(",")),
+            CoordinatorSpec::Unix { path } => write!(f, "unix://{}", path.display()),
         }
     }
 }
@@ -80,17 +84,26 @@ impl fmt::Display for CoordinatorSpec {
 impl FromStr for CoordinatorSpec {
     type Err = DistributedError;
 
-    /// `local`, or `etcd://HOST[:PORT][,HOST[:PORT]...]` (port 2379 by default; an IPv6 host
-    /// in brackets, `etcd://[::1]:2379`).
+    /// `local`, `etcd://HOST[:PORT][,HOST[:PORT]...]` (port 2379 by default; an IPv6 host
+    /// in brackets, `etcd://[::1]:2379`), or `unix:///ABSOLUTE/PATH` (an embedded
+    /// coordinator's socket).
     fn from_str(s: &str) -> DistributedResult<Self> {
         let bad = |why: &str| {
             DistributedError::Config(format!(
-                "invalid coordinator `{s}`: {why} (expected `local` or `etcd://HOST:PORT[,HOST:PORT...]`)"
+                "invalid coordinator `{s}`: {why} (expected `local`, `etcd://HOST:PORT[,HOST:PORT...]` \
+                 or `unix:///PATH`)"
             ))
         };
         let s = s.trim();
         if s == "local" {
             return Ok(CoordinatorSpec::Local);
+        }
+        if let Some(path) = s.strip_prefix("unix://") {
+            let path = std::path::PathBuf::from(path);
+            if !path.is_absolute() || path.file_name().is_none() {
+                return Err(bad("a socket needs an absolute path"));
+            }
+            return Ok(CoordinatorSpec::Unix { path });
         }
         let Some(rest) = s.strip_prefix("etcd://") else {
             return Err(bad("unknown scheme"));
@@ -770,6 +783,14 @@ mod tests {
                 .to_string(),
             "etcd://a:1,b:2"
         );
+        let unix = "unix:///tmp/x/coordinator.sock";
+        assert_eq!(
+            unix.parse::<CoordinatorSpec>().unwrap(),
+            CoordinatorSpec::Unix {
+                path: "/tmp/x/coordinator.sock".into()
+            }
+        );
+        assert_eq!(unix.parse::<CoordinatorSpec>().unwrap().to_string(), unix);
         for bad in [
             "",
             "etcd://",
@@ -778,6 +799,8 @@ mod tests {
             "etcd://::1",
             "http://a:1",
             "etcd://u@h:1",
+            "unix://",
+            "unix://relative/sock",
         ] {
             assert!(bad.parse::<CoordinatorSpec>().is_err(), "{bad}");
         }

@@ -4,7 +4,7 @@
 //! together. Before their communicators exist they need a way to meet: to exchange the
 //! NCCL/RCCL unique id ([`exchange_unique_id`]), to wait for each other ([`Coordinator::barrier`])
 //! and to learn that one of them died ([`Coordinator::failures`]). That is the [`Coordinator`]
-//! trait. Two implementations:
+//! trait. Three implementations:
 //!
 //! - [`LocalCoordinator`] (this module, the default): the ranks are threads of one process and
 //!   share a [`LocalStore`]. A rank whose coordinator is dropped without
@@ -13,6 +13,10 @@
 //!   package): the ranks are processes, on one host or many, and meet in an etcd v3 cluster.
 //!   Leases with keep-alive are the heartbeats; a watch on the liveness keys reports a rank whose
 //!   lease expired.
+//! - [`EmbeddedCoordinator`] ([`embedded`], Unix): the ranks are processes of one machine, and
+//!   the `xthunk launch` that started them serves their coordinator on a Unix socket
+//!   ([`EmbeddedServer`]): no server to install. Heartbeats on a session connection are the
+//!   liveness; a rank that dies is seen at once (its socket closes), one that hangs after a TTL.
 //!
 //! Where rank, world size, coordinator and job id come from (flags, `XTHUNK_*` variables,
 //! Slurm, Open MPI, Kubernetes indexed jobs) is [`env`](mod@env).
@@ -36,7 +40,12 @@
 
 mod local;
 
+#[cfg(unix)]
+pub mod embedded;
 pub mod env;
+
+#[cfg(unix)]
+pub use embedded::{EmbeddedCoordinator, EmbeddedServer};
 
 pub use env::{ClusterKind, CoordinatorSpec, DistributedConfig, Overrides};
 pub use local::{LocalCoordinator, LocalStore};
@@ -45,6 +54,17 @@ use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::fmt;
 use std::time::Duration;
+
+/// The default lease TTL of a rank (the etcd lease, the embedded coordinator's heartbeat
+/// timeout): a rank that stops renewing it is reported failed within about this long.
+pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
+
+/// The key under which the first rank that learns why the job fails by itself (a rank never
+/// started, a collective timed out, an error) publishes that cause before it leaves, so that
+/// the other ranks and the launcher report it rather than that rank's departure. The
+/// embedded coordinator keeps it until the job ends; etcd deletes it with the publisher's
+/// lease.
+pub const CAUSE_KEY: &str = "xthunk.cause";
 
 /// The name of the barrier [`Coordinator::shutdown`] runs (in a namespace of its own: a user
 /// barrier of the same name is a different barrier).
@@ -88,6 +108,19 @@ pub enum DistributedError {
         timeout: Duration,
         missing: Vec<usize>,
         dead: Vec<usize>,
+    },
+    /// Ranks did not reach the start of the job in time (the start barrier of a job: see
+    /// `xthunk launch --start-timeout`).
+    #[error(
+        "job `{job}`: {} never started: {} not reach the start barrier within {timeout:?} \
+         (`xthunk launch --start-timeout`, XTHUNK_START_TIMEOUT)",
+        list_ranks(missing),
+        if missing.len() == 1 { "it did" } else { "they did" }
+    )]
+    NeverStarted {
+        job: String,
+        missing: Vec<usize>,
+        timeout: Duration,
     },
     /// A rank of the job failed; the job cannot finish.
     #[error("job `{job}`: {failure}")]

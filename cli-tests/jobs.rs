@@ -1,0 +1,443 @@
+//! Jobs of several `xthunk` processes on one machine with no etcd: `xthunk launch` serves the
+//! embedded coordinator to its ranks.
+//!
+//! - four processes compute exactly (byte for byte) what `run --devices 4` computes;
+//! - usage errors (an unknown coordinator, `local` for several processes, a grace shorter
+//!   than the lease TTL) exit 2 before any rank starts;
+//! - a rank killed (SIGKILL) mid-run, `XTHUNK_KILL_REPEATS` times (default 3; CI: 10), or
+//!   stopped (SIGSTOP), makes every survivor exit 1 within the lease TTL + 3 s naming it, the
+//!   launcher names it as the cause, and nothing is left (process, segment, socket folder);
+//! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
+//! - a rank without a reachable coordinator says what to start.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+use xthunk::core::distributed::EmbeddedServer;
+use xthunk::core::host::job_segments;
+
+const BIN: &str = env!("CARGO_BIN_EXE_xthunk");
+/// The lease TTL of the fault tests.
+const TTL: Duration = Duration::from_secs(2);
+const WORLD: usize = 4;
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example(name: &str) -> PathBuf {
+    repo().join(format!("examples/{name}.txtpb"))
+}
+
+fn job_id(name: &str) -> String {
+    static N: AtomicU64 = AtomicU64::new(0);
+    format!(
+        "jobs-{name}-{}-{}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+/// A scratch directory, removed when dropped.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(job_id(name));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A running `xthunk launch`, its lines as they come with their time; killed when dropped.
+struct Launch {
+    child: Child,
+    lines: mpsc::Receiver<(String, Instant)>,
+    seen: Vec<(String, Instant)>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Launch {
+    fn start(launch_args: &[&str], run_args: &[&str], program: &Path) -> Launch {
+        let mut child = Command::new(BIN)
+            .args(["launch", "-n", &WORLD.to_string()])
+            .args(launch_args)
+            .args(["--", "run", "--backend", "host"])
+            .args(run_args)
+            .arg(program)
+            .env_remove("RUST_LOG")
+            .env_remove("XTHUNK_LEASE_TTL")
+            .env_remove("XTHUNK_START_TIMEOUT")
+            .current_dir(repo())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let streams: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for stream in streams {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send((line, Instant::now()));
+                }
+            });
+        }
+        Launch {
+            child,
+            lines: rx,
+            seen: Vec::new(),
+        }
+    }
+
+    fn text(&self) -> String {
+        let lines: Vec<&str> = self.seen.iter().map(|(l, _)| l.as_str()).collect();
+        lines.join("\n")
+    }
+
+    fn wait_for(&mut self, needle: &str, count: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.seen.iter().filter(|l| l.0.contains(needle)).count() < count {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.lines.recv_timeout(left) {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!(
+                    "no {count} lines with {needle:?} in {limit:?}:\n{}",
+                    self.text()
+                ),
+            }
+        }
+    }
+
+    fn wait(&mut self, limit: Duration) -> (ExitStatus, Instant) {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            while let Ok(l) = self.lines.try_recv() {
+                self.seen.push(l);
+            }
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job still ran after {limit:?}:\n{}",
+                self.text()
+            );
+            thread::sleep(Duration::from_millis(10));
+        };
+        let exited = Instant::now();
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        (status, exited)
+    }
+
+    /// Each rank's pid and the job id, from the ranks' first lines.
+    fn pids(&self) -> (BTreeMap<usize, u32>, String) {
+        let mut pids = BTreeMap::new();
+        let mut job = String::new();
+        for (l, _) in &self.seen {
+            if let Some(rest) = l.strip_prefix("[rank ")
+                && let Some((r, rest)) = rest.split_once(']')
+                && let Some((_, p)) = rest.split_once("(pid ")
+                && let Some((p, _)) = p.split_once(')')
+            {
+                pids.insert(r.parse().unwrap(), p.parse().unwrap());
+                if let Some((_, j)) = rest.split_once("job ") {
+                    job = j.split(':').next().unwrap().to_string();
+                }
+            }
+        }
+        (pids, job)
+    }
+
+    fn rank_lines(&self, r: usize) -> Vec<(&str, Instant)> {
+        let prefix = format!("[rank {r}] ");
+        self.seen
+            .iter()
+            .filter_map(|(l, t)| l.strip_prefix(&prefix).map(|l| (l, *t)))
+            .collect()
+    }
+}
+
+fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                let rel = p.strip_prefix(dir).unwrap().display().to_string();
+                out.insert(rel, std::fs::read(&p).unwrap());
+            }
+        }
+    }
+    out
+}
+
+fn summaries(text: &str) -> Vec<String> {
+    let mut v: Vec<String> = text
+        .lines()
+        .map(|l| match l.strip_prefix("[rank ") {
+            Some(rest) => rest.split_once("] ").map_or(l, |x| x.1),
+            None => l,
+        })
+        .filter(|l| l.starts_with("rank ") && l.contains(" output "))
+        .map(str::to_string)
+        .collect();
+    v.sort();
+    v
+}
+
+/// The embedded coordinators' socket folders of this launch (named in the ranks' lines).
+fn socket_dirs(text: &str) -> Vec<PathBuf> {
+    text.lines()
+        .filter_map(|l| l.split_once("coordinator unix://"))
+        .filter_map(|(_, rest)| rest.split(',').next())
+        .filter_map(|sock| Path::new(sock).parent().map(Path::to_path_buf))
+        .collect()
+}
+
+fn assert_nothing_left(text: &str, job: &str, pids: &BTreeMap<usize, u32>) {
+    let segs = job_segments(job);
+    assert!(segs.is_empty(), "job {job} left segments {segs:?}:\n{text}");
+    for (r, pid) in pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "rank {r} (pid {pid}) is still there:\n{text}"
+        );
+    }
+    let dirs = socket_dirs(text);
+    assert!(!dirs.is_empty(), "{text}");
+    for d in dirs {
+        assert!(!d.exists(), "{} was left behind", d.display());
+    }
+}
+
+#[test]
+fn four_processes_without_etcd_compute_what_one_process_computes() {
+    let scratch = Scratch::new("outputs");
+    let (spmd_dir, job_dir) = (scratch.0.join("spmd"), scratch.0.join("job"));
+    for program in ["dp_step", "permute_ring"] {
+        let (spmd_dir, job_dir) = (spmd_dir.join(program), job_dir.join(program));
+        let spmd: Output = Command::new(BIN)
+            .args(["run", "--backend", "host", "--devices", "4", "--seed", "7"])
+            .arg("--output-dir")
+            .arg(&spmd_dir)
+            .arg(example(program))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(spmd.status.success(), "{spmd:?}");
+        let job = job_id(program);
+        let mut launch = Launch::start(
+            &["--job-id", &job],
+            &["--seed", "7", "--output-dir", job_dir.to_str().unwrap()],
+            &example(program),
+        );
+        let (status, _) = launch.wait(Duration::from_secs(120));
+        let text = launch.text();
+        assert!(status.success(), "{text}");
+        assert!(text.contains("embedded coordinator unix://"), "{text}");
+        let (want, got) = (files(&spmd_dir), files(&job_dir));
+        assert!(!want.is_empty());
+        assert_eq!(want, got, "{program}: the files differ\n{text}");
+        let want_summaries = summaries(&String::from_utf8_lossy(&spmd.stdout));
+        assert_eq!(want_summaries.len(), want.len());
+        assert_eq!(want_summaries, summaries(&text));
+        let (pids, _) = launch.pids();
+        assert_eq!(pids.len(), WORLD);
+        assert_nothing_left(&text, &job, &pids);
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_before_any_rank_starts() {
+    for (args, needle) in [
+        (&["--coordinator", "local"][..], "--coordinator local"),
+        (&["--coordinator", "zk://a:1"][..], "invalid coordinator"),
+        (
+            &["--grace", "1", "--lease-ttl", "2"][..],
+            "shorter than the lease TTL",
+        ),
+        (&["--lease-ttl", "0"][..], "positive"),
+    ] {
+        let o = Command::new(BIN)
+            .args(["launch", "-n", "2"])
+            .args(args)
+            .args(["--", "run", "--backend", "host"])
+            .arg(example("dp_step"))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {err}");
+        assert!(err.contains(needle), "{args:?}: {err}");
+        assert!(!err.contains("[rank"), "{args:?}: a rank started: {err}");
+    }
+}
+
+fn kill_repeats() -> usize {
+    std::env::var("XTHUNK_KILL_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+}
+
+/// Starts a long job, waits until every rank started (plus `after`), sends `signal` to
+/// `victim`, and checks that every survivor exits 1 within the TTL + 3 s naming it (with
+/// `why` in the reason), that the launcher names it as the cause, and that nothing is left.
+fn fault(victim: usize, signal: &str, after: Duration, why: &[&str]) -> Duration {
+    let program = example("dp_step");
+    let ttl = TTL.as_secs().to_string();
+    let mut launch = Launch::start(
+        &["--lease-ttl", &ttl],
+        &["--iterations", "100000000"],
+        &program,
+    );
+    launch.wait_for("started", WORLD, Duration::from_secs(60));
+    let (pids, job) = launch.pids();
+    assert_eq!(pids.len(), WORLD, "{}", launch.text());
+    thread::sleep(after);
+    let kill = Command::new("kill")
+        .args([signal, &pids[&victim].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let hit = Instant::now();
+    let limit = TTL + Duration::from_secs(3);
+    // The survivors exit within the limit; a stopped victim is killed after the grace.
+    let (status, _) = launch.wait(limit + TTL + Duration::from_secs(30));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let mut slowest = Duration::ZERO;
+    for r in (0..WORLD).filter(|r| *r != victim) {
+        let lines = launch.rank_lines(r);
+        let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+            panic!("rank {r} printed no error:\n{text}");
+        };
+        assert!(
+            line.contains(&format!("rank {victim} failed")) && why.iter().any(|w| line.contains(w)),
+            "rank {r} does not name rank {victim} ({why:?}): {line}\n{text}"
+        );
+        let took = at.saturating_duration_since(hit);
+        assert!(took < limit, "rank {r} took {took:?}:\n{text}");
+        slowest = slowest.max(took);
+        assert!(
+            text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+            "rank {r} did not exit 1 on its own:\n{text}"
+        );
+    }
+    let last = text.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with("error: job ") && last.contains(&format!("rank {victim} failed")),
+        "the launcher's last line does not name rank {victim}: {last}\n{text}"
+    );
+    assert_nothing_left(&text, &job, &pids);
+    slowest
+}
+
+#[test]
+fn a_killed_rank_fails_every_survivor_promptly_naming_it() {
+    let mut latencies = vec![];
+    for i in 0..kill_repeats() {
+        let victim = [2, 0, 3, 1][i % 4];
+        let after = Duration::from_millis([0, 150, 300, 700][i % 4]);
+        // The launcher (reaping it) or the coordinator (its socket closing) says it first.
+        let why = ["signal: 9", "closed without a clean shutdown"];
+        latencies.push(fault(victim, "-KILL", after, &why));
+    }
+    eprintln!("detection latencies after SIGKILL: {latencies:.2?}");
+}
+
+#[test]
+fn a_stopped_rank_is_named_after_the_lease_ttl() {
+    let took = fault(1, "-STOP", Duration::from_millis(200), &["no heartbeat"]);
+    // The last heartbeat came up to a third of the TTL before the stop.
+    assert!(took >= TTL * 2 / 3 - Duration::from_millis(300), "{took:?}");
+}
+
+fn rank(server: &EmbeddedServer, job: &str, rank: usize, world: usize, start: &str) -> Child {
+    Command::new(BIN)
+        .args(["run", "--backend", "host"])
+        .arg(example("dp_step"))
+        .env("XTHUNK_RANK", rank.to_string())
+        .env("XTHUNK_WORLD_SIZE", world.to_string())
+        .env("XTHUNK_JOB_ID", job)
+        .env("XTHUNK_COORDINATOR", server.spec().to_string())
+        .env("XTHUNK_START_TIMEOUT", start)
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+#[test]
+fn ranks_whose_peer_never_starts_warn_then_name_it_at_the_start_timeout() {
+    let server = EmbeddedServer::start().unwrap();
+    let job = job_id("never");
+    let started = Instant::now();
+    let ranks: Vec<Child> = (0..2).map(|r| rank(&server, &job, r, 3, "6")).collect();
+    for (r, child) in ranks.into_iter().enumerate() {
+        let o = child.wait_with_output().unwrap();
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {err}");
+        assert!(
+            err.contains("rank 2 never started") && err.contains("within 6s"),
+            "rank {r}: {err}"
+        );
+        if r == 0 {
+            assert!(err.contains("waiting for rank 2 to start"), "{err}");
+        }
+    }
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(6 + 5), "{took:?}");
+}
+
+#[test]
+fn a_rank_without_its_coordinator_says_what_to_start() {
+    let server = EmbeddedServer::start().unwrap();
+    let spec = server.spec();
+    drop(server);
+    let o = Command::new(BIN)
+        .args(["run", "--backend", "host"])
+        .arg(example("dp_step"))
+        .env("XTHUNK_RANK", "0")
+        .env("XTHUNK_WORLD_SIZE", "2")
+        .env("XTHUNK_JOB_ID", "orphan")
+        .env("XTHUNK_COORDINATOR", spec.to_string())
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(err.contains("xthunk launch -n N"), "{err}");
+    assert!(err.contains("XTHUNK_COORDINATOR=etcd://"), "{err}");
+}
