@@ -7,11 +7,12 @@ use std::io::Write;
 use std::path::Path;
 use xthunk::ir::ModuleImage;
 
-/// A compile target: a CUDA SM (`sm_90`, or `compute_90` for PTX) or an AMD gfx target.
+/// A compile target's vendor, as the vendor crates tell their target names apart: a CUDA SM
+/// (`sm_90`, or `compute_90` for PTX) or an AMD gfx target.
 fn vendor_of(target: &str) -> Option<&'static str> {
-    if target.starts_with("sm_") || target.starts_with("compute_") {
+    if xthunk::CudaTarget::claims(target) {
         Some("cuda")
-    } else if target.starts_with("gfx") {
+    } else if xthunk::RocmTarget::claims(target) {
         Some("rocm")
     } else {
         None
