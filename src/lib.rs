@@ -22,7 +22,9 @@ pub use xthunk_core::builder;
 pub use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
 pub use xthunk_core::ir;
 pub use xthunk_core::{Error, Result};
+pub use xthunk_cuda::Target as CudaTarget;
 pub use xthunk_proto as proto;
+pub use xthunk_rocm::Target as RocmTarget;
 
 mod cliques;
 pub use cliques::{BackendCollectives, BindDevice, NcclCliqueFactory};

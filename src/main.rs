@@ -20,7 +20,6 @@ mod cli {
 use clap::{ArgAction, Parser, Subcommand};
 use cli::error::{CliError, CliResult, one_line};
 use std::io::Write;
-use std::path::PathBuf;
 use std::process::ExitCode;
 
 const AFTER_HELP: &str = "\
@@ -69,30 +68,13 @@ enum Command {
     #[command(after_help = RUN_AFTER_HELP)]
     Run(cli::run::RunArgs),
     /// Print a readable listing of a program: signature, allocations, modules, thunk tree.
-    Inspect {
-        /// The program file (.txtpb or .pb).
-        program: PathBuf,
-    },
+    Inspect(cli::inspect::InspectArgs),
     /// Convert a program between text (.txtpb) and binary (.pb), by extension; validates it.
-    Convert {
-        /// The program to read.
-        input: PathBuf,
-        /// The file to write (atomically: a temporary file, then a rename).
-        output: PathBuf,
-    },
+    Convert(cli::convert::ConvertArgs),
     /// Compile every portable kernel module ahead of time for GPU targets (sm_80, sm_90,
     /// compute_90 for PTX, gfx90a, ...) and store the images in the program beside the
     /// portable source; needs only the compiler (NVRTC, hipRTC), no GPU.
-    Compile {
-        /// The program to read.
-        program: PathBuf,
-        /// A target (repeatable): sm_NN / compute_NN (CUDA) or gfxNNN (AMD).
-        #[arg(long = "target", required = true)]
-        targets: Vec<String>,
-        /// The program to write (.pb or .txtpb).
-        #[arg(short, long)]
-        output: PathBuf,
-    },
+    Compile(cli::compile::CompileArgs),
     /// List every backend of this build: available (version, devices) or why not.
     Devices,
     /// Start N local processes of one job: ranks 0..N-1, each this xthunk binary running
@@ -135,17 +117,9 @@ fn init_logging(verbose: u8) {
 fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
     match cli.command {
         Command::Run(args) => cli::run::run(&args, out)?,
-        Command::Inspect { program } => {
-            let exe =
-                xthunk::proto::load_file(&program).map_err(|e| CliError::program(&program, e))?;
-            out.write_all(cli::inspect::listing(&exe).as_bytes())?;
-        }
-        Command::Convert { input, output } => cli::convert::convert(&input, &output, out)?,
-        Command::Compile {
-            program,
-            targets,
-            output,
-        } => cli::compile::compile(&program, &targets, &output, out)?,
+        Command::Inspect(args) => cli::inspect::inspect(&args, out)?,
+        Command::Convert(args) => cli::convert::convert(&args, out)?,
+        Command::Compile(args) => cli::compile::compile(&args, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
         Command::Launch(args) => return cli::launch::launch(&args, out),
         Command::Conformance(args) => {

@@ -14,6 +14,12 @@ pub enum Target {
 }
 
 impl Target {
+    /// Whether `s` is written as a CUDA target (`sm_…` or `compute_…`), well-formed or not
+    /// ([`Target::parse`] says whether it is): how a tool tells CUDA targets from others.
+    pub fn claims(s: &str) -> bool {
+        s.starts_with("sm_") || s.starts_with("compute_")
+    }
+
     /// Parses `sm_90`, `sm_90a`-style names are not accepted (`a` features are not portable);
     /// `compute_80`.
     pub fn parse(s: &str) -> Result<Target, Error> {
@@ -82,5 +88,11 @@ mod tests {
             assert!(Target::parse(bad).is_err(), "{bad}");
         }
         assert_eq!(Target::Sm(90).to_string(), "sm_90");
+        for claimed in ["sm_90", "compute_80", "sm_", "sm_90a"] {
+            assert!(Target::claims(claimed), "{claimed}");
+        }
+        for other in ["sm90", "gfx90a", ""] {
+            assert!(!Target::claims(other), "{other}");
+        }
     }
 }

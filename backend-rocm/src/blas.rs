@@ -211,41 +211,41 @@ impl Drop for BlasHandle {
 
 /// alpha or beta in the compute type.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub enum Scale {
+pub(crate) enum Scale {
     F32(f32),
     F64(f64),
 }
 
 /// A column-major rocBLAS call computing a row-major IR gemm.
 #[derive(Clone, Debug, PartialEq)]
-pub struct GemmPlan {
-    pub op_a: sys::rocblas_operation,
-    pub op_b: sys::rocblas_operation,
-    pub m: i32,
-    pub n: i32,
-    pub k: i32,
+pub(crate) struct GemmPlan {
+    pub(crate) op_a: sys::rocblas_operation,
+    pub(crate) op_b: sys::rocblas_operation,
+    pub(crate) m: i32,
+    pub(crate) n: i32,
+    pub(crate) k: i32,
     /// Address of rocBLAS' A (the IR's B).
-    pub a: u64,
-    pub lda: i32,
-    pub stride_a: i64,
+    pub(crate) a: u64,
+    pub(crate) lda: i32,
+    pub(crate) stride_a: i64,
     /// Address of rocBLAS' B (the IR's A).
-    pub b: u64,
-    pub ldb: i32,
-    pub stride_b: i64,
-    pub c: u64,
-    pub ldc: i32,
-    pub stride_c: i64,
-    pub batch: i32,
-    pub ab_type: sys::rocblas_datatype,
-    pub c_type: sys::rocblas_datatype,
-    pub compute_type: sys::rocblas_datatype,
-    pub alpha: Scale,
-    pub beta: Scale,
+    pub(crate) b: u64,
+    pub(crate) ldb: i32,
+    pub(crate) stride_b: i64,
+    pub(crate) c: u64,
+    pub(crate) ldc: i32,
+    pub(crate) stride_c: i64,
+    pub(crate) batch: i32,
+    pub(crate) ab_type: sys::rocblas_datatype,
+    pub(crate) c_type: sys::rocblas_datatype,
+    pub(crate) compute_type: sys::rocblas_datatype,
+    pub(crate) alpha: Scale,
+    pub(crate) beta: Scale,
 }
 
 /// Plans a gemm: the dtype mapping, the shape check ([`xthunk_core::ir::Gemm::check`]), the
 /// row-major → column-major swap and the 32-bit limits. `None` when there is nothing to do.
-pub fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
+pub(crate) fn plan(g: &GemmLaunch) -> Result<Option<GemmPlan>> {
     let (ab_type, compute_type) = match g.dtype {
         DType::F32 => (sys::rocblas_datatype_f32_r, sys::rocblas_datatype_f32_r),
         DType::F64 => (sys::rocblas_datatype_f64_r, sys::rocblas_datatype_f64_r),

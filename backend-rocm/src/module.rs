@@ -34,7 +34,7 @@ use xthunk_core::{Error, Result};
 
 /// The image a device will use.
 #[derive(Debug, PartialEq, Eq)]
-pub enum ImageChoice<'a> {
+pub(crate) enum ImageChoice<'a> {
     /// A code object, with its label.
     Hsaco { arch: &'a str, data: &'a [u8] },
     /// Portable source to compile for the device.
@@ -43,7 +43,7 @@ pub enum ImageChoice<'a> {
 
 /// Picks the image for a device (see the module documentation); the error names what the
 /// module has and what the device needs.
-pub fn select_image<'a>(
+pub(crate) fn select_image<'a>(
     module: &'a Module,
     device: &Target,
 ) -> std::result::Result<ImageChoice<'a>, String> {
@@ -86,7 +86,7 @@ pub fn select_image<'a>(
 
 /// The code object of an HSACO image for `device`, and the target it is for: the image
 /// itself, or the matching entry of a clang offload bundle (`hipcc --genco` output).
-pub fn device_code<'a>(
+pub(crate) fn device_code<'a>(
     data: &'a [u8],
     arch: &str,
     device: &Target,
@@ -337,7 +337,7 @@ impl KernelArgs {
 }
 
 /// The C size of a scalar argument.
-pub fn scalar_size(s: &Scalar) -> u64 {
+pub(crate) fn scalar_size(s: &Scalar) -> u64 {
     match s {
         Scalar::Pred(_) | Scalar::I8(_) | Scalar::U8(_) => 1,
         Scalar::F16(_) | Scalar::BF16(_) => 2,
@@ -348,7 +348,7 @@ pub fn scalar_size(s: &Scalar) -> u64 {
 
 /// A scalar's slot: its C representation in the first bytes (host byte order, as the GPU
 /// reads it), zeros after.
-pub fn scalar_slot(s: &Scalar) -> u64 {
+pub(crate) fn scalar_slot(s: &Scalar) -> u64 {
     let mut b = [0u8; 8];
     match *s {
         Scalar::Pred(v) => b[0] = v as u8,
@@ -394,7 +394,9 @@ pub(crate) fn marshal(
     })
 }
 
-/// The arguments against the code object's explicit parameters: count, size, kind.
+/// The arguments against the code object's explicit parameters: count, size, kind. Public
+/// only for the crate's integration tests.
+#[doc(hidden)]
 pub fn check_against_metadata(kernel: &str, params: &[ArgInfo], args: &[LaunchArg]) -> Result<()> {
     let err = |message: String| Error::Kernel {
         kernel: kernel.to_string(),

@@ -12,6 +12,8 @@ use xthunk_core::Error;
 pub(crate) const BACKEND: &str = "rocm";
 
 /// Name and message of a `hipError_t` (values from `hip_runtime_api.h`, ROCm 5.2 and 6.x).
+/// Public only for the crate's integration tests.
+#[doc(hidden)]
 pub fn hip_error_info(code: sys::hipError_t) -> (&'static str, &'static str) {
     match code {
         0 => ("hipSuccess", "success"),
@@ -152,14 +154,14 @@ pub fn hip_error_info(code: sys::hipError_t) -> (&'static str, &'static str) {
 }
 
 /// `hipErrorNoDevice (100): no AMD GPU`.
-pub fn hip_describe(code: sys::hipError_t) -> String {
+pub(crate) fn hip_describe(code: sys::hipError_t) -> String {
     let (name, message) = hip_error_info(code);
     format!("{name} ({code}): {message}")
 }
 
 /// True for the codes that mean "this machine has no usable AMD GPU" when `hipInit` or
 /// `hipGetDeviceCount` return them.
-pub fn means_no_device(code: sys::hipError_t) -> bool {
+pub(crate) fn means_no_device(code: sys::hipError_t) -> bool {
     code == sys::hipErrorNoDevice || code == sys::hipErrorInvalidDevice
 }
 
@@ -192,7 +194,7 @@ pub(crate) fn hip_error(call: &str, code: sys::hipError_t) -> Error {
 }
 
 /// `HIPRTC_ERROR_COMPILATION (6)`.
-pub fn hiprtc_describe(code: sys::hiprtcResult) -> String {
+pub(crate) fn hiprtc_describe(code: sys::hiprtcResult) -> String {
     let name = match code {
         0 => "HIPRTC_SUCCESS",
         1 => "HIPRTC_ERROR_OUT_OF_MEMORY",
@@ -213,7 +215,7 @@ pub fn hiprtc_describe(code: sys::hiprtcResult) -> String {
 }
 
 /// `AMD_COMGR_STATUS_ERROR_INVALID_ARGUMENT (2)`.
-pub fn comgr_describe(code: sys::amd_comgr_status_t) -> String {
+pub(crate) fn comgr_describe(code: sys::amd_comgr_status_t) -> String {
     let name = match code {
         0 => "AMD_COMGR_STATUS_SUCCESS",
         1 => "AMD_COMGR_STATUS_ERROR",
@@ -225,7 +227,7 @@ pub fn comgr_describe(code: sys::amd_comgr_status_t) -> String {
 }
 
 /// `rocblas_status_invalid_size (4)`.
-pub fn rocblas_describe(code: sys::rocblas_status) -> String {
+pub(crate) fn rocblas_describe(code: sys::rocblas_status) -> String {
     let name = match code {
         0 => "rocblas_status_success",
         1 => "rocblas_status_invalid_handle",

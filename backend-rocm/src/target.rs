@@ -17,6 +17,12 @@ pub struct Target {
 }
 
 impl Target {
+    /// Whether `s` is written as an AMD target (`gfx…`), well-formed or not
+    /// ([`Target::parse`] says whether it is): how a tool tells AMD targets from others.
+    pub fn claims(s: &str) -> bool {
+        s.starts_with("gfx")
+    }
+
     /// Parses and validates a target name (a `gcnArchName` or a `--target` argument).
     pub fn parse(s: &str) -> Result<Target, CompileError> {
         let invalid = |reason: &str| CompileError::InvalidTarget {
@@ -119,6 +125,8 @@ mod tests {
                 "{bad}"
             );
         }
+        assert!(Target::claims("gfx90a") && Target::claims("gfxZZ"));
+        assert!(!Target::claims("sm_90") && !Target::claims("GFX90A"));
     }
 
     #[test]

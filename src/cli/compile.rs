@@ -4,14 +4,28 @@
 
 use super::error::{CliError, CliResult};
 use std::io::Write;
-use std::path::Path;
+use std::path::PathBuf;
 use xthunk::ir::ModuleImage;
 
-/// A compile target: a CUDA SM (`sm_90`, or `compute_90` for PTX) or an AMD gfx target.
+/// `xthunk compile` as parsed (its command-line arguments).
+#[derive(Debug, clap::Args)]
+pub struct CompileArgs {
+    /// The program to read.
+    pub program: PathBuf,
+    /// A target (repeatable): sm_NN / compute_NN (CUDA) or gfxNNN (AMD).
+    #[arg(long = "target", required = true)]
+    pub targets: Vec<String>,
+    /// The program to write (.pb or .txtpb).
+    #[arg(short, long)]
+    pub output: PathBuf,
+}
+
+/// A compile target's vendor, as the vendor crates tell their target names apart: a CUDA SM
+/// (`sm_90`, or `compute_90` for PTX) or an AMD gfx target.
 fn vendor_of(target: &str) -> Option<&'static str> {
-    if target.starts_with("sm_") || target.starts_with("compute_") {
+    if xthunk::CudaTarget::claims(target) {
         Some("cuda")
-    } else if target.starts_with("gfx") {
+    } else if xthunk::RocmTarget::claims(target) {
         Some("rocm")
     } else {
         None
@@ -20,12 +34,8 @@ fn vendor_of(target: &str) -> Option<&'static str> {
 
 /// Compiles the `Standard` and `Source` images of every module for every target and writes
 /// the program (with the new images added, replacing older images for the same target).
-pub fn compile(
-    input: &Path,
-    targets: &[String],
-    output: &Path,
-    out: &mut dyn Write,
-) -> CliResult<()> {
+pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
+    let (input, targets, output) = (args.program.as_path(), &args.targets, args.output.as_path());
     xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
     let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
     for t in targets {

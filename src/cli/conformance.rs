@@ -1,6 +1,5 @@
 //! `xthunk conformance`: the conformance suite on one or every backend.
 
-use super::devices::KNOWN_BACKENDS;
 use super::error::{CliError, CliResult};
 use std::io::Write;
 use xthunk::Runtime;
@@ -41,35 +40,20 @@ pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) ->
             )));
         }
     }
-    // By default every backend of this build, then the known ones it lacks (shown as skipped).
+    // By default every backend of this build, in the registry's order.
     let names: Vec<String> = match &args.backend {
         Some(b) => vec![b.clone()],
-        None => {
-            let mut v: Vec<String> = rt
-                .registry()
-                .names()
-                .iter()
-                .map(|s| s.to_string())
-                .collect();
-            for k in KNOWN_BACKENDS {
-                if !v.iter().any(|n| n == k) {
-                    v.push(k.to_string());
-                }
-            }
-            v
-        }
+        None => rt
+            .registry()
+            .names()
+            .iter()
+            .map(|s| s.to_string())
+            .collect(),
     };
     let mut ran = 0usize;
     let mut failed = false;
     for name in &names {
         let Some(backend) = rt.registry().get(name) else {
-            if KNOWN_BACKENDS.contains(&name.as_str()) {
-                writeln!(
-                    out,
-                    "conformance: backend {name} SKIPPED: not built into this binary (planned)"
-                )?;
-                continue;
-            }
             return Err(CliError::Usage(format!(
                 "unknown backend `{name}` (this build has: {})",
                 rt.registry().names().join(", ")

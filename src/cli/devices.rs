@@ -4,9 +4,6 @@ use super::error::CliResult;
 use std::io::Write;
 use xthunk::Runtime;
 
-/// Backends xthunk knows of; those missing from this build's registry are listed as such.
-pub const KNOWN_BACKENDS: [&str; 3] = ["cuda", "rocm", "host"];
-
 /// `12.5 GiB`, `512.0 MiB`.
 pub fn human_bytes(n: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -55,15 +52,6 @@ pub fn devices(rt: &Runtime, out: &mut dyn Write) -> CliResult<()> {
                 status.name,
                 super::error::one_line(&e)
             )?,
-        }
-    }
-    let built = rt.registry().names();
-    for name in KNOWN_BACKENDS {
-        if !built.contains(&name) {
-            writeln!(
-                out,
-                "{name}: unavailable: not built into this binary (planned)"
-            )?;
         }
     }
     Ok(())

@@ -5,10 +5,27 @@
 //! in [`describe`]. A new thunk kind needs one arm there; until it has one, it is listed with
 //! its kind and buffer uses.
 
+use super::error::{CliError, CliResult};
 use std::fmt::Write as _;
+use std::path::PathBuf;
 use xthunk::ir::{
     AllocationKind, Executable, GemmThunk, KernelArg, KernelThunk, MemsetPattern, Thunk, ThunkPath,
 };
+
+/// `xthunk inspect` as parsed (its command-line arguments).
+#[derive(Debug, clap::Args)]
+pub struct InspectArgs {
+    /// The program file (.txtpb or .pb).
+    pub program: PathBuf,
+}
+
+/// Reads the program and prints its listing on `out`.
+pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()> {
+    let program = &args.program;
+    let exe = xthunk::proto::load_file(program).map_err(|e| CliError::program(program, e))?;
+    out.write_all(listing(&exe).as_bytes())?;
+    Ok(())
+}
 
 /// The whole listing.
 pub fn listing(exe: &Executable) -> String {

@@ -1,12 +1,12 @@
 //! What is unsupported or expected to fail, each with why: declared by check name on a
-//! [`Subject`](crate::Subject) ([`Expectations`]), or decided here from what the device and the
-//! clique provider say of themselves (the `emulated` flag of [`DeviceInfo`], the provider's
-//! [`Undetected`](xthunk_core::collectives::Undetected) failures) — never from the backend's
-//! name, so a gap of the driver emulator never disables a check on a real GPU, and a gap of one
-//! clique provider never disables it on another.
+//! [`Subject`](crate::Subject) ([`Expectations`]), or decided here from what the clique provider
+//! says of itself (its [`Undetected`](xthunk_core::collectives::Undetected) failures and
+//! [`KnownGaps`], which it decides from its devices, e.g. their `emulated` flag) — never from
+//! the backend's name, so a gap of the driver emulator never disables a check on a real GPU,
+//! and a gap of one clique provider never disables it on another.
 
 use crate::{Check, Collectives, Provoked};
-use xthunk_core::backend::DeviceInfo;
+use xthunk_core::collectives::KnownGaps;
 
 /// What is declared about a check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,15 +57,15 @@ impl Expectations {
     }
 }
 
-/// Runs the multi-rank collective checks on emulated devices anyway (see [`emulated_gap`]).
+/// Runs the multi-rank collective checks anyway where the clique provider declares them a gap
+/// (see [`multi_rank_gap`]).
 pub const RUN_EMULATED_RANKS: &str = "XTHUNK_CONFORMANCE_NCCL_RANKS";
 
-/// What holds for `check` on the device `device` (with `collectives`, for collective checks),
-/// first match wins: the subject's `declared` expectations; a failure the check provokes that
-/// the clique provider does not detect; a known gap of the driver emulator on emulated devices.
+/// What holds for `check` on `backend` (with `collectives`, for collective checks), first
+/// match wins: the subject's `declared` expectations; a failure the check provokes that the
+/// clique provider does not detect; a gap the clique provider declares of itself.
 pub(crate) fn expectation(
     declared: &Expectations,
-    device: &DeviceInfo,
     backend: &str,
     collectives: Option<&Collectives>,
     check: &Check,
@@ -84,65 +84,51 @@ pub(crate) fn expectation(
             return Some(Expectation::Unsupported(why.into()));
         }
     }
-    emulated_gap(
-        device,
+    multi_rank_gap(
+        collectives.and_then(|c| c.known_gaps()).unwrap_or_default(),
         backend,
         check.ranks(),
         std::env::var_os(RUN_EMULATED_RANKS).is_some(),
     )
 }
 
-/// The driver emulator's known gap: on an emulated device, the collective checks on more than
-/// one rank are unsupported (unless `run_anyway`, from [`RUN_EMULATED_RANKS`]). On real GPUs they
-/// run.
-///
-/// Through the emulator's NCCL, `collectives/all_to_all_i8_2ranks` (1-byte blocks) fails; the
-/// failure leaves a sticky launch error on the contexts of devices 0 and 1, so later 2-rank
-/// checks fail and 3- and 4-rank checks wait at clique init for ranks that already gave up
-/// (until the terminate timeout). nccl/tests/provider.rs covers 2- and 4-rank NCCL/RCCL on the
-/// emulator through the executor.
-pub fn emulated_gap(
-    device: &DeviceInfo,
+/// A check on more than one rank where the clique provider declares multi-rank collectives a
+/// gap of its own ([`KnownGaps::multi_rank`], e.g. NCCL/RCCL on emulated devices) is
+/// unsupported, unless `run_anyway` (from [`RUN_EMULATED_RANKS`]). Elsewhere it runs.
+pub fn multi_rank_gap(
+    gaps: KnownGaps,
     backend: &str,
     ranks: usize,
     run_anyway: bool,
 ) -> Option<Expectation> {
-    (device.emulated && ranks > 1 && !run_anyway).then(|| {
-        Expectation::Unsupported(format!(
-            "multi-rank collective checks on {backend} are disabled: an emulated NCCL all-to-all \
-             failure poisons later checks (single-rank checks run)"
-        ))
-    })
+    let why = gaps.multi_rank.filter(|_| ranks > 1 && !run_anyway)?;
+    Some(Expectation::Unsupported(format!(
+        "multi-rank collective checks on {backend} are disabled: {why} (single-rank checks run)"
+    )))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use xthunk_core::backend::Vendor;
-
-    fn device(emulated: bool) -> DeviceInfo {
-        DeviceInfo {
-            ordinal: 0,
-            name: "test device".into(),
-            vendor: Vendor::Nvidia,
-            arch: "sm_90".into(),
-            total_memory: 1 << 30,
-            compute_units: 1,
-            emulated,
-        }
-    }
 
     #[test]
-    fn the_emulator_gap_is_decided_by_the_emulated_flag() {
-        let gap = emulated_gap(&device(true), "cuda", 2, false);
-        assert!(
-            matches!(&gap, Some(Expectation::Unsupported(m)) if m.contains("multi-rank collective checks on cuda")),
-            "{gap:?}"
+    fn the_multi_rank_gap_is_the_providers_declaration() {
+        let declared = KnownGaps {
+            multi_rank: Some("a poisoning failure"),
+        };
+        let gap = multi_rank_gap(declared, "cuda", 2, false);
+        assert_eq!(
+            gap,
+            Some(Expectation::Unsupported(
+                "multi-rank collective checks on cuda are disabled: a poisoning failure \
+                 (single-rank checks run)"
+                    .into()
+            ))
         );
-        // One rank, a real device, or the override: the check runs.
-        assert_eq!(emulated_gap(&device(true), "cuda", 1, false), None);
-        assert_eq!(emulated_gap(&device(false), "cuda", 4, false), None);
-        assert_eq!(emulated_gap(&device(true), "rocm", 4, true), None);
+        // One rank, a provider without the gap, or the override: the check runs.
+        assert_eq!(multi_rank_gap(declared, "cuda", 1, false), None);
+        assert_eq!(multi_rank_gap(KnownGaps::default(), "cuda", 4, false), None);
+        assert_eq!(multi_rank_gap(declared, "rocm", 4, true), None);
     }
 
     #[test]

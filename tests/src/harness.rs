@@ -134,20 +134,9 @@ impl Subject {
             })
     }
 
-    /// What holds for `check` on `device`.
-    fn expectation(
-        &self,
-        device: &Arc<dyn Device>,
-        collectives: Option<&Collectives>,
-        check: &Check,
-    ) -> Option<Expectation> {
-        expect::expectation(
-            &self.declared,
-            device.info(),
-            self.name(),
-            collectives,
-            check,
-        )
+    /// What holds for `check` on this subject's backend.
+    fn expectation(&self, collectives: Option<&Collectives>, check: &Check) -> Option<Expectation> {
+        expect::expectation(&self.declared, self.name(), collectives, check)
     }
 }
 
@@ -177,7 +166,7 @@ fn run_one(
     check: &Check,
 ) -> CheckReport {
     let start = Instant::now();
-    let exp = subject.expectation(device, collectives, check);
+    let exp = subject.expectation(collectives, check);
     if let Some(outcome) = precheck(exp.as_ref(), collectives, check) {
         return CheckReport {
             name: check.name.clone(),
@@ -289,7 +278,7 @@ pub(crate) fn trials_of(subject: Subject, checks: Vec<Check>) -> Vec<libtest_mim
         .map(|c| {
             let trial_name = format!("{name}::{}", c.name);
             // Checks that cannot run here are listed as ignored, with why.
-            let exp = subject.expectation(&device, collectives.as_deref(), &c);
+            let exp = subject.expectation(collectives.as_deref(), &c);
             match precheck(exp.as_ref(), collectives.as_deref(), &c) {
                 Some(Outcome::Skipped(why)) => {
                     return ignored(trial_name, format!("skipped: {why}"));

@@ -197,12 +197,7 @@ impl RawGemmCall<'_> {
         check_lent("gemm operand a", a.0, la, &[self.a])?;
         check_lent("gemm operand b", b.0, lb, &[self.b])?;
         check_lent("gemm operand c", c.0, lc, &[self.c])?;
-        if overlap(c.0, lc, a.0, la) || overlap(c.0, lc, b.0, lb) {
-            return Err(Error::InvalidArgument(
-                "raw gemm: the output overlaps an input".into(),
-            ));
-        }
-        Ok(GemmLaunch {
+        let launch = GemmLaunch {
             a: DeviceRange { ptr: a, len: la },
             b: DeviceRange { ptr: b, len: lb },
             c: DeviceRange { ptr: c, len: lc },
@@ -221,7 +216,11 @@ impl RawGemmCall<'_> {
             stride_a: 0,
             stride_b: 0,
             stride_c: 0,
-        })
+        };
+        launch
+            .check_disjoint()
+            .map_err(|e| Error::InvalidArgument(format!("raw gemm: {}", e.message)))?;
+        Ok(launch)
     }
 
     /// `m`, `n` and `k` as the 32-bit `int`s a vendor BLAS (`blas`, for the message) takes.

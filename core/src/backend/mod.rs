@@ -199,6 +199,13 @@ impl GemmOperand for DeviceRange {
     fn describe_start(&self) -> String {
         format!("address {}", self.ptr)
     }
+    fn overlaps(&self, other: &Self) -> bool {
+        let (a, b) = (self.ptr.0, other.ptr.0);
+        self.len > 0
+            && other.len > 0
+            && a < b.saturating_add(other.len)
+            && b < a.saturating_add(self.len)
+    }
 }
 
 /// A gemm with resolved operands: the [`crate::ir::GemmThunk`]'s shape over device ranges.

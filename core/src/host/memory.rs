@@ -93,11 +93,6 @@ impl Region {
     pub(crate) fn len(&self) -> usize {
         self.len
     }
-    /// Absolute address range, for overlap checks.
-    pub(crate) fn range(&self) -> (usize, usize) {
-        let start = self.ptr() as usize;
-        (start, start + self.len)
-    }
 }
 
 impl MemoryRegistry {

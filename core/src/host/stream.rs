@@ -379,12 +379,9 @@ impl Stream for HostStream {
         let a = self.region(g.a.ptr, g.a.len)?;
         let b = self.region(g.b.ptr, g.b.len)?;
         let c = self.region(g.c.ptr, g.c.len)?;
-        let overlaps = |x: (usize, usize), y: (usize, usize)| x.0 < y.1 && y.0 < x.1;
-        if overlaps(c.range(), a.range()) || overlaps(c.range(), b.range()) {
-            return Err(Error::InvalidArgument(
-                "gemm output overlaps an input".into(),
-            ));
-        }
+        // Host addresses are device addresses: the ranges overlap as the regions do.
+        g.check_disjoint()
+            .map_err(|e| Error::InvalidArgument(format!("gemm: {e}")))?;
         let g = *g;
         self.work(move || super::gemm::run(&g, &a, &b, &c))
     }

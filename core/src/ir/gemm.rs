@@ -72,6 +72,8 @@ pub trait GemmOperand: Copy {
     fn describe(&self) -> String;
     /// Its start in errors, e.g. `offset 6`.
     fn describe_start(&self) -> String;
+    /// Whether the two operands share a byte (operands of no bytes share none).
+    fn overlaps(&self, other: &Self) -> bool;
 }
 
 impl GemmOperand for Slice {
@@ -86,6 +88,9 @@ impl GemmOperand for Slice {
     }
     fn describe_start(&self) -> String {
         format!("offset {}", self.offset)
+    }
+    fn overlaps(&self, other: &Self) -> bool {
+        Slice::overlaps(self, other)
     }
 }
 
@@ -189,19 +194,29 @@ impl<T> Gemm<T> {
 }
 
 impl<T: GemmOperand> Gemm<T> {
-    /// Checks the batch count and every operand ([`Self::check_operand`]).
+    /// Checks the batch count, every operand ([`Self::check_operand`]) and that the output
+    /// overlaps no input ([`Self::check_disjoint`]).
     pub fn check(&self) -> Result<(), GemmError> {
         self.check_batch()?;
         for m in GemmMatrix::ALL {
             self.check_operand(m)?;
+        }
+        self.check_disjoint()
+    }
+
+    /// The output C shares no byte with A or B: the one overlap check of the validator, the
+    /// host backend, cuBLAS and rocBLAS.
+    pub fn check_disjoint(&self) -> Result<(), GemmError> {
+        if self.c.overlaps(&self.a) || self.c.overlaps(&self.b) {
+            return Err(gemm_error("c", "the output overlaps an input"));
         }
         Ok(())
     }
 
     /// Checks one operand against the shape: its row stride covers a row, the matrices of a
     /// batch do not overlap, it holds the bytes every batch entry touches, and it starts
-    /// aligned to the element type. (Whether the operand exists, and whether C overlaps an
-    /// input, depends on memory and is the caller's to check.)
+    /// aligned to the element type. (Whether the operand exists depends on memory and is the
+    /// caller's to check.)
     pub fn check_operand(&self, m: GemmMatrix) -> Result<(), GemmError> {
         self.check_batch()?;
         let name = m.name();
@@ -321,6 +336,10 @@ mod tests {
         fn describe_start(&self) -> String {
             format!("start {}", self.0)
         }
+        /// Each test operand is a buffer of its own.
+        fn overlaps(&self, _: &Self) -> bool {
+            false
+        }
     }
 
     fn gemm(m: u64, n: u64, k: u64, ta: bool, tb: bool) -> Gemm<usize> {
@@ -416,6 +435,42 @@ mod tests {
             gemm(2, 4, 0, false, false).with_operands(Bytes(0, 0), Bytes(0, 0), Bytes(0, 64));
         assert_eq!(Gemm { lda: 1, ..empty }.check(), Ok(()));
         assert_eq!(field(Gemm { lda: 0, ..empty }).as_deref(), Some("lda"));
+    }
+
+    #[test]
+    fn the_output_overlapping_an_input_is_refused() {
+        // a: 2×3 f64 (48 bytes), b: 3×4 (96), c: 2×4 (64), all in allocation 0.
+        let g = gemm(2, 4, 3, false, false).with_operands(
+            Slice::new(0, 0, 48),
+            Slice::new(0, 48, 96),
+            Slice::new(0, 144, 64),
+        );
+        assert_eq!(g.check(), Ok(()));
+        let overlap = GemmError {
+            field: "c".into(),
+            message: "the output overlaps an input".into(),
+        };
+        for c in [Slice::new(0, 40, 64), Slice::new(0, 136, 64)] {
+            assert_eq!(Gemm { c, ..g }.check_disjoint(), Err(overlap.clone()));
+            assert_eq!(Gemm { c, ..g }.check(), Err(overlap.clone()));
+        }
+        // Touching is not overlapping; other allocations never overlap.
+        assert_eq!(
+            Gemm {
+                c: Slice::new(1, 0, 64),
+                ..g
+            }
+            .check(),
+            Ok(())
+        );
+        let empty_a = Gemm {
+            k: 0,
+            a: Slice::new(0, 144, 0),
+            b: Slice::new(0, 144, 0),
+            lda: 1,
+            ..g
+        };
+        assert_eq!(empty_a.check_disjoint(), Ok(()));
     }
 
     /// Column-major gemm as BLAS defines it, on f64 slices indexed from 0.

@@ -740,9 +740,6 @@ impl Verifier<'_> {
             self.slice(&g.operand(m), path, m.name(), m == GemmMatrix::C)?;
             g.check_operand(m).map_err(shape)?;
         }
-        if g.c.overlaps(&g.a) || g.c.overlaps(&g.b) {
-            return Err(err(path, "c", "the output overlaps an input"));
-        }
-        Ok(())
+        g.check_disjoint().map_err(shape)
     }
 }

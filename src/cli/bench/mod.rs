@@ -38,7 +38,6 @@ mod report;
 mod stats;
 mod wide;
 
-use super::devices::KNOWN_BACKENDS;
 use super::error::{CliError, CliResult, one_line};
 use super::run::backend_choice;
 use report::{Context, DeviceSummary, Row, Status, table, write_json};
@@ -178,12 +177,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
             )));
         }
     }
-    let known = args.backend == "auto" || KNOWN_BACKENDS.contains(&args.backend.as_str());
-    if !known {
+    let built = rt.registry().names();
+    if args.backend != "auto" && !built.contains(&args.backend.as_str()) {
         return Err(CliError::Usage(format!(
             "unknown backend `{}` (auto, {})",
             args.backend,
-            KNOWN_BACKENDS.join(", ")
+            built.join(", ")
         )));
     }
     let skip = |reason: String, out: &mut dyn Write| -> CliResult<u8> {

@@ -1,6 +1,7 @@
 //! `gemm/`: `Gemm` thunks in f32, f64, f16 and bf16 through the executor: all four transpose
 //! combinations at odd sizes, k = 0, beta = 0 over a NaN-poisoned C, beta != 0, row strides
-//! larger than the minimum, batches with strides, and a size large enough for parallel paths.
+//! larger than the minimum, batches with strides, and a size large enough for parallel paths;
+//! and a direct `Stream::gemm` whose output overlaps an input is refused.
 //!
 //! Every element of A, B and C that the gemm must not use (row padding, gaps between batch
 //! entries) holds NaN: reading one shows up as a NaN in the result, writing one (in C) as a
@@ -15,13 +16,13 @@ use super::seeded;
 use crate::Check;
 use crate::reference::{self, GemmShape};
 use crate::util::{
-    CheckResult, CheckRng, Values, compare_floats, compute_eps, decode, encode, fail, run_program,
-    uniform, unit_roundoff,
+    CheckResult, CheckRng, Values, compare_bytes, compare_floats, compute_eps, decode,
+    download_all, encode, fail, random_bytes, run_program, uniform, unit_roundoff, upload,
 };
 use std::sync::Arc;
-use xthunk_core::backend::Device;
+use xthunk_core::backend::{Device, DeviceRange, GemmLaunch};
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::ir::{DType, GemmThunk, Thunk};
+use xthunk_core::ir::{DType, GemmThunk, MemorySpace, Thunk};
 
 pub fn checks() -> Vec<Check> {
     let mut v = Vec::new();
@@ -81,7 +82,57 @@ pub fn checks() -> Vec<Check> {
             case(d, r, dt, &shape(96, 80, 130, false, false, 1.0, 0.0))
         }));
     }
+    v.push(seeded(
+        "gemm/overlapping_output_refused",
+        overlapping_output,
+    ));
     v
+}
+
+/// A `Stream::gemm` issued directly (not through a validated program) whose C overlaps A, or
+/// B, is refused with an error, when queued or at the latest when synchronized, and the buffer
+/// is unchanged.
+fn overlapping_output(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
+    // Three f32 4×4 matrices (64 bytes each) side by side; C starts inside A or B.
+    let data = random_bytes(rng, 256);
+    let buf = upload(device, &data, MemorySpace::Device)?;
+    let at = |offset: u64| DeviceRange {
+        ptr: buf.ptr().offset(offset),
+        len: 64,
+    };
+    for (what, c) in [("A", at(32)), ("B", at(96))] {
+        let g = GemmLaunch {
+            a: at(0),
+            b: at(64),
+            c,
+            m: 4,
+            n: 4,
+            k: 4,
+            lda: 4,
+            ldb: 4,
+            ldc: 4,
+            trans_a: false,
+            trans_b: false,
+            alpha: 1.0,
+            beta: 0.0,
+            dtype: DType::F32,
+            batch: 1,
+            stride_a: 16,
+            stride_b: 16,
+            stride_c: 16,
+        };
+        let s = device.create_stream()?;
+        let queued = s.gemm(&g);
+        let synced = s.synchronize();
+        if let (Ok(()), Ok(())) = (queued, synced) {
+            return Err(fail(format!("gemm whose C overlaps {what}: no error")));
+        }
+    }
+    compare_bytes(
+        "buffer after the refused gemms",
+        &download_all(device, buf.as_ref())?,
+        &data,
+    )
 }
 
 /// A dense single gemm (minimal leading dimensions).

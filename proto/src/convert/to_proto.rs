@@ -1,0 +1,333 @@
+//! IR → protobuf: [`to_proto`], total (every IR value has a message).
+
+use crate::pb;
+use xthunk_core::ir::{
+    Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp, DType, Dim3, Executable,
+    KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, ReduceOp, Scalar, Slice,
+    TensorSpec, Thunk,
+};
+
+/// Converts a program to its protobuf message. Total: every IR value has a message.
+pub fn to_proto(exe: &Executable) -> pb::Executable {
+    let signature = if exe.signature.parameters.is_empty() && exe.signature.outputs.is_empty() {
+        None
+    } else {
+        Some(pb::Signature {
+            parameters: exe.signature.parameters.iter().map(tensor_to).collect(),
+            outputs: exe.signature.outputs.iter().map(tensor_to).collect(),
+        })
+    };
+    pb::Executable {
+        abi_version: exe.abi_version,
+        name: exe.name.clone(),
+        allocations: exe.allocations.iter().map(allocation_to).collect(),
+        modules: exe.modules.iter().map(module_to).collect(),
+        entry: exe.entry.iter().map(thunk_to).collect(),
+        signature,
+    }
+}
+
+fn dtype_to(d: DType) -> pb::DType {
+    match d {
+        DType::Pred => pb::DType::DtypePred,
+        DType::I8 => pb::DType::DtypeI8,
+        DType::U8 => pb::DType::DtypeU8,
+        DType::I32 => pb::DType::DtypeI32,
+        DType::I64 => pb::DType::DtypeI64,
+        DType::F16 => pb::DType::DtypeF16,
+        DType::BF16 => pb::DType::DtypeBf16,
+        DType::F32 => pb::DType::DtypeF32,
+        DType::F64 => pb::DType::DtypeF64,
+    }
+}
+
+fn tensor_to(t: &TensorSpec) -> pb::TensorSpec {
+    pb::TensorSpec {
+        name: t.name.clone(),
+        dtype: dtype_to(t.dtype) as i32,
+        dims: t.dims.clone(),
+        allocation: t.allocation,
+    }
+}
+
+fn allocation_to(a: &BufferAllocation) -> pb::BufferAllocation {
+    use pb::buffer_allocation::Kind;
+    let kind = match &a.kind {
+        AllocationKind::Parameter(n) => Kind::Parameter(*n),
+        AllocationKind::Output(n) => Kind::Output(*n),
+        AllocationKind::Temp => Kind::Temp(pb::buffer_allocation::Temp {}),
+        AllocationKind::Constant(bytes) => Kind::Constant(bytes.clone()),
+    };
+    let memory_space = match a.memory_space {
+        // Device is the default: written as UNSPECIFIED so that text programs stay short.
+        MemorySpace::Device => pb::MemorySpace::Unspecified,
+        MemorySpace::HostPinned => pb::MemorySpace::HostPinned,
+        MemorySpace::Unified => pb::MemorySpace::Unified,
+        MemorySpace::Collective => pb::MemorySpace::Collective,
+    };
+    pb::BufferAllocation {
+        index: a.index,
+        size: a.size,
+        alignment: a.alignment,
+        kind: Some(kind),
+        memory_space: memory_space as i32,
+    }
+}
+
+fn module_to(m: &Module) -> pb::Module {
+    use pb::module_image::Kind;
+    let images = m
+        .images
+        .iter()
+        .map(|img| {
+            let kind = match img {
+                ModuleImage::Standard => Kind::Standard(pb::StandardImage {}),
+                ModuleImage::Source { code } => {
+                    Kind::Source(pb::SourceImage { code: code.clone() })
+                }
+                ModuleImage::Ptx { code } => Kind::Ptx(pb::PtxImage { code: code.clone() }),
+                ModuleImage::Cubin { arch, data } => Kind::Cubin(pb::BinaryImage {
+                    arch: arch.clone(),
+                    data: data.clone(),
+                }),
+                ModuleImage::Hsaco { arch, data } => Kind::Hsaco(pb::BinaryImage {
+                    arch: arch.clone(),
+                    data: data.clone(),
+                }),
+                ModuleImage::Host { library } => Kind::Host(pb::HostImage {
+                    library: library.clone(),
+                }),
+            };
+            pb::ModuleImage { kind: Some(kind) }
+        })
+        .collect();
+    pb::Module {
+        name: m.name.clone(),
+        images,
+    }
+}
+
+fn slice_to(s: &Slice) -> Option<pb::Slice> {
+    Some(pb::Slice {
+        allocation: s.allocation,
+        offset: s.offset,
+        size: s.size,
+    })
+}
+
+fn dim3_to(d: &Dim3) -> Option<pb::Dim3> {
+    Some(pb::Dim3 {
+        x: d.x,
+        y: d.y,
+        z: d.z,
+    })
+}
+
+fn access_to(a: Access) -> pb::Access {
+    match a {
+        Access::Read => pb::Access::Read,
+        Access::Write => pb::Access::Write,
+        Access::ReadWrite => pb::Access::ReadWrite,
+    }
+}
+
+fn scalar_to(s: &Scalar) -> pb::Scalar {
+    use pb::scalar::Value;
+    let value = match *s {
+        Scalar::Pred(v) => Value::Pred(v),
+        Scalar::I8(v) => Value::I8(i32::from(v)),
+        Scalar::U8(v) => Value::U8(u32::from(v)),
+        Scalar::I32(v) => Value::I32(v),
+        Scalar::I64(v) => Value::I64(v),
+        Scalar::F16(v) => Value::F16(u32::from(v)),
+        Scalar::BF16(v) => Value::Bf16(u32::from(v)),
+        Scalar::F32(v) => Value::F32(v),
+        Scalar::F64(v) => Value::F64(v),
+    };
+    pb::Scalar { value: Some(value) }
+}
+
+fn thunk_to(t: &Thunk) -> pb::Thunk {
+    use pb::thunk::Kind;
+    let kind = match t {
+        Thunk::Copy { src, dst } => Kind::Copy(pb::CopyThunk {
+            src: slice_to(src),
+            dst: slice_to(dst),
+        }),
+        Thunk::Memset { dst, pattern } => {
+            let (width, value) = match *pattern {
+                MemsetPattern::U8(v) => (pb::MemsetWidth::U8, u32::from(v)),
+                MemsetPattern::U16(v) => (pb::MemsetWidth::U16, u32::from(v)),
+                MemsetPattern::U32(v) => (pb::MemsetWidth::U32, v),
+            };
+            Kind::Memset(pb::MemsetThunk {
+                dst: slice_to(dst),
+                width: width as i32,
+                value,
+            })
+        }
+        Thunk::Kernel(k) => Kind::Kernel(pb::KernelThunk {
+            module: k.module.clone(),
+            name: k.name.clone(),
+            grid: dim3_to(&k.grid),
+            block: dim3_to(&k.block),
+            shared_mem: k.shared_mem,
+            args: k
+                .args
+                .iter()
+                .map(|a| {
+                    use pb::kernel_arg::Kind as ArgKind;
+                    let kind = match a {
+                        KernelArg::Buffer { slice, access } => ArgKind::Buffer(pb::BufferArg {
+                            slice: slice_to(slice),
+                            access: access_to(*access) as i32,
+                        }),
+                        KernelArg::Scalar(s) => ArgKind::Scalar(scalar_to(s)),
+                    };
+                    pb::KernelArg { kind: Some(kind) }
+                })
+                .collect(),
+        }),
+        Thunk::Gemm(g) => Kind::Gemm(pb::GemmThunk {
+            a: slice_to(&g.a),
+            b: slice_to(&g.b),
+            c: slice_to(&g.c),
+            m: g.m,
+            n: g.n,
+            k: g.k,
+            lda: g.lda,
+            ldb: g.ldb,
+            ldc: g.ldc,
+            trans_a: g.trans_a,
+            trans_b: g.trans_b,
+            alpha: Some(g.alpha),
+            beta: g.beta,
+            dtype: dtype_to(g.dtype) as i32,
+            batch: Some(g.batch),
+            stride_a: g.stride_a,
+            stride_b: g.stride_b,
+            stride_c: g.stride_c,
+        }),
+        Thunk::Sequence(body) => Kind::Sequence(pb::SequenceThunk {
+            thunks: body.iter().map(thunk_to).collect(),
+        }),
+        Thunk::While {
+            cond,
+            pred,
+            body,
+            trip_count,
+        } => Kind::While(pb::WhileThunk {
+            cond: cond.iter().map(thunk_to).collect(),
+            pred: slice_to(pred),
+            body: body.iter().map(thunk_to).collect(),
+            trip_count: trip_count.map(|n| n.min(i64::MAX as u64) as i64),
+        }),
+        Thunk::Conditional {
+            index,
+            index_type,
+            branches,
+        } => Kind::Conditional(pb::ConditionalThunk {
+            index: slice_to(index),
+            index_type: dtype_to(*index_type) as i32,
+            branches: branches
+                .iter()
+                .map(|b| pb::Branch {
+                    thunks: b.iter().map(thunk_to).collect(),
+                })
+                .collect(),
+        }),
+        Thunk::AsyncStart { id, kind, body } => Kind::AsyncStart(pb::AsyncStartThunk {
+            id: *id,
+            kind: match kind {
+                AsyncKind::Compute => pb::AsyncKind::Compute,
+                AsyncKind::Communication => pb::AsyncKind::Communication,
+            } as i32,
+            body: body.iter().map(thunk_to).collect(),
+        }),
+        Thunk::AsyncDone { id } => Kind::AsyncDone(pb::AsyncDoneThunk { id: *id }),
+        Thunk::CommandBuffer { body } => Kind::CommandBuffer(pb::CommandBufferThunk {
+            body: body.iter().map(thunk_to).collect(),
+        }),
+        Thunk::Collective(c) => {
+            let groups: Vec<pb::ReplicaGroup> = c
+                .groups
+                .iter()
+                .map(|g| pb::ReplicaGroup { ranks: g.clone() })
+                .collect();
+            let (src, dst, dtype) = (slice_to(&c.src), slice_to(&c.dst), dtype_to(c.dtype) as i32);
+            match c.op {
+                CollectiveOp::AllReduce { op } => Kind::AllReduce(pb::AllReduceThunk {
+                    src,
+                    dst,
+                    dtype,
+                    op: reduce_to(op) as i32,
+                    groups,
+                }),
+                CollectiveOp::AllGather => Kind::AllGather(pb::AllGatherThunk {
+                    src,
+                    dst,
+                    dtype,
+                    groups,
+                }),
+                CollectiveOp::ReduceScatter { op } => Kind::ReduceScatter(pb::ReduceScatterThunk {
+                    src,
+                    dst,
+                    dtype,
+                    op: reduce_to(op) as i32,
+                    groups,
+                }),
+                CollectiveOp::AllToAll => Kind::AllToAll(pb::AllToAllThunk {
+                    src,
+                    dst,
+                    dtype,
+                    groups,
+                }),
+                CollectiveOp::Broadcast { root } => Kind::Broadcast(pb::BroadcastThunk {
+                    src,
+                    dst,
+                    dtype,
+                    root,
+                    groups,
+                }),
+            }
+        }
+        Thunk::CollectivePermute {
+            src,
+            dst,
+            dtype,
+            pairs,
+        } => Kind::CollectivePermute(pb::CollectivePermuteThunk {
+            src: slice_to(src),
+            dst: slice_to(dst),
+            dtype: dtype_to(*dtype) as i32,
+            pairs: pairs
+                .iter()
+                .map(|(s, t)| pb::SourceTargetPair {
+                    source: *s,
+                    target: *t,
+                })
+                .collect(),
+        }),
+        Thunk::Send { src, dtype, peer } => Kind::Send(pb::SendThunk {
+            src: slice_to(src),
+            dtype: dtype_to(*dtype) as i32,
+            peer: *peer,
+        }),
+        Thunk::Recv { dst, dtype, peer } => Kind::Recv(pb::RecvThunk {
+            dst: slice_to(dst),
+            dtype: dtype_to(*dtype) as i32,
+            peer: *peer,
+        }),
+        Thunk::RankId { dst } => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
+    };
+    pb::Thunk { kind: Some(kind) }
+}
+
+fn reduce_to(op: ReduceOp) -> pb::ReduceOp {
+    match op {
+        ReduceOp::Sum => pb::ReduceOp::Sum,
+        ReduceOp::Prod => pb::ReduceOp::Prod,
+        ReduceOp::Min => pb::ReduceOp::Min,
+        ReduceOp::Max => pb::ReduceOp::Max,
+    }
+}
