@@ -8,9 +8,13 @@
 //!   stopped (SIGSTOP), makes every survivor exit 1 within the lease TTL + 3 s naming it, the
 //!   launcher names it as the cause, and nothing is left (process, segment, socket folder);
 //! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
-//! - a rank without a reachable coordinator says what to start.
+//! - a rank without a reachable coordinator says what to start;
+//! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
+//!   missing names it and fails the job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod shards;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -440,4 +444,59 @@ fn a_rank_without_its_coordinator_says_what_to_start() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("xthunk launch -n N"), "{err}");
     assert!(err.contains("XTHUNK_COORDINATOR=etcd://"), "{err}");
+}
+
+/// Launched ranks read their own shard from `--input x=DIR/x{rank}.npy`: the all-reduced
+/// gradient and the weights equal an f64 reference over all the shards.
+#[test]
+fn launched_ranks_read_their_own_file_from_a_pattern() {
+    let scratch = Scratch::new("shards");
+    let data = shards::Shards::new(31);
+    data.write(&scratch.0, &[0, 1, 2, 3]);
+    let out = scratch.0.join("out");
+    let mut run_args = shards::Shards::inputs(&scratch.0);
+    run_args.extend(["--output-dir".to_string(), out.display().to_string()]);
+    let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+    let job = job_id("shards");
+    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let (status, _) = launch.wait(Duration::from_secs(120));
+    let text = launch.text();
+    assert!(status.success(), "{text}");
+    data.check(&out);
+}
+
+/// A rank whose file of the pattern is missing fails naming the rank and the path; the job
+/// fails at once (every rank exits non-zero), the launcher naming that rank as the cause.
+#[test]
+fn a_launched_rank_without_its_file_names_it_and_fails_the_job() {
+    let scratch = Scratch::new("no-shard");
+    let data = shards::Shards::new(32);
+    data.write(&scratch.0, &[0, 1, 2]);
+    let run_args = shards::Shards::inputs(&scratch.0);
+    let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+    let job = job_id("no-shard");
+    let start = Instant::now();
+    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let (status, _) = launch.wait(Duration::from_secs(60));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(start.elapsed() < TTL + Duration::from_secs(10), "{text}");
+    let missing = format!("{}/x3.npy", scratch.0.display());
+    let own = launch.rank_lines(3);
+    assert!(
+        own.iter()
+            .any(|(l, _)| l.starts_with("error:") && l.contains("rank 3") && l.contains(&missing)),
+        "{text}"
+    );
+    for r in 0..WORLD {
+        assert!(
+            text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+            "rank {r}:\n{text}"
+        );
+    }
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: job ") && last.contains("rank 3 failed"),
+        "{last}\n{text}"
+    );
 }
