@@ -500,3 +500,81 @@ fn a_launched_rank_without_its_file_names_it_and_fails_the_job() {
         "{last}\n{text}"
     );
 }
+
+/// Two launches given the same job id at once on one machine: each serves its own embedded
+/// coordinator, so they could never merge, but their ranks would meet in /dev/shm; the id is
+/// claimed on the machine, so one runs (outputs those of `run --devices 4`) and the other is
+/// refused whole (exit 1, one `error:` line naming the id, no rank started). 10 times.
+#[test]
+fn two_launches_of_one_job_id_at_once_on_one_machine_run_one() {
+    let scratch = Scratch::new("claim");
+    let spmd_dir = scratch.0.join("spmd");
+    let spmd: Output = Command::new(BIN)
+        .args(["run", "--backend", "host", "--devices", "4", "--seed", "5"])
+        .arg("--output-dir")
+        .arg(&spmd_dir)
+        .arg(example("permute_ring"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(spmd.status.success(), "{spmd:?}");
+    let want = files(&spmd_dir);
+    for i in 0..10 {
+        let job = job_id("claim");
+        let dirs = [
+            scratch.0.join(format!("{i}a")),
+            scratch.0.join(format!("{i}b")),
+        ];
+        let args: Vec<Vec<String>> = dirs
+            .iter()
+            .map(|d| {
+                ["--iterations", "1000", "--seed", "5", "--output-dir"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([d.display().to_string()])
+                    .collect()
+            })
+            .collect();
+        let mut launches: Vec<Launch> = args
+            .iter()
+            .map(|a| {
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                Launch::start(&["--job-id", &job], &a, &example("permute_ring"))
+            })
+            .collect();
+        let ends: Vec<(ExitStatus, String)> = launches
+            .iter_mut()
+            .map(|l| {
+                let (status, _) = l.wait(Duration::from_secs(120));
+                (status, l.text())
+            })
+            .collect();
+        let ran: Vec<usize> = (0..2).filter(|k| ends[*k].0.success()).collect();
+        assert_eq!(
+            ran.len(),
+            1,
+            "repeat {i}:\n--- a:\n{}\n--- b:\n{}",
+            ends[0].1,
+            ends[1].1
+        );
+        let (winner, loser) = (ran[0], 1 - ran[0]);
+        let (status, text) = &ends[loser];
+        assert_eq!(status.code(), Some(1), "repeat {i}: {text}");
+        assert!(!text.contains("[rank"), "repeat {i}: {text}");
+        let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "repeat {i}: {text}");
+        assert!(
+            errors[0].contains(&format!("job id `{job}` is taken")),
+            "repeat {i}: {text}"
+        );
+        assert!(!dirs[loser].exists(), "repeat {i}");
+        assert_eq!(
+            files(&dirs[winner]),
+            want,
+            "repeat {i}:\n{}",
+            ends[winner].1
+        );
+        let (pids, _) = launches[winner].pids();
+        assert_nothing_left(&ends[winner].1, &job, &pids);
+    }
+}
