@@ -8,9 +8,13 @@
 //!   stopped (SIGSTOP), makes every survivor exit 1 within the lease TTL + 3 s naming it, the
 //!   launcher names it as the cause, and nothing is left (process, segment, socket folder);
 //! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
-//! - a rank without a reachable coordinator says what to start.
+//! - a rank without a reachable coordinator says what to start;
+//! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
+//!   missing names it and fails the job.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+mod shards;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -440,4 +444,137 @@ fn a_rank_without_its_coordinator_says_what_to_start() {
     assert_eq!(o.status.code(), Some(1), "{err}");
     assert!(err.contains("xthunk launch -n N"), "{err}");
     assert!(err.contains("XTHUNK_COORDINATOR=etcd://"), "{err}");
+}
+
+/// Launched ranks read their own shard from `--input x=DIR/x{rank}.npy`: the all-reduced
+/// gradient and the weights equal an f64 reference over all the shards.
+#[test]
+fn launched_ranks_read_their_own_file_from_a_pattern() {
+    let scratch = Scratch::new("shards");
+    let data = shards::Shards::new(31);
+    data.write(&scratch.0, &[0, 1, 2, 3]);
+    let out = scratch.0.join("out");
+    let mut run_args = shards::Shards::inputs(&scratch.0);
+    run_args.extend(["--output-dir".to_string(), out.display().to_string()]);
+    let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+    let job = job_id("shards");
+    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let (status, _) = launch.wait(Duration::from_secs(120));
+    let text = launch.text();
+    assert!(status.success(), "{text}");
+    data.check(&out);
+}
+
+/// A rank whose file of the pattern is missing fails naming the rank and the path; the job
+/// fails at once (every rank exits non-zero), the launcher naming that rank as the cause.
+#[test]
+fn a_launched_rank_without_its_file_names_it_and_fails_the_job() {
+    let scratch = Scratch::new("no-shard");
+    let data = shards::Shards::new(32);
+    data.write(&scratch.0, &[0, 1, 2]);
+    let run_args = shards::Shards::inputs(&scratch.0);
+    let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+    let job = job_id("no-shard");
+    let start = Instant::now();
+    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let (status, _) = launch.wait(Duration::from_secs(60));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(start.elapsed() < TTL + Duration::from_secs(10), "{text}");
+    let missing = format!("{}/x3.npy", scratch.0.display());
+    let own = launch.rank_lines(3);
+    assert!(
+        own.iter()
+            .any(|(l, _)| l.starts_with("error:") && l.contains("rank 3") && l.contains(&missing)),
+        "{text}"
+    );
+    for r in 0..WORLD {
+        assert!(
+            text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+            "rank {r}:\n{text}"
+        );
+    }
+    let last = text.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with("error: job ") && last.contains("rank 3 failed"),
+        "{last}\n{text}"
+    );
+}
+
+/// Two launches given the same job id at once on one machine: each serves its own embedded
+/// coordinator, so they could never merge, but their ranks would meet in /dev/shm; the id is
+/// claimed on the machine, so one runs (outputs those of `run --devices 4`) and the other is
+/// refused whole (exit 1, one `error:` line naming the id, no rank started). 10 times.
+#[test]
+fn two_launches_of_one_job_id_at_once_on_one_machine_run_one() {
+    let scratch = Scratch::new("claim");
+    let spmd_dir = scratch.0.join("spmd");
+    let spmd: Output = Command::new(BIN)
+        .args(["run", "--backend", "host", "--devices", "4", "--seed", "5"])
+        .arg("--output-dir")
+        .arg(&spmd_dir)
+        .arg(example("permute_ring"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(spmd.status.success(), "{spmd:?}");
+    let want = files(&spmd_dir);
+    for i in 0..10 {
+        let job = job_id("claim");
+        let dirs = [
+            scratch.0.join(format!("{i}a")),
+            scratch.0.join(format!("{i}b")),
+        ];
+        let args: Vec<Vec<String>> = dirs
+            .iter()
+            .map(|d| {
+                ["--iterations", "1000", "--seed", "5", "--output-dir"]
+                    .iter()
+                    .map(|s| s.to_string())
+                    .chain([d.display().to_string()])
+                    .collect()
+            })
+            .collect();
+        let mut launches: Vec<Launch> = args
+            .iter()
+            .map(|a| {
+                let a: Vec<&str> = a.iter().map(String::as_str).collect();
+                Launch::start(&["--job-id", &job], &a, &example("permute_ring"))
+            })
+            .collect();
+        let ends: Vec<(ExitStatus, String)> = launches
+            .iter_mut()
+            .map(|l| {
+                let (status, _) = l.wait(Duration::from_secs(120));
+                (status, l.text())
+            })
+            .collect();
+        let ran: Vec<usize> = (0..2).filter(|k| ends[*k].0.success()).collect();
+        assert_eq!(
+            ran.len(),
+            1,
+            "repeat {i}:\n--- a:\n{}\n--- b:\n{}",
+            ends[0].1,
+            ends[1].1
+        );
+        let (winner, loser) = (ran[0], 1 - ran[0]);
+        let (status, text) = &ends[loser];
+        assert_eq!(status.code(), Some(1), "repeat {i}: {text}");
+        assert!(!text.contains("[rank"), "repeat {i}: {text}");
+        let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "repeat {i}: {text}");
+        assert!(
+            errors[0].contains(&format!("job id `{job}` is taken")),
+            "repeat {i}: {text}"
+        );
+        assert!(!dirs[loser].exists(), "repeat {i}");
+        assert_eq!(
+            files(&dirs[winner]),
+            want,
+            "repeat {i}:\n{}",
+            ends[winner].1
+        );
+        let (pids, _) = launches[winner].pids();
+        assert_nothing_left(&ends[winner].1, &job, &pids);
+    }
 }

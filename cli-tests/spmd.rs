@@ -1,11 +1,13 @@
 //! SPMD runs on several host devices: the two collective examples against independent
-//! references, `xthunk run --devices 4`, and a rank that never reaches a collective.
+//! references, `xthunk run --devices 4` (with per-rank `--input` patterns), and a rank that
+//! never reaches a collective.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 #[path = "../examples/build_collectives.rs"]
 #[allow(dead_code)]
 mod build_collectives;
+mod shards;
 
 use build_collectives::*;
 use rand::{Rng, SeedableRng};
@@ -239,4 +241,105 @@ fn run_devices_4_on_both_examples() {
             "{out}"
         );
     }
+}
+
+/// `xthunk run ARGS` in the repository; its status, stdout and stderr.
+fn xthunk_output(args: &[String]) -> (Option<i32>, String, String) {
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout).into_owned();
+    let err = String::from_utf8_lossy(&o.stderr).into_owned();
+    assert!(!err.contains("panicked"), "{err}");
+    (o.status.code(), out, err)
+}
+
+fn scratch(name: &str) -> std::path::PathBuf {
+    let d = std::env::temp_dir().join(format!("xthunk-spmd-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn spmd_args(program: &str, extra: &[String]) -> Vec<String> {
+    let mut v: Vec<String> = ["run", "--backend", "host", "--devices", "4"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    v.extend_from_slice(extra);
+    v.push(program.to_string());
+    v
+}
+
+/// `--input x=DIR/x{rank}.npy`: each rank reads its own shard; dp_step's all-reduced gradient
+/// and weights equal an f64 reference over all the shards, and permute_ring's rank r holds
+/// the shard of rank r−1.
+#[test]
+fn run_devices_4_reads_a_file_per_rank_from_a_pattern() {
+    let dir = scratch("shards");
+    let data = shards::Shards::new(21);
+    data.write(&dir, &[0, 1, 2, 3]);
+    let out_dir = dir.join("out");
+    let mut extra = shards::Shards::inputs(&dir);
+    extra.extend(["--output-dir".to_string(), out_dir.display().to_string()]);
+    let (code, out, err) = xthunk_output(&spmd_args("examples/dp_step.txtpb", &extra));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    data.check(&out_dir);
+
+    let ring: Vec<Vec<f32>> = (0..4)
+        .map(|r| (0..RING).map(|i| (r * 1000 + i) as f32).collect())
+        .collect();
+    for (r, x) in ring.iter().enumerate() {
+        shards::write_f32(&dir.join(format!("ring{r}.npy")), &[RING], x);
+    }
+    let ring_out = dir.join("ring-out");
+    let extra = vec![
+        "--input".to_string(),
+        format!("x={}/ring{{rank}}.npy", dir.display()),
+        "--output-dir".to_string(),
+        ring_out.display().to_string(),
+    ];
+    let (code, out, err) = xthunk_output(&spmd_args("examples/permute_ring.txtpb", &extra));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    for r in 0..4 {
+        let got = shards::read_f32(&ring_out.join(format!("rank{r}/shifted.npy")));
+        assert_eq!(got, ring[(r + 3) % 4], "rank {r}");
+    }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A pattern whose file is missing for one rank, or does not fit the parameter for another,
+/// fails before any device is touched, naming the rank, its file and the pattern.
+#[test]
+fn a_per_rank_input_that_is_missing_or_wrong_names_its_rank() {
+    let dir = scratch("bad-shards");
+    let data = shards::Shards::new(22);
+    data.write(&dir, &[0, 1, 3]);
+    let (code, out, err) = xthunk_output(&spmd_args(
+        "examples/dp_step.txtpb",
+        &shards::Shards::inputs(&dir),
+    ));
+    assert_ne!(code, Some(0), "{out}\n{err}");
+    let missing = format!("{}/x2.npy", dir.display());
+    assert!(
+        err.contains("rank 2") && err.contains(&missing) && err.contains("x{rank}.npy"),
+        "{err}"
+    );
+    assert!(!out.contains("output"), "{out}");
+
+    // Rank 2's y has the shape of an x.
+    data.write(&dir, &[2]);
+    shards::write_f32(&dir.join("y2.npy"), &[32, 64], &data.x[2]);
+    let (code, out, err) = xthunk_output(&spmd_args(
+        "examples/dp_step.txtpb",
+        &shards::Shards::inputs(&dir),
+    ));
+    assert_ne!(code, Some(0), "{out}\n{err}");
+    assert!(
+        err.contains("rank 2") && err.contains("y2.npy") && err.contains("shape [32,64]"),
+        "{err}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
 }

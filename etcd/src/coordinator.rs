@@ -88,6 +88,7 @@ impl EtcdCoordinator {
                 request_timeout: config.request_timeout,
                 board: FailureBoard::new(),
                 failure_tick: tick,
+                incarnation: config.incarnation.clone(),
                 leaving: AtomicBool::new(false),
             };
             match register(&ctx).await {

@@ -36,6 +36,10 @@ impl Keys {
     pub(crate) fn left(&self, rank: usize) -> String {
         format!("{}live/left/{rank}", self.prefix)
     }
+    /// The launcher's claim of the job id, holding its incarnation token (`claim`).
+    pub(crate) fn claim(&self) -> String {
+        format!("{}meta/claim", self.prefix)
+    }
     pub(crate) fn world(&self) -> String {
         format!("{}meta/world", self.prefix)
     }

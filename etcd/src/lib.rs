@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! /xthunk/<job>/meta/world                  the world size (checked by every rank that joins)
+//! /xthunk/<job>/meta/claim                  the launch's incarnation token (on its lease)
 //! /xthunk/<job>/live/alive/<rank>           liveness: exists while the rank's lease lives
 //! /xthunk/<job>/live/left/<rank>            written just before a clean exit
 //! /xthunk/<job>/kv/<key>                    Coordinator::set / get
@@ -32,12 +33,13 @@
 //!
 //! Files: `keys` (the key layout), `session` (what a rank's calls and background tasks share:
 //! the client, the lease, the failure board; joining and leaving), `kv` (waiting for a key),
-//! `barrier`, `heartbeat` (lease keep-alive), `liveness` (the watch on `live/`),
+//! `claim` ([`JobClaim`]: one job id, one incarnation), `barrier`, `heartbeat` (lease keep-alive), `liveness` (the watch on `live/`),
 //! `coordinator` ([`EtcdCoordinator`]), `client` (the private runtime and connecting),
 //! `admin` (listing and deleting a job's keys).
 
 mod admin;
 mod barrier;
+mod claim;
 mod client;
 mod coordinator;
 mod heartbeat;
@@ -48,6 +50,7 @@ pub mod server;
 mod session;
 
 pub use admin::{delete_job, job_keys};
+pub use claim::JobClaim;
 pub use coordinator::EtcdCoordinator;
 pub use crossbeam_channel::Receiver;
 
@@ -90,6 +93,10 @@ pub struct EtcdConfig {
     pub ttl: Duration,
     /// How long connecting, and each single request, may take.
     pub request_timeout: Duration,
+    /// The incarnation token of the launch that started this rank ([`JobClaim::token`]):
+    /// the rank joins only while the job's claim holds it. `None` (ranks started by a
+    /// scheduler) joins without that check.
+    pub incarnation: Option<String>,
 }
 
 impl EtcdConfig {
@@ -101,7 +108,13 @@ impl EtcdConfig {
             world_size,
             ttl: DEFAULT_TTL,
             request_timeout: Duration::from_secs(10),
+            incarnation: None,
         }
+    }
+
+    pub fn with_incarnation(mut self, token: Option<String>) -> Self {
+        self.incarnation = token;
+        self
     }
 
     pub fn with_ttl(mut self, ttl: Duration) -> Self {
@@ -127,6 +140,16 @@ pub fn job_prefix(job_id: &str) -> String {
 pub fn connect(
     config: &DistributedConfig,
     ttl: Duration,
+) -> DistributedResult<Box<dyn Coordinator>> {
+    connect_incarnation(config, ttl, None)
+}
+
+/// [`connect`] for a rank of the launch whose incarnation token is `incarnation` (an etcd
+/// rank then joins only that incarnation of the job; the other coordinators ignore it).
+pub fn connect_incarnation(
+    config: &DistributedConfig,
+    ttl: Duration,
+    incarnation: Option<String>,
 ) -> DistributedResult<Box<dyn Coordinator>> {
     match &config.coordinator {
         CoordinatorSpec::Local if config.world_size == 1 => {
@@ -160,7 +183,8 @@ pub fn connect(
                 config.rank,
                 config.world_size,
             )
-            .with_ttl(ttl);
+            .with_ttl(ttl)
+            .with_incarnation(incarnation);
             Ok(Box::new(EtcdCoordinator::connect(c)?))
         }
     }

@@ -28,6 +28,9 @@ pub(crate) struct Ctx {
     pub(crate) board: FailureBoard,
     /// Bumped on every new failure: wakes async waiters.
     pub(crate) failure_tick: tokio::sync::watch::Sender<u64>,
+    /// The incarnation token of the launch that started this rank, if any: the rank
+    /// registers only while the job's claim holds it.
+    pub(crate) incarnation: Option<String>,
     /// Set when this rank starts leaving: the deletion of its own keys is then expected.
     pub(crate) leaving: AtomicBool,
 }
@@ -114,41 +117,59 @@ pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize
     let lease = Some(PutOptions::new().with_lease(ctx.lease));
     let world_key = ctx.keys.world();
     let world = ctx.world.to_string();
+    // Every write of the registration holds only while the job's claim is this rank's own
+    // incarnation: a rank of another launch of the same job id can never join this one.
+    let claim_key = ctx.keys.claim();
+    let claimed = |mut when: Vec<Compare>| {
+        if let Some(token) = &ctx.incarnation {
+            when.push(Compare::value(
+                claim_key.clone(),
+                CompareOp::Equal,
+                token.as_str(),
+            ));
+        }
+        when
+    };
     let txn = Txn::new()
-        .when([Compare::create_revision(
+        .when(claimed(vec![Compare::create_revision(
             world_key.clone(),
             CompareOp::Equal,
             0,
-        )])
+        )]))
         .and_then([TxnOp::put(world_key.clone(), world.clone(), lease.clone())])
-        .or_else([TxnOp::get(world_key.clone(), None)]);
+        .or_else([
+            TxnOp::get(world_key.clone(), None),
+            TxnOp::get(claim_key.clone(), None),
+        ]);
     let resp = ctx.req("check world size", client.txn(txn)).await?;
     if !resp.succeeded() {
-        for op in resp.op_responses() {
-            if let etcd_client::TxnOpResponse::Get(g) = op
-                && let Some(kv) = g.kvs().first()
-                && kv.value() != world.as_bytes()
-            {
-                return Err(DistributedError::Config(format!(
-                    "job `{}` has {} ranks in etcd, but rank {} joins it with a world of {}",
-                    ctx.job,
-                    String::from_utf8_lossy(kv.value()),
-                    ctx.rank,
-                    ctx.world
-                )));
-            }
+        let values = got_values(resp.op_responses());
+        check_incarnation(ctx, values.get(1).cloned().flatten())?;
+        if let Some(Some(v)) = values.first()
+            && v != world.as_bytes()
+        {
+            return Err(DistributedError::Config(format!(
+                "job `{}` has {} ranks in etcd, but rank {} joins it with a world of {}",
+                ctx.job,
+                String::from_utf8_lossy(v),
+                ctx.rank,
+                ctx.world
+            )));
         }
     }
     let alive_key = ctx.keys.alive(ctx.rank);
     let txn = Txn::new()
-        .when([Compare::create_revision(
+        .when(claimed(vec![Compare::create_revision(
             alive_key.clone(),
             CompareOp::Equal,
             0,
-        )])
-        .and_then([TxnOp::put(alive_key, "", lease)]);
+        )]))
+        .and_then([TxnOp::put(alive_key, "", lease)])
+        .or_else([TxnOp::get(claim_key.clone(), None)]);
     let resp = ctx.req("register as alive", client.txn(txn)).await?;
     if !resp.succeeded() {
+        let values = got_values(resp.op_responses());
+        check_incarnation(ctx, values.first().cloned().flatten())?;
         return Err(DistributedError::Config(format!(
             "rank {} of job `{}` is already alive in etcd: another process uses this job id and \
              rank, or a previous run's lease has not expired yet (wait for its TTL, or use \
@@ -165,6 +186,41 @@ pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize
         )
         .await?;
     Ok((rev, ctx.keys.alive_in(now.kvs())))
+}
+
+/// The value of each `get` of a transaction's responses (`None` for a missing key).
+fn got_values(ops: Vec<etcd_client::TxnOpResponse>) -> Vec<Option<Vec<u8>>> {
+    ops.into_iter()
+        .filter_map(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => {
+                Some(g.kvs().first().map(|kv| kv.value().to_vec()))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// Fails when this rank carries an incarnation token and the job's claim (`claim`, its value
+/// or `None`) holds another one, or none.
+fn check_incarnation(ctx: &Ctx, claim: Option<Vec<u8>>) -> DistributedResult<()> {
+    let Some(token) = &ctx.incarnation else {
+        return Ok(());
+    };
+    match claim {
+        Some(v) if v == token.as_bytes() => Ok(()),
+        Some(v) => Err(DistributedError::Config(format!(
+            "job `{}` is claimed by another launch (incarnation {}; rank {} belongs to \
+             incarnation {token}): a job id names one run, so this rank does not join it",
+            ctx.job,
+            String::from_utf8_lossy(&v),
+            ctx.rank
+        ))),
+        None => Err(DistributedError::Config(format!(
+            "job `{}` has no claim in etcd for incarnation {token} of rank {}: the launch that \
+             started this rank has ended, or its claim expired",
+            ctx.job, ctx.rank
+        ))),
+    }
 }
 
 /// The next response of a watch, or why the watch is over (canceled, ended, failed).

@@ -9,7 +9,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 use xthunk_core::distributed::{Coordinator, DistributedError, exchange_unique_id};
 use xthunk_etcd::server::EtcdServer;
-use xthunk_etcd::{EtcdConfig, EtcdCoordinator, job_keys};
+use xthunk_etcd::{EtcdConfig, EtcdCoordinator, JobClaim, job_keys};
 
 const T: Duration = Duration::from_secs(10);
 
@@ -400,4 +400,50 @@ fn connect_follows_the_detected_configuration() {
         .unwrap();
     assert_eq!(f.rank, 0);
     assert!(f.reason.contains("own liveness key"), "{f}");
+}
+
+/// One job id, one incarnation: a second claim of a claimed id is refused naming it; a rank
+/// joins only the incarnation whose token it carries (another token, or a job without a
+/// claim, is refused); the claim goes with its holder.
+#[test]
+fn a_claimed_job_admits_only_ranks_of_its_own_incarnation() {
+    let etcd = etcd_or_skip!("a_claimed_job_admits_only_ranks_of_its_own_incarnation");
+    let job = job_id("claim");
+    let ends = vec![etcd.endpoint()];
+    let ttl = Duration::from_secs(2);
+    let claim = JobClaim::acquire(&ends, &job, ttl).unwrap();
+    let second = JobClaim::acquire(&ends, &job, ttl).unwrap_err().to_string();
+    assert!(
+        second.contains(&format!("job id `{job}` is taken")) && second.contains(claim.token()),
+        "{second}"
+    );
+    let stranger = EtcdCoordinator::connect(
+        config(&etcd, &job, 0, 2).with_incarnation(Some("another-token".into())),
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        stranger.contains("claimed by another launch") && stranger.contains(&job),
+        "{stranger}"
+    );
+    let own: Vec<EtcdCoordinator> = thread::scope(|s| {
+        let hs: Vec<_> = (0..2)
+            .map(|r| {
+                let c = config(&etcd, &job, r, 2).with_incarnation(Some(claim.token().into()));
+                s.spawn(move || EtcdCoordinator::connect(c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    assert!(shutdown_all(&own).iter().all(Result::is_ok));
+    drop(claim);
+    wait_no_keys(&etcd, &job, T);
+    let orphan =
+        EtcdCoordinator::connect(config(&etcd, &job, 0, 2).with_incarnation(Some("gone".into())))
+            .unwrap_err()
+            .to_string();
+    assert!(orphan.contains("has no claim"), "{orphan}");
+    // The id is free again once its holder is gone.
+    drop(JobClaim::acquire(&ends, &job, ttl).unwrap());
+    wait_no_keys(&etcd, &job, T);
 }

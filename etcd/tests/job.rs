@@ -8,7 +8,8 @@
 //!   process, shared memory segment or etcd key of the job left behind;
 //! - a rank that never reaches a collective makes the others fail at the terminate timeout,
 //!   naming it;
-//! - two jobs sharing one etcd at once do not interfere.
+//! - two jobs sharing one etcd at once do not interfere;
+//! - two launches given the same job id at once: one runs, the other is refused whole.
 //!
 //! The binary is the `xthunk` next to this test's own build (`target/<profile>/xthunk`; or
 //! `$XTHUNK_BIN`), which `cargo test --workspace --all-features` builds with the `etcd`
@@ -767,4 +768,104 @@ fn a_rank_that_never_reaches_a_collective_is_named_at_the_timeout() {
     }
     eprintln!("the job failed {took:.2?} after it started (terminate timeout {timeout:?})");
     assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
+}
+
+/// Two launches given the same job id at the same instant, 10 times (`XTHUNK_CLAIM_REPEATS`):
+/// exactly one runs and writes what `run --devices 4` writes; the other is refused whole
+/// (exit 1, one `error:` line naming the job id, no rank started); nothing is left.
+#[test]
+fn two_launches_of_one_job_id_at_once_run_one_and_refuse_the_other() {
+    let Some((etcd, bin)) =
+        setup("two_launches_of_one_job_id_at_once_run_one_and_refuse_the_other")
+    else {
+        return;
+    };
+    let repeats = std::env::var("XTHUNK_CLAIM_REPEATS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let scratch = Scratch::new("claim");
+    let program = repo().join("examples/permute_ring.txtpb");
+    let spmd_dir = scratch.0.join("spmd");
+    let dir = spmd_dir.to_str().unwrap();
+    let seed = ["--seed", "5"];
+    xthunk(
+        &bin,
+        &[
+            "run",
+            "--backend",
+            "host",
+            "--devices",
+            "4",
+            seed[0],
+            seed[1],
+            "--output-dir",
+            dir,
+        ],
+        &program,
+    );
+    let want = files(&spmd_dir);
+    for i in 0..repeats {
+        let job = job_id("claim");
+        let dirs = [
+            scratch.0.join(format!("{i}a")),
+            scratch.0.join(format!("{i}b")),
+        ];
+        // Long enough (a few hundred iterations) that the two are sure to overlap.
+        let args = |d: &Path| {
+            let mut v = vec!["--iterations".to_string(), "1000".into()];
+            v.extend(seed.iter().map(|s| s.to_string()));
+            v.extend(["--output-dir".to_string(), d.display().to_string()]);
+            v
+        };
+        let (a_args, b_args) = (args(&dirs[0]), args(&dirs[1]));
+        let a_args: Vec<&str> = a_args.iter().map(String::as_str).collect();
+        let b_args: Vec<&str> = b_args.iter().map(String::as_str).collect();
+        let mut launches = [
+            Launch::start(&bin, &etcd, &job, &program, &a_args),
+            Launch::start(&bin, &etcd, &job, &program, &b_args),
+        ];
+        let ends: Vec<(ExitStatus, String)> = launches
+            .iter_mut()
+            .map(|l| {
+                let (status, _) = l.wait(Duration::from_secs(120));
+                (status, l.text())
+            })
+            .collect();
+        let ran: Vec<usize> = (0..2).filter(|k| ends[*k].0.success()).collect();
+        assert_eq!(
+            ran.len(),
+            1,
+            "repeat {i}: {} launches ran:\n--- a:\n{}\n--- b:\n{}",
+            ran.len(),
+            ends[0].1,
+            ends[1].1
+        );
+        let (winner, loser) = (ran[0], 1 - ran[0]);
+        let (status, text) = &ends[loser];
+        assert_eq!(status.code(), Some(1), "repeat {i}: {text}");
+        assert!(
+            !text.contains("[rank"),
+            "repeat {i}: the refused launch started ranks:\n{text}"
+        );
+        let errors: Vec<&str> = text.lines().filter(|l| l.starts_with("error:")).collect();
+        assert_eq!(errors.len(), 1, "repeat {i}: {text}");
+        assert!(
+            errors[0].contains(&format!(
+                "job id `{job}` is taken: another launch runs it (incarnation"
+            )),
+            "repeat {i}: {text}"
+        );
+        assert!(
+            !dirs[loser].exists(),
+            "repeat {i}: the refused launch wrote outputs"
+        );
+        assert_eq!(
+            files(&dirs[winner]),
+            want,
+            "repeat {i}: the outputs differ from run --devices 4:\n{}",
+            ends[winner].1
+        );
+        assert_nothing_left(&etcd, &job, Duration::from_secs(5));
+    }
 }

@@ -58,6 +58,10 @@ pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
 /// The start barrier's timeout variable (seconds).
 pub const XTHUNK_START_TIMEOUT: &str = "XTHUNK_START_TIMEOUT";
 
+/// The incarnation token of the launch that started this rank (`xthunk launch` with etcd
+/// claims the job id with it): an etcd rank joins only that incarnation of the job.
+pub const XTHUNK_INCARNATION: &str = "XTHUNK_INCARNATION";
+
 /// The start barrier's timeout when [`XTHUNK_START_TIMEOUT`] is not set.
 pub const DEFAULT_START_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -151,7 +155,12 @@ fn connect(config: &DistributedConfig) -> CliResult<Box<dyn Coordinator>> {
                 .map_err(distributed)?,
         )),
         #[cfg(feature = "etcd")]
-        _ => xthunk_etcd::connect(config, ttl).map_err(distributed),
+        _ => {
+            let incarnation = std::env::var(XTHUNK_INCARNATION)
+                .ok()
+                .filter(|t| !t.is_empty());
+            xthunk_etcd::connect_incarnation(config, ttl, incarnation).map_err(distributed)
+        }
         #[cfg(not(feature = "etcd"))]
         _ => Err(CliError::Usage(local_coordinator_error(config))),
     }

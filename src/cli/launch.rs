@@ -16,7 +16,7 @@
 //! group).
 
 use super::error::{CliError, CliResult};
-use super::job::{XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT};
+use super::job::{XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT};
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
@@ -26,12 +26,15 @@ use std::time::{Duration, Instant};
 use xthunk_core::distributed::env::{
     XTHUNK_COORDINATOR, XTHUNK_JOB_ID, XTHUNK_LOCAL_RANK, XTHUNK_RANK, XTHUNK_WORLD_SIZE,
 };
-use xthunk_core::distributed::{CAUSE_KEY, CoordinatorSpec, EmbeddedServer, validate_job_id};
+use xthunk_core::distributed::{
+    CAUSE_KEY, CoordinatorSpec, EmbeddedServer, MachineJobClaim, validate_job_id,
+};
 
 pub const AFTER_HELP: &str = "\
 Each rank runs this same xthunk binary with COMMAND (e.g. `-- run program.txtpb`) and with
 XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_LOCAL_RANK, XTHUNK_COORDINATOR, XTHUNK_JOB_ID,
-XTHUNK_LEASE_TTL and XTHUNK_START_TIMEOUT set. Every output line is prefixed with `[rank R]`.
+XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT and XTHUNK_INCARNATION (the launch's token, with etcd)
+set. Every output line is prefixed with `[rank R]`.
 
 Coordinators:
   embedded   (default) this launcher serves the job's coordinator on a Unix socket in a
@@ -225,6 +228,49 @@ fn check_coordinator(args: &LaunchArgs) -> Result<(), String> {
     }
 }
 
+/// The launch's claim of its job id in etcd (`None` for the other coordinators: each
+/// embedded coordinator is the launch's own server, so two launches can never merge; the
+/// machine's claim keeps them apart in /dev/shm).
+#[cfg(feature = "etcd")]
+type Claim = Option<xthunk_etcd::JobClaim>;
+#[cfg(not(feature = "etcd"))]
+type Claim = Option<NoClaim>;
+
+/// Without the `etcd` feature there is nothing to claim.
+#[cfg(not(feature = "etcd"))]
+struct NoClaim;
+
+#[cfg(not(feature = "etcd"))]
+impl NoClaim {
+    fn token(&self) -> &str {
+        ""
+    }
+}
+
+#[cfg(feature = "etcd")]
+fn claim_job(args: &LaunchArgs, job_id: &str) -> Result<Claim, String> {
+    match &args.coordinator {
+        LaunchCoordinator::Given(CoordinatorSpec::Etcd { endpoints }) => {
+            xthunk_etcd::JobClaim::acquire(endpoints, job_id, args.lease_ttl)
+                .map(Some)
+                .map_err(|e| e.to_string())
+        }
+        _ => Ok(None),
+    }
+}
+
+#[cfg(not(feature = "etcd"))]
+fn claim_job(_args: &LaunchArgs, _job_id: &str) -> Result<Claim, String> {
+    Ok(None)
+}
+
+/// The incarnation token the ranks carry (empty without a claim).
+fn claim_token(claim: &Claim) -> String {
+    claim
+        .as_ref()
+        .map_or_else(String::new, |c| c.token().to_string())
+}
+
 pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let job_id = args.job_id.clone().unwrap_or_else(new_job_id);
     let checked = validate_job_id(&job_id)
@@ -249,6 +295,25 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
             })?),
             LaunchCoordinator::Given(_) => None,
         };
+    // With etcd the job id is claimed first, atomically: a second launch of the same id is
+    // refused here, whole, before any rank starts.
+    let claim = match claim_job(args, &job_id) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(1);
+        }
+    };
+    let incarnation = claim_token(&claim);
+    // Then on this machine, whatever the coordinator: ranks of two launches of one id would
+    // meet in /dev/shm (with the embedded coordinator this is the only claim).
+    let machine_claim = match MachineJobClaim::acquire(&job_id) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return Ok(1);
+        }
+    };
     let coordinator = match (&server, &args.coordinator) {
         (Some(server), _) => server.spec().to_string(),
         (None, c) => c.to_string(),
@@ -267,6 +332,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
             (XTHUNK_JOB_ID, job_id.clone()),
             (XTHUNK_LEASE_TTL, ttl.clone()),
             (XTHUNK_START_TIMEOUT, start.clone()),
+            (XTHUNK_INCARNATION, incarnation.clone()),
         ]
     };
     tracing::info!(
@@ -306,6 +372,8 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         let _ = writeln!(stderr, "{line}");
     }
     drop(server);
+    // The claims (`claim`, the etcd one, goes at the end of this function) free the id.
+    drop(machine_claim);
     if let Some(e) = outcome.stdout_error {
         return Err(CliError::Stdout(e));
     }

@@ -15,7 +15,7 @@
 
 use super::error::{CliError, CliResult};
 use npyz::{Endianness, NpyHeader, TypeChar, TypeStr, WriteOptions, WriterBuilder};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use xthunk::ir::{DType, TensorSpec};
 
 /// The numpy type string written for an xthunk element type.
@@ -69,6 +69,35 @@ fn wanted(spec: &TensorSpec) -> String {
         shape_str(&spec.dims),
         type_str(spec.dtype)
     )
+}
+
+/// The placeholder of a per-rank `--input` pattern (`x=shard{rank}.npy`).
+pub const RANK_PLACEHOLDER: &str = "{rank}";
+
+/// Reads the input of `rank` from `pattern`: the file itself, or, when the pattern holds
+/// `{rank}`, the file it names for that rank (checked like any input; an error names the
+/// rank and the pattern).
+pub fn read_rank_input(spec: &TensorSpec, pattern: &Path, rank: usize) -> CliResult<Vec<u8>> {
+    let text = pattern.to_string_lossy();
+    if !text.contains(RANK_PLACEHOLDER) {
+        return read_input(spec, pattern);
+    }
+    let path = PathBuf::from(text.replace(RANK_PLACEHOLDER, &rank.to_string()));
+    read_input(spec, &path).map_err(|e| match e {
+        CliError::Npy {
+            name,
+            path,
+            message,
+        } => CliError::Npy {
+            message: format!(
+                "{message} (the file of rank {rank}, from --input {name}={})",
+                pattern.display()
+            ),
+            name,
+            path,
+        },
+        other => other,
+    })
 }
 
 /// Reads `path` as the value of parameter `spec`: checks dtype and shape and returns the

@@ -19,7 +19,9 @@ pub struct RunArgs {
     /// Device ordinal within the backend.
     #[arg(long, default_value_t = 0)]
     pub device: usize,
-    /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable).
+    /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable). `{rank}` in FILE
+    /// is replaced by each rank's number (`x=shard{rank}.npy`: rank 2 reads shard2.npy), with
+    /// --devices N and in the ranks of a job.
     #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
     pub inputs: Vec<(String, PathBuf)>,
     /// Write NAME.npy for every output into this directory (created if missing).
@@ -148,7 +150,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         let mut host_inputs = Vec::with_capacity(sig.parameters.len());
         for (i, p) in sig.parameters.iter().enumerate() {
             let bytes = match given.get(p.name.as_str()) {
-                Some(path) => npy::read_input(p, path)?,
+                Some(path) => npy::read_rank_input(p, path, rank)?,
                 None => {
                     let count = p.element_count().ok_or_else(|| {
                         CliError::Usage(format!("parameter `{}` is too large", p.name))

@@ -45,7 +45,7 @@ pub mod embedded;
 pub mod env;
 
 #[cfg(unix)]
-pub use embedded::{EmbeddedCoordinator, EmbeddedServer};
+pub use embedded::{EmbeddedCoordinator, EmbeddedServer, MachineJobClaim};
 
 pub use env::{ClusterKind, CoordinatorSpec, DistributedConfig, Overrides};
 pub use local::{LocalCoordinator, LocalStore};

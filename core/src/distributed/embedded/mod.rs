@@ -17,12 +17,14 @@
 //!   cleanly (a failed job keeps its failures, so that a rank joining late learns them).
 //!
 //! The wire format is JSON lines ([`protocol`]); the server is [`server`], the client
-//! [`client`]. Unix only.
+//! [`client`]; [`MachineJobClaim`] keeps a job id to one launch per machine. Unix only.
 
+mod claim;
 mod client;
 pub mod protocol;
 mod server;
 
+pub use claim::MachineJobClaim;
 pub use client::{EmbeddedCoordinator, unreachable_help};
 pub use server::{EmbeddedServer, SOCKET_NAME};
 
