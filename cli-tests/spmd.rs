@@ -1,6 +1,6 @@
 //! SPMD runs on several host devices: the two collective examples against independent
-//! references, `xthunk run --devices 4` (with per-rank `--input` patterns), and a rank that
-//! never reaches a collective.
+//! references, `xthunk run --devices 4` (with per-rank `--input` patterns), a rank that
+//! never reaches a collective, and a stuck-but-alive rank named with its position.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -8,6 +8,7 @@
 #[allow(dead_code)]
 mod build_collectives;
 mod shards;
+mod stuck;
 
 use build_collectives::*;
 use rand::{Rng, SeedableRng};
@@ -341,5 +342,26 @@ fn a_per_rank_input_that_is_missing_or_wrong_names_its_rank() {
         err.contains("rank 2") && err.contains("y2.npy") && err.contains("shape [32,64]"),
         "{err}"
     );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Rank 3 is busy (alive) before the second all-reduce that ranks 0–2 time out in
+/// (`run --devices 4 --collective-timeout 0.5`): the message names rank 3 as stuck after the
+/// first all-reduce and the others as waiting in the second, with their thunk paths and
+/// sequence numbers.
+#[test]
+fn a_stuck_but_alive_rank_is_named_with_its_position_at_the_timeout() {
+    let dir = scratch("stuck");
+    let file = stuck::write_stuck_rank(&dir);
+    let start = Instant::now();
+    let (code, out, err) = xthunk_output(&spmd_args(
+        &file.display().to_string(),
+        &["--collective-timeout".to_string(), "0.5".to_string()],
+    ));
+    let took = start.elapsed();
+    assert_ne!(code, Some(0), "{out}\n{err}");
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    assert!(err.contains("did not arrive"), "{err}");
+    stuck::check_positions(&err);
     let _ = std::fs::remove_dir_all(&dir);
 }

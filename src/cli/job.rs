@@ -475,6 +475,7 @@ fn run_rank(
             world: world as u32,
             cliques,
         }),
+        progress: None,
     };
     let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
     let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();

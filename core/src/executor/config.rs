@@ -1,6 +1,7 @@
 //! How a program is scheduled ([`ExecutorConfig`]) and how one execution runs
 //! ([`ExecuteOptions`], with the [`CollectiveContext`] of an SPMD rank).
 
+use super::progress::Progress;
 use crate::collectives::CliqueProvider;
 use std::sync::Arc;
 use std::time::Duration;
@@ -66,6 +67,10 @@ pub struct ExecuteOptions {
     /// This device's place in an SPMD run, for collective thunks. Without it the program
     /// runs as rank 0 of a world of 1.
     pub collectives: Option<CollectiveContext>,
+    /// The SPMD run's progress record: with it (and `collectives`), this execution numbers
+    /// its communication steps there, so that a hang's message can say where every rank is
+    /// (see [`Progress`]); a failure freezes it.
+    pub progress: Option<Arc<Progress>>,
 }
 
 /// One device's place in an SPMD run: its global rank, the number of ranks, and where its

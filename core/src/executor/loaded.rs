@@ -202,7 +202,7 @@ impl LoadedExecutable {
             table[a.index as usize] = buf.ptr();
         }
         let pooled = self.pool.lock().pop();
-        let mut state = match pooled {
+        let state = match pooled {
             Some(s) => s,
             None => ExecState::new(self)?,
         };
@@ -210,9 +210,25 @@ impl LoadedExecutable {
             table[*i as usize] = b.ptr();
         }
         let deadline = opts.deadline.map(|d| (d, start + d));
-        let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref());
+        let progress = opts.progress.as_deref();
+        let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref(), progress);
+        if let Some((p, rank)) = run.progress {
+            p.start(rank);
+        }
+        let result = self.run(&mut run, state);
+        if let Some((p, rank)) = run.progress {
+            p.end(rank, result.is_ok());
+        }
+        tracing::debug!(elapsed_us = start.elapsed().as_micros() as u64, "executed");
+        result
+    }
+
+    /// Issues and waits for one execution with `state`; returns the state to the pool after
+    /// a success.
+    fn run(&self, run: &mut Run<'_>, mut state: ExecState) -> Result<()> {
         let issued = run.issue_all(&mut state);
         if let Err(e) = &issued {
+            run.freeze_progress();
             // Peers waiting for this rank in a collective must not wait for the timeout.
             run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
         }
@@ -221,6 +237,7 @@ impl LoadedExecutable {
             Err(_) => Ok(()),
         };
         if let Err(e) = &waited {
+            run.freeze_progress();
             run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
         }
         if let Err(Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
@@ -253,7 +270,6 @@ impl LoadedExecutable {
             state.tracking.clear();
             self.pool.lock().push(state);
         }
-        tracing::debug!(elapsed_us = start.elapsed().as_micros() as u64, "executed");
         result
     }
 

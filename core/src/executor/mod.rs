@@ -20,6 +20,7 @@
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources;
+//! - `progress`: the SPMD run's record of where every rank is in its communication steps;
 //! - `run`: one execution issuing and waiting for its steps, with `collective` (the
 //!   communication steps) and `command_buffer` (recording and replaying command buffers);
 //! - [`graph`]: the dependency graph of the steps' buffer uses;
@@ -31,6 +32,7 @@ mod config;
 pub mod graph;
 mod loaded;
 mod plan;
+mod progress;
 mod run;
 mod schedule;
 pub mod spmd;
@@ -38,4 +40,5 @@ mod state;
 
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
+pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;

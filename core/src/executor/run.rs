@@ -6,12 +6,13 @@
 use super::LoadedExecutable;
 use super::config::CollectiveContext;
 use super::plan::{Op, Step};
+use super::progress::Progress;
 use super::state::ExecState;
 use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
 use crate::collectives::{Communicator, StreamKind};
 use crate::error::{Error, Result};
 use crate::ir::{DType, KernelArg, MemsetPattern, Slice, Thunk};
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,11 @@ pub(super) struct Run<'a> {
     /// Communicators this execution used: aborted if it fails, so peers fail fast instead of
     /// waiting for this rank until their terminate timeout.
     pub(super) used: RefCell<Vec<Arc<dyn Communicator>>>,
+    /// The SPMD run's progress record, with this rank's number in it.
+    pub(super) progress: Option<(&'a Progress, u32)>,
+    /// False inside a command buffer: its steps are recorded once and replayed, so they are
+    /// not numbered in the progress record.
+    numbering: Cell<bool>,
 }
 
 impl<'a> Run<'a> {
@@ -34,6 +40,7 @@ impl<'a> Run<'a> {
         table: &'a [DevicePtr],
         deadline: Option<(Duration, Instant)>,
         collectives: Option<&'a CollectiveContext>,
+        progress: Option<&'a Progress>,
     ) -> Self {
         Run {
             exe,
@@ -41,11 +48,21 @@ impl<'a> Run<'a> {
             deadline,
             collectives,
             used: RefCell::new(vec![]),
+            progress: progress.zip(collectives.map(|c| c.rank)),
+            numbering: Cell::new(true),
         }
     }
 }
 
 impl Run<'_> {
+    /// At a failure: keeps where every rank of the SPMD run is now, before this failure's
+    /// aborts move them (see [`Progress::freeze`]).
+    pub(super) fn freeze_progress(&self) {
+        if let Some((p, _)) = self.progress {
+            p.freeze();
+        }
+    }
+
     pub(super) fn ptr(&self, s: &Slice) -> DevicePtr {
         self.table[s.allocation as usize].offset(s.offset)
     }
@@ -220,7 +237,20 @@ impl Run<'_> {
 
     fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
         match &step.op {
-            Op::Direct(t) => self.direct(t, step.stream_kind, stream),
+            Op::Direct(t) => match (self.progress, communicates(t) && self.numbering.get()) {
+                (Some((p, rank)), true) => {
+                    p.issue(
+                        rank,
+                        self.exe.device.as_ref(),
+                        stream,
+                        &step.path,
+                        &step.label,
+                    )?;
+                    let r = self.direct(t, step.stream_kind, stream);
+                    r.and(p.issued(rank, stream))
+                }
+                _ => self.direct(t, step.stream_kind, stream),
+            },
             Op::Kernel { handle, dims, args } => {
                 let la: smallvec::SmallVec<[LaunchArg; 8]> = args
                     .iter()
@@ -279,7 +309,10 @@ impl Run<'_> {
                 }
             }
             Op::CommandBuffer { id, body, bindings } => {
-                self.command_buffer(*id, body, bindings, stream, state)
+                let numbering = self.numbering.replace(false);
+                let r = self.command_buffer(*id, body, bindings, stream, state);
+                self.numbering.set(numbering);
+                r
             }
         }
     }
@@ -316,4 +349,15 @@ impl Run<'_> {
             ))),
         }
     }
+}
+
+/// Whether `t` is a communication step (numbered in the [`Progress`] record).
+fn communicates(t: &Thunk) -> bool {
+    matches!(
+        t,
+        Thunk::Collective(_)
+            | Thunk::CollectivePermute { .. }
+            | Thunk::Send { .. }
+            | Thunk::Recv { .. }
+    )
 }

@@ -1,7 +1,7 @@
 //! SPMD execution: one program on N devices of one process, one thread per device, with
 //! collectives among them.
 
-use super::{CollectiveContext, ExecuteOptions, ExecutorConfig, LoadedExecutable};
+use super::{CollectiveContext, ExecuteOptions, ExecutorConfig, LoadedExecutable, Progress};
 use crate::backend::{Device, DeviceMemory};
 use crate::collectives::CliqueProvider;
 use crate::error::{Error, Result};
@@ -22,7 +22,9 @@ pub struct RankOutput {
 /// `inputs[rank]` as that rank's parameters (host bytes in signature order). Every rank runs
 /// on its own thread; all threads are joined before this returns, also on error. On failure
 /// the first error (by rank) is returned, naming the rank; the communicators of a failing
-/// rank are aborted so its peers fail promptly rather than at their terminate timeout.
+/// rank are aborted so its peers fail promptly rather than at their terminate timeout, and
+/// the error says where every rank was at the first failure ([`Progress`]: which ranks wait
+/// in a collective, which is stuck before it).
 pub fn run_spmd(
     exe: &Executable,
     devices: &[Arc<dyn Device>],
@@ -39,6 +41,14 @@ pub fn run_spmd(
             inputs.len()
         )));
     }
+    // Every rank's progress in its communication steps, for the message of a hang (a given
+    // record is kept, so the caller can read it too).
+    let mut opts = opts.clone();
+    let progress = opts
+        .progress
+        .get_or_insert_with(|| Arc::new(Progress::new(world)))
+        .clone();
+    let opts = &opts;
     let results: Vec<Result<RankOutput>> = std::thread::scope(|scope| {
         let handles: Vec<_> = devices
             .iter()
@@ -87,10 +97,14 @@ pub fn run_spmd(
             Err(e) => {
                 tracing::error!(rank, "rank failed: {e}");
                 if first.is_none() {
+                    let mut message = e.to_string();
+                    if let Some(at) = progress.frozen() {
+                        message.push_str(&format!("; where each rank was: {at}"));
+                    }
                     first = Some(Error::Backend {
                         backend: "spmd".into(),
                         call: format!("rank {rank} of {world}"),
-                        message: e.to_string(),
+                        message,
                     });
                 }
             }
