@@ -10,11 +10,13 @@
 //! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
 //! - a rank without a reachable coordinator says what to start;
 //! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
-//!   missing names it and fails the job.
+//!   missing names it and fails the job;
+//! - a stuck-but-alive rank is named as stuck, with its position, in the timeout message.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 mod shards;
+mod stuck;
 
 use std::collections::BTreeMap;
 use std::io::{BufRead, BufReader};
@@ -577,4 +579,28 @@ fn two_launches_of_one_job_id_at_once_on_one_machine_run_one() {
         let (pids, _) = launches[winner].pids();
         assert_nothing_left(&ends[winner].1, &job, &pids);
     }
+}
+
+/// Rank 3 is busy (alive, its lease renewed) before the second all-reduce that ranks 0–2 time
+/// out in (`--collective-timeout 1`): the timeout message, read from the positions the ranks
+/// publish through the coordinator, names rank 3 as stuck after the first all-reduce and the
+/// others as waiting in the second; every rank exits 1.
+#[test]
+fn a_stuck_but_alive_rank_is_named_with_its_position_in_a_launched_job() {
+    let scratch = Scratch::new("stuck");
+    let program = stuck::write_stuck_rank(&scratch.0);
+    let job = job_id("stuck");
+    let mut launch = Launch::start(
+        &["--job-id", &job],
+        &["--collective-timeout", "1"],
+        &program,
+    );
+    let (status, _) = launch.wait(Duration::from_secs(120));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let line = text
+        .lines()
+        .find(|l| l.contains("error:") && l.contains("is stuck"))
+        .unwrap_or_else(|| panic!("no error line names a stuck rank:\n{text}"));
+    stuck::check_positions(line);
 }

@@ -29,6 +29,14 @@
 //! (`xthunk launch --lease-ttl`, `--start-timeout` set both). The coordinator is the embedded
 //! one of `xthunk launch` (`unix://…`, always built) or etcd (the `etcd` feature).
 //!
+//! # Where every rank is
+//!
+//! The rank's executions number their communication steps in a [`Progress`] record; a thread
+//! publishes this rank's position under `xthunk.progress/R` while the program runs (never on
+//! a collective's path), and an execution's failure (a collective timeout) says where every
+//! rank was: this rank at its failure, the others as last published, so that a rank that is
+//! stuck but alive is named as stuck, with its position.
+//!
 //! # The root cause
 //!
 //! A rank that fails by itself publishes its error under [`CAUSE_KEY`] (unless a cause is
@@ -48,7 +56,7 @@ use xthunk::core::distributed::{
     CAUSE_KEY, Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig,
     DistributedError, EmbeddedCoordinator, Overrides, list_ranks, spawn_failure_handler,
 };
-use xthunk::core::executor::CollectiveContext;
+use xthunk::core::executor::{CollectiveContext, Progress, RankPosition, describe_positions};
 use xthunk::core::host::{ShmCliqueProvider, ShmOptions, remove_job_segments};
 use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
@@ -468,6 +476,7 @@ fn run_rank(
         coordinator.job_id()
     );
     let cliques: Arc<dyn CliqueProvider> = provider.clone();
+    let progress = Arc::new(Progress::new(world));
     let opts = ExecuteOptions {
         deadline: args.deadline,
         collectives: Some(CollectiveContext {
@@ -475,22 +484,28 @@ fn run_rank(
             world: world as u32,
             cliques,
         }),
-        progress: None,
+        progress: Some(progress.clone()),
     };
     let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
     let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
     let mut times = Vec::with_capacity(args.iterations as usize);
-    for i in 0..args.iterations {
-        let t = Instant::now();
-        exe.execute(&pr, &or, &opts)?;
-        let dt = t.elapsed();
-        tracing::debug!(
-            iteration = i,
-            elapsed_us = dt.as_micros() as u64,
-            "executed"
-        );
-        times.push(dt);
-    }
+    let every =
+        (args.collective_timeout / 6).clamp(Duration::from_millis(50), Duration::from_secs(2));
+    publishing_progress(coordinator.as_ref(), &progress, every, || {
+        for i in 0..args.iterations {
+            let t = Instant::now();
+            exe.execute(&pr, &or, &opts)
+                .map_err(|e| with_positions(e, coordinator.as_ref(), &progress))?;
+            let dt = t.elapsed();
+            tracing::debug!(
+                iteration = i,
+                elapsed_us = dt.as_micros() as u64,
+                "executed"
+            );
+            times.push(dt);
+        }
+        Ok::<(), xthunk::Error>(())
+    })?;
     let mut results = Vec::with_capacity(outputs.len());
     for o in &outputs {
         let mut v = vec![0u8; o.size() as usize];
@@ -517,4 +532,83 @@ fn run_rank(
     }
     out.flush()?;
     Ok(())
+}
+
+/// The coordinator key under which rank `r` publishes its position in its communication
+/// steps ([`RankPosition::encode`]).
+fn progress_key(r: usize) -> String {
+    format!("xthunk.progress/{r}")
+}
+
+/// Runs `work` while a thread publishes this rank's position in `progress` under its
+/// [`progress_key`] every `every` (when it changed): what a rank whose collective times out
+/// reads to say where every rank is, a stuck-but-alive one included (its thread keeps
+/// publishing). A set costs a round trip to the coordinator, so it is never on the path of a
+/// collective.
+fn publishing_progress<T>(
+    c: &dyn Coordinator,
+    progress: &Progress,
+    every: Duration,
+    work: impl FnOnce() -> T,
+) -> T {
+    let rank = c.rank();
+    let (stop, stopped) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|s| {
+        let publisher = std::thread::Builder::new()
+            .name("xthunk-progress".into())
+            .spawn_scoped(s, move || {
+                let mut last = String::new();
+                loop {
+                    if let Some(p) = progress.position(rank) {
+                        let text = p.encode();
+                        if text != last && c.set(&progress_key(rank), text.as_bytes()).is_ok() {
+                            last = text;
+                        }
+                    }
+                    if stopped.recv_timeout(every)
+                        != Err(std::sync::mpsc::RecvTimeoutError::Timeout)
+                    {
+                        return;
+                    }
+                }
+            });
+        if let Err(e) = publisher {
+            tracing::warn!("cannot start the progress publisher thread: {e}");
+        }
+        let r = work();
+        drop(stop);
+        r
+    })
+}
+
+/// `e`, an execution's failure, with where every rank was: this rank's position when it
+/// failed (also published for the others) and the others' last published ones. A failure
+/// that comes from the coordinator (a rank died) is returned as it is.
+fn with_positions(e: xthunk::Error, c: &dyn Coordinator, progress: &Progress) -> xthunk::Error {
+    let rank = c.rank();
+    let own = match (&e, progress.frozen_position(rank)) {
+        (xthunk::Error::Distributed(_), _) | (_, None) => return e,
+        (_, Some(own)) => own,
+    };
+    if let Err(err) = c.set(&progress_key(rank), own.encode().as_bytes()) {
+        tracing::warn!(error = %err, "could not publish this rank's position");
+    }
+    let positions: Vec<Option<RankPosition>> = (0..c.world_size())
+        .map(|r| {
+            if r == rank {
+                return Some(own.clone());
+            }
+            let v = c.try_get(&progress_key(r)).ok()??;
+            RankPosition::decode(&String::from_utf8_lossy(&v))
+        })
+        .collect();
+    xthunk::Error::backend(
+        "job",
+        &format!("rank {rank} of {}", c.world_size()),
+        format!(
+            "{}; where each rank was: {}",
+            super::error::one_line(&e),
+            describe_positions(&positions)
+        ),
+    )
 }
