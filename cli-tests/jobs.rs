@@ -578,3 +578,39 @@ fn two_launches_of_one_job_id_at_once_on_one_machine_run_one() {
         assert_nothing_left(&ends[winner].1, &job, &pids);
     }
 }
+
+/// The launcher removes the job's `/dev/shm` segments when it exits, whatever its ranks did:
+/// here one is there before the launch (as a rank killed during a clique's setup leaves it)
+/// and the ranks fail before any clique exists.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_launcher_sweeps_the_job_s_segments_when_it_exits() {
+    let job = job_id("sweep");
+    let left = format!(
+        "/dev/shm/{}00000000deadbeef.0",
+        xthunk::core::host::job_segment_prefix(&job)
+    );
+    std::fs::write(&left, b"left by a killed rank").unwrap();
+    assert_eq!(job_segments(&job).len(), 1);
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--job-id",
+            &job,
+            "--",
+            "run",
+            "--backend",
+            "host",
+        ])
+        .arg(repo().join("examples/no-such-program.txtpb"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!Path::new(&left).exists(), "{left} was left:\n{err}");
+    assert!(job_segments(&job).is_empty());
+}
