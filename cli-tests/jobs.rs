@@ -604,3 +604,196 @@ fn a_stuck_but_alive_rank_is_named_with_its_position_in_a_launched_job() {
         .unwrap_or_else(|| panic!("no error line names a stuck rank:\n{text}"));
     stuck::check_positions(line);
 }
+
+/// A few random bits (the std hasher's random keys; no generator crate needed).
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
+}
+
+/// `XTHUNK_VAR=value` entries of a process's environment (empty if it is gone or not ours).
+fn environ(pid: u32) -> BTreeMap<String, String> {
+    let Ok(raw) = std::fs::read(format!("/proc/{pid}/environ")) else {
+        return BTreeMap::new();
+    };
+    raw.split(|b| *b == 0)
+        .filter_map(|kv| {
+            let kv = String::from_utf8_lossy(kv);
+            let (k, v) = kv.split_once('=')?;
+            k.starts_with("XTHUNK_")
+                .then(|| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// The pids of the processes now running whose environment says they belong to job `job`.
+fn processes_of_job(job: &str) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| environ(*pid).get("XTHUNK_JOB_ID").map(String::as_str) == Some(job))
+        .collect()
+}
+
+/// The ranks of `job` (rank -> pid), once `world` of them run (they are read from /proc as
+/// soon as they exist, before they print anything).
+fn rank_pids(job: &str, world: usize, limit: Duration) -> BTreeMap<usize, u32> {
+    let deadline = Instant::now() + limit;
+    loop {
+        let pids: BTreeMap<usize, u32> = processes_of_job(job)
+            .into_iter()
+            .filter_map(|pid| Some((environ(pid).get("XTHUNK_RANK")?.parse().ok()?, pid)))
+            .collect();
+        if pids.len() == world {
+            return pids;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only ranks {pids:?} of {job} started"
+        );
+        thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// SIGKILL of a random rank at a random moment from 0 to 1.5 s after the launch (spread over
+/// the repetitions, denser early: before the ranks connect, at the start barrier, while they
+/// set their cliques up, or mid-run), `XTHUNK_KILL_REPEATS` times: every survivor exits 1 on its own
+/// within the lease TTL + 3 s of the kill naming the killed rank, the launcher's last line
+/// names it, and nothing of the job is left (no process, `/dev/shm` segment or socket folder).
+#[test]
+fn a_rank_killed_at_a_random_moment_setup_included_fails_the_job_and_leaves_nothing() {
+    let repeats = kill_repeats();
+    let mut seen = vec![];
+    for i in 0..repeats {
+        let bits = random_u64();
+        let victim = (bits % WORLD as u64) as usize;
+        // Spread over 0..1.5 s, denser early (connecting, the start barrier and the clique
+        // setups take the first few hundred milliseconds): repeat i draws u within its own
+        // slice of 0..1, and is killed 1.5 s × u² after the launch.
+        let u = (i as f64 + ((bits >> 8) % 1000) as f64 / 1000.0) / repeats as f64;
+        let at_ms = 1500.0 * u * u;
+        let delay = Duration::from_secs_f64(at_ms / 1000.0);
+        let job = job_id("kill-any");
+        let ttl = TTL.as_secs().to_string();
+        let launched = Instant::now();
+        let mut launch = Launch::start(
+            &["--job-id", &job, "--lease-ttl", &ttl],
+            &["--iterations", "100000000"],
+            &example("dp_step"),
+        );
+        let pids = rank_pids(&job, WORLD, Duration::from_secs(30));
+        let socket = environ(pids[&victim])
+            .get("XTHUNK_COORDINATOR")
+            .and_then(|c| c.strip_prefix("unix://").map(PathBuf::from))
+            .unwrap_or_else(|| panic!("repeat {i}: rank {victim} has no unix:// coordinator"));
+        thread::sleep(delay.saturating_sub(launched.elapsed()));
+        let kill = Command::new("kill")
+            .args(["-KILL", &pids[&victim].to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let hit = Instant::now();
+        let at = hit - launched;
+        let limit = TTL + Duration::from_secs(3);
+        let (status, _) = launch.wait(limit + Duration::from_secs(30));
+        let text = launch.text();
+        let what = format!("repeat {i}: rank {victim} killed {at:.2?} after the launch");
+        assert_eq!(status.code(), Some(1), "{what}\n{text}");
+        let mut slowest = Duration::ZERO;
+        for r in (0..WORLD).filter(|r| *r != victim) {
+            let lines = launch.rank_lines(r);
+            let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("{what}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed")),
+                "{what}: rank {r} does not name it: {line}\n{text}"
+            );
+            let took = at.saturating_duration_since(hit);
+            assert!(took < limit, "{what}: rank {r} took {took:?}:\n{text}");
+            slowest = slowest.max(took);
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "{what}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ") && last.contains(&format!("rank {victim} failed")),
+            "{what}: the launcher's last line does not name it: {last}\n{text}"
+        );
+        let segs = job_segments(&job);
+        assert!(segs.is_empty(), "{what}: segments {segs:?} left:\n{text}");
+        let left = processes_of_job(&job);
+        assert!(left.is_empty(), "{what}: processes {left:?} left:\n{text}");
+        for (r, pid) in &pids {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "{what}: rank {r} (pid {pid}) is still there"
+            );
+        }
+        let dir = socket.parent().unwrap();
+        assert!(!dir.exists(), "{what}: {} was left", dir.display());
+        // Where the victim was: had it joined (its first line), started (the start barrier
+        // passed; its cliques are set up at its first collective)?
+        let victim_lines = launch.rank_lines(victim);
+        let phase = if victim_lines
+            .iter()
+            .any(|(l, t)| l.ends_with(" started") && *t < hit)
+        {
+            "after the start barrier"
+        } else if victim_lines
+            .iter()
+            .any(|(l, t)| l.contains("(pid ") && *t < hit)
+        {
+            "after joining"
+        } else {
+            "before joining"
+        };
+        seen.push((victim, at, phase, slowest));
+    }
+    eprintln!("(victim, killed after launch, where, slowest survivor): {seen:.2?}");
+}
+
+/// The launcher removes the job's `/dev/shm` segments when it exits, whatever its ranks did:
+/// here one is there before the launch (as a rank killed during a clique's setup leaves it)
+/// and the ranks fail before any clique exists.
+#[cfg(target_os = "linux")]
+#[test]
+fn the_launcher_sweeps_the_job_s_segments_when_it_exits() {
+    let job = job_id("sweep");
+    let left = format!(
+        "/dev/shm/{}00000000deadbeef.0",
+        xthunk::core::host::job_segment_prefix(&job)
+    );
+    std::fs::write(&left, b"left by a killed rank").unwrap();
+    assert_eq!(job_segments(&job).len(), 1);
+    let o = Command::new(BIN)
+        .args([
+            "launch",
+            "-n",
+            "2",
+            "--job-id",
+            &job,
+            "--",
+            "run",
+            "--backend",
+            "host",
+        ])
+        .arg(repo().join("examples/no-such-program.txtpb"))
+        .env_remove("RUST_LOG")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "{err}");
+    assert!(!Path::new(&left).exists(), "{left} was left:\n{err}");
+    assert!(job_segments(&job).is_empty());
+}

@@ -16,7 +16,7 @@ impl Ctx {
                 self.fail(
                     self.rank,
                     format!(
-                        "its heartbeats stopped: its lease could not be renewed for {:?} ({last_err}); \
+                        "its heartbeats stopped: it could not renew its lease on etcd for {:?} ({last_err}); \
                          the other ranks consider it dead",
                         self.ttl
                     ),

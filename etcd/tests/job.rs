@@ -8,6 +8,8 @@
 //!   process, shared memory segment or etcd key of the job left behind;
 //! - a rank that never reaches a collective makes the others fail at the terminate timeout,
 //!   naming it;
+//! - etcd killed under a running job makes every rank exit 1 within the lease TTL + 3 s
+//!   naming etcd, with no process or segment left; `XTHUNK_KILL_REPEATS` times;
 //! - two jobs sharing one etcd at once do not interfere;
 //! - two launches given the same job id at once: one runs, the other is refused whole.
 //!
@@ -719,6 +721,76 @@ fn a_killed_rank_fails_every_survivor_promptly_and_leaves_nothing() {
         assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
     }
     eprintln!("detection latencies after SIGKILL: {latencies:.2?}");
+}
+
+/// etcd killed (SIGKILL) under a running job, 0 to 700 ms after every rank started,
+/// `XTHUNK_KILL_REPEATS` times (a fresh etcd each): every rank exits 1 on its own within the
+/// lease TTL + 3 s with one `error:` line naming etcd, the coordinator it lost, and no rank
+/// process or shared memory segment of the job is left (the keys went with etcd).
+#[test]
+fn a_killed_etcd_fails_every_rank_naming_it_and_leaves_nothing() {
+    let test = "a_killed_etcd_fails_every_rank_naming_it_and_leaves_nothing";
+    let Some((first, bin)) = setup(test) else {
+        return;
+    };
+    drop(first);
+    let dp_step = repo().join("examples/dp_step.txtpb");
+    let limit = TTL + Duration::from_secs(3);
+    let mut latencies = vec![];
+    for i in 0..kill_repeats() {
+        let etcd = EtcdServer::start().expect("start etcd");
+        let job = job_id("etcd-killed");
+        let mut launch = Launch::start(&bin, &etcd, &job, &dp_step, &["--iterations", "100000000"]);
+        launch.wait_for("started", WORLD, Duration::from_secs(60));
+        let pids = launch.pids();
+        assert_eq!(pids.len(), WORLD, "{}", launch.text());
+        thread::sleep(Duration::from_millis([0, 700, 350, 100][i % 4]));
+        let etcd_pid = i32::try_from(etcd.pid().unwrap()).unwrap();
+        // SAFETY: a plain kill(2) of the etcd this test started.
+        assert_eq!(unsafe { libc::kill(etcd_pid, libc::SIGKILL) }, 0);
+        let killed = Instant::now();
+        let (status, exited) = launch.wait(limit + Duration::from_secs(30));
+        let text = launch.text();
+        assert_eq!(status.code(), Some(1), "repeat {i}:\n{text}");
+        let mut slowest = Duration::ZERO;
+        let mut said = String::new();
+        for r in 0..WORLD {
+            let lines = launch.rank_lines(r);
+            let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("repeat {i}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains("etcd"),
+                "repeat {i}: rank {r} does not name the lost etcd: {line}\n{text}"
+            );
+            if r == 0 {
+                said = line.to_string();
+            }
+            let took = at.saturating_duration_since(killed);
+            assert!(took < limit, "repeat {i}: rank {r} took {took:?}:\n{text}");
+            slowest = slowest.max(took);
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "repeat {i}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        eprintln!(
+            "repeat {i}: etcd killed; every rank named it within {slowest:.2?}, the job ended \
+             within {:.2?} (TTL {TTL:?}); rank 0: {said}",
+            exited - killed
+        );
+        latencies.push(slowest);
+        for (r, pid) in &pids {
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "repeat {i}: rank {r} (pid {pid}) is still there"
+            );
+        }
+        let segs = job_segments(&job);
+        assert!(segs.is_empty(), "repeat {i}: segments {segs:?} left");
+        drop(etcd);
+    }
+    eprintln!("latencies after etcd was killed: {latencies:.2?}");
 }
 
 #[test]

@@ -14,6 +14,9 @@
 //! is also killed by the kernel when the launcher dies (`PR_SET_PDEATHSIG`: Ctrl-C, SIGTERM,
 //! SIGKILL, a crash). Ctrl-C at a terminal reaches the ranks directly too (same process
 //! group).
+//!
+//! When the ranks have ended, the launcher removes whatever `/dev/shm` segment of the job is
+//! still there (a rank killed while setting a clique up can leave one).
 
 use super::error::{CliError, CliResult};
 use super::job::{XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT};
@@ -29,6 +32,7 @@ use xthunk_core::distributed::env::{
 use xthunk_core::distributed::{
     CAUSE_KEY, CoordinatorSpec, EmbeddedServer, MachineJobClaim, validate_job_id,
 };
+use xthunk_core::host::remove_job_segments;
 
 pub const AFTER_HELP: &str = "\
 Each rank runs this same xthunk binary with COMMAND (e.g. `-- run program.txtpb`) and with
@@ -314,6 +318,9 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
             return Ok(1);
         }
     };
+    // From here this launch owns the id on this machine, so the job's segments are its own:
+    // they are swept when the launcher returns, whatever happened to the ranks.
+    let sweep = SweepSegments(&job_id);
     let coordinator = match (&server, &args.coordinator) {
         (Some(server), _) => server.spec().to_string(),
         (None, c) => c.to_string(),
@@ -372,12 +379,34 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         let _ = writeln!(stderr, "{line}");
     }
     drop(server);
+    drop(sweep);
     // The claims (`claim`, the etcd one, goes at the end of this function) free the id.
     drop(machine_claim);
     if let Some(e) = outcome.stdout_error {
         return Err(CliError::Stdout(e));
     }
     Ok(outcome.exit_code())
+}
+
+/// Removes the job's shared memory segments from `/dev/shm` when dropped. A segment's name
+/// goes as soon as every rank of its clique mapped it, and a rank that fails removes the
+/// job's names; what is left after the ranks ended (every rank of a clique killed during its
+/// setup, a rank killed by the launcher) goes here, whatever the launcher's exit path. Made
+/// once the launch holds the machine's claim of the job id: no other launch on this machine
+/// has segments of that id.
+struct SweepSegments<'a>(&'a str);
+
+impl Drop for SweepSegments<'_> {
+    fn drop(&mut self) {
+        let gone = remove_job_segments(self.0);
+        if gone > 0 {
+            tracing::info!(
+                job = self.0,
+                segments = gone,
+                "removed the shared memory segments the ranks left"
+            );
+        }
+    }
 }
 
 /// How the ranks ended.
