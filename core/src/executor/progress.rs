@@ -14,6 +14,7 @@ use crate::backend::{Device, Event, Stream};
 use crate::error::Result;
 use crate::ir::ThunkPath;
 use parking_lot::Mutex;
+use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
 
@@ -42,7 +43,7 @@ struct Rank {
     /// The last step known completed (retired from `open`): its number and place.
     completed: Option<(u64, String)>,
     /// Issued steps not yet known completed, in issue order.
-    open: Vec<Entry>,
+    open: VecDeque<Entry>,
     /// Events of retired steps, for reuse.
     free: Vec<Arc<dyn Event>>,
 }
@@ -71,7 +72,7 @@ impl Progress {
                         phase: Phase::Idle,
                         next_seq: 0,
                         completed: None,
-                        open: vec![],
+                        open: VecDeque::new(),
                         free: vec![],
                     })
                 })
@@ -111,10 +112,10 @@ impl Progress {
         // Retire the steps that completed, oldest first, keeping their events for reuse.
         while r
             .open
-            .first()
+            .front()
             .is_some_and(|e| e.after.query().unwrap_or(false))
         {
-            let e = r.open.remove(0);
+            let Some(e) = r.open.pop_front() else { break };
             r.completed = Some((e.seq, e.at));
             r.free.push(e.before);
             r.free.push(e.after);
@@ -125,12 +126,23 @@ impl Progress {
         };
         let after = match r.free.pop() {
             Some(e) => e,
-            None => device.create_event()?,
+            None => match device.create_event() {
+                Ok(e) => e,
+                Err(err) => {
+                    r.free.push(before);
+                    return Err(err);
+                }
+            },
         };
-        stream.record(before.as_ref())?;
+        if let Err(err) = stream.record(before.as_ref()) {
+            // Both events stay reusable.
+            r.free.push(before);
+            r.free.push(after);
+            return Err(err);
+        }
         let seq = r.next_seq;
         r.next_seq += 1;
-        r.open.push(Entry {
+        r.open.push_back(Entry {
             seq,
             at: format!("{path} {label}"),
             before,
@@ -146,7 +158,7 @@ impl Progress {
             return Ok(());
         };
         let r = r.lock();
-        match r.open.last() {
+        match r.open.back() {
             Some(e) => stream.record(e.after.as_ref()),
             None => Ok(()),
         }
