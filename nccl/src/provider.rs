@@ -251,15 +251,26 @@ impl NcclCliqueProvider {
     }
 
     /// Aborts every communicator of the provider, and fails every rendezvous in progress.
+    ///
+    /// The cache is only read under its lock; the aborts (each may wait for a communicator's
+    /// lock) run after it is released, so acquires and splits on other cliques never wait
+    /// behind them.
     pub fn abort_all(&self, reason: &str) {
-        self.cliques.with(|map| {
-            for (key, e) in map.iter() {
-                e.rv.poison(&format!("{key} aborted: {reason}"));
-                for c in e.comms.iter().flatten() {
-                    c.abort(reason);
-                }
-            }
+        type Clique = (String, Arc<CliqueRendezvous>, Vec<Arc<NcclCommunicator>>);
+        let cliques: Vec<Clique> = self.cliques.with(|map| {
+            map.iter()
+                .map(|(key, e)| {
+                    let comms = e.comms.iter().flatten().cloned().collect();
+                    (key.to_string(), e.rv.clone(), comms)
+                })
+                .collect()
         });
+        for (key, rv, comms) in cliques {
+            rv.poison(&format!("{key} aborted: {reason}"));
+            for c in comms {
+                c.abort(reason);
+            }
+        }
     }
 
     fn name(&self) -> &'static str {
