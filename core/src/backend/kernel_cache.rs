@@ -199,7 +199,7 @@ impl KernelCache {
     /// The entry for `key`, verified. A corrupt one is logged and removed.
     pub fn get(&self, key: &CacheKey) -> Lookup {
         let path = self.path_for(key);
-        let why = match std::fs::read(&path) {
+        let why = match read_bounded(&path) {
             Err(e)
                 if matches!(
                     e.kind(),
@@ -292,6 +292,34 @@ fn decode(bytes: &[u8], key: &CacheKey) -> Result<(), String> {
     Ok(())
 }
 
+/// The largest entry read back (a device image plus the header); a bigger file at an entry's
+/// name is treated as corrupt rather than read into memory.
+const MAX_ENTRY: u64 = 1 << 30;
+
+/// Reads an entry file: a regular file of at most [`MAX_ENTRY`] bytes (anything else, e.g. a
+/// FIFO someone put there, is an error instead of a read that could block or exhaust memory).
+fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    // Checked before opening: opening a FIFO for reading would block.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(io::Error::other("not a regular file"));
+    }
+    if meta.len() > MAX_ENTRY {
+        return Err(io::Error::other(format!(
+            "{} bytes, more than the {MAX_ENTRY} an entry may have",
+            meta.len()
+        )));
+    }
+    let f = std::fs::File::open(path)?;
+    let mut bytes = Vec::new();
+    f.take(MAX_ENTRY + 1).read_to_end(&mut bytes)?;
+    if bytes.len() as u64 > MAX_ENTRY {
+        return Err(io::Error::other("grew past the entry limit while read"));
+    }
+    Ok(bytes)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 mod tests {
@@ -380,6 +408,23 @@ mod tests {
         cache.remove(&key);
         assert_eq!(cache.get(&key), Lookup::Miss);
         cache.remove(&key);
+    }
+
+    #[test]
+    fn an_entry_that_is_not_a_regular_file_is_corrupt_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = KernelCache::new(dir.path());
+        let key = key_of(&[], |_| {});
+        let path = cache.path_for(&key);
+        let c = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        // SAFETY: a valid NUL-terminated path; mkfifo only creates a file system entry.
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+        // Opening a FIFO with no writer would block this test forever.
+        match cache.get(&key) {
+            Lookup::Corrupt(reason) => assert!(reason.contains("not a regular file"), "{reason}"),
+            other => panic!("{other:?}"),
+        }
+        assert!(!path.exists(), "the FIFO is removed");
     }
 
     #[test]
