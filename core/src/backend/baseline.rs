@@ -25,7 +25,7 @@
 
 use super::{DeviceMemory, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
 use crate::error::{Error, Result};
-use crate::ir::DType;
+use crate::ir::{DType, GemmOperand};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,11 +135,6 @@ pub fn check_lent(what: &str, ptr: u64, len: u64, buffers: &[&dyn DeviceMemory])
     }
 }
 
-/// Whether two non-empty byte ranges overlap.
-fn overlap(p: u64, pl: u64, q: u64, ql: u64) -> bool {
-    pl > 0 && ql > 0 && p < q.saturating_add(ql) && q < p.saturating_add(pl)
-}
-
 /// The argument values of [`RawBaseline::launch_loop`]'s launches, one 8-byte slot per
 /// argument (`slot` lays one out in the vendor's way), after checking that no launch has more
 /// than [`MAX_LAUNCH_ARGS`] arguments and that every buffer lies inside `buffers`.
@@ -171,7 +166,11 @@ pub fn launch_slots(
 pub fn check_copy(src: &dyn DeviceMemory, dst: &dyn DeviceMemory, bytes: u64) -> Result<usize> {
     check_lent("copy source", src.ptr().0, bytes, &[src])?;
     check_lent("copy destination", dst.ptr().0, bytes, &[dst])?;
-    if overlap(src.ptr().0, bytes, dst.ptr().0, bytes) {
+    let range = |m: &dyn DeviceMemory| DeviceRange {
+        ptr: m.ptr(),
+        len: bytes,
+    };
+    if range(src).overlaps(&range(dst)) {
         return Err(Error::InvalidArgument(
             "raw copy: source and destination overlap".into(),
         ));
