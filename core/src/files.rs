@@ -61,6 +61,15 @@ impl StagedFile {
     pub fn commit(self) -> io::Result<()> {
         self.tmp.as_file().sync_all()?;
         self.tmp.persist(&self.path).map_err(|e| e.error)?;
+        // The rename itself is durable only once the folder is synced (best effort: some
+        // file systems refuse to sync a directory).
+        let dir = match self.path.parent() {
+            Some(d) if !d.as_os_str().is_empty() => d,
+            _ => Path::new("."),
+        };
+        if let Ok(d) = std::fs::File::open(dir) {
+            let _ = d.sync_all();
+        }
         Ok(())
     }
 }
