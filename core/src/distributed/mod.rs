@@ -334,12 +334,20 @@ pub fn validate_job_id(job_id: &str) -> DistributedResult<()> {
     Ok(())
 }
 
-/// Checks a rank and a world size.
+/// The most ranks a job may have (coordinators keep per-rank state sized by the world).
+pub const MAX_WORLD_SIZE: usize = 1 << 16;
+
+/// Checks a rank against its world size (at least 1, at most [`MAX_WORLD_SIZE`]).
 pub fn validate_rank(rank: usize, world_size: usize) -> DistributedResult<()> {
     if world_size == 0 {
         return Err(DistributedError::Config(
             "the world size must be at least 1".into(),
         ));
+    }
+    if world_size > MAX_WORLD_SIZE {
+        return Err(DistributedError::Config(format!(
+            "a world of {world_size} ranks is more than the {MAX_WORLD_SIZE} a job may have"
+        )));
     }
     if rank >= world_size {
         return Err(DistributedError::Config(format!(
@@ -431,5 +439,7 @@ mod tests {
         assert!(validate_rank(3, 4).is_ok());
         assert!(validate_rank(4, 4).is_err());
         assert!(validate_rank(0, 0).is_err());
+        assert!(validate_rank(0, MAX_WORLD_SIZE).is_ok());
+        assert!(validate_rank(0, MAX_WORLD_SIZE + 1).is_err());
     }
 }

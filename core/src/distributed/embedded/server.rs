@@ -199,8 +199,12 @@ impl Drop for EmbeddedServer {
     fn drop(&mut self) {
         self.shared.stopping.store(true, Ordering::SeqCst);
         // Wake the accept loop.
-        let _ = UnixStream::connect(&self.socket);
-        if let Some(h) = self.accept.take() {
+        // Wake the accept loop; join it only if the wake-up got through (otherwise it may
+        // never return from accept, and it is left to end with the process).
+        let woke = UnixStream::connect(&self.socket).is_ok();
+        if let Some(h) = self.accept.take()
+            && woke
+        {
             let _ = h.join();
         }
         {
@@ -241,10 +245,16 @@ fn protocol_error(message: impl Into<String>) -> Response {
     })
 }
 
+/// How long a new connection may take to send its first line.
+const FIRST_LINE_TIMEOUT: Duration = Duration::from_secs(10);
+
 fn serve(conn: UnixStream, shared: &Shared) {
     let Ok(read_half) = conn.try_clone() else {
         return;
     };
+    // A client that connects and sends nothing must not hold this thread forever; a session
+    // sets its own (TTL) timeout after its join.
+    let _ = conn.set_read_timeout(Some(FIRST_LINE_TIMEOUT));
     let mut reader = BufReader::new(read_half);
     let mut conn = conn;
     let request = match read_line::<Request>(&mut reader) {
