@@ -120,6 +120,25 @@ fn rank(r: usize, nranks: usize, id: nccl::UniqueId) -> Vec<String> {
         if read(recv, n) != want {
             failures.push(format!("rank {r}: send/recv"));
         }
+        // An all-to-all as grouped sends and receives, the rank itself included: block q of
+        // this rank's input goes to rank q, block q of the output comes from rank q.
+        assert_eq!(nccl::ncclGroupStart(), 0);
+        for q in 0..nranks {
+            let at = 4 * n * q;
+            let sq = (send as usize + at) as *const c_void;
+            let rq = (recv as usize + at) as *mut c_void;
+            assert_eq!(nccl::ncclSend(sq, n, F32, q as i32, comm, s), 0);
+            assert_eq!(nccl::ncclRecv(rq, n, F32, q as i32, comm, s), 0);
+        }
+        assert_eq!(nccl::ncclGroupEnd(), 0);
+        let want: Vec<f32> = (0..nranks)
+            .flat_map(|q| (0..n).map(move |i| (q * 100 + r * n + i) as f32))
+            .collect();
+        if read(recv, n * nranks) != want {
+            failures.push(format!(
+                "rank {r}: all-to-all through send/recv (self included)"
+            ));
+        }
         let mut async_err = -1;
         assert_eq!(nccl::ncclCommGetAsyncError(comm, &mut async_err), 0);
         assert_eq!(async_err, 0);

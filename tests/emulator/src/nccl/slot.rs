@@ -91,11 +91,13 @@ pub(super) struct Slot {
     pub(super) done: Option<Result<(), String>>,
 }
 
-/// The local index of `rank` in a slot, and the slot's size.
-pub(super) fn local(key: SlotKey, rank: usize, nranks: usize) -> (usize, usize) {
+/// The index of `part` (of `rank`) in its slot, and the slot's size. A message's slot has
+/// two places, the send's (0) and the receive's (1), told apart by the part rather than by
+/// the rank: a send to the rank itself and its receive are two parts of one slot.
+pub(super) fn local(key: SlotKey, rank: usize, nranks: usize, part: &Part) -> (usize, usize) {
     match key {
         SlotKey::Coll(_) => (rank, nranks),
-        SlotKey::P2p(src, _, _) => (if rank == src { 0 } else { 1 }, 2),
+        SlotKey::P2p(..) => (usize::from(matches!(part, Part::Recv { .. })), 2),
     }
 }
 
@@ -115,7 +117,7 @@ pub(super) fn issue(
     }
     // Register the parts first, so that a rank already waiting sees them.
     for (comm, key, part) in &parts {
-        let (idx, n) = local(*key, comm.rank, comm.clique.nranks);
+        let (idx, n) = local(*key, comm.rank, comm.clique.nranks, part);
         let mut slots = comm.clique.slots.lock();
         let slot = slots.entry(*key).or_default();
         if slot.parts.is_empty() {
@@ -124,15 +126,17 @@ pub(super) fn issue(
         }
         slot.parts[idx] = Some(part.clone());
     }
-    let work_parts: Vec<(Arc<Comm>, SlotKey)> =
-        parts.iter().map(|(c, k, _)| (c.clone(), *k)).collect();
+    let work_parts: Vec<(Arc<Comm>, SlotKey, usize)> = parts
+        .iter()
+        .map(|(c, k, p)| (c.clone(), *k, local(*k, c.rank, c.clique.nranks, p).0))
+        .collect();
     let f: stream::HostWork = Arc::new(move |call: &str| run_parts(&work_parts, call));
     let seq = stream::submit(s, Op::new(Work::Host(f), call)).map_err(|e| {
         LAST_ERROR.with(|l| *l.borrow_mut() = e.message);
         UNHANDLED_CUDA_ERROR
     })?;
-    for (comm, key, _) in &parts {
-        let (idx, _) = local(*key, comm.rank, comm.clique.nranks);
+    for (comm, key, part) in &parts {
+        let (idx, _) = local(*key, comm.rank, comm.clique.nranks, part);
         let mut slots = comm.clique.slots.lock();
         if let Some(slot) = slots.get_mut(key) {
             slot.queued[idx] = Some((s.clone(), seq));
@@ -145,10 +149,9 @@ pub(super) fn issue(
 }
 
 /// Runs on a stream's worker: arrives at every slot, then waits for each to be done.
-pub(super) fn run_parts(parts: &[(Arc<Comm>, SlotKey)], call: &str) -> EmuResult<()> {
-    for (comm, key) in parts {
-        let cl = &comm.clique;
-        let (idx, _) = local(*key, comm.rank, cl.nranks);
+pub(super) fn run_parts(parts: &[(Arc<Comm>, SlotKey, usize)], call: &str) -> EmuResult<()> {
+    for (comm, key, idx) in parts {
+        let (cl, idx) = (&comm.clique, *idx);
         let mut slots = cl.slots.lock();
         let Some(slot) = slots.get_mut(key) else {
             continue;
@@ -169,7 +172,7 @@ pub(super) fn run_parts(parts: &[(Arc<Comm>, SlotKey)], call: &str) -> EmuResult
     }
     let deadline = Instant::now() + timeout();
     let mut first_err: Option<EmuError> = None;
-    for (comm, key) in parts {
+    for (comm, key, _) in parts {
         let cl = &comm.clique;
         let mut slots = cl.slots.lock();
         loop {
