@@ -86,8 +86,8 @@ step test cargo test --workspace --all-features
 step smoke cargo run --release -- run examples/mlp.txtpb
 # The CUDA and ROCm backends' execution paths through the driver emulator (emulated devices,
 # labelled as such; never reported as GPU results).
-step emu-cuda ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
-step emu-rocm ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
+step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
+step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
 step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"

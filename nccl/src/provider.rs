@@ -620,19 +620,11 @@ impl CliqueProvider for NcclCliqueProvider {
         }
     }
 
-    /// On emulated devices (the driver emulator standing in for NCCL/RCCL), collectives on
-    /// more than one rank: an all-to-all of 1-byte blocks (the conformance suite's
-    /// `collectives/all_to_all_i8_2ranks`) fails, and the failure leaves a sticky launch error
-    /// on the contexts of its devices, so later 2-rank collectives fail and 3- and 4-rank ones
-    /// wait at clique init for ranks that already gave up (until the terminate timeout).
-    /// `nccl/tests/provider.rs` covers 2- and 4-rank NCCL/RCCL on the emulator through the
-    /// executor. On real GPUs: none.
+    /// None: every multi-rank collective check runs, on real and on emulated devices (the
+    /// emulator's NCCL/RCCL matched a send to the rank itself with its own receive until
+    /// 2026-12; an all-to-all then failed and poisoned later checks).
     fn known_gaps(&self) -> KnownGaps {
-        let emulated = self.devices.iter().any(|d| d.info().emulated);
-        KnownGaps {
-            multi_rank: emulated
-                .then_some("an emulated NCCL all-to-all failure poisons later checks"),
-        }
+        KnownGaps::default()
     }
 }
 
