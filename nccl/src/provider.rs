@@ -604,20 +604,24 @@ impl CliqueProvider for NcclCliqueProvider {
         dead.into_iter().map(|(k, ..)| k).collect()
     }
 
-    /// NCCL and RCCL do not compare the operations ranks issue, and a collective waits for
-    /// its peers without a timeout: a mismatched or missing rank is found only when the
-    /// communicator is aborted (the executor's watchdog, a deadline, a coordinator's failure
-    /// report), never by the provider's rendezvous timeouts (those cover communicator init
-    /// and splits only).
+    /// NCCL and RCCL do not compare the operations ranks issue: ranks that issue different
+    /// collectives may hang or complete with wrong data. A missing rank is detected — not by
+    /// the library, which waits forever, but by the executor's
+    /// [completion timeout](CliqueProvider::completion_timeout).
     fn undetected(&self) -> Undetected {
         Undetected {
             mismatch: Some(
-                "NCCL/RCCL do not detect mismatched collectives (they hang until aborted)",
+                "NCCL/RCCL do not detect mismatched collectives (they hang, or complete with \
+                 wrong data)",
             ),
-            missing_rank: Some(
-                "NCCL/RCCL wait for a missing rank without a timeout (until aborted)",
-            ),
+            missing_rank: None,
         }
+    }
+
+    /// The terminate timeout: NCCL/RCCL wait for a missing or stuck peer forever, so the
+    /// executor fails a collective that waited that long once its stream reached it.
+    fn completion_timeout(&self) -> Option<std::time::Duration> {
+        Some(self.timeouts.terminate_after)
     }
 
     /// None: every multi-rank collective check runs, on real and on emulated devices (the

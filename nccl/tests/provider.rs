@@ -676,6 +676,90 @@ fn missing_and_failing_ranks_are_named() {
     }
 }
 
+/// Rank 1 runs one all-reduce, rank 0 two: rank 0's second waits in the library, which has
+/// no timeout of its own. The executor fails it at the provider's completion timeout (the
+/// terminate timeout), aborting the communicator, with an error that says where it waited;
+/// rank 1 completes. No progress record is passed (the executor keeps its own).
+#[test]
+fn a_collective_that_waits_too_long_fails_at_the_completion_timeout() {
+    if !under_emulator(
+        "a_collective_that_waits_too_long_fails_at_the_completion_timeout",
+        2,
+    ) {
+        return;
+    }
+    const N: u64 = 64;
+    let limit = Duration::from_millis(800);
+    let program = |reductions: usize| {
+        let mut b = ExecutableBuilder::new(&format!("reduce{reductions}"));
+        let x = b.parameter("x", DType::F32, &[N]);
+        let y = b.output("y", DType::F32, &[N]);
+        for i in 0..reductions {
+            let src = if i == 0 { x.slice() } else { y.slice() };
+            b.push(Thunk::Collective(CollectiveThunk {
+                op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+                src,
+                dst: y.slice(),
+                dtype: DType::F32,
+                groups: vec![],
+            }));
+        }
+        b.build().unwrap()
+    };
+    for flavor in FLAVORS {
+        let devs = devices(flavor, 2, true);
+        let p: Arc<dyn CliqueProvider> = Arc::new(provider(
+            flavor,
+            &devs,
+            Timeouts::new(Duration::from_millis(200), limit),
+        ));
+        assert_eq!(p.completion_timeout(), Some(limit));
+        let start = Instant::now();
+        let results: Vec<Result<(), String>> = std::thread::scope(|s| {
+            let hs: Vec<_> = (0..2usize)
+                .map(|r| {
+                    let (p, dev) = (p.clone(), devs[r].clone());
+                    let exe = program(2 - r);
+                    s.spawn(move || {
+                        let loaded =
+                            xthunk_core::executor::LoadedExecutable::load(dev.clone(), exe)
+                                .unwrap();
+                        let x = dev.allocate(N * 4, 256, MemorySpace::Device).unwrap();
+                        dev.copy_from_host(&bytes(&values(N, r as u64)), x.ptr())
+                            .unwrap();
+                        let y = dev.allocate(N * 4, 256, MemorySpace::Device).unwrap();
+                        let opts = ExecuteOptions {
+                            collectives: Some(xthunk_core::executor::CollectiveContext {
+                                rank: r as u32,
+                                world: 2,
+                                cliques: p,
+                            }),
+                            ..Default::default()
+                        };
+                        loaded
+                            .execute(&[x.as_ref()], &[y.as_ref()], &opts)
+                            .map_err(|e| e.to_string())
+                    })
+                })
+                .collect();
+            hs.into_iter().map(|h| h.join().unwrap()).collect()
+        });
+        let took = start.elapsed();
+        assert!(results[1].is_ok(), "rank 1: {:?}", results[1]);
+        let e = results[0]
+            .as_ref()
+            .expect_err("rank 0's second all-reduce completed");
+        assert!(e.contains("collective timeout"), "{e}");
+        assert!(e.contains("#1 entry[1]"), "{e}");
+        assert!(
+            took >= limit && took < limit + Duration::from_secs(5),
+            "{took:?}"
+        );
+        assert_eq!(p.evict_aborted().len(), 1, "the aborted clique is evicted");
+        println!("EMULATED {flavor} rank 0 after {took:.1?}: {e}");
+    }
+}
+
 /// Wiring errors: host devices, an empty device list, a rank outside the clique or the
 /// devices. Needs no library beyond loading one (through the emulator).
 #[test]

@@ -388,6 +388,15 @@ pub trait CliqueProvider: Send + Sync {
     fn undetected(&self) -> Undetected {
         Undetected::default()
     }
+    /// How long one operation may wait for its peers once its stream reached it, for a
+    /// provider whose library waits without a timeout of its own (NCCL/RCCL): the executor
+    /// then fails an execution whose collective has been waiting that long, aborting its
+    /// communicators (the progress record says since when: see
+    /// [`crate::executor::Progress`]). The default: `None` (the provider's cliques time out
+    /// by themselves, within their [`Timeouts`]).
+    fn completion_timeout(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// What this provider declares it cannot do reliably on its devices (see [`KnownGaps`]).
     /// The default: nothing.
     fn known_gaps(&self) -> KnownGaps {

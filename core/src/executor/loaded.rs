@@ -3,6 +3,7 @@
 
 use super::config::{ExecuteOptions, ExecutorConfig};
 use super::plan::Planner;
+use super::progress::Progress;
 use super::run::Run;
 use super::schedule::{Schedule, ScheduleInfo, schedule};
 use super::state::ExecState;
@@ -23,6 +24,9 @@ pub struct LoadedExecutable {
     pub(super) schedule: Schedule,
     constants: BTreeMap<u32, Buffer>,
     pool: Mutex<Vec<ExecState>>,
+    /// The progress record of executions given none, when their clique provider needs one
+    /// for its [completion timeout](crate::collectives::CliqueProvider::completion_timeout).
+    own_progress: std::sync::OnceLock<Arc<Progress>>,
 }
 
 impl std::fmt::Debug for LoadedExecutable {
@@ -87,6 +91,7 @@ impl LoadedExecutable {
             schedule,
             constants,
             pool: Mutex::new(vec![]),
+            own_progress: std::sync::OnceLock::new(),
         })
     }
 
@@ -210,7 +215,18 @@ impl LoadedExecutable {
             table[*i as usize] = b.ptr();
         }
         let deadline = opts.deadline.map(|d| (d, start + d));
-        let progress = opts.progress.as_deref();
+        let own;
+        let progress = match (opts.progress.as_deref(), &opts.collectives) {
+            (Some(p), _) => Some(p),
+            (None, Some(c)) if c.cliques.completion_timeout().is_some() => {
+                own = self
+                    .own_progress
+                    .get_or_init(|| Arc::new(Progress::new(c.world as usize)))
+                    .clone();
+                Some(own.as_ref())
+            }
+            (None, _) => None,
+        };
         let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref(), progress);
         if let Some((p, rank)) = run.progress {
             p.start(rank);

@@ -17,6 +17,7 @@ use parking_lot::Mutex;
 use std::collections::VecDeque;
 use std::fmt::Write as _;
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 /// One communication step a rank issued.
 struct Entry {
@@ -26,6 +27,8 @@ struct Entry {
     before: Arc<dyn Event>,
     /// Recorded just after the step: fired once the step completed.
     after: Arc<dyn Event>,
+    /// When the issuing rank first saw `before` fired and `after` not ([`Progress::stalled`]).
+    reached_at: Option<Instant>,
 }
 
 /// Where a rank's execution is, as the executor sees it.
@@ -147,8 +150,32 @@ impl Progress {
             at: format!("{path} {label}"),
             before,
             after,
+            reached_at: None,
         });
         Ok(())
+    }
+
+    /// The step of `rank` that has been in progress for at least `limit` since its stream
+    /// reached it (polled: the time counts from the first call that saw it reached), in words
+    /// (`#41 entry[7] all_gather … for 5.0s`); `None` while every step completes in time. For
+    /// libraries that wait for peers without a timeout (NCCL/RCCL): the executor calls it
+    /// while it waits for its streams.
+    pub(super) fn stalled(&self, rank: u32, limit: Duration) -> Option<String> {
+        let mut r = self.ranks.get(rank as usize)?.lock();
+        let now = Instant::now();
+        for e in r.open.iter_mut() {
+            if e.after.query().unwrap_or(false) {
+                continue;
+            }
+            if !e.before.query().unwrap_or(false) {
+                // Not reached yet: nothing after it is either.
+                return None;
+            }
+            let since = *e.reached_at.get_or_insert(now);
+            let waited = now.saturating_duration_since(since);
+            return (waited >= limit).then(|| format!("#{} {} for {waited:.1?}", e.seq, e.at));
+        }
+        None
     }
 
     /// `rank` issued the step of its last [`Progress::issue`] on `stream`: records the event

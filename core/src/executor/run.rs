@@ -177,6 +177,23 @@ impl Run<'_> {
                 return Ok(());
             }
             self.check_deadline(state)?;
+            if let Some(stall) = self.stalled() {
+                let (rank, _) = self.rank_world();
+                let why = format!(
+                    "rank {rank}: a communication step did not complete: {stall} after its \
+                     stream reached it (a peer is missing, stuck, failed or issued another \
+                     operation)"
+                );
+                self.freeze_progress();
+                self.abort_communicators(&why);
+                // The pending thunks are known only with tracking events (a deadline).
+                let message = if state.tracking.is_empty() {
+                    why
+                } else {
+                    format!("{why}; first pending thunks: {}", self.pending(state))
+                };
+                return Err(Error::backend("executor", "collective timeout", message));
+            }
             if watch {
                 let failed = self
                     .used
@@ -199,6 +216,19 @@ impl Run<'_> {
             std::thread::sleep(sleep);
             sleep = (sleep * 2).min(Duration::from_millis(2));
         }
+    }
+
+    /// This rank's communication step that has waited longer than its provider's
+    /// [`completion_timeout`](crate::collectives::CliqueProvider::completion_timeout), if
+    /// there is one (needs the progress record).
+    fn stalled(&self) -> Option<String> {
+        let ctx = self.collectives?;
+        let limit = ctx.cliques.completion_timeout()?;
+        let (progress, rank) = self.progress?;
+        if self.used.borrow().is_empty() {
+            return None;
+        }
+        progress.stalled(rank, limit)
     }
 
     /// Reads `size` bytes at `slice` on the host after the stream's work so far.
