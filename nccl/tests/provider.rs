@@ -691,7 +691,7 @@ fn a_collective_that_waits_too_long_fails_at_the_completion_timeout() {
     const N: u64 = 64;
     let limit = Duration::from_millis(800);
     let program = |reductions: usize| {
-        let mut b = ExecutableBuilder::new(&format!("reduce{reductions}"));
+        let mut b = ExecutableBuilder::new(format!("reduce{reductions}"));
         let x = b.parameter("x", DType::F32, &[N]);
         let y = b.output("y", DType::F32, &[N]);
         for i in 0..reductions {
