@@ -27,7 +27,10 @@ pub use xthunk_proto as proto;
 pub use xthunk_rocm::Target as RocmTarget;
 
 mod cliques;
-pub use cliques::{BackendCollectives, BindDevice, NcclCliqueFactory};
+pub use cliques::{
+    BackendCollectives, BindDevice, JobCliqueFactory, JobCliques, NcclCliqueFactory,
+    ShmJobCliqueFactory,
+};
 
 use std::sync::Arc;
 use xthunk_core::host::HostCliqueFactory;
@@ -55,15 +58,17 @@ impl Runtime {
         };
         rt.register(
             Arc::new(xthunk_cuda::CudaBackend::new()),
-            BackendCollectives::in_process(NcclCliqueFactory::nccl()),
+            BackendCollectives::in_process(NcclCliqueFactory::nccl())
+                .across_processes(NcclCliqueFactory::nccl()),
         );
         rt.register(
             Arc::new(xthunk_rocm::RocmBackend::new()),
-            BackendCollectives::in_process(NcclCliqueFactory::rccl()),
+            BackendCollectives::in_process(NcclCliqueFactory::rccl())
+                .across_processes(NcclCliqueFactory::rccl()),
         );
         rt.register(
             Arc::new(xthunk_core::host::HostBackend::with_devices(n)),
-            BackendCollectives::in_process(HostCliqueFactory).across_processes(),
+            BackendCollectives::in_process(HostCliqueFactory).across_processes(ShmJobCliqueFactory),
         );
         rt
     }

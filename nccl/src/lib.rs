@@ -20,6 +20,9 @@
 //!   clique share rank 0's unique id through an in-process rendezvous with timeouts, then each
 //!   inits on its own thread with its device current; cached per clique and rank, split with
 //!   `ncclCommSplit` where the library has it.
+//! - [`NcclJobCliqueProvider`] ([`job`]) does the same across the processes of a job: rank
+//!   0's unique id goes through the job's coordinator, communicators are non-blocking and
+//!   bounded by the terminate timeout.
 //! - [`result`] maps `ncclResult_t` to names, messages and xthunk errors in one place;
 //!   [`nccl_dtype`] and [`nccl_op`] map element types and reduction operators.
 //!
@@ -32,6 +35,7 @@
 //! with the C compiler.
 
 pub mod comm;
+pub mod job;
 pub mod loader;
 pub mod provider;
 pub mod result;
@@ -40,6 +44,7 @@ mod types;
 mod version;
 
 pub use comm::{BindDevice, CommOptions, NcclCommunicator};
+pub use job::NcclJobCliqueProvider;
 pub use loader::{Flavor, Nccl, SearchConfig};
 pub use provider::{BindRank, NcclCliqueCommunicator, NcclCliqueProvider};
 pub use result::{describe_result, result_info};

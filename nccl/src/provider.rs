@@ -588,6 +588,15 @@ impl CliqueProvider for NcclCliqueProvider {
             .map(|c| c as Arc<dyn Communicator>))
     }
 
+    fn abort_all(&self, reason: &str) {
+        NcclCliqueProvider::abort_all(self, reason);
+    }
+
+    fn failure(&self) -> Option<String> {
+        self.cliques
+            .with(|map| map.values().find_map(Entry::failure))
+    }
+
     /// Forgets every clique whose rendezvous failed or one of whose communicators was
     /// aborted or reports an asynchronous error; the communicators of all its ranks are
     /// aborted (never destroyed: a destroy may wait for peers that are gone).

@@ -51,14 +51,14 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use xthunk::core::collectives::{CliqueProvider, Timeouts};
+use xthunk::core::collectives::{CliqueProvider, JobPlacement, Timeouts};
 use xthunk::core::distributed::{
     CAUSE_KEY, Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig,
     DistributedError, EmbeddedCoordinator, Overrides, list_ranks, spawn_failure_handler,
 };
 use xthunk::core::executor::{CollectiveContext, Progress, RankPosition, describe_positions};
-use xthunk::core::host::{ShmCliqueProvider, ShmOptions, remove_job_segments};
-use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
+use xthunk::core::host::remove_job_segments;
+use xthunk::{DeviceMemory, ExecuteOptions, JobCliques, LoadedExecutable, Runtime};
 
 /// The lease TTL variable (seconds).
 pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
@@ -194,56 +194,147 @@ impl ExitClaim {
     }
 }
 
-/// Runs this process's rank of the job `config` (see the [module documentation](self)):
-/// `inputs` are this rank's parameters (host bytes in signature order; `run` makes the random
-/// ones with the streams `run --devices N` gives this rank, so the two compute the same).
+/// The global ranks of this process in the job `config` when it drives `devices` devices:
+/// process `p` holds `p·devices .. p·devices + devices`.
+pub fn global_ranks(
+    config: &DistributedConfig,
+    devices: usize,
+) -> CliResult<std::ops::Range<usize>> {
+    let span = |n: usize| n.checked_mul(devices);
+    match (span(config.rank), span(config.world_size)) {
+        (Some(first), Some(_)) => Ok(first..first + devices),
+        _ => Err(CliError::Usage(format!(
+            "--devices {devices} in a job of {} processes: too many ranks",
+            config.world_size
+        ))),
+    }
+}
+
+/// The variables that restrict which GPUs a process sees (the driver applies them: device
+/// ordinals count only the visible devices).
+const VISIBLE_DEVICES: [&str; 3] = [
+    "CUDA_VISIBLE_DEVICES",
+    "HIP_VISIBLE_DEVICES",
+    "ROCR_VISIBLE_DEVICES",
+];
+
+/// This process's devices: `count` consecutive ordinals from `--device`, else from its local
+/// rank (`XTHUNK_LOCAL_RANK`, `SLURM_LOCALID`, `OMPI_COMM_WORLD_LOCAL_RANK`; 0 when unknown)
+/// times `count`, so that the processes of one host take disjoint devices — unless the
+/// devices are `shared` (the host backend's: from 0). The choice is
+/// logged, with the visible-devices variables that are set.
+fn place(
+    backend: &dyn xthunk::Backend,
+    config: &DistributedConfig,
+    args: &RunArgs,
+    (count, shared): (usize, bool),
+) -> CliResult<(Vec<Arc<dyn xthunk::Device>>, String)> {
+    let (first, why) = match (args.device, config.local_rank) {
+        (Some(d), _) => (d, "--device".to_string()),
+        (None, _) if shared => (0, "every process has its own".to_string()),
+        (None, Some(l)) => (
+            l.checked_mul(count)
+                .ok_or_else(|| CliError::Usage(format!("local rank {l}: too large")))?,
+            format!("local rank {l} × {count} device(s) per process"),
+        ),
+        (None, None) => (0, "no local rank known: device 0".to_string()),
+    };
+    let visible: Vec<String> = VISIBLE_DEVICES
+        .iter()
+        .filter_map(|v| std::env::var(v).ok().map(|x| format!("{v}={x}")))
+        .collect();
+    let visible = if visible.is_empty() {
+        String::new()
+    } else {
+        format!(", {}", visible.join(" "))
+    };
+    let mut devices = Vec::with_capacity(count);
+    for ordinal in first..first + count {
+        let d = backend.device(ordinal).map_err(|e| {
+            CliError::Usage(format!(
+                "rank {} of job `{}` takes {} device {ordinal} ({why}{visible}), which it                  cannot open: {e}",
+                config.rank,
+                config.job_id,
+                backend.name()
+            ))
+        })?;
+        devices.push(d);
+    }
+    let last = first + count - 1;
+    let what = if count == 1 {
+        format!("device {first} ({why}{visible})")
+    } else {
+        format!("devices {first}..={last} ({why}{visible})")
+    };
+    tracing::info!(rank = config.rank, "placement: {what}");
+    Ok((devices, what))
+}
+
+/// Runs this process's ranks of the job `config` (see the [module documentation](self)):
+/// `inputs[i]` are the parameters of its `i`-th rank (host bytes in signature order; `run`
+/// makes the random ones with the streams `run --devices N` gives that rank, so the two
+/// compute the same).
 pub fn run_job(
     args: &RunArgs,
     config: &DistributedConfig,
     program: xthunk::ir::Executable,
-    inputs: Vec<Vec<u8>>,
+    inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
     check_coordinator(config)?;
-    if args.devices > 1 {
-        return Err(CliError::Usage(format!(
-            "--devices {} runs that many ranks in one process, but this process is rank {} of \
-             job `{}` ({} processes, one rank each): drop --devices",
-            args.devices, config.rank, config.job_id, config.world_size
-        )));
-    }
-    let (rank, world, job) = (config.rank, config.world_size, config.job_id.clone());
-    let plan = match &args.output_dir {
-        Some(dir) => Some(outfiles::Plan::new(
-            &dir.join(format!("rank{rank}")),
-            &program.signature.outputs,
-        )?),
-        None => None,
-    };
+    let per_process = args.devices.max(1) as usize;
+    let ranks = global_ranks(config, per_process)?;
+    let world = config.world_size * per_process;
+    let job = config.job_id.clone();
     let rt = Runtime::new();
     let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
-    // Ranks in separate processes meet through shared memory segments of host memory.
-    if !rt.collectives(backend.name()).across_processes {
-        return Err(xthunk::Error::Unsupported {
-            backend: backend.name().into(),
-            feature: "jobs of several processes (their collectives run on the host backend, \
-                      through shared memory; NCCL/RCCL cliques across processes are not wired \
-                      into `run` yet): use --backend host"
-                .into(),
-        }
-        .into());
-    }
     for s in skipped {
         tracing::info!("skipped {s}");
     }
-    let device = backend.device(args.device)?;
+    let Some(factory) = rt.collectives(backend.name()).jobs else {
+        return Err(xthunk::Error::Unsupported {
+            backend: backend.name().into(),
+            feature: "collectives among the processes of a job".into(),
+        }
+        .into());
+    };
+    if let Some(most) = factory
+        .devices_per_process()
+        .filter(|most| per_process > *most)
+    {
+        return Err(CliError::Usage(format!(
+            "--devices {per_process} in a job of the {} backend, whose jobs take at most {most}              device(s) per process: drop --devices, or run more processes",
+            backend.name()
+        )));
+    }
+    let mut plans = Vec::with_capacity(per_process);
+    for g in ranks.clone() {
+        plans.push(match &args.output_dir {
+            Some(dir) => Some(outfiles::Plan::new(
+                &dir.join(format!("rank{g}")),
+                &program.signature.outputs,
+            )?),
+            None => None,
+        });
+    }
+    let (devices, placed) = place(
+        backend.as_ref(),
+        config,
+        args,
+        (per_process, factory.shares_devices()),
+    )?;
 
     let coordinator: Arc<dyn Coordinator> = Arc::from(connect(config)?);
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
-    let provider = Arc::new(ShmCliqueProvider::new(
-        coordinator.clone(),
-        ShmOptions::default().with_timeouts(timeouts),
-    ));
+    let provider = factory.create(JobCliques {
+        coordinator: coordinator.clone(),
+        placement: JobPlacement {
+            devices: devices.clone(),
+            first_rank: ranks.start,
+            world,
+        },
+        timeouts,
+    })?;
     let exit = Arc::new(ExitClaim::default());
     {
         let weak_provider = Arc::downgrade(&provider);
@@ -260,24 +351,36 @@ pub fn run_job(
         })
         .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
     }
+    let which = if per_process == 1 {
+        format!("rank {}", ranks.start)
+    } else {
+        format!("ranks {}..={}", ranks.start, ranks.end - 1)
+    };
     eprintln!(
-        "xthunk: job {job}: rank {rank} of {world} (pid {}), {} coordinator {}, backend {}, \
-         collectives through shared memory",
+        "xthunk: job {job}: process {} of {} (pid {}), {which} of {world}, {} coordinator {}, \
+         backend {} on {placed}, collectives through {}",
+        config.rank,
+        config.world_size,
         std::process::id(),
         coordinator.backend(),
         config.coordinator,
-        backend.name()
+        backend.name(),
+        factory.transport()
     );
     // Leaving may take longer than a collective (processes finish writing and exit).
     let barrier_timeout = args.collective_timeout.max(Duration::from_secs(60));
-    let result = run_rank(
+    let result = run_ranks(
         args,
         &coordinator,
         &provider,
-        device,
+        Ranks {
+            first: ranks.start,
+            world,
+            devices,
+            inputs,
+            plans,
+        },
         program,
-        inputs,
-        plan,
         out,
     )
     .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
@@ -292,7 +395,7 @@ fn on_rank_failure(
     failure: &str,
     job: &str,
     exit: &ExitClaim,
-    provider: &Weak<ShmCliqueProvider>,
+    provider: &Weak<dyn CliqueProvider>,
     coordinator: &Weak<dyn Coordinator>,
 ) {
     if !exit.claim() {
@@ -342,7 +445,7 @@ fn fail(
     e: CliError,
     job: &str,
     exit: &ExitClaim,
-    provider: Arc<ShmCliqueProvider>,
+    provider: Arc<dyn CliqueProvider>,
     coordinator: Arc<dyn Coordinator>,
 ) -> CliError {
     if !exit.claim() {
@@ -436,98 +539,195 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
         .map_err(distributed)
 }
 
-/// The rank's work between the coordinator's start and shutdown.
-#[allow(clippy::too_many_arguments)]
-fn run_rank(
+/// This process's ranks: the global rank of the first, the job's number of ranks, and per
+/// rank its device, inputs and output files.
+struct Ranks {
+    first: usize,
+    world: usize,
+    devices: Vec<Arc<dyn xthunk::Device>>,
+    inputs: Vec<Vec<Vec<u8>>>,
+    plans: Vec<Option<outfiles::Plan>>,
+}
+
+/// What one rank of this process produced.
+struct RankResult {
+    outputs: Vec<Vec<u8>>,
+    times: Vec<Duration>,
+}
+
+/// The process's work between the coordinator's start and shutdown: loads the program on
+/// every device of this process, meets the other processes at the start barrier, runs each
+/// rank on its own thread (the first error, by rank, is returned) and prints (and writes)
+/// every rank's outputs.
+fn run_ranks(
     args: &RunArgs,
     coordinator: &Arc<dyn Coordinator>,
-    provider: &Arc<ShmCliqueProvider>,
-    device: Arc<dyn xthunk::Device>,
+    provider: &Arc<dyn CliqueProvider>,
+    ranks: Ranks,
     program: xthunk::ir::Executable,
-    inputs: Vec<Vec<u8>>,
-    plan: Option<outfiles::Plan>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
-    let rank = coordinator.rank();
-    let world = coordinator.world_size();
-    let sig = program.signature.clone();
-    let t = Instant::now();
-    let exe = LoadedExecutable::load(device.clone(), program)?;
-    tracing::info!(
-        elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
-        "loaded `{}`",
-        exe.executable().name
-    );
-    let params = exe.allocate_parameters()?;
-    if params.len() != inputs.len() {
+    let Ranks {
+        first,
+        world,
+        devices,
+        inputs,
+        plans,
+    } = ranks;
+    if inputs.len() != devices.len() {
         return Err(CliError::Usage(format!(
-            "rank {rank}: {} parameters but {} inputs",
-            params.len(),
+            "{} devices but inputs for {} ranks",
+            devices.len(),
             inputs.len()
         )));
     }
-    for (buf, bytes) in params.iter().zip(&inputs) {
-        device.copy_from_host(bytes, buf.ptr())?;
+    let sig = program.signature.clone();
+    let mut loaded = Vec::with_capacity(devices.len());
+    for (i, (device, inputs)) in devices.iter().zip(&inputs).enumerate() {
+        let rank = first + i;
+        let t = Instant::now();
+        let exe = LoadedExecutable::load(device.clone(), program.clone())?;
+        tracing::info!(
+            rank,
+            elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
+            "loaded `{}`",
+            exe.executable().name
+        );
+        let params = exe.allocate_parameters()?;
+        if params.len() != inputs.len() {
+            return Err(CliError::Usage(format!(
+                "rank {rank}: {} parameters but {} inputs",
+                params.len(),
+                inputs.len()
+            )));
+        }
+        for (buf, bytes) in params.iter().zip(inputs) {
+            device.copy_from_host(bytes, buf.ptr())?;
+        }
+        let outputs = exe.allocate_outputs()?;
+        loaded.push((exe, params, outputs));
     }
-    let outputs = exe.allocate_outputs()?;
     start_barrier(coordinator.as_ref(), start_timeout()?)?;
+    let names = if devices.len() == 1 {
+        format!("rank {first}")
+    } else {
+        format!("ranks {first}..={}", first + devices.len() - 1)
+    };
     eprintln!(
-        "xthunk: job {}: rank {rank} of {world} started",
+        "xthunk: job {}: {names} of {world} started",
         coordinator.job_id()
     );
-    let cliques: Arc<dyn CliqueProvider> = provider.clone();
     let progress = Arc::new(Progress::new(world));
-    let opts = ExecuteOptions {
-        deadline: args.deadline,
-        collectives: Some(CollectiveContext {
-            rank: rank as u32,
-            world: world as u32,
-            cliques,
-        }),
-        progress: Some(progress.clone()),
-    };
-    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
-    let mut times = Vec::with_capacity(args.iterations as usize);
+    let local_ranks = first..first + devices.len();
+    let local: Vec<usize> = local_ranks.clone().collect();
+    let local_ranks = &local_ranks;
     let every =
         (args.collective_timeout / 6).clamp(Duration::from_millis(50), Duration::from_secs(2));
-    publishing_progress(coordinator.as_ref(), &progress, every, || {
-        for i in 0..args.iterations {
-            let t = Instant::now();
-            exe.execute(&pr, &or, &opts)
-                .map_err(|e| with_positions(e, coordinator.as_ref(), &progress))?;
-            let dt = t.elapsed();
-            tracing::debug!(
-                iteration = i,
-                elapsed_us = dt.as_micros() as u64,
-                "executed"
-            );
-            times.push(dt);
-        }
-        Ok::<(), xthunk::Error>(())
-    })?;
-    let mut results = Vec::with_capacity(outputs.len());
-    for o in &outputs {
-        let mut v = vec![0u8; o.size() as usize];
-        device.copy_to_host(o.ptr(), &mut v)?;
-        results.push(v);
+    let results: Vec<xthunk::Result<RankResult>> =
+        publishing_progress(coordinator.as_ref(), &progress, &local, every, || {
+            std::thread::scope(|scope| {
+                let handles: Vec<_> = loaded
+                    .iter()
+                    .enumerate()
+                    .map(|(i, (exe, params, outputs))| {
+                        let rank = first + i;
+                        let progress = progress.clone();
+                        let cliques = provider.clone();
+                        let work = move || {
+                            let opts = ExecuteOptions {
+                                deadline: args.deadline,
+                                collectives: Some(CollectiveContext {
+                                    rank: rank as u32,
+                                    world: world as u32,
+                                    cliques,
+                                }),
+                                progress: Some(progress.clone()),
+                            };
+                            let pr: Vec<&dyn DeviceMemory> =
+                                params.iter().map(|b| b.as_ref() as _).collect();
+                            let or: Vec<&dyn DeviceMemory> =
+                                outputs.iter().map(|b| b.as_ref() as _).collect();
+                            let mut times = Vec::with_capacity(args.iterations as usize);
+                            for it in 0..args.iterations {
+                                let t = Instant::now();
+                                exe.execute(&pr, &or, &opts).map_err(|e| {
+                                    with_positions(
+                                        e,
+                                        rank,
+                                        coordinator.as_ref(),
+                                        &progress,
+                                        (world, local_ranks),
+                                    )
+                                })?;
+                                let dt = t.elapsed();
+                                tracing::debug!(
+                                    rank,
+                                    iteration = it,
+                                    elapsed_us = dt.as_micros() as u64,
+                                    "executed"
+                                );
+                                times.push(dt);
+                            }
+                            let device = exe.device();
+                            let mut results = Vec::with_capacity(outputs.len());
+                            for o in outputs {
+                                let mut v = vec![0u8; o.size() as usize];
+                                device.copy_to_host(o.ptr(), &mut v)?;
+                                results.push(v);
+                            }
+                            Ok(RankResult {
+                                outputs: results,
+                                times,
+                            })
+                        };
+                        std::thread::Builder::new()
+                            .name(format!("xthunk-rank-{rank}"))
+                            .spawn_scoped(scope, work)
+                    })
+                    .collect();
+                handles
+                    .into_iter()
+                    .enumerate()
+                    .map(|(i, h)| match h {
+                        Ok(h) => h.join().unwrap_or_else(|_| {
+                            Err(xthunk::Error::InvalidArgument(format!(
+                                "rank {}: its thread panicked",
+                                first + i
+                            )))
+                        }),
+                        Err(e) => Err(xthunk::Error::backend(
+                            "job",
+                            "spawn rank thread",
+                            format!("rank {}: {e}", first + i),
+                        )),
+                    })
+                    .collect()
+            })
+        });
+    let mut done = Vec::with_capacity(results.len());
+    for r in results {
+        done.push(r?);
     }
-    let e = exe.executable();
-    writeln!(
-        out,
-        "program {} ({} thunks) as rank {rank} of {world} on {}:{} {} (job {})",
-        e.name,
-        e.thunk_count(),
-        device.backend_name(),
-        device.info().ordinal,
-        device.info().name,
-        coordinator.job_id()
-    )?;
-    super::run::print_outputs(out, &format!("rank {rank} "), &sig.outputs, &results)?;
-    super::run::print_times(out, &format!("time per iteration (rank {rank})"), &times)?;
-    if let Some(plan) = plan {
-        for p in plan.write(&results)? {
-            writeln!(out, "wrote {}", p.display())?;
+    for (i, (r, plan)) in done.iter().zip(plans).enumerate() {
+        let rank = first + i;
+        let device = &devices[i];
+        let e = loaded[i].0.executable();
+        writeln!(
+            out,
+            "program {} ({} thunks) as rank {rank} of {world} on {}:{} {} (job {})",
+            e.name,
+            e.thunk_count(),
+            device.backend_name(),
+            device.info().ordinal,
+            device.info().name,
+            coordinator.job_id()
+        )?;
+        super::run::print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
+        super::run::print_times(out, &format!("time per iteration (rank {rank})"), &r.times)?;
+        if let Some(plan) = plan {
+            for p in plan.write(&r.outputs)? {
+                writeln!(out, "wrote {}", p.display())?;
+            }
         }
     }
     out.flush()?;
@@ -540,29 +740,32 @@ fn progress_key(r: usize) -> String {
     format!("xthunk.progress/{r}")
 }
 
-/// Runs `work` while a thread publishes this rank's position in `progress` under its
-/// [`progress_key`] every `every` (when it changed): what a rank whose collective times out
-/// reads to say where every rank is, a stuck-but-alive one included (its thread keeps
-/// publishing). A set costs a round trip to the coordinator, so it is never on the path of a
-/// collective.
+/// Runs `work` while a thread publishes the positions of this process's ranks (`ranks`) in
+/// `progress` under their [`progress_key`]s every `every` (when they changed): what a rank
+/// whose collective times out reads to say where every rank is, a stuck-but-alive one
+/// included (its thread keeps publishing). A set costs a round trip to the coordinator, so it
+/// is never on the path of a collective.
 fn publishing_progress<T>(
     c: &dyn Coordinator,
     progress: &Progress,
+    ranks: &[usize],
     every: Duration,
     work: impl FnOnce() -> T,
 ) -> T {
-    let rank = c.rank();
     let (stop, stopped) = std::sync::mpsc::channel::<()>();
     std::thread::scope(|s| {
         let publisher = std::thread::Builder::new()
             .name("xthunk-progress".into())
             .spawn_scoped(s, move || {
-                let mut last = String::new();
+                let mut last = vec![String::new(); ranks.len()];
                 loop {
-                    if let Some(p) = progress.position(rank) {
-                        let text = p.encode();
-                        if text != last && c.set(&progress_key(rank), text.as_bytes()).is_ok() {
-                            last = text;
+                    for (rank, last) in ranks.iter().zip(last.iter_mut()) {
+                        if let Some(p) = progress.position(*rank) {
+                            let text = p.encode();
+                            if text != *last && c.set(&progress_key(*rank), text.as_bytes()).is_ok()
+                            {
+                                *last = text;
+                            }
                         }
                     }
                     if stopped.recv_timeout(every)
@@ -584,8 +787,13 @@ fn publishing_progress<T>(
 /// `e`, an execution's failure, with where every rank was: this rank's position when it
 /// failed (also published for the others) and the others' last published ones. A failure
 /// that comes from the coordinator (a rank died) is returned as it is.
-fn with_positions(e: xthunk::Error, c: &dyn Coordinator, progress: &Progress) -> xthunk::Error {
-    let rank = c.rank();
+fn with_positions(
+    e: xthunk::Error,
+    rank: usize,
+    c: &dyn Coordinator,
+    progress: &Progress,
+    (world, local): (usize, &std::ops::Range<usize>),
+) -> xthunk::Error {
     let own = match (&e, progress.frozen_position(rank)) {
         (xthunk::Error::Distributed(_), _) | (_, None) => return e,
         (_, Some(own)) => own,
@@ -593,10 +801,14 @@ fn with_positions(e: xthunk::Error, c: &dyn Coordinator, progress: &Progress) ->
     if let Err(err) = c.set(&progress_key(rank), own.encode().as_bytes()) {
         tracing::warn!(error = %err, "could not publish this rank's position");
     }
-    let positions: Vec<Option<RankPosition>> = (0..c.world_size())
+    let positions: Vec<Option<RankPosition>> = (0..world)
         .map(|r| {
             if r == rank {
                 return Some(own.clone());
+            }
+            if local.contains(&r) {
+                // A rank of this process: its own record, as frozen at the first failure.
+                return progress.frozen_position(r).or_else(|| progress.position(r));
             }
             let v = c.try_get(&progress_key(r)).ok()??;
             RankPosition::decode(&String::from_utf8_lossy(&v))
@@ -604,7 +816,7 @@ fn with_positions(e: xthunk::Error, c: &dyn Coordinator, progress: &Progress) ->
         .collect();
     xthunk::Error::backend(
         "job",
-        &format!("rank {rank} of {}", c.world_size()),
+        &format!("rank {rank} of {world}"),
         format!(
             "{}; where each rank was: {}",
             super::error::one_line(&e),

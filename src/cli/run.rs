@@ -16,9 +16,10 @@ pub struct RunArgs {
     /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
     #[arg(long, default_value = "auto")]
     pub backend: String,
-    /// Device ordinal within the backend.
-    #[arg(long, default_value_t = 0)]
-    pub device: usize,
+    /// Device ordinal within the backend (default 0; in a job of several processes, the
+    /// first device of this process, by default its local rank times --devices).
+    #[arg(long)]
+    pub device: Option<usize>,
     /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable). `{rank}` in FILE
     /// is replaced by each rank's number (`x=shard{rank}.npy`: rank 2 reads shard2.npy), with
     /// --devices N and in the ranks of a job.
@@ -37,7 +38,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
     pub deadline: Option<Duration>,
     /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
-    /// collectives among them; parameters without --input get per-rank random values.
+    /// collectives among them; parameters without --input get per-rank random values. In a
+    /// job of P processes, each process drives N devices: P·N ranks in all.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
     pub devices: u32,
     /// A collective whose peers have not all arrived after this many seconds fails,
@@ -142,7 +144,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let job = super::job::detect()?;
     let ranks = args.devices.max(1) as usize;
     let rank_range = match &job {
-        Some(c) => c.rank..c.rank + 1,
+        Some(c) => super::job::global_ranks(c, ranks)?,
         None => 0..ranks,
     };
     let mut rank_inputs: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ranks);
@@ -169,8 +171,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         rank_inputs.push(host_inputs);
     }
     if let Some(config) = &job {
-        let inputs = rank_inputs.pop().unwrap_or_default();
-        return super::job::run_job(args, config, program, inputs, out);
+        return super::job::run_job(args, config, program, rank_inputs, out);
     }
     if ranks > 1 {
         return run_spmd(args, program, rank_inputs, out);
@@ -182,7 +183,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     };
 
     let rt = Runtime::new();
-    let device = open_device(&rt, &args.backend, args.device)?;
+    let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
     let t = Instant::now();
     let exe = LoadedExecutable::load(device.clone(), program)?;
     tracing::info!(

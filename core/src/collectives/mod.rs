@@ -234,6 +234,21 @@ impl CliqueKey {
     }
 
     /// Global ranks in clique order.
+    /// A hash of the key that is the same in every process and build (FNV-1a 64 over its
+    /// ranks, stream kind and color): names the key's cliques in shared names (segments,
+    /// coordinator keys).
+    pub fn stable_hash(&self) -> u64 {
+        let h = self
+            .ranks()
+            .iter()
+            .fold(crate::hash::Fnv1a::new().u64(self.size() as u64), |h, r| {
+                h.u64(*r as u64)
+            });
+        h.u64(self.stream_kind() as u64)
+            .u64(self.color().map_or(u64::MAX, |c| c))
+            .finish()
+    }
+
     pub fn ranks(&self) -> &[usize] {
         &self.ranks
     }
@@ -397,10 +412,42 @@ pub trait CliqueProvider: Send + Sync {
     fn completion_timeout(&self) -> Option<std::time::Duration> {
         None
     }
+    /// Aborts every clique of the provider (their pending and later operations fail on every
+    /// rank at once) and fails every setup in progress: a job's failure handler calls it
+    /// before the process exits. The default: nothing (a provider without such a handle).
+    fn abort_all(&self, reason: &str) {
+        let _ = reason;
+    }
+    /// Why one of the provider's cliques failed, if one did (for the message of a job that
+    /// ends because of another rank). The default: `None`.
+    fn failure(&self) -> Option<String> {
+        None
+    }
     /// What this provider declares it cannot do reliably on its devices (see [`KnownGaps`]).
     /// The default: nothing.
     fn known_gaps(&self) -> KnownGaps {
         KnownGaps::default()
+    }
+}
+
+/// Where this process sits in the job: its devices and the global ranks they are.
+#[derive(Clone)]
+pub struct JobPlacement {
+    /// This process's devices: local device `i` is global rank `first_rank + i`.
+    pub devices: Vec<Arc<dyn Device>>,
+    /// The global rank of `devices[0]`.
+    pub first_rank: usize,
+    /// The number of global ranks of the job (every process's devices).
+    pub world: usize,
+}
+
+impl fmt::Debug for JobPlacement {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("JobPlacement")
+            .field("devices", &self.devices.len())
+            .field("first_rank", &self.first_rank)
+            .field("world", &self.world)
+            .finish()
     }
 }
 

@@ -3,7 +3,6 @@
 
 use super::segment::unlink;
 use crate::collectives::CliqueKey;
-use crate::hash::Fnv1a;
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
 use std::hash::{BuildHasher, Hasher};
@@ -62,15 +61,9 @@ pub fn remove_job_segments(job_id: &str) -> usize {
     gone
 }
 
-/// A deterministic hash of a clique key (FNV-1a 64 over its ranks, stream kind and color).
+/// A deterministic hash of a clique key ([`CliqueKey::stable_hash`]).
 pub(super) fn key_hash(key: &CliqueKey) -> u64 {
-    let h = key
-        .ranks()
-        .iter()
-        .fold(Fnv1a::new().u64(key.size() as u64), |h, r| h.u64(*r as u64));
-    h.u64(key.stream_kind() as u64)
-        .u64(key.color().map_or(u64::MAX, |c| c))
-        .finish()
+    key.stable_hash()
 }
 
 pub(super) fn random_u64() -> u64 {

@@ -173,6 +173,14 @@ impl CliqueProvider for ShmCliqueProvider {
         Ok(Some(self.communicator(&key, global_rank)?))
     }
 
+    fn abort_all(&self, reason: &str) {
+        ShmCliqueProvider::abort_all(self, reason);
+    }
+
+    fn failure(&self) -> Option<String> {
+        ShmCliqueProvider::failure(self)
+    }
+
     fn evict_aborted(&self) -> Vec<CliqueKey> {
         self.cliques
             .evict_failed(|c| c.transport().seg.poisoned())
