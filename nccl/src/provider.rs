@@ -373,6 +373,7 @@ impl NcclCliqueProvider {
         if let Some(c) = cached {
             return Ok((c, rv));
         }
+        let begun = std::time::Instant::now();
         // Everything that can fail before the library is entered, first: a rank that cannot
         // init tells its peers so at the rendezvous, instead of leaving them inside
         // ncclCommInitRank waiting for it.
@@ -419,12 +420,23 @@ impl NcclCliqueProvider {
             .map_err(|e| self.fail(&rv, CALL, key, global_rank, &e))?;
         let comm = Arc::new(comm.in_clique(member, rv.clone()));
         self.store(key, rank, &rv, &comm);
-        tracing::debug!(
-            library = self.name(),
+        let device = self.devices.get(global_rank).map_or_else(String::new, |d| {
+            format!(
+                "{}:{} {}",
+                d.backend_name(),
+                d.info().ordinal,
+                d.info().name
+            )
+        });
+        tracing::info!(
+            library = %self.lib.describe(),
             %key,
             rank,
             global_rank,
-            "created communicator"
+            %device,
+            id_hash = %format!("{:016x}", xthunk_core::hash::fnv1a64(&id)),
+            init_ms = begun.elapsed().as_secs_f64() * 1e3,
+            "communicator ready"
         );
         Ok((comm, rv))
     }

@@ -51,7 +51,7 @@ use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
-use xthunk::core::collectives::{CliqueProvider, JobPlacement, Timeouts};
+use xthunk::core::collectives::{CliqueProvider, JobPlacement, Timeouts, UnavailableCliques};
 use xthunk::core::distributed::{
     CAUSE_KEY, Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig,
     DistributedError, EmbeddedCoordinator, Overrides, list_ranks, spawn_failure_handler,
@@ -326,7 +326,7 @@ pub fn run_job(
 
     let coordinator: Arc<dyn Coordinator> = Arc::from(connect(config)?);
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
-    let provider = factory.create(JobCliques {
+    let made = factory.create(JobCliques {
         coordinator: coordinator.clone(),
         placement: JobPlacement {
             devices: devices.clone(),
@@ -334,7 +334,20 @@ pub fn run_job(
             world,
         },
         timeouts,
-    })?;
+    });
+    let provider: Arc<dyn CliqueProvider> = match made {
+        Ok(p) => p,
+        // No collective library (e.g. no libnccl): the backend still runs programs without
+        // collectives; a collective fails with the reason.
+        Err(xthunk::Error::Unavailable { backend: b, reason }) => {
+            eprintln!(
+                "xthunk: job {job}: collectives are off on backend {}: {b}: {reason}",
+                backend.name()
+            );
+            Arc::new(UnavailableCliques::new(b, reason, world))
+        }
+        Err(e) => return Err(e.into()),
+    };
     let exit = Arc::new(ExitClaim::default());
     {
         let weak_provider = Arc::downgrade(&provider);

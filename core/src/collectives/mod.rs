@@ -451,6 +451,57 @@ impl fmt::Debug for JobPlacement {
     }
 }
 
+/// The provider of devices whose collective library is missing (e.g. no `libnccl`): a
+/// program without collectives still runs; every acquire fails with `Unavailable` and the
+/// reason, naming the clique.
+#[derive(Clone, Debug)]
+pub struct UnavailableCliques {
+    backend: String,
+    reason: String,
+    ranks: usize,
+}
+
+impl UnavailableCliques {
+    /// For `ranks` global ranks of `backend`, unavailable because of `reason`.
+    pub fn new(backend: impl Into<String>, reason: impl Into<String>, ranks: usize) -> Self {
+        UnavailableCliques {
+            backend: backend.into(),
+            reason: reason.into(),
+            ranks,
+        }
+    }
+
+    fn error(&self, key: &CliqueKey) -> Error {
+        Error::Unavailable {
+            backend: self.backend.clone(),
+            reason: format!("collectives ({key}): {}", self.reason),
+        }
+    }
+}
+
+impl CliqueProvider for UnavailableCliques {
+    fn num_ranks(&self) -> usize {
+        self.ranks
+    }
+
+    fn acquire(&self, key: &CliqueKey, _global_rank: usize) -> Result<Arc<dyn Communicator>> {
+        Err(self.error(key))
+    }
+
+    fn split(
+        &self,
+        parent: &CliqueKey,
+        _global_rank: usize,
+        _color: Option<u64>,
+    ) -> Result<Option<Arc<dyn Communicator>>> {
+        Err(self.error(parent))
+    }
+
+    fn evict_aborted(&self) -> Vec<CliqueKey> {
+        vec![]
+    }
+}
+
 /// Gaps a [`CliqueProvider`] declares of itself on its devices, each `Some(why)`: work that may
 /// fail there although the same work on other devices does not, so whoever tests the provider
 /// (the conformance suite) does not count on it there.
