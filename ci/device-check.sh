@@ -13,8 +13,10 @@
 #    ($CUDA_HOME, /usr/local/cuda) and the lib folders of python3's pip wheels (nvidia/cu13/lib,
 #    nvidia/cuda_nvrtc/lib, nvidia/cublas/lib: NVRTC and cuBLAS), XTHUNK_NCCL_PATH the NCCL
 #    wheel's (nvidia/nccl/lib), XTHUNK_ROCM_PATH /opt/rocm/lib (or $ROCM_PATH/lib).
-# 3. `xthunk devices`, `xthunk conformance --backend B`, `xthunk bench --backend B --json`, each
-#    under `timeout`.
+# 3. `xthunk devices`, `xthunk conformance --backend B`, a job of 2 processes (`xthunk launch
+#    -n 2`: one device per process with 2 or more devices, compared with `run --devices 2`; on
+#    one device both processes share it and run a program without collectives), `xthunk bench
+#    --backend B --json`, each under `timeout`.
 # 4. A short table LAST: date, machine, binary, conformance counts, and every benchmark's ratio
 #    against its goal.
 #
@@ -26,7 +28,7 @@
 # failed, a step failed or timed out; 2 when the backend (or the binary) is not there.
 #
 # Timeouts (seconds, overridable): XTHUNK_BUILD_TIMEOUT (1800), XTHUNK_DEVICES_TIMEOUT (120),
-# XTHUNK_CONFORMANCE_TIMEOUT (600), XTHUNK_BENCH_TIMEOUT (600).
+# XTHUNK_CONFORMANCE_TIMEOUT (600), XTHUNK_JOB_TIMEOUT (180), XTHUNK_BENCH_TIMEOUT (600).
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -241,6 +243,32 @@ main() {
     *) conf_result="ERROR (exit ${conf_rc})" ;;
     esac
 
+    # A job of 2 processes on this backend (embedded coordinator, no etcd). With 2 or more
+    # devices: one device per process (each takes its local rank's), dp_step with NCCL/RCCL
+    # across the processes, outputs compared with `run --devices 2` file by file. With one
+    # device: NCCL/RCCL refuse two ranks of one communicator on one device, so both processes
+    # run the collective-free MLP on device 0 (the job path on the GPU, without collectives).
+    local ndev job_rc job_result
+    ndev="$(awk -v b="${backend}:" '$1 == b { on = 1; next } /^[a-z]+:/ { on = 0 } on && /^  \[/ { n++ } END { print n + 0 }' "$out_dir/devices.txt" 2>/dev/null)"
+    rm -rf "$out_dir/job-launch" "$out_dir/job-spmd"
+    if [[ "${ndev:-0}" -ge 2 ]]; then
+        step "${XTHUNK_JOB_TIMEOUT:-180}" job bash -c "'$bin' launch -n 2 -- run --backend '$backend' \
+            --collective-timeout 60 --output-dir '$out_dir/job-launch' '$root/examples/dp_step.txtpb' &&
+            '$bin' run --backend '$backend' --devices 2 --output-dir '$out_dir/job-spmd' \
+            '$root/examples/dp_step.txtpb' && diff -r '$out_dir/job-launch' '$out_dir/job-spmd' &&
+            echo 'job: 2 processes x 1 device: outputs identical to run --devices 2'"
+    else
+        step "${XTHUNK_JOB_TIMEOUT:-180}" job bash -c "'$bin' launch -n 2 -- run --backend '$backend' \
+            --device 0 --output-dir '$out_dir/job-launch' '$root/examples/mlp.txtpb' &&
+            echo 'job: 2 processes on device 0 (one device: no NCCL across processes)'"
+    fi
+    job_rc=$?
+    case $job_rc in
+    0) job_result="PASSED ($(tail -1 "$out_dir/job.txt" 2>/dev/null))" ;;
+    124 | 137) job_result="TIMED OUT" ;;
+    *) job_result="FAILED (exit ${job_rc}): $(grep -m1 '^error' "$out_dir/job.txt" 2>/dev/null | cut -c1-200)" ;;
+    esac
+
     step "${XTHUNK_BENCH_TIMEOUT:-600}" bench "$bin" bench --backend "$backend" --json "$json" \
         "${bench_args[@]}"
     local bench_rc=$?
@@ -266,6 +294,7 @@ main() {
         [[ -n "$conf_label" ]] && echo "             ${conf_label#conformance: }"
         grep -E '^  (FAILED|UNEXPECTED)' "$out_dir/conformance.txt" 2>/dev/null | head -20 |
             sed 's/^/             /'
+        echo "job:         ${job_result}"
         echo "benchmarks:  ${bench_result}"
         # The bench's own table: from its header line to the line before the definitions.
         awk '/^== xthunk bench:/ { on = 1 } /^what each row measures:/ { on = 0 } on' \
@@ -281,7 +310,7 @@ main() {
     if [[ $conf_rc -eq 2 || $bench_rc -eq 2 ]] && [[ $conf_rc -ne 1 ]]; then
         return 2
     fi
-    if [[ $conf_rc -ne 0 || $bench_rc -ne 0 || $devices_rc -ne 0 ]]; then
+    if [[ $conf_rc -ne 0 || $bench_rc -ne 0 || $devices_rc -ne 0 || $job_rc -ne 0 ]]; then
         return 1
     fi
     return 0
