@@ -1,0 +1,454 @@
+//! GPU jobs of several processes, through the driver emulator (tests/emulator: CUDA, HIP,
+//! NCCL and RCCL on host memory, labelled EMULATED; its NCCL/RCCL joins the ranks of several
+//! processes by their unique id): `xthunk launch -n P -- run --backend cuda|rocm --devices D`
+//! with NCCL/RCCL communicators made across the processes through the job's coordinator.
+//!
+//! - the SPMD examples (`dp_step`, `permute_ring`, `exchange`) as 4 processes × 1 device and
+//!   2 processes × 2 devices give the host backend's outputs (`run --devices 4`);
+//! - a rank stopped (SIGSTOP) inside an all-reduce: every other rank exits 1 within
+//!   `--collective-timeout` + a few seconds naming the stopped rank as stuck, communicators
+//!   aborted, nothing left behind (processes, the emulator's rendezvous folders);
+//! - a rank killed (SIGKILL) likewise, named by every survivor.
+//!
+//! Needs the emulator library (built by `cargo test --workspace`); without it every test is
+//! SKIPPED with the reason, a failure with `XTHUNK_REQUIRE_EMULATOR=1` (CI).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_xthunk");
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn example(name: &str) -> PathBuf {
+    repo().join(format!("examples/{name}.txtpb"))
+}
+
+/// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
+/// only in `deps/`.
+fn emulator_lib() -> Option<PathBuf> {
+    let dir = Path::new(BIN).parent()?;
+    [
+        dir.join("libxthunk_emulator.so"),
+        dir.join("deps/libxthunk_emulator.so"),
+    ]
+    .into_iter()
+    .find(|p| p.exists())
+}
+
+/// False (and says why) when the emulator is not built.
+fn have_emulator(test: &str) -> bool {
+    if emulator_lib().is_some() {
+        return true;
+    }
+    let why = "the emulator library is not built (run `cargo test --workspace`)";
+    if std::env::var_os("XTHUNK_REQUIRE_EMULATOR").is_some() {
+        panic!("{test}: {why}");
+    }
+    eprintln!("SKIPPED {test}: {why}");
+    false
+}
+
+/// A scratch folder, removed when dropped; also the `TMPDIR` of the job's processes, so that
+/// whatever they leave in their temporary folder is seen here.
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("xthunk-gpu-jobs-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(d.join("tmp")).unwrap();
+        Scratch(d)
+    }
+
+    fn tmp(&self) -> PathBuf {
+        self.0.join("tmp")
+    }
+
+    /// The emulator's NCCL rendezvous folders left in the job's temporary folder.
+    fn rendezvous_left(&self) -> Vec<String> {
+        std::fs::read_dir(self.tmp())
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with("xthunk-emu-nccl"))
+            .collect()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// `xthunk ARGS` under the emulator with `devices` emulated devices per API, its temporary
+/// folder in `scratch`.
+fn emulated(scratch: &Scratch, devices: usize, args: &[&str]) -> Command {
+    let mut c = Command::new("bash");
+    c.arg(repo().join("ci/with-emulator.sh"))
+        .arg(BIN)
+        .args(args)
+        .env("XTHUNK_EMU_NO_BUILD", "1")
+        .env("XTHUNK_EMU_LIB", emulator_lib().unwrap())
+        .env("XTHUNK_EMU_DEVICES", devices.to_string())
+        .env("TMPDIR", scratch.tmp())
+        .env_remove("RUST_LOG")
+        .env_remove("XTHUNK_LEASE_TTL")
+        .env_remove("XTHUNK_START_TIMEOUT")
+        .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
+        .current_dir(repo())
+        .stdin(Stdio::null());
+    c
+}
+
+fn read_f32_npy(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    npyz::NpyFile::new(&bytes[..])
+        .unwrap()
+        .into_vec::<f32>()
+        .unwrap()
+}
+
+/// Every `.npy` file below `dir`, by relative path.
+fn npy_files(dir: &Path) -> BTreeMap<String, PathBuf> {
+    let mut out = BTreeMap::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for e in std::fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.is_dir() {
+                stack.push(p);
+            } else {
+                out.insert(p.strip_prefix(dir).unwrap().display().to_string(), p);
+            }
+        }
+    }
+    out
+}
+
+/// The outputs under `got` equal those under `want` (the host's) within `tol` (relative to
+/// 1 + |want|), file by file; returns the largest difference seen.
+fn assert_outputs_close(what: &str, want: &Path, got: &Path, tol: f32) -> f32 {
+    let (w, g) = (npy_files(want), npy_files(got));
+    assert!(!w.is_empty(), "{what}: no host outputs");
+    assert_eq!(
+        w.keys().collect::<Vec<_>>(),
+        g.keys().collect::<Vec<_>>(),
+        "{what}: other files"
+    );
+    let mut worst = 0f32;
+    for (name, wp) in &w {
+        let (a, b) = (read_f32_npy(wp), read_f32_npy(&g[name]));
+        assert_eq!(a.len(), b.len(), "{what}: {name}");
+        for (i, (x, y)) in a.iter().zip(&b).enumerate() {
+            let d = (x - y).abs() / (1.0 + x.abs());
+            assert!(
+                d <= tol,
+                "{what}: {name}[{i}] = {y} where the host has {x}"
+            );
+            worst = worst.max(d);
+        }
+    }
+    worst
+}
+
+#[test]
+fn emulated_gpu_jobs_compute_what_the_host_computes() {
+    if !have_emulator("emulated_gpu_jobs_compute_what_the_host_computes") {
+        return;
+    }
+    let scratch = Scratch::new("outputs");
+    for program in ["dp_step", "permute_ring", "exchange"] {
+        let host = scratch.0.join("host").join(program);
+        let o = Command::new(BIN)
+            .args(["run", "--backend", "host", "--devices", "4", "--seed", "5"])
+            .arg("--output-dir")
+            .arg(&host)
+            .arg(example(program))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(o.status.success(), "{program} on the host: {o:?}");
+        for backend in ["cuda", "rocm"] {
+            for (processes, devices) in [(4usize, 1usize), (2, 2)] {
+                let what = format!("{program} on {backend}, {processes} processes × {devices}");
+                let dir = scratch
+                    .0
+                    .join(format!("{backend}-{processes}x{devices}"))
+                    .join(program);
+                let t = Instant::now();
+                let o = emulated(
+                    &scratch,
+                    4,
+                    &[
+                        "launch",
+                        "-n",
+                        &processes.to_string(),
+                        "--",
+                        "run",
+                        "--backend",
+                        backend,
+                        "--devices",
+                        &devices.to_string(),
+                        "--seed",
+                        "5",
+                        "--collective-timeout",
+                        "30",
+                        "--output-dir",
+                        dir.to_str().unwrap(),
+                        example(program).to_str().unwrap(),
+                    ],
+                )
+                .output()
+                .unwrap();
+                let text = format!(
+                    "{}{}",
+                    String::from_utf8_lossy(&o.stdout),
+                    String::from_utf8_lossy(&o.stderr)
+                );
+                assert!(o.status.success(), "{what}:\n{text}");
+                let via = match backend {
+                    "cuda" => "collectives through nccl",
+                    _ => "collectives through rccl",
+                };
+                assert!(text.contains(via), "{what}:\n{text}");
+                assert!(text.contains("EMULATED"), "{what}: not labelled EMULATED\n{text}");
+                let worst = assert_outputs_close(&what, &host, &dir, 1e-5);
+                eprintln!(
+                    "EMULATED {what}: outputs equal the host's (largest relative difference \
+                     {worst:.1e}) in {:.1?}",
+                    t.elapsed()
+                );
+                let left = scratch.rendezvous_left();
+                assert!(left.is_empty(), "{what}: left {left:?}");
+            }
+        }
+    }
+}
+
+/// A running emulated `xthunk launch`, its lines as they come with their time; killed when
+/// dropped.
+struct Launch {
+    child: Child,
+    lines: mpsc::Receiver<(String, Instant)>,
+    seen: Vec<(String, Instant)>,
+}
+
+impl Drop for Launch {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Launch {
+    fn start(mut cmd: Command) -> Launch {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let (tx, rx) = mpsc::channel();
+        let streams: [Box<dyn std::io::Read + Send>; 2] = [
+            Box::new(child.stdout.take().unwrap()),
+            Box::new(child.stderr.take().unwrap()),
+        ];
+        for stream in streams {
+            let tx = tx.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(stream).lines().map_while(Result::ok) {
+                    let _ = tx.send((line, Instant::now()));
+                }
+            });
+        }
+        Launch {
+            child,
+            lines: rx,
+            seen: vec![],
+        }
+    }
+
+    fn text(&self) -> String {
+        let v: Vec<&str> = self.seen.iter().map(|(l, _)| l.as_str()).collect();
+        v.join("\n")
+    }
+
+    fn wait_for(&mut self, needle: &str, count: usize, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        while self.seen.iter().filter(|l| l.0.contains(needle)).count() < count {
+            match self
+                .lines
+                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            {
+                Ok(l) => self.seen.push(l),
+                Err(_) => panic!("no {count} lines with {needle:?}:\n{}", self.text()),
+            }
+        }
+    }
+
+    fn wait(&mut self, limit: Duration) -> ExitStatus {
+        let deadline = Instant::now() + limit;
+        let status = loop {
+            while let Ok(l) = self.lines.try_recv() {
+                self.seen.push(l);
+            }
+            if let Some(s) = self.child.try_wait().unwrap() {
+                break s;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the job still ran after {limit:?}:\n{}",
+                self.text()
+            );
+            thread::sleep(Duration::from_millis(10));
+        };
+        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
+            self.seen.push(l);
+        }
+        status
+    }
+
+    /// Each process's pid, from the ranks' first lines (`[rank P] xthunk: job …(pid N)`).
+    fn pids(&self) -> BTreeMap<usize, u32> {
+        let mut pids = BTreeMap::new();
+        for (l, _) in &self.seen {
+            if let Some(rest) = l.strip_prefix("[rank ")
+                && let Some((r, rest)) = rest.split_once(']')
+                && let Some((_, p)) = rest.split_once("(pid ")
+                && let Some((p, _)) = p.split_once(')')
+            {
+                pids.insert(r.parse().unwrap(), p.parse().unwrap());
+            }
+        }
+        pids
+    }
+
+    /// The first `error:` line of process `p`, and when it came.
+    fn error_of(&self, p: usize) -> Option<(&str, Instant)> {
+        let prefix = format!("[rank {p}] ");
+        self.seen.iter().find_map(|(l, t)| {
+            l.strip_prefix(&prefix)
+                .filter(|l| l.starts_with("error:"))
+                .map(|l| (l, *t))
+        })
+    }
+}
+
+/// Starts a long 4-process job on emulated `backend`, waits until every rank started (and
+/// `after` more), sends `signal` to process `victim`, and checks that every other process
+/// exits 1 within `limit` with an error naming `victim` (with one of `why`), and that nothing
+/// is left. Returns the slowest survivor's time from the signal to its error.
+fn fault(
+    backend: &str,
+    victim: usize,
+    signal: &str,
+    collective_timeout: Duration,
+    why: &[&str],
+) -> Duration {
+    const WORLD: usize = 4;
+    let scratch = Scratch::new(&format!("fault-{backend}-{victim}{signal}"));
+    let secs = collective_timeout.as_secs_f64().to_string();
+    let cmd = emulated(
+        &scratch,
+        WORLD,
+        &[
+            "launch",
+            "-n",
+            &WORLD.to_string(),
+            // A lease longer than the collective timeout: the stuck collective is what the
+            // ranks notice first.
+            "--lease-ttl",
+            "20",
+            "--",
+            "run",
+            "--backend",
+            backend,
+            "--iterations",
+            "100000000",
+            "--collective-timeout",
+            &secs,
+            example("dp_step").to_str().unwrap(),
+        ],
+    );
+    let mut launch = Launch::start(cmd);
+    launch.wait_for("started", WORLD, Duration::from_secs(120));
+    let pids = launch.pids();
+    assert_eq!(pids.len(), WORLD, "{}", launch.text());
+    thread::sleep(Duration::from_millis(300));
+    let kill = Command::new("kill")
+        .args([signal, &pids[&victim].to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let hit = Instant::now();
+    let limit = collective_timeout + Duration::from_secs(5);
+    let status = launch.wait(Duration::from_secs(90));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    let mut slowest = Duration::ZERO;
+    for p in (0..WORLD).filter(|p| *p != victim) {
+        let Some((line, at)) = launch.error_of(p) else {
+            panic!("process {p} printed no error:\n{text}");
+        };
+        assert!(
+            line.contains(&format!("rank {victim}")) && why.iter().any(|w| line.contains(w)),
+            "process {p} does not name rank {victim} ({why:?}): {line}\n{text}"
+        );
+        let took = at.saturating_duration_since(hit);
+        assert!(took < limit, "process {p} took {took:?}:\n{text}");
+        slowest = slowest.max(took);
+        assert!(
+            text.contains(&format!("xthunk launch: rank {p}: exit status: 1")),
+            "process {p} did not exit 1 on its own:\n{text}"
+        );
+    }
+    for (p, pid) in &pids {
+        assert!(
+            !Path::new(&format!("/proc/{pid}")).exists(),
+            "process {p} (pid {pid}) is still there:\n{text}"
+        );
+    }
+    let left = scratch.rendezvous_left();
+    assert!(left.is_empty(), "left {left:?}:\n{text}");
+    slowest
+}
+
+#[test]
+fn a_rank_stopped_inside_an_emulated_all_reduce_is_named_stuck_by_every_other() {
+    if !have_emulator("a_rank_stopped_inside_an_emulated_all_reduce_is_named_stuck_by_every_other") {
+        return;
+    }
+    let timeout = Duration::from_secs(3);
+    for backend in ["cuda", "rocm"] {
+        let took = fault(backend, 2, "-STOP", timeout, &["stuck"]);
+        assert!(took >= timeout - Duration::from_millis(500), "{took:?}");
+        eprintln!("EMULATED {backend}: a stopped rank named by every other rank after {took:.1?}");
+    }
+}
+
+#[test]
+fn a_rank_killed_inside_emulated_collectives_is_named_by_every_survivor() {
+    if !have_emulator("a_rank_killed_inside_emulated_collectives_is_named_by_every_survivor") {
+        return;
+    }
+    for (backend, victim) in [("cuda", 1), ("rocm", 3)] {
+        let took = fault(
+            backend,
+            victim,
+            "-KILL",
+            Duration::from_secs(20),
+            &["signal: 9", "closed", "exited", "remote", "failed"],
+        );
+        eprintln!("EMULATED {backend}: a killed rank named by every survivor after {took:.1?}");
+    }
+}
