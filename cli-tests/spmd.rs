@@ -1,4 +1,4 @@
-//! SPMD runs on several host devices: the two collective examples against independent
+//! SPMD runs on several host devices: the three collective examples against independent
 //! references, `xthunk run --devices 4` (with per-rank `--input` patterns), a rank that
 //! never reaches a collective, and a stuck-but-alive rank named with its position.
 
@@ -17,11 +17,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk::builder::*;
 use xthunk::core::collectives::{CliqueProvider, Timeouts};
-use xthunk::core::executor::ExecutorConfig;
 use xthunk::core::executor::spmd::{RankOutput, run_spmd};
+use xthunk::core::executor::{CollectiveContext, ExecutorConfig};
 use xthunk::core::host::{HostBackend, HostCliqueProvider};
 use xthunk::ir::*;
-use xthunk::{Backend, Device, ExecuteOptions};
+use xthunk::{Backend, Device, DeviceMemory, ExecuteOptions, LoadedExecutable};
 
 fn devices(n: usize) -> Vec<Arc<dyn Device>> {
     let b = HostBackend::with_devices(n);
@@ -67,6 +67,7 @@ fn checked_in_examples_match_the_builder() {
     for (file, exe) in [
         ("dp_step.txtpb", build_dp_step().unwrap()),
         ("permute_ring.txtpb", build_permute_ring().unwrap()),
+        ("exchange.txtpb", build_exchange().unwrap()),
     ] {
         let on_disk = xthunk::proto::load_file(root.join(file)).unwrap();
         assert_eq!(
@@ -152,6 +153,161 @@ fn permute_ring_moves_data_and_ids_one_step() {
     }
 }
 
+/// Runs `exe` on one host device per rank like `run_spmd`, but with every output buffer
+/// filled with 0xFF bytes (NaN for floats) before the execution, so that an element no thunk
+/// writes cannot pass for a computed one. The outputs of each rank, as f32.
+fn run_poisoned(exe: &Executable, inputs: &[Vec<Vec<u8>>]) -> Vec<Vec<Vec<f32>>> {
+    let world = inputs.len();
+    let devs = devices(world);
+    let cliques: Arc<dyn CliqueProvider> =
+        Arc::new(HostCliqueProvider::new(devs.clone(), Timeouts::default()).unwrap());
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = devs
+            .iter()
+            .zip(inputs)
+            .enumerate()
+            .map(|(rank, (dev, rank_inputs))| {
+                let cliques = cliques.clone();
+                scope.spawn(move || {
+                    let loaded = LoadedExecutable::load(dev.clone(), exe.clone()).unwrap();
+                    let params = loaded.allocate_parameters().unwrap();
+                    for (p, bytes) in params.iter().zip(rank_inputs) {
+                        dev.copy_from_host(bytes, p.ptr()).unwrap();
+                    }
+                    let outputs = loaded.allocate_outputs().unwrap();
+                    for o in &outputs {
+                        dev.copy_from_host(&vec![0xFF; o.size() as usize], o.ptr())
+                            .unwrap();
+                    }
+                    let opts = ExecuteOptions {
+                        collectives: Some(CollectiveContext {
+                            rank: rank as u32,
+                            world: world as u32,
+                            cliques,
+                        }),
+                        ..Default::default()
+                    };
+                    let pr: Vec<&dyn DeviceMemory> =
+                        params.iter().map(|b| b.as_ref() as _).collect();
+                    let or: Vec<&dyn DeviceMemory> =
+                        outputs.iter().map(|b| b.as_ref() as _).collect();
+                    loaded
+                        .execute(&pr, &or, &opts)
+                        .unwrap_or_else(|e| panic!("rank {rank}: {e}"));
+                    outputs
+                        .iter()
+                        .map(|o| {
+                            let mut v = vec![0u8; o.size() as usize];
+                            dev.copy_to_host(o.ptr(), &mut v).unwrap();
+                            floats(&v)
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Fresh random inputs of `exchange` for every rank: `x`, `w`, `z`.
+fn exchange_inputs(seed: u64) -> Vec<[Vec<f32>; 3]> {
+    let mut rng = rand_chacha::ChaCha8Rng::seed_from_u64(seed);
+    (0..RANKS)
+        .map(|_| {
+            [
+                random(GATHER, &mut rng),
+                random(RANKS as u64 * GATHER, &mut rng),
+                random(RANKS as u64 * A2A_BLOCK, &mut rng),
+            ]
+        })
+        .collect()
+}
+
+/// Checks every output of every rank of `exchange` (`outputs[rank]`: gathered, scattered,
+/// ring, exchanged, pair_sum) against an f64 reference computed from the inputs alone.
+fn check_exchange(inputs: &[[Vec<f32>; 3]], outputs: &[Vec<Vec<f32>>]) {
+    let ranks = RANKS as usize;
+    let (a, blk) = (GATHER as usize, A2A_BLOCK as usize);
+    assert_eq!(outputs.len(), ranks);
+    let x = |k: usize, i: usize| inputs[k][0][i] as f64;
+    let w = |k: usize, i: usize| inputs[k][1][i] as f64;
+    let z = |k: usize, i: usize| inputs[k][2][i] as f64;
+    // prod on rank k: element i of the transposed gather is x of rank i % 4 at i / 4.
+    let prod = |k: usize, i: usize| x(i % ranks, i / ranks) * w(k, i);
+    let scattered = |r: usize, j: usize| -> f64 { (0..ranks).map(|k| prod(k, r * a + j)).sum() };
+    let exchanged = |r: usize, i: usize| z(i / blk, r * blk + i % blk);
+    let partner = |r: usize| {
+        let g = PAIR_GROUPS
+            .iter()
+            .find(|g| g.contains(&(r as u32)))
+            .unwrap();
+        (g[0] + g[1]) as usize - r
+    };
+    // Sums of 4 products of magnitude < 1, or of 2 such sums, rounded in f32 in any order:
+    // 1e-5 bounds the rounding; a wrong block or peer is off by whole terms.
+    let close = |got: f32, want: f64| (got as f64 - want).abs() <= 1e-5 * (1.0 + want.abs());
+    for (r, o) in outputs.iter().enumerate() {
+        assert_eq!(o.len(), 5, "rank {r}: outputs");
+        let [gathered, scat, ring, exch, pair] = [&o[0], &o[1], &o[2], &o[3], &o[4]];
+        assert_eq!(gathered.len(), ranks * a, "rank {r}: gathered");
+        for i in 0..ranks * a {
+            assert_eq!(
+                gathered[i],
+                inputs[i / a][0][i % a],
+                "rank {r} gathered[{i}]"
+            );
+        }
+        assert_eq!(
+            (scat.len(), ring.len()),
+            (a, a),
+            "rank {r}: scattered, ring"
+        );
+        let from = (r + ranks - 1) % ranks;
+        for j in 0..a {
+            let want = scattered(r, j);
+            assert!(
+                close(scat[j], want),
+                "rank {r} scattered[{j}] = {}, reference {want}",
+                scat[j]
+            );
+            let want = scattered(from, j) + scattered(r, j);
+            assert!(
+                close(ring[j], want),
+                "rank {r} ring[{j}] = {}, reference {want}",
+                ring[j]
+            );
+            // The received block is exactly rank r−1's scattered output.
+            assert_eq!(
+                ring[j],
+                outputs[from][1][j] + scat[j],
+                "rank {r} ring[{j}]: not rank {from}'s scattered + its own"
+            );
+        }
+        assert_eq!(exch.len(), ranks * blk, "rank {r}: exchanged");
+        assert_eq!(pair.len(), ranks * blk, "rank {r}: pair_sum");
+        for i in 0..ranks * blk {
+            assert_eq!(exch[i] as f64, exchanged(r, i), "rank {r} exchanged[{i}]");
+            let want = exchanged(r, i) + exchanged(partner(r), i);
+            assert!(
+                close(pair[i], want),
+                "rank {r} pair_sum[{i}] = {}, reference {want}",
+                pair[i]
+            );
+        }
+    }
+}
+
+#[test]
+fn exchange_matches_an_f64_reference() {
+    let data = exchange_inputs(13);
+    let inputs: Vec<Vec<Vec<u8>>> = data
+        .iter()
+        .map(|d| d.iter().map(|v| bytes(v)).collect())
+        .collect();
+    let out = run_poisoned(&build_exchange().unwrap(), &inputs);
+    check_exchange(&data, &out);
+}
+
 /// Rank 0 reaches an all-reduce that the other ranks skip (a conditional on the rank id):
 /// rank 0 fails at the terminate timeout naming the missing ranks; nothing hangs.
 #[test]
@@ -207,8 +363,16 @@ fn xthunk(args: &[&str]) -> String {
     out
 }
 
+/// The fingerprints of output `name` of every rank in `run`'s report.
+fn fingerprints<'a>(out: &'a str, name: &str) -> Vec<&'a str> {
+    out.lines()
+        .filter(|l| l.contains(&format!(" output {name}: ")))
+        .filter_map(|l| l.split("fnv1a=").nth(1))
+        .collect()
+}
+
 #[test]
-fn run_devices_4_on_both_examples() {
+fn run_devices_4_on_every_example() {
     let out = xthunk(&[
         "run",
         "--backend",
@@ -217,11 +381,7 @@ fn run_devices_4_on_both_examples() {
         "4",
         "examples/dp_step.txtpb",
     ]);
-    let hashes: Vec<&str> = out
-        .lines()
-        .filter(|l| l.contains(" output w: "))
-        .filter_map(|l| l.split("fnv1a=").nth(1))
-        .collect();
+    let hashes = fingerprints(&out, "w");
     assert_eq!(hashes.len(), 4, "{out}");
     assert!(
         hashes.iter().all(|h| *h == hashes[0]),
@@ -242,6 +402,32 @@ fn run_devices_4_on_both_examples() {
             "{out}"
         );
     }
+    // Random inputs per rank: the gathered rows are the same on every rank, the pair sums
+    // the same within a replica group, the other outputs differ between ranks.
+    let out = xthunk(&[
+        "run",
+        "--backend",
+        "host",
+        "--devices",
+        "4",
+        "examples/exchange.txtpb",
+    ]);
+    let gathered = fingerprints(&out, "gathered");
+    assert_eq!(gathered.len(), 4, "{out}");
+    assert!(gathered.iter().all(|h| *h == gathered[0]), "{out}");
+    for name in ["scattered", "ring", "exchanged"] {
+        let mut h = fingerprints(&out, name);
+        assert_eq!(h.len(), 4, "{name}: {out}");
+        h.sort_unstable();
+        h.dedup();
+        assert_eq!(h.len(), 4, "{name} is the same on two ranks: {out}");
+    }
+    let pair = fingerprints(&out, "pair_sum");
+    assert_eq!(pair.len(), 4, "{out}");
+    for [a, b] in PAIR_GROUPS {
+        assert_eq!(pair[a as usize], pair[b as usize], "group [{a},{b}]: {out}");
+    }
+    assert_ne!(pair[0], pair[1], "{out}");
 }
 
 /// `xthunk run ARGS` in the repository; its status, stdout and stderr.
@@ -308,6 +494,44 @@ fn run_devices_4_reads_a_file_per_rank_from_a_pattern() {
         let got = shards::read_f32(&ring_out.join(format!("rank{r}/shifted.npy")));
         assert_eq!(got, ring[(r + 3) % 4], "rank {r}");
     }
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// `xthunk run --devices 4 examples/exchange.txtpb` with per-rank input files: every output
+/// file of every rank equals the f64 reference.
+#[test]
+fn run_devices_4_on_exchange_matches_the_reference() {
+    let dir = scratch("exchange");
+    let data = exchange_inputs(23);
+    let shapes = [
+        vec![GATHER],
+        vec![RANKS as u64 * GATHER],
+        vec![RANKS as u64 * A2A_BLOCK],
+    ];
+    let names = ["x", "w", "z"];
+    for (r, d) in data.iter().enumerate() {
+        for ((name, dims), v) in names.iter().zip(&shapes).zip(d) {
+            shards::write_f32(&dir.join(format!("{name}{r}.npy")), dims, v);
+        }
+    }
+    let out_dir = dir.join("out");
+    let mut extra = vec![];
+    for name in names {
+        extra.push("--input".to_string());
+        extra.push(format!("{name}={}/{name}{{rank}}.npy", dir.display()));
+    }
+    extra.extend(["--output-dir".to_string(), out_dir.display().to_string()]);
+    let (code, out, err) = xthunk_output(&spmd_args("examples/exchange.txtpb", &extra));
+    assert_eq!(code, Some(0), "{out}\n{err}");
+    let outputs: Vec<Vec<Vec<f32>>> = (0..RANKS)
+        .map(|r| {
+            ["gathered", "scattered", "ring", "exchanged", "pair_sum"]
+                .iter()
+                .map(|n| shards::read_f32(&out_dir.join(format!("rank{r}/{n}.npy"))))
+                .collect()
+        })
+        .collect();
+    check_exchange(&data, &outputs);
     let _ = std::fs::remove_dir_all(&dir);
 }
 
