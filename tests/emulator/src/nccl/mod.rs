@@ -65,7 +65,7 @@
 //! deferred work), `slot` (where the ranks' parts of one operation meet), `perform` (checking
 //! the parts and moving the data), `reduce` (element types and reduction), `collectives` (the
 //! collective calls), `p2p` (`ncclSend` / `ncclRecv`), `net` (the processes of a clique and
-//! their connections), `wire` (their messages), `remote` (what the messages do to slots).
+//! their connections), `link` (the rendezvous folder, a connection's writing), `wire` (their messages), `remote` (what the messages do to slots).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -73,6 +73,7 @@ mod collectives;
 mod comm;
 mod group;
 mod init;
+mod link;
 mod net;
 mod p2p;
 mod perform;
@@ -86,7 +87,7 @@ pub use collectives::*;
 pub use comm::*;
 pub use group::*;
 pub use init::*;
-pub use net::{id_hash, rendezvous_dir};
+pub use link::{id_hash, rendezvous_dir};
 pub use p2p::*;
 pub use split::*;
 

@@ -16,12 +16,19 @@
 //! - **Failure.** A connection that ends without `Leave` (the peer exited, was killed, or
 //!   aborted: `Abort` says why) makes the peer *gone*: every waiting operation that needs one
 //!   of its ranks fails at once with `ncclRemoteError`, and the clique's communicators report
-//!   `ncclRemoteError` (a message naming the process and its ranks). A failed initialization
-//!   and `ncclCommAbort` send `Abort` to every peer and close the connections; destroying the
+//!   `ncclRemoteError` (a message naming the process and its ranks); a peer that dies before
+//!   it connected in shows as the end of our connection to it. A failed initialization and
+//!   `ncclCommAbort` send `Abort` to every peer and close the connections; destroying the
 //!   last local communicator sends `Leave` and closes them.
+//! - **Writing.** Stream workers write their messages themselves; reader threads only queue
+//!   theirs (a receive's `Done`) for the link's writer thread, so two processes whose readers
+//!   both wait for the other to read cannot deadlock. What is queued is written before the
+//!   process leaves the clique or exits.
 
-use super::comm::Clique;
+use super::comm::{Clique, Init};
 use super::init::settle;
+use super::link::{Link, MAX_SOCKET_PATH, alive, make_dir, send_once};
+pub use super::link::{id_hash, rendezvous_dir};
 use super::slot::Failure;
 use super::wire::{self, Msg};
 use super::{INVALID_USAGE, REMOTE_ERROR, SYSTEM_ERROR, remote, split, timeout};
@@ -30,45 +37,11 @@ use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
 use std::io::{BufReader, ErrorKind};
 use std::net::Shutdown;
-use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::{UnixListener, UnixStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
 use std::time::{Duration, Instant};
-
-/// The longest socket path (`sun_path` holds 108 bytes with its NUL).
-const MAX_SOCKET_PATH: usize = 107;
-
-/// 64-bit FNV-1a of `b`, starting from `seed`.
-fn fnv(seed: u64, b: &[u8]) -> u64 {
-    b.iter().fold(seed, |h, x| {
-        (h ^ u64::from(*x)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
-
-/// A 128-bit hash of a unique id, in hex: the name of its rendezvous folder and of its
-/// clique in messages (the same in every process).
-pub fn id_hash(uid: &[u8; 128]) -> String {
-    let a = fnv(0xcbf2_9ce4_8422_2325, uid);
-    let b = fnv(
-        0x84222325_cbf29ce4,
-        &uid.iter().rev().copied().collect::<Vec<u8>>(),
-    );
-    format!("{a:016x}{b:016x}")
-}
-
-/// The folder where the processes of the clique made from `uid` meet.
-pub fn rendezvous_dir(uid: &[u8; 128]) -> PathBuf {
-    std::env::temp_dir().join(format!("xthunk-emu-nccl-{}", id_hash(uid)))
-}
-
-/// An outgoing connection: writes are whole messages, one at a time.
-struct Link {
-    w: Mutex<UnixStream>,
-    /// The same socket, to shut it down while a writer is blocked.
-    ctl: UnixStream,
-}
 
 #[derive(Default)]
 struct Peer {
@@ -112,46 +85,18 @@ pub(super) struct Net {
 static NETS: Mutex<Vec<Weak<Net>>> = Mutex::new(Vec::new());
 
 unsafe extern "C" {
-    fn geteuid() -> u32;
     fn atexit(cb: extern "C" fn()) -> std::ffi::c_int;
 }
 
 extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
-        for n in NETS.lock().iter().filter_map(Weak::upgrade) {
+        let nets: Vec<Arc<Net>> = NETS.lock().iter().filter_map(Weak::upgrade).collect();
+        for n in nets {
+            // What reader threads posted (a receive's answer) is written before the exit.
+            n.flush(Duration::from_secs(1));
             n.unlink();
         }
     });
-}
-
-/// Whether process `pid` still runs (a zombie does not: it died, unreaped).
-fn alive(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.trim_start().chars().next())
-            .is_none_or(|state| state != 'Z' && state != 'X'),
-        Err(_) => false,
-    }
-}
-
-/// Makes (or checks) the rendezvous folder.
-fn make_dir(dir: &Path) -> Result<(), String> {
-    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
-        Ok(()) => return Ok(()),
-        Err(e) if e.kind() == ErrorKind::AlreadyExists => {}
-        Err(e) => return Err(format!("cannot create {}: {e}", dir.display())),
-    }
-    let m = std::fs::symlink_metadata(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    // SAFETY: geteuid has no preconditions and cannot fail.
-    let me = unsafe { geteuid() };
-    if !m.is_dir() || m.uid() != me || m.mode() & 0o077 != 0 {
-        return Err(format!(
-            "{} exists but is not a private folder of this user",
-            dir.display()
-        ));
-    }
-    Ok(())
 }
 
 impl Net {
@@ -285,33 +230,103 @@ impl Net {
         };
         if let Err(e) = r {
             // A half-written message cannot be followed by another: the link is done.
-            let _ = link.ctl.shutdown(Shutdown::Both);
+            link.shut();
             if !self.closed.load(Ordering::SeqCst) {
                 self.peer_gone(pid, &format!("could not be written to ({e})"));
             }
         }
     }
 
+    /// Queues `m` for process `pid`, without waiting (what reader threads send).
+    pub(super) fn post(self: &Arc<Self>, pid: u32, m: Msg) {
+        let link = {
+            let st = self.st.lock();
+            match st.peers.get(&pid) {
+                Some(p) if p.gone.is_none() => p.out.clone(),
+                _ => None,
+            }
+        };
+        let Some(link) = link else {
+            return;
+        };
+        let start = {
+            let mut p = link.posted.lock();
+            if p.closed {
+                return;
+            }
+            p.msgs.push_back(m);
+            !std::mem::replace(&mut p.writer, true)
+        };
+        link.posted_cv.notify_all();
+        if start {
+            let (l, n) = (link.clone(), Arc::downgrade(self));
+            let failed = move |why: String| {
+                if let Some(n) = n.upgrade() {
+                    if !n.closed.load(Ordering::SeqCst) {
+                        n.peer_gone(pid, &why);
+                    }
+                }
+            };
+            let spawned = std::thread::Builder::new()
+                .name("xthunk-emu-nccl-writer".into())
+                .spawn(move || l.write_posted(failed));
+            if spawned.is_err() {
+                link.shut();
+                self.peer_gone(pid, "could not be written to (no writer thread)");
+            }
+        }
+    }
+
+    /// Waits up to `limit` for every posted message to be written.
+    fn flush(&self, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let links: Vec<Arc<Link>> = {
+            let st = self.st.lock();
+            st.peers.values().filter_map(|p| p.out.clone()).collect()
+        };
+        for l in links {
+            l.flush(deadline);
+        }
+    }
+
     /// Sends `m` to every peer process, then closes every connection (best effort: a peer
     /// that is stopped does not hold this up).
-    fn close_with(&self, m: &Msg) {
+    fn close_with(&self, m: &Msg, flush: Duration) {
+        self.flush(flush);
         self.closed.store(true, Ordering::SeqCst);
-        let (links, inc): (Vec<Arc<Link>>, Vec<UnixStream>) = {
+        let (links, inc, unlinked) = {
             let mut st = self.st.lock();
-            let mut links = vec![];
-            let mut inc = vec![];
-            for p in st.peers.values_mut() {
-                links.extend(p.out.take());
+            let mut links: Vec<Arc<Link>> = vec![];
+            let mut inc: Vec<UnixStream> = vec![];
+            let mut unlinked: Vec<u32> = vec![];
+            for (pid, p) in st.peers.iter_mut() {
+                match p.out.take() {
+                    Some(l) => links.push(l),
+                    None if p.joined_in && p.gone.is_none() => unlinked.push(*pid),
+                    None => {}
+                }
                 inc.append(&mut p.inc);
             }
-            (links, inc)
+            (links, inc, unlinked)
         };
         for l in &links {
             let _ = l.ctl.set_write_timeout(Some(Duration::from_millis(200)));
             if let Some(mut w) = l.w.try_lock_for(Duration::from_millis(200)) {
                 let _ = wire::write(&mut *w, m);
             }
-            let _ = l.ctl.shutdown(Shutdown::Both);
+            l.shut();
+        }
+        // A peer that connected in but that this process had not connected to yet hears it
+        // too, on a connection of its own (introduced by a join that claims no rank).
+        let join = Msg::Join {
+            version: wire::VERSION,
+            pid: self.pid,
+            nranks: self.nranks as u32,
+            uid: Box::new(self.uid),
+            ranks: vec![],
+        };
+        for pid in unlinked {
+            send_once(&self.dir.join(format!("{pid}.sock")), &[&join, m]);
         }
         for s in inc {
             let _ = s.shutdown(Shutdown::Both);
@@ -323,16 +338,17 @@ impl Net {
     /// `ncclCommAbort` or a failed initialization: peers are told why.
     pub(super) fn abort(&self, reason: &str) {
         if !self.closed.load(Ordering::SeqCst) {
-            self.close_with(&Msg::Abort {
+            let m = Msg::Abort {
                 reason: reason.to_string(),
-            });
+            };
+            self.close_with(&m, Duration::from_millis(100));
         }
     }
 
     /// The last local communicator was destroyed.
     pub(super) fn leave(&self) {
         if !self.closed.load(Ordering::SeqCst) {
-            self.close_with(&Msg::Leave);
+            self.close_with(&Msg::Leave, Duration::from_secs(1));
         }
     }
 
@@ -405,7 +421,7 @@ impl Net {
     }
 
     /// Connects to every process whose socket is in the folder, or that connected to us.
-    fn connect_peers(&self) {
+    fn connect_peers(self: &Arc<Self>) {
         let mut want: Vec<u32> = vec![];
         if let Ok(rd) = std::fs::read_dir(&self.dir) {
             for e in rd.flatten() {
@@ -443,13 +459,10 @@ impl Net {
             match UnixStream::connect(&path) {
                 Ok(s) => {
                     let _ = s.set_write_timeout(Some(timeout()));
-                    let Ok(ctl) = s.try_clone() else {
+                    let Some(link) = Link::new(s).map(Arc::new) else {
                         continue;
                     };
-                    let link = Arc::new(Link {
-                        w: Mutex::new(s),
-                        ctl,
-                    });
+                    self.watch_link(&link, pid);
                     let mut st = self.st.lock();
                     let p = st.peers.entry(pid).or_default();
                     p.out = Some(link);
@@ -464,6 +477,22 @@ impl Net {
                 Err(_) => {}
             }
         }
+    }
+
+    /// A peer that dies before it connected in (so no reader of ours would notice) is
+    /// gone: the end of our connection to it shows it.
+    fn watch_link(self: &Arc<Self>, link: &Link, pid: u32) {
+        let net = Arc::downgrade(self);
+        link.on_end(move || {
+            let Some(n) = net.upgrade() else {
+                return;
+            };
+            let joined = n.st.lock().peers.get(&pid).is_some_and(|p| p.joined_in);
+            if !joined && !n.closed.load(Ordering::SeqCst) {
+                let why = "closed its connection before joining (it exited or was killed)";
+                n.peer_gone(pid, why);
+            }
+        });
     }
 
     /// Tells every connected peer about the local ranks it has not heard of.
@@ -633,9 +662,9 @@ impl Net {
         if *uid != self.uid {
             return Err("a join for another unique id".into());
         }
-        let mut clash = None;
-        {
+        let clash = {
             let mut st = self.st.lock();
+            let mut clash = None;
             if nranks as usize != self.nranks {
                 clash = Some(format!(
                     "process {pid} says the clique has {nranks} ranks, process {} says {}",
@@ -651,7 +680,13 @@ impl Net {
                             "rank {r} joined twice: in process {o} and in process {pid}"
                         ))
                     }
-                    Some(_) => st.owners[r] = Some(pid),
+                    Some(_) => {}
+                }
+            }
+            // Nothing of a join that clashes is taken (the clique must not complete with it).
+            if clash.is_none() {
+                for r in ranks {
+                    st.owners[*r as usize] = Some(pid);
                 }
             }
             let p = st.peers.entry(pid).or_default();
@@ -662,21 +697,24 @@ impl Net {
                     p.ranks.push(*r as usize);
                 }
             }
-        }
+            clash
+        };
         self.tick.notify_all();
         if let Some(msg) = clash {
             let msg = format!("{}: {msg}", cl.label());
             diag::record(Kind::InvalidValue, "ncclCommInitRank", msg.clone());
-            if cl.is_forming() {
-                settle(
-                    cl,
-                    Err(Failure {
-                        code: INVALID_USAGE,
-                        msg: msg.clone(),
-                    }),
-                );
+            if !cl.is_forming() {
+                // A formed clique ignores a process that is none of its members.
+                return Err(msg);
             }
-            self.abort(&msg);
+            // Settling the failure tells every peer (Abort).
+            settle(
+                cl,
+                Err(Failure {
+                    code: INVALID_USAGE,
+                    msg,
+                }),
+            );
         }
         Ok(())
     }
@@ -700,11 +738,18 @@ impl Net {
             };
             p.gone = Some(msg.clone());
             if let Some(l) = p.out.take() {
-                let _ = l.ctl.shutdown(Shutdown::Both);
+                l.shut();
+            }
+            for s in p.inc.drain(..) {
+                let _ = s.shutdown(Shutdown::Both);
             }
             (msg, p.left)
         };
         self.tick.notify_all();
+        if self.fixed.get().is_some_and(|f| !f.contains(&pid)) {
+            // Not a member of the formed clique (a stray process): only its connections end.
+            return;
+        }
         // A peer that died before unlinking its socket: remove it for it (once it is dead:
         // a killed process closes its connections while it still exits).
         let sock = self.dir.join(format!("{pid}.sock"));
@@ -730,10 +775,11 @@ impl Net {
             code: REMOTE_ERROR,
             msg: format!("{}: {msg}", cl.label()),
         };
-        if cl.is_forming() {
+        let state = cl.init_state();
+        if matches!(state, Init::Forming) {
             diag::record(Kind::InvalidState, "ncclCommInitRank", failure.msg.clone());
             settle(&cl, Err(failure.clone()));
-        } else if !left {
+        } else if matches!(state, Init::Ready) && !left {
             diag::record(
                 Kind::InvalidState,
                 "ncclCommGetAsyncError",

@@ -33,9 +33,17 @@ impl Outbox {
         self.0.push((net.clone(), pid, m));
     }
 
+    /// Sends the messages (waiting for each to be written).
     pub(super) fn send(self) {
         for (net, pid, m) in self.0 {
             net.send(pid, &m);
+        }
+    }
+
+    /// Queues the messages (a reader thread must not wait for a write).
+    pub(super) fn post(self) {
+        for (net, pid, m) in self.0 {
+            net.post(pid, m);
         }
     }
 }
@@ -161,9 +169,9 @@ pub(super) fn on_data(
         performed(cl, net, key, &r, &mut out);
         r
     };
-    // The sender is answered before the local waiter learns the result: a process that
-    // exits once its receive is done has told the sender first.
-    out.send();
+    // The answer to the sender is queued before the local waiter learns the result (and a
+    // process flushes what is queued when it exits or leaves the clique).
+    out.post();
     let mut slots = cl.slots.lock();
     if let Some(slot) = slots.get_mut(&key) {
         slot.done.get_or_insert(result);
