@@ -545,6 +545,7 @@ fn child(role: &str) {
             println!("REPORTED {reported}");
         }
         "split" => split(&ranks, id, nranks, seed),
+        "init-fails" => println!("REPORTED {}", init_fails(ranks[0], id, nranks)),
         "idle" => {
             let mut ls = vec![Local::new(ranks[0], 0, nranks)];
             init(&mut ls, id, nranks, true);
@@ -593,6 +594,27 @@ fn mismatch(l: &Local, p2p: bool) -> String {
         .into_iter()
         .find(|d| d.message.contains(want))
         .unwrap_or_else(|| panic!("rank {}: no diagnostic says `{want}`", l.rank));
+    d.message
+}
+
+/// A blocking init that must fail because the processes disagree on the clique's size: the
+/// diagnostic that says so.
+fn init_fails(rank: usize, id: nccl::UniqueId, nranks: usize) -> String {
+    let l = Local::new(rank, 0, nranks);
+    let mut comm = 0usize;
+    // SAFETY: valid out-pointer.
+    let rc = unsafe { nccl::ncclCommInitRank(&mut comm, nranks as i32, id, rank as i32) };
+    assert!(
+        rc == nccl::INVALID_USAGE || rc == nccl::REMOTE_ERROR,
+        "rank {rank}: init returned {rc}"
+    );
+    assert_eq!(comm, 0);
+    let want = "says the clique has";
+    let d = diag::take()
+        .into_iter()
+        .find(|d| d.message.contains(want))
+        .unwrap_or_else(|| panic!("rank {rank}: no diagnostic says `{want}`"));
+    l.free();
     d.message
 }
 
@@ -971,7 +993,20 @@ fn a_peer_killed_during_init_fails_it() {
         nccl::ncclCommInitRankConfig(&mut l.comm, 3, cl.id, 0, (&mut cfg as *mut Config).cast())
     };
     assert_eq!(rc, nccl::IN_PROGRESS);
-    std::thread::sleep(Duration::from_millis(300));
+    // Both processes are at the rendezvous (their sockets are there), then this one has
+    // surely connected to the child.
+    let dir = nccl::rendezvous_dir(&cl.id.internal);
+    let both = || {
+        [pid, std::process::id()]
+            .iter()
+            .all(|p| dir.join(format!("{p}.sock")).exists())
+    };
+    let t = Instant::now();
+    while !both() {
+        assert!(t.elapsed() < Duration::from_secs(30), "no rendezvous");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    std::thread::sleep(Duration::from_millis(100));
     let state = |c: usize| {
         let mut s = -1;
         // SAFETY: valid out-pointer.
@@ -1005,12 +1040,24 @@ fn a_peer_killed_during_init_fails_it() {
     cl.assert_clean();
 }
 
+fn processes_that_disagree_on_the_size_both_fail() {
+    let cl = Clique::new(2);
+    let child = cl.spawn("init-fails", &[1], &[("XTHUNK_EMU_TEST_NRANKS", "3")]);
+    xthunk_emulator::config::set("devices", "1").unwrap();
+    let _ = diag::take();
+    let mine = init_fails(0, cl.id, 2);
+    let theirs = succeeded(child, "rank 1 of 3");
+    assert!(mine.contains("ranks"), "{mine}");
+    assert!(theirs.contains("REPORTED"), "{theirs}");
+    cl.assert_clean();
+}
+
 fn main() {
     if let Ok(role) = std::env::var(ROLE) {
         child(&role);
         return;
     }
-    let tests: [(&str, fn()); 9] = [
+    let tests: [(&str, fn()); 10] = [
         ("two_processes_one_rank_each", two_processes_one_rank_each),
         ("two_processes_two_ranks_each", two_processes_two_ranks_each),
         (
@@ -1034,6 +1081,10 @@ fn main() {
         (
             "a_peer_killed_during_init_fails_it",
             a_peer_killed_during_init_fails_it,
+        ),
+        (
+            "processes_that_disagree_on_the_size_both_fail",
+            processes_that_disagree_on_the_size_both_fail,
         ),
     ];
     // `cargo test -- NAME` runs the tests whose name contains NAME; libtest's flags are
