@@ -50,11 +50,12 @@
 //!   performs the message and answers `Done` (or the failure), which completes the send.
 //!   `ncclCommSplit` exchanges (color, key) and forms each color across processes from an id
 //!   derived from the parent's (the same in every process).
-//! - *Failures*: a peer process that exits, is killed or aborts (its connection ends without
-//!   `Leave`) fails at once every waiting operation that needs one of its ranks, with
+//! - *Failures*: a peer process that is killed, crashes or aborts (its connection ends
+//!   without `Leave`) fails at once every waiting operation that needs one of its ranks, with
 //!   `ncclRemoteError`, and the clique's communicators report `ncclRemoteError` (a message
 //!   names the process and its ranks). `ncclCommAbort` tells the peers (`Abort`) and closes the
-//!   connections; destroying the last local communicator sends `Leave`. A stopped peer
+//!   connections; destroying the last local communicator, or exiting normally, sends `Leave`
+//!   (operations still waiting for that process fail, nothing else does). A stopped peer
 //!   (SIGSTOP) makes waiters time out, unless `ncclCommAbort` wakes them first.
 //! - *Limits*: one host (Unix sockets in the temporary folder: set `TMPDIR` the same in every
 //!   process, short enough for a socket path); the processes run as one user; a message's

@@ -13,13 +13,13 @@
 //!   an outgoing connection to each of them. Once every peer has connected in, the process
 //!   unlinks its socket and tries to remove the folder, so nothing is left on disk (a
 //!   survivor also removes the socket of a peer that died before unlinking its own).
-//! - **Failure.** A connection that ends without `Leave` (the peer exited, was killed, or
+//! - **Failure.** A connection that ends without `Leave` (the peer was killed, crashed, or
 //!   aborted: `Abort` says why) makes the peer *gone*: every waiting operation that needs one
 //!   of its ranks fails at once with `ncclRemoteError`, and the clique's communicators report
 //!   `ncclRemoteError` (a message naming the process and its ranks); a peer that dies before
 //!   it connected in shows as the end of our connection to it. A failed initialization and
 //!   `ncclCommAbort` send `Abort` to every peer and close the connections; destroying the
-//!   last local communicator sends `Leave` and closes them.
+//!   last local communicator (or a normal exit) sends `Leave` and closes them.
 //! - **Writing.** Stream workers write their messages themselves; reader threads only queue
 //!   theirs (a receive's `Done`) for the link's writer thread, so two processes whose readers
 //!   both wait for the other to read cannot deadlock. What is queued is written before the
@@ -92,9 +92,9 @@ extern "C" fn at_exit() {
     let _ = std::panic::catch_unwind(|| {
         let nets: Vec<Arc<Net>> = NETS.lock().iter().filter_map(Weak::upgrade).collect();
         for n in nets {
-            // What reader threads posted (a receive's answer) is written before the exit.
-            n.flush(Duration::from_secs(1));
-            n.unlink();
+            // A process that exits normally leaves its cliques (what its reader threads
+            // queued, a receive's answer, is written first); one that is killed dies.
+            n.leave();
         }
     });
 }
