@@ -14,6 +14,7 @@
 //! | `XTHUNK_EMU_QUIET` | 0 | do not print diagnostics on stderr |
 //! | `XTHUNK_EMU_REPORT` | - | append every diagnostic to this file |
 //! | `XTHUNK_EMU_LEAK_CHECK` | 1 | report allocations still live at context destruction and exit |
+//! | `XTHUNK_EMU_NCCL_TIMEOUT` | 60 | seconds an NCCL rank waits for the others (at least 1) |
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -31,6 +32,8 @@ pub struct Config {
     pub quiet: bool,
     pub report: Option<String>,
     pub leak_check: bool,
+    /// Seconds an NCCL rank waits for the others.
+    pub nccl_timeout: u64,
 }
 
 impl Default for Config {
@@ -46,6 +49,7 @@ impl Default for Config {
             quiet: false,
             report: None,
             leak_check: true,
+            nccl_timeout: 60,
         }
     }
 }
@@ -120,6 +124,10 @@ impl Config {
             "QUIET" => self.quiet = parse_bool(value).ok_or_else(bad)?,
             "REPORT" => self.report = (!value.trim().is_empty()).then(|| value.trim().to_string()),
             "LEAK_CHECK" => self.leak_check = parse_bool(value).ok_or_else(bad)?,
+            "NCCL_TIMEOUT" => {
+                let s: u64 = value.trim().parse().map_err(|_| bad())?;
+                self.nccl_timeout = s.clamp(1, 1 << 32);
+            }
             _ => return Err(format!("unknown setting XTHUNK_EMU_{key}")),
         }
         Ok(())
@@ -138,6 +146,7 @@ impl Config {
             "QUIET",
             "REPORT",
             "LEAK_CHECK",
+            "NCCL_TIMEOUT",
         ] {
             if let Ok(v) = std::env::var(format!("XTHUNK_EMU_{key}")) {
                 if let Err(e) = c.set(key, &v) {

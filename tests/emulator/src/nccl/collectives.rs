@@ -1,10 +1,10 @@
 //! The collectives (`ncclAllReduce`, `ncclBroadcast`, `ncclReduce`, `ncclAllGather`,
 //! `ncclReduceScatter`): argument checks, and queuing (or deferring) each rank's part.
 
-use super::comm::{Comm, comm_of};
+use super::comm::{Comm, comm_of, ready_comm};
 use super::group::GROUP;
 use super::reduce::{Dt, Red};
-use super::slot::{Part, SlotKey, issue};
+use super::slot::{Meta, OpKind, Part, SlotKey, issue};
 use super::{INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use crate::error::Code;
@@ -47,7 +47,7 @@ pub(super) fn submit_part(
     buffers: &[(usize, usize, &str)],
     call: &str,
 ) -> Result<(), NcclResult> {
-    let c = comm_of(comm, call)?;
+    let c = ready_comm(comm, call)?;
     if c.clique.aborted.load(Ordering::SeqCst) {
         return Err(fail(
             INVALID_USAGE,
@@ -66,6 +66,26 @@ pub(super) fn submit_part(
         return Ok(());
     }
     issue(&s, vec![(c, key, part)], call)
+}
+
+/// A part of `kind` with its buffers.
+pub(super) fn part(
+    kind: OpKind,
+    send: usize,
+    recv: usize,
+    bytes: usize,
+    dt: Dt,
+    op: Red,
+    root: usize,
+) -> Part {
+    let meta = Meta {
+        kind,
+        bytes,
+        dt,
+        op,
+        root,
+    };
+    Part { meta, send, recv }
 }
 
 pub(super) fn coll_key(c: &Comm) -> SlotKey {
@@ -88,20 +108,14 @@ pub(super) fn typed(
             format!("unknown ncclDataType_t {dt}"),
         ));
     };
-    let r = match op.unwrap_or(0) {
-        0 => Red::Sum,
-        1 => Red::Prod,
-        2 => Red::Max,
-        3 => Red::Min,
-        4 => Red::Avg,
-        o => {
-            return Err(fail(
-                INVALID_ARGUMENT,
-                call,
-                Kind::InvalidValue,
-                format!("unknown ncclRedOp_t {o}"),
-            ));
-        }
+    let o = op.unwrap_or(0);
+    let Some(r) = Red::from(o) else {
+        return Err(fail(
+            INVALID_ARGUMENT,
+            call,
+            Kind::InvalidValue,
+            format!("unknown ncclRedOp_t {o}"),
+        ));
     };
     let bytes = count.checked_mul(d.size()).ok_or_else(|| {
         fail(
@@ -136,13 +150,7 @@ pub extern "C" fn ncclAllReduce(
     api_try(C, || {
         let (dt, op, bytes) = typed(count, dt, Some(op), C)?;
         let (send, recv) = (send as usize, recv as usize);
-        let part = Part::AllReduce {
-            send,
-            recv,
-            bytes,
-            dt,
-            op,
-        };
+        let part = part(OpKind::AllReduce, send, recv, bytes, dt, op, 0);
         let bufs = [(send, bytes, "sendbuff"), (recv, bytes, "recvbuff")];
         submit_part(comm, stream, coll_key, part, &bufs, C)
     })
@@ -160,7 +168,7 @@ pub extern "C" fn ncclBroadcast(
 ) -> NcclResult {
     const C: &str = "ncclBroadcast";
     api_try(C, || {
-        let (_, _, bytes) = typed(count, dt, None, C)?;
+        let (dt, _, bytes) = typed(count, dt, None, C)?;
         let c = comm_of(comm, C)?;
         let nranks = c.clique.nranks;
         let root = root_of(root, nranks, format!("root {root} of {nranks} ranks"), C)?;
@@ -169,12 +177,7 @@ pub extern "C" fn ncclBroadcast(
         if c.rank == root {
             bufs.push((send, bytes, "sendbuff"));
         }
-        let part = Part::Broadcast {
-            send,
-            recv,
-            bytes,
-            root,
-        };
+        let part = part(OpKind::Broadcast, send, recv, bytes, dt, Red::Sum, root);
         submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
@@ -200,14 +203,7 @@ pub extern "C" fn ncclReduce(
         if c.rank == root {
             bufs.push((recv, bytes, "recvbuff"));
         }
-        let part = Part::Reduce {
-            send,
-            recv,
-            bytes,
-            dt,
-            op,
-            root,
-        };
+        let part = part(OpKind::Reduce, send, recv, bytes, dt, op, root);
         submit_part(comm, stream, coll_key, part, &bufs, C)
     })
 }
@@ -223,10 +219,10 @@ pub extern "C" fn ncclAllGather(
 ) -> NcclResult {
     const C: &str = "ncclAllGather";
     api_try(C, || {
-        let (_, _, bytes) = typed(sendcount, dt, None, C)?;
+        let (dt, _, bytes) = typed(sendcount, dt, None, C)?;
         let nranks = comm_of(comm, C)?.clique.nranks;
         let (send, recv) = (send as usize, recv as usize);
-        let part = Part::AllGather { send, recv, bytes };
+        let part = part(OpKind::AllGather, send, recv, bytes, dt, Red::Sum, 0);
         let bufs = [
             (send, bytes, "sendbuff"),
             (recv, bytes * nranks, "recvbuff"),
@@ -250,13 +246,7 @@ pub extern "C" fn ncclReduceScatter(
         let (dt, op, bytes) = typed(recvcount, dt, Some(op), C)?;
         let nranks = comm_of(comm, C)?.clique.nranks;
         let (send, recv) = (send as usize, recv as usize);
-        let part = Part::ReduceScatter {
-            send,
-            recv,
-            bytes,
-            dt,
-            op,
-        };
+        let part = part(OpKind::ReduceScatter, send, recv, bytes, dt, op, 0);
         let bufs = [
             (send, bytes * nranks, "sendbuff"),
             (recv, bytes, "recvbuff"),

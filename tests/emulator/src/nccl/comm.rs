@@ -1,57 +1,123 @@
-//! Cliques and communicators: unique ids, `ncclCommInitRank[Config]` (the rendezvous of the
-//! ranks), `ncclCommInitAll`, destruction, finalize, abort, asynchronous errors, queries.
+//! Cliques and communicators: their state, destruction, finalize, abort, asynchronous errors
+//! and queries.
 
-use super::group::GROUP;
-use super::slot::{Slot, SlotKey};
+use super::init::settle;
+use super::net::{Net, id_hash};
+use super::slot::{Failure, Slot, SlotKey, rank_at, slot_size};
 use super::split::SplitRound;
 use super::{
-    INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, REMOTE_ERROR, SUCCESS,
-    SYSTEM_ERROR, UNHANDLED_CUDA_ERROR, api, fail, timeout,
+    IN_PROGRESS, INVALID_ARGUMENT, LAST_ERROR, NcclResult, REMOTE_ERROR, SUCCESS, api, fail,
 };
 use crate::context::{self, Ctx};
 use crate::diag::Kind;
 use crate::handles::{HandleKind, Table};
 use parking_lot::{Condvar, Mutex};
 use std::collections::HashMap;
-use std::ffi::{c_int, c_void};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::time::Instant;
-
-const ID_MAGIC: &[u8; 16] = b"xthunk-emu-nccl\0";
+use std::ffi::c_int;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 
 pub static COMMS: Table<Comm> = Table::new(HandleKind::Comm);
 
-/// `ncclUniqueId`.
-#[repr(C)]
-#[derive(Clone, Copy)]
-pub struct UniqueId {
-    pub internal: [u8; 128],
+/// Where a clique's initialization stands.
+#[derive(Clone, Debug)]
+pub(super) enum Init {
+    /// Waiting for ranks to join.
+    Forming,
+    Ready,
+    Failed(Failure),
 }
 
-/// State shared by every rank of a communicator.
+/// State shared by every rank of a communicator (in this process).
 pub struct Clique {
     pub(super) id: u64,
     pub(super) nranks: usize,
+    /// The unique id it was made from (`ncclCommInitAll` and local splits have none).
+    pub(super) uid: Option<[u8; 128]>,
+    /// Whether `uid` was made by this process (it then looks for the rendezvous folder while
+    /// ranks are missing, rather than making it).
+    pub(super) made_here: bool,
     pub(super) slots: Mutex<HashMap<SlotKey, Slot>>,
     pub(super) cv: Condvar,
     pub(super) aborted: AtomicBool,
+    pub(super) init: Mutex<Init>,
+    pub(super) init_cv: Condvar,
     /// `ncclCommSplit` rounds: per round, each rank's (color, key, context), then the new
-    /// handles (0 for `NCCL_SPLIT_NOCOLOR`).
+    /// handles (0 for `NCCL_SPLIT_NOCOLOR` and for ranks in other processes).
     pub(super) splits: Mutex<HashMap<u64, SplitRound>>,
     pub(super) split_cv: Condvar,
+    /// The connections to the other processes, when the clique spans processes.
+    pub(super) net: OnceLock<Arc<Net>>,
+    /// Why the clique is broken (a peer process died): every communicator reports
+    /// `ncclRemoteError`.
+    pub(super) remote_error: Mutex<Option<String>>,
+    /// Live communicator handles of this process.
+    pub(super) live: AtomicUsize,
 }
 
-pub(super) fn new_clique(nranks: usize) -> Arc<Clique> {
+pub(super) static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
+
+pub(super) fn new_clique(nranks: usize, uid: Option<[u8; 128]>, ready: bool) -> Arc<Clique> {
     Arc::new(Clique {
         id: NEXT_CLIQUE.fetch_add(1, Ordering::SeqCst),
         nranks,
+        made_here: uid.is_some_and(|u| super::init::made_here(&u)),
+        uid,
         slots: Mutex::new(HashMap::new()),
         cv: Condvar::new(),
         aborted: AtomicBool::new(false),
+        init: Mutex::new(if ready { Init::Ready } else { Init::Forming }),
+        init_cv: Condvar::new(),
         splits: Mutex::new(HashMap::new()),
         split_cv: Condvar::new(),
+        net: OnceLock::new(),
+        remote_error: Mutex::new(None),
+        live: AtomicUsize::new(0),
     })
+}
+
+impl Clique {
+    pub(super) fn net(&self) -> Option<&Arc<Net>> {
+        self.net.get()
+    }
+
+    /// The clique's name in messages: a clique that spans processes is named by its unique
+    /// id's hash, the same in every process.
+    pub(super) fn label(&self) -> String {
+        match (self.net(), &self.uid) {
+            (Some(_), Some(u)) => format!("clique {} ({} ranks)", &id_hash(u)[..12], self.nranks),
+            _ => format!("clique {} ({} ranks)", self.id, self.nranks),
+        }
+    }
+
+    /// How many places of slot `key` are this process's.
+    pub(super) fn local_places(&self, key: SlotKey) -> usize {
+        let n = slot_size(key, self.nranks);
+        match self.net() {
+            None => n,
+            Some(net) => (0..n).filter(|p| net.is_local(rank_at(key, *p))).count(),
+        }
+    }
+
+    pub(super) fn init_state(&self) -> Init {
+        self.init.lock().clone()
+    }
+
+    pub(super) fn is_forming(&self) -> bool {
+        matches!(*self.init.lock(), Init::Forming)
+    }
+
+    pub(super) fn init_failed(&self) -> bool {
+        matches!(*self.init.lock(), Init::Failed(_))
+    }
+}
+
+impl Drop for Clique {
+    fn drop(&mut self) {
+        if let Some(n) = self.net.get() {
+            n.leave();
+        }
+    }
 }
 
 /// One rank's communicator.
@@ -59,14 +125,17 @@ pub struct Comm {
     pub(super) clique: Arc<Clique>,
     pub(super) rank: usize,
     pub(super) ctx: Arc<Ctx>,
+    /// `ncclConfig_t.blocking` (splits inherit it).
+    pub(super) blocking: bool,
     pub(super) next_coll: AtomicU64,
     pub(super) next_split: AtomicU64,
     pub(super) next_send: Mutex<HashMap<usize, u64>>,
     pub(super) next_recv: Mutex<HashMap<usize, u64>>,
-    pub(super) async_error: Mutex<Option<String>>,
+    /// The first failure of an operation (its result code and message).
+    pub(super) async_error: Mutex<Option<(NcclResult, String)>>,
+    /// A non-blocking `ncclCommFinalize` is flushing the rank's work.
+    pub(super) finalizing: Arc<AtomicBool>,
 }
-
-pub(super) static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
 /// The calling thread's current device context: CUDA's current context, else HIP's device.
 pub(super) fn current_ctx(call: &str) -> Option<Arc<Ctx>> {
@@ -78,289 +147,20 @@ pub(super) fn current_ctx(call: &str) -> Option<Arc<Ctx>> {
     context::hip_ctx(call).ok()
 }
 
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
-    const C: &str = "ncclGetUniqueId";
-    if id.is_null() {
-        return fail(INVALID_ARGUMENT, C, Kind::InvalidValue, "null pointer");
-    }
-    static SERIAL: AtomicU64 = AtomicU64::new(1);
-    let mut u = [0u8; 128];
-    u[..16].copy_from_slice(ID_MAGIC);
-    u[16..24].copy_from_slice(&SERIAL.fetch_add(1, Ordering::SeqCst).to_le_bytes());
-    u[24..28].copy_from_slice(&std::process::id().to_le_bytes());
-    let t = Instant::now().elapsed().as_nanos() as u64
-        ^ std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-    u[28..36].copy_from_slice(&t.to_le_bytes());
-    // SAFETY: the caller's non-null out-pointer.
-    unsafe { *id = UniqueId { internal: u } };
-    SUCCESS
-}
-
-/// Communicators being formed, by unique id.
-pub(super) struct Pending {
-    pub(super) nranks: usize,
-    pub(super) ranks: Vec<Option<Arc<Ctx>>>,
-    pub(super) clique: Option<Arc<Clique>>,
-    pub(super) handles: Vec<usize>,
-}
-
-pub(super) static PENDING: Mutex<Option<HashMap<[u8; 128], Pending>>> = Mutex::new(None);
-pub(super) static PENDING_CV: Condvar = Condvar::new();
-
-pub(super) fn new_comm(clique: &Arc<Clique>, rank: usize, ctx: Arc<Ctx>) -> usize {
+pub(super) fn new_comm(clique: &Arc<Clique>, rank: usize, ctx: Arc<Ctx>, blocking: bool) -> usize {
+    clique.live.fetch_add(1, Ordering::SeqCst);
     COMMS.insert(Arc::new(Comm {
         clique: clique.clone(),
         rank,
         ctx,
+        blocking,
         next_coll: AtomicU64::new(0),
         next_split: AtomicU64::new(0),
         next_send: Mutex::new(HashMap::new()),
         next_recv: Mutex::new(HashMap::new()),
         async_error: Mutex::new(None),
+        finalizing: Arc::new(AtomicBool::new(false)),
     }))
-}
-
-/// Registers rank `rank` of the clique `id`; the communicator handle once every rank has
-/// registered (`wait`), or `None` when not waiting and incomplete.
-pub(super) fn join(
-    id: [u8; 128],
-    nranks: usize,
-    rank: usize,
-    ctx: Arc<Ctx>,
-    call: &str,
-) -> Result<(), NcclResult> {
-    if id[..16] != ID_MAGIC[..] {
-        return Err(fail(
-            INVALID_ARGUMENT,
-            call,
-            Kind::InvalidValue,
-            "the unique id was not made by this emulator's ncclGetUniqueId",
-        ));
-    }
-    let mut g = PENDING.lock();
-    let map = g.get_or_insert_with(HashMap::new);
-    let p = map.entry(id).or_insert_with(|| Pending {
-        nranks,
-        ranks: vec![None; nranks],
-        clique: None,
-        handles: vec![0; nranks],
-    });
-    if p.nranks != nranks {
-        return Err(fail(
-            INVALID_USAGE,
-            call,
-            Kind::InvalidValue,
-            format!("rank {rank} says {nranks} ranks, another said {}", p.nranks),
-        ));
-    }
-    if p.ranks[rank].is_some() {
-        return Err(fail(
-            INVALID_USAGE,
-            call,
-            Kind::InvalidValue,
-            format!("rank {rank} joined the clique twice"),
-        ));
-    }
-    p.ranks[rank] = Some(ctx);
-    if p.ranks.iter().all(Option::is_some) {
-        let clique = new_clique(nranks);
-        for (r, c) in p.ranks.iter().enumerate() {
-            if let Some(c) = c {
-                p.handles[r] = new_comm(&clique, r, c.clone());
-            }
-        }
-        p.clique = Some(clique);
-        PENDING_CV.notify_all();
-    }
-    Ok(())
-}
-
-/// Waits until the clique `id` is complete; rank `rank`'s handle.
-pub(super) fn wait_joined(id: [u8; 128], rank: usize, call: &str) -> Result<usize, NcclResult> {
-    let deadline = Instant::now() + timeout();
-    let mut g = PENDING.lock();
-    loop {
-        let map = g.get_or_insert_with(HashMap::new);
-        let Some(p) = map.get_mut(&id) else {
-            return Err(fail(
-                INTERNAL_ERROR,
-                call,
-                Kind::InvalidState,
-                "the clique vanished",
-            ));
-        };
-        if p.clique.is_some() {
-            let h = p.handles[rank];
-            p.handles[rank] = usize::MAX;
-            if p.handles.iter().all(|h| *h == usize::MAX) {
-                map.remove(&id);
-            }
-            return Ok(h);
-        }
-        if PENDING_CV.wait_until(&mut g, deadline).timed_out() {
-            let missing: Vec<usize> = g
-                .as_ref()
-                .and_then(|m| m.get(&id))
-                .map(|p| {
-                    p.ranks
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, c)| c.is_none())
-                        .map(|(r, _)| r)
-                        .collect()
-                })
-                .unwrap_or_default();
-            return Err(fail(
-                SYSTEM_ERROR,
-                call,
-                Kind::InvalidState,
-                format!("rank {rank} timed out waiting for ranks {missing:?} to join"),
-            ));
-        }
-    }
-}
-
-/// # Safety
-/// `comm` must be valid for writing a handle.
-pub(super) unsafe fn init_rank(
-    comm: *mut usize,
-    nranks: c_int,
-    id: UniqueId,
-    rank: c_int,
-    call: &str,
-) -> NcclResult {
-    if comm.is_null() {
-        return fail(
-            INVALID_ARGUMENT,
-            call,
-            Kind::InvalidValue,
-            "`comm` is a null pointer",
-        );
-    }
-    if nranks < 1 || rank < 0 || rank >= nranks {
-        return fail(
-            INVALID_ARGUMENT,
-            call,
-            Kind::InvalidValue,
-            format!("rank {rank} of {nranks}"),
-        );
-    }
-    let Some(ctx) = current_ctx(call) else {
-        return fail(
-            UNHANDLED_CUDA_ERROR,
-            call,
-            Kind::InvalidState,
-            "no current device (no CUDA context current, no HIP device)",
-        );
-    };
-    let in_group = GROUP.with(|g| g.borrow().depth > 0);
-    if in_group {
-        GROUP.with(|g| {
-            g.borrow_mut().inits.push((
-                comm as usize,
-                nranks as usize,
-                id.internal,
-                rank as usize,
-                ctx,
-            ))
-        });
-        // SAFETY: the caller's out-pointer (checked non-null); set at ncclGroupEnd.
-        unsafe { *comm = 0 };
-        return SUCCESS;
-    }
-    if let Err(r) = join(id.internal, nranks as usize, rank as usize, ctx, call) {
-        return r;
-    }
-    match wait_joined(id.internal, rank as usize, call) {
-        Ok(h) => {
-            // SAFETY: the caller's out-pointer (checked non-null).
-            unsafe { *comm = h };
-            SUCCESS
-        }
-        Err(r) => r,
-    }
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRank(
-    comm: *mut usize,
-    nranks: c_int,
-    id: UniqueId,
-    rank: c_int,
-) -> NcclResult {
-    const C: &str = "ncclCommInitRank";
-    // SAFETY: the caller's out-pointer.
-    api(C, || unsafe { init_rank(comm, nranks, id, rank, C) })
-}
-
-/// `ncclConfig_t` is accepted (any version); communicators are always blocking-complete.
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitRankConfig(
-    comm: *mut usize,
-    nranks: c_int,
-    id: UniqueId,
-    rank: c_int,
-    _config: *mut c_void,
-) -> NcclResult {
-    const C: &str = "ncclCommInitRankConfig";
-    // SAFETY: the caller's out-pointer.
-    api(C, || unsafe { init_rank(comm, nranks, id, rank, C) })
-}
-
-#[unsafe(no_mangle)]
-pub unsafe extern "C" fn ncclCommInitAll(
-    comms: *mut usize,
-    ndev: c_int,
-    devlist: *const c_int,
-) -> NcclResult {
-    const C: &str = "ncclCommInitAll";
-    api(C, || {
-        if comms.is_null() || ndev < 1 {
-            return fail(
-                INVALID_ARGUMENT,
-                C,
-                Kind::InvalidValue,
-                "no communicators requested",
-            );
-        }
-        let mut ctxs = vec![];
-        for i in 0..ndev as usize {
-            let dev = if devlist.is_null() {
-                i as c_int
-            } else {
-                // SAFETY: `devlist` holds `ndev` entries (the caller's contract).
-                unsafe { *devlist.add(i) }
-            };
-            let c = if context::current_handle() != 0 {
-                context::CONTEXTS
-                    .all()
-                    .into_iter()
-                    .map(|(_, c)| c)
-                    .find(|c| c.api == context::Api::Cuda && c.device == dev)
-            } else {
-                None
-            };
-            let c = match c {
-                Some(c) => c,
-                None => match context::hip_ctx_of(dev, C) {
-                    Ok(c) => c,
-                    Err(e) => return fail(INVALID_ARGUMENT, C, Kind::InvalidValue, e.message),
-                },
-            };
-            ctxs.push(c);
-        }
-        let clique = new_clique(ctxs.len());
-        for (r, c) in ctxs.into_iter().enumerate() {
-            let h = new_comm(&clique, r, c);
-            // SAFETY: `comms` holds `ndev` entries (the caller's contract).
-            unsafe { *comms.add(r) = h };
-        }
-        SUCCESS
-    })
 }
 
 pub(super) fn comm_of(h: usize, call: &str) -> Result<Arc<Comm>, NcclResult> {
@@ -370,17 +170,79 @@ pub(super) fn comm_of(h: usize, call: &str) -> Result<Arc<Comm>, NcclResult> {
     })
 }
 
-pub(super) fn abort_clique(c: &Clique) {
+/// A communicator whose initialization has completed (NCCL's `ncclCommEnsureReady`): one
+/// still in progress is an invalid argument, one whose initialization failed keeps failing.
+pub(super) fn ready_comm(h: usize, call: &str) -> Result<Arc<Comm>, NcclResult> {
+    let c = comm_of(h, call)?;
+    match c.clique.init_state() {
+        Init::Ready => Ok(c),
+        Init::Forming => Err(fail(
+            INVALID_ARGUMENT,
+            call,
+            Kind::InvalidState,
+            format!(
+                "rank {} of {}: attempt to use the communicator before its initialization returned ncclSuccess",
+                c.rank,
+                c.clique.label()
+            ),
+        )),
+        Init::Failed(f) => Err(fail(
+            f.code,
+            call,
+            Kind::InvalidState,
+            format!(
+                "rank {}: the communicator's initialization failed: {}",
+                c.rank, f.msg
+            ),
+        )),
+    }
+}
+
+/// Wakes everything waiting on the clique, with an error.
+pub(super) fn abort_clique(c: &Clique, reason: &str) {
     c.aborted.store(true, Ordering::SeqCst);
-    let _g = c.slots.lock();
-    c.cv.notify_all();
+    {
+        let _g = c.slots.lock();
+        c.cv.notify_all();
+    }
+    {
+        let _g = c.splits.lock();
+        c.split_cv.notify_all();
+    }
+    if c.is_forming() {
+        settle(
+            c,
+            Err(Failure {
+                code: REMOTE_ERROR,
+                msg: format!("{}: {reason}", c.label()),
+            }),
+        );
+    }
+    if let Some(n) = c.net() {
+        n.abort(reason);
+    }
+}
+
+/// A handle of `c` was freed: the last one of this process leaves the other processes.
+pub(super) fn released(c: &Comm) {
+    let cl = &c.clique;
+    if cl.live.fetch_sub(1, Ordering::SeqCst) == 1 {
+        if cl.is_forming() {
+            abort_clique(cl, "every communicator was destroyed during initialization");
+        } else if let Some(n) = cl.net() {
+            n.leave();
+        }
+    }
 }
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclCommDestroy(comm: usize) -> NcclResult {
     const C: &str = "ncclCommDestroy";
     api(C, || match COMMS.remove(comm, C) {
-        Ok(_) => SUCCESS,
+        Ok(c) => {
+            released(&c);
+            SUCCESS
+        }
         Err(e) => fail(INVALID_ARGUMENT, C, Kind::InvalidHandle, e.message),
     })
 }
@@ -389,6 +251,25 @@ pub extern "C" fn ncclCommDestroy(comm: usize) -> NcclResult {
 pub extern "C" fn ncclCommFinalize(comm: usize) -> NcclResult {
     const C: &str = "ncclCommFinalize";
     api(C, || match comm_of(comm, C) {
+        // A non-blocking communicator flushes on a thread; `ncclCommGetAsyncError` reports
+        // `ncclInProgress` until it is done.
+        Ok(c) if !c.blocking => {
+            let ctx = c.ctx.clone();
+            let flag = c.finalizing.clone();
+            flag.store(true, Ordering::SeqCst);
+            let spawned = std::thread::Builder::new()
+                .name("xthunk-emu-nccl-finalize".into())
+                .spawn(move || {
+                    let _ = ctx.synchronize();
+                    flag.store(false, Ordering::SeqCst);
+                });
+            if spawned.is_err() {
+                let _ = c.ctx.synchronize();
+                c.finalizing.store(false, Ordering::SeqCst);
+                return SUCCESS;
+            }
+            IN_PROGRESS
+        }
         Ok(c) => {
             let _ = c.ctx.synchronize();
             SUCCESS
@@ -402,7 +283,13 @@ pub extern "C" fn ncclCommAbort(comm: usize) -> NcclResult {
     const C: &str = "ncclCommAbort";
     api(C, || match COMMS.remove(comm, C) {
         Ok(c) => {
-            abort_clique(&c.clique);
+            let reason = format!(
+                "rank {} was aborted (ncclCommAbort in process {})",
+                c.rank,
+                std::process::id()
+            );
+            abort_clique(&c.clique, &reason);
+            c.clique.live.fetch_sub(1, Ordering::SeqCst);
             SUCCESS
         }
         Err(e) => fail(INVALID_ARGUMENT, C, Kind::InvalidHandle, e.message),
@@ -410,14 +297,20 @@ pub extern "C" fn ncclCommAbort(comm: usize) -> NcclResult {
 }
 
 /// Exports a query of one `int` about a communicator (`ncclCommCount`, …): the handle is
-/// checked, then the out-pointer (`$what` in the message), then `$value` is written.
+/// checked (and, with `ready`, that its initialization completed), then the out-pointer
+/// (`$what` in the message), then `$value` is written.
 macro_rules! comm_query {
-    ($name:ident, $what:literal, |$c:ident| $value:expr) => {
+    ($name:ident, $what:literal, $ready:expr, |$c:ident| $value:expr) => {
         #[unsafe(no_mangle)]
         pub unsafe extern "C" fn $name(comm: usize, out: *mut c_int) -> NcclResult {
             const C: &str = stringify!($name);
             api(C, || {
-                let $c = match comm_of(comm, C) {
+                let got = if $ready {
+                    ready_comm(comm, C)
+                } else {
+                    comm_of(comm, C)
+                };
+                let $c = match got {
                     Ok(c) => c,
                     Err(r) => return r,
                 };
@@ -437,15 +330,25 @@ macro_rules! comm_query {
     };
 }
 
-comm_query!(ncclCommCount, "count", |c| c.clique.nranks as c_int);
-comm_query!(ncclCommUserRank, "rank", |c| c.rank as c_int);
-comm_query!(ncclCommCuDevice, "device", |c| c.ctx.device);
-comm_query!(ncclCommGetAsyncError, "asyncError", |c| {
-    if c.async_error.lock().is_some() {
-        SYSTEM_ERROR
-    } else if c.clique.aborted.load(Ordering::SeqCst) {
-        REMOTE_ERROR
-    } else {
-        SUCCESS
+comm_query!(ncclCommCount, "count", true, |c| c.clique.nranks as c_int);
+comm_query!(ncclCommUserRank, "rank", true, |c| c.rank as c_int);
+comm_query!(ncclCommCuDevice, "device", true, |c| c.ctx.device);
+comm_query!(ncclCommGetAsyncError, "asyncError", false, |c| {
+    match c.clique.init_state() {
+        Init::Forming => IN_PROGRESS,
+        Init::Failed(f) => f.code,
+        Init::Ready => {
+            if let Some((code, _)) = &*c.async_error.lock() {
+                *code
+            } else if c.finalizing.load(Ordering::SeqCst) {
+                IN_PROGRESS
+            } else if c.clique.remote_error.lock().is_some()
+                || c.clique.aborted.load(Ordering::SeqCst)
+            {
+                REMOTE_ERROR
+            } else {
+                SUCCESS
+            }
+        }
     }
 });

@@ -1,10 +1,12 @@
 //! Groups (`ncclGroupStart` / `ncclGroupEnd`): initializations and operations issued inside
 //! a group are deferred to its end, where each stream gets one operation holding its parts.
+//! Initializations in a group register their rank at once and are waited for at the end
+//! (non-blocking ones are not: the end then returns `ncclInProgress`).
 
-use super::comm::{Comm, join, wait_joined};
+use super::comm::{Clique, Comm};
+use super::init::finish_group_inits;
 use super::slot::{Part, SlotKey, issue};
-use super::{INVALID_USAGE, NcclResult, SUCCESS, api, fail};
-use crate::context::Ctx;
+use super::{IN_PROGRESS, INVALID_USAGE, NcclResult, SUCCESS, api, fail};
 use crate::diag::Kind;
 use crate::stream::StreamCore;
 use std::cell::RefCell;
@@ -14,8 +16,9 @@ thread_local! {
     pub(super) static GROUP: RefCell<Group> = RefCell::new(Group::default());
 }
 
-/// A deferred `ncclCommInitRank`: (out-pointer, nranks, id, rank, context).
-pub(super) type DeferredInit = (usize, usize, [u8; 128], usize, Arc<Ctx>);
+/// An `ncclCommInitRank` waited for at the group's end: (out-pointer, handle, clique, rank,
+/// blocking).
+pub(super) type DeferredInit = (usize, usize, Arc<Clique>, usize, bool);
 /// One rank's part of a slot, as queued.
 pub(super) type QueuedPart = (Arc<Comm>, SlotKey, Part);
 
@@ -24,7 +27,7 @@ pub(super) struct Group {
     pub(super) depth: usize,
     /// Deferred stream operations: (comm, stream, slot, part).
     pub(super) ops: Vec<(Arc<Comm>, Arc<StreamCore>, SlotKey, Part)>,
-    /// Deferred initializations: (out-pointer, nranks, id, rank, ctx).
+    /// Initializations to wait for.
     pub(super) inits: Vec<DeferredInit>,
 }
 
@@ -59,17 +62,9 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
                 );
             }
         };
-        for (_, nranks, id, rank, ctx) in &inits {
-            if let Err(r) = join(*id, *nranks, *rank, ctx.clone(), C) {
-                return r;
-            }
-        }
-        for (out, _, id, rank, _) in &inits {
-            match wait_joined(*id, *rank, C) {
-                // SAFETY: the out-pointer given to the deferred ncclCommInitRank.
-                Ok(h) => unsafe { *(*out as *mut usize) = h },
-                Err(r) => return r,
-            }
+        let inits = finish_group_inits(inits, C);
+        if inits != SUCCESS && inits != IN_PROGRESS {
+            return inits;
         }
         // One stream operation per stream, holding all its parts.
         let mut by_stream: Vec<(Arc<StreamCore>, Vec<QueuedPart>)> = vec![];
@@ -84,6 +79,6 @@ pub unsafe extern "C" fn ncclGroupEnd() -> NcclResult {
                 return r;
             }
         }
-        SUCCESS
+        inits
     })
 }

@@ -1,8 +1,9 @@
 //! Point-to-point: `ncclSend` / `ncclRecv`, matched by (sender, receiver, n-th message).
 
-use super::collectives::{submit_part, typed};
+use super::collectives::{part, submit_part, typed};
 use super::comm::{Comm, comm_of};
-use super::slot::{Part, SlotKey};
+use super::reduce::Red;
+use super::slot::{OpKind, SlotKey};
 use super::{INVALID_ARGUMENT, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use std::ffi::{c_int, c_void};
@@ -18,7 +19,7 @@ fn p2p(
     is_send: bool,
 ) -> Result<(), NcclResult> {
     let call = if is_send { "ncclSend" } else { "ncclRecv" };
-    let (_, _, b) = typed(count, dt, None, call)?;
+    let (dt, _, b) = typed(count, dt, None, call)?;
     let c = comm_of(comm, call)?;
     if peer < 0 || peer as usize >= c.clique.nranks {
         return Err(fail(
@@ -43,15 +44,9 @@ fn p2p(
         }
     };
     let part = if is_send {
-        Part::Send {
-            send: buf,
-            bytes: b,
-        }
+        part(OpKind::Send, buf, 0, b, dt, Red::Sum, 0)
     } else {
-        Part::Recv {
-            recv: buf,
-            bytes: b,
-        }
+        part(OpKind::Recv, 0, buf, b, dt, Red::Sum, 0)
     };
     submit_part(
         comm,

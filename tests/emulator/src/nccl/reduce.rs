@@ -36,6 +36,37 @@ impl Dt {
         })
     }
 
+    /// The `ncclDataType_t` value.
+    pub(super) fn code(self) -> u8 {
+        match self {
+            Dt::I8 => 0,
+            Dt::U8 => 1,
+            Dt::I32 => 2,
+            Dt::U32 => 3,
+            Dt::I64 => 4,
+            Dt::U64 => 5,
+            Dt::F16 => 6,
+            Dt::F32 => 7,
+            Dt::F64 => 8,
+            Dt::BF16 => 9,
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Dt::I8 => "int8",
+            Dt::U8 => "uint8",
+            Dt::I32 => "int32",
+            Dt::U32 => "uint32",
+            Dt::I64 => "int64",
+            Dt::U64 => "uint64",
+            Dt::F16 => "float16",
+            Dt::F32 => "float32",
+            Dt::F64 => "float64",
+            Dt::BF16 => "bfloat16",
+        }
+    }
+
     pub(super) fn size(self) -> usize {
         match self {
             Dt::I8 | Dt::U8 => 1,
@@ -54,6 +85,41 @@ pub(super) enum Red {
     Max,
     Min,
     Avg,
+}
+
+impl Red {
+    /// From an `ncclRedOp_t` value.
+    pub(super) fn from(v: c_int) -> Option<Red> {
+        Some(match v {
+            0 => Red::Sum,
+            1 => Red::Prod,
+            2 => Red::Max,
+            3 => Red::Min,
+            4 => Red::Avg,
+            _ => return None,
+        })
+    }
+
+    /// The `ncclRedOp_t` value.
+    pub(super) fn code(self) -> u8 {
+        match self {
+            Red::Sum => 0,
+            Red::Prod => 1,
+            Red::Max => 2,
+            Red::Min => 3,
+            Red::Avg => 4,
+        }
+    }
+
+    pub(super) fn name(self) -> &'static str {
+        match self {
+            Red::Sum => "sum",
+            Red::Prod => "prod",
+            Red::Max => "max",
+            Red::Min => "min",
+            Red::Avg => "avg",
+        }
+    }
 }
 
 /// A value while reducing: integers exactly (wrapping at the type's width when stored),

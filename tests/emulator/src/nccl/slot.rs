@@ -1,10 +1,13 @@
 //! Slots: the n-th operation of every rank (or the n-th message between two ranks) meets in
-//! a slot; the stream operation that arrives at its slots, waits for them, and the last rank
-//! to arrive moves all the data.
+//! a slot; the stream operation that arrives at its slots, waits for them, and whoever
+//! completes a slot (the last local rank to arrive, or the reader of the last remote part
+//! when the clique spans processes) moves all the data.
 
-use super::comm::Comm;
+use super::comm::{Clique, Comm};
 use super::group::QueuedPart;
-use super::reduce::{Dt, Red, reduce};
+use super::perform::perform;
+use super::reduce::{Dt, Red};
+use super::remote::{self, Outbox};
 use super::{INVALID_USAGE, LAST_ERROR, NcclResult, UNHANDLED_CUDA_ERROR, fail, timeout};
 use crate::diag::{self, Kind};
 use crate::error::{Code, EmuError, EmuResult};
@@ -13,64 +16,96 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-/// What one rank contributes to a slot.
-#[derive(Clone, Debug)]
-pub(super) enum Part {
-    AllReduce {
-        send: usize,
-        recv: usize,
-        bytes: usize,
-        dt: Dt,
-        op: Red,
-    },
-    Broadcast {
-        send: usize,
-        recv: usize,
-        bytes: usize,
-        root: usize,
-    },
-    Reduce {
-        send: usize,
-        recv: usize,
-        bytes: usize,
-        dt: Dt,
-        op: Red,
-        root: usize,
-    },
-    AllGather {
-        send: usize,
-        recv: usize,
-        bytes: usize,
-    },
-    ReduceScatter {
-        send: usize,
-        recv: usize,
-        bytes: usize,
-        dt: Dt,
-        op: Red,
-    },
-    Send {
-        send: usize,
-        bytes: usize,
-    },
-    Recv {
-        recv: usize,
-        bytes: usize,
-    },
+/// What an operation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum OpKind {
+    AllReduce,
+    Broadcast,
+    Reduce,
+    AllGather,
+    ReduceScatter,
+    Send,
+    Recv,
 }
 
-impl Part {
-    pub(super) fn name(&self) -> &'static str {
+impl OpKind {
+    pub(super) fn name(self) -> &'static str {
         match self {
-            Part::AllReduce { .. } => "ncclAllReduce",
-            Part::Broadcast { .. } => "ncclBroadcast",
-            Part::Reduce { .. } => "ncclReduce",
-            Part::AllGather { .. } => "ncclAllGather",
-            Part::ReduceScatter { .. } => "ncclReduceScatter",
-            Part::Send { .. } => "ncclSend",
-            Part::Recv { .. } => "ncclRecv",
+            OpKind::AllReduce => "ncclAllReduce",
+            OpKind::Broadcast => "ncclBroadcast",
+            OpKind::Reduce => "ncclReduce",
+            OpKind::AllGather => "ncclAllGather",
+            OpKind::ReduceScatter => "ncclReduceScatter",
+            OpKind::Send => "ncclSend",
+            OpKind::Recv => "ncclRecv",
         }
     }
+
+    const ALL: [OpKind; 7] = [
+        OpKind::AllReduce,
+        OpKind::Broadcast,
+        OpKind::Reduce,
+        OpKind::AllGather,
+        OpKind::ReduceScatter,
+        OpKind::Send,
+        OpKind::Recv,
+    ];
+
+    pub(super) fn code(self) -> u8 {
+        OpKind::ALL.iter().position(|k| *k == self).unwrap_or(0) as u8
+    }
+
+    pub(super) fn from_code(c: u8) -> Option<OpKind> {
+        OpKind::ALL.get(c as usize).copied()
+    }
+
+    /// Whether the operation reduces (its type and operator must agree across ranks).
+    pub(super) fn reduces(self) -> bool {
+        matches!(
+            self,
+            OpKind::AllReduce | OpKind::Reduce | OpKind::ReduceScatter
+        )
+    }
+
+    /// Whether the operation has a root (which must agree across ranks).
+    pub(super) fn rooted(self) -> bool {
+        matches!(self, OpKind::Broadcast | OpKind::Reduce)
+    }
+}
+
+/// What one rank's part of an operation is, without its buffers (what travels to the other
+/// processes of a clique).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) struct Meta {
+    pub(super) kind: OpKind,
+    /// The call's count in bytes (a reduce-scatter's receive count, an all-gather's send
+    /// count).
+    pub(super) bytes: usize,
+    pub(super) dt: Dt,
+    /// `Sum` for operations that do not reduce.
+    pub(super) op: Red,
+    /// 0 for operations without a root.
+    pub(super) root: usize,
+}
+
+impl Meta {
+    /// The bytes of this part's input in a clique of `nranks` (none for a receive).
+    pub(super) fn input_len(&self, nranks: usize) -> Option<usize> {
+        match self.kind {
+            OpKind::ReduceScatter => self.bytes.checked_mul(nranks),
+            OpKind::Recv => Some(0),
+            _ => Some(self.bytes),
+        }
+    }
+}
+
+/// What one local rank contributes to a slot: its metadata and its buffers (`send` unused by
+/// a receive, `recv` by a send).
+#[derive(Clone, Debug)]
+pub(super) struct Part {
+    pub(super) meta: Meta,
+    pub(super) send: usize,
+    pub(super) recv: usize,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -80,24 +115,106 @@ pub(super) enum SlotKey {
     P2p(usize, usize, u64),
 }
 
-#[derive(Default)]
-pub(super) struct Slot {
-    /// Per local participant: its part, its queued position.
-    pub(super) parts: Vec<Option<Part>>,
-    pub(super) queued: Vec<Option<(Arc<StreamCore>, u64)>>,
-    pub(super) arrived: usize,
-    /// Participants that have seen the result (the slot is dropped when all have).
-    pub(super) finished: usize,
-    pub(super) done: Option<Result<(), String>>,
+/// A part of a rank in another process, as received.
+#[derive(Debug)]
+pub(super) struct Remote {
+    pub(super) meta: Meta,
+    /// The input when this process needs it, or why the rank could not read it.
+    pub(super) input: Result<Option<Vec<u8>>, String>,
 }
 
-/// The index of `part` (of `rank`) in its slot, and the slot's size. A message's slot has
-/// two places, the send's (0) and the receive's (1), told apart by the part rather than by
-/// the rank: a send to the rank itself and its receive are two parts of one slot.
-pub(super) fn local(key: SlotKey, rank: usize, nranks: usize, part: &Part) -> (usize, usize) {
+/// Why an operation failed: the NCCL result its communicators report and the message.
+#[derive(Clone, Debug)]
+pub(super) struct Failure {
+    pub(super) code: NcclResult,
+    pub(super) msg: String,
+}
+
+#[derive(Default)]
+pub(super) struct Slot {
+    /// Per place (a rank of a collective; the send and the receive of a message): the local
+    /// part and its queued position.
+    pub(super) parts: Vec<Option<Part>>,
+    pub(super) queued: Vec<Option<(Arc<StreamCore>, u64)>>,
+    /// Per place: the part of a rank in another process.
+    pub(super) remote: Vec<Option<Remote>>,
+    /// Per place: the local part's stream has reached it.
+    pub(super) reached: Vec<bool>,
+    /// Local participants that have seen the result (the slot is dropped when all have).
+    pub(super) finished: usize,
+    pub(super) done: Option<Result<(), Failure>>,
+}
+
+impl Slot {
+    pub(super) fn sized(n: usize) -> Slot {
+        Slot {
+            parts: vec![None; n],
+            queued: vec![None; n],
+            reached: vec![false; n],
+            remote: (0..n).map(|_| None).collect(),
+            ..Slot::default()
+        }
+    }
+
+    /// Places whose part is there: local ones that arrived, remote ones received. A slot is
+    /// performed when every place is filled (a message whose receive is in another process
+    /// never is: it completes when that process says so).
+    pub(super) fn filled(&self) -> usize {
+        let reached = self.reached.iter().filter(|r| **r).count();
+        reached + self.remote.iter().filter(|r| r.is_some()).count()
+    }
+
+    /// Lets the queued local parts' streams run up to them (but `except`).
+    pub(super) fn release(&self, except: Option<usize>) {
+        for (i, q) in self.queued.iter().enumerate() {
+            if Some(i) != except {
+                if let Some((s, seq)) = q {
+                    s.release(*seq);
+                }
+            }
+        }
+    }
+}
+
+/// The number of places of slot `key` in a clique of `nranks`.
+pub(super) fn slot_size(key: SlotKey, nranks: usize) -> usize {
     match key {
-        SlotKey::Coll(_) => (rank, nranks),
-        SlotKey::P2p(..) => (usize::from(matches!(part, Part::Recv { .. })), 2),
+        SlotKey::Coll(_) => nranks,
+        SlotKey::P2p(..) => 2,
+    }
+}
+
+/// The place of `part` (of `rank`) in its slot. A message's slot has two places, the send's
+/// (0) and the receive's (1), told apart by the part rather than by the rank: a send to the
+/// rank itself and its receive are two parts of one slot.
+pub(super) fn place(key: SlotKey, rank: usize, part: &Part) -> usize {
+    match key {
+        SlotKey::Coll(_) => rank,
+        SlotKey::P2p(..) => usize::from(part.meta.kind == OpKind::Recv),
+    }
+}
+
+/// The rank at `place` of slot `key`.
+pub(super) fn rank_at(key: SlotKey, place: usize) -> usize {
+    match key {
+        SlotKey::Coll(_) => place,
+        SlotKey::P2p(s, r, _) => {
+            if place == 0 {
+                s
+            } else {
+                r
+            }
+        }
+    }
+}
+
+/// A name for an operation in messages: the call, its position and the clique.
+pub(super) fn describe(cl: &Clique, key: SlotKey, kind: OpKind) -> String {
+    match key {
+        SlotKey::Coll(n) => format!("{} #{} of {}", kind.name(), n + 1, cl.label()),
+        SlotKey::P2p(s, r, n) => {
+            format!("message #{n} from rank {s} to rank {r} of {}", cl.label())
+        }
     }
 }
 
@@ -117,18 +234,15 @@ pub(super) fn issue(
     }
     // Register the parts first, so that a rank already waiting sees them.
     for (comm, key, part) in &parts {
-        let (idx, n) = local(*key, comm.rank, comm.clique.nranks, part);
+        let idx = place(*key, comm.rank, part);
         let mut slots = comm.clique.slots.lock();
-        let slot = slots.entry(*key).or_default();
-        if slot.parts.is_empty() {
-            slot.parts = vec![None; n];
-            slot.queued = vec![None; n];
-        }
+        let n = slot_size(*key, comm.clique.nranks);
+        let slot = slots.entry(*key).or_insert_with(|| Slot::sized(n));
         slot.parts[idx] = Some(part.clone());
     }
     let work_parts: Vec<(Arc<Comm>, SlotKey, usize)> = parts
         .iter()
-        .map(|(c, k, p)| (c.clone(), *k, local(*k, c.rank, c.clique.nranks, p).0))
+        .map(|(c, k, p)| (c.clone(), *k, place(*k, c.rank, p)))
         .collect();
     let f: stream::HostWork = Arc::new(move |call: &str| run_parts(&work_parts, call));
     let seq = stream::submit(s, Op::new(Work::Host(f), call)).map_err(|e| {
@@ -136,11 +250,11 @@ pub(super) fn issue(
         UNHANDLED_CUDA_ERROR
     })?;
     for (comm, key, part) in &parts {
-        let (idx, _) = local(*key, comm.rank, comm.clique.nranks, part);
+        let idx = place(*key, comm.rank, part);
         let mut slots = comm.clique.slots.lock();
         if let Some(slot) = slots.get_mut(key) {
             slot.queued[idx] = Some((s.clone(), seq));
-            if slot.arrived > 0 {
+            if slot.filled() > 0 {
                 s.release(seq);
             }
         }
@@ -150,42 +264,59 @@ pub(super) fn issue(
 
 /// Runs on a stream's worker: arrives at every slot, then waits for each to be done.
 pub(super) fn run_parts(parts: &[(Arc<Comm>, SlotKey, usize)], call: &str) -> EmuResult<()> {
+    let mut outbox = Outbox::default();
     for (comm, key, idx) in parts {
         let (cl, idx) = (&comm.clique, *idx);
         let mut slots = cl.slots.lock();
         let Some(slot) = slots.get_mut(key) else {
             continue;
         };
-        slot.arrived += 1;
-        for (i, q) in slot.queued.iter().enumerate() {
-            if i != idx {
-                if let Some((s, seq)) = q {
-                    s.release(*seq);
-                }
-            }
+        slot.reached[idx] = true;
+        slot.release(Some(idx));
+        let net = cl.net();
+        if let Some(net) = net {
+            remote::arrived(cl, net, *key, idx, slot, &mut outbox);
         }
-        if slot.arrived == slot.parts.len() {
-            let r = perform(slot, *key, call);
+        if slot.done.is_some() {
+            continue;
+        }
+        if slot.filled() == slot.parts.len() {
+            let r = perform(slot, *key, cl);
+            if let Some(net) = net {
+                remote::performed(cl, net, *key, &r, &mut outbox);
+            }
             slot.done = Some(r);
+            cl.cv.notify_all();
+        } else if let Some(f) = net.and_then(|n| remote::dead_needed(cl, n, *key, slot)) {
+            slot.done = Some(Err(f));
             cl.cv.notify_all();
         }
     }
+    outbox.send();
     let deadline = Instant::now() + timeout();
     let mut first_err: Option<EmuError> = None;
-    for (comm, key, _) in parts {
+    for (comm, key, idx) in parts {
         let cl = &comm.clique;
+        let kind = {
+            let slots = cl.slots.lock();
+            slots
+                .get(key)
+                .and_then(|s| s.parts[*idx].as_ref().map(|p| p.meta.kind))
+        };
+        let what = || describe(cl, *key, kind.unwrap_or(OpKind::AllReduce));
         let mut slots = cl.slots.lock();
         loop {
             let done = slots.get(key).map(|s| s.done.clone());
             match done {
                 Some(Some(r)) => {
-                    if let Err(msg) = r {
-                        *comm.async_error.lock() = Some(msg.clone());
-                        first_err.get_or_insert(EmuError::quiet(Code::LaunchFailed, msg));
+                    if let Err(f) = r {
+                        *comm.async_error.lock() = Some((f.code, f.msg.clone()));
+                        first_err.get_or_insert(EmuError::quiet(Code::LaunchFailed, f.msg));
                     }
+                    let local = cl.local_places(*key);
                     let all = slots.get_mut(key).is_some_and(|s| {
                         s.finished += 1;
-                        s.finished == s.parts.len()
+                        s.finished >= local
                     });
                     if all {
                         slots.remove(key);
@@ -196,28 +327,42 @@ pub(super) fn run_parts(parts: &[(Arc<Comm>, SlotKey, usize)], call: &str) -> Em
                 Some(None) => {}
             }
             if cl.aborted.load(Ordering::SeqCst) {
-                let msg = format!("clique {} was aborted", cl.id);
+                let msg = format!(
+                    "rank {}: {} failed: the communicator was aborted",
+                    comm.rank,
+                    what()
+                );
+                diag::record(Kind::InvalidState, call, msg.clone());
                 first_err.get_or_insert(EmuError::quiet(Code::LaunchFailed, msg));
                 break;
             }
             if cl.cv.wait_until(&mut slots, deadline).timed_out() {
-                let missing: Vec<usize> = slots
+                let missing = slots
                     .get(key)
-                    .map(|s| {
-                        s.parts
-                            .iter()
-                            .enumerate()
-                            .filter(|(_, p)| p.is_none())
-                            .map(|(i, _)| i)
-                            .collect()
-                    })
+                    .map(|s| remote::missing(cl, *key, s))
                     .unwrap_or_default();
                 let msg = format!(
-                    "rank {} timed out in {call} (clique {}, {key:?}); participants that never issued it: {missing:?}",
-                    comm.rank, cl.id
+                    "rank {} timed out in {} after {} s ({missing})",
+                    comm.rank,
+                    what(),
+                    timeout().as_secs()
                 );
                 diag::record(Kind::InvalidState, call, msg.clone());
-                *comm.async_error.lock() = Some(msg.clone());
+                *comm.async_error.lock() = Some((super::SYSTEM_ERROR, msg.clone()));
+                // The operation is over: a part arriving late must not write into the
+                // buffers of a rank that gave up, and it is not failed a second time.
+                let local = cl.local_places(*key);
+                if let Some(s) = slots.get_mut(key) {
+                    s.done.get_or_insert(Err(Failure {
+                        code: super::SYSTEM_ERROR,
+                        msg: msg.clone(),
+                    }));
+                    s.finished += 1;
+                    if s.finished >= local {
+                        slots.remove(key);
+                    }
+                }
+                cl.cv.notify_all();
                 first_err.get_or_insert(EmuError::quiet(Code::LaunchFailed, msg));
                 break;
             }
@@ -249,168 +394,4 @@ pub(super) fn write(ptr: usize, data: &[u8], what: &str, call: &str) -> Result<(
         unsafe { std::ptr::copy_nonoverlapping(data.as_ptr(), ptr as *mut u8, data.len()) };
     }
     Ok(())
-}
-
-/// Every rank's send buffer of `len` bytes, in rank order (`send_of`: a part's send buffer,
-/// `None` for a part of another collective).
-fn send_buffers(
-    parts: &[&Part],
-    len: usize,
-    send_of: impl Fn(&Part) -> Option<usize>,
-    call: &str,
-) -> Result<Vec<Vec<u8>>, String> {
-    let mut out = Vec::with_capacity(parts.len());
-    for (r, p) in parts.iter().enumerate() {
-        let Some(send) = send_of(p) else {
-            return Err("mixed collectives".into());
-        };
-        out.push(read(send, len, &format!("send buffer of rank {r}"), call)?);
-    }
-    Ok(out)
-}
-
-/// Moves a complete slot's data: every input is read before any output is written.
-pub(super) fn perform(slot: &Slot, key: SlotKey, call: &str) -> Result<(), String> {
-    let _x = stream::EXEC.lock();
-    let parts: Vec<&Part> = slot.parts.iter().flatten().collect();
-    if parts.len() != slot.parts.len() {
-        return Err("a participant is missing".into());
-    }
-    let first = parts[0];
-    let same_kind = parts
-        .iter()
-        .all(|p| std::mem::discriminant(*p) == std::mem::discriminant(first));
-    if !matches!(key, SlotKey::P2p(..)) && !same_kind {
-        let names: Vec<&str> = parts.iter().map(|p| p.name()).collect();
-        let msg = format!("ranks issued different collectives in the same position: {names:?}");
-        diag::record(Kind::InvalidValue, call, msg.clone());
-        return Err(msg);
-    }
-    let n = parts.len();
-    let mismatch = |msg: String| {
-        diag::record(Kind::InvalidValue, call, msg.clone());
-        msg
-    };
-    let mut writes: Vec<(usize, Vec<u8>)> = vec![];
-    match first {
-        Part::AllReduce { bytes, dt, op, .. } | Part::ReduceScatter { bytes, dt, op, .. } => {
-            let mut inputs = vec![];
-            for (r, p) in parts.iter().enumerate() {
-                let (s, b) = match p {
-                    Part::AllReduce {
-                        send,
-                        bytes,
-                        dt: d,
-                        op: o,
-                        ..
-                    }
-                    | Part::ReduceScatter {
-                        send,
-                        bytes,
-                        dt: d,
-                        op: o,
-                        ..
-                    } => {
-                        if d != dt || o != op || *bytes != *first_bytes(first) {
-                            return Err(mismatch(format!(
-                                "rank {r} passed another count, type or operator than rank 0"
-                            )));
-                        }
-                        (*send, *bytes)
-                    }
-                    _ => return Err("mixed collectives".into()),
-                };
-                let len = if matches!(first, Part::ReduceScatter { .. }) {
-                    b * n
-                } else {
-                    b
-                };
-                inputs.push(read(s, len, &format!("send buffer of rank {r}"), call)?);
-            }
-            let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-            let red = reduce(*dt, *op, &views);
-            for (r, p) in parts.iter().enumerate() {
-                if let Part::AllReduce { recv, .. } = p {
-                    writes.push((*recv, red.clone()));
-                } else if let Part::ReduceScatter { recv, .. } = p {
-                    writes.push((*recv, red[r * bytes..(r + 1) * bytes].to_vec()));
-                }
-            }
-        }
-        Part::Reduce {
-            bytes,
-            dt,
-            op,
-            root,
-            ..
-        } => {
-            let send_of = |p: &Part| match p {
-                Part::Reduce { send, .. } => Some(*send),
-                _ => None,
-            };
-            let inputs = send_buffers(&parts, *bytes, send_of, call)?;
-            let views: Vec<&[u8]> = inputs.iter().map(Vec::as_slice).collect();
-            if let Some(Part::Reduce { recv, .. }) = parts.get(*root) {
-                writes.push((*recv, reduce(*dt, *op, &views)));
-            }
-        }
-        Part::Broadcast { bytes, root, .. } => {
-            let Some(Part::Broadcast { send, .. }) = parts.get(*root) else {
-                return Err(mismatch(format!("root {root} is not a rank")));
-            };
-            let data = read(*send, *bytes, "send buffer of the root", call)?;
-            for p in &parts {
-                if let Part::Broadcast { recv, .. } = p {
-                    writes.push((*recv, data.clone()));
-                }
-            }
-        }
-        Part::AllGather { bytes, .. } => {
-            let send_of = |p: &Part| match p {
-                Part::AllGather { send, .. } => Some(*send),
-                _ => None,
-            };
-            let all = send_buffers(&parts, *bytes, send_of, call)?.concat();
-            for p in &parts {
-                if let Part::AllGather { recv, .. } = p {
-                    writes.push((*recv, all.clone()));
-                }
-            }
-        }
-        Part::Send { .. } | Part::Recv { .. } => {
-            let (mut src, mut dst) = (None, None);
-            for p in &parts {
-                match p {
-                    Part::Send { send, bytes } => src = Some((*send, *bytes)),
-                    Part::Recv { recv, bytes } => dst = Some((*recv, *bytes)),
-                    _ => {}
-                }
-            }
-            let (Some((s, sb)), Some((d, db))) = (src, dst) else {
-                return Err(mismatch("a send met no matching receive".into()));
-            };
-            if sb != db {
-                return Err(mismatch(format!(
-                    "send of {sb} bytes, receive of {db} bytes"
-                )));
-            }
-            writes.push((d, read(s, sb, "send buffer", call)?));
-        }
-    }
-    for (ptr, data) in writes {
-        write(ptr, &data, "receive buffer", call)?;
-    }
-    Ok(())
-}
-
-pub(super) fn first_bytes(p: &Part) -> &usize {
-    match p {
-        Part::AllReduce { bytes, .. }
-        | Part::Broadcast { bytes, .. }
-        | Part::Reduce { bytes, .. }
-        | Part::AllGather { bytes, .. }
-        | Part::ReduceScatter { bytes, .. }
-        | Part::Send { bytes, .. }
-        | Part::Recv { bytes, .. } => bytes,
-    }
 }
