@@ -63,8 +63,10 @@ fn have_emulator(test: &str) -> bool {
 struct Scratch(PathBuf);
 
 impl Scratch {
+    /// Short names: the emulator's rendezvous sockets live below (a socket path has at most
+    /// 107 bytes).
     fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("xthunk-gpu-jobs-{name}-{}", std::process::id()));
+        let d = std::env::temp_dir().join(format!("xgj-{name}-{}", std::process::id()));
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(d.join("tmp")).unwrap();
         Scratch(d)
@@ -167,7 +169,7 @@ fn emulated_gpu_jobs_compute_what_the_host_computes() {
     if !have_emulator("emulated_gpu_jobs_compute_what_the_host_computes") {
         return;
     }
-    let scratch = Scratch::new("outputs");
+    let scratch = Scratch::new("out");
     for program in ["dp_step", "permute_ring", "exchange"] {
         let host = scratch.0.join("host").join(program);
         let o = Command::new(BIN)
@@ -356,7 +358,7 @@ fn fault(
     why: &[&str],
 ) -> Duration {
     const WORLD: usize = 4;
-    let scratch = Scratch::new(&format!("fault-{backend}-{victim}{signal}"));
+    let scratch = Scratch::new(&format!("{backend}{victim}{signal}"));
     let secs = collective_timeout.as_secs_f64().to_string();
     let cmd = emulated(
         &scratch,
@@ -389,7 +391,7 @@ fn fault(
         .args([signal, &pids[&victim].to_string()])
         .status()
         .unwrap();
-    assert!(kill.success());
+    assert!(kill.success(), "{}", launch.text());
     let hit = Instant::now();
     let limit = collective_timeout + Duration::from_secs(5);
     let status = launch.wait(Duration::from_secs(90));

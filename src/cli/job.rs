@@ -266,6 +266,11 @@ fn place(
     } else {
         format!("devices {first}..={last} ({why}{visible})")
     };
+    let what = if devices.iter().any(|d| d.info().emulated) {
+        format!("{what} [EMULATED, not a GPU]")
+    } else {
+        what
+    };
     tracing::info!(rank = config.rank, "placement: {what}");
     Ok((devices, what))
 }
