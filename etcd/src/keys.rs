@@ -1,6 +1,6 @@
 //! The key layout of one job (see the crate documentation).
 
-use etcd_client::{GetOptions, KeyValue};
+use etcd_client::{DeleteOptions, GetOptions, KeyValue, TxnOp};
 use xthunk_core::distributed::escape_segment;
 
 /// The options of a listing: every key under a prefix, without the values.
@@ -47,6 +47,31 @@ impl Keys {
         let ns = if internal { "sys" } else { "barrier" };
         format!("{}{ns}/{}/{round}/", self.prefix, escape_segment(name))
     }
+    /// The deletions (for one transaction) of every key of the job but `kept` (keys under
+    /// the prefix): one range before, between and after them.
+    pub(crate) fn delete_all_but(&self, kept: &[String]) -> Vec<TxnOp> {
+        let mut kept: Vec<&[u8]> = kept.iter().map(|k| k.as_bytes()).collect();
+        kept.sort_unstable();
+        kept.dedup();
+        let mut ops = Vec::with_capacity(kept.len() + 1);
+        let mut from = self.prefix.as_bytes().to_vec();
+        for k in kept {
+            if from.as_slice() < k {
+                ops.push(TxnOp::delete(
+                    from.clone(),
+                    Some(DeleteOptions::new().with_range(k.to_vec())),
+                ));
+            }
+            // The next key after `k`.
+            from = [k, b"\0"].concat();
+        }
+        ops.push(TxnOp::delete(
+            from,
+            Some(DeleteOptions::new().with_range(prefix_end(&self.prefix))),
+        ));
+        ops
+    }
+
     /// The ranks whose `alive` key is among `kvs`.
     pub(crate) fn alive_in<B: FromIterator<usize>>(&self, kvs: &[KeyValue]) -> B {
         kvs.iter()
@@ -64,4 +89,18 @@ impl Keys {
         }
         rest.strip_prefix("left/")?.parse().ok().map(LiveKey::Left)
     }
+}
+
+/// The first key after every key that starts with `prefix` (its last byte incremented; the
+/// prefixes here end with `/`).
+pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
+    let mut end = prefix.as_bytes().to_vec();
+    while let Some(last) = end.pop() {
+        if last < 0xff {
+            end.push(last + 1);
+            return end;
+        }
+    }
+    // Only 0xff bytes: every key from the prefix on (`\0` is etcd's "to the end").
+    vec![0]
 }
