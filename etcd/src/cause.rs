@@ -1,5 +1,7 @@
-//! The published root cause of a job's failure (`kv/xthunk.cause`): the first publisher wins
-//! (one transaction puts it only if it is absent), and the cause outlives its publisher. A
+//! The published root cause of a job's failure (`cause/<run>`, the etcd form of
+//! [`CAUSE_KEY`](xthunk_core::distributed::CAUSE_KEY); one per run of the job id, so that an
+//! earlier run's cause is never this one's): the first publisher wins (one transaction puts
+//! it only if it is absent), and the cause outlives its publisher. A
 //! rank puts it on a lease of its own, [`CAUSE_TTL_FACTOR`] times its TTL, that it never
 //! revokes or renews (its own lease goes when it leaves, and the survivors, who learn of the
 //! failure within a TTL, read the cause after that); the launcher puts it on its claim's
@@ -8,7 +10,7 @@
 
 use crate::session::Ctx;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
-use xthunk_core::distributed::{CAUSE_KEY, CAUSE_TTL_FACTOR, DistributedResult};
+use xthunk_core::distributed::{CAUSE_TTL_FACTOR, DistributedResult};
 
 /// Puts `cause` at `key` on `lease` unless `key` exists: `None` if it was put, else the
 /// value already there.
@@ -44,14 +46,11 @@ impl Ctx {
     /// [`Coordinator::publish_cause`](xthunk_core::distributed::Coordinator::publish_cause)
     /// for this rank: on a new lease of [`CAUSE_TTL_FACTOR`] × its TTL.
     pub(crate) async fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
-        let key = self.keys.kv(CAUSE_KEY);
-        let mut client = self.client.clone();
-        let now = self
-            .req("read the cause", client.get(key.as_str(), None))
-            .await?;
-        if let Some(kv) = now.kvs().first() {
-            return Ok(text(kv.value()));
+        if let Some(earlier) = self.published_cause().await? {
+            return Ok(earlier);
         }
+        let key = self.cause_key();
+        let mut client = self.client.clone();
         let secs = (self.ttl.as_secs().max(1)).saturating_mul(u64::from(CAUSE_TTL_FACTOR));
         let secs = i64::try_from(secs).unwrap_or(i64::MAX);
         let lease = self
@@ -74,5 +73,15 @@ impl Ctx {
                 Ok(text(&v))
             }
         }
+    }
+
+    /// The cause of this run published so far, if any.
+    pub(crate) async fn published_cause(&self) -> DistributedResult<Option<String>> {
+        let mut client = self.client.clone();
+        let key = self.cause_key();
+        let now = self
+            .req("read the cause", client.get(key.as_str(), None))
+            .await?;
+        Ok(now.kvs().first().map(|kv| text(kv.value())))
     }
 }

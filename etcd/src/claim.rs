@@ -19,7 +19,7 @@ use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
-use xthunk_core::distributed::{CAUSE_KEY, DistributedError, DistributedResult, validate_job_id};
+use xthunk_core::distributed::{DistributedError, DistributedResult, validate_job_id};
 
 /// How long the launcher's requests while and after its ranks run may take (its main thread
 /// waits for them).
@@ -70,11 +70,10 @@ impl JobClaim {
         let limit = Duration::from_secs(10);
         let ttl_secs = ttl.as_secs_f64().ceil().max(1.0) as i64;
         let token = new_token();
-        let keys = Keys {
+        let key = Keys {
             prefix: job_prefix(job_id),
-        };
-        let key = keys.claim();
-        let stale_cause = keys.kv(CAUSE_KEY);
+        }
+        .claim();
         let claimed = rt.block_on(async {
             let mut client = connect_client(endpoints, limit)
                 .await
@@ -83,18 +82,13 @@ impl JobClaim {
                 .await
                 .map_err(|e| err("grant lease", e))?;
             let lease = grant.id();
-            // A cause a failed earlier run of this id published (its lease may not have
-            // expired yet) is not this run's.
             let txn = Txn::new()
                 .when([Compare::create_revision(key.clone(), CompareOp::Equal, 0)])
-                .and_then([
-                    TxnOp::put(
-                        key.clone(),
-                        token.clone(),
-                        Some(PutOptions::new().with_lease(lease)),
-                    ),
-                    TxnOp::delete(stale_cause.clone(), None),
-                ])
+                .and_then([TxnOp::put(
+                    key.clone(),
+                    token.clone(),
+                    Some(PutOptions::new().with_lease(lease)),
+                )])
                 .or_else([TxnOp::get(key.clone(), None)]);
             let resp = match within(limit, client.txn(txn)).await {
                 Ok(r) => r,
@@ -183,7 +177,7 @@ impl JobClaim {
         let key = Keys {
             prefix: job_prefix(&self.job),
         }
-        .kv(CAUSE_KEY);
+        .cause(&self.token);
         let lease = self.lease;
         let earlier = self.request("publish the cause", async |c| {
             put_if_absent(c, &key, cause, lease).await
@@ -199,7 +193,7 @@ impl JobClaim {
         let key = Keys {
             prefix: job_prefix(&self.job),
         }
-        .kv(CAUSE_KEY);
+        .cause(&self.token);
         let resp = self.request("read the cause", async |c| c.get(key.as_str(), None).await)?;
         Ok(resp
             .kvs()

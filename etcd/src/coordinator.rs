@@ -91,6 +91,7 @@ impl EtcdCoordinator {
                 failure_tick: tick,
                 incarnation: config.incarnation.clone(),
                 leaving: AtomicBool::new(false),
+                run: std::sync::OnceLock::new(),
             };
             match register(&ctx).await {
                 Ok(r) => Ok((ctx, r)),
@@ -230,6 +231,10 @@ impl Coordinator for EtcdCoordinator {
 
     fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
         self.block(self.ctx.publish_cause(cause))
+    }
+
+    fn published_cause(&self) -> DistributedResult<Option<String>> {
+        self.block(self.ctx.published_cause())
     }
 
     fn failures(&self) -> Vec<RankFailure> {

@@ -40,6 +40,10 @@ impl Keys {
     pub(crate) fn claim(&self) -> String {
         format!("{}meta/claim", self.prefix)
     }
+    /// The published cause of a failure of run `run` of the job (see `session::Ctx::run`).
+    pub(crate) fn cause(&self, run: &str) -> String {
+        format!("{}cause/{}", self.prefix, escape_segment(run))
+    }
     pub(crate) fn world(&self) -> String {
         format!("{}meta/world", self.prefix)
     }

@@ -9,7 +9,8 @@
 //! /xthunk/<job>/live/alive/<rank>           liveness: exists while the rank's lease lives
 //! /xthunk/<job>/live/left/<rank>            written just before a clean exit
 //! /xthunk/<job>/kv/<key>                    Coordinator::set / get
-//! /xthunk/<job>/kv/xthunk.cause             the root cause of a failure (on a lease of its own)
+//! /xthunk/<job>/cause/<run>                 the root cause of a failure of one run (the
+//!                                           launch's token, else the world key's revision)
 //! /xthunk/<job>/barrier/<name>/<round>/<rank>   user barriers (name with `/` and `%` escaped)
 //! /xthunk/<job>/sys/<name>/<round>/<rank>       internal barriers (shutdown)
 //! ```

@@ -9,11 +9,10 @@ use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, WatchRespo
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use xthunk_core::distributed::{
-    CAUSE_KEY, DistributedError, DistributedResult, FailureBoard, RankFailure,
-};
+use xthunk_core::distributed::{DistributedError, DistributedResult, FailureBoard, RankFailure};
 
 /// What the calling thread and the background tasks share.
 pub(crate) struct Ctx {
@@ -35,6 +34,11 @@ pub(crate) struct Ctx {
     pub(crate) incarnation: Option<String>,
     /// Set when this rank starts leaving: the deletion of its own keys is then expected.
     pub(crate) leaving: AtomicBool,
+    /// This run of the job, set at the registration: the launch's incarnation token, else
+    /// `w<revision>` of the job's world key (created by its first rank). The published cause
+    /// of a failure is per run, so that a cause left by an earlier run of the same job id is
+    /// never read as this one's.
+    pub(crate) run: OnceLock<String>,
 }
 
 impl Ctx {
@@ -54,6 +58,11 @@ impl Ctx {
     /// culprit is the coordinator.
     pub(crate) fn lost(&self, reason: String) {
         self.record(RankFailure::lost(self.rank, &self.coordinator, reason));
+    }
+
+    /// The key of this run's published cause.
+    pub(crate) fn cause_key(&self) -> String {
+        self.keys.cause(self.run.get().map_or("", String::as_str))
     }
 
     fn record(&self, failure: RankFailure) {
@@ -129,7 +138,7 @@ impl Ctx {
         self.req("revoke lease", client.lease_revoke(self.lease))
             .await?;
         if self.alive_ranks().await?.is_empty() {
-            let kept = [self.keys.kv(CAUSE_KEY), self.keys.claim()];
+            let kept = [self.cause_key(), self.keys.claim()];
             let del = client.txn(Txn::new().and_then(self.keys.delete_all_but(&kept)));
             self.req("delete job keys", del).await?;
         }
@@ -169,6 +178,19 @@ pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize
             TxnOp::get(claim_key.clone(), None),
         ]);
     let resp = ctx.req("check world size", client.txn(txn)).await?;
+    let world_rev = if resp.succeeded() {
+        resp.header().map(|h| h.revision())
+    } else {
+        resp.op_responses().first().and_then(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()),
+            _ => None,
+        })
+    };
+    let run = match &ctx.incarnation {
+        Some(token) => token.clone(),
+        None => format!("w{}", world_rev.unwrap_or(0)),
+    };
+    let _ = ctx.run.set(run);
     if !resp.succeeded() {
         let values = got_values(resp.op_responses());
         check_incarnation(ctx, values.get(1).cloned().flatten())?;

@@ -402,7 +402,7 @@ fn the_published_cause_outlives_its_publisher_until_the_launcher_finishes() {
     assert_eq!(
         left,
         vec![
-            format!("/xthunk/{job}/kv/xthunk.cause"),
+            format!("/xthunk/{job}/cause/{}", claim.token()),
             format!("/xthunk/{job}/meta/claim")
         ]
     );
@@ -539,4 +539,35 @@ fn a_claimed_job_admits_only_ranks_of_its_own_incarnation() {
     // The id is free again once its holder is gone.
     drop(JobClaim::acquire(&ends, &job, ttl).unwrap());
     wait_no_keys(&etcd, &job, T);
+}
+
+/// Ranks started by a scheduler (no incarnation token): a cause left by a failed run of the
+/// job id (on its own lease, alive for a few TTLs) is not read as the next run's.
+#[test]
+fn a_cause_left_by_an_earlier_run_is_not_the_next_run_s() {
+    let etcd = etcd_or_skip!("a_cause_left_by_an_earlier_run_is_not_the_next_run_s");
+    let job = job_id("rerun");
+    let first = join(&etcd, &job, 2);
+    assert_eq!(
+        first[0].publish_cause("run 1 failed").unwrap(),
+        "run 1 failed"
+    );
+    assert!(shutdown_all(&first).iter().all(Result::is_ok));
+    drop(first);
+    let left = keys(&etcd, &job);
+    assert_eq!(left.len(), 1, "only the cause is left: {left:?}");
+    let second = join(&etcd, &job, 2);
+    assert_eq!(second[1].published_cause().unwrap(), None);
+    assert_eq!(
+        second[1].publish_cause("run 2 failed").unwrap(),
+        "run 2 failed"
+    );
+    assert_eq!(
+        second[0].published_cause().unwrap().as_deref(),
+        Some("run 2 failed")
+    );
+    assert!(shutdown_all(&second).iter().all(Result::is_ok));
+    drop(second);
+    // The causes expire with their leases (4 x the 2 s TTL).
+    wait_no_keys(&etcd, &job, Duration::from_secs(15));
 }
