@@ -283,7 +283,14 @@ pub fn run_job(
     .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
     match result {
         Ok(()) => Ok(()),
-        Err(e) => Err(fail(e, &job, &exit, provider, coordinator)),
+        Err(e) => Err(fail(
+            e,
+            &job,
+            &config.coordinator,
+            &exit,
+            provider,
+            coordinator,
+        )),
     }
 }
 
@@ -365,9 +372,36 @@ fn blame(e: &CliError, rank: usize) -> Blame {
     }
 }
 
+/// When the main thread's failure `e` (`message`, one line) comes from the loss of the
+/// coordinator `spec` (this rank's error, a failure its coordinator reported, or another
+/// rank's that its collectives carried here): `lost the coordinator SPEC: WHY`.
+fn lost_coordinator(
+    e: &CliError,
+    message: &str,
+    job: &str,
+    c: &dyn Coordinator,
+    spec: &CoordinatorSpec,
+) -> Option<String> {
+    if matches!(blame(e, c.rank()), Blame::CoordinatorLost) {
+        return Some(cause_text(message, job));
+    }
+    if let Some(f) = c
+        .failures()
+        .into_iter()
+        .find(|f| f.coordinator_lost.is_some())
+    {
+        return Some(f.to_string());
+    }
+    // Carried as text (a collective aborted by a rank that lost it): up to the next clause.
+    let needle = format!("lost the coordinator {spec}: ");
+    let at = message.find(&needle)?;
+    let rest = message.get(at..)?;
+    Some(rest.split("; ").next().unwrap_or(rest).to_string())
+}
+
 /// `message` as a cause of job `job`'s failure: without a leading "job `J`: " (the launcher
 /// names the job).
-fn cause_text(message: &str, job: &str) -> String {
+pub fn cause_text(message: &str, job: &str) -> String {
     let prefix = format!("job `{job}`: ");
     message.strip_prefix(&prefix).unwrap_or(message).to_string()
 }
@@ -377,6 +411,7 @@ fn cause_text(message: &str, job: &str) -> String {
 fn fail(
     e: CliError,
     job: &str,
+    spec: &CoordinatorSpec,
     exit: &ExitClaim,
     provider: Arc<ShmCliqueProvider>,
     coordinator: Arc<dyn Coordinator>,
@@ -394,20 +429,23 @@ fn fail(
     remove_job_segments(job);
     // The cause of the job's failure: the one published first, else this rank's own or the
     // failure of another it was told of (then published for the others and the launcher).
-    let e = match blame(&e, coordinator.rank()) {
-        Blame::CoordinatorLost => e,
-        Blame::Another(failure) => match coordinator.publish_cause(&failure) {
+    let lost = lost_coordinator(&e, &message, job, coordinator.as_ref(), spec);
+    let own_text = cause_text(&message, job);
+    let e = match (lost, blame(&e, coordinator.rank())) {
+        // The coordinator is gone: it is the cause, named first (and asked nothing more).
+        (Some(lost), _) if lost == own_text => CliError::Usage(format!("{lost} (job {job})")),
+        (Some(lost), _) => CliError::Usage(format!(
+            "{lost}; this rank aborts because of it ({message})"
+        )),
+        (None, Blame::CoordinatorLost) => e,
+        (None, Blame::Another(failure)) => match coordinator.publish_cause(&failure) {
             Ok(root) if root != failure => CliError::Usage(format!(
                 "{root}; this rank aborts because of it ({message})"
             )),
             _ => e,
         },
-        Blame::Own => {
-            let cause = format!(
-                "{} (found by rank {})",
-                cause_text(&message, job),
-                coordinator.rank()
-            );
+        (None, Blame::Own) => {
+            let cause = format!("{own_text} (found by rank {})", coordinator.rank());
             if let Err(err) = coordinator.publish_cause(&cause) {
                 tracing::warn!(error = %err, "could not publish the cause of the failure");
             }

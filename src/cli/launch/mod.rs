@@ -21,8 +21,8 @@
 mod ranks;
 
 use super::error::{CliError, CliResult};
-use super::job::{XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT};
-use ranks::run_ranks;
+use super::job::{XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT, cause_text};
+use ranks::{RootCause, run_ranks};
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitStatus;
@@ -31,7 +31,7 @@ use xthunk_core::distributed::env::{
     XTHUNK_COORDINATOR, XTHUNK_JOB_ID, XTHUNK_LOCAL_RANK, XTHUNK_RANK, XTHUNK_WORLD_SIZE,
 };
 use xthunk_core::distributed::{
-    CAUSE_KEY, CoordinatorSpec, EmbeddedServer, MachineJobClaim, validate_job_id,
+    CAUSE_KEY, CoordinatorSpec, DistributedError, EmbeddedServer, MachineJobClaim, validate_job_id,
 };
 use xthunk_core::host::remove_job_segments;
 
@@ -63,9 +63,10 @@ Timeouts (all of a job's timers):
 
 Exit status:
   0  every rank exited 0
-  1  a rank failed: the cause the coordinator recorded first is named (else the first rank to
-     exit non-zero), the others get --grace to exit on their own and are then killed; or the
-     ranks could not be started
+  1  a rank failed: the root cause the coordinator recorded first is named (the cause a rank
+     published, else the first failure; with etcd, a rank's process that ended is published by
+     this launcher; else the first rank to exit non-zero), the others get --grace to exit on
+     their own and are then killed; or the ranks could not be started
   2  a usage error (an unknown coordinator, `local` for several processes, --grace shorter
      than the lease TTL), caught before any rank starts";
 
@@ -250,6 +251,14 @@ impl NoClaim {
     fn token(&self) -> &str {
         ""
     }
+
+    fn publish_cause(&self, cause: &str) -> xthunk_core::distributed::DistributedResult<String> {
+        Ok(cause.to_string())
+    }
+
+    fn finish(&self) -> xthunk_core::distributed::DistributedResult<bool> {
+        Ok(true)
+    }
 }
 
 #[cfg(feature = "etcd")]
@@ -350,11 +359,31 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let mut stderr = std::io::stderr();
     // The launcher knows how each process ended: a rank that dies before it joined (or
     // whose end its coordinator has not seen yet) is a failure of the job with that cause.
+    // The embedded coordinator records it; with etcd the launcher publishes it as the cause
+    // (unless a rank published one first: then that one is the root cause), which the ranks
+    // at the start barrier see at once, the others with the failure they are told of.
+    let mut etcd_cause: Option<RootCause> = None;
     let mut on_exit = |rank: usize, status: ExitStatus| {
-        if let Some(server) = &server
-            && !status.success()
-        {
+        if status.success() {
+            return;
+        }
+        if let Some(server) = &server {
             server.rank_exited(&job_id, world, rank, &status.to_string());
+        }
+        if let Some(claim) = &claim
+            && etcd_cause.is_none()
+        {
+            let cause = format!("rank {rank} failed: its process ended ({status})");
+            match claim.publish_cause(&cause) {
+                Ok(root) => etcd_cause = Some(RootCause::Recorded(root)),
+                Err(e @ DistributedError::CoordinatorLost { .. }) => {
+                    etcd_cause = Some(RootCause::CoordinatorLost(cause_text(
+                        &e.to_string(),
+                        &job_id,
+                    )));
+                }
+                Err(e) => tracing::warn!(error = %e, "could not publish the cause of the failure"),
+            }
         }
     };
     let outcome = run_ranks(
@@ -370,14 +399,33 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     .map_err(|e| CliError::io(&exe, e))?;
     // The root cause: what a rank published as the cause of the job's failure, else the
     // first failure the coordinator saw.
-    let cause = server.as_ref().and_then(|s| {
-        let published = s
-            .value(&job_id, CAUSE_KEY)
-            .map(|v| String::from_utf8_lossy(&v).into_owned());
-        published.or_else(|| s.failures(&job_id).first().map(ToString::to_string))
-    });
-    for line in outcome.failure_report(&job_id, cause.as_deref()) {
+    let cause = match &server {
+        Some(s) => {
+            let published = s
+                .value(&job_id, CAUSE_KEY)
+                .map(|v| String::from_utf8_lossy(&v).into_owned());
+            published
+                .or_else(|| s.failures(&job_id).first().map(ToString::to_string))
+                .map(RootCause::Recorded)
+        }
+        None => etcd_cause,
+    };
+    for line in outcome.failure_report(&job_id, cause.as_ref()) {
         let _ = writeln!(stderr, "{line}");
+    }
+    // With etcd, nothing of the job is left: its keys go now (rather than when their leases
+    // expire), unless etcd is gone.
+    if let Some(claim) = &claim
+        && !matches!(cause, Some(RootCause::CoordinatorLost(_)))
+    {
+        match claim.finish() {
+            Ok(true) => {}
+            Ok(false) => tracing::warn!(
+                job = %job_id,
+                "the job's claim is not this launch's any more: its keys are left to expire"
+            ),
+            Err(e) => tracing::warn!(error = %e, "could not delete the job's keys"),
+        }
     }
     drop(server);
     drop(sweep);

@@ -28,10 +28,9 @@ impl Outcome {
     }
 
     /// After a failure: one line per rank that did not exit 0, then the `error:` line that
-    /// names the root cause: the first failure the job's coordinator recorded (`cause`,
-    /// when the launcher serves it), else the first rank that exited non-zero. Nothing when
-    /// every rank succeeded.
-    pub fn failure_report(&self, job: &str, cause: Option<&str>) -> Vec<String> {
+    /// names the root cause: `cause` (what the job's coordinator recorded, or its loss),
+    /// else the first rank that exited non-zero. Nothing when every rank succeeded.
+    pub fn failure_report(&self, job: &str, cause: Option<&RootCause>) -> Vec<String> {
         let Some((first, status)) = &self.first_failure else {
             return Vec::new();
         };
@@ -50,14 +49,28 @@ impl Outcome {
             })
             .collect();
         match cause {
-            Some(cause) => lines.push(format!(
+            Some(RootCause::Recorded(cause)) => lines.push(format!(
                 "error: job {job}: {cause} (the root cause its coordinator recorded; rank {first} \
+                 exited first: {status})"
+            )),
+            Some(RootCause::CoordinatorLost(lost)) => lines.push(format!(
+                "error: job {job}: {lost} (the launcher could not reach it either; rank {first} \
                  exited first: {status})"
             )),
             None => lines.push(format!("error: rank {first} failed first: {status}")),
         }
         lines
     }
+}
+
+/// The root cause of a failed job, as the launcher learnt it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RootCause {
+    /// What the coordinator recorded: the cause a rank (or the launcher) published first,
+    /// else the first failure it saw.
+    Recorded(String),
+    /// The coordinator could not be reached (`lost the coordinator …: …`): that is the cause.
+    CoordinatorLost(String),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -427,6 +440,15 @@ mod tests {
         assert!(!o.ranks[1].1);
         assert!(err.contains("rank 1 failed first"), "{err}");
         assert!(err.contains("killed rank 0"), "{err}");
+        let lost = RootCause::CoordinatorLost("lost the coordinator etcd://h:1: gone".into());
+        let report = o.failure_report("j", Some(&lost));
+        assert_eq!(
+            report.last().map(String::as_str),
+            Some(
+                "error: job j: lost the coordinator etcd://h:1: gone (the launcher could not \
+                 reach it either; rank 1 exited first: exit status: 3)"
+            )
+        );
         let report = o.failure_report("j", None);
         assert_eq!(
             report.last().map(String::as_str),
