@@ -72,6 +72,10 @@ pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
 /// The start barrier's timeout variable (seconds).
 pub const XTHUNK_START_TIMEOUT: &str = "XTHUNK_START_TIMEOUT";
 
+/// The collective timeout variable (seconds): the default of `run --collective-timeout`
+/// (`xthunk launch --collective-timeout` sets it for every rank).
+pub const XTHUNK_COLLECTIVE_TIMEOUT: &str = "XTHUNK_COLLECTIVE_TIMEOUT";
+
 /// The incarnation token of the launch that started this rank (`xthunk launch` with etcd
 /// claims the job id with it): an etcd rank joins only that incarnation of the job.
 pub const XTHUNK_INCARNATION: &str = "XTHUNK_INCARNATION";

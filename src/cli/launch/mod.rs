@@ -21,7 +21,10 @@
 mod ranks;
 
 use super::error::{CliError, CliResult};
-use super::job::{XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT, cause_text};
+use super::job::{
+    XTHUNK_COLLECTIVE_TIMEOUT, XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT,
+    cause_text,
+};
 use ranks::{RootCause, run_ranks};
 use std::ffi::OsString;
 use std::io::Write;
@@ -38,8 +41,8 @@ use xthunk_core::host::remove_job_segments;
 pub const AFTER_HELP: &str = "\
 Each rank runs this same xthunk binary with COMMAND (e.g. `-- run program.txtpb`) and with
 XTHUNK_RANK, XTHUNK_WORLD_SIZE, XTHUNK_LOCAL_RANK, XTHUNK_COORDINATOR, XTHUNK_JOB_ID,
-XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT and XTHUNK_INCARNATION (the launch's token, with etcd)
-set. Every output line is prefixed with `[rank R]`.
+XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT, XTHUNK_COLLECTIVE_TIMEOUT and XTHUNK_INCARNATION (the
+launch's token, with etcd) set. Every output line is prefixed with `[rank R]`.
 
 Coordinators:
   embedded   (default) this launcher serves the job's coordinator on a Unix socket in a
@@ -55,11 +58,14 @@ Timeouts (all of a job's timers):
                    at once) (default 5 s)
   --start-timeout  how long the ranks wait for each other at the start; every 5 s the lowest
                    rank present names the ranks still missing (default 60 s)
+  --collective-timeout
+                   a collective whose peers do not all arrive within this long fails, naming
+                   them and where every rank is; also bounds the shutdown barrier (with at
+                   least 60 s) (default 60 s; every rank's `run --collective-timeout`, which
+                   COMMAND may still give itself)
   --grace          after the first rank fails, how long the others get to notice, report and
                    clean up before the launcher kills them (default: the lease TTL + 5 s; at
                    least the lease TTL + 1 s)
-  `run --collective-timeout` (default 60 s) bounds each collective, and the shutdown barrier
-  (with at least 60 s).
 
 Exit status:
   0  every rank exited 0
@@ -129,6 +135,16 @@ pub struct LaunchArgs {
     )]
     #[arg(value_parser = parse_positive_secs)]
     pub start_timeout: Duration,
+    /// Seconds a collective waits for all its peers before it fails naming them: every
+    /// rank's `run --collective-timeout` (unless COMMAND gives one).
+    #[arg(
+        long,
+        value_name = "SECS",
+        env = "XTHUNK_COLLECTIVE_TIMEOUT",
+        default_value = "60"
+    )]
+    #[arg(value_parser = parse_positive_secs)]
+    pub collective_timeout: Duration,
     /// Seconds the other ranks get to exit on their own after one failed, before they are
     /// killed (default: the lease TTL + 5; at least the lease TTL + 1).
     #[arg(long, value_name = "SECS")]
@@ -149,7 +165,8 @@ pub fn parse_coordinator(s: &str) -> Result<LaunchCoordinator, String> {
         .map_err(|e: xthunk_core::distributed::DistributedError| format!("{e}, or `embedded`"))
 }
 
-/// clap value parser of `--lease-ttl` and `--start-timeout`: positive seconds.
+/// clap value parser of `--lease-ttl`, `--start-timeout` and `--collective-timeout`:
+/// positive seconds.
 pub fn parse_positive_secs(s: &str) -> Result<Duration, String> {
     let secs: f64 = s
         .trim()
@@ -336,9 +353,10 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         (None, c) => c.to_string(),
     };
     let world = args.nprocs;
-    let (ttl, start) = (
+    let (ttl, start, collective) = (
         args.lease_ttl.as_secs_f64().to_string(),
         args.start_timeout.as_secs_f64().to_string(),
+        args.collective_timeout.as_secs_f64().to_string(),
     );
     let env = |rank: usize| {
         vec![
@@ -349,12 +367,14 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
             (XTHUNK_JOB_ID, job_id.clone()),
             (XTHUNK_LEASE_TTL, ttl.clone()),
             (XTHUNK_START_TIMEOUT, start.clone()),
+            (XTHUNK_COLLECTIVE_TIMEOUT, collective.clone()),
             (XTHUNK_INCARNATION, incarnation.clone()),
         ]
     };
     tracing::info!(
         nprocs = world, coordinator = %coordinator, job = %job_id, grace = ?grace,
-        lease_ttl = ?args.lease_ttl, start_timeout = ?args.start_timeout, "launching ranks"
+        lease_ttl = ?args.lease_ttl, start_timeout = ?args.start_timeout,
+        collective_timeout = ?args.collective_timeout, "launching ranks"
     );
     let mut stderr = std::io::stderr();
     // The launcher knows how each process ended: a rank that dies before it joined (or
