@@ -576,7 +576,11 @@ fn ranks_whose_peer_never_starts_warn_then_name_it_at_the_start_timeout() {
     let server = EmbeddedServer::start().unwrap();
     let job = job_id("never");
     let started = Instant::now();
-    let ranks: Vec<Child> = (0..2).map(|r| rank(&server, &job, r, 3, "6")).collect();
+    // Rank 1 would wait far longer: it learns the cause rank 0 found (and published) when
+    // rank 0 leaves, and names rank 2, not rank 0's departure.
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| rank(&server, &job, r, 3, ["6", "30"][r]))
+        .collect();
     for (r, child) in ranks.into_iter().enumerate() {
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);

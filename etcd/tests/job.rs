@@ -1241,3 +1241,84 @@ fn a_rank_that_never_starts_is_named_by_every_other_rank_at_once_and_leaves_noth
         outs.len()
     );
 }
+
+/// Ranks started by hand (no launcher, no claim), rank 2 never starts, and rank 0's start
+/// timeout (2 s) is far shorter than rank 1's (30 s): rank 0 names rank 2, publishes that
+/// cause and leaves (its lease revoked); rank 1 then reports the published cause, rank 2
+/// never started, not rank 0's departure, at once. The cause outlives its publisher on a
+/// lease of its own, and expires a few TTLs later: nothing of the job is left.
+#[test]
+fn a_survivor_reports_the_published_cause_not_the_rank_that_left_first() {
+    let Some((etcd, bin)) =
+        setup("a_survivor_reports_the_published_cause_not_the_rank_that_left_first")
+    else {
+        return;
+    };
+    let job = job_id("cause");
+    let started = Instant::now();
+    let ranks: Vec<Child> = ["2", "30"]
+        .iter()
+        .enumerate()
+        .map(|(r, start)| {
+            Command::new(&bin)
+                .args(["run", "--backend", "host"])
+                .arg(repo().join("examples/dp_step.txtpb"))
+                .env("XTHUNK_RANK", r.to_string())
+                .env("XTHUNK_WORLD_SIZE", "3")
+                .env("XTHUNK_JOB_ID", &job)
+                .env("XTHUNK_COORDINATOR", etcd.url())
+                .env("XTHUNK_LEASE_TTL", TTL.as_secs().to_string())
+                .env("XTHUNK_START_TIMEOUT", start)
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<(Output, Duration)> = ranks
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            (o, started.elapsed())
+        })
+        .collect();
+    for (r, (o, _)) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("error:"))
+            .unwrap_or_else(|| panic!("rank {r} printed no error: {err}"));
+        assert!(
+            line.contains("rank 2 never started") && line.contains("within 2s"),
+            "rank {r} does not name rank 2: {line}"
+        );
+        // The root cause comes first; the departure it aborts for, if named, after it.
+        let (root, left) = (
+            line.find("rank 2 never started"),
+            line.find("rank 0 failed"),
+        );
+        assert!(
+            left.is_none_or(|l| root.is_some_and(|c| c < l)),
+            "rank {r} blames rank 0: {line}"
+        );
+    }
+    let rank1 = outs[1].1;
+    assert!(
+        rank1 < Duration::from_secs(2) + TTL + Duration::from_secs(3),
+        "rank 1 waited {rank1:?}"
+    );
+    // The cause's own lease: 4 TTLs after it was published.
+    let cause_ttl = TTL * 4;
+    let start = Instant::now();
+    while !job_keys(&[etcd.endpoint()], &job).unwrap().is_empty() {
+        assert!(
+            start.elapsed() < cause_ttl + Duration::from_secs(3),
+            "keys left: {:?}",
+            job_keys(&[etcd.endpoint()], &job)
+        );
+        thread::sleep(Duration::from_millis(200));
+    }
+}
