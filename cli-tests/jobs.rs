@@ -4,10 +4,13 @@
 //! - four processes compute exactly (byte for byte) what `run --devices 4` computes;
 //! - usage errors (an unknown coordinator, `local` for several processes, a grace shorter
 //!   than the lease TTL) exit 2 before any rank starts;
-//! - a rank killed (SIGKILL) mid-run, `XTHUNK_KILL_REPEATS` times (default 3; CI: 10), or
-//!   stopped (SIGSTOP), makes every survivor exit 1 within the lease TTL + 3 s naming it, the
-//!   launcher names it as the cause, and nothing is left (process, segment, socket folder);
-//! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
+//! - a rank killed (SIGKILL) mid-run or stopped (SIGSTOP), `XTHUNK_KILL_REPEATS` times each
+//!   (default 3; CI: 10), makes every survivor exit 1 within the lease TTL + 3 s naming it,
+//!   the launcher names it as the cause, and nothing is left (process, segment, socket
+//!   folder); so does a launched rank that never starts (its process ends before it joins);
+//! - ranks whose peer never starts fail at the start timeout naming it, after a warning (one
+//!   with a longer start timeout reports the cause the first one published);
+//! - `launch --collective-timeout` is every rank's collective timeout;
 //! - a rank without a reachable coordinator says what to start;
 //! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
 //!   missing names it and fails the job;

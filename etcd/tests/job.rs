@@ -10,6 +10,11 @@
 //!   naming it;
 //! - etcd killed under a running job makes every rank exit 1 within the lease TTL + 3 s
 //!   naming etcd, with no process or segment left; `XTHUNK_KILL_REPEATS` times;
+//! - a rank stopped (SIGSTOP) or that never starts, `XTHUNK_KILL_REPEATS` times each: every
+//!   other rank exits 1 within the lease TTL + 3 s naming it, so does the launcher's last
+//!   line, nothing is left;
+//! - a survivor reports the cause another published (it outlives its publisher), not that
+//!   rank's departure;
 //! - two jobs sharing one etcd at once do not interfere;
 //! - two launches given the same job id at once: one runs, the other is refused whole.
 //!
