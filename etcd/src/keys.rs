@@ -108,3 +108,25 @@ pub(crate) fn prefix_end(prefix: &str) -> Vec<u8> {
     // Only 0xff bytes: every key from the prefix on (`\0` is etcd's "to the end").
     vec![0]
 }
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn prefix_ends() {
+        assert_eq!(prefix_end("/xthunk/j/"), b"/xthunk/j0".to_vec());
+        assert_eq!(prefix_end("a\u{7f}"), b"a\x80".to_vec());
+        assert_eq!(prefix_end(""), vec![0]);
+        let keys = Keys {
+            prefix: "/xthunk/j/".into(),
+        };
+        // Three ranges around two kept keys (given in any order), one around none.
+        assert_eq!(
+            keys.delete_all_but(&[keys.claim(), keys.cause("t")]).len(),
+            3
+        );
+        assert_eq!(keys.delete_all_but(&[]).len(), 1);
+    }
+}
