@@ -4,10 +4,13 @@
 //! - four processes compute exactly (byte for byte) what `run --devices 4` computes;
 //! - usage errors (an unknown coordinator, `local` for several processes, a grace shorter
 //!   than the lease TTL) exit 2 before any rank starts;
-//! - a rank killed (SIGKILL) mid-run, `XTHUNK_KILL_REPEATS` times (default 3; CI: 10), or
-//!   stopped (SIGSTOP), makes every survivor exit 1 within the lease TTL + 3 s naming it, the
-//!   launcher names it as the cause, and nothing is left (process, segment, socket folder);
-//! - ranks whose peer never starts fail at the start timeout naming it, after a warning;
+//! - a rank killed (SIGKILL) mid-run or stopped (SIGSTOP), `XTHUNK_KILL_REPEATS` times each
+//!   (default 3; CI: 10), makes every survivor exit 1 within the lease TTL + 3 s naming it,
+//!   the launcher names it as the cause, and nothing is left (process, segment, socket
+//!   folder); so does a launched rank that never starts (its process ends before it joins);
+//! - ranks whose peer never starts fail at the start timeout naming it, after a warning (one
+//!   with a longer start timeout reports the cause the first one published);
+//! - `launch --collective-timeout` is every rank's collective timeout;
 //! - a rank without a reachable coordinator says what to start;
 //! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
 //!   missing names it and fails the job;
@@ -93,6 +96,7 @@ impl Launch {
             .env_remove("RUST_LOG")
             .env_remove("XTHUNK_LEASE_TTL")
             .env_remove("XTHUNK_START_TIMEOUT")
+            .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
             .current_dir(repo())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -381,11 +385,176 @@ fn a_killed_rank_fails_every_survivor_promptly_naming_it() {
     eprintln!("detection latencies after SIGKILL: {latencies:.2?}");
 }
 
+/// Whether process `pid` has exited (gone, or a zombie its launcher has not reaped yet).
+fn exited(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // The state follows the command name in parentheses.
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
+/// Watches `pids` on a thread: when each exited (polled every 5 ms, up to `limit`).
+fn watch_exits(
+    pids: BTreeMap<usize, u32>,
+    limit: Duration,
+) -> thread::JoinHandle<BTreeMap<usize, Instant>> {
+    thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        let mut ends = BTreeMap::new();
+        while ends.len() < pids.len() && Instant::now() < deadline {
+            for (r, pid) in &pids {
+                if !ends.contains_key(r) && exited(*pid) {
+                    ends.insert(*r, Instant::now());
+                }
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        ends
+    })
+}
+
+/// Min and max of `v`.
+fn span(v: &[Duration]) -> (Duration, Duration) {
+    let min = v.iter().min().copied().unwrap_or_default();
+    let max = v.iter().max().copied().unwrap_or_default();
+    (min, max)
+}
+
+/// The lease TTL of the repeated SIGSTOP test, and the grace its launcher gives (the least
+/// allowed: TTL + 1 s), so that ten repetitions stay short.
+const STOP_TTL: Duration = Duration::from_secs(2);
+const STOP_GRACE: Duration = Duration::from_secs(3);
+
+/// SIGSTOP of a rank 0 to 700 ms after every rank started, `XTHUNK_KILL_REPEATS` times (a
+/// different rank each): every survivor exits 1 on its own within the lease TTL + 3 s naming
+/// the stopped rank (its heartbeats stopped), the launcher's last line names it, and nothing
+/// of the job is left. In even repetitions the launcher kills the stopped rank after its
+/// grace; in odd ones the test continues it (SIGCONT) once the survivors have exited, and it
+/// exits non-zero by itself (it hears that the others consider it dead).
 #[test]
-fn a_stopped_rank_is_named_after_the_lease_ttl() {
-    let took = fault(1, "-STOP", Duration::from_millis(200), &["no heartbeat"]);
-    // The last heartbeat came up to a third of the TTL before the stop.
-    assert!(took >= TTL * 2 / 3 - Duration::from_millis(300), "{took:?}");
+fn a_stopped_rank_is_named_after_the_lease_ttl_and_leaves_nothing() {
+    let (ttl, grace) = (
+        STOP_TTL.as_secs_f64().to_string(),
+        STOP_GRACE.as_secs_f64().to_string(),
+    );
+    let limit = STOP_TTL + Duration::from_secs(3);
+    let (mut survivors_out, mut all_out) = (vec![], vec![]);
+    for i in 0..kill_repeats() {
+        let victim = [1usize, 3, 0, 2][i % 4];
+        let after = Duration::from_millis([200, 0, 700, 350][i % 4]);
+        let job = job_id("stop");
+        let mut launch = Launch::start(
+            &["--job-id", &job, "--lease-ttl", &ttl, "--grace", &grace],
+            &["--iterations", "100000000"],
+            &example("dp_step"),
+        );
+        launch.wait_for("started", WORLD, Duration::from_secs(60));
+        let (pids, _) = launch.pids();
+        assert_eq!(pids.len(), WORLD, "{}", launch.text());
+        thread::sleep(after);
+        let stop = Command::new("kill")
+            .args(["-STOP", &pids[&victim].to_string()])
+            .status()
+            .unwrap();
+        assert!(stop.success());
+        let hit = Instant::now();
+        let survivors: BTreeMap<usize, u32> = pids
+            .iter()
+            .filter(|(r, _)| **r != victim)
+            .map(|(r, p)| (*r, *p))
+            .collect();
+        let mut watch = Some(watch_exits(
+            survivors.clone(),
+            limit + Duration::from_secs(10),
+        ));
+        let victim_watch = watch_exits(
+            BTreeMap::from([(victim, pids[&victim])]),
+            limit + STOP_GRACE + Duration::from_secs(20),
+        );
+        let resumed = i % 2 == 1;
+        if resumed {
+            let ends = watch.take().unwrap().join().unwrap();
+            assert_eq!(ends.len(), WORLD - 1, "repeat {i}: survivors still run");
+            let cont = Command::new("kill")
+                .args(["-CONT", &pids[&victim].to_string()])
+                .status()
+                .unwrap();
+            assert!(cont.success());
+            survivors_out.push(ends.values().max().unwrap().saturating_duration_since(hit));
+        }
+        let (status, _) = launch.wait(limit + STOP_GRACE + Duration::from_secs(30));
+        let text = launch.text();
+        let what = format!("repeat {i}: rank {victim} stopped {after:?} after the start");
+        assert_eq!(status.code(), Some(1), "{what}\n{text}");
+        if !resumed {
+            let ends = watch.take().unwrap().join().unwrap();
+            assert_eq!(ends.len(), WORLD - 1, "{what}: survivors still ran\n{text}");
+            survivors_out.push(ends.values().max().unwrap().saturating_duration_since(hit));
+        }
+        let victim_end = victim_watch.join().unwrap();
+        let last_out = *survivors_out.last().unwrap();
+        assert!(
+            last_out < limit,
+            "{what}: the last survivor exited after {last_out:?}\n{text}"
+        );
+        if let Some(end) = victim_end.get(&victim) {
+            all_out.push(end.saturating_duration_since(hit).max(last_out));
+        }
+        for r in survivors.keys() {
+            let lines = launch.rank_lines(*r);
+            let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("{what}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed")) && line.contains("no heartbeat"),
+                "{what}: rank {r} does not name rank {victim}: {line}\n{text}"
+            );
+            assert!(
+                at.saturating_duration_since(hit) < limit,
+                "{what}: rank {r}: {line}"
+            );
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "{what}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        if resumed {
+            // Continued, it learnt that the others consider it dead, and exited by itself.
+            assert!(
+                text.contains(&format!("xthunk launch: rank {victim}: exit status: 1")),
+                "{what}: the continued rank did not exit 1 by itself:\n{text}"
+            );
+        } else {
+            assert!(
+                text.contains(&format!("xthunk launch: rank {victim}: signal: 9")),
+                "{what}: the stopped rank was not killed after the grace:\n{text}"
+            );
+        }
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ")
+                && last.contains(&format!("rank {victim} failed"))
+                && last.contains("no heartbeat"),
+            "{what}: the launcher's last line does not name rank {victim}: {last}\n{text}"
+        );
+        assert_nothing_left(&text, &job, &pids);
+        let left = processes_of_job(&job);
+        assert!(left.is_empty(), "{what}: processes {left:?} left");
+    }
+    let (s, a) = (span(&survivors_out), span(&all_out));
+    eprintln!(
+        "SIGSTOP (embedded, TTL {STOP_TTL:?}, grace {STOP_GRACE:?}, {} repeats): fault to the \
+         last survivor's exit {:.2?}..{:.2?}; to the last rank's exit (the stopped one killed \
+         after the grace or continued) {:.2?}..{:.2?}",
+        survivors_out.len(),
+        s.0,
+        s.1,
+        a.0,
+        a.1
+    );
 }
 
 fn rank(server: &EmbeddedServer, job: &str, rank: usize, world: usize, start: &str) -> Child {
@@ -410,7 +579,11 @@ fn ranks_whose_peer_never_starts_warn_then_name_it_at_the_start_timeout() {
     let server = EmbeddedServer::start().unwrap();
     let job = job_id("never");
     let started = Instant::now();
-    let ranks: Vec<Child> = (0..2).map(|r| rank(&server, &job, r, 3, "6")).collect();
+    // Rank 1 would wait far longer: it learns the cause rank 0 found (and published) when
+    // rank 0 leaves, and names rank 2, not rank 0's departure.
+    let ranks: Vec<Child> = (0..2)
+        .map(|r| rank(&server, &job, r, 3, ["6", "30"][r]))
+        .collect();
     for (r, child) in ranks.into_iter().enumerate() {
         let o = child.wait_with_output().unwrap();
         let err = String::from_utf8_lossy(&o.stderr);
@@ -501,6 +674,151 @@ fn a_launched_rank_without_its_file_names_it_and_fails_the_job() {
         last.starts_with("error: job ") && last.contains("rank 3 failed"),
         "{last}\n{text}"
     );
+}
+
+/// A rank that never starts (its process exits before it joins: its file of a per-rank
+/// input is missing), `XTHUNK_KILL_REPEATS` times (a different rank each): every other rank
+/// exits 1 within the lease TTL + 3 s of the fault (the missing rank's own error line) naming
+/// it, the launcher's last line names it, and nothing of the job is left.
+#[test]
+fn a_rank_that_never_starts_fails_every_other_rank_naming_it_and_leaves_nothing() {
+    let scratch = Scratch::new("never-start");
+    let data = shards::Shards::new(33);
+    let limit = TTL + Duration::from_secs(3);
+    let ttl = TTL.as_secs_f64().to_string();
+    let mut outs = vec![];
+    for i in 0..kill_repeats() {
+        let victim = [3usize, 0, 2, 1][i % 4];
+        let dir = scratch.0.join(format!("{i}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        let present: Vec<usize> = (0..WORLD).filter(|r| *r != victim).collect();
+        data.write(&dir, &present);
+        let run_args = shards::Shards::inputs(&dir);
+        let mut run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
+        run_args.extend(["--iterations", "100000000"]);
+        let job = job_id("never-start");
+        let mut launch = Launch::start(
+            &["--job-id", &job, "--lease-ttl", &ttl],
+            &run_args,
+            &example("dp_step"),
+        );
+        // The job ends within milliseconds: the launcher's exit (it reaps its ranks first) is
+        // when the last rank had exited.
+        let (status, ended) = launch.wait(Duration::from_secs(60));
+        let text = launch.text();
+        let what = format!("repeat {i}: rank {victim} never starts");
+        assert_eq!(status.code(), Some(1), "{what}\n{text}");
+        let missing = format!("{}/x{victim}.npy", dir.display());
+        let own = launch.rank_lines(victim);
+        let Some((_, fault)) = own
+            .iter()
+            .find(|(l, _)| l.starts_with("error:") && l.contains(&missing))
+        else {
+            panic!("{what}: it does not name its missing file:\n{text}");
+        };
+        let fault = *fault;
+        let last_out = ended.saturating_duration_since(fault);
+        assert!(
+            last_out < limit,
+            "{what}: the last rank exited after {last_out:?}\n{text}"
+        );
+        outs.push(last_out);
+        for r in present {
+            let lines = launch.rank_lines(r);
+            let Some((line, _)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("{what}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed"))
+                    && line.contains("before it joined the job"),
+                "{what}: rank {r} does not name rank {victim}: {line}\n{text}"
+            );
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "{what}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ") && last.contains(&format!("rank {victim} failed")),
+            "{what}: the launcher's last line does not name rank {victim}: {last}\n{text}"
+        );
+        let segs = job_segments(&job);
+        assert!(segs.is_empty(), "{what}: segments {segs:?} left:\n{text}");
+        let left = processes_of_job(&job);
+        assert!(left.is_empty(), "{what}: processes {left:?} left:\n{text}");
+        for (r, pid) in launch.pids().0 {
+            assert!(exited(pid), "{what}: rank {r} (pid {pid}) is still there");
+        }
+        // The coordinator's folder went with the launcher.
+        let dirs = socket_dirs(&text);
+        assert!(
+            !dirs.is_empty(),
+            "{what}: no rank named its coordinator:\n{text}"
+        );
+        for d in dirs {
+            assert!(!d.exists(), "{what}: {} was left", d.display());
+        }
+    }
+    let (min, max) = span(&outs);
+    eprintln!(
+        "a rank that never starts (embedded, {} repeats): from its error to the launcher's exit \
+         (every rank reaped) {min:.2?}..{max:.2?}",
+        outs.len()
+    );
+}
+
+/// `xthunk launch --collective-timeout` is every rank's collective timeout (a stalled
+/// collective fails within it, naming the rank that is late), and a rank's own
+/// `run --collective-timeout` still wins over it. `launch --help` shows every timer.
+#[test]
+fn launch_sets_every_rank_s_collective_timeout() {
+    let help = Command::new(BIN)
+        .args(["launch", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    for option in [
+        "--lease-ttl",
+        "--start-timeout",
+        "--collective-timeout",
+        "--grace",
+    ] {
+        assert!(
+            help.contains(option),
+            "launch --help does not show {option}:\n{help}"
+        );
+    }
+    let scratch = Scratch::new("collective-timeout");
+    let program = stuck::write_stuck_rank(&scratch.0);
+    // (launch's option, the ranks' own option, the timeout that must hold)
+    for (launch_timeout, own, want) in [("1", None, "1s"), ("30", Some("1.5"), "1.5s")] {
+        let job = job_id("collective-timeout");
+        let own_args: Vec<&str> = own
+            .map(|t| vec!["--collective-timeout", t])
+            .unwrap_or_default();
+        let started = Instant::now();
+        let mut launch = Launch::start(
+            &["--job-id", &job, "--collective-timeout", launch_timeout],
+            &own_args,
+            &program,
+        );
+        let (status, _) = launch.wait(Duration::from_secs(120));
+        let took = started.elapsed();
+        let text = launch.text();
+        assert_eq!(status.code(), Some(1), "{text}");
+        let line = text
+            .lines()
+            .find(|l| l.contains("error:") && l.contains("is stuck"))
+            .unwrap_or_else(|| panic!("no error line names a stuck rank:\n{text}"));
+        assert!(
+            line.contains(&format!("did not arrive within {want}")),
+            "launch --collective-timeout {launch_timeout}, run {own:?}: {line}"
+        );
+        stuck::check_positions(line);
+        // Well before rank 3's busy loop (seconds) could end, or a 30 s timeout.
+        assert!(took < Duration::from_secs(20), "{took:?}:\n{text}");
+    }
 }
 
 /// Two launches given the same job id at once on one machine: each serves its own embedded

@@ -3,16 +3,27 @@
 //! the launcher's own lease and holding a fresh incarnation token; every rank it starts
 //! carries the token and registers only while the claim holds it (see `session::register`).
 //! A second launch of the same id, at any moment, finds the key and is refused whole.
+//!
+//! While its ranks run, the launcher publishes the cause of a failure it sees (a rank's
+//! process ended) on the claim's lease ([`JobClaim::publish_cause`]: the first cause holds),
+//! and when they have ended it deletes every key of the job ([`JobClaim::finish`]).
 
-use crate::client::{connect_client, not_in_async, runtime, within};
+use crate::cause::put_if_absent;
+use crate::client::{connect_client, coordinator_url, not_in_async, runtime, unreachable, within};
 use crate::keys::Keys;
 use crate::{job_prefix, store_error};
-use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, TxnOpResponse};
+use etcd_client::{
+    Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
+};
 use std::time::Duration;
 use tokio::runtime::Runtime;
 use tokio::task::JoinHandle;
 use tokio::time::sleep;
 use xthunk_core::distributed::{DistributedError, DistributedResult, validate_job_id};
+
+/// How long the launcher's requests while and after its ranks run may take (its main thread
+/// waits for them).
+const LAUNCHER_REQUEST_LIMIT: Duration = Duration::from_secs(2);
 
 /// A launcher's claim of a job id in etcd, held (its lease kept alive every TTL/3) until
 /// dropped; dropping it revokes the lease, so the claim key goes.
@@ -22,6 +33,8 @@ pub struct JobClaim {
     lease: i64,
     token: String,
     job: String,
+    /// `etcd://…`, as messages name it.
+    coordinator: String,
     keep_alive: JoinHandle<()>,
 }
 
@@ -120,6 +133,7 @@ impl JobClaim {
             lease,
             token,
             job: job_id.to_string(),
+            coordinator: coordinator_url(endpoints),
             keep_alive,
         })
     }
@@ -127,6 +141,84 @@ impl JobClaim {
     /// The incarnation token every rank of this launch carries.
     pub fn token(&self) -> &str {
         &self.token
+    }
+
+    /// One request of the launcher, bounded by [`LAUNCHER_REQUEST_LIMIT`]; an unreachable
+    /// etcd is [`DistributedError::CoordinatorLost`].
+    fn request<T>(
+        &self,
+        op: &str,
+        f: impl AsyncFnOnce(&mut Client) -> Result<T, etcd_client::Error>,
+    ) -> DistributedResult<T> {
+        let lost = |message: String| DistributedError::CoordinatorLost {
+            job: self.job.clone(),
+            coordinator: self.coordinator.clone(),
+            op: op.to_string(),
+            message,
+        };
+        let Some(rt) = &self.rt else {
+            return Err(lost("the claim was released".into()));
+        };
+        not_in_async(&self.job)?;
+        let mut client = self.client.clone();
+        let fut = async move { tokio::time::timeout(LAUNCHER_REQUEST_LIMIT, f(&mut client)).await };
+        match rt.block_on(fut) {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if unreachable(&e) => Err(lost(e.to_string())),
+            Ok(Err(e)) => Err(store_error(&self.job, op, e)),
+            Err(_) => Err(lost(format!("no answer within {LAUNCHER_REQUEST_LIMIT:?}"))),
+        }
+    }
+
+    /// Publishes `cause` as the root cause of the job's failure (on the claim's lease: it
+    /// lasts as long as this launch) unless one was published first; returns the cause that
+    /// holds.
+    pub fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
+        let key = Keys {
+            prefix: job_prefix(&self.job),
+        }
+        .cause(&self.token);
+        let lease = self.lease;
+        let earlier = self.request("publish the cause", async |c| {
+            put_if_absent(c, &key, cause, lease).await
+        })?;
+        Ok(earlier.map_or_else(
+            || cause.to_string(),
+            |v| String::from_utf8_lossy(&v).into_owned(),
+        ))
+    }
+
+    /// The root cause of the job's failure that a rank (or this launcher) published, if any.
+    pub fn published_cause(&self) -> DistributedResult<Option<String>> {
+        let key = Keys {
+            prefix: job_prefix(&self.job),
+        }
+        .cause(&self.token);
+        let resp = self.request("read the cause", async |c| c.get(key.as_str(), None).await)?;
+        Ok(resp
+            .kvs()
+            .first()
+            .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
+    }
+
+    /// The job has ended: deletes every key of the job (the ranks' that have not expired yet,
+    /// the published cause, the claim), if the claim still holds this launch's token (the
+    /// keys are then this launch's). Returns whether they were deleted.
+    pub fn finish(&self) -> DistributedResult<bool> {
+        let keys = Keys {
+            prefix: job_prefix(&self.job),
+        };
+        let (claim, token) = (keys.claim(), self.token.clone());
+        let resp = self.request("delete the job's keys", async |c| {
+            let txn = Txn::new()
+                .when([Compare::value(claim, CompareOp::Equal, token)])
+                .and_then([TxnOp::delete(
+                    keys.prefix.clone(),
+                    Some(DeleteOptions::new().with_prefix()),
+                )]);
+            c.txn(txn).await
+        })?;
+        Ok(resp.succeeded())
     }
 }
 

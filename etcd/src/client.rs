@@ -66,6 +66,28 @@ pub(crate) async fn connect_client(
     Ok(client)
 }
 
+/// Whether `e` says that etcd cannot be reached (a transport failure, an unavailable or
+/// silent server), as opposed to a request etcd refused.
+pub(crate) fn unreachable(e: &etcd_client::Error) -> bool {
+    use tonic::Code;
+    match e {
+        etcd_client::Error::TransportError(_) | etcd_client::Error::IoError(_) => true,
+        etcd_client::Error::GRpcStatus(s) => matches!(
+            s.code(),
+            Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+        ),
+        _ => false,
+    }
+}
+
+/// `etcd://HOST:PORT[,…]`: the coordinator `endpoints` name, as messages show it.
+pub(crate) fn coordinator_url(endpoints: &[String]) -> String {
+    xthunk_core::distributed::CoordinatorSpec::Etcd {
+        endpoints: endpoints.to_vec(),
+    }
+    .to_string()
+}
+
 /// `fut`, bounded by `limit`: its error, or "no answer within `limit`", as text.
 pub(crate) async fn within<T, E: fmt::Display>(
     limit: Duration,

@@ -1,7 +1,7 @@
 //! [`EtcdCoordinator`]: one rank of a job, the [`Coordinator`] over a session, with its
 //! private runtime and background tasks; connecting, shutting down, dropping.
 
-use crate::client::{connect_client, not_in_async, runtime};
+use crate::client::{connect_client, coordinator_url, not_in_async, runtime};
 use crate::keys::Keys;
 use crate::session::{Ctx, register};
 use crate::{BACKEND, EtcdConfig, job_prefix, store_error};
@@ -77,6 +77,7 @@ impl EtcdCoordinator {
             let (tick, _) = tokio::sync::watch::channel(0);
             let ctx = Ctx {
                 client,
+                coordinator: coordinator_url(&config.endpoints),
                 keys: Keys {
                     prefix: job_prefix(&job),
                 },
@@ -90,6 +91,7 @@ impl EtcdCoordinator {
                 failure_tick: tick,
                 incarnation: config.incarnation.clone(),
                 leaving: AtomicBool::new(false),
+                run: std::sync::OnceLock::new(),
             };
             match register(&ctx).await {
                 Ok(r) => Ok((ctx, r)),
@@ -225,6 +227,14 @@ impl Coordinator for EtcdCoordinator {
         validate_name("barrier name", name)?;
         let round = self.next_round(false, name);
         self.block(self.ctx.barrier(false, name, round, timeout))
+    }
+
+    fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
+        self.block(self.ctx.publish_cause(cause))
+    }
+
+    fn published_cause(&self) -> DistributedResult<Option<String>> {
+        self.block(self.ctx.published_cause())
     }
 
     fn failures(&self) -> Vec<RankFailure> {

@@ -13,14 +13,11 @@ impl Ctx {
         let mut last_err = String::from("no answer");
         loop {
             if last_ok.elapsed() > self.ttl {
-                self.fail(
-                    self.rank,
-                    format!(
-                        "its heartbeats stopped: it could not renew its lease on etcd for {:?} ({last_err}); \
-                         the other ranks consider it dead",
-                        self.ttl
-                    ),
-                );
+                self.lost(format!(
+                    "rank {} could not renew its lease for {:?}, its TTL ({last_err}); the job \
+                     cannot go on without its coordinator",
+                    self.rank, self.ttl
+                ));
                 return;
             }
             let mut client = self.client.clone();

@@ -9,6 +9,8 @@
 //! /xthunk/<job>/live/alive/<rank>           liveness: exists while the rank's lease lives
 //! /xthunk/<job>/live/left/<rank>            written just before a clean exit
 //! /xthunk/<job>/kv/<key>                    Coordinator::set / get
+//! /xthunk/<job>/cause/<run>                 the root cause of a failure of one run (the
+//!                                           launch's token, else the world key's revision)
 //! /xthunk/<job>/barrier/<name>/<round>/<rank>   user barriers (name with `/` and `%` escaped)
 //! /xthunk/<job>/sys/<name>/<round>/<rank>       internal barriers (shutdown)
 //! ```
@@ -20,7 +22,12 @@
 //! [`Coordinator::subscribe_failures`]) and every blocking call fails at once. A rank that
 //! loses its own lease reports a failure of itself. A clean [`Coordinator::shutdown`] is a
 //! barrier, a `left` key, and the revocation of the lease: nothing of the rank is left, and the
-//! last rank out deletes the job's prefix. Dropping a coordinator without shutdown revokes its
+//! last rank out deletes the job's keys but for the launcher's claim and the published cause
+//! of a failure (`cause`: first publisher wins, on a lease of its own that outlives its
+//! publisher; the launcher reads it, then deletes every key of the job when it ends). A rank
+//! that cannot reach etcd for a TTL reports the loss of its coordinator (`lost the
+//! coordinator etcd://…: …`), and a request etcd does not answer fails with
+//! [`DistributedError::CoordinatorLost`]. Dropping a coordinator without shutdown revokes its
 //! lease (the others see the rank fail at once); [`EtcdCoordinator::abandon`] stops the
 //! heartbeats without revoking anything, as a killed process would.
 //!
@@ -33,12 +40,14 @@
 //!
 //! Files: `keys` (the key layout), `session` (what a rank's calls and background tasks share:
 //! the client, the lease, the failure board; joining and leaving), `kv` (waiting for a key),
-//! `claim` ([`JobClaim`]: one job id, one incarnation), `barrier`, `heartbeat` (lease keep-alive), `liveness` (the watch on `live/`),
+//! `claim` ([`JobClaim`]: one job id, one incarnation), `cause` (publishing the root cause),
+//! `barrier`, `heartbeat` (lease keep-alive), `liveness` (the watch on `live/`),
 //! `coordinator` ([`EtcdCoordinator`]), `client` (the private runtime and connecting),
 //! `admin` (listing and deleting a job's keys).
 
 mod admin;
 mod barrier;
+mod cause;
 mod claim;
 mod client;
 mod coordinator;

@@ -86,14 +86,11 @@ impl Ctx {
             };
             let since = *trouble_since.get_or_insert_with(Instant::now);
             if since.elapsed() > self.ttl {
-                self.fail(
-                    self.rank,
-                    format!(
-                        "it lost its liveness watch on etcd for {:?} ({err}): it cannot tell \
-                         whether the other ranks are alive",
-                        self.ttl
-                    ),
-                );
+                self.lost(format!(
+                    "rank {} lost its liveness watch for {:?}, its TTL ({err}): it cannot tell \
+                     whether the other ranks are alive",
+                    self.rank, self.ttl
+                ));
                 return;
             }
             tracing::warn!(rank = self.rank, error = %err, "etcd liveness watch failed; retrying");

@@ -2,15 +2,14 @@
 //! lease, the failure board), one bounded request, joining the job (world size check,
 //! registration as alive) and leaving it.
 
-use crate::client::within;
+use crate::client::unreachable;
 use crate::keys::{Keys, listing};
 use crate::store_error;
-use etcd_client::{
-    Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, WatchResponse, WatchStream,
-};
+use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, WatchResponse, WatchStream};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
 use std::future::Future;
+use std::sync::OnceLock;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use xthunk_core::distributed::{DistributedError, DistributedResult, FailureBoard, RankFailure};
@@ -18,6 +17,8 @@ use xthunk_core::distributed::{DistributedError, DistributedResult, FailureBoard
 /// What the calling thread and the background tasks share.
 pub(crate) struct Ctx {
     pub(crate) client: Client,
+    /// `etcd://HOST:PORT[,…]`, as messages name the coordinator.
+    pub(crate) coordinator: String,
     pub(crate) keys: Keys,
     pub(crate) job: String,
     pub(crate) rank: usize,
@@ -33,6 +34,11 @@ pub(crate) struct Ctx {
     pub(crate) incarnation: Option<String>,
     /// Set when this rank starts leaving: the deletion of its own keys is then expected.
     pub(crate) leaving: AtomicBool,
+    /// This run of the job, set at the registration: the launch's incarnation token, else
+    /// `w<revision>` of the job's world key (created by its first rank). The published cause
+    /// of a failure is per run, so that a cause left by an earlier run of the same job id is
+    /// never read as this one's.
+    pub(crate) run: OnceLock<String>,
 }
 
 impl Ctx {
@@ -45,7 +51,22 @@ impl Ctx {
     }
 
     pub(crate) fn fail(&self, rank: usize, reason: String) {
-        if self.board.record(RankFailure { rank, reason }) {
+        self.record(RankFailure::new(rank, reason));
+    }
+
+    /// This rank lost etcd (its heartbeats or its liveness watch failed for a TTL): the
+    /// culprit is the coordinator.
+    pub(crate) fn lost(&self, reason: String) {
+        self.record(RankFailure::lost(self.rank, &self.coordinator, reason));
+    }
+
+    /// The key of this run's published cause.
+    pub(crate) fn cause_key(&self) -> String {
+        self.keys.cause(self.run.get().map_or("", String::as_str))
+    }
+
+    fn record(&self, failure: RankFailure) {
+        if self.board.record(failure) {
             self.failure_tick.send_modify(|n| *n += 1);
         }
     }
@@ -60,15 +81,30 @@ impl Ctx {
         }
     }
 
-    /// One request, bounded by the request timeout.
+    /// One request, bounded by the request timeout. An unreachable or silent etcd is
+    /// [`DistributedError::CoordinatorLost`]; a request it refused, a store error.
     pub(crate) async fn req<T>(
         &self,
         op: &str,
         fut: impl Future<Output = Result<T, etcd_client::Error>>,
     ) -> DistributedResult<T> {
-        within(self.request_timeout, fut)
-            .await
-            .map_err(|m| self.store_err(op, m))
+        match tokio::time::timeout(self.request_timeout, fut).await {
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) if unreachable(&e) => Err(self.lost_err(op, e)),
+            Ok(Err(e)) => Err(self.store_err(op, e)),
+            Err(_) => {
+                Err(self.lost_err(op, format!("no answer within {:?}", self.request_timeout)))
+            }
+        }
+    }
+
+    pub(crate) fn lost_err(&self, op: &str, message: impl fmt::Display) -> DistributedError {
+        DistributedError::CoordinatorLost {
+            job: self.job.clone(),
+            coordinator: self.coordinator.clone(),
+            op: op.to_string(),
+            message: message.to_string(),
+        }
     }
 
     /// Ranks that have an `alive` key now.
@@ -85,7 +121,9 @@ impl Ctx {
     }
 
     /// Leaves the job: marks a clean exit if `clean`, revokes the lease (every key of this
-    /// rank goes), and deletes the job's prefix if no rank is alive any more.
+    /// rank goes), and deletes the job's keys if no rank is alive any more, but for the
+    /// launcher's claim and the published cause of a failure (the launcher reads the cause,
+    /// then deletes both; without a launcher the cause expires with its own lease).
     pub(crate) async fn leave(&self, clean: bool) -> DistributedResult<()> {
         self.leaving.store(true, Ordering::SeqCst);
         let mut client = self.client.clone();
@@ -100,10 +138,8 @@ impl Ctx {
         self.req("revoke lease", client.lease_revoke(self.lease))
             .await?;
         if self.alive_ranks().await?.is_empty() {
-            let del = client.delete(
-                self.keys.prefix.clone(),
-                Some(DeleteOptions::new().with_prefix()),
-            );
+            let kept = [self.cause_key(), self.keys.claim()];
+            let del = client.txn(Txn::new().and_then(self.keys.delete_all_but(&kept)));
             self.req("delete job keys", del).await?;
         }
         Ok(())
@@ -142,6 +178,19 @@ pub(crate) async fn register(ctx: &Ctx) -> DistributedResult<(i64, HashSet<usize
             TxnOp::get(claim_key.clone(), None),
         ]);
     let resp = ctx.req("check world size", client.txn(txn)).await?;
+    let world_rev = if resp.succeeded() {
+        resp.header().map(|h| h.revision())
+    } else {
+        resp.op_responses().first().and_then(|op| match op {
+            etcd_client::TxnOpResponse::Get(g) => g.kvs().first().map(|kv| kv.create_revision()),
+            _ => None,
+        })
+    };
+    let run = match &ctx.incarnation {
+        Some(token) => token.clone(),
+        None => format!("w{}", world_rev.unwrap_or(0)),
+    };
+    let _ = ctx.run.set(run);
     if !resp.succeeded() {
         let values = got_values(resp.op_responses());
         check_incarnation(ctx, values.get(1).cloned().flatten())?;

@@ -314,6 +314,7 @@ fn losing_etcd_is_a_loud_failure_of_every_rank() {
     let job = job_id("lost");
     let ranks = join(&etcd, &job, 2);
     let ttl = ranks[0].ttl();
+    let url = etcd.url();
     let started = Instant::now();
     etcd.stop();
     for c in &ranks {
@@ -322,10 +323,102 @@ fn losing_etcd_is_a_loud_failure_of_every_rank() {
             .recv_timeout(ttl + Duration::from_secs(10))
             .expect("a lost etcd is reported");
         assert_eq!(f.rank, c.rank(), "each rank reports itself: {f}");
+        // The culprit is etcd, named as the coordinator lost, not the rank.
+        assert_eq!(f.coordinator_lost.as_deref(), Some(url.as_str()), "{f}");
+        assert!(
+            f.to_string()
+                .starts_with(&format!("lost the coordinator {url}: ")),
+            "{f}"
+        );
     }
     assert!(started.elapsed() < ttl + Duration::from_secs(10));
     let e = ranks[0].barrier("x", T).unwrap_err();
     assert!(matches!(e, DistributedError::RankFailed { .. }), "{e}");
+    assert!(
+        e.to_string().contains("lost the coordinator etcd://"),
+        "{e}"
+    );
+    // A request etcd cannot answer is the loss of the coordinator too.
+    let e = ranks[1].try_get("k").unwrap_err();
+    match &e {
+        DistributedError::CoordinatorLost { coordinator, .. } => {
+            assert_eq!(coordinator, &url);
+        }
+        other => panic!("unexpected {other}"),
+    }
+}
+
+/// The first published cause holds and outlives its publisher (its own lease is revoked when
+/// it leaves; the cause's is not), the last rank out leaves the cause and the claim, and the
+/// launcher's `finish` deletes every key of the job.
+#[test]
+fn the_published_cause_outlives_its_publisher_until_the_launcher_finishes() {
+    let etcd =
+        etcd_or_skip!("the_published_cause_outlives_its_publisher_until_the_launcher_finishes");
+    let job = job_id("cause");
+    let ends = vec![etcd.endpoint()];
+    let claim = JobClaim::acquire(&ends, &job, Duration::from_secs(2)).unwrap();
+    let mut ranks: Vec<EtcdCoordinator> = thread::scope(|s| {
+        let hs: Vec<_> = (0..3)
+            .map(|r| {
+                let c = config(&etcd, &job, r, 3).with_incarnation(Some(claim.token().into()));
+                s.spawn(move || EtcdCoordinator::connect(c))
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().unwrap().unwrap()).collect()
+    });
+    assert_eq!(ranks[1].published_cause().unwrap(), None);
+    assert_eq!(
+        ranks[1].publish_cause("rank 1 found it").unwrap(),
+        "rank 1 found it"
+    );
+    assert_eq!(
+        ranks[2].publish_cause("rank 2 too").unwrap(),
+        "rank 1 found it"
+    );
+    assert_eq!(
+        claim.publish_cause("the launcher").unwrap(),
+        "rank 1 found it"
+    );
+    // The publisher leaves without shutdown: its lease is revoked, the others learn at once.
+    let rx = ranks[0].subscribe_failures();
+    drop(ranks.remove(1));
+    assert_eq!(rx.recv_timeout(T).unwrap().rank, 1);
+    assert_eq!(
+        ranks[0].published_cause().unwrap().as_deref(),
+        Some("rank 1 found it")
+    );
+    // Longer than the ranks' TTL (2 s): the cause is still there.
+    thread::sleep(Duration::from_secs(3));
+    assert_eq!(
+        ranks[1].published_cause().unwrap().as_deref(),
+        Some("rank 1 found it")
+    );
+    // The last rank out deletes the job's keys, but not the claim and the cause.
+    let _ = shutdown_all(&ranks);
+    drop(ranks);
+    let mut left = keys(&etcd, &job);
+    left.sort();
+    assert_eq!(
+        left,
+        vec![
+            format!("/xthunk/{job}/cause/{}", claim.token()),
+            format!("/xthunk/{job}/meta/claim")
+        ]
+    );
+    assert_eq!(
+        claim.published_cause().unwrap().as_deref(),
+        Some("rank 1 found it")
+    );
+    assert!(claim.finish().unwrap());
+    assert!(keys(&etcd, &job).is_empty());
+    drop(claim);
+    // A new launch of the id starts without a cause; the launcher's own cause holds.
+    let again = JobClaim::acquire(&ends, &job, Duration::from_secs(2)).unwrap();
+    assert_eq!(again.published_cause().unwrap(), None);
+    assert_eq!(again.publish_cause("rank 3 ended").unwrap(), "rank 3 ended");
+    drop(again);
+    wait_no_keys(&etcd, &job, T);
 }
 
 #[test]
@@ -446,4 +539,35 @@ fn a_claimed_job_admits_only_ranks_of_its_own_incarnation() {
     // The id is free again once its holder is gone.
     drop(JobClaim::acquire(&ends, &job, ttl).unwrap());
     wait_no_keys(&etcd, &job, T);
+}
+
+/// Ranks started by a scheduler (no incarnation token): a cause left by a failed run of the
+/// job id (on its own lease, alive for a few TTLs) is not read as the next run's.
+#[test]
+fn a_cause_left_by_an_earlier_run_is_not_the_next_run_s() {
+    let etcd = etcd_or_skip!("a_cause_left_by_an_earlier_run_is_not_the_next_run_s");
+    let job = job_id("rerun");
+    let first = join(&etcd, &job, 2);
+    assert_eq!(
+        first[0].publish_cause("run 1 failed").unwrap(),
+        "run 1 failed"
+    );
+    assert!(shutdown_all(&first).iter().all(Result::is_ok));
+    drop(first);
+    let left = keys(&etcd, &job);
+    assert_eq!(left.len(), 1, "only the cause is left: {left:?}");
+    let second = join(&etcd, &job, 2);
+    assert_eq!(second[1].published_cause().unwrap(), None);
+    assert_eq!(
+        second[1].publish_cause("run 2 failed").unwrap(),
+        "run 2 failed"
+    );
+    assert_eq!(
+        second[0].published_cause().unwrap().as_deref(),
+        Some("run 2 failed")
+    );
+    assert!(shutdown_all(&second).iter().all(Result::is_ok));
+    drop(second);
+    // The causes expire with their leases (4 x the 2 s TTL).
+    wait_no_keys(&etcd, &job, Duration::from_secs(15));
 }

@@ -10,6 +10,11 @@
 //!   naming it;
 //! - etcd killed under a running job makes every rank exit 1 within the lease TTL + 3 s
 //!   naming etcd, with no process or segment left; `XTHUNK_KILL_REPEATS` times;
+//! - a rank stopped (SIGSTOP) or that never starts, `XTHUNK_KILL_REPEATS` times each: every
+//!   other rank exits 1 within the lease TTL + 3 s naming it, so does the launcher's last
+//!   line, nothing is left;
+//! - a survivor reports the cause another published (it outlives its publisher), not that
+//!   rank's departure;
 //! - two jobs sharing one etcd at once do not interfere;
 //! - two launches given the same job id at once: one runs, the other is refused whole.
 //!
@@ -162,19 +167,24 @@ impl Launch {
         program: &Path,
         run_args: &[&str],
     ) -> Launch {
+        Launch::start_with(bin, etcd, job, &["--grace", "30"], program, run_args)
+    }
+
+    /// `start` with the launcher's own options `launch_args`.
+    fn start_with(
+        bin: &Path,
+        etcd: &EtcdServer,
+        job: &str,
+        launch_args: &[&str],
+        program: &Path,
+        run_args: &[&str],
+    ) -> Launch {
         let mut child = Command::new(bin)
             .args(["launch", "-n", &WORLD.to_string(), "--coordinator"])
             .arg(etcd.url())
-            .args([
-                "--job-id",
-                job,
-                "--grace",
-                "30",
-                "--",
-                "run",
-                "--backend",
-                "host",
-            ])
+            .args(["--job-id", job])
+            .args(launch_args)
+            .args(["--", "run", "--backend", "host"])
             .args(run_args)
             .arg(program)
             .env("XTHUNK_LEASE_TTL", TTL.as_secs().to_string())
@@ -404,7 +414,7 @@ fn check_job_against_spmd(bin: &Path, etcd: &EtcdServer, job: &str, program: &Pa
     let spmd_summaries = summaries(&String::from_utf8_lossy(&spmd.stdout));
     assert_eq!(spmd_summaries.len(), want.len());
     assert_eq!(spmd_summaries, summaries(&text));
-    assert_nothing_left(etcd, job, Duration::from_secs(5));
+    assert_nothing_left(etcd, job, Duration::ZERO);
 }
 
 #[test]
@@ -706,6 +716,14 @@ fn a_killed_rank_fails_every_survivor_promptly_and_leaves_nothing() {
             );
         }
         assert!(text.contains(&format!("xthunk launch: rank {victim}: signal: 9")));
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ")
+                && last.contains(&format!(
+                    "rank {victim} failed: its process ended (signal: 9"
+                )),
+            "repeat {i}: the launcher's last line does not name rank {victim}: {last}\n{text}"
+        );
         eprintln!(
             "repeat {i}: rank {victim} killed {what}; every survivor named it within \
              {slowest:.2?}, exited within {:.2?} (TTL {TTL:?})",
@@ -718,7 +736,8 @@ fn a_killed_rank_fails_every_survivor_promptly_and_leaves_nothing() {
                 "repeat {i}: rank {r} (pid {pid}) is still there"
             );
         }
-        assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
+        // The launcher deleted the job's keys before it exited.
+        assert_nothing_left(&etcd, &job, Duration::ZERO);
     }
     eprintln!("detection latencies after SIGKILL: {latencies:.2?}");
 }
@@ -760,8 +779,8 @@ fn a_killed_etcd_fails_every_rank_naming_it_and_leaves_nothing() {
                 panic!("repeat {i}: rank {r} printed no error:\n{text}");
             };
             assert!(
-                line.contains("etcd"),
-                "repeat {i}: rank {r} does not name the lost etcd: {line}\n{text}"
+                line.starts_with(&format!("error: lost the coordinator {}: ", etcd.url())),
+                "repeat {i}: rank {r} does not name the lost etcd first: {line}\n{text}"
             );
             if r == 0 {
                 said = line.to_string();
@@ -774,6 +793,12 @@ fn a_killed_etcd_fails_every_rank_naming_it_and_leaves_nothing() {
                 "repeat {i}: rank {r} did not exit 1 on its own:\n{text}"
             );
         }
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ")
+                && last.contains(&format!("lost the coordinator {}", etcd.url())),
+            "repeat {i}: the launcher's last line does not name the lost etcd: {last}\n{text}"
+        );
         eprintln!(
             "repeat {i}: etcd killed; every rank named it within {slowest:.2?}, the job ended \
              within {:.2?} (TTL {TTL:?}); rank 0: {said}",
@@ -839,7 +864,7 @@ fn a_rank_that_never_reaches_a_collective_is_named_at_the_timeout() {
         );
     }
     eprintln!("the job failed {took:.2?} after it started (terminate timeout {timeout:?})");
-    assert_nothing_left(&etcd, &job, TTL + Duration::from_secs(5));
+    assert_nothing_left(&etcd, &job, Duration::ZERO);
 }
 
 /// Two launches given the same job id at the same instant, 10 times (`XTHUNK_CLAIM_REPEATS`):
@@ -938,6 +963,367 @@ fn two_launches_of_one_job_id_at_once_run_one_and_refuse_the_other() {
             "repeat {i}: the outputs differ from run --devices 4:\n{}",
             ends[winner].1
         );
-        assert_nothing_left(&etcd, &job, Duration::from_secs(5));
+        assert_nothing_left(&etcd, &job, Duration::ZERO);
+    }
+}
+
+/// Whether process `pid` has exited (gone, or a zombie its launcher has not reaped yet).
+fn exited(pid: i32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(") ")
+            .is_some_and(|(_, rest)| rest.starts_with('Z') || rest.starts_with('X')),
+        Err(_) => true,
+    }
+}
+
+/// Watches `pids` on a thread: when each exited (polled every 5 ms, up to `limit`).
+fn watch_exits(
+    pids: BTreeMap<usize, i32>,
+    limit: Duration,
+) -> thread::JoinHandle<BTreeMap<usize, Instant>> {
+    thread::spawn(move || {
+        let deadline = Instant::now() + limit;
+        let mut ends = BTreeMap::new();
+        while ends.len() < pids.len() && Instant::now() < deadline {
+            for (r, pid) in &pids {
+                if !ends.contains_key(r) && exited(*pid) {
+                    ends.insert(*r, Instant::now());
+                }
+            }
+            thread::sleep(Duration::from_millis(5));
+        }
+        ends
+    })
+}
+
+fn span(v: &[Duration]) -> (Duration, Duration) {
+    (
+        v.iter().min().copied().unwrap_or_default(),
+        v.iter().max().copied().unwrap_or_default(),
+    )
+}
+
+/// SIGSTOP of a rank 0 to 700 ms after every rank started, `XTHUNK_KILL_REPEATS` times (a
+/// different rank each), with the least grace allowed (TTL + 1 s): every survivor exits 1 on
+/// its own within the lease TTL + 3 s naming the stopped rank (its lease expired), the
+/// launcher's last line names it (the survivor that saw it first published it: not the
+/// survivor that exited first), and no process, segment or key of the job is left. The
+/// stopped rank is killed by the launcher after the grace (even repetitions) or continued
+/// once the survivors exited (odd ones: it exits 1 by itself, its lease gone).
+#[test]
+fn a_stopped_rank_is_named_by_every_survivor_and_the_launcher_and_leaves_nothing() {
+    let Some((etcd, bin)) =
+        setup("a_stopped_rank_is_named_by_every_survivor_and_the_launcher_and_leaves_nothing")
+    else {
+        return;
+    };
+    let dp_step = repo().join("examples/dp_step.txtpb");
+    let grace = TTL + Duration::from_secs(1);
+    let grace_arg = grace.as_secs().to_string();
+    let limit = TTL + Duration::from_secs(3);
+    let (mut survivors_out, mut all_out) = (vec![], vec![]);
+    for i in 0..kill_repeats() {
+        let victim = [1usize, 3, 0, 2][i % 4];
+        let job = job_id("stop");
+        let mut launch = Launch::start_with(
+            &bin,
+            &etcd,
+            &job,
+            &["--grace", &grace_arg],
+            &dp_step,
+            &["--iterations", "100000000"],
+        );
+        launch.wait_for("started", WORLD, Duration::from_secs(60));
+        let pids = launch.pids();
+        assert_eq!(pids.len(), WORLD, "{}", launch.text());
+        thread::sleep(Duration::from_millis([200, 0, 700, 350][i % 4]));
+        // SAFETY: a plain kill(2) of a process this test started (through the launcher).
+        assert_eq!(unsafe { libc::kill(pids[&victim], libc::SIGSTOP) }, 0);
+        let hit = Instant::now();
+        let watch = watch_exits(pids.clone(), limit + grace + Duration::from_secs(20));
+        // In odd repetitions the stopped rank is continued once every survivor has exited:
+        // its lease is gone, and it exits non-zero by itself.
+        let resumed = i % 2 == 1;
+        if resumed {
+            let survivors: BTreeMap<usize, i32> = pids
+                .iter()
+                .filter(|(r, _)| **r != victim)
+                .map(|(r, p)| (*r, *p))
+                .collect();
+            let out = watch_exits(survivors, limit + Duration::from_secs(10))
+                .join()
+                .unwrap();
+            assert_eq!(out.len(), WORLD - 1, "repeat {i}: survivors still run");
+            // SAFETY: a plain kill(2) of a process this test started (through the launcher).
+            assert_eq!(unsafe { libc::kill(pids[&victim], libc::SIGCONT) }, 0);
+        }
+        let (status, _) = launch.wait(limit + grace + Duration::from_secs(30));
+        let ends = watch.join().unwrap();
+        let text = launch.text();
+        let what = format!("repeat {i}: rank {victim} stopped (continued: {resumed})");
+        assert_eq!(status.code(), Some(1), "{what}\n{text}");
+        assert_eq!(ends.len(), WORLD, "{what}: ranks still ran\n{text}");
+        let last_survivor = ends
+            .iter()
+            .filter(|(r, _)| **r != victim)
+            .map(|(_, t)| t.saturating_duration_since(hit))
+            .max()
+            .unwrap();
+        assert!(
+            last_survivor < limit,
+            "{what}: the last survivor exited after {last_survivor:?}\n{text}"
+        );
+        survivors_out.push(last_survivor);
+        all_out.push(
+            ends[&victim]
+                .saturating_duration_since(hit)
+                .max(last_survivor),
+        );
+        for r in (0..WORLD).filter(|r| *r != victim) {
+            let lines = launch.rank_lines(r);
+            let Some((line, _)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("{what}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed: its liveness lease expired")),
+                "{what}: rank {r} does not name rank {victim}: {line}\n{text}"
+            );
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "{what}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        let end = if resumed {
+            "exit status: 1"
+        } else {
+            "signal: 9"
+        };
+        assert!(
+            text.contains(&format!("xthunk launch: rank {victim}: {end}")),
+            "{what}: the stopped rank did not end with {end}:\n{text}"
+        );
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ")
+                && last.contains(&format!("rank {victim} failed: its liveness lease expired")),
+            "{what}: the launcher's last line does not name rank {victim}: {last}\n{text}"
+        );
+        for (r, pid) in &pids {
+            assert!(exited(*pid), "{what}: rank {r} (pid {pid}) is still there");
+        }
+        assert_nothing_left(&etcd, &job, Duration::ZERO);
+    }
+    let (s, a) = (span(&survivors_out), span(&all_out));
+    eprintln!(
+        "SIGSTOP (etcd, TTL {TTL:?}, grace {grace:?}, {} repeats): fault to the last survivor's \
+         exit {:.2?}..{:.2?}; to the last rank's exit (the stopped one, killed after the grace or \
+         continued) {:.2?}..{:.2?}",
+        survivors_out.len(),
+        s.0,
+        s.1,
+        a.0,
+        a.1
+    );
+}
+
+/// A minimal `.npy` of f32 values (format 1.0, C order).
+fn write_npy_f32(path: &Path, shape: &[usize], values: &[f32]) {
+    let dims: Vec<String> = shape.iter().map(ToString::to_string).collect();
+    let mut header = format!(
+        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
+        dims.join(", ")
+    );
+    // Magic (6) + version (2) + length (2) + header, padded to 64 bytes with a final \n.
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&u16::try_from(header.len()).unwrap().to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for v in values {
+        bytes.extend_from_slice(&v.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// A rank that never starts (its process exits before it joins: its file of a per-rank input
+/// is missing), `XTHUNK_KILL_REPEATS` times (a different rank each): the launcher publishes
+/// the cause when that process ends, so every other rank, waiting at the start barrier, exits
+/// 1 within the lease TTL + 3 s (not the start timeout) naming it; the launcher's last line
+/// names it; no process, segment or key of the job is left.
+#[test]
+fn a_rank_that_never_starts_is_named_by_every_other_rank_at_once_and_leaves_nothing() {
+    let Some((etcd, bin)) =
+        setup("a_rank_that_never_starts_is_named_by_every_other_rank_at_once_and_leaves_nothing")
+    else {
+        return;
+    };
+    let scratch = Scratch::new("never-start");
+    let dp_step = repo().join("examples/dp_step.txtpb");
+    let limit = TTL + Duration::from_secs(3);
+    let mut outs = vec![];
+    for i in 0..kill_repeats() {
+        let victim = [3usize, 0, 2, 1][i % 4];
+        let dir = scratch.0.join(i.to_string());
+        std::fs::create_dir_all(&dir).unwrap();
+        for r in (0..WORLD).filter(|r| *r != victim) {
+            let x: Vec<f32> = (0..32 * 64)
+                .map(|k| (k % 7) as f32 * 0.25 - r as f32)
+                .collect();
+            write_npy_f32(&dir.join(format!("x{r}.npy")), &[32, 64], &x);
+        }
+        let input = format!("x={}/x{{rank}}.npy", dir.display());
+        let job = job_id("never-start");
+        // A start timeout far longer than the limit: the ranks must not wait for it.
+        let mut launch = Launch::start_with(
+            &bin,
+            &etcd,
+            &job,
+            &["--grace", "30", "--start-timeout", "60"],
+            &dp_step,
+            &["--input", &input, "--iterations", "100000000"],
+        );
+        // The job ends within milliseconds: the launcher's exit (it reaps its ranks first) is
+        // when the last rank had exited.
+        let (status, ended) = launch.wait(Duration::from_secs(60));
+        let text = launch.text();
+        let what = format!("repeat {i}: rank {victim} never starts");
+        assert_eq!(status.code(), Some(1), "{what}\n{text}");
+        let missing = format!("{}/x{victim}.npy", dir.display());
+        let own = launch.rank_lines(victim);
+        let Some((_, fault)) = own
+            .iter()
+            .find(|(l, _)| l.starts_with("error:") && l.contains(&missing))
+        else {
+            panic!("{what}: it does not name its missing file:\n{text}");
+        };
+        let fault = *fault;
+        let mut slowest = Duration::ZERO;
+        for r in (0..WORLD).filter(|r| *r != victim) {
+            let lines = launch.rank_lines(r);
+            let Some((line, at)) = lines.iter().find(|(l, _)| l.starts_with("error:")) else {
+                panic!("{what}: rank {r} printed no error:\n{text}");
+            };
+            assert!(
+                line.contains(&format!("rank {victim} failed: its process ended")),
+                "{what}: rank {r} does not name rank {victim}: {line}\n{text}"
+            );
+            let took = at.saturating_duration_since(fault);
+            assert!(took < limit, "{what}: rank {r} took {took:?}: {line}");
+            slowest = slowest.max(took);
+            assert!(
+                text.contains(&format!("xthunk launch: rank {r}: exit status: 1")),
+                "{what}: rank {r} did not exit 1 on its own:\n{text}"
+            );
+        }
+        let last_out = ended.saturating_duration_since(fault);
+        assert!(
+            last_out < limit,
+            "{what}: the last rank exited after {last_out:?}\n{text}"
+        );
+        outs.push(last_out);
+        eprintln!(
+            "{what}: every other rank named it within {slowest:.2?}, the job ended after \
+             {last_out:.2?}"
+        );
+        for (r, pid) in launch.pids() {
+            assert!(exited(pid), "{what}: rank {r} (pid {pid}) is still there");
+        }
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: job ")
+                && last.contains(&format!("rank {victim} failed: its process ended")),
+            "{what}: the launcher's last line does not name rank {victim}: {last}\n{text}"
+        );
+        assert_nothing_left(&etcd, &job, Duration::ZERO);
+    }
+    let (min, max) = span(&outs);
+    eprintln!(
+        "a rank that never starts (etcd, {} repeats): from its error to the launcher's exit \
+         (every rank reaped) {min:.2?}..{max:.2?}",
+        outs.len()
+    );
+}
+
+/// Ranks started by hand (no launcher, no claim), rank 2 never starts, and rank 0's start
+/// timeout (2 s) is far shorter than rank 1's (30 s): rank 0 names rank 2, publishes that
+/// cause and leaves (its lease revoked); rank 1 then reports the published cause, rank 2
+/// never started, not rank 0's departure, at once. The cause outlives its publisher on a
+/// lease of its own, and expires a few TTLs later: nothing of the job is left.
+#[test]
+fn a_survivor_reports_the_published_cause_not_the_rank_that_left_first() {
+    let Some((etcd, bin)) =
+        setup("a_survivor_reports_the_published_cause_not_the_rank_that_left_first")
+    else {
+        return;
+    };
+    let job = job_id("cause");
+    let started = Instant::now();
+    let ranks: Vec<Child> = ["2", "30"]
+        .iter()
+        .enumerate()
+        .map(|(r, start)| {
+            Command::new(&bin)
+                .args(["run", "--backend", "host"])
+                .arg(repo().join("examples/dp_step.txtpb"))
+                .env("XTHUNK_RANK", r.to_string())
+                .env("XTHUNK_WORLD_SIZE", "3")
+                .env("XTHUNK_JOB_ID", &job)
+                .env("XTHUNK_COORDINATOR", etcd.url())
+                .env("XTHUNK_LEASE_TTL", TTL.as_secs().to_string())
+                .env("XTHUNK_START_TIMEOUT", start)
+                .env_remove("RUST_LOG")
+                .stdin(Stdio::null())
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<(Output, Duration)> = ranks
+        .into_iter()
+        .map(|c| {
+            let o = c.wait_with_output().unwrap();
+            (o, started.elapsed())
+        })
+        .collect();
+    for (r, (o, _)) in outs.iter().enumerate() {
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(1), "rank {r}: {err}");
+        let line = err
+            .lines()
+            .find(|l| l.starts_with("error:"))
+            .unwrap_or_else(|| panic!("rank {r} printed no error: {err}"));
+        assert!(
+            line.contains("rank 2 never started") && line.contains("within 2s"),
+            "rank {r} does not name rank 2: {line}"
+        );
+        // The root cause comes first; the departure it aborts for, if named, after it.
+        let (root, left) = (
+            line.find("rank 2 never started"),
+            line.find("rank 0 failed"),
+        );
+        assert!(
+            left.is_none_or(|l| root.is_some_and(|c| c < l)),
+            "rank {r} blames rank 0: {line}"
+        );
+    }
+    let rank1 = outs[1].1;
+    assert!(
+        rank1 < Duration::from_secs(2) + TTL + Duration::from_secs(3),
+        "rank 1 waited {rank1:?}"
+    );
+    // The cause's own lease: 4 TTLs after it was published.
+    let cause_ttl = TTL * 4;
+    let start = Instant::now();
+    while !job_keys(&[etcd.endpoint()], &job).unwrap().is_empty() {
+        assert!(
+            start.elapsed() < cause_ttl + Duration::from_secs(3),
+            "keys left: {:?}",
+            job_keys(&[etcd.endpoint()], &job)
+        );
+        thread::sleep(Duration::from_millis(200));
     }
 }

@@ -39,10 +39,16 @@
 //!
 //! # The root cause
 //!
-//! A rank that fails by itself publishes its error under [`CAUSE_KEY`] (unless a cause is
-//! already there); a rank that fails because another left reports the published cause rather
-//! than the departure (with the embedded coordinator; etcd deletes the key with the
-//! publisher's lease).
+//! The first rank that learns why the job fails publishes that cause
+//! ([`Coordinator::publish_cause`], key [`CAUSE_KEY`](xthunk::core::distributed::CAUSE_KEY);
+//! the first cause holds, and it outlives its publisher with every coordinator): a rank that
+//! fails by itself publishes its error, a rank told of another's failure publishes that
+//! failure. A rank that fails because another
+//! left reports the published cause rather than the departure (`…; this rank aborts because
+//! of it (…)`), and a rank waiting at the start barrier fails as soon as a cause is published
+//! (the launcher publishes one when a rank's process ends before it joined). A rank that lost
+//! its coordinator names the coordinator (`lost the coordinator etcd://…: …`) and asks it
+//! nothing more.
 
 use super::error::{CliError, CliResult};
 use super::outfiles;
@@ -53,8 +59,8 @@ use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use xthunk::core::collectives::{CliqueProvider, JobPlacement, Timeouts, UnavailableCliques};
 use xthunk::core::distributed::{
-    CAUSE_KEY, Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig,
-    DistributedError, EmbeddedCoordinator, Overrides, list_ranks, spawn_failure_handler,
+    Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig, DistributedError,
+    EmbeddedCoordinator, Overrides, RankFailure, list_ranks, spawn_failure_handler,
 };
 use xthunk::core::executor::{CollectiveContext, Progress, RankPosition, describe_positions};
 use xthunk::core::host::remove_job_segments;
@@ -65,6 +71,10 @@ pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
 
 /// The start barrier's timeout variable (seconds).
 pub const XTHUNK_START_TIMEOUT: &str = "XTHUNK_START_TIMEOUT";
+
+/// The collective timeout variable (seconds): the default of `run --collective-timeout`
+/// (`xthunk launch --collective-timeout` sets it for every rank).
+pub const XTHUNK_COLLECTIVE_TIMEOUT: &str = "XTHUNK_COLLECTIVE_TIMEOUT";
 
 /// The incarnation token of the launch that started this rank (`xthunk launch` with etcd
 /// claims the job id with it): an etcd rank joins only that incarnation of the job.
@@ -359,13 +369,7 @@ pub fn run_job(
         let weak_coordinator = Arc::downgrade(&coordinator);
         let (exit, job) = (exit.clone(), job.clone());
         spawn_failure_handler(coordinator.as_ref(), move |f| {
-            on_rank_failure(
-                &f.to_string(),
-                &job,
-                &exit,
-                &weak_provider,
-                &weak_coordinator,
-            );
+            on_rank_failure(&f, &job, &exit, &weak_provider, &weak_coordinator);
         })
         .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
     }
@@ -404,13 +408,20 @@ pub fn run_job(
     .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
     match result {
         Ok(()) => Ok(()),
-        Err(e) => Err(fail(e, &job, &exit, provider, coordinator)),
+        Err(e) => Err(fail(
+            e,
+            &job,
+            &config.coordinator,
+            &exit,
+            provider,
+            coordinator,
+        )),
     }
 }
 
-/// The failure handler: a rank of the job died.
+/// The failure handler: a rank of the job died (or this rank lost its coordinator).
 fn on_rank_failure(
-    failure: &str,
+    failure: &RankFailure,
     job: &str,
     exit: &ExitClaim,
     provider: &Weak<dyn CliqueProvider>,
@@ -420,25 +431,33 @@ fn on_rank_failure(
         // The main thread is already failing (and will say why).
         return;
     }
+    let text = failure.to_string();
     let mut cause = None;
     if let Some(p) = provider.upgrade() {
         cause = p.failure();
-        p.abort_all(failure);
+        p.abort_all(&text);
     }
     remove_job_segments(job);
-    match coordinator
-        .upgrade()
-        .and_then(|c| published_cause(c.as_ref()))
-    {
-        Some(root) => eprintln!("error: {root}; this rank aborts because of it ({failure})"),
-        None => eprintln!("error: {failure} (job {job})"),
+    // The root cause: the one published first, else this failure (published now for the
+    // others and the launcher). A lost coordinator is asked nothing.
+    let lost = failure.coordinator_lost.is_some();
+    let root = match coordinator.upgrade() {
+        Some(c) if !lost => c.publish_cause(&text).ok(),
+        _ => None,
+    };
+    match root {
+        Some(root) if root != text => {
+            eprintln!("error: {root}; this rank aborts because of it ({text})");
+        }
+        _ => eprintln!("error: {text} (job {job})"),
     }
     if let Some(cause) = cause {
         eprintln!("xthunk: the collectives of this rank had already failed: {cause}");
     }
     // Leave the coordinator (its shutdown fails fast once a rank is known dead, then revokes
-    // this rank's lease), but never wait long for it: exiting promptly matters more.
-    if let Some(c) = coordinator.upgrade() {
+    // this rank's lease), but never wait long for it: exiting promptly matters more. A lost
+    // coordinator cannot be left.
+    if let Some(c) = coordinator.upgrade().filter(|_| !lost) {
         let (tx, rx) = std::sync::mpsc::channel();
         let leave = std::thread::Builder::new().spawn(move || {
             let _ = c.shutdown(Duration::from_secs(1));
@@ -451,10 +470,65 @@ fn on_rank_failure(
     std::process::exit(1);
 }
 
-/// The cause of the job's failure another rank published ([`CAUSE_KEY`]), if any.
-fn published_cause(c: &dyn Coordinator) -> Option<String> {
-    let v = c.try_get(CAUSE_KEY).ok()??;
-    Some(String::from_utf8_lossy(&v).into_owned())
+/// What a failure of the main thread (`e`) says about the job's coordinator and the other
+/// ranks.
+enum Blame {
+    /// The coordinator is lost: nothing can be published or read.
+    CoordinatorLost,
+    /// Another rank failed (as the coordinator reports it).
+    Another(String),
+    /// This rank failed by itself.
+    Own,
+}
+
+fn blame(e: &CliError, rank: usize) -> Blame {
+    let CliError::Core(xthunk::Error::Distributed(d)) = e else {
+        return Blame::Own;
+    };
+    match d {
+        DistributedError::CoordinatorLost { .. } => Blame::CoordinatorLost,
+        DistributedError::RankFailed { failure, .. } if failure.coordinator_lost.is_some() => {
+            Blame::CoordinatorLost
+        }
+        DistributedError::RankFailed { failure, .. } if failure.rank != rank => {
+            Blame::Another(failure.to_string())
+        }
+        _ => Blame::Own,
+    }
+}
+
+/// When the main thread's failure `e` (`message`, one line) comes from the loss of the
+/// coordinator `spec` (this rank's error, a failure its coordinator reported, or another
+/// rank's that its collectives carried here): `lost the coordinator SPEC: WHY`.
+fn lost_coordinator(
+    e: &CliError,
+    message: &str,
+    job: &str,
+    c: &dyn Coordinator,
+    spec: &CoordinatorSpec,
+) -> Option<String> {
+    if matches!(blame(e, c.rank()), Blame::CoordinatorLost) {
+        return Some(cause_text(message, job));
+    }
+    if let Some(f) = c
+        .failures()
+        .into_iter()
+        .find(|f| f.coordinator_lost.is_some())
+    {
+        return Some(f.to_string());
+    }
+    // Carried as text (a collective aborted by a rank that lost it): up to the next clause.
+    let needle = format!("lost the coordinator {spec}: ");
+    let at = message.find(&needle)?;
+    let rest = message.get(at..)?;
+    Some(rest.split("; ").next().unwrap_or(rest).to_string())
+}
+
+/// `message` as a cause of job `job`'s failure: without a leading "job `J`: " (the launcher
+/// names the job).
+pub fn cause_text(message: &str, job: &str) -> String {
+    let prefix = format!("job `{job}`: ");
+    message.strip_prefix(&prefix).unwrap_or(message).to_string()
 }
 
 /// The main thread failed with `e`: clean up and return it, unless the failure handler is
@@ -462,6 +536,7 @@ fn published_cause(c: &dyn Coordinator) -> Option<String> {
 fn fail(
     e: CliError,
     job: &str,
+    spec: &CoordinatorSpec,
     exit: &ExitClaim,
     provider: Arc<dyn CliqueProvider>,
     coordinator: Arc<dyn Coordinator>,
@@ -477,23 +552,26 @@ fn fail(
     let message = super::error::one_line(&e);
     provider.abort_all(&message);
     remove_job_segments(job);
-    // The cause of the job's failure: another rank's (published), or this rank's own (then
-    // published for the others, unless one was first).
-    let caused_by_another = matches!(
-        &e,
-        CliError::Core(xthunk::Error::Distributed(
-            DistributedError::RankFailed { .. }
-        ))
-    );
-    let e = match published_cause(coordinator.as_ref()) {
-        Some(root) if caused_by_another => CliError::Usage(format!(
-            "{root}; this rank aborts because of it ({message})"
+    // The cause of the job's failure: the one published first, else this rank's own or the
+    // failure of another it was told of (then published for the others and the launcher).
+    let lost = lost_coordinator(&e, &message, job, coordinator.as_ref(), spec);
+    let own_text = cause_text(&message, job);
+    let e = match (lost, blame(&e, coordinator.rank())) {
+        // The coordinator is gone: it is the cause, named first (and asked nothing more).
+        (Some(lost), _) if lost == own_text => CliError::Usage(format!("{lost} (job {job})")),
+        (Some(lost), _) => CliError::Usage(format!(
+            "{lost}; this rank aborts because of it ({message})"
         )),
-        Some(_) => e,
-        None if caused_by_another => e,
-        None => {
-            let cause = format!("{message} (found by rank {})", coordinator.rank());
-            if let Err(err) = coordinator.set(CAUSE_KEY, cause.as_bytes()) {
+        (None, Blame::CoordinatorLost) => e,
+        (None, Blame::Another(failure)) => match coordinator.publish_cause(&failure) {
+            Ok(root) if root != failure => CliError::Usage(format!(
+                "{root}; this rank aborts because of it ({message})"
+            )),
+            _ => e,
+        },
+        (None, Blame::Own) => {
+            let cause = format!("{own_text} (found by rank {})", coordinator.rank());
+            if let Err(err) = coordinator.publish_cause(&cause) {
                 tracing::warn!(error = %err, "could not publish the cause of the failure");
             }
             e
@@ -522,6 +600,15 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
     present[rank] = true;
     loop {
         c.check().map_err(distributed)?;
+        // A cause published meanwhile (e.g. by the launcher: a rank's process ended before it
+        // joined) ends the wait at once.
+        if let Some(cause) = c.published_cause().map_err(distributed)? {
+            return Err(CliError::Usage(format!(
+                "{cause}; this rank aborts because of it (it was waiting at the start barrier, \
+                 job {})",
+                c.job_id()
+            )));
+        }
         for (r, seen) in present.iter_mut().enumerate() {
             if !*seen && c.try_get(&key(r)).map_err(distributed)?.is_some() {
                 *seen = true;

@@ -45,6 +45,7 @@ pub struct RunArgs {
     /// A collective whose peers have not all arrived after this many seconds fails,
     /// naming the missing ranks (a warning names them after a sixth of it).
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
+    #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
     pub collective_timeout: Duration,
 }
 

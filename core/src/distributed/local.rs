@@ -110,7 +110,7 @@ impl LocalStore {
         if let Some(job) = jobs.get_mut(job_id) {
             job.members.remove(&rank);
             if let Some(reason) = failure {
-                job.board.record(RankFailure { rank, reason });
+                job.board.record(RankFailure::new(rank, reason));
             }
             if job.members.is_empty() {
                 jobs.remove(job_id);

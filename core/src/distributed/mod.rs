@@ -59,29 +59,63 @@ use std::time::Duration;
 /// timeout): a rank that stops renewing it is reported failed within about this long.
 pub const DEFAULT_LEASE_TTL: Duration = Duration::from_secs(5);
 
-/// The key under which the first rank that learns why the job fails by itself (a rank never
-/// started, a collective timed out, an error) publishes that cause before it leaves, so that
-/// the other ranks and the launcher report it rather than that rank's departure. The
-/// embedded coordinator keeps it until the job ends; etcd deletes it with the publisher's
-/// lease.
+/// The key under which the first rank that learns why the job fails (a rank never started,
+/// a lease expired, a collective timed out, an error) publishes that cause
+/// ([`Coordinator::publish_cause`]) before it leaves, so that the other ranks and the launcher
+/// report it rather than that rank's departure. The published cause outlives its publisher:
+/// the embedded coordinator keeps it until the job ends; etcd keeps it on a lease of its own
+/// ([`CAUSE_TTL_FACTOR`] times the publisher's TTL, never revoked) or on the launcher's claim
+/// lease, and the launcher deletes it with the job's keys.
 pub const CAUSE_KEY: &str = "xthunk.cause";
+
+/// How many lease TTLs a cause a rank published with etcd outlives its publisher: long
+/// enough for every survivor to learn of the failure (within a TTL) and read it.
+pub const CAUSE_TTL_FACTOR: u32 = 4;
 
 /// The name of the barrier [`Coordinator::shutdown`] runs (in a namespace of its own: a user
 /// barrier of the same name is a different barrier).
 pub const SHUTDOWN_BARRIER: &str = "shutdown";
 
-/// A rank that left the job without shutting down, and why.
+/// A rank that left the job without shutting down, and why; or this rank losing its
+/// coordinator (`coordinator_lost`: then the culprit is the coordinator, not the rank).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RankFailure {
-    /// The rank that failed.
+    /// The rank that failed (the coordinator's own rank when it lost its coordinator).
     pub rank: usize,
     /// What was observed (e.g. "its liveness lease expired").
     pub reason: String,
+    /// The coordinator this rank lost (e.g. `etcd://127.0.0.1:2379`), when that is the
+    /// failure: it can no longer tell whether the others live, and the cause is the
+    /// coordinator.
+    pub coordinator_lost: Option<String>,
+}
+
+impl RankFailure {
+    /// `rank` failed, for `reason`.
+    pub fn new(rank: usize, reason: impl Into<String>) -> Self {
+        RankFailure {
+            rank,
+            reason: reason.into(),
+            coordinator_lost: None,
+        }
+    }
+
+    /// `rank` (the observer itself) lost `coordinator`, for `reason`.
+    pub fn lost(rank: usize, coordinator: impl Into<String>, reason: impl Into<String>) -> Self {
+        RankFailure {
+            rank,
+            reason: reason.into(),
+            coordinator_lost: Some(coordinator.into()),
+        }
+    }
 }
 
 impl fmt::Display for RankFailure {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "rank {} failed: {}", self.rank, self.reason)
+        match &self.coordinator_lost {
+            Some(c) => write!(f, "lost the coordinator {c}: {}", self.reason),
+            None => write!(f, "rank {} failed: {}", self.rank, self.reason),
+        }
     }
 }
 
@@ -125,13 +159,35 @@ pub enum DistributedError {
     /// A rank of the job failed; the job cannot finish.
     #[error("job `{job}`: {failure}")]
     RankFailed { job: String, failure: RankFailure },
-    /// The store (etcd) failed or could not be reached.
+    /// The store (etcd) refused or failed a request.
     #[error("job `{job}`: {backend} coordinator: {op} failed: {message}")]
     Store {
         job: String,
         backend: &'static str,
         op: String,
         message: String,
+    },
+    /// The coordinator (e.g. `etcd://HOST:PORT`) cannot be reached any more: the job cannot
+    /// go on, and the cause is the coordinator, not a rank.
+    #[error("job `{job}`: lost the coordinator {coordinator}: {op} failed: {message}")]
+    CoordinatorLost {
+        job: String,
+        coordinator: String,
+        op: String,
+        message: String,
+    },
+    /// A value is larger than the coordinator carries.
+    #[error(
+        "job `{job}`: the value of key `{key}` is {size} bytes, more than the {backend} \
+         coordinator's limit of {limit} bytes (coordinator values are meant to be small: ids, \
+         addresses, configuration)"
+    )]
+    ValueTooLarge {
+        job: String,
+        backend: &'static str,
+        key: String,
+        size: usize,
+        limit: usize,
     },
     /// The coordinator was used after [`Coordinator::shutdown`].
     #[error("job `{job}`: rank {rank}: the coordinator was already shut down")]
@@ -205,6 +261,26 @@ pub trait Coordinator: Send + Sync + fmt::Debug {
     /// [`DistributedError::ShutDown`]. This rank's state is removed even when the barrier
     /// fails (its error is returned); a second call does nothing.
     fn shutdown(&self, timeout: Duration) -> DistributedResult<()>;
+
+    /// Publishes `cause` under [`CAUSE_KEY`] as the root cause of the job's failure, unless
+    /// a cause was published first; returns the cause that holds (`cause`, or the earlier
+    /// one). The published cause outlives this rank, so that the others and the launcher
+    /// read it after it left (see [`CAUSE_KEY`]). The default sets the key if it is absent
+    /// (not atomically); the coordinators of several processes do it atomically.
+    fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
+        if let Some(earlier) = self.published_cause()? {
+            return Ok(earlier);
+        }
+        self.set(CAUSE_KEY, cause.as_bytes())?;
+        Ok(cause.to_string())
+    }
+
+    /// The root cause of the job's failure some rank (or the launcher) published, if any.
+    fn published_cause(&self) -> DistributedResult<Option<String>> {
+        Ok(self
+            .try_get(CAUSE_KEY)?
+            .map(|v| String::from_utf8_lossy(&v).into_owned()))
+    }
 
     /// `Err(RankFailed)` with the first failure seen, if any.
     fn check(&self) -> DistributedResult<()> {
@@ -402,26 +478,22 @@ mod tests {
         );
         let e = DistributedError::RankFailed {
             job: "j".into(),
-            failure: RankFailure {
-                rank: 2,
-                reason: "its lease expired".into(),
-            },
+            failure: RankFailure::new(2, "its lease expired"),
         };
         assert_eq!(e.to_string(), "job `j`: rank 2 failed: its lease expired");
+        let lost = RankFailure::lost(1, "etcd://h:1", "its heartbeats stopped");
+        assert_eq!(
+            lost.to_string(),
+            "lost the coordinator etcd://h:1: its heartbeats stopped"
+        );
     }
 
     #[test]
     fn board_dedups_and_replays() {
         let board = FailureBoard::new();
         let early = board.subscribe();
-        assert!(board.record(RankFailure {
-            rank: 1,
-            reason: "a".into()
-        }));
-        assert!(!board.record(RankFailure {
-            rank: 1,
-            reason: "b".into()
-        }));
+        assert!(board.record(RankFailure::new(1, "a")));
+        assert!(!board.record(RankFailure::new(1, "b")));
         let late = board.subscribe();
         assert_eq!(early.try_recv().map(|f| f.rank), Ok(1));
         assert_eq!(late.try_recv().map(|f| f.reason), Ok("a".to_string()));

@@ -4,11 +4,11 @@
 //! [`EmbeddedServer`]: super::EmbeddedServer
 
 use super::super::{
-    Coordinator, DistributedError, DistributedResult, FailureBoard, RankFailure, SHUTDOWN_BARRIER,
-    validate_job_id, validate_name, validate_rank,
+    CAUSE_KEY, Coordinator, DistributedError, DistributedResult, FailureBoard, RankFailure,
+    SHUTDOWN_BARRIER, validate_job_id, validate_name, validate_rank,
 };
 use super::BACKEND;
-use super::protocol::{Request, Response, WireError, millis, read_line, write_line};
+use super::protocol::{MAX_VALUE, Request, Response, WireError, millis, read_line, write_line};
 use crossbeam_channel::{Receiver, Sender};
 use parking_lot::Mutex;
 use std::collections::HashMap;
@@ -195,7 +195,15 @@ impl EmbeddedCoordinator {
         let err = |e: std::io::Error| store_error(&self.job, op, e);
         conn.set_read_timeout(Some(wait.saturating_add(REQUEST_SLACK)))
             .map_err(err)?;
-        write_line(&mut conn, request).map_err(err)?;
+        if let Err(e) = write_line(&mut conn, request) {
+            // The server may have answered (and closed) before taking the whole request:
+            // its answer says more than the broken pipe.
+            let _ = conn.set_read_timeout(Some(Duration::from_secs(1)));
+            return match read_line::<Response>(&mut BufReader::new(conn)) {
+                Ok(Some(Response::Error(answer))) => Err(answer.into_error(&self.job)),
+                _ => Err(err(e)),
+            };
+        }
         match read_line::<Response>(&mut BufReader::new(conn)).map_err(err)? {
             Some(Response::Error(e)) => Err(e.into_error(&self.job)),
             Some(r) => Ok(r),
@@ -229,6 +237,39 @@ impl EmbeddedCoordinator {
             wait_ms: millis(timeout),
         };
         self.call("barrier", &request, timeout).map(drop)
+    }
+
+    /// Sets `key` (with `if_absent`, only if it has no value: then the value that holds is
+    /// returned when there was one). A value over [`MAX_VALUE`] is refused before sending.
+    fn set_value(
+        &self,
+        key: &str,
+        value: &[u8],
+        if_absent: bool,
+    ) -> DistributedResult<Option<Vec<u8>>> {
+        self.ensure_open()?;
+        validate_name("key", key)?;
+        if value.len() > MAX_VALUE {
+            return Err(DistributedError::ValueTooLarge {
+                job: self.job.clone(),
+                backend: BACKEND,
+                key: key.to_string(),
+                size: value.len(),
+                limit: MAX_VALUE,
+            });
+        }
+        let request = Request::Set {
+            job: self.job.clone(),
+            rank: self.rank,
+            key: key.to_string(),
+            value: value.to_vec(),
+            if_absent,
+        };
+        match self.call("set", &request, Duration::ZERO)? {
+            Response::Ok => Ok(None),
+            Response::Value { value } => Ok(value),
+            other => Err(store_error(&self.job, "set", format!("answer {other:?}"))),
+        }
     }
 
     /// Ends the session: `Leave`, then the socket is closed and the threads end.
@@ -267,14 +308,14 @@ fn read_pushes(
         }
     };
     if !leaving.load(Ordering::SeqCst) {
-        board.record(RankFailure {
+        board.record(RankFailure::lost(
             rank,
-            reason: format!(
-                "it lost its session with the embedded coordinator at {} ({why}): the \
-                 `xthunk launch` serving it exited, or considers this rank dead",
-                socket.display()
+            format!("unix://{}", socket.display()),
+            format!(
+                "rank {rank} lost its session ({why}): the `xthunk launch` serving it exited, \
+                 or considers this rank dead"
             ),
-        });
+        ));
     }
 }
 
@@ -310,15 +351,14 @@ impl Coordinator for EmbeddedCoordinator {
     }
 
     fn set(&self, key: &str, value: &[u8]) -> DistributedResult<()> {
-        self.ensure_open()?;
-        validate_name("key", key)?;
-        let request = Request::Set {
-            job: self.job.clone(),
-            rank: self.rank,
-            key: key.to_string(),
-            value: value.to_vec(),
-        };
-        self.call("set", &request, Duration::ZERO).map(drop)
+        self.set_value(key, value, false).map(drop)
+    }
+
+    fn publish_cause(&self, cause: &str) -> DistributedResult<String> {
+        match self.set_value(CAUSE_KEY, cause.as_bytes(), true)? {
+            Some(earlier) => Ok(String::from_utf8_lossy(&earlier).into_owned()),
+            None => Ok(cause.to_string()),
+        }
     }
 
     fn try_get(&self, key: &str) -> DistributedResult<Option<Vec<u8>>> {

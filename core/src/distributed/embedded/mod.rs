@@ -243,5 +243,111 @@ mod tests {
         let f = c.subscribe_failures().recv_timeout(T).unwrap();
         assert_eq!(f.rank, 0);
         assert!(f.reason.contains("lost its session"), "{}", f.reason);
+        // The culprit is the coordinator, not the rank.
+        let lost = f.to_string();
+        assert!(
+            lost.starts_with("lost the coordinator unix://") && !lost.contains("rank 0 failed"),
+            "{lost}"
+        );
+    }
+
+    #[test]
+    fn values_up_to_the_limit_pass_and_a_larger_one_names_the_limit() {
+        use super::protocol::MAX_VALUE;
+        let server = EmbeddedServer::start().unwrap();
+        let ranks = job(&server, "big", 2);
+        let big: Vec<u8> = (0..MAX_VALUE).map(|i| (i % 251) as u8).collect();
+        ranks[0].set("big", &big).unwrap();
+        assert_eq!(ranks[1].get("big", T).unwrap(), big);
+        let mut over = big;
+        over.push(7);
+        let e = ranks[0].set("over", &over).unwrap_err();
+        match &e {
+            DistributedError::ValueTooLarge { size, limit, .. } => {
+                assert_eq!((*size, *limit), (MAX_VALUE + 1, MAX_VALUE));
+            }
+            other => panic!("unexpected {other}"),
+        }
+        let msg = e.to_string();
+        assert!(
+            msg.contains(&MAX_VALUE.to_string()) && msg.contains("`over`"),
+            "{msg}"
+        );
+        // Refused before sending: a value too large for a line, too, is named by its size
+        // (the server would only see an over-long line).
+        let huge = vec![0u8; 3 * MAX_VALUE];
+        assert!(
+            matches!(
+                ranks[0].set("huge", &huge),
+                Err(DistributedError::ValueTooLarge { size, .. }) if size == 3 * MAX_VALUE
+            ),
+            "a value of 12 MiB is refused by size"
+        );
+        // Nothing was stored, and the rank is still in the job.
+        assert_eq!(ranks[1].try_get("over").unwrap(), None);
+        assert!(ranks[0].failures().is_empty());
+        shutdown_all(&ranks);
+    }
+
+    #[test]
+    fn the_server_answers_an_over_long_line_with_an_error() {
+        use super::protocol::{MAX_LINE, MAX_VALUE, WireError};
+        let server = EmbeddedServer::start().unwrap();
+        let ranks = job(&server, "long", 1);
+        let mut conn = UnixStream::connect(server.socket()).unwrap();
+        let mut line = br#"{"op":"set","job":"long","rank":0,"key":"k","value":""#.to_vec();
+        line.resize(MAX_LINE + 4096, b'0');
+        line.extend_from_slice(b"\"}\n");
+        std::io::Write::write_all(&mut conn, &line).unwrap();
+        let answer = read_line::<Response>(&mut BufReader::new(conn)).unwrap();
+        match answer {
+            Some(Response::Error(WireError::Protocol { message })) => {
+                assert!(message.contains(&MAX_LINE.to_string()), "{message}");
+                assert!(message.contains(&MAX_VALUE.to_string()), "{message}");
+            }
+            other => panic!("unexpected answer {other:?}"),
+        }
+        // A value that fits in a line but not in the limit is refused by the server too.
+        let mut conn = UnixStream::connect(server.socket()).unwrap();
+        write_line(
+            &mut conn,
+            &Request::Set {
+                job: "long".into(),
+                rank: 0,
+                key: "k".into(),
+                value: vec![1; MAX_VALUE + 1],
+                if_absent: false,
+            },
+        )
+        .unwrap();
+        let answer = read_line::<Response>(&mut BufReader::new(conn)).unwrap();
+        assert!(
+            matches!(
+                answer,
+                Some(Response::Error(WireError::ValueTooLarge { .. }))
+            ),
+            "{answer:?}"
+        );
+        assert_eq!(ranks[0].try_get("k").unwrap(), None);
+        shutdown_all(&ranks);
+    }
+
+    #[test]
+    fn the_first_published_cause_holds() {
+        let server = EmbeddedServer::start().unwrap();
+        let ranks = job(&server, "cause", 2);
+        assert_eq!(ranks[0].published_cause().unwrap(), None);
+        assert_eq!(ranks[1].publish_cause("first").unwrap(), "first");
+        assert_eq!(ranks[0].publish_cause("second").unwrap(), "first");
+        assert_eq!(
+            ranks[0].published_cause().unwrap().as_deref(),
+            Some("first")
+        );
+        // It outlives its publisher.
+        drop(ranks);
+        assert_eq!(
+            server.value("cause", crate::distributed::CAUSE_KEY),
+            Some(b"first".to_vec())
+        );
     }
 }

@@ -2,7 +2,9 @@
 //! a private (0700) folder: sessions with heartbeats, key-value, barriers, per job.
 
 use super::super::{RankFailure, validate_job_id, validate_name, validate_rank};
-use super::protocol::{Request, Response, WireError, WireFailure, millis, read_line, write_line};
+use super::protocol::{
+    MAX_VALUE, Request, Response, WireError, WireFailure, millis, read_line, write_line,
+};
 use parking_lot::{Condvar, Mutex};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{BufReader, ErrorKind};
@@ -68,7 +70,7 @@ impl Job {
     /// continued learns that the others consider it dead).
     fn fail(&mut self, rank: usize, reason: String) {
         if !self.failures.iter().any(|f| f.rank == rank) {
-            let failure = RankFailure { rank, reason };
+            let failure = RankFailure::new(rank, reason);
             tracing::debug!(rank, reason = %failure.reason, "embedded coordinator: rank failure");
             let msg = Response::Failure(WireFailure::from(&failure));
             for m in self.members.values_mut() {
@@ -261,6 +263,7 @@ fn serve(conn: UnixStream, shared: &Shared) {
         Ok(Some(r)) => r,
         Ok(None) => return,
         Err(e) => {
+            // A malformed or over-long line (read to its end) is answered, not dropped.
             let _ = write_line(&mut conn, &protocol_error(e.to_string()));
             return;
         }
@@ -426,13 +429,30 @@ fn answer(shared: &Shared, call: Request) -> Response {
         None => return not_member(),
     }
     match call {
-        Request::Set { key, value, .. } => {
+        Request::Set {
+            key,
+            value,
+            if_absent,
+            ..
+        } => {
             if let Err(e) = validate_name("key", &key) {
                 return Response::Error(WireError::Config {
                     message: e.to_string(),
                 });
             }
+            if value.len() > MAX_VALUE {
+                return Response::Error(WireError::ValueTooLarge {
+                    key,
+                    size: value.len(),
+                    limit: MAX_VALUE,
+                });
+            }
             if let Some(job) = jobs.get_mut(&job_id) {
+                if if_absent && let Some(v) = job.kv.get(&key) {
+                    return Response::Value {
+                        value: Some(v.clone()),
+                    };
+                }
                 job.kv.insert(key, value);
             }
             drop(jobs);
