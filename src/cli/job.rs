@@ -481,6 +481,27 @@ enum Blame {
     Own,
 }
 
+/// What the executor's error says when a communicator failed asynchronously (a peer failed,
+/// aborted, or its process ended): this rank's failure is then most likely another's.
+const PEER_FAILED: &str = "collective watchdog failed";
+
+/// How long a rank whose collectives failed because of a peer waits for that peer's cause.
+const PEER_CAUSE_WAIT: Duration = Duration::from_secs(2);
+
+/// The published cause, waiting up to `limit` for one.
+fn wait_for_cause(c: &dyn Coordinator, limit: Duration) -> Option<String> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Ok(Some(cause)) = c.published_cause() {
+            return Some(cause);
+        }
+        if Instant::now() >= until {
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 fn blame(e: &CliError, rank: usize) -> Blame {
     let CliError::Core(xthunk::Error::Distributed(d)) = e else {
         return Blame::Own;
@@ -569,6 +590,23 @@ fn fail(
             )),
             _ => e,
         },
+        // A collective that failed because a peer's communicator failed or was aborted (the
+        // executor's watchdog saw the asynchronous error): the peer that failed first is the
+        // cause, and it publishes it right after aborting; wait for that a moment.
+        (None, Blame::Own) if message.contains(PEER_FAILED) => {
+            match wait_for_cause(coordinator.as_ref(), PEER_CAUSE_WAIT) {
+                Some(root) => CliError::Usage(format!(
+                    "{root}; this rank aborts because of it ({message})"
+                )),
+                None => {
+                    let cause = format!("{own_text} (found by rank {})", coordinator.rank());
+                    if let Err(err) = coordinator.publish_cause(&cause) {
+                        tracing::warn!(error = %err, "could not publish the cause of the failure");
+                    }
+                    e
+                }
+            }
+        }
         (None, Blame::Own) => {
             let cause = format!("{own_text} (found by rank {})", coordinator.rank());
             if let Err(err) = coordinator.publish_cause(&cause) {

@@ -305,7 +305,9 @@ impl RankPosition {
 /// whose streams reached the latest step of all wait in it (`rank 0 waits in #1 entry[3]
 /// all_reduce …`); a running rank behind them is stuck (`rank 3 is stuck (alive, busy) after
 /// #0 entry[1] all_reduce …, has not reached #1 entry[3] all_reduce …`); the others finished
-/// or failed (`rank 1 finished its execution after #0 …`), or told nothing (`None`: `rank 2:
+/// or failed (`rank 1 finished its execution after #0 …`), are behind between executions
+/// (`rank 1 is behind, between executions, after #0 …`), have not begun (`rank 2 has not
+/// started an execution with a collective`), or told nothing (`None`: `rank 2:
 /// no position known`).
 pub fn describe_positions(positions: &[Option<RankPosition>]) -> String {
     let frontier = positions
@@ -336,6 +338,13 @@ pub fn describe_positions(positions: &[Option<RankPosition>]) -> String {
         match phase {
             Phase::Failed => {
                 let _ = write!(out, "failed {after}");
+            }
+            Phase::Idle if reached.is_none() => {
+                out.push_str("has not started an execution with a collective");
+            }
+            // Between executions, behind the others: they wait for it.
+            Phase::Idle if frontier.is_some() && seq != frontier => {
+                let _ = write!(out, "is behind, between executions, {after}");
             }
             Phase::Idle => {
                 let _ = write!(out, "finished its execution {after}");
@@ -397,8 +406,8 @@ mod tests {
         assert_eq!(
             text,
             "rank 0 waits in #1 entry[3] all_reduce; rank 1 is stuck (alive, busy) after #0 \
-             entry[1] all_gather, has not reached #1 entry[3] all_reduce; rank 2 finished its \
-             execution before its first collective; rank 3: no position known"
+             entry[1] all_gather, has not reached #1 entry[3] all_reduce; rank 2 has not \
+             started an execution with a collective; rank 3: no position known"
         );
         for p in [waiting, stuck, done] {
             assert_eq!(RankPosition::decode(&p.encode()), Some(p));
@@ -414,8 +423,8 @@ mod tests {
         assert_eq!(p.freeze().len(), 2);
         assert_eq!(
             p.frozen().unwrap(),
-            "rank 0 finished its execution before its first collective; rank 1 finished its \
-             execution before its first collective"
+            "rank 0 has not started an execution with a collective; rank 1 has not started an \
+             execution with a collective"
         );
         assert!(p.frozen_position(1).is_some());
         assert!(p.position(2).is_none());
