@@ -253,7 +253,7 @@ fn assert_nothing_left(text: &str, job: &str, pids: &BTreeMap<usize, u32>) {
 fn four_processes_without_etcd_compute_what_one_process_computes() {
     let scratch = Scratch::new("outputs");
     let (spmd_dir, job_dir) = (scratch.0.join("spmd"), scratch.0.join("job"));
-    for program in ["dp_step", "permute_ring"] {
+    for program in ["dp_step", "permute_ring", "exchange"] {
         let (spmd_dir, job_dir) = (spmd_dir.join(program), job_dir.join(program));
         let spmd: Output = Command::new(BIN)
             .args(["run", "--backend", "host", "--devices", "4", "--seed", "7"])
