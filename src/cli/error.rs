@@ -41,6 +41,14 @@ pub enum CliError {
     /// A command-line value that parsed but does not make sense for this program.
     #[error("{0}")]
     Usage(String),
+    /// A host buffer sized by the program or a file could not be had (`what` names it: the
+    /// random input of a parameter, an `.npy` file's data, with its size).
+    #[error("{what}: {source}")]
+    HostMemory {
+        what: String,
+        #[source]
+        source: super::tensor::HostAllocError,
+    },
 }
 
 impl CliError {
@@ -98,6 +106,7 @@ pub fn one_line(e: &dyn StdError) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[derive(Debug, thiserror::Error)]

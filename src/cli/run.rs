@@ -113,6 +113,32 @@ pub fn open_device(
     Ok(device)
 }
 
+/// The random input of parameter `p` (see [`tensor::random_bytes`]), or an error naming the
+/// parameter and its size when no host buffer of that size can be had.
+fn random_input(p: &xthunk::ir::TensorSpec, seed: u64, stream: u64) -> CliResult<Vec<u8>> {
+    let what = || {
+        let bytes = p
+            .byte_size()
+            .map_or_else(|| "overflowing".to_string(), |b| b.to_string());
+        format!(
+            "random input for parameter `{}` ({}, {bytes} bytes)",
+            p.name,
+            tensor::type_text(p.dtype, &p.dims)
+        )
+    };
+    let count = p.element_count().ok_or_else(|| CliError::HostMemory {
+        what: what(),
+        source: tensor::HostAllocError {
+            requested: u64::MAX,
+            reason: "its element count overflows".into(),
+        },
+    })?;
+    tensor::random_bytes(p.dtype, count, seed, stream).map_err(|source| CliError::HostMemory {
+        what: what(),
+        source,
+    })
+}
+
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let program =
         xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
@@ -154,16 +180,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             let bytes = match given.get(p.name.as_str()) {
                 Some(path) => npy::read_rank_input(p, path, rank)?,
                 None => {
-                    let count = p.element_count().ok_or_else(|| {
-                        CliError::Usage(format!("parameter `{}` is too large", p.name))
-                    })?;
-                    let count = usize::try_from(count).map_err(|_| {
-                        CliError::Usage(format!("parameter `{}` is too large", p.name))
-                    })?;
                     tracing::info!(parameter = %p.name, seed = args.seed, rank, "random input");
                     // Rank 0 gets the same values as a single-device run.
-                    let stream = i as u64 + (rank as u64) * 0x1_0000;
-                    tensor::random_bytes(p.dtype, count, args.seed, stream)
+                    let stream = (i as u64).wrapping_add((rank as u64).wrapping_mul(0x1_0000));
+                    random_input(p, args.seed, stream)?
                 }
             };
             host_inputs.push(bytes);
@@ -215,12 +235,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         );
         times.push(dt);
     }
-    let mut results = Vec::with_capacity(outputs.len());
-    for o in &outputs {
-        let mut v = vec![0u8; o.size() as usize];
-        device.copy_to_host(o.ptr(), &mut v)?;
-        results.push(v);
-    }
+    let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
 
     let e = exe.executable();
     writeln!(
