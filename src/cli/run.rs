@@ -88,8 +88,14 @@ pub fn open_device(
     backend: &str,
     ordinal: usize,
 ) -> CliResult<std::sync::Arc<dyn xthunk::Device>> {
+    check_backend_name(rt, backend)?;
     let choice = backend_choice(backend);
     let (b, skipped) = rt.select(&choice)?;
+    check_device_count(
+        b.as_ref(),
+        ordinal.saturating_add(1),
+        &format!("--device {ordinal}"),
+    )?;
     let device = b.device(ordinal)?;
     let info = device.info();
     let how = match choice {
@@ -111,6 +117,32 @@ pub fn open_device(
         eprintln!("xthunk:   skipped {s}");
     }
     Ok(device)
+}
+
+/// `--backend NAME` names a backend of this build (or is `auto`): a usage error otherwise.
+fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
+    let names = rt.registry().names();
+    if name != "auto" && !names.contains(&name) {
+        return Err(CliError::CommandLine(format!(
+            "--backend {name}: no such backend in this build (expected auto, {})",
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The backend has at least `needed` devices (`asked`: the option that wants them, e.g.
+/// `--device 3`): a usage error otherwise.
+fn check_device_count(backend: &dyn xthunk::Backend, needed: usize, asked: &str) -> CliResult<()> {
+    let have = backend.probe()?.devices.len();
+    if needed > have {
+        return Err(CliError::CommandLine(format!(
+            "{asked}: backend `{}` has {have} device{}",
+            backend.name(),
+            if have == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
 }
 
 /// The random input of parameter `p` (see [`tensor::random_bytes`]), or an error naming the
@@ -140,6 +172,11 @@ fn random_input(p: &xthunk::ir::TensorSpec, seed: u64, stream: u64) -> CliResult
 }
 
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
+    // Usage errors that need no program first (exit 2, nothing read or written).
+    if let Some(dir) = &args.output_dir {
+        outfiles::check_dir(dir)?;
+    }
+    check_backend_name(&Runtime::new(), &args.backend)?;
     let program =
         xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
@@ -149,7 +186,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     for (name, path) in &args.inputs {
         if !sig.parameters.iter().any(|p| &p.name == name) {
             let names: Vec<&str> = sig.parameters.iter().map(|p| p.name.as_str()).collect();
-            return Err(CliError::Usage(format!(
+            return Err(CliError::CommandLine(format!(
                 "--input {name}=...: `{}` has no parameter `{name}` (parameters: {})",
                 program.name,
                 if names.is_empty() {
@@ -160,7 +197,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             )));
         }
         if given.insert(name, path).is_some() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::CommandLine(format!(
                 "--input {name}=... is given more than once"
             )));
         }
@@ -172,6 +209,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let rank_range = match &job {
         Some(c) => super::job::global_ranks(c, ranks)?,
         None => 0..ranks,
+    };
+    // Where the outputs of a single-device run go, checked before any input is made.
+    let plan = match (&args.output_dir, &job) {
+        (Some(dir), None) if ranks == 1 => Some(outfiles::Plan::new(dir, &sig.outputs)?),
+        _ => None,
     };
     let mut rank_inputs: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ranks);
     for rank in rank_range {
@@ -197,10 +239,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         return run_spmd(args, program, rank_inputs, out);
     }
     let host_inputs = rank_inputs.pop().unwrap_or_default();
-    let plan = match &args.output_dir {
-        Some(dir) => Some(outfiles::Plan::new(dir, &sig.outputs)?),
-        None => None,
-    };
 
     let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
@@ -284,6 +322,7 @@ fn run_spmd(
     for s in skipped {
         eprintln!("xthunk:   skipped {s}");
     }
+    check_device_count(backend.as_ref(), n, &format!("--devices {n}"))?;
     let devices = (0..n)
         .map(|i| backend.device(i))
         .collect::<xthunk::Result<Vec<_>>>()?;
