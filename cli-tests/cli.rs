@@ -48,9 +48,18 @@ fn ok(args: &[&str]) -> String {
     text(&o.stdout)
 }
 
-/// Runs a command that must fail: non-zero status, exactly one `error: ` line on stderr that
-/// contains `needle`, no panic.
+/// Runs a command that must fail with status 1 (a failure, not a usage error): exactly one
+/// `error: ` line on stderr that contains `needle`, no panic.
 fn fails(args: &[&str], needle: &str) -> String {
+    fails_with(1, args, needle)
+}
+
+/// [`fails`] for a usage error: status 2.
+fn fails_usage(args: &[&str], needle: &str) -> String {
+    fails_with(2, args, needle)
+}
+
+fn fails_with(code: i32, args: &[&str], needle: &str) -> String {
     let o = xthunk(args);
     let err = text(&o.stderr);
     assert!(
@@ -58,7 +67,7 @@ fn fails(args: &[&str], needle: &str) -> String {
         "xthunk {args:?} succeeded:\n{}",
         text(&o.stdout)
     );
-    assert_eq!(o.status.code(), Some(1), "{args:?}: {err}");
+    assert_eq!(o.status.code(), Some(code), "{args:?}: {err}");
     assert!(!err.contains("panicked"), "{args:?} panicked: {err}");
     let errors: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
     assert_eq!(errors.len(), 1, "{args:?}: expected one error line: {err}");
@@ -229,8 +238,10 @@ fn bad_inputs_fail_with_one_line_and_no_files() {
         (p(&unknown_ext), "unknown program format"),
     ];
     for (program, needle) in &cases {
-        fails(&["run", program, "--output-dir", &out], needle);
-        fails(&["inspect", program], needle);
+        // A file name of no known format is a usage error (exit 2).
+        let code = if program.ends_with(".json") { 2 } else { 1 };
+        fails_with(code, &["run", program, "--output-dir", &out], needle);
+        fails_with(code, &["inspect", program], needle);
         assert!(
             files_in(&out_dir).is_empty(),
             "{program}: {:?}",
@@ -264,7 +275,10 @@ fn bad_inputs_fail_with_one_line_and_no_files() {
         ),
     ];
     for (input, needle) in &cases {
-        let line = fails(
+        // An --input name the program does not have is a usage error (exit 2).
+        let code = if input.starts_with("nosuch=") { 2 } else { 1 };
+        let line = fails_with(
+            code,
             &["run", MLP, "--input", input, "--output-dir", &out],
             needle,
         );
@@ -298,7 +312,7 @@ fn deadline_and_output_dir_that_is_a_file() {
     let dir = scratch("deadline");
     let file = dir.join("a_file");
     std::fs::write(&file, "x").unwrap();
-    fails(
+    fails_usage(
         &["run", MLP, "--output-dir", file.to_str().unwrap()],
         "not a directory",
     );
@@ -350,7 +364,7 @@ fn convert_round_trip_is_stable() {
         &["convert", bad.to_str().unwrap(), target.to_str().unwrap()],
         "bad.txtpb",
     );
-    fails(
+    fails_usage(
         &["convert", MLP, dir.join("never.json").to_str().unwrap()],
         "unknown program format",
     );
@@ -466,7 +480,7 @@ fn compile_for_sm_90_runs_unchanged_on_host() {
     let original = fingerprint(&ok(&["run", MLP, "--backend", "host"]));
     let compiled = fingerprint(&ok(&["run", out.to_str().unwrap(), "--backend", "host"]));
     assert_eq!(original, compiled);
-    fails(
+    fails_usage(
         &[
             "compile",
             MLP,

@@ -151,7 +151,7 @@ fn main() -> ExitCode {
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("error: {}", one_line(&e));
-            ExitCode::FAILURE
+            ExitCode::from(e.exit_code())
         }
     }
 }

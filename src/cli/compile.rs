@@ -36,15 +36,16 @@ fn vendor_of(target: &str) -> Option<&'static str> {
 /// the program (with the new images added, replacing older images for the same target).
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
     let (input, targets, output) = (args.program.as_path(), &args.targets, args.output.as_path());
+    // Usage errors (exit 2) before anything is read.
     xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
-    let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
     for t in targets {
         if vendor_of(t).is_none() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::CommandLine(format!(
                 "unknown target `{t}` (expected sm_NN or compute_NN for CUDA, gfxNNN for AMD)"
             )));
         }
     }
+    let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
     let mut added = 0usize;
     for m in &mut exe.modules {
         let portable: Vec<ModuleImage> = m

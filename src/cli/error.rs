@@ -1,5 +1,6 @@
 //! The CLI's error type. `main` prints it as one line, `error: ` followed by the whole source
-//! chain joined by `: `, and exits with status 1.
+//! chain joined by `: `, and exits with [`CliError::exit_code`]: 2 for a usage error (the
+//! command line does not fit the program or the machine), 1 for everything else.
 
 use std::error::Error as StdError;
 use std::path::{Path, PathBuf};
@@ -38,9 +39,24 @@ pub enum CliError {
     /// Writing to standard output failed (a closed pipe is not reported).
     #[error("writing to standard output: {0}")]
     Stdout(#[source] std::io::Error),
-    /// A command-line value that parsed but does not make sense for this program.
+    /// A failure explained by its message alone (exit 1). Despite its name, not a usage
+    /// error: those are [`CliError::CommandLine`].
     #[error("{0}")]
     Usage(String),
+    /// A usage error (exit 2, as clap's own): a command-line value that parsed but does not
+    /// fit this program or this machine (an unknown `--input` name, an `--output-dir` that is
+    /// a file, a file extension of no known format, an unknown backend or target, a device
+    /// that does not exist).
+    #[error("{0}")]
+    CommandLine(String),
+    /// A host buffer sized by the program or a file could not be had (`what` names it: the
+    /// random input of a parameter, an `.npy` file's data, with its size).
+    #[error("{what}: {source}")]
+    HostMemory {
+        what: String,
+        #[source]
+        source: super::tensor::HostAllocError,
+    },
 }
 
 impl CliError {
@@ -61,6 +77,14 @@ impl CliError {
         CliError::Io {
             path: path.to_path_buf(),
             source,
+        }
+    }
+
+    /// The process's exit status for this error: 2 for a usage error, else 1.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            CliError::CommandLine(_) | CliError::ProgramIo(ProtoError::UnknownFormat { .. }) => 2,
+            _ => 1,
         }
     }
 
@@ -98,6 +122,7 @@ pub fn one_line(e: &dyn StdError) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[derive(Debug, thiserror::Error)]
@@ -107,6 +132,19 @@ mod tests {
     #[derive(Debug, thiserror::Error)]
     #[error("outer: {0}")]
     struct Repeats(#[source] std::io::Error);
+
+    #[test]
+    fn usage_errors_exit_2_and_failures_1() {
+        assert_eq!(CliError::CommandLine("x".into()).exit_code(), 2);
+        let unknown = xthunk::proto::Format::from_path(Path::new("p.json")).unwrap_err();
+        assert_eq!(
+            CliError::program(Path::new("p.json"), unknown).exit_code(),
+            2
+        );
+        assert_eq!(CliError::Usage("x".into()).exit_code(), 1);
+        let io = std::io::Error::other("gone");
+        assert_eq!(CliError::io(Path::new("f"), io).exit_code(), 1);
+    }
 
     #[test]
     fn chain_is_joined_once() {

@@ -812,12 +812,9 @@ fn run_ranks(
                                 times.push(dt);
                             }
                             let device = exe.device();
-                            let mut results = Vec::with_capacity(outputs.len());
-                            for o in outputs {
-                                let mut v = vec![0u8; o.size() as usize];
-                                device.copy_to_host(o.ptr(), &mut v)?;
-                                results.push(v);
-                            }
+                            let outputs_spec = &exe.executable().signature.outputs;
+                            let results =
+                                super::tensor::read_back(device.as_ref(), outputs_spec, outputs)?;
                             Ok(RankResult {
                                 outputs: results,
                                 times,

@@ -1,6 +1,13 @@
 //! `.npy` files for `xthunk run`: reading parameters (checked against the signature) and
-//! writing outputs. The header is handled by `npyz`; the data is raw little-endian bytes, as
-//! the runtime stores tensors.
+//! writing outputs (headers through `npyz`). The data is raw little-endian bytes, as the
+//! runtime stores tensors.
+//!
+//! Reading is bounded and linear: the header is at most [`MAX_HEADER_LEN`] bytes and is
+//! parsed here, strictly and in one pass ([`parse_header`]), as the dictionary numpy writes
+//! (`{'descr': '<f4', 'fortran_order': False, 'shape': (64, 512), }`: those three keys, each
+//! once, string, boolean and tuple of integers) — never by a general Python-literal parser,
+//! whose time grows exponentially with nested brackets. The data's length is checked against
+//! the file's before its buffer is taken, through the bounded host buffers of `tensor`.
 //!
 //! | xthunk | numpy dtype |
 //! |---|---|
@@ -14,7 +21,9 @@
 //! accepted only when their memory layout equals C order (at most one dimension above 1).
 
 use super::error::{CliError, CliResult};
-use npyz::{Endianness, NpyHeader, TypeChar, TypeStr, WriteOptions, WriterBuilder};
+use super::tensor;
+use npyz::{Endianness, TypeChar, TypeStr, WriteOptions, WriterBuilder};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use xthunk::ir::{DType, TensorSpec};
 
@@ -100,6 +109,227 @@ pub fn read_rank_input(spec: &TensorSpec, pattern: &Path, rank: usize) -> CliRes
     })
 }
 
+/// The longest `.npy` header read, in bytes: numpy's own default (`max_header_size`).
+pub const MAX_HEADER_LEN: usize = 10_000;
+
+/// The magic string that starts every `.npy` file.
+const MAGIC: &[u8] = b"\x93NUMPY";
+
+/// What a `.npy` header says: the element type string, the order and the shape.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub descr: String,
+    pub fortran_order: bool,
+    pub shape: Vec<u64>,
+}
+
+/// Reads the preamble and the header of a `.npy` file: its header and the number of bytes
+/// before the data. Reads at most `10 + MAX_HEADER_LEN` bytes.
+fn read_header(file: &mut impl Read) -> Result<(Header, u64), String> {
+    let mut preamble = [0u8; 8];
+    file.read_exact(&mut preamble)
+        .map_err(|e| format!("cannot read the preamble: {e}"))?;
+    if &preamble[..6] != MAGIC {
+        return Err("it does not start with the .npy magic string".into());
+    }
+    let len_bytes = match preamble[6] {
+        1 => 2,
+        2 | 3 => 4,
+        v => {
+            return Err(format!(
+                "format version {v}.{} is not supported",
+                preamble[7]
+            ));
+        }
+    };
+    let mut len = [0u8; 4];
+    file.read_exact(&mut len[..len_bytes])
+        .map_err(|e| format!("cannot read the header length: {e}"))?;
+    let header_len = u32::from_le_bytes(len);
+    let n = usize::try_from(header_len)
+        .ok()
+        .filter(|n| *n <= MAX_HEADER_LEN)
+        .ok_or_else(|| {
+            format!("the header is {header_len} bytes, more than the {MAX_HEADER_LEN} accepted")
+        })?;
+    let mut text = vec![0u8; n];
+    file.read_exact(&mut text)
+        .map_err(|e| format!("cannot read the {n}-byte header: {e}"))?;
+    let header = parse_header(&text)?;
+    let before_data = 8 + len_bytes as u64 + u64::from(header_len);
+    Ok((header, before_data))
+}
+
+/// A cursor over header text, for [`parse_header`].
+struct Cursor<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl<'a> Cursor<'a> {
+    fn peek(&self) -> Option<u8> {
+        self.text.get(self.at).copied()
+    }
+
+    fn skip_space(&mut self) {
+        while matches!(self.peek(), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            self.at += 1;
+        }
+    }
+
+    /// Consumes `c` (after any space) if it is next.
+    fn eat(&mut self, c: u8) -> bool {
+        self.skip_space();
+        if self.peek() == Some(c) {
+            self.at += 1;
+            true
+        } else {
+            false
+        }
+    }
+
+    fn fail(&self, what: &str) -> String {
+        match self.peek() {
+            Some(c) if c.is_ascii_graphic() => {
+                format!("header: {what} at byte {}, found `{}`", self.at, c as char)
+            }
+            Some(c) => format!("header: {what} at byte {}, found byte {c:#04x}", self.at),
+            None => format!("header: {what}, found the end of the header"),
+        }
+    }
+
+    fn expect(&mut self, c: u8) -> Result<(), String> {
+        if self.eat(c) {
+            Ok(())
+        } else {
+            Err(self.fail(&format!("expected `{}`", c as char)))
+        }
+    }
+
+    /// A quoted string without escapes (`'<f4'` or `"shape"`).
+    fn string(&mut self, what: &str) -> Result<&'a str, String> {
+        let text: &'a [u8] = self.text;
+        self.skip_space();
+        let Some(quote @ (b'\'' | b'"')) = self.peek() else {
+            return Err(self.fail(&format!("expected {what} in quotes")));
+        };
+        let start = self.at + 1;
+        let len = self.text[start..]
+            .iter()
+            .position(|&c| c == quote || c == b'\\' || c == b'\n')
+            .filter(|&i| self.text[start + i] == quote)
+            .ok_or_else(|| self.fail(&format!("{what}: unterminated or escaped string")))?;
+        self.at = start + len + 1;
+        std::str::from_utf8(&text[start..start + len])
+            .map_err(|_| format!("header: {what} is not text"))
+    }
+
+    /// `True` or `False`.
+    fn boolean(&mut self) -> Result<bool, String> {
+        self.skip_space();
+        for (word, value) in [(&b"True"[..], true), (&b"False"[..], false)] {
+            if self.text[self.at..].starts_with(word) {
+                self.at += word.len();
+                return Ok(value);
+            }
+        }
+        Err(self.fail("expected True or False for 'fortran_order'"))
+    }
+
+    /// A tuple of non-negative integers: `()`, `(5,)`, `(64, 512)` (a Python 2 `L` suffix is
+    /// allowed).
+    fn shape(&mut self) -> Result<Vec<u64>, String> {
+        self.expect(b'(')?;
+        let mut dims = vec![];
+        let mut comma = true;
+        loop {
+            if self.eat(b')') {
+                break;
+            }
+            if !comma {
+                return Err(self.fail("expected `,` or `)` in 'shape'"));
+            }
+            let start = self.at;
+            while self.peek().is_some_and(|c| c.is_ascii_digit()) {
+                self.at += 1;
+            }
+            let digits = std::str::from_utf8(&self.text[start..self.at]).unwrap_or_default();
+            if digits.is_empty() {
+                return Err(self.fail("expected a dimension in 'shape'"));
+            }
+            let d = digits
+                .parse::<u64>()
+                .map_err(|_| format!("header: dimension {digits} of 'shape' is too large"))?;
+            if matches!(self.peek(), Some(b'L' | b'l')) {
+                self.at += 1;
+            }
+            dims.push(d);
+            comma = self.eat(b',');
+        }
+        if dims.len() == 1 && !comma {
+            return Err(
+                "header: 'shape' is not a tuple (a single dimension is written (n,))".into(),
+            );
+        }
+        Ok(dims)
+    }
+}
+
+/// Parses a `.npy` header in one pass: the dictionary literal numpy writes, with the keys
+/// `descr` (a type string: structured dtypes are refused), `fortran_order` and `shape`, each
+/// exactly once, then only space. Anything else is an error; no input takes more than time
+/// linear in its length.
+pub fn parse_header(text: &[u8]) -> Result<Header, String> {
+    let mut c = Cursor { text, at: 0 };
+    let (mut descr, mut fortran_order, mut shape) = (None, None, None);
+    c.expect(b'{')?;
+    loop {
+        if c.eat(b'}') {
+            break;
+        }
+        let key = c.string("a key")?;
+        c.expect(b':')?;
+        match key {
+            "descr" if descr.is_none() => {
+                c.skip_space();
+                if c.peek() == Some(b'[') {
+                    return Err("structured dtypes (a list of fields) are not supported".into());
+                }
+                let d = c.string("'descr'")?;
+                if d.len() > 32 || !d.is_ascii() {
+                    return Err(format!("header: 'descr' {d:?} is not a numpy type string"));
+                }
+                descr = Some(d.to_string());
+            }
+            "fortran_order" if fortran_order.is_none() => fortran_order = Some(c.boolean()?),
+            "shape" if shape.is_none() => shape = Some(c.shape()?),
+            "descr" | "fortran_order" | "shape" => {
+                return Err(format!("header: key '{key}' is given twice"));
+            }
+            other => {
+                return Err(format!(
+                    "header: unexpected key {other:?} (a .npy header has 'descr', \
+                     'fortran_order' and 'shape')"
+                ));
+            }
+        }
+        if !c.eat(b',') {
+            c.expect(b'}')?;
+            break;
+        }
+    }
+    c.skip_space();
+    if c.at != text.len() {
+        return Err(c.fail("expected the end of the header after the dictionary"));
+    }
+    let missing = |k: &str| format!("header: the dictionary has no '{k}'");
+    Ok(Header {
+        descr: descr.ok_or_else(|| missing("descr"))?,
+        fortran_order: fortran_order.ok_or_else(|| missing("fortran_order"))?,
+        shape: shape.ok_or_else(|| missing("shape"))?,
+    })
+}
+
 /// Reads `path` as the value of parameter `spec`: checks dtype and shape and returns the
 /// little-endian bytes.
 pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
@@ -108,34 +338,37 @@ pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
         path: path.to_path_buf(),
         message,
     };
-    let bytes = std::fs::read(path).map_err(|e| fail(format!("cannot read the file: {e}")))?;
-    let mut reader: &[u8] = &bytes;
-    let header = NpyHeader::from_reader(&mut reader)
-        .map_err(|e| fail(format!("not a valid .npy file: {e}")))?;
-    let data = reader;
-    let npyz::DType::Plain(ty) = header.dtype() else {
-        return Err(fail(format!(
-            "structured dtype {} is not supported; the parameter is {}",
-            header.dtype().descr(),
-            wanted(spec)
-        )));
-    };
+    let mut file =
+        std::fs::File::open(path).map_err(|e| fail(format!("cannot read the file: {e}")))?;
+    let file_len = file
+        .metadata()
+        .map_err(|e| fail(format!("cannot read the file: {e}")))?
+        .len();
+    let (header, before_data) = read_header(&mut std::io::BufReader::new(&mut file).take(
+        // The preamble, the longest length field and the longest header.
+        12 + MAX_HEADER_LEN as u64,
+    ))
+    .map_err(|e| fail(format!("not a valid .npy file: {e}")))?;
+    let ty: TypeStr = header.descr.parse().map_err(|e| {
+        fail(format!(
+            "not a valid .npy file: 'descr' {:?}: {e}",
+            header.descr
+        ))
+    })?;
     if !accepts(spec.dtype, &ty) {
         return Err(fail(format!(
             "dtype '{ty}' does not match the parameter, which is {}",
             wanted(spec)
         )));
     }
-    if header.shape() != spec.dims.as_slice() {
+    if header.shape != spec.dims {
         return Err(fail(format!(
             "shape {} does not match the parameter, which is {}",
-            shape_str(header.shape()),
+            shape_str(&header.shape),
             wanted(spec)
         )));
     }
-    if header.order() == npyz::Order::Fortran
-        && header.shape().iter().filter(|d| **d > 1).count() > 1
-    {
+    if header.fortran_order && header.shape.iter().filter(|d| **d > 1).count() > 1 {
         return Err(fail(
             "Fortran-order arrays are not supported; save np.ascontiguousarray(a)".into(),
         ));
@@ -143,19 +376,37 @@ pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
     let expected = spec
         .byte_size()
         .ok_or_else(|| fail("the parameter's byte size overflows".into()))?;
-    if data.len() as u64 != expected {
-        let what = if (data.len() as u64) < expected {
+    let data_len = file_len.saturating_sub(before_data);
+    if data_len != expected {
+        let what = if data_len < expected {
             "truncated"
         } else {
             "has trailing bytes"
         };
         return Err(fail(format!(
-            "the file is {what}: the data holds {} bytes, {} are needed",
-            data.len(),
-            expected
+            "the file is {what}: the data holds {data_len} bytes, {expected} are needed"
         )));
     }
-    let mut out = data.to_vec();
+    // The data, into a bounded buffer: exactly `expected` bytes from where the header ends.
+    let mut out = tensor::reserve(expected).map_err(|source| CliError::HostMemory {
+        what: format!(
+            "input `{}` from {} ({expected} bytes)",
+            spec.name,
+            path.display()
+        ),
+        source,
+    })?;
+    use std::io::{Seek, SeekFrom};
+    file.seek(SeekFrom::Start(before_data))
+        .and_then(|_| file.take(expected).read_to_end(&mut out))
+        .map_err(|e| fail(format!("cannot read the data: {e}")))?;
+    if out.len() as u64 != expected {
+        return Err(fail(format!(
+            "the file is truncated: the data holds {} bytes, {expected} are needed (it \
+             changed while being read)",
+            out.len()
+        )));
+    }
     let width = spec.dtype.size();
     if ty.endianness() == Endianness::Big && width > 1 {
         for chunk in out.chunks_exact_mut(width) {
@@ -191,9 +442,8 @@ pub fn encode(dtype: DType, dims: &[u64], data: &[u8]) -> std::io::Result<Vec<u8
 /// Reads back a file written by [`encode`] (for tests): header and data bytes.
 #[cfg(test)]
 pub fn decode(bytes: &[u8]) -> std::io::Result<(String, Vec<u64>, Vec<u8>)> {
-    use std::io::Read;
     let mut reader = bytes;
-    let header = NpyHeader::from_reader(&mut reader)?;
+    let header = npyz::NpyHeader::from_reader(&mut reader)?;
     let mut data = vec![];
     reader.read_to_end(&mut data)?;
     Ok((header.dtype().descr(), header.shape().to_vec(), data))
@@ -257,6 +507,171 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a valid .npy"), "{e}");
+    }
+
+    /// A version-1 `.npy` file with this header text (padded as numpy pads it) and data.
+    fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = header.as_bytes().to_vec();
+        while (10 + h.len() + 1) % 64 != 0 {
+            h.push(b' ');
+        }
+        h.push(b'\n');
+        let mut out = MAGIC.to_vec();
+        out.extend([1, 0]);
+        out.extend(u16::try_from(h.len()).unwrap().to_le_bytes());
+        out.extend(h);
+        out.extend(data);
+        out
+    }
+
+    #[test]
+    fn headers_numpy_writes_are_read() {
+        let h = |t: &str| parse_header(t.as_bytes());
+        let want = Header {
+            descr: "<f4".into(),
+            fortran_order: false,
+            shape: vec![64, 512],
+        };
+        for text in [
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 512), }",
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (64, 512)}",
+            "{\"shape\":(64,512),\"descr\":\"<f4\",\"fortran_order\":False}   \n",
+            "{ 'fortran_order' : False , 'shape' : ( 64L , 512L , ) , 'descr' : '<f4' , }",
+        ] {
+            assert_eq!(h(text), Ok(want.clone()), "{text}");
+        }
+        let one = h("{'descr': '|u1', 'fortran_order': True, 'shape': (5,), }").unwrap();
+        assert_eq!((one.fortran_order, one.shape), (true, vec![5]));
+        let scalar = h("{'descr': '<f8', 'fortran_order': False, 'shape': (), }").unwrap();
+        assert!(scalar.shape.is_empty());
+    }
+
+    #[test]
+    fn malformed_headers_are_named() {
+        let e = |t: &str| parse_header(t.as_bytes()).unwrap_err();
+        let base = "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }";
+        assert!(parse_header(base.as_bytes()).is_ok());
+        for (text, needle) in [
+            (
+                "{'descr': '<f4', 'descr': '<f4', 'fortran_order': False, 'shape': (4,)}",
+                "twice",
+            ),
+            ("{'descr': '<f4', 'fortran_order': False}", "no 'shape'"),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (4,), 'x': 1}",
+                "unexpected key",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': 0, 'shape': (4,)}",
+                "True or False",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (4)}",
+                "not a tuple",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (-4,)}",
+                "dimension",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (4 4,)}",
+                "`,` or `)`",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (99999999999999999999,)}",
+                "too large",
+            ),
+            (
+                "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (4,)}",
+                "structured",
+            ),
+            (
+                "{'descr': '<f\\4', 'fortran_order': False, 'shape': (4,)}",
+                "escaped",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)} x",
+                "end of the header",
+            ),
+            (
+                "{'descr': '<f4', 'fortran_order': False, 'shape': (4,)",
+                "expected `}`",
+            ),
+            ("", "expected `{`"),
+        ] {
+            let msg = e(text);
+            assert!(msg.contains(needle), "{text}: {msg}");
+        }
+    }
+
+    #[test]
+    fn nested_brackets_fail_fast() {
+        // py_literal (through npyz) took exponential time here: 14 levels took 11 s, 20 never
+        // finished. The strict parser stops at the first bracket that is not a key.
+        for depth in [10, 14, 20, 4000] {
+            let header = format!("{{'descr': {}{}}}", "{".repeat(depth), "}".repeat(depth));
+            let p = write_tmp(&format!("nested{depth}.npy"), &with_header(&header, &[]));
+            let t = std::time::Instant::now();
+            let e = read_input(&spec(DType::F32, &[4]), &p)
+                .unwrap_err()
+                .to_string();
+            assert!(
+                t.elapsed() < std::time::Duration::from_secs(1),
+                "{depth}: {:?}",
+                t.elapsed()
+            );
+            assert!(
+                e.contains("not a valid .npy file") && e.contains("'descr'"),
+                "{e}"
+            );
+        }
+        // A header longer than numpy accepts is refused before it is read.
+        let long = format!(
+            "{{'descr': '<f4', 'fortran_order': False, 'shape': (4,), }}{}",
+            " ".repeat(MAX_HEADER_LEN)
+        );
+        let mut file = MAGIC.to_vec();
+        file.extend([2, 0]);
+        file.extend(u32::try_from(long.len()).unwrap().to_le_bytes());
+        file.extend(long.as_bytes());
+        let p = write_tmp("long_header.npy", &file);
+        let e = read_input(&spec(DType::F32, &[4]), &p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("more than the 10000 accepted"), "{e}");
+    }
+
+    #[test]
+    fn the_data_length_is_checked_before_its_buffer_is_taken() {
+        // A shape of 2^48 f32 (2^50 bytes) over 16 bytes of data: truncated, nothing allocated.
+        let dims = [1u64 << 48];
+        let file = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (281474976710656,), }",
+            &[0; 16],
+        );
+        let p = write_tmp("huge_shape.npy", &file);
+        let e = read_input(&spec(DType::F32, &dims), &p)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("truncated") && e.contains("1125899906842624"),
+            "{e}"
+        );
+        let file = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+            &[7; 12],
+        );
+        let p = write_tmp("trailing.npy", &file);
+        let e = read_input(&spec(DType::F32, &[2]), &p)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("trailing bytes"), "{e}");
+        let file = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }",
+            &[7; 8],
+        );
+        let p = write_tmp("exact.npy", &file);
+        assert_eq!(read_input(&spec(DType::F32, &[2]), &p).unwrap(), vec![7; 8]);
     }
 
     #[test]

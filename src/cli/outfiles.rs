@@ -43,14 +43,21 @@ pub struct Plan {
     targets: Vec<Target>,
 }
 
+/// `--output-dir DIR` names something other than a directory (a usage error, exit 2); a
+/// missing one is created only when the outputs are written.
+pub fn check_dir(dir: &Path) -> CliResult<()> {
+    if dir.exists() && !dir.is_dir() {
+        return Err(CliError::CommandLine(format!(
+            "--output-dir {}: not a directory",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
 impl Plan {
     pub fn new(dir: &Path, outputs: &[TensorSpec]) -> CliResult<Plan> {
-        if dir.exists() && !dir.is_dir() {
-            return Err(CliError::Usage(format!(
-                "--output-dir {}: not a directory",
-                dir.display()
-            )));
-        }
+        check_dir(dir)?;
         let mut seen: BTreeMap<String, &str> = BTreeMap::new();
         let mut targets = vec![];
         for o in outputs {

@@ -89,8 +89,14 @@ pub fn open_device(
     backend: &str,
     ordinal: usize,
 ) -> CliResult<std::sync::Arc<dyn xthunk::Device>> {
+    check_backend_name(rt, backend)?;
     let choice = backend_choice(backend);
     let (b, skipped) = rt.select(&choice)?;
+    check_device_count(
+        b.as_ref(),
+        ordinal.saturating_add(1),
+        &format!("--device {ordinal}"),
+    )?;
     let device = b.device(ordinal)?;
     let info = device.info();
     let how = match choice {
@@ -114,7 +120,64 @@ pub fn open_device(
     Ok(device)
 }
 
+/// `--backend NAME` names a backend of this build (or is `auto`): a usage error otherwise.
+fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
+    let names = rt.registry().names();
+    if name != "auto" && !names.contains(&name) {
+        return Err(CliError::CommandLine(format!(
+            "--backend {name}: no such backend in this build (expected auto, {})",
+            names.join(", ")
+        )));
+    }
+    Ok(())
+}
+
+/// The backend has at least `needed` devices (`asked`: the option that wants them, e.g.
+/// `--device 3`): a usage error otherwise.
+fn check_device_count(backend: &dyn xthunk::Backend, needed: usize, asked: &str) -> CliResult<()> {
+    let have = backend.probe()?.devices.len();
+    if needed > have {
+        return Err(CliError::CommandLine(format!(
+            "{asked}: backend `{}` has {have} device{}",
+            backend.name(),
+            if have == 1 { "" } else { "s" }
+        )));
+    }
+    Ok(())
+}
+
+/// The random input of parameter `p` (see [`tensor::random_bytes`]), or an error naming the
+/// parameter and its size when no host buffer of that size can be had.
+fn random_input(p: &xthunk::ir::TensorSpec, seed: u64, stream: u64) -> CliResult<Vec<u8>> {
+    let what = || {
+        let bytes = p
+            .byte_size()
+            .map_or_else(|| "overflowing".to_string(), |b| b.to_string());
+        format!(
+            "random input for parameter `{}` ({}, {bytes} bytes)",
+            p.name,
+            tensor::type_text(p.dtype, &p.dims)
+        )
+    };
+    let count = p.element_count().ok_or_else(|| CliError::HostMemory {
+        what: what(),
+        source: tensor::HostAllocError {
+            requested: u64::MAX,
+            reason: "its element count overflows".into(),
+        },
+    })?;
+    tensor::random_bytes(p.dtype, count, seed, stream).map_err(|source| CliError::HostMemory {
+        what: what(),
+        source,
+    })
+}
+
 pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
+    // Usage errors that need no program first (exit 2, nothing read or written).
+    if let Some(dir) = &args.output_dir {
+        outfiles::check_dir(dir)?;
+    }
+    check_backend_name(&Runtime::new(), &args.backend)?;
     let program =
         xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
@@ -124,7 +187,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     for (name, path) in &args.inputs {
         if !sig.parameters.iter().any(|p| &p.name == name) {
             let names: Vec<&str> = sig.parameters.iter().map(|p| p.name.as_str()).collect();
-            return Err(CliError::Usage(format!(
+            return Err(CliError::CommandLine(format!(
                 "--input {name}=...: `{}` has no parameter `{name}` (parameters: {})",
                 program.name,
                 if names.is_empty() {
@@ -135,7 +198,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             )));
         }
         if given.insert(name, path).is_some() {
-            return Err(CliError::Usage(format!(
+            return Err(CliError::CommandLine(format!(
                 "--input {name}=... is given more than once"
             )));
         }
@@ -148,6 +211,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         Some(c) => super::job::global_ranks(c, ranks)?,
         None => 0..ranks,
     };
+    // Where the outputs of a single-device run go, checked before any input is made.
+    let plan = match (&args.output_dir, &job) {
+        (Some(dir), None) if ranks == 1 => Some(outfiles::Plan::new(dir, &sig.outputs)?),
+        _ => None,
+    };
     let mut rank_inputs: Vec<Vec<Vec<u8>>> = Vec::with_capacity(ranks);
     for rank in rank_range {
         let mut host_inputs = Vec::with_capacity(sig.parameters.len());
@@ -155,16 +223,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
             let bytes = match given.get(p.name.as_str()) {
                 Some(path) => npy::read_rank_input(p, path, rank)?,
                 None => {
-                    let count = p.element_count().ok_or_else(|| {
-                        CliError::Usage(format!("parameter `{}` is too large", p.name))
-                    })?;
-                    let count = usize::try_from(count).map_err(|_| {
-                        CliError::Usage(format!("parameter `{}` is too large", p.name))
-                    })?;
                     tracing::info!(parameter = %p.name, seed = args.seed, rank, "random input");
                     // Rank 0 gets the same values as a single-device run.
-                    let stream = i as u64 + (rank as u64) * 0x1_0000;
-                    tensor::random_bytes(p.dtype, count, args.seed, stream)
+                    let stream = (i as u64).wrapping_add((rank as u64).wrapping_mul(0x1_0000));
+                    random_input(p, args.seed, stream)?
                 }
             };
             host_inputs.push(bytes);
@@ -178,10 +240,6 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         return run_spmd(args, program, rank_inputs, out);
     }
     let host_inputs = rank_inputs.pop().unwrap_or_default();
-    let plan = match &args.output_dir {
-        Some(dir) => Some(outfiles::Plan::new(dir, &sig.outputs)?),
-        None => None,
-    };
 
     let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
@@ -216,12 +274,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         );
         times.push(dt);
     }
-    let mut results = Vec::with_capacity(outputs.len());
-    for o in &outputs {
-        let mut v = vec![0u8; o.size() as usize];
-        device.copy_to_host(o.ptr(), &mut v)?;
-        results.push(v);
-    }
+    let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
 
     let e = exe.executable();
     writeln!(
@@ -270,6 +323,7 @@ fn run_spmd(
     for s in skipped {
         eprintln!("xthunk:   skipped {s}");
     }
+    check_device_count(backend.as_ref(), n, &format!("--devices {n}"))?;
     let devices = (0..n)
         .map(|i| backend.device(i))
         .collect::<xthunk::Result<Vec<_>>>()?;

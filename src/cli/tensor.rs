@@ -1,16 +1,153 @@
-//! Host-side tensor bytes: random inputs, element decoding, checksums and short summaries.
+//! Host-side tensor bytes: bounded host buffers (random inputs, output read-backs, `.npy`
+//! data), random inputs, element decoding, checksums and short summaries.
+//!
+//! Every host buffer whose size comes from a program or a file is taken through
+//! [`reserve`]/[`host_buffer`]: refused with a [`HostAllocError`] (never an abort) when it does
+//! not fit the address space, exceeds the memory available now ([`available_host_memory`]),
+//! or the allocator says no.
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use xthunk::ir::DType;
+use xthunk::ir::{DType, TensorSpec};
+
+/// A host buffer that could not be had: its size and why.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("cannot allocate {requested} bytes of host memory: {reason}")]
+pub struct HostAllocError {
+    pub requested: u64,
+    pub reason: String,
+}
+
+/// Host memory this process can still take, in bytes: the kernel's `MemAvailable`, lowered to
+/// what the memory limits of this process's cgroup (v2: `memory.max` − `memory.current` of it
+/// and of every parent) leave; `None` where neither can be read (not Linux).
+pub fn available_host_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
+        s.lines()
+            .find_map(|l| l.strip_prefix("MemAvailable:"))
+            .and_then(|rest| rest.trim().strip_suffix("kB"))
+            .and_then(|kb| kb.trim().parse::<u64>().ok())
+            .map(|kb| kb.saturating_mul(1024))
+    });
+    match (meminfo, cgroup_headroom()) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+/// The least headroom (`memory.max` − `memory.current`) of this process's cgroup v2 and its
+/// parents; `None` without a limit or a cgroup v2.
+fn cgroup_headroom() -> Option<u64> {
+    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let mut dir = std::path::PathBuf::from("/sys/fs/cgroup");
+    dir.push(path.trim().trim_start_matches('/'));
+    let read = |d: &std::path::Path, f: &str| {
+        std::fs::read_to_string(d.join(f))
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+    };
+    let mut least: Option<u64> = None;
+    for d in dir
+        .ancestors()
+        .take_while(|d| d.starts_with("/sys/fs/cgroup"))
+    {
+        // `max` (no limit) does not parse: no headroom of its own.
+        if let (Some(max), Some(current)) = (read(d, "memory.max"), read(d, "memory.current")) {
+            let room = max.saturating_sub(current);
+            least = Some(least.map_or(room, |l| l.min(room)));
+        }
+    }
+    least
+}
+
+/// `2.5 GiB`-style text of a byte count.
+fn bytes_text(n: u64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    let f = n as f64;
+    if f >= GIB {
+        format!("{:.1} GiB", f / GIB)
+    } else {
+        format!("{:.1} MiB", f / MIB)
+    }
+}
+
+/// An empty vector with room for exactly `size` bytes, or why not: larger than the address
+/// space, more than the host memory available now, or refused by the allocator.
+pub fn reserve(size: u64) -> Result<Vec<u8>, HostAllocError> {
+    let fail = |reason: String| HostAllocError {
+        requested: size,
+        reason,
+    };
+    let n = usize::try_from(size)
+        .ok()
+        .filter(|n| isize::try_from(*n).is_ok())
+        .ok_or_else(|| fail("more than the address space holds".into()))?;
+    if let Some(available) = available_host_memory() {
+        if size > available {
+            return Err(fail(format!(
+                "more than the {} ({available} bytes) of host memory available",
+                bytes_text(available)
+            )));
+        }
+    }
+    let mut v = Vec::new();
+    v.try_reserve_exact(n).map_err(|e| fail(e.to_string()))?;
+    Ok(v)
+}
+
+/// A zeroed host buffer of `size` bytes (see [`reserve`]).
+pub fn host_buffer(size: u64) -> Result<Vec<u8>, HostAllocError> {
+    let mut v = reserve(size)?;
+    // `reserve` checked that the size fits a usize.
+    v.resize(usize::try_from(size).unwrap_or_default(), 0);
+    Ok(v)
+}
+
+/// Copies every output of an execution to the host, each into a [`host_buffer`]; a buffer
+/// that cannot be had fails the read-back with an error naming the output (`specs` are the
+/// signature's outputs, in the order of `outputs`).
+pub fn read_back(
+    device: &dyn xthunk::Device,
+    specs: &[TensorSpec],
+    outputs: &[xthunk::Buffer],
+) -> xthunk::Result<Vec<Vec<u8>>> {
+    let mut results = Vec::with_capacity(outputs.len());
+    for (i, o) in outputs.iter().enumerate() {
+        let mut v = host_buffer(o.size()).map_err(|e| {
+            let name = specs.get(i).map_or("?", |s| s.name.as_str());
+            xthunk::Error::backend(
+                "host",
+                &format!("reading back output `{name}` ({} bytes)", o.size()),
+                e.to_string(),
+            )
+        })?;
+        device.copy_to_host(o.ptr(), &mut v)?;
+        results.push(v);
+    }
+    Ok(results)
+}
 
 /// Seeded random bytes for a tensor of `count` elements: floats uniform in [-1, 1), signed
 /// integers in [-8, 8), u8 in [0, 16), pred 0 or 1. `stream` separates the tensors of one
-/// program, so a tensor's values depend only on the seed and its position.
-pub fn random_bytes(dtype: DType, count: usize, seed: u64, stream: u64) -> Vec<u8> {
+/// program, so a tensor's values depend only on the seed and its position. The buffer is
+/// taken through [`reserve`]: too large a tensor is an error before any value is drawn.
+pub fn random_bytes(
+    dtype: DType,
+    count: u64,
+    seed: u64,
+    stream: u64,
+) -> Result<Vec<u8>, HostAllocError> {
+    let size = count
+        .checked_mul(dtype.size() as u64)
+        .ok_or_else(|| HostAllocError {
+            requested: u64::MAX,
+            reason: format!("{count} elements of {dtype} overflow a 64-bit byte count"),
+        })?;
+    let mut out = reserve(size)?;
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     rng.set_stream(stream);
-    let mut out = Vec::with_capacity(count * dtype.size());
     for _ in 0..count {
         match dtype {
             DType::Pred => out.push(rng.random_range(0u8..2)),
@@ -32,7 +169,7 @@ pub fn random_bytes(dtype: DType, count: usize, seed: u64, stream: u64) -> Vec<u
             DType::F64 => out.extend(rng.random_range(-1.0f64..1.0).to_le_bytes()),
         }
     }
-    out
+    Ok(out)
 }
 
 /// One element as f64 (`chunk` is its little-endian bytes, exactly `dtype.size()` long).
@@ -122,20 +259,62 @@ pub fn type_text(dtype: DType, dims: &[u64]) -> String {
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     #[test]
+    fn host_buffers_are_bounded() {
+        assert_eq!(host_buffer(16).unwrap(), vec![0u8; 16]);
+        assert!(host_buffer(0).unwrap().is_empty());
+        for size in [u64::MAX, 1 << 63, 1 << 50] {
+            let e = host_buffer(size).unwrap_err();
+            assert_eq!(e.requested, size);
+            assert!(e.to_string().contains(&size.to_string()), "{e}");
+        }
+        // Beyond what is available now: refused before the allocator is asked (on Linux).
+        if let Some(available) = available_host_memory() {
+            let e = reserve(available + 1).unwrap_err();
+            assert!(e.reason.contains("available"), "{e}");
+        }
+        let e = random_bytes(DType::F64, u64::MAX / 4, 0, 0).unwrap_err();
+        assert!(e.reason.contains("overflow"), "{e}");
+        let e = random_bytes(DType::F32, 1 << 48, 0, 0).unwrap_err();
+        assert_eq!(e.requested, 1 << 50);
+    }
+
+    #[test]
+    fn read_back_copies_every_output() {
+        let backend = xthunk::core::host::HostBackend::new();
+        let device = xthunk::Backend::device(&backend, 0).unwrap();
+        let buf = device
+            .allocate(8, 8, xthunk::ir::MemorySpace::Device)
+            .unwrap();
+        device
+            .copy_from_host(&[1, 2, 3, 4, 5, 6, 7, 8], buf.ptr())
+            .unwrap();
+        let spec = TensorSpec {
+            name: "y".into(),
+            dtype: DType::U8,
+            dims: vec![8],
+            allocation: 0,
+        };
+        let back = read_back(device.as_ref(), &[spec], &[buf]).unwrap();
+        assert_eq!(back, vec![vec![1, 2, 3, 4, 5, 6, 7, 8]]);
+    }
+
+    #[test]
     fn random_is_seeded_and_in_range() {
-        let a = random_bytes(DType::F32, 1000, 7, 0);
-        assert_eq!(a, random_bytes(DType::F32, 1000, 7, 0));
-        assert_ne!(a, random_bytes(DType::F32, 1000, 7, 1));
-        assert_ne!(a, random_bytes(DType::F32, 1000, 8, 0));
+        let r = |dt, n, seed, stream| random_bytes(dt, n, seed, stream).unwrap();
+        let a = r(DType::F32, 1000, 7, 0);
+        assert_eq!(a, r(DType::F32, 1000, 7, 0));
+        assert_ne!(a, r(DType::F32, 1000, 7, 1));
+        assert_ne!(a, r(DType::F32, 1000, 8, 0));
         for c in a.chunks_exact(4) {
             let v = element(DType::F32, c);
             assert!((-1.0..1.0).contains(&v));
         }
         for dt in DType::ALL {
-            let b = random_bytes(dt, 100, 1, 2);
+            let b = r(dt, 100, 1, 2);
             assert_eq!(b.len(), 100 * dt.size());
             for c in b.chunks_exact(dt.size()) {
                 let v = element(dt, c);

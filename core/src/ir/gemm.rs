@@ -103,6 +103,9 @@ pub struct GemmError {
     pub message: String,
 }
 
+/// The largest byte offset, stride (in bytes) or extent a gemm may use: `i64::MAX`.
+const MAX_GEMM_OFFSET: u64 = i64::MAX as u64;
+
 fn gemm_error(field: impl Into<String>, message: impl Into<String>) -> GemmError {
     GemmError {
         field: field.into(),
@@ -184,10 +187,24 @@ impl<T> Gemm<T> {
         }
     }
 
-    /// The batch count is at least 1.
+    /// The batch count is at least 1, and it and `m`, `n`, `k` fit an `i64` (the BLAS
+    /// libraries and the host's gemm take signed or pointer-sized dimensions).
     pub fn check_batch(&self) -> Result<(), GemmError> {
         if self.batch == 0 {
             return Err(gemm_error("batch", "must be at least 1"));
+        }
+        for (field, v) in [
+            ("batch", self.batch),
+            ("m", self.m),
+            ("n", self.n),
+            ("k", self.k),
+        ] {
+            if v > MAX_GEMM_OFFSET {
+                return Err(gemm_error(
+                    field,
+                    format!("{v} is larger than the largest supported extent {MAX_GEMM_OFFSET}"),
+                ));
+            }
         }
         Ok(())
     }
@@ -229,6 +246,34 @@ impl<T: GemmOperand> Gemm<T> {
             ));
         }
         let es = self.dtype.size() as u64;
+        // Row and batch strides become signed byte offsets in the backends (the host's gemm
+        // takes `isize` strides, BLAS 64-bit ones): each, and the start of the last batch
+        // entry, must fit, even where the shape does not need them (one row, one entry).
+        let bytes_fit = |elems: Option<u64>| {
+            elems
+                .and_then(|e| e.checked_mul(es))
+                .is_some_and(|b| b <= MAX_GEMM_OFFSET)
+        };
+        if !bytes_fit(Some(ld)) {
+            return Err(gemm_error(
+                format!("ld{name}"),
+                format!(
+                    "row stride {ld} elements of {} does not fit a signed 64-bit byte offset",
+                    self.dtype
+                ),
+            ));
+        }
+        let last = self.batch.saturating_sub(1);
+        if !bytes_fit(Some(stride)) || !bytes_fit(last.checked_mul(stride)) {
+            return Err(gemm_error(
+                format!("stride_{name}"),
+                format!(
+                    "batch stride {stride} elements of {} over {} entries does not fit a \
+                     signed 64-bit byte offset",
+                    self.dtype, self.batch
+                ),
+            ));
+        }
         match span(rows, cols, ld, self.batch, stride).and_then(|n| n.checked_mul(es)) {
             Some(n) if n <= op.bytes() => {}
             Some(n) => {
@@ -435,6 +480,64 @@ mod tests {
             gemm(2, 4, 0, false, false).with_operands(Bytes(0, 0), Bytes(0, 0), Bytes(0, 64));
         assert_eq!(Gemm { lda: 1, ..empty }.check(), Ok(()));
         assert_eq!(field(Gemm { lda: 0, ..empty }).as_deref(), Some("lda"));
+    }
+
+    #[test]
+    fn strides_and_extents_fit_signed_offsets() {
+        // One row of one entry: neither stride is needed by the shape, both must still fit
+        // an isize in bytes (8-byte elements: at most 2^60 - 1 elements).
+        let g = gemm(1, 1, 1, false, false).with_operands(Bytes(0, 8), Bytes(0, 8), Bytes(0, 8));
+        assert_eq!(g.check(), Ok(()));
+        let field = |g: Gemm<Bytes>| g.check().err().map(|e| e.field);
+        let big = 1u64 << 60;
+        assert_eq!(Gemm { lda: big - 1, ..g }.check(), Ok(()));
+        assert_eq!(field(Gemm { lda: big, ..g }).as_deref(), Some("lda"));
+        assert_eq!(field(Gemm { ldb: u64::MAX, ..g }).as_deref(), Some("ldb"));
+        assert_eq!(
+            field(Gemm { stride_c: big, ..g }).as_deref(),
+            Some("stride_c")
+        );
+        // Empty matrices bound nothing: m, n, k and batch have their own limit.
+        let empty =
+            gemm(0, 0, 0, false, false).with_operands(Bytes(0, 0), Bytes(0, 0), Bytes(0, 0));
+        let empty = Gemm {
+            lda: 1,
+            ldb: 1,
+            ldc: 1,
+            ..empty
+        };
+        assert_eq!(empty.check(), Ok(()));
+        assert_eq!(
+            field(Gemm {
+                m: 1 << 63,
+                ..empty
+            })
+            .as_deref(),
+            Some("m")
+        );
+        assert_eq!(
+            field(Gemm {
+                k: u64::MAX,
+                ..empty
+            })
+            .as_deref(),
+            Some("k")
+        );
+        // Many empty entries: the last one's start, (batch - 1) · stride, must fit.
+        let many = Gemm {
+            batch: 1 << 40,
+            stride_a: 1 << 30,
+            ..empty
+        };
+        assert_eq!(field(many).as_deref(), Some("stride_a"));
+        assert_eq!(
+            Gemm {
+                stride_a: 1 << 10,
+                ..many
+            }
+            .check(),
+            Ok(())
+        );
     }
 
     #[test]

@@ -13,4 +13,4 @@ pub use gemm::{ColumnMajorGemm, GEMM_DTYPES, Gemm, GemmError, GemmMatrix, GemmOp
 pub use path::{PathSegment, ThunkPath};
 pub use signature::{Extent, KernelCatalog, KernelSignature, Param, ParamKind};
 pub use types::*;
-pub use verify::{ValidationError, check_collective_sizes, verify_with};
+pub use verify::{MAX_ALLOCATION_SIZE, ValidationError, check_collective_sizes, verify_with};

@@ -102,10 +102,9 @@ impl KernelSignature {
                                     Some(KernelArg::Scalar(s)) => s.as_i64(),
                                     _ => None,
                                 };
-                                c = match (c, v) {
-                                    (Some(c), Some(v)) if v >= 0 => c.checked_mul(v as u64),
-                                    _ => None,
-                                };
+                                // A negative extent or a product that overflows: None.
+                                let v = v.and_then(|v| u64::try_from(v).ok());
+                                c = c.zip(v).and_then(|(c, v)| c.checked_mul(v));
                             }
                             c
                         }

@@ -165,9 +165,11 @@ impl Dim3 {
     pub const fn x(x: u32) -> Self {
         Dim3 { x, y: 1, z: 1 }
     }
-    /// Product of the three extents (as u64, no overflow).
-    pub fn count(&self) -> u64 {
-        self.x as u64 * self.y as u64 * self.z as u64
+    /// Product of the three extents, exact: three `u32`s multiply to less than 2^96, so the
+    /// product is a `u128` and never wraps (a block of (2^22, 2^22, 2^20) is 2^64 threads,
+    /// not 0).
+    pub fn count(&self) -> u128 {
+        u128::from(self.x) * u128::from(self.y) * u128::from(self.z)
     }
 }
 
@@ -774,5 +776,22 @@ impl Executable {
 
     pub fn module(&self, name: &str) -> Option<&Module> {
         self.modules.iter().find(|m| m.name == name)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dim3_count_is_exact() {
+        assert_eq!(Dim3::new(2, 3, 4).count(), 24);
+        // 2^64 threads: 0 in 64-bit arithmetic.
+        assert_eq!(Dim3::new(1 << 22, 1 << 22, 1 << 20).count(), 1 << 64);
+        let max = u128::from(u32::MAX);
+        assert_eq!(
+            Dim3::new(u32::MAX, u32::MAX, u32::MAX).count(),
+            max * max * max
+        );
     }
 }

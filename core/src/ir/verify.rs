@@ -33,6 +33,11 @@ impl fmt::Display for ValidationError {
     }
 }
 
+/// The largest allocation a program may declare: 2^63 - 1 bytes, so that every size, offset
+/// and end of a slice (at most this) fits an `i64`/`isize` in the backends and the vendor
+/// libraries (pointer offsets are signed).
+pub const MAX_ALLOCATION_SIZE: u64 = i64::MAX as u64;
+
 fn err(path: &ThunkPath, field: impl Into<String>, message: impl Into<String>) -> ValidationError {
     ValidationError {
         path: path.clone(),
@@ -61,7 +66,7 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
     let mut outputs = BTreeMap::new();
     for (i, a) in exe.allocations.iter().enumerate() {
         let f = |name: &str| format!("allocations[{i}].{name}");
-        if a.index as usize != i {
+        if usize::try_from(a.index).ok() != Some(i) {
             return Err(err(
                 &root,
                 f("index"),
@@ -73,6 +78,17 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
                 &root,
                 f("alignment"),
                 format!("{} is not a power of two", a.alignment),
+            ));
+        }
+        if a.size > MAX_ALLOCATION_SIZE {
+            return Err(err(
+                &root,
+                f("size"),
+                format!(
+                    "{} bytes is larger than the largest supported allocation \
+                     ({MAX_ALLOCATION_SIZE} bytes, 2^63 - 1)",
+                    a.size
+                ),
             ));
         }
         if a.alignment > 4096 {
@@ -102,7 +118,7 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
                 }
             }
             AllocationKind::Constant(bytes) => {
-                if bytes.len() as u64 != a.size {
+                if u64::try_from(bytes.len()).ok() != Some(a.size) {
                     return Err(err(
                         &root,
                         f("kind"),
@@ -179,9 +195,19 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
 }
 
 /// Checks the size relations of a collective for a group of `n` ranks; returns the field and
-/// the message on failure.
+/// the message on failure. Every product is checked: a size that would overflow fails like any
+/// other mismatch.
 pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'static str, String)> {
+    if n == 0 {
+        return Err(("groups", "a group of 0 ranks".to_string()));
+    }
     let es = c.dtype.size() as u64;
+    // `what` over `n` ranks: `times` · n bytes, or a message when that overflows.
+    let times_n = |times: u64| {
+        times
+            .checked_mul(n)
+            .ok_or_else(|| format!("{times} bytes times {n} ranks overflows"))
+    };
     match &c.op {
         CollectiveOp::AllReduce { .. } | CollectiveOp::Broadcast { .. } => {
             if c.src.size != c.dst.size {
@@ -192,31 +218,34 @@ pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'stat
             }
         }
         CollectiveOp::AllGather => {
-            if c.dst.size != c.src.size * n {
+            let need = times_n(c.src.size).map_err(|m| ("dst", m))?;
+            if c.dst.size != need {
                 return Err((
                     "dst",
                     format!(
-                        "all_gather over {n} ranks needs {} bytes, dst has {}",
-                        c.src.size * n,
+                        "all_gather over {n} ranks needs {need} bytes, dst has {}",
                         c.dst.size
                     ),
                 ));
             }
         }
         CollectiveOp::ReduceScatter { .. } => {
-            if c.src.size != c.dst.size * n {
+            let need = times_n(c.dst.size).map_err(|m| ("src", m))?;
+            if c.src.size != need {
                 return Err((
                     "src",
                     format!(
-                        "reduce_scatter over {n} ranks needs {} bytes, src has {}",
-                        c.dst.size * n,
+                        "reduce_scatter over {n} ranks needs {need} bytes, src has {}",
                         c.src.size
                     ),
                 ));
             }
         }
         CollectiveOp::AllToAll => {
-            if c.src.size != c.dst.size || c.src.size % (n * es) != 0 {
+            // n blocks of whole elements: n · es bytes must divide the size (a block size that
+            // overflows cannot).
+            let divides = n.checked_mul(es).is_some_and(|unit| c.src.size % unit == 0);
+            if c.src.size != c.dst.size || !divides {
                 return Err((
                     "src",
                     format!(
@@ -228,7 +257,7 @@ pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'stat
         }
     }
     if let CollectiveOp::Broadcast { root } = c.op {
-        if root as u64 >= n {
+        if u64::from(root) >= n {
             return Err((
                 "root",
                 format!("root position {root} is outside a group of {n}"),
@@ -240,7 +269,7 @@ pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'stat
 
 fn check_dense(what: &str, m: &BTreeMap<u32, usize>) -> Result<(), ValidationError> {
     for (expected, (n, i)) in m.iter().enumerate() {
-        if *n as usize != expected {
+        if usize::try_from(*n).ok() != Some(expected) {
             return Err(err(
                 &ThunkPath::default(),
                 format!("allocations[{i}].kind"),
@@ -279,10 +308,10 @@ fn check_signature(
                 format!("name `{}` is empty or repeated", s.name),
             ));
         }
-        let Some(&ai) = allocs.get(&(i as u32)) else {
+        let Some(&ai) = u32::try_from(i).ok().and_then(|n| allocs.get(&n)) else {
             return Err(err(&root, f, "no allocation of that kind and number"));
         };
-        if s.allocation as usize != ai {
+        if usize::try_from(s.allocation).ok() != Some(ai) {
             return Err(err(
                 &root,
                 format!("{f}.allocation"),
@@ -329,7 +358,10 @@ impl Verifier<'_> {
         field: &str,
         write: bool,
     ) -> Result<(), ValidationError> {
-        let Some(a) = self.exe.allocations.get(s.allocation as usize) else {
+        let Some(a) = usize::try_from(s.allocation)
+            .ok()
+            .and_then(|i| self.exe.allocations.get(i))
+        else {
             return Err(err(
                 path,
                 field,
@@ -348,7 +380,7 @@ impl Verifier<'_> {
                     field,
                     format!(
                         "slice {s} ends at byte {} past the end of allocation {} ({} bytes)",
-                        s.offset as u128 + s.size as u128,
+                        u128::from(s.offset) + u128::from(s.size),
                         s.allocation,
                         a.size
                     ),
@@ -617,7 +649,8 @@ impl Verifier<'_> {
         }
         // With explicit groups, sizes can be checked now; otherwise at run time.
         if let Some(n) = size {
-            check_collective_sizes(c, n as u64).map_err(|(f, m)| err(path, f, m))?;
+            let n = u64::try_from(n).unwrap_or(u64::MAX);
+            check_collective_sizes(c, n).map_err(|(f, m)| err(path, f, m))?;
         }
         Ok(())
     }

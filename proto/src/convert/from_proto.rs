@@ -273,10 +273,13 @@ fn scalar_from(s: &pb::Scalar, loc: &Loc<'_>, field: &str) -> Result<Scalar, Pro
         }
         Some(Value::F32(v)) => Scalar::F32(v),
         Some(Value::F64(v)) => Scalar::F64(v),
+        Some(Value::F32Bits(bits)) => Scalar::F32(f32::from_bits(bits)),
+        Some(Value::F64Bits(bits)) => Scalar::F64(f64::from_bits(bits)),
         None => {
             return Err(loc.invalid(
                 field,
-                "no scalar value is set (expected pred, i8, u8, i32, i64, f16, bf16, f32 or f64)",
+                "no scalar value is set (expected pred, i8, u8, i32, i64, f16, bf16, f32, f64, \
+                 f32_bits or f64_bits)",
             ));
         }
     })

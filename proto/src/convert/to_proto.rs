@@ -141,10 +141,38 @@ fn scalar_to(s: &Scalar) -> pb::Scalar {
         Scalar::I64(v) => Value::I64(v),
         Scalar::F16(v) => Value::F16(u32::from(v)),
         Scalar::BF16(v) => Value::Bf16(u32::from(v)),
-        Scalar::F32(v) => Value::F32(v),
-        Scalar::F64(v) => Value::F64(v),
+        Scalar::F32(v) if decimal_is_exact_f32(v) => Value::F32(v),
+        Scalar::F32(v) => Value::F32Bits(v.to_bits()),
+        Scalar::F64(v) if decimal_is_exact_f64(v) => Value::F64(v),
+        Scalar::F64(v) => Value::F64Bits(v.to_bits()),
     };
     pb::Scalar { value: Some(value) }
+}
+
+/// True when the text format carries `v` exactly as a decimal: not a NaN (the text has one
+/// `nan`, without sign or payload), and its decimal reads back as the same bits. The text
+/// writer prints an f32 in its shortest form (or, when integral, exactly) and the reader
+/// parses it as an f64 and rounds that to f32; for a few values the two roundings disagree
+/// (0x15ae43fd prints as `0.00000000000000000000000007038531`, which reads back as
+/// 0x15ae43fc), so those are written as bits too.
+pub(crate) fn decimal_is_exact_f32(v: f32) -> bool {
+    if v.is_nan() {
+        return false;
+    }
+    if !v.is_finite() || v.fract() == 0.0 {
+        // `inf`, `-inf`, and integral values printed in full (exact in an f64).
+        return true;
+    }
+    // What the reader does: the decimal as an f64, then rounded to the nearest f32.
+    v.to_string()
+        .parse::<f64>()
+        .is_ok_and(|d| (d as f32).to_bits() == v.to_bits())
+}
+
+/// True when the text format carries `v` exactly: every f64 but a NaN (the shortest decimal
+/// of an f64 reads back as the same f64).
+pub(crate) fn decimal_is_exact_f64(v: f64) -> bool {
+    !v.is_nan()
 }
 
 fn thunk_to(t: &Thunk) -> pb::Thunk {
