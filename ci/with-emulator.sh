@@ -33,6 +33,9 @@
 # double-free, invalid-free, not-device-memory, leak), they are listed and the script exits 3,
 # unless XTHUNK_EMU_ALLOW_ERRORS=1. Otherwise the command's exit status is returned.
 #
+# XTHUNK_EMU_NO_NCCL=1 leaves NCCL and RCCL out (no libnccl/librccl in the folder, and the
+# backends' default searches for them off): collectives are then unavailable.
+#
 # Emulator settings (see tests/emulator/src/config.rs): XTHUNK_EMU_DEVICES (1), XTHUNK_EMU_STRICT (1),
 # XTHUNK_EMU_FAIL_ALLOC=N, XTHUNK_EMU_FAIL_LAUNCH=N, XTHUNK_EMU_MEMORY, XTHUNK_EMU_SM (90),
 # XTHUNK_EMU_GFX (gfx90a), XTHUNK_EMU_QUIET, XTHUNK_EMU_LEAK_CHECK.
@@ -71,13 +74,17 @@ cleanup() {
 }
 trap cleanup EXIT
 
-for name in \
-    libcuda.so libcuda.so.1 \
-    libcublas.so libcublas.so.12 libcublas.so.13 \
-    libnccl.so libnccl.so.2 \
-    libamdhip64.so libamdhip64.so.5 libamdhip64.so.6 libamdhip64.so.7 \
-    librocblas.so librocblas.so.4 librocblas.so.5 \
-    librccl.so librccl.so.1; do
+names=(libcuda.so libcuda.so.1
+    libcublas.so libcublas.so.12 libcublas.so.13
+    libamdhip64.so libamdhip64.so.5 libamdhip64.so.6 libamdhip64.so.7
+    librocblas.so librocblas.so.4 librocblas.so.5)
+if [[ "${XTHUNK_EMU_NO_NCCL:-0}" == 1 ]]; then
+    # No NCCL/RCCL at all: the folder has none, and the backends' other searches are off.
+    export XTHUNK_NCCL_NO_DEFAULT_SEARCH=1 XTHUNK_ROCM_NO_DEFAULT_SEARCH=1
+else
+    names+=(libnccl.so libnccl.so.2 librccl.so librccl.so.1)
+fi
+for name in "${names[@]}"; do
     ln -s "$lib" "$dir/$name"
 done
 

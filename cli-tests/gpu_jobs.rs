@@ -456,3 +456,54 @@ fn a_rank_killed_inside_emulated_collectives_is_named_by_every_survivor() {
         eprintln!("EMULATED {backend}: a killed rank named by every survivor after {took:.1?}");
     }
 }
+
+/// Without NCCL/RCCL (`XTHUNK_EMU_NO_NCCL=1`: the emulator's folder has neither, and the
+/// default searches are off), collectives are off, not the backend: a program without
+/// collectives runs in one process on 2 devices and as a job of 2 processes; one with
+/// collectives fails with the reason (the library and where it was looked for).
+#[test]
+fn without_nccl_collectives_are_off_not_the_backend() {
+    if !have_emulator("without_nccl_collectives_are_off_not_the_backend") {
+        return;
+    }
+    let scratch = Scratch::new("nonccl");
+    for (backend, lib) in [("cuda", "libnccl.so.2"), ("rocm", "librccl.so.1")] {
+        let run = |args: &[&str]| {
+            let o = emulated(&scratch, 2, args)
+                .env("XTHUNK_EMU_NO_NCCL", "1")
+                .output()
+                .unwrap();
+            let text = format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            );
+            (o.status.code(), text)
+        };
+        let mlp = example("mlp");
+        let mlp = mlp.to_str().unwrap();
+        let (code, text) = run(&["run", "--backend", backend, "--devices", "2", mlp]);
+        assert_eq!(code, Some(0), "{backend}: {text}");
+        assert!(text.contains("collectives are off"), "{backend}: {text}");
+        let (code, text) = run(&["launch", "-n", "2", "--", "run", "--backend", backend, mlp]);
+        assert_eq!(code, Some(0), "{backend}: {text}");
+        assert!(text.contains("collectives are off"), "{backend}: {text}");
+        let dp = example("dp_step");
+        let (code, text) = run(&[
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "run",
+            "--backend",
+            backend,
+            dp.to_str().unwrap(),
+        ]);
+        assert_eq!(code, Some(1), "{backend}: {text}");
+        let last = text.lines().last().unwrap_or("");
+        assert!(
+            last.starts_with("error: ") && last.contains("is unavailable") && last.contains(lib),
+            "{backend}: {last}\n{text}"
+        );
+    }
+}

@@ -337,7 +337,22 @@ fn run_spmd(
         }
         .into());
     };
-    let cliques = factory.create(&devices, timeouts)?;
+    let cliques: std::sync::Arc<dyn xthunk::core::collectives::CliqueProvider> =
+        match factory.create(&devices, timeouts) {
+            Ok(c) => c,
+            // No collective library (e.g. no libnccl): collectives are off, not the backend; a
+            // program without collectives still runs, a collective fails with the reason.
+            Err(xthunk::Error::Unavailable { backend: b, reason }) => {
+                eprintln!(
+                    "xthunk: collectives are off on backend {}: {b}: {reason}",
+                    backend.name()
+                );
+                std::sync::Arc::new(xthunk::core::collectives::UnavailableCliques::new(
+                    b, reason, n,
+                ))
+            }
+            Err(e) => return Err(e.into()),
+        };
     eprintln!(
         "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}{}",
         backend.name(),
