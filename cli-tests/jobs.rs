@@ -1115,3 +1115,60 @@ fn the_launcher_sweeps_the_job_s_segments_when_it_exits() {
     assert!(!Path::new(&left).exists(), "{left} was left:\n{err}");
     assert!(job_segments(&job).is_empty());
 }
+
+/// The embedded coordinator killed (it is the launcher: SIGKILL): its ranks die with it (the
+/// kernel's parent-death signal) within the TTL + 3 s, and the next launch by this user sweeps
+/// the socket folder the killed launcher could not remove.
+#[test]
+fn a_killed_launcher_takes_its_ranks_and_the_next_launch_sweeps_its_folder() {
+    let mut launch = Launch::start(
+        &["--lease-ttl", &TTL.as_secs().to_string()],
+        &["--iterations", "100000000"],
+        &example("dp_step"),
+    );
+    launch.wait_for("started", WORLD, Duration::from_secs(60));
+    let (pids, _) = launch.pids();
+    assert_eq!(pids.len(), WORLD, "{}", launch.text());
+    let text = launch.text();
+    let dirs = socket_dirs(&text);
+    assert!(!dirs.is_empty(), "{text}");
+    let killed = Command::new("kill")
+        .args(["-KILL", &launch.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let hit = Instant::now();
+    let limit = TTL + Duration::from_secs(3);
+    for (r, pid) in &pids {
+        while Path::new(&format!("/proc/{pid}")).exists() {
+            // A zombie until reaped by init: gone as far as running goes.
+            let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            if state.contains(") Z ") {
+                break;
+            }
+            assert!(
+                hit.elapsed() < limit,
+                "rank {r} (pid {pid}) outlived its launcher"
+            );
+            thread::sleep(Duration::from_millis(20));
+        }
+    }
+    eprintln!(
+        "the ranks of a killed launcher were gone after {:.2?}",
+        hit.elapsed()
+    );
+    for d in &dirs {
+        assert!(d.exists(), "{} went with the launcher?", d.display());
+    }
+    // Any later launch sweeps the folders of launchers that are gone.
+    let o = Command::new(BIN)
+        .args(["launch", "-n", "4", "--", "run", "--backend", "host"])
+        .arg(example("permute_ring"))
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{o:?}");
+    for d in &dirs {
+        assert!(!d.exists(), "{} was not swept", d.display());
+    }
+}

@@ -93,6 +93,10 @@ impl Job {
 
 /// The embedded coordinator: serves any number of jobs on a Unix socket until dropped (see
 /// the [module documentation](super)). The folder and the socket go with it.
+///
+/// The folder is `xthunk-job-<launcher pid>-XXXXXX`: a launcher that was killed leaves its
+/// folder behind (nothing runs to remove it), and the next server started by this user sweeps
+/// the folders of launchers that are gone ([`sweep_dead_folders`]).
 pub struct EmbeddedServer {
     dir: Option<tempfile::TempDir>,
     socket: PathBuf,
@@ -113,7 +117,12 @@ impl EmbeddedServer {
     /// enter (mode 0700).
     pub fn start() -> std::io::Result<Self> {
         use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::Builder::new().prefix("xthunk-job-").tempdir()?;
+        let swept = sweep_dead_folders(&std::env::temp_dir());
+        if swept > 0 {
+            tracing::info!(swept, "removed the socket folders of launchers that died");
+        }
+        let prefix = format!("{FOLDER_PREFIX}{}-", std::process::id());
+        let dir = tempfile::Builder::new().prefix(&prefix).tempdir()?;
         std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))?;
         let socket = dir.path().join(SOCKET_NAME);
         let listener = UnixListener::bind(&socket)?;
@@ -543,4 +552,53 @@ fn answer(shared: &Shared, call: Request) -> Response {
         }
         _ => protocol_error("not a call"),
     }
+}
+
+/// Whether process `pid` exists and is not a zombie (a killed launcher not yet reaped).
+fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        // `pid (comm) S …`: the state follows the last `)`.
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .is_none_or(|(_, rest)| !rest.trim_start().starts_with('Z')),
+        Err(_) => false,
+    }
+}
+
+/// The name of every socket folder starts with this, then the launcher's pid and `-`.
+pub const FOLDER_PREFIX: &str = "xthunk-job-";
+
+/// Removes the socket folders in `tmp` of launchers that are gone: named
+/// `xthunk-job-<pid>-…`, owned by this user, with no process `<pid>` (a pid in use, even by
+/// another program, keeps its folder). Returns how many went.
+pub fn sweep_dead_folders(tmp: &Path) -> usize {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(entries) = std::fs::read_dir(tmp) else {
+        return 0;
+    };
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let me = unsafe { libc::getuid() };
+    let mut swept = 0;
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(FOLDER_PREFIX))
+            .and_then(|rest| rest.split_once('-'))
+            .and_then(|(pid, _)| pid.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != me || running(pid) {
+            continue;
+        }
+        match std::fs::remove_dir_all(e.path()) {
+            Ok(()) => swept += 1,
+            Err(err) => tracing::debug!(folder = %e.path().display(), "not swept: {err}"),
+        }
+    }
+    swept
 }
