@@ -15,11 +15,14 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/launch.rs"]
+mod launch;
+
+use launch::Launch;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -238,114 +241,6 @@ fn emulated_gpu_jobs_compute_what_the_host_computes() {
     }
 }
 
-/// A running emulated `xthunk launch`, its lines as they come with their time; killed when
-/// dropped.
-struct Launch {
-    child: Child,
-    lines: mpsc::Receiver<(String, Instant)>,
-    seen: Vec<(String, Instant)>,
-}
-
-impl Drop for Launch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Launch {
-    fn start(mut cmd: Command) -> Launch {
-        let mut child = cmd
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let streams: [Box<dyn std::io::Read + Send>; 2] = [
-            Box::new(child.stdout.take().unwrap()),
-            Box::new(child.stderr.take().unwrap()),
-        ];
-        for stream in streams {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    let _ = tx.send((line, Instant::now()));
-                }
-            });
-        }
-        Launch {
-            child,
-            lines: rx,
-            seen: vec![],
-        }
-    }
-
-    fn text(&self) -> String {
-        let v: Vec<&str> = self.seen.iter().map(|(l, _)| l.as_str()).collect();
-        v.join("\n")
-    }
-
-    fn wait_for(&mut self, needle: &str, count: usize, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.seen.iter().filter(|l| l.0.contains(needle)).count() < count {
-            match self
-                .lines
-                .recv_timeout(deadline.saturating_duration_since(Instant::now()))
-            {
-                Ok(l) => self.seen.push(l),
-                Err(_) => panic!("no {count} lines with {needle:?}:\n{}", self.text()),
-            }
-        }
-    }
-
-    fn wait(&mut self, limit: Duration) -> ExitStatus {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            while let Ok(l) = self.lines.try_recv() {
-                self.seen.push(l);
-            }
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the job still ran after {limit:?}:\n{}",
-                self.text()
-            );
-            thread::sleep(Duration::from_millis(10));
-        };
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.seen.push(l);
-        }
-        status
-    }
-
-    /// Each process's pid, from the ranks' first lines (`[rank P] xthunk: job …(pid N)`).
-    fn pids(&self) -> BTreeMap<usize, u32> {
-        let mut pids = BTreeMap::new();
-        for (l, _) in &self.seen {
-            if let Some(rest) = l.strip_prefix("[rank ")
-                && let Some((r, rest)) = rest.split_once(']')
-                && let Some((_, p)) = rest.split_once("(pid ")
-                && let Some((p, _)) = p.split_once(')')
-            {
-                pids.insert(r.parse().unwrap(), p.parse().unwrap());
-            }
-        }
-        pids
-    }
-
-    /// The first `error:` line of process `p`, and when it came.
-    fn error_of(&self, p: usize) -> Option<(&str, Instant)> {
-        let prefix = format!("[rank {p}] ");
-        self.seen.iter().find_map(|(l, t)| {
-            l.strip_prefix(&prefix)
-                .filter(|l| l.starts_with("error:"))
-                .map(|l| (l, *t))
-        })
-    }
-}
-
 /// Starts a long 4-process job on emulated `backend`, waits until every rank started (and
 /// `after` more), sends `signal` to process `victim`, and checks that every other process
 /// exits 1 within `limit` with an error naming `victim` (with one of `why`), and that nothing
@@ -382,9 +277,9 @@ fn fault(
             example("dp_step").to_str().unwrap(),
         ],
     );
-    let mut launch = Launch::start(cmd);
+    let mut launch = Launch::spawn(cmd);
     launch.wait_for("started", WORLD, Duration::from_secs(120));
-    let pids = launch.pids();
+    let (pids, _) = launch.pids();
     assert_eq!(pids.len(), WORLD, "{}", launch.text());
     // Long enough for every rank to have published its position once while running.
     thread::sleep(Duration::from_millis(1500));
@@ -395,7 +290,7 @@ fn fault(
     assert!(kill.success(), "{}", launch.text());
     let hit = Instant::now();
     let limit = collective_timeout + Duration::from_secs(5);
-    let status = launch.wait(Duration::from_secs(90));
+    let (status, _) = launch.wait(Duration::from_secs(90));
     let text = launch.text();
     assert_eq!(status.code(), Some(1), "{text}");
     let mut slowest = Duration::ZERO;

@@ -18,15 +18,17 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/launch.rs"]
+mod launch;
 mod shards;
 mod stuck;
 
+use launch::Launch;
+
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 use xthunk::core::distributed::EmbeddedServer;
@@ -71,126 +73,20 @@ impl Drop for Scratch {
     }
 }
 
-/// A running `xthunk launch`, its lines as they come with their time; killed when dropped.
-struct Launch {
-    child: Child,
-    lines: mpsc::Receiver<(String, Instant)>,
-    seen: Vec<(String, Instant)>,
-}
-
-impl Drop for Launch {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Launch {
-    fn start(launch_args: &[&str], run_args: &[&str], program: &Path) -> Launch {
-        let mut child = Command::new(BIN)
-            .args(["launch", "-n", &WORLD.to_string()])
-            .args(launch_args)
-            .args(["--", "run", "--backend", "host"])
-            .args(run_args)
-            .arg(program)
-            .env_remove("RUST_LOG")
-            .env_remove("XTHUNK_LEASE_TTL")
-            .env_remove("XTHUNK_START_TIMEOUT")
-            .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
-            .current_dir(repo())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let (tx, rx) = mpsc::channel();
-        let streams: [Box<dyn std::io::Read + Send>; 2] = [
-            Box::new(child.stdout.take().unwrap()),
-            Box::new(child.stderr.take().unwrap()),
-        ];
-        for stream in streams {
-            let tx = tx.clone();
-            thread::spawn(move || {
-                for line in BufReader::new(stream).lines().map_while(Result::ok) {
-                    let _ = tx.send((line, Instant::now()));
-                }
-            });
-        }
-        Launch {
-            child,
-            lines: rx,
-            seen: Vec::new(),
-        }
-    }
-
-    fn text(&self) -> String {
-        let lines: Vec<&str> = self.seen.iter().map(|(l, _)| l.as_str()).collect();
-        lines.join("\n")
-    }
-
-    fn wait_for(&mut self, needle: &str, count: usize, limit: Duration) {
-        let deadline = Instant::now() + limit;
-        while self.seen.iter().filter(|l| l.0.contains(needle)).count() < count {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(l) => self.seen.push(l),
-                Err(_) => panic!(
-                    "no {count} lines with {needle:?} in {limit:?}:\n{}",
-                    self.text()
-                ),
-            }
-        }
-    }
-
-    fn wait(&mut self, limit: Duration) -> (ExitStatus, Instant) {
-        let deadline = Instant::now() + limit;
-        let status = loop {
-            while let Ok(l) = self.lines.try_recv() {
-                self.seen.push(l);
-            }
-            if let Some(s) = self.child.try_wait().unwrap() {
-                break s;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "the job still ran after {limit:?}:\n{}",
-                self.text()
-            );
-            thread::sleep(Duration::from_millis(10));
-        };
-        let exited = Instant::now();
-        while let Ok(l) = self.lines.recv_timeout(Duration::from_secs(5)) {
-            self.seen.push(l);
-        }
-        (status, exited)
-    }
-
-    /// Each rank's pid and the job id, from the ranks' first lines.
-    fn pids(&self) -> (BTreeMap<usize, u32>, String) {
-        let mut pids = BTreeMap::new();
-        let mut job = String::new();
-        for (l, _) in &self.seen {
-            if let Some(rest) = l.strip_prefix("[rank ")
-                && let Some((r, rest)) = rest.split_once(']')
-                && let Some((_, p)) = rest.split_once("(pid ")
-                && let Some((p, _)) = p.split_once(')')
-            {
-                pids.insert(r.parse().unwrap(), p.parse().unwrap());
-                if let Some((_, j)) = rest.split_once("job ") {
-                    job = j.split(':').next().unwrap().to_string();
-                }
-            }
-        }
-        (pids, job)
-    }
-
-    fn rank_lines(&self, r: usize) -> Vec<(&str, Instant)> {
-        let prefix = format!("[rank {r}] ");
-        self.seen
-            .iter()
-            .filter_map(|(l, t)| l.strip_prefix(&prefix).map(|l| (l, *t)))
-            .collect()
-    }
+/// Starts `xthunk launch -n WORLD LAUNCH_ARGS -- run --backend host RUN_ARGS PROGRAM`.
+fn start_launch(launch_args: &[&str], run_args: &[&str], program: &Path) -> Launch {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["launch", "-n", &WORLD.to_string()])
+        .args(launch_args)
+        .args(["--", "run", "--backend", "host"])
+        .args(run_args)
+        .arg(program)
+        .env_remove("RUST_LOG")
+        .env_remove("XTHUNK_LEASE_TTL")
+        .env_remove("XTHUNK_START_TIMEOUT")
+        .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
+        .current_dir(repo());
+    Launch::spawn(cmd)
 }
 
 fn files(dir: &Path) -> BTreeMap<String, Vec<u8>> {
@@ -265,7 +161,7 @@ fn four_processes_without_etcd_compute_what_one_process_computes() {
             .unwrap();
         assert!(spmd.status.success(), "{spmd:?}");
         let job = job_id(program);
-        let mut launch = Launch::start(
+        let mut launch = start_launch(
             &["--job-id", &job],
             &["--seed", "7", "--output-dir", job_dir.to_str().unwrap()],
             &example(program),
@@ -325,7 +221,7 @@ fn kill_repeats() -> usize {
 fn fault(victim: usize, signal: &str, after: Duration, why: &[&str]) -> Duration {
     let program = example("dp_step");
     let ttl = TTL.as_secs().to_string();
-    let mut launch = Launch::start(
+    let mut launch = start_launch(
         &["--lease-ttl", &ttl],
         &["--iterations", "100000000"],
         &program,
@@ -446,7 +342,7 @@ fn a_stopped_rank_is_named_after_the_lease_ttl_and_leaves_nothing() {
         let victim = [1usize, 3, 0, 2][i % 4];
         let after = Duration::from_millis([200, 0, 700, 350][i % 4]);
         let job = job_id("stop");
-        let mut launch = Launch::start(
+        let mut launch = start_launch(
             &["--job-id", &job, "--lease-ttl", &ttl, "--grace", &grace],
             &["--iterations", "100000000"],
             &example("dp_step"),
@@ -633,7 +529,7 @@ fn launched_ranks_read_their_own_file_from_a_pattern() {
     run_args.extend(["--output-dir".to_string(), out.display().to_string()]);
     let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
     let job = job_id("shards");
-    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let mut launch = start_launch(&["--job-id", &job], &run_args, &example("dp_step"));
     let (status, _) = launch.wait(Duration::from_secs(120));
     let text = launch.text();
     assert!(status.success(), "{text}");
@@ -651,7 +547,7 @@ fn a_launched_rank_without_its_file_names_it_and_fails_the_job() {
     let run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
     let job = job_id("no-shard");
     let start = Instant::now();
-    let mut launch = Launch::start(&["--job-id", &job], &run_args, &example("dp_step"));
+    let mut launch = start_launch(&["--job-id", &job], &run_args, &example("dp_step"));
     let (status, _) = launch.wait(Duration::from_secs(60));
     let text = launch.text();
     assert_eq!(status.code(), Some(1), "{text}");
@@ -697,7 +593,7 @@ fn a_rank_that_never_starts_fails_every_other_rank_naming_it_and_leaves_nothing(
         let mut run_args: Vec<&str> = run_args.iter().map(String::as_str).collect();
         run_args.extend(["--iterations", "100000000"]);
         let job = job_id("never-start");
-        let mut launch = Launch::start(
+        let mut launch = start_launch(
             &["--job-id", &job, "--lease-ttl", &ttl],
             &run_args,
             &example("dp_step"),
@@ -798,7 +694,7 @@ fn launch_sets_every_rank_s_collective_timeout() {
             .map(|t| vec!["--collective-timeout", t])
             .unwrap_or_default();
         let started = Instant::now();
-        let mut launch = Launch::start(
+        let mut launch = start_launch(
             &["--job-id", &job, "--collective-timeout", launch_timeout],
             &own_args,
             &program,
@@ -859,7 +755,7 @@ fn two_launches_of_one_job_id_at_once_on_one_machine_run_one() {
             .iter()
             .map(|a| {
                 let a: Vec<&str> = a.iter().map(String::as_str).collect();
-                Launch::start(&["--job-id", &job], &a, &example("permute_ring"))
+                start_launch(&["--job-id", &job], &a, &example("permute_ring"))
             })
             .collect();
         let ends: Vec<(ExitStatus, String)> = launches
@@ -908,7 +804,7 @@ fn a_stuck_but_alive_rank_is_named_with_its_position_in_a_launched_job() {
     let scratch = Scratch::new("stuck");
     let program = stuck::write_stuck_rank(&scratch.0);
     let job = job_id("stuck");
-    let mut launch = Launch::start(
+    let mut launch = start_launch(
         &["--job-id", &job],
         &["--collective-timeout", "1"],
         &program,
@@ -1001,7 +897,7 @@ fn a_rank_killed_at_a_random_moment_setup_included_fails_the_job_and_leaves_noth
         let job = job_id("kill-any");
         let ttl = TTL.as_secs().to_string();
         let launched = Instant::now();
-        let mut launch = Launch::start(
+        let mut launch = start_launch(
             &["--job-id", &job, "--lease-ttl", &ttl],
             &["--iterations", "100000000"],
             &example("dp_step"),
@@ -1121,7 +1017,7 @@ fn the_launcher_sweeps_the_job_s_segments_when_it_exits() {
 /// the socket folder the killed launcher could not remove.
 #[test]
 fn a_killed_launcher_takes_its_ranks_and_the_next_launch_sweeps_its_folder() {
-    let mut launch = Launch::start(
+    let mut launch = start_launch(
         &["--lease-ttl", &TTL.as_secs().to_string()],
         &["--iterations", "100000000"],
         &example("dp_step"),
