@@ -27,7 +27,7 @@
 
 use crate::comm::{CommOptions, Meeting, NcclCommunicator};
 use crate::loader::{Flavor, Nccl};
-use crate::provider::BindRank;
+use crate::provider::{BindRank, check_devices, comms_failure, log_ready};
 use crate::sys::NCCL_UNIQUE_ID_BYTES;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -38,8 +38,7 @@ use xthunk_core::collectives::{
     CliqueCache, CliqueKey, CliqueProvider, Communicator, JobPlacement, Member, Timeouts,
     Undetected, error_message,
 };
-use xthunk_core::distributed::{Coordinator, exchange_unique_id};
-use xthunk_core::hash::fnv1a64;
+use xthunk_core::distributed::{Coordinator, exchange_split_colors, exchange_unique_id};
 use xthunk_core::{Error, Result};
 
 /// A clique's state in this process.
@@ -71,14 +70,7 @@ impl Entry {
         if let Some(f) = self.failed.0.lock().clone() {
             return Some(f);
         }
-        self.comms.iter().flatten().find_map(|c| {
-            if c.is_aborted() {
-                return Some(format!("{} was aborted", c.describe()));
-            }
-            c.async_error()
-                .err()
-                .map(|e| format!("{}: {}", c.describe(), error_message(&e)))
-        })
+        comms_failure(&self.comms)
     }
 }
 
@@ -102,14 +94,6 @@ impl fmt::Debug for NcclJobCliqueProvider {
             .field("placement", &self.placement)
             .field("timeouts", &self.timeouts)
             .finish_non_exhaustive()
-    }
-}
-
-/// The backend whose devices a library serves.
-const fn backend_of(flavor: Flavor) -> &'static str {
-    match flavor {
-        Flavor::Nccl => "cuda",
-        Flavor::Rccl => "rocm",
     }
 }
 
@@ -157,14 +141,7 @@ impl NcclJobCliqueProvider {
                     devices.len()
                 ))
             })?;
-        let want = backend_of(flavor);
-        if let Some(d) = devices.iter().find(|d| d.backend_name() != want) {
-            return Err(Error::InvalidArgument(format!(
-                "{flavor} cliques need `{want}` devices, got a `{}` device ({})",
-                d.backend_name(),
-                d.info().name
-            )));
-        }
+        check_devices(flavor, devices)?;
         if !lib.supports_config() {
             return Err(Error::Unsupported {
                 backend: flavor.name().into(),
@@ -317,16 +294,13 @@ impl NcclJobCliqueProvider {
             .init_rank_with(key.size(), &id, rank, &options)
             .map_err(fail)?;
         let comm = Arc::new(comm.in_clique(member, failed.clone()));
-        let device = &self.placement.devices[local];
-        tracing::info!(
-            library = %self.lib.describe(),
-            %key,
-            rank,
-            global_rank,
-            device = %format!("{}:{} {}", device.backend_name(), device.info().ordinal, device.info().name),
-            id_hash = %format!("{:016x}", fnv1a64(&id)),
-            init_ms = begun.elapsed().as_secs_f64() * 1e3,
-            "communicator ready"
+        log_ready(
+            &self.lib,
+            key,
+            (rank, global_rank),
+            self.placement.devices.get(local),
+            &id,
+            begun,
         );
         self.cliques.with(|map| {
             if let Some(e) = map.get_mut(key).filter(|e| e.generation == generation) {
@@ -385,31 +359,19 @@ impl CliqueProvider for NcclJobCliqueProvider {
             *e += 1;
             v
         };
-        let hash = parent.stable_hash();
-        let k = |r: usize| format!("xthunk.nccl-split/{hash:016x}/{n}/{r}");
-        let enc = color.map_or_else(|| "none".to_string(), |c| c.to_string());
-        let fail = |e: xthunk_core::distributed::DistributedError| {
-            Error::backend(self.name(), CALL, format!("{}: {e}", comm.describe()))
-        };
-        self.coordinator
-            .set(&k(global_rank), enc.as_bytes())
-            .map_err(fail)?;
-        let Some(color) = color else {
+        let round = format!("xthunk.nccl-split/{:016x}/{n}", parent.stable_hash());
+        let members = exchange_split_colors(
+            self.coordinator.as_ref(),
+            &round,
+            parent.ranks(),
+            global_rank,
+            color,
+            self.timeouts.terminate_after,
+        )
+        .map_err(|e| Error::backend(self.name(), CALL, format!("{}: {e}", comm.describe())))?;
+        let (Some(color), Some(members)) = (color, members) else {
             return Ok(None);
         };
-        let mut members = vec![];
-        for &g in parent.ranks() {
-            let theirs = if g == global_rank {
-                enc.clone().into_bytes()
-            } else {
-                self.coordinator
-                    .get(&k(g), self.timeouts.terminate_after)
-                    .map_err(fail)?
-            };
-            if theirs == enc.as_bytes() {
-                members.push(g);
-            }
-        }
         let key = CliqueKey::new(members, parent.stream_kind())?.with_color(color);
         Ok(Some(self.communicator(&key, global_rank)?))
     }

@@ -114,14 +114,7 @@ impl Entry {
         if let Some(p) = self.rv.poisoned() {
             return Some(p.to_string());
         }
-        self.comms.iter().flatten().find_map(|c| {
-            if c.is_aborted() {
-                return Some(format!("{} was aborted", c.describe()));
-            }
-            c.async_error()
-                .err()
-                .map(|e| format!("{}: {}", c.describe(), error_message(&e)))
-        })
+        comms_failure(&self.comms)
     }
 }
 
@@ -148,11 +141,66 @@ impl fmt::Debug for NcclCliqueProvider {
 }
 
 /// The backend whose devices a library serves.
-const fn backend_of(flavor: Flavor) -> &'static str {
+pub(crate) const fn backend_of(flavor: Flavor) -> &'static str {
     match flavor {
         Flavor::Nccl => "cuda",
         Flavor::Rccl => "rocm",
     }
+}
+
+/// Every one of `devices` is of the backend `flavor` serves.
+pub(crate) fn check_devices(flavor: Flavor, devices: &[Arc<dyn Device>]) -> Result<()> {
+    let want = backend_of(flavor);
+    match devices.iter().find(|d| d.backend_name() != want) {
+        Some(d) => Err(Error::InvalidArgument(format!(
+            "{flavor} cliques need `{want}` devices, got a `{}` device ({})",
+            d.backend_name(),
+            d.info().name
+        ))),
+        None => Ok(()),
+    }
+}
+
+/// Why one of a clique's communicators failed, if one did: aborted, or an asynchronous error.
+pub(crate) fn comms_failure(comms: &[Option<Arc<NcclCommunicator>>]) -> Option<String> {
+    comms.iter().flatten().find_map(|c| {
+        if c.is_aborted() {
+            return Some(format!("{} was aborted", c.describe()));
+        }
+        c.async_error()
+            .err()
+            .map(|e| format!("{}: {}", c.describe(), error_message(&e)))
+    })
+}
+
+/// Logs a communicator made for clique rank `rank` (global `global_rank`) of `key` on
+/// `device`, from unique id `id`, `begun` when its making started.
+pub(crate) fn log_ready(
+    lib: &Nccl,
+    key: &CliqueKey,
+    (rank, global_rank): (usize, usize),
+    device: Option<&Arc<dyn Device>>,
+    id: &UniqueId,
+    begun: std::time::Instant,
+) {
+    let device = device.map_or_else(String::new, |d| {
+        format!(
+            "{}:{} {}",
+            d.backend_name(),
+            d.info().ordinal,
+            d.info().name
+        )
+    });
+    tracing::info!(
+        library = %lib.describe(),
+        %key,
+        rank,
+        global_rank,
+        %device,
+        id_hash = %format!("{:016x}", xthunk_core::hash::fnv1a64(id)),
+        init_ms = begun.elapsed().as_secs_f64() * 1e3,
+        "communicator ready"
+    );
 }
 
 impl NcclCliqueProvider {
@@ -185,14 +233,7 @@ impl NcclCliqueProvider {
                 "{flavor} cliques need at least one device"
             )));
         }
-        let want = backend_of(flavor);
-        if let Some(d) = devices.iter().find(|d| d.backend_name() != want) {
-            return Err(Error::InvalidArgument(format!(
-                "{flavor} cliques need `{want}` devices, got a `{}` device ({})",
-                d.backend_name(),
-                d.info().name
-            )));
-        }
+        check_devices(flavor, &devices)?;
         tracing::debug!(
             library = %lib.describe(),
             devices = devices.len(),
@@ -420,23 +461,13 @@ impl NcclCliqueProvider {
             .map_err(|e| self.fail(&rv, CALL, key, global_rank, &e))?;
         let comm = Arc::new(comm.in_clique(member, rv.clone()));
         self.store(key, rank, &rv, &comm);
-        let device = self.devices.get(global_rank).map_or_else(String::new, |d| {
-            format!(
-                "{}:{} {}",
-                d.backend_name(),
-                d.info().ordinal,
-                d.info().name
-            )
-        });
-        tracing::info!(
-            library = %self.lib.describe(),
-            %key,
-            rank,
-            global_rank,
-            %device,
-            id_hash = %format!("{:016x}", xthunk_core::hash::fnv1a64(&id)),
-            init_ms = begun.elapsed().as_secs_f64() * 1e3,
-            "communicator ready"
+        log_ready(
+            &self.lib,
+            key,
+            (rank, global_rank),
+            self.devices.get(global_rank),
+            &id,
+            begun,
         );
         Ok((comm, rv))
     }

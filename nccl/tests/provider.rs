@@ -760,6 +760,124 @@ fn a_collective_that_waits_too_long_fails_at_the_completion_timeout() {
     }
 }
 
+/// The provider of jobs across processes, with two coordinator ranks of one job standing in
+/// for two processes (one device each): the unique id goes through the coordinator, the
+/// all-reduce gives the sum of both ranks, a split through the coordinator makes the clique
+/// of each color, and a clique evicted after an abort is made again under a new generation.
+#[test]
+fn the_job_provider_meets_through_the_coordinator() {
+    if !under_emulator("the_job_provider_meets_through_the_coordinator", 2) {
+        return;
+    }
+    use xthunk_core::collectives::JobPlacement;
+    use xthunk_core::distributed::{Coordinator, LocalCoordinator};
+    use xthunk_nccl::NcclJobCliqueProvider;
+    const N: u64 = 256;
+    for flavor in FLAVORS {
+        let devs = devices(flavor, 2, true);
+        let coordinators = LocalCoordinator::job(&format!("job-{flavor}"), 2).unwrap();
+        let providers: Vec<Arc<dyn CliqueProvider>> = coordinators
+            .into_iter()
+            .enumerate()
+            .map(|(r, c)| {
+                let c: Arc<dyn Coordinator> = Arc::new(c);
+                let one = devs[r].clone();
+                let bind: BindRank = Arc::new(move |local| {
+                    assert_eq!(local, 0);
+                    match flavor {
+                        Flavor::Nccl => xthunk_cuda::bind_current(one.as_ref()),
+                        Flavor::Rccl => xthunk_rocm::bind_current(one.as_ref()),
+                    }
+                });
+                let placement = JobPlacement {
+                    devices: vec![devs[r].clone()],
+                    first_rank: r,
+                    world: 2,
+                };
+                let p = NcclJobCliqueProvider::new(
+                    flavor,
+                    c,
+                    placement,
+                    bind,
+                    Timeouts::new(Duration::from_millis(500), Duration::from_secs(10)),
+                )
+                .unwrap();
+                Arc::new(p) as Arc<dyn CliqueProvider>
+            })
+            .collect();
+        let exe = all_reduce_program(N, ReduceOp::Sum);
+        let inputs: Vec<Vec<f32>> = (0..2).map(|r| values(N, 40 + r as u64)).collect();
+        let run = |round: usize| -> Vec<Vec<f32>> {
+            std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2usize)
+                    .map(|r| {
+                        let (p, dev, exe) = (providers[r].clone(), devs[r].clone(), exe.clone());
+                        let x = bytes(&inputs[r]);
+                        s.spawn(move || {
+                            let loaded =
+                                xthunk_core::executor::LoadedExecutable::load(dev.clone(), exe)
+                                    .unwrap();
+                            let xb = dev.allocate(N * 4, 256, MemorySpace::Device).unwrap();
+                            dev.copy_from_host(&x, xb.ptr()).unwrap();
+                            let yb = dev.allocate(N * 4, 256, MemorySpace::Device).unwrap();
+                            let opts = ExecuteOptions {
+                                collectives: Some(xthunk_core::executor::CollectiveContext {
+                                    rank: r as u32,
+                                    world: 2,
+                                    cliques: p,
+                                }),
+                                ..Default::default()
+                            };
+                            loaded
+                                .execute(&[xb.as_ref()], &[yb.as_ref()], &opts)
+                                .unwrap_or_else(|e| panic!("round {round}, rank {r}: {e}"));
+                            let mut out = vec![0u8; (N * 4) as usize];
+                            dev.copy_to_host(yb.ptr(), &mut out).unwrap();
+                            floats(&out)
+                        })
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            })
+        };
+        let want: Vec<f32> = (0..N as usize)
+            .map(|i| (f64::from(inputs[0][i]) + f64::from(inputs[1][i])) as f32)
+            .collect();
+        for out in run(0) {
+            assert_eq!(out, want);
+        }
+        // A split: each rank its own color, then both the same.
+        let parent = CliqueKey::new(0..2, StreamKind::Compute).unwrap();
+        for colors in [[Some(1u64), Some(2)], [Some(7), Some(7)], [None, Some(3)]] {
+            let sizes: Vec<Option<usize>> = std::thread::scope(|s| {
+                let hs: Vec<_> = (0..2usize)
+                    .map(|r| {
+                        let (p, parent) = (providers[r].clone(), parent.clone());
+                        s.spawn(move || p.split(&parent, r, colors[r]).unwrap().map(|c| c.size()))
+                    })
+                    .collect();
+                hs.into_iter().map(|h| h.join().unwrap()).collect()
+            });
+            let want: Vec<Option<usize>> = (0..2)
+                .map(|r| colors[r].map(|c| colors.iter().filter(|x| **x == Some(c)).count()))
+                .collect();
+            assert_eq!(sizes, want, "{flavor}: colors {colors:?}");
+        }
+        // Aborted, evicted and made again (a new generation of the same key).
+        for p in &providers {
+            p.abort_all("test: abort");
+            assert!(p.failure().is_some());
+            assert!(p.evict_aborted().contains(&parent));
+        }
+        for out in run(1) {
+            assert_eq!(out, want);
+        }
+        println!(
+            "EMULATED {flavor}: job provider across 2 coordinator ranks: all-reduce, splits, re-made after an abort"
+        );
+    }
+}
+
 /// Wiring errors: host devices, an empty device list, a rank outside the clique or the
 /// devices. Needs no library beyond loading one (through the emulator).
 #[test]

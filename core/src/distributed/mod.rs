@@ -324,6 +324,39 @@ pub fn exchange_unique_id(
     }
 }
 
+/// One rank's part of a split of a clique across processes: publishes this rank's `color`
+/// (`None`: it joins no new clique) under `<round>/<global_rank>` and, with a color, reads
+/// every other rank of `parent_ranks` (waiting up to `timeout` for each) and returns the
+/// ranks of its color, in order. `round` names the split (the parent and its n-th split),
+/// the same on every rank.
+pub fn exchange_split_colors(
+    coordinator: &dyn Coordinator,
+    round: &str,
+    parent_ranks: &[usize],
+    global_rank: usize,
+    color: Option<u64>,
+    timeout: Duration,
+) -> DistributedResult<Option<Vec<usize>>> {
+    let key = |r: usize| format!("{round}/{r}");
+    let mine = color.map_or_else(|| "none".to_string(), |c| c.to_string());
+    coordinator.set(&key(global_rank), mine.as_bytes())?;
+    if color.is_none() {
+        return Ok(None);
+    }
+    let mut members = vec![];
+    for &g in parent_ranks {
+        let theirs = if g == global_rank {
+            mine.clone().into_bytes()
+        } else {
+            coordinator.get(&key(g), timeout)?
+        };
+        if theirs == mine.as_bytes() {
+            members.push(g);
+        }
+    }
+    Ok(Some(members))
+}
+
 /// Calls `on_failure` on a new thread with the first failure `coordinator` reports (e.g. to log
 /// it, clean up and exit non-zero, as XLA terminates on a missed heartbeat). The thread ends
 /// after the call, or without calling when the coordinator is dropped.

@@ -6,7 +6,7 @@ use super::names::{key_hash, remove_pending_segments};
 use super::setup::join;
 use super::{ShmOptions, shm_error};
 use crate::collectives::{CliqueCache, CliqueKey, CliqueProvider, Communicator};
-use crate::distributed::{Coordinator, DistributedError};
+use crate::distributed::{Coordinator, DistributedError, exchange_split_colors};
 use crate::error::{Error, Result};
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -147,28 +147,21 @@ impl CliqueProvider for ShmCliqueProvider {
             *e += 1;
             v
         };
-        let hash = key_hash(parent);
-        let k = |r: usize| format!("xthunk.shm-split/{hash:016x}/{n}/{r}");
-        let enc = color.map_or_else(|| "none".to_string(), |c| c.to_string());
+        let round = format!("xthunk.shm-split/{:016x}/{n}", key_hash(parent));
         let fail = |e: DistributedError| shm_error("split", format!("{}: {e}", comm.describe()));
-        self.coordinator
-            .set(&k(global_rank), enc.as_bytes())
-            .map_err(&fail)?;
-        let Some(color) = color else {
+        let t = comm.transport().timeouts.terminate_after;
+        let members = exchange_split_colors(
+            self.coordinator.as_ref(),
+            &round,
+            parent.ranks(),
+            global_rank,
+            color,
+            t,
+        )
+        .map_err(fail)?;
+        let (Some(color), Some(members)) = (color, members) else {
             return Ok(None);
         };
-        let t = comm.transport().timeouts.terminate_after;
-        let mut members = vec![];
-        for &g in parent.ranks() {
-            let theirs = if g == global_rank {
-                enc.clone().into_bytes()
-            } else {
-                self.coordinator.get(&k(g), t).map_err(&fail)?
-            };
-            if theirs == enc.as_bytes() {
-                members.push(g);
-            }
-        }
         let key = CliqueKey::new(members, parent.stream_kind())?.with_color(color);
         Ok(Some(self.communicator(&key, global_rank)?))
     }
