@@ -72,6 +72,8 @@ impl LoadedExecutable {
         tracing::debug!(
             nodes = schedule.nodes.len(),
             edges = schedule.graph_edges,
+            coarse_allocations = schedule.coarse_allocations,
+            unreduced_nodes = schedule.unreduced_nodes,
             streams = schedule.streams,
             sequential = schedule.sequential,
             "scheduled"
