@@ -1,0 +1,77 @@
+//! Tests of the executor's limits on the host backend: load time of the dependency graph's
+//! worst shape.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use super::{ExecuteOptions, LoadedExecutable};
+use crate::backend::{Backend, Device};
+use crate::bench::memsets_then_copies;
+use crate::host::HostBackend;
+use std::sync::Arc;
+use std::sync::mpsc::channel;
+use std::time::{Duration, Instant};
+
+fn device() -> Arc<dyn Device> {
+    HostBackend::new().device(0).unwrap()
+}
+
+/// Runs `f` on its own thread and returns what it gave, or `None` after `limit` (the thread
+/// is left behind: the test fails, and the process ends after the run).
+fn within<T: Send + 'static>(limit: Duration, f: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    let (tx, rx) = channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(limit).ok()
+}
+
+#[test]
+fn memsets_then_copies_load_quickly() {
+    // Before the graph's bounds: over 2 minutes in a release build. Now well under a second
+    // in release; the bound is generous for a debug build on a busy machine.
+    let n = 10_000u64;
+    let exe = memsets_then_copies(n, true).unwrap();
+    let dev = device();
+    let (loaded, took) = within(Duration::from_secs(60), move || {
+        let start = Instant::now();
+        let l = LoadedExecutable::load(dev, exe);
+        (l, start.elapsed())
+    })
+    .expect("loading 10,000 memsets and 10,000 copies takes over a minute");
+    let loaded = loaded.unwrap();
+    assert!(took < Duration::from_secs(20), "load took {took:?}");
+    let info = loaded.schedule_info();
+    assert_eq!(info.nodes, 2 * n as usize, "{info:?}");
+    assert!(info.edges <= 6 * n as usize, "{info:?}");
+    // Still the program it was: y = 0, 1, …, n-1, with and without a deadline (one by one).
+    let want: Vec<u8> = (0..n as u32).flat_map(|i| i.to_le_bytes()).collect();
+    for deadline in [None, Some(Duration::from_secs(600))] {
+        let opts = ExecuteOptions {
+            deadline,
+            ..Default::default()
+        };
+        let out = loaded.run_with_host_data(&[], &opts).unwrap();
+        assert!(out[0] == want, "wrong output with deadline {deadline:?}");
+    }
+}
+
+/// Load times of the dependency graph's worst shape at several sizes (a measurement, not a
+/// check: `cargo test --release -p xthunk-core --lib load_time_figures -- --ignored
+/// --nocapture`).
+#[test]
+#[ignore = "a measurement; run it in a release build"]
+fn load_time_figures() {
+    for n in [2_500u64, 5_000, 10_000] {
+        let exe = memsets_then_copies(n, true).unwrap();
+        let dev = device();
+        let took = within(Duration::from_secs(300), move || {
+            let start = Instant::now();
+            let l = LoadedExecutable::load(dev, exe);
+            (l.map(|l| l.schedule_info()), start.elapsed())
+        });
+        match took {
+            Some((info, t)) => println!("load_time n={n}: {:.3} s ({info:?})", t.as_secs_f64()),
+            None => println!("load_time n={n}: over 300 s"),
+        }
+    }
+}
