@@ -144,6 +144,11 @@ pub trait Device: Send + Sync {
     fn raw_baseline(&self) -> Option<Arc<dyn baseline::RawBaseline>> {
         None
     }
+    /// The bytes that can still be allocated on the device now (for the executor's check of
+    /// a program's memory at load), when the backend can tell; `None` by default.
+    fn available_memory(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A loaded module.

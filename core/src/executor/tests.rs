@@ -1,12 +1,15 @@
 //! Tests of the executor's limits on the host backend: load time of the dependency graph's
-//! worst shape.
+//! worst shape, and the memory check at load.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::{ExecuteOptions, LoadedExecutable};
+use super::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use crate::backend::{Backend, Device};
 use crate::bench::memsets_then_copies;
+use crate::builder::ExecutableBuilder;
+use crate::error::Error;
 use crate::host::HostBackend;
+use crate::ir::{DType, MemsetPattern};
 use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -74,4 +77,57 @@ fn load_time_figures() {
             None => println!("load_time n={n}: over 300 s"),
         }
     }
+}
+
+#[test]
+fn a_program_larger_than_memory_fails_at_load() {
+    let dev = device();
+    let Some(available) = dev.available_memory() else {
+        panic!("the host backend says how much memory is available on Linux");
+    };
+    let mut b = ExecutableBuilder::new("too_large");
+    let y = b.output("y", DType::I32, &[16]);
+    // More than is available by a wide margin (other tests allocate meanwhile).
+    let _t = b.temp(DType::U8, &[available.saturating_add(1 << 30)]);
+    b.memset(y.slice(), MemsetPattern::U32(1));
+    let e = LoadedExecutable::load(dev, b.build().unwrap()).unwrap_err();
+    assert!(matches!(e, Error::ProgramMemory { .. }), "{e}");
+    let text = e.to_string();
+    assert!(
+        text.starts_with("out of memory: the program needs "),
+        "{text}"
+    );
+    assert!(
+        text.contains(" of temps, 64 of parameters and outputs"),
+        "{text}"
+    );
+    assert!(text.contains(" available"), "{text}");
+}
+
+#[test]
+fn untouched_temps_cost_neither_time_nor_memory() {
+    // A 2 GiB temp nothing touches: before, every host temp was zeroed at allocation
+    // (seconds, and all of it resident).
+    let rss = || {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let l = s.lines().find(|l| l.starts_with("RssAnon:")).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let mut b = ExecutableBuilder::new("big_temp");
+    let y = b.output("y", DType::I32, &[16]);
+    let _t = b.temp(DType::U8, &[2 << 30]);
+    b.memset(y.slice(), MemsetPattern::U32(7));
+    let l = LoadedExecutable::load_with(device(), b.build().unwrap(), &ExecutorConfig::default())
+        .unwrap();
+    let before = rss();
+    let start = Instant::now();
+    let out = l
+        .run_with_host_data(&[], &ExecuteOptions::default())
+        .unwrap();
+    let took = start.elapsed();
+    let grew = rss().saturating_sub(before);
+    assert_eq!(out[0], [7u8, 0, 0, 0].repeat(16));
+    // Other tests run meanwhile: the margins are far below the temp's 2 GiB.
+    assert!(grew < 512 << 20, "resident memory grew by {grew} bytes");
+    assert!(took < Duration::from_secs(2), "{took:?}");
 }
