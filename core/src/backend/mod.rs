@@ -250,6 +250,13 @@ pub trait Stream: Send + Sync {
     fn set_immediate(&self, on: bool) {
         let _ = on;
     }
+    /// A hint: the instant after which the issuer must not be kept waiting. A backend that
+    /// blocks the issuing thread while the stream's queue is full (back-pressure, as the host
+    /// backend does) stops blocking then, so that the caller can fail its deadline. `None`
+    /// clears it. Ignored by default.
+    fn set_issue_deadline(&self, at: Option<std::time::Instant>) {
+        let _ = at;
+    }
     /// Starts recording: work issued until [`Stream::end_capture`] is recorded into a graph
     /// instead of running. Backends without graphs return `Unsupported`.
     fn begin_capture(&self) -> Result<()> {

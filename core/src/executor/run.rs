@@ -87,6 +87,8 @@ impl Run<'_> {
         let immediate = self.exe.schedule.sequential && self.deadline.is_none();
         for s in &state.streams {
             s.set_immediate(immediate);
+            // A full stream queue must not keep the issuer past the deadline.
+            s.set_issue_deadline(self.deadline.map(|(_, at)| at));
         }
         if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
             let stream = state.streams[0].clone();

@@ -1,7 +1,8 @@
 //! The host (CPU) backend: the reference every GPU result is compared with.
 //!
 //! Devices are host memory with per-space accounting (large allocations lazily zeroed
-//! mappings, checked against the memory still available); streams are worker threads; kernels are the standard library's host implementations (and any
+//! mappings, checked against the memory still available); streams are worker threads with
+//! bounded queues; kernels are the standard library's host implementations (and any
 //! registered host library); gemm runs on the `gemm` crate. A host backend can expose several devices (for collectives and
 //! multi-device tests); they share the machine but not their allocations. Its collectives, in
 //! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
