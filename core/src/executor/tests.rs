@@ -1,5 +1,5 @@
 //! Tests of the executor's limits on the host backend: load time of the dependency graph's
-//! worst shape, and the memory check at load.
+//! worst shape, the deadline inside loops, and the memory check at load.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -9,7 +9,7 @@ use crate::bench::memsets_then_copies;
 use crate::builder::ExecutableBuilder;
 use crate::error::Error;
 use crate::host::HostBackend;
-use crate::ir::{DType, MemsetPattern};
+use crate::ir::{DType, Executable, MemsetPattern, Thunk};
 use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -77,6 +77,115 @@ fn load_time_figures() {
             None => println!("load_time n={n}: over 300 s"),
         }
     }
+}
+
+/// A `while` with a trip count of `outer` around a `while` with a trip count of `inner`
+/// around one memset; output `y` (16 i32).
+fn nested_loops(outer: u64, inner: u64) -> Executable {
+    let mut b = ExecutableBuilder::new("nested_loops");
+    let y = b.output("y", DType::I32, &[16]);
+    let pred = b.temp(DType::Pred, &[1]);
+    let body = vec![Thunk::Memset {
+        dst: y.slice(),
+        pattern: MemsetPattern::U32(7),
+    }];
+    let inner = Thunk::While {
+        cond: vec![],
+        pred: pred.slice(),
+        body,
+        trip_count: Some(inner),
+    };
+    b.push(Thunk::While {
+        cond: vec![],
+        pred: pred.slice(),
+        body: vec![inner],
+        trip_count: Some(outer),
+    });
+    b.build().unwrap()
+}
+
+#[test]
+fn the_deadline_stops_loops_between_trips() {
+    // 10^12 trips of 10^7: before the checks between trips, this ran until killed.
+    let exe = nested_loops(1_000_000_000_000, 10_000_000);
+    let l = LoadedExecutable::load(device(), exe).unwrap();
+    let deadline = Duration::from_millis(300);
+    let (r, took) = within(Duration::from_secs(30), move || {
+        let start = Instant::now();
+        let opts = ExecuteOptions {
+            deadline: Some(deadline),
+            ..Default::default()
+        };
+        let r = l.run_with_host_data(&[], &opts).map(|_| ());
+        (r, start.elapsed())
+    })
+    .expect("a deadline of 300 ms did not stop the loop within 30 s");
+    let e = r.expect_err("10^18 memsets within 300 ms");
+    assert!(matches!(
+        &e,
+        Error::Thunk { source, .. } if matches!(**source, Error::DeadlineExceeded { .. })
+    ));
+    let text = e.to_string();
+    // The thunk, and the trip of each loop (the inner one's 10^7 trips take longer than
+    // the deadline).
+    assert!(
+        text.starts_with("thunk entry[0].body[0] (while): deadline of 300ms exceeded"),
+        "{text}"
+    );
+    assert!(
+        issued(&text, "entry[0].body[0] (while)", " of 10000000").is_some(),
+        "{text}"
+    );
+    assert_eq!(
+        issued(&text, "entry[0] (while)", " of 1000000000000"),
+        Some(0),
+        "{text}"
+    );
+    // "Deadline + a little": generous for a debug build on a busy machine.
+    assert!(took < Duration::from_secs(5), "{took:?}: {text}");
+}
+
+#[test]
+fn the_deadline_stops_a_loop_without_trip_count() {
+    // The predicate is set to 1 by the condition every trip: an endless loop.
+    let mut b = ExecutableBuilder::new("endless");
+    let y = b.output("y", DType::I32, &[16]);
+    let pred = b.temp(DType::Pred, &[1]);
+    b.push(Thunk::While {
+        cond: vec![Thunk::Memset {
+            dst: pred.slice(),
+            pattern: MemsetPattern::U8(1),
+        }],
+        pred: pred.slice(),
+        body: vec![Thunk::Memset {
+            dst: y.slice(),
+            pattern: MemsetPattern::U32(7),
+        }],
+        trip_count: None,
+    });
+    let l = LoadedExecutable::load(device(), b.build().unwrap()).unwrap();
+    let opts = ExecuteOptions {
+        deadline: Some(Duration::from_millis(200)),
+        ..Default::default()
+    };
+    let r = within(Duration::from_secs(30), move || {
+        l.run_with_host_data(&[], &opts).map(|_| ())
+    })
+    .expect("a deadline of 200 ms did not stop the loop within 30 s");
+    let text = r.expect_err("an endless loop finished").to_string();
+    assert!(
+        text.starts_with("thunk entry[0] (while): deadline of 200ms exceeded"),
+        "{text}"
+    );
+    // No trip count to give.
+    assert!(issued(&text, "entry[0] (while)", "").is_some(), "{text}");
+}
+
+/// The number in `… {thunk} had issued {N}{of} trips` of a deadline error's text.
+fn issued(text: &str, thunk: &str, of: &str) -> Option<u64> {
+    let rest = text.split(&format!("{thunk} had issued ")).nth(1)?;
+    let n = rest.split(&format!("{of} trips")).next()?;
+    n.parse().ok()
 }
 
 #[test]
