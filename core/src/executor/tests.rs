@@ -240,3 +240,31 @@ fn untouched_temps_cost_neither_time_nor_memory() {
     assert!(grew < 512 << 20, "resident memory grew by {grew} bytes");
     assert!(took < Duration::from_secs(2), "{took:?}");
 }
+
+/// Time and peak resident memory of one execution of a program with an untouched 6 GiB temp
+/// (a measurement: `cargo test -p xthunk-core --lib big_temp_figures -- --ignored
+/// --nocapture`; alone, so that the peak is this test's).
+#[test]
+#[ignore = "a measurement; it needs 6 GiB of memory available"]
+fn big_temp_figures() {
+    let field = |key: &str| {
+        let s = std::fs::read_to_string("/proc/self/status").unwrap();
+        let l = s.lines().find(|l| l.starts_with(key)).unwrap();
+        l.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let mut b = ExecutableBuilder::new("big_temp");
+    let y = b.output("y", DType::I32, &[16]);
+    let _t = b.temp(DType::U8, &[6 << 30]);
+    b.memset(y.slice(), MemsetPattern::U32(7));
+    let start = Instant::now();
+    let l = LoadedExecutable::load(device(), b.build().unwrap()).unwrap();
+    l.run_with_host_data(&[], &ExecuteOptions::default())
+        .unwrap();
+    println!(
+        "big_temp: load + first execution {:.3} s, peak resident {} MiB (VmHWM), anonymous \
+         resident now {} MiB",
+        start.elapsed().as_secs_f64(),
+        field("VmHWM:") >> 20,
+        field("RssAnon:") >> 20
+    );
+}
