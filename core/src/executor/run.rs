@@ -34,6 +34,9 @@ pub(super) struct Run<'a> {
     /// False inside a command buffer: its steps are recorded once and replayed, so they are
     /// not numbered in the progress record.
     numbering: Cell<bool>,
+    /// How many top-level nodes are issued completely (their tracking event recorded): a
+    /// node from here on is pending even though its tracking event has not been recorded.
+    issued_nodes: Cell<usize>,
 }
 
 impl<'a> Run<'a> {
@@ -52,6 +55,7 @@ impl<'a> Run<'a> {
             used: RefCell::new(vec![]),
             progress: progress.zip(collectives.map(|c| c.rank)),
             numbering: Cell::new(true),
+            issued_nodes: Cell::new(0),
         }
     }
 }
@@ -117,6 +121,7 @@ impl Run<'_> {
             }
             if tracking {
                 stream.record(state.tracking[i].as_ref())?;
+                self.issued_nodes.set(i + 1);
             }
         }
         Ok(())
@@ -139,12 +144,14 @@ impl Run<'_> {
         let nodes = &self.exe.schedule.nodes;
         let mut out = vec![];
         for s in 0..state.streams.len() {
+            let issued = self.issued_nodes.get();
             let first = nodes.iter().enumerate().find(|(i, n)| {
                 n.stream == s
-                    && state
-                        .tracking
-                        .get(*i)
-                        .is_none_or(|e| !e.query().unwrap_or(false))
+                    && (*i >= issued
+                        || state
+                            .tracking
+                            .get(*i)
+                            .is_none_or(|e| !e.query().unwrap_or(false)))
             });
             if let Some((_, n)) = first {
                 out.push(format!("stream {s}: {} ({})", n.step.path, n.step.label));

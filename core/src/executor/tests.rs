@@ -132,6 +132,11 @@ fn the_deadline_stops_loops_between_trips() {
         text.starts_with("thunk entry[0].body[0] (while): deadline of 300ms exceeded"),
         "{text}"
     );
+    // The loop is the pending thunk of its stream (it never finished issuing).
+    assert!(
+        text.contains("first pending thunks: stream 0: entry[0] (while);"),
+        "{text}"
+    );
     assert!(
         issued(&text, "entry[0].body[0] (while)", " of 10000000").is_some(),
         "{text}"
