@@ -111,33 +111,36 @@ impl Segments {
             return 1;
         }
         let mut work = self.split(start) + self.split(end);
-        // Visit existing segments inside [start, end), noting gaps not yet covered.
-        let keys: Vec<u64> = self.map.range(start..end).map(|(k, _)| *k).collect();
-        work += keys.len() as u64;
+        // Visit the segments inside [start, end) in one pass (a read also joins their
+        // readers), noting the gaps not yet covered.
+        let writes = access.writes();
         let mut gaps = vec![];
         let mut cursor = start;
-        for k in &keys {
-            if *k > cursor {
-                gaps.push((cursor, *k));
+        let mut visited = 0u64;
+        for (&k, seg) in self.map.range_mut(start..end) {
+            visited += 1;
+            if k > cursor {
+                gaps.push((cursor, k));
             }
-            if let Some(seg) = self.map.get(k) {
-                cursor = seg.end;
-                // Every use (read or write) is ordered after the last writer.
-                if let Some(w) = seg.writer {
-                    deps.push(w);
-                }
-                if access.writes() {
-                    deps.extend(seg.readers.iter().copied());
-                    work += seg.readers.len() as u64;
-                }
+            cursor = seg.end;
+            // Every use (read or write) is ordered after the last writer.
+            if let Some(w) = seg.writer {
+                deps.push(w);
+            }
+            if writes {
+                deps.extend(seg.readers.iter().copied());
+                work += seg.readers.len() as u64;
+            } else if seg.readers.last() != Some(&node) {
+                seg.readers.push(node);
             }
         }
         if cursor < end {
             gaps.push((cursor, end));
         }
-        work += gaps.len() as u64;
-        if access.writes() {
+        work += visited + gaps.len() as u64;
+        if writes {
             // The whole range now has one writer and no readers: merge into one segment.
+            let keys: Vec<u64> = self.map.range(start..end).map(|(k, _)| *k).collect();
             for k in keys {
                 self.map.remove(&k);
             }
@@ -150,13 +153,6 @@ impl Segments {
                 },
             );
         } else {
-            for k in keys {
-                if let Some(seg) = self.map.get_mut(&k) {
-                    if seg.readers.last() != Some(&node) {
-                        seg.readers.push(node);
-                    }
-                }
-            }
             for (s, e) in gaps {
                 self.map.insert(
                     s,
