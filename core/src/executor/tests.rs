@@ -58,23 +58,29 @@ fn memsets_then_copies_load_quickly() {
     }
 }
 
-/// Load times of the dependency graph's worst shape at several sizes (a measurement, not a
-/// check: `cargo test --release -p xthunk-core --lib load_time_figures -- --ignored
-/// --nocapture`).
+/// Load times of the dependency graph's worst shape at several sizes, and of the same
+/// number of thunks in a plain shape (a measurement, not a check: `cargo test --release -p
+/// xthunk-core --lib load_time_figures -- --ignored --nocapture`).
 #[test]
 #[ignore = "a measurement; run it in a release build"]
 fn load_time_figures() {
     for n in [2_500u64, 5_000, 10_000] {
-        let exe = memsets_then_copies(n, true).unwrap();
-        let dev = device();
-        let took = within(Duration::from_secs(300), move || {
-            let start = Instant::now();
-            let l = LoadedExecutable::load(dev, exe);
-            (l.map(|l| l.schedule_info()), start.elapsed())
-        });
-        match took {
-            Some((info, t)) => println!("load_time n={n}: {:.3} s ({info:?})", t.as_secs_f64()),
-            None => println!("load_time n={n}: over 300 s"),
+        for whole in [true, false] {
+            let exe = memsets_then_copies(n, whole).unwrap();
+            let dev = device();
+            let took = within(Duration::from_secs(300), move || {
+                let start = Instant::now();
+                let l = LoadedExecutable::load(dev, exe);
+                (l.map(|l| l.schedule_info()), start.elapsed())
+            });
+            let shape = if whole { "worst" } else { "plain" };
+            match took {
+                Some((info, t)) => println!(
+                    "load_time n={n} {shape}: {:.3} s ({info:?})",
+                    t.as_secs_f64()
+                ),
+                None => println!("load_time n={n} {shape}: over 300 s"),
+            }
         }
     }
 }
