@@ -25,7 +25,7 @@ pub fn graph_build(s: &Setup) -> Res<Row> {
         "graph_build",
         "ms",
         "worst-shape load time / plain-shape load time",
-        Goal::le(2.0),
+        Goal::le(3.0),
     );
     let n = thousands(N);
     row.work = format!(
