@@ -43,8 +43,8 @@ pub struct GraphLimits {
 impl Default for GraphLimits {
     fn default() -> Self {
         GraphLimits {
-            alloc_base: 1 << 16,
-            alloc_per_use: 64,
+            alloc_base: 1 << 14,
+            alloc_per_use: 16,
             reduce_base: 1 << 22,
             reduce_per_edge: 16,
         }
