@@ -1,11 +1,14 @@
 //! What xthunk's benchmarks share (the CLI's `xthunk bench` and this crate's criterion
 //! benches): the tiny `add_f32` chain that measures the executor's cost per thunk, the same
 //! chain as a plain loop over the host kernel function (the host baseline), the wide DAG that
-//! measures streams, and how busy the machine was meanwhile.
+//! measures streams, the memsets-then-copies program that measures building the dependency
+//! graph, and how busy the machine was meanwhile.
 
 use crate::builder::ExecutableBuilder;
 use crate::error::{Error, Result};
-use crate::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Slice, Thunk};
+use crate::ir::{
+    Access, DType, Dim3, Executable, KernelArg, KernelThunk, MemsetPattern, Scalar, Slice, Thunk,
+};
 use crate::kernels::{HostArg, HostKernelFn};
 use std::hint::black_box;
 
@@ -149,6 +152,30 @@ pub fn wide_dag(n: u64, grid: u32) -> Result<Executable> {
                 ],
             }));
             prev = out;
+        }
+    }
+    Ok(b.build()?)
+}
+
+/// The dependency graph's worst shape for a naive builder, when `whole`: `n` memsets of one
+/// `i32` each to distinct offsets of a temp of `n` i32 (element `i` set to `i`), then `n`
+/// copies of the whole temp to output `y` (every copy reads every memset's bytes and writes
+/// over the previous copy). Otherwise the same number of thunks in a plain shape: copy `i`
+/// takes element `i` only. `y` ends as `0, 1, …, n-1` either way.
+pub fn memsets_then_copies(n: u64, whole: bool) -> Result<Executable> {
+    let mut b = ExecutableBuilder::new("memsets_then_copies");
+    let t = b.temp(DType::I32, &[n]);
+    let y = b.output("y", DType::I32, &[n]);
+    for i in 0..n {
+        let v = u32::try_from(i)
+            .map_err(|_| Error::InvalidArgument(format!("{n} memsets do not fit u32 values")))?;
+        b.memset(t.elems(i, 1).slice(), MemsetPattern::U32(v));
+    }
+    for i in 0..n {
+        if whole {
+            b.copy(t.slice(), y.slice());
+        } else {
+            b.copy(t.elems(i, 1).slice(), y.elems(i, 1).slice());
         }
     }
     Ok(b.build()?)

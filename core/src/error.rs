@@ -22,6 +22,17 @@ pub enum Error {
         requested: u64,
         space: MemorySpace,
     },
+    /// A program needs more memory than its device has available (checked at load).
+    #[error(
+        "out of memory: the program needs {needed} bytes on {device} ({parts}), {available} available"
+    )]
+    ProgramMemory {
+        device: String,
+        needed: u64,
+        /// What the bytes are: `N of temps, N of parameters and outputs, N of constants`.
+        parts: String,
+        available: u64,
+    },
     /// A call into a backend (a vendor library, or the host runtime) failed.
     #[error("{backend}: {call} failed: {message}")]
     Backend {

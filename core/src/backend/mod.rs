@@ -144,6 +144,11 @@ pub trait Device: Send + Sync {
     fn raw_baseline(&self) -> Option<Arc<dyn baseline::RawBaseline>> {
         None
     }
+    /// The bytes that can still be allocated on the device now (for the executor's check of
+    /// a program's memory at load), when the backend can tell; `None` by default.
+    fn available_memory(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// A loaded module.
@@ -244,6 +249,13 @@ pub trait Stream: Send + Sync {
     /// results are the same either way; the issuing call just returns after the work.
     fn set_immediate(&self, on: bool) {
         let _ = on;
+    }
+    /// A hint: the instant after which the issuer must not be kept waiting. A backend that
+    /// blocks the issuing thread while the stream's queue is full (back-pressure, as the host
+    /// backend does) stops blocking then, so that the caller can fail its deadline. `None`
+    /// clears it. Ignored by default.
+    fn set_issue_deadline(&self, at: Option<std::time::Instant>) {
+        let _ = at;
     }
     /// Starts recording: work issued until [`Stream::end_capture`] is recorded into a graph
     /// instead of running. Backends without graphs return `Unsupported`.

@@ -52,6 +52,7 @@ impl LoadedExecutable {
         config: &ExecutorConfig,
     ) -> Result<Self> {
         verify(&exe)?;
+        check_memory(device.as_ref(), &exe)?;
         let caps = device.capabilities();
         for a in &exe.allocations {
             if !caps.memory_spaces.contains(&a.memory_space) {
@@ -72,6 +73,8 @@ impl LoadedExecutable {
         tracing::debug!(
             nodes = schedule.nodes.len(),
             edges = schedule.graph_edges,
+            coarse_allocations = schedule.coarse_allocations,
+            unreduced_nodes = schedule.unreduced_nodes,
             streams = schedule.streams,
             sequential = schedule.sequential,
             "scheduled"
@@ -329,4 +332,35 @@ impl LoadedExecutable {
             })
             .collect()
     }
+}
+
+/// Fails with [`Error::ProgramMemory`] when the program's allocations (temps, parameters,
+/// outputs and constants together) exceed what the device says it has available, instead
+/// of failing later in the middle of allocating (or, for lazily backed memory, at first
+/// touch).
+fn check_memory(device: &dyn Device, exe: &Executable) -> Result<()> {
+    let Some(available) = device.available_memory() else {
+        return Ok(());
+    };
+    let (mut temps, mut io, mut constants) = (0u64, 0u64, 0u64);
+    for a in &exe.allocations {
+        let sum = match a.kind {
+            AllocationKind::Temp => &mut temps,
+            AllocationKind::Parameter(_) | AllocationKind::Output(_) => &mut io,
+            AllocationKind::Constant(_) => &mut constants,
+        };
+        *sum = sum.saturating_add(a.size);
+    }
+    let needed = temps.saturating_add(io).saturating_add(constants);
+    if needed <= available {
+        return Ok(());
+    }
+    Err(Error::ProgramMemory {
+        device: device.info().name.clone(),
+        needed,
+        parts: format!(
+            "{temps} of temps, {io} of parameters and outputs, {constants} of constants"
+        ),
+        available,
+    })
 }

@@ -37,6 +37,8 @@ mod run;
 mod schedule;
 pub mod spmd;
 mod state;
+#[cfg(test)]
+mod tests;
 
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;

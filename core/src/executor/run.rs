@@ -1,7 +1,9 @@
 //! One execution in progress ([`Run`]): issues the schedule's nodes on their streams (with
 //! the cross-stream event waits and records), runs composite steps (`While`, `Conditional`)
 //! by reading predicates back, waits for the streams with the deadline and the collective
-//! watchdog, and names the pending thunks when it gives up.
+//! watchdog, and names the pending thunks when it gives up. The deadline is checked before
+//! every top-level node, before every trip of every loop, and while waiting for a stream; a
+//! stream with a full queue lets its issuer go at the deadline.
 
 use super::LoadedExecutable;
 use super::config::CollectiveContext;
@@ -32,6 +34,9 @@ pub(super) struct Run<'a> {
     /// False inside a command buffer: its steps are recorded once and replayed, so they are
     /// not numbered in the progress record.
     numbering: Cell<bool>,
+    /// How many top-level nodes are issued completely (their tracking event recorded): a
+    /// node from here on is pending even though its tracking event has not been recorded.
+    issued_nodes: Cell<usize>,
 }
 
 impl<'a> Run<'a> {
@@ -50,6 +55,7 @@ impl<'a> Run<'a> {
             used: RefCell::new(vec![]),
             progress: progress.zip(collectives.map(|c| c.rank)),
             numbering: Cell::new(true),
+            issued_nodes: Cell::new(0),
         }
     }
 }
@@ -87,6 +93,8 @@ impl Run<'_> {
         let immediate = self.exe.schedule.sequential && self.deadline.is_none();
         for s in &state.streams {
             s.set_immediate(immediate);
+            // A full stream queue must not keep the issuer past the deadline.
+            s.set_issue_deadline(self.deadline.map(|(_, at)| at));
         }
         if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
             let stream = state.streams[0].clone();
@@ -95,6 +103,9 @@ impl Run<'_> {
                 .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind));
         }
         for (i, node) in nodes.iter().enumerate() {
+            if tracking {
+                self.check_deadline(state)?;
+            }
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {
                 if let Some(e) = state.events.get(w) {
@@ -110,6 +121,7 @@ impl Run<'_> {
             }
             if tracking {
                 stream.record(state.tracking[i].as_ref())?;
+                self.issued_nodes.set(i + 1);
             }
         }
         Ok(())
@@ -132,12 +144,14 @@ impl Run<'_> {
         let nodes = &self.exe.schedule.nodes;
         let mut out = vec![];
         for s in 0..state.streams.len() {
+            let issued = self.issued_nodes.get();
             let first = nodes.iter().enumerate().find(|(i, n)| {
                 n.stream == s
-                    && state
-                        .tracking
-                        .get(*i)
-                        .is_none_or(|e| !e.query().unwrap_or(false))
+                    && (*i >= issued
+                        || state
+                            .tracking
+                            .get(*i)
+                            .is_none_or(|e| !e.query().unwrap_or(false)))
             });
             if let Some((_, n)) = first {
                 out.push(format!("stream {s}: {} ({})", n.step.path, n.step.label));
@@ -300,20 +314,36 @@ impl Run<'_> {
                 body,
                 trip_count,
             } => {
+                // The deadline is checked before every trip; a deadline error says how many
+                // trips were issued (of how many), for this loop and every loop around it.
+                let issued = |trips: u64| {
+                    move |e: Error| {
+                        note_deadline(e, || {
+                            let of = trip_count.map(|n| format!(" of {n}")).unwrap_or_default();
+                            format!(
+                                "{} ({}) had issued {trips}{of} trips",
+                                step.path, step.label
+                            )
+                        })
+                    }
+                };
                 if let Some(n) = trip_count {
-                    for _ in 0..*n {
-                        self.steps(body, stream, state)?;
+                    for trip in 0..*n {
+                        self.check_deadline(state).map_err(issued(trip))?;
+                        self.steps(body, stream, state).map_err(issued(trip))?;
                     }
                     return Ok(());
                 }
+                let mut trip = 0u64;
                 loop {
-                    self.steps(cond, stream, state)?;
-                    let b = self.read_back(pred, stream, state)?;
+                    self.check_deadline(state).map_err(issued(trip))?;
+                    self.steps(cond, stream, state).map_err(issued(trip))?;
+                    let b = self.read_back(pred, stream, state).map_err(issued(trip))?;
                     if b[0] == 0 {
                         return Ok(());
                     }
-                    self.steps(body, stream, state)?;
-                    self.check_deadline(state)?;
+                    self.steps(body, stream, state).map_err(issued(trip))?;
+                    trip = trip.saturating_add(1);
                 }
             }
             Op::Conditional {
@@ -378,6 +408,23 @@ impl Run<'_> {
                 t.kind()
             ))),
         }
+    }
+}
+
+/// Adds `note` to the pending-thunk text of a deadline error, also when thunk paths wrap it;
+/// other errors pass unchanged.
+fn note_deadline(e: Error, note: impl FnOnce() -> String) -> Error {
+    match e {
+        Error::DeadlineExceeded { deadline, pending } => Error::DeadlineExceeded {
+            deadline,
+            pending: format!("{pending}; {}", note()),
+        },
+        Error::Thunk { path, kind, source } => Error::Thunk {
+            path,
+            kind,
+            source: Box::new(note_deadline(*source, note)),
+        },
+        e => e,
     }
 }
 

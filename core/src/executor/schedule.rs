@@ -33,6 +33,10 @@ pub(super) struct Schedule {
     pub(super) streams: usize,
     pub(super) sequential: bool,
     pub(super) graph_edges: usize,
+    /// Allocations the dependency graph tracked as one range (over its budget).
+    pub(super) coarse_allocations: usize,
+    /// Nodes the graph's reduction left unreduced (over its budget).
+    pub(super) unreduced_nodes: usize,
 }
 
 /// What an execution did, for tests and benchmarks.
@@ -144,6 +148,8 @@ pub(super) fn schedule(
             streams: 1,
             sequential: true,
             graph_edges: graph.edge_count(),
+            coarse_allocations: graph.coarse.len(),
+            unreduced_nodes: graph.unreduced,
         });
     }
     let compute = config.streams.max(1);
@@ -205,5 +211,7 @@ pub(super) fn schedule(
         streams: total,
         sequential: false,
         graph_edges: graph.edge_count(),
+        coarse_allocations: graph.coarse.len(),
+        unreduced_nodes: graph.unreduced,
     })
 }

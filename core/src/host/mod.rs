@@ -1,12 +1,14 @@
 //! The host (CPU) backend: the reference every GPU result is compared with.
 //!
-//! Devices are host memory with per-space accounting; streams are worker threads; kernels
-//! are the standard library's host implementations (and any registered host library); gemm
-//! runs on the `gemm` crate. A host backend can expose several devices (for collectives and
+//! Devices are host memory with per-space accounting (large allocations lazily zeroed
+//! mappings, checked against the memory still available); streams are worker threads with
+//! bounded queues; kernels are the standard library's host implementations (and any
+//! registered host library); gemm runs on the `gemm` crate. A host backend can expose several devices (for collectives and
 //! multi-device tests); they share the machine but not their allocations. Its collectives, in
 //! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
 //! memory ([`ShmCliqueProvider`]), implement the traits of [`crate::collectives`].
 
+mod available;
 mod collectives;
 mod gemm;
 mod memory;
@@ -208,6 +210,10 @@ impl Device for HostDevice {
 
     fn memory_stats(&self) -> MemoryStats {
         self.memory.stats()
+    }
+
+    fn available_memory(&self) -> Option<u64> {
+        available::available()
     }
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {

@@ -1,5 +1,8 @@
 //! Host streams and events: each stream is a worker thread running its queue in order, so
-//! different streams run concurrently, exactly as GPU streams do.
+//! different streams run concurrently, exactly as GPU streams do. A stream's queue is
+//! bounded ([`QUEUE_LIMIT`]): an issuer that gets that far ahead of the worker waits for it
+//! (until its [issue deadline](crate::backend::Stream::set_issue_deadline), if it has one),
+//! as a GPU's full launch queue blocks the host.
 
 use super::memory::{MemoryRegistry, Region, RegionCache};
 use super::module::HostKernelHandle;
@@ -14,6 +17,7 @@ use std::any::Any;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
+use std::time::Instant;
 
 /// A unit of queued work. `Fn` rather than `FnOnce` so that captured work can be replayed.
 type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
@@ -68,6 +72,9 @@ impl Progress {
     }
 }
 
+/// Operations a stream holds queued before its issuer waits for the worker to catch up.
+pub(crate) const QUEUE_LIMIT: u64 = 4096;
+
 /// A host stream.
 pub struct HostStream {
     tx: Option<crossbeam_channel::Sender<Op>>,
@@ -81,6 +88,8 @@ pub struct HostStream {
     immediate: std::sync::atomic::AtomicBool,
     capturing: std::sync::atomic::AtomicBool,
     cache: Mutex<RegionCache>,
+    /// When a full queue stops blocking the issuer (see `Stream::set_issue_deadline`).
+    issue_deadline: Mutex<Option<Instant>>,
 }
 
 impl std::fmt::Debug for HostStream {
@@ -128,6 +137,7 @@ impl HostStream {
             immediate: std::sync::atomic::AtomicBool::new(false),
             capturing: std::sync::atomic::AtomicBool::new(false),
             cache: Mutex::new(RegionCache::default()),
+            issue_deadline: Mutex::new(None),
         })
     }
 
@@ -135,9 +145,35 @@ impl HostStream {
         let Some(tx) = &self.tx else {
             return Err(Error::backend("host", "stream", "stream is closed"));
         };
+        self.throttle();
         self.issued.fetch_add(1, Ordering::SeqCst);
         tx.send(op)
             .map_err(|_| Error::backend("host", "stream", "stream worker has exited"))
+    }
+
+    /// Waits while [`QUEUE_LIMIT`] operations are queued, until the worker has run one of
+    /// them or the issue deadline passed (then the caller queues anyway and finds the
+    /// deadline passed itself).
+    fn throttle(&self) {
+        let issued = self.issued.load(Ordering::SeqCst);
+        if issued < QUEUE_LIMIT {
+            return;
+        }
+        let mut done = self.progress.done.lock();
+        if issued.saturating_sub(*done) < QUEUE_LIMIT {
+            return;
+        }
+        let deadline = *self.issue_deadline.lock();
+        while issued.saturating_sub(*done) >= QUEUE_LIMIT {
+            match deadline {
+                Some(at) => {
+                    if self.progress.cv.wait_until(&mut done, at).timed_out() {
+                        return;
+                    }
+                }
+                None => self.progress.cv.wait(&mut done),
+            }
+        }
     }
 
     fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
@@ -439,6 +475,10 @@ impl Stream for HostStream {
         self.immediate.store(on, Ordering::Relaxed);
     }
 
+    fn set_issue_deadline(&self, at: Option<Instant>) {
+        *self.issue_deadline.lock() = at;
+    }
+
     fn begin_capture(&self) -> Result<()> {
         let mut cap = self.capture.lock();
         if cap.is_some() {
@@ -515,5 +555,79 @@ impl Event for HostEvent {
 
     fn as_any(&self) -> &dyn Any {
         self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::ir::MemorySpace;
+    use std::time::Duration;
+
+    /// A stream whose worker is held until something is sent on the returned channel, and 64
+    /// bytes to memset on it.
+    fn held_stream() -> (
+        Arc<HostStream>,
+        DevicePtr,
+        crossbeam_channel::Sender<()>,
+        Arc<MemoryRegistry>,
+    ) {
+        let memory = Arc::new(MemoryRegistry::default());
+        let a = memory
+            .allocate("test", 64, 64, MemorySpace::Device)
+            .unwrap();
+        let ptr = DevicePtr(a.base() as u64);
+        let s = Arc::new(HostStream::new(memory.clone(), 0).unwrap());
+        let (open, gate) = crossbeam_channel::bounded::<()>(1);
+        s.work(move || {
+            let _ = gate.recv();
+            Ok(())
+        })
+        .unwrap();
+        (s, ptr, open, memory)
+    }
+
+    fn queued(s: &HostStream) -> u64 {
+        s.issued.load(Ordering::SeqCst) - *s.progress.done.lock()
+    }
+
+    #[test]
+    fn a_full_queue_blocks_the_issuer() {
+        let (s, ptr, open, _memory) = held_stream();
+        let issuer = {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for _ in 0..QUEUE_LIMIT + 100 {
+                    s.memset(ptr, 64, MemsetPattern::U8(1)).unwrap();
+                }
+            })
+        };
+        std::thread::sleep(Duration::from_millis(300));
+        let q = queued(&s);
+        assert!(q <= QUEUE_LIMIT, "{q} operations queued");
+        assert!(!issuer.is_finished());
+        open.send(()).unwrap();
+        issuer.join().unwrap();
+        s.synchronize().unwrap();
+        assert_eq!(queued(&s), 0);
+    }
+
+    #[test]
+    fn a_full_queue_lets_the_issuer_go_at_its_deadline() {
+        let (s, ptr, open, _memory) = held_stream();
+        let start = Instant::now();
+        s.set_issue_deadline(Some(start + Duration::from_millis(200)));
+        for _ in 0..QUEUE_LIMIT + 10 {
+            s.memset(ptr, 64, MemsetPattern::U8(1)).unwrap();
+        }
+        let took = start.elapsed();
+        // Blocked until the deadline, not (much) beyond, while the worker is still held.
+        assert!(took >= Duration::from_millis(190), "{took:?}");
+        assert!(took < Duration::from_secs(5), "{took:?}");
+        assert!(queued(&s) > QUEUE_LIMIT);
+        s.set_issue_deadline(None);
+        open.send(()).unwrap();
+        s.synchronize().unwrap();
     }
 }

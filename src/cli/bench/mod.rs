@@ -8,6 +8,7 @@
 //! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` / `hipMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` / rocBLAS `rocblas_gemm_ex` called directly, same shapes | ≥ 0.95× of the vendor BLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
+//! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
 //! The GPU baselines are the device's raw vendor baselines
 //! ([`xthunk::core::backend::baseline::RawBaseline`], from [`Device::raw_baseline`]: CUDA's
@@ -26,10 +27,12 @@
 //!
 //! Modules: [`stats`] (goals, spreads, interleaved rounds), [`report`] (rows, the table, the
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
-//! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`].
+//! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
+//! [`graph`].
 
 mod copy;
 mod gemm;
+mod graph;
 mod load;
 mod overhead;
 mod program;
@@ -58,7 +61,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 7] = [
+pub const NAMES: [&str; 8] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -66,6 +69,7 @@ pub const NAMES: [&str; 7] = [
     "gemm_bf16",
     "gemm_f16",
     "wide_dag",
+    "graph_build",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -244,6 +248,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
     );
     rows.extend(gemm::gemms(&setup, filter));
     one("wide_dag", filter, || wide::wide_dag(&setup), &mut rows);
+    one(
+        "graph_build",
+        filter,
+        || graph::graph_build(&setup),
+        &mut rows,
+    );
     eprintln!(
         "xthunk bench: done in {:.1} s",
         start.elapsed().as_secs_f64()
