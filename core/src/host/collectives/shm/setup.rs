@@ -39,9 +39,9 @@ pub(super) fn join(
     let random = |what: &'static str| {
         move |e: std::io::Error| shm_error("setup", format!("{key}: no random {what}: {e}"))
     };
-    // The name is learned (drawn by the first rank, announced to the others) before the
-    // segment is opened; it goes into the pending list first, so that it is removed whatever
-    // happens next.
+    // The name is learned (drawn by the first rank, announced to the others) when the
+    // segment is created or before it is opened; it goes into the pending list, so that it is
+    // removed whatever happens next.
     let mut learned: Option<String> = None;
     let mut learn = |name: String| {
         PENDING.lock().insert(name.clone());
@@ -58,8 +58,12 @@ pub(super) fn join(
             })?;
             let token = random_u64().map_err(random("token"))?;
             let nonce = random_u128().map_err(random("segment name"))?;
-            let name = learn(segment_name(&job, hash, generation, nonce));
+            let name = segment_name(&job, hash, generation, nonce);
+            // Learned once created: a name that existed already is someone else's, and
+            // stays. (A segment of a process killed before it learned the name is still
+            // under the job's prefix, where the launcher's sweep finds it.)
             let seg = Segment::create(&name, layout, token, hash)?;
+            let name = learn(name);
             let value = format!("{token:016x} {name} {key}");
             coordinator.set(&announce, value.as_bytes())?;
             Ok(seg)
