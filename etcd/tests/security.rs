@@ -85,18 +85,26 @@ fn refused(etcd: &EtcdServer, security: &EtcdSecurity, name: &str) -> String {
     e.to_string()
 }
 
-/// Enables authentication on the plain etcd at `endpoint`: user `root` (password `rootpw`),
-/// and user `xthunk` (password `right`) with read and write access to `/xthunk/` only.
-fn enable_auth(endpoint: &str) {
-    use etcd_client::{Client, Permission};
+/// Enables authentication on the etcd at `endpoint` (plain, or TLS verified with `ca`): user
+/// `root` (password `rootpw`), and user `xthunk` (password `right`) with read and write access
+/// to `/xthunk/` only.
+fn enable_auth(endpoint: &str, ca: Option<&Path>) {
+    use etcd_client::{Certificate, Client, ConnectOptions, Permission, TlsOptions};
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    let (url, opts) = match ca {
+        None => (format!("http://{endpoint}"), None),
+        Some(ca) => (
+            format!("https://{endpoint}"),
+            Some(ConnectOptions::new().with_tls(
+                TlsOptions::new().ca_certificate(Certificate::from_pem(std::fs::read(ca).unwrap())),
+            )),
+        ),
+    };
     rt.block_on(async {
-        let mut c = Client::connect([format!("http://{endpoint}")], None)
-            .await
-            .unwrap();
+        let mut c = Client::connect([url], opts).await.unwrap();
         c.user_add("root", "rootpw", None).await.unwrap();
         c.user_grant_role("root", "root").await.unwrap();
         c.role_add("xthunk-rw").await.unwrap();
@@ -121,7 +129,7 @@ fn with_authentication_enabled_only_the_right_password_gets_in() {
     let Some(etcd) = EtcdServer::start_or_skip("with_authentication_enabled").unwrap() else {
         return;
     };
-    enable_auth(&etcd.endpoint());
+    enable_auth(&etcd.endpoint(), None);
 
     let e = refused(&etcd, &with_user("xthunk", "wrong"), "auth-wrong");
     assert!(
@@ -350,4 +358,125 @@ fn over_tls_with_a_client_certificate_a_job_runs_and_nothing_else_gets_in() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("https:// but no CA is given"), "{e}");
+}
+
+/// `$XTHUNK_BIN`, else the `xthunk` of this test's target directory and profile
+/// (`target/debug/deps/security-…` -> `target/debug/xthunk`), if it is there.
+fn binary() -> Option<PathBuf> {
+    let bin = match std::env::var_os("XTHUNK_BIN") {
+        Some(p) => PathBuf::from(p),
+        None => {
+            let exe = std::env::current_exe().unwrap();
+            let profile_dir = exe.parent().and_then(Path::parent).unwrap();
+            profile_dir.join(format!("xthunk{}", std::env::consts::EXE_SUFFIX))
+        }
+    };
+    bin.is_file().then_some(bin)
+}
+
+#[test]
+fn a_launch_reaches_a_secured_etcd_through_the_environment_alone() {
+    let test = "a_launch_reaches_a_secured_etcd";
+    let Some(bin) = binary() else {
+        assert!(
+            !required(),
+            "{test}: no xthunk binary (cargo build --features etcd)"
+        );
+        eprintln!("SKIPPED {test}: no xthunk binary: build it with `cargo build --features etcd`");
+        return;
+    };
+    let Some(pki) = Pki::make_or_skip(test) else {
+        return;
+    };
+    // TLS without client certificates (with them, etcd would take the certificate's name as
+    // the user), and authentication.
+    let tls_only = EtcdSecurity::none().with_tls(EtcdTls {
+        ca: pki.ca.clone(),
+        identity: None,
+    });
+    let root = tls_only.clone().with_user(EtcdUser::new("root", "rootpw"));
+    let tls = ServerTls {
+        cert: pki.server.0.clone(),
+        key: pki.server.1.clone(),
+        client_ca: None,
+    };
+    let etcd = match EtcdServer::start_tls(tls, tls_only) {
+        Ok(s) => s,
+        Err(e @ xthunk_etcd::server::ServerError::NotInstalled { .. }) if !required() => {
+            eprintln!("SKIPPED {test}: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    enable_auth(&etcd.endpoint(), Some(&pki.ca));
+    let program = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .unwrap()
+        .join("examples/permute_ring.txtpb");
+    let launch = |job: &str, env: &[(&str, &Path)], password: Option<&str>| {
+        let mut cmd = Command::new(&bin);
+        cmd.args(["launch", "-n", "4", "--coordinator"])
+            .arg(etcd.url())
+            .args(["--job-id", job, "--", "run", "--backend", "host"])
+            .arg(&program)
+            .env("XTHUNK_LEASE_TTL", "2")
+            .env_remove("RUST_LOG");
+        for k in [
+            "XTHUNK_ETCD_CACERT",
+            "XTHUNK_ETCD_CERT",
+            "XTHUNK_ETCD_KEY",
+            "XTHUNK_ETCD_USER",
+            "XTHUNK_ETCD_PASSWORD",
+        ] {
+            cmd.env_remove(k);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        if let Some(p) = password {
+            cmd.env("XTHUNK_ETCD_USER", "xthunk")
+                .env("XTHUNK_ETCD_PASSWORD", p);
+        }
+        let o = cmd.output().unwrap();
+        (
+            o.status.code(),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&o.stdout),
+                String::from_utf8_lossy(&o.stderr)
+            ),
+        )
+    };
+    let ca = [("XTHUNK_ETCD_CACERT", pki.ca.as_path())];
+    // Everything from the environment: the launcher's claim and every rank get in.
+    let job = job_id("cli-secured");
+    let (code, text) = launch(&job, &ca, Some("right"));
+    assert_eq!(code, Some(0), "{text}");
+    assert!(
+        job_keys_with(&[etcd.endpoint()], &root, &job)
+            .unwrap()
+            .is_empty(),
+        "{text}"
+    );
+    // The wrong password, no credentials, no CA: the launch is refused before any rank starts.
+    for (what, env, password, want) in [
+        (
+            "wrong password",
+            &ca[..],
+            Some("wrong"),
+            "authentication failed",
+        ),
+        ("no user", &ca[..], None, "etcd requires authentication"),
+        (
+            "no CA",
+            &[][..],
+            Some("right"),
+            "if it serves https, set XTHUNK_ETCD_CACERT",
+        ),
+    ] {
+        let (code, text) = launch(&job_id("cli-refused"), env, password);
+        eprintln!("{what}: exit {code:?}: {text}");
+        assert_eq!(code, Some(1), "{what}: {text}");
+        assert!(text.contains(want), "{what}: {text}");
+    }
 }
