@@ -8,6 +8,7 @@
 //! process ended) on the claim's lease ([`JobClaim::publish_cause`]: the first cause holds),
 //! and when they have ended it deletes every key of the job ([`JobClaim::finish`]).
 
+use crate::EtcdSecurity;
 use crate::cause::put_if_absent;
 use crate::client::{connect_client, coordinator_url, not_in_async, runtime, unreachable, within};
 use crate::keys::Keys;
@@ -60,9 +61,20 @@ fn new_token() -> String {
 }
 
 impl JobClaim {
-    /// Claims `job_id` in the etcd at `endpoints` for a lease of `ttl`. Refused (a
+    /// Claims `job_id` in the etcd at `endpoints` for a lease of `ttl` (TLS and credentials
+    /// from the environment: [`EtcdSecurity::from_env`]). Refused (a
     /// [`DistributedError::Config`] naming the job id) when the id is claimed already.
     pub fn acquire(endpoints: &[String], job_id: &str, ttl: Duration) -> DistributedResult<Self> {
+        Self::acquire_with(endpoints, &EtcdSecurity::from_env()?, job_id, ttl)
+    }
+
+    /// [`JobClaim::acquire`] with these TLS options and credentials.
+    pub fn acquire_with(
+        endpoints: &[String],
+        security: &EtcdSecurity,
+        job_id: &str,
+        ttl: Duration,
+    ) -> DistributedResult<Self> {
         validate_job_id(job_id)?;
         not_in_async(job_id)?;
         let rt = runtime(job_id)?;
@@ -75,7 +87,7 @@ impl JobClaim {
         }
         .claim();
         let claimed = rt.block_on(async {
-            let mut client = connect_client(endpoints, limit)
+            let mut client = connect_client(endpoints, security, limit)
                 .await
                 .map_err(|e| err(&format!("connect to {}", endpoints.join(",")), e))?;
             let grant = within(limit, client.lease_grant(ttl_secs, None))

@@ -1,6 +1,8 @@
 //! The etcd client side: the private runtime, the refusal to block inside an async runtime,
-//! connecting to the endpoints, and a throwaway client for one-off requests.
+//! connecting to the endpoints (with the [`EtcdSecurity`] options), and a throwaway client for
+//! one-off requests.
 
+use crate::security::EtcdSecurity;
 use crate::store_error;
 use etcd_client::{Client, ConnectOptions};
 use std::fmt;
@@ -33,36 +35,32 @@ pub(crate) fn runtime(job: &str) -> DistributedResult<Runtime> {
         .map_err(|e| store_error(job, "start the etcd client runtime", e))
 }
 
-/// The endpoints as URLs (`http://` where no scheme is given).
-fn urls(endpoints: &[String]) -> Vec<String> {
-    endpoints
-        .iter()
-        .map(|e| {
-            if e.contains("://") {
-                e.clone()
-            } else {
-                format!("http://{e}")
-            }
-        })
-        .collect()
-}
-
-/// A client of `endpoints` that has answered a status request.
+/// A client of `endpoints` (with `security`'s TLS and credentials) that has answered a status
+/// request.
 pub(crate) async fn connect_client(
     endpoints: &[String],
+    security: &EtcdSecurity,
     request_timeout: Duration,
 ) -> Result<Client, String> {
-    let opts = ConnectOptions::new()
-        .with_connect_timeout(request_timeout)
-        .with_require_leader(true);
-    let urls = urls(endpoints);
+    let opts = security.apply(
+        ConnectOptions::new()
+            .with_connect_timeout(request_timeout)
+            .with_require_leader(true),
+    )?;
+    let urls = security.urls(endpoints)?;
+    let hinted = |e: String| match security.connection_hint(&e) {
+        Some(hint) => format!("{e} ({hint})"),
+        None => e,
+    };
     let mut client = match timeout(request_timeout, Client::connect(&urls, Some(opts))).await {
         Ok(Ok(c)) => c,
-        Ok(Err(e)) => return Err(e.to_string()),
+        Ok(Err(e)) => return Err(hinted(e.to_string())),
         Err(_) => return Err(format!("no connection within {request_timeout:?}")),
     };
     // The connection is lazy: make sure somebody answers.
-    within(request_timeout, client.status()).await?;
+    within(request_timeout, client.status())
+        .await
+        .map_err(hinted)?;
     Ok(client)
 }
 
@@ -100,9 +98,10 @@ pub(crate) async fn within<T, E: fmt::Display>(
     }
 }
 
-/// Runs `f` on a throwaway runtime with a client of `endpoints` (the admin helpers below).
+/// Runs `f` on a throwaway runtime with a client of `endpoints` (the admin helpers).
 pub(crate) fn with_client<T>(
     endpoints: &[String],
+    security: &EtcdSecurity,
     what: &str,
     job_id: &str,
     f: impl AsyncFnOnce(&mut Client) -> Result<T, etcd_client::Error>,
@@ -112,7 +111,9 @@ pub(crate) fn with_client<T>(
     let err = |message: String| store_error(job_id, what, message);
     let limit = Duration::from_secs(10);
     let r = rt.block_on(async {
-        let mut client = connect_client(endpoints, limit).await.map_err(err)?;
+        let mut client = connect_client(endpoints, security, limit)
+            .await
+            .map_err(err)?;
         within(limit, f(&mut client)).await.map_err(err)
     });
     rt.shutdown_background();

@@ -62,12 +62,13 @@ impl EtcdCoordinator {
         if config.endpoints.is_empty() {
             return Err(DistributedError::Config("no etcd endpoint given".into()));
         }
+        let security = config.security()?;
         not_in_async(&job)?;
         let rt = runtime(&job)?;
         let store_err = |op: &str, message: String| store_error(&job, op, message);
         let ttl_secs = config.ttl.as_secs_f64().ceil().max(1.0) as i64;
         let ctx = rt.block_on(async {
-            let mut client = connect_client(&config.endpoints, config.request_timeout)
+            let mut client = connect_client(&config.endpoints, &security, config.request_timeout)
                 .await
                 .map_err(|e| store_err(&format!("connect to {}", config.endpoints.join(",")), e))?;
             let grant = timeout(config.request_timeout, client.lease_grant(ttl_secs, None))

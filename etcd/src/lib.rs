@@ -38,12 +38,17 @@
 //! be called from inside another async runtime (that is reported as an error). [`server`]
 //! starts a throwaway etcd for tests.
 //!
+//! Anyone who can reach an etcd without authentication can read and write every job's keys
+//! (join a job, announce segments, fail it): [`security`] adds TLS (`https://`, a CA, a client
+//! certificate) and user/password authentication, from the `XTHUNK_ETCD_*` environment
+//! variables unless given in [`EtcdConfig::security`] (`docs/security.md`).
+//!
 //! Files: `keys` (the key layout), `session` (what a rank's calls and background tasks share:
 //! the client, the lease, the failure board; joining and leaving), `kv` (waiting for a key),
 //! `claim` ([`JobClaim`]: one job id, one incarnation), `cause` (publishing the root cause),
 //! `barrier`, `heartbeat` (lease keep-alive), `liveness` (the watch on `live/`),
 //! `coordinator` ([`EtcdCoordinator`]), `client` (the private runtime and connecting),
-//! `admin` (listing and deleting a job's keys).
+//! `security` (TLS and authentication options), `admin` (listing and deleting a job's keys).
 
 mod admin;
 mod barrier;
@@ -55,13 +60,15 @@ mod heartbeat;
 mod keys;
 mod kv;
 mod liveness;
+pub mod security;
 pub mod server;
 mod session;
 
-pub use admin::{delete_job, job_keys};
+pub use admin::{delete_job, delete_job_with, job_keys, job_keys_with};
 pub use claim::JobClaim;
 pub use coordinator::EtcdCoordinator;
 pub use crossbeam_channel::Receiver;
+pub use security::{EtcdSecurity, EtcdTls, EtcdUser};
 
 use std::time::Duration;
 use xthunk_core::distributed::{
@@ -72,17 +79,22 @@ use xthunk_core::distributed::{
 /// The backend name in errors and [`Coordinator::backend`].
 const BACKEND: &str = "etcd";
 
-/// The error of a failed etcd operation `op` of job `job`.
+/// The error of a failed etcd operation `op` of job `job` (with a hint of what to set when
+/// etcd asked for authentication).
 fn store_error(
     job: &str,
     op: impl Into<String>,
     message: impl std::fmt::Display,
 ) -> DistributedError {
+    let mut message = message.to_string();
+    if let Some(hint) = security::auth_hint(&message) {
+        message = format!("{message} ({hint})");
+    }
     DistributedError::Store {
         job: job.to_string(),
         backend: BACKEND,
         op: op.into(),
-        message: message.to_string(),
+        message,
     }
 }
 
@@ -92,7 +104,8 @@ pub const DEFAULT_TTL: Duration = xthunk_core::distributed::DEFAULT_LEASE_TTL;
 /// How to reach etcd and who this rank is.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EtcdConfig {
-    /// `HOST:PORT` of one or more etcd members (`http://` is added when no scheme is given).
+    /// `HOST:PORT` of one or more etcd members (`https://` is added when no scheme is given
+    /// and TLS is configured, else `http://`).
     pub endpoints: Vec<String>,
     pub job_id: String,
     pub rank: usize,
@@ -106,6 +119,9 @@ pub struct EtcdConfig {
     /// the rank joins only while the job's claim holds it. `None` (ranks started by a
     /// scheduler) joins without that check.
     pub incarnation: Option<String>,
+    /// TLS and credentials; `None`: from the `XTHUNK_ETCD_*` environment variables at
+    /// connect ([`EtcdSecurity::from_env`]).
+    pub security: Option<EtcdSecurity>,
 }
 
 impl EtcdConfig {
@@ -118,6 +134,20 @@ impl EtcdConfig {
             ttl: DEFAULT_TTL,
             request_timeout: Duration::from_secs(10),
             incarnation: None,
+            security: None,
+        }
+    }
+
+    pub fn with_security(mut self, security: EtcdSecurity) -> Self {
+        self.security = Some(security);
+        self
+    }
+
+    /// [`EtcdConfig::security`], else the environment's.
+    pub fn security(&self) -> DistributedResult<EtcdSecurity> {
+        match &self.security {
+            Some(s) => Ok(s.clone()),
+            None => EtcdSecurity::from_env(),
         }
     }
 

@@ -4,8 +4,10 @@
 //!
 //! The binary is `$XTHUNK_ETCD_BIN`, else `etcd` on `PATH` (Debian: `apt-get install
 //! etcd-server`). [`EtcdServer::start_or_skip`] lets a test skip, with a printed reason, where
-//! etcd is not installed, unless `XTHUNK_REQUIRE_ETCD=1`.
+//! etcd is not installed, unless `XTHUNK_REQUIRE_ETCD=1`. [`EtcdServer::start_tls`] serves
+//! `https://` (a client certificate required when a client CA is given).
 
+use crate::EtcdSecurity;
 use std::fs::{self, File};
 use std::io::Read;
 use std::net::{SocketAddr, TcpListener, TcpStream};
@@ -40,6 +42,17 @@ pub struct EtcdServer {
     child: Option<Child>,
     dir: PathBuf,
     client_port: u16,
+    /// What a client needs to reach it (its readiness probe's).
+    client: EtcdSecurity,
+}
+
+/// TLS of a test server: its certificate and key (PEM), and the CA client certificates must
+/// be signed by (etcd's `--client-cert-auth`), if any.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServerTls {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub client_ca: Option<PathBuf>,
 }
 
 /// The etcd binary: `$XTHUNK_ETCD_BIN`, else `etcd` found on `PATH`.
@@ -81,10 +94,21 @@ impl EtcdServer {
     /// Starts etcd and waits until it answers (up to 20 s). Retries on other ports if the
     /// chosen ones were taken meanwhile.
     pub fn start() -> Result<EtcdServer, ServerError> {
+        Self::start_with(None, EtcdSecurity::none())
+    }
+
+    /// [`EtcdServer::start`] serving `https://` with `tls`; `client` is what a client needs
+    /// to reach it (the CA, a client certificate if `tls` asks for one), for its readiness
+    /// probe and [`EtcdServer::client_security`].
+    pub fn start_tls(tls: ServerTls, client: EtcdSecurity) -> Result<EtcdServer, ServerError> {
+        Self::start_with(Some(tls), client)
+    }
+
+    fn start_with(tls: Option<ServerTls>, client: EtcdSecurity) -> Result<EtcdServer, ServerError> {
         let bin = etcd_binary()?;
         let mut last = None;
         for _ in 0..3 {
-            match Self::start_once(&bin) {
+            match Self::start_once(&bin, tls.as_ref(), &client) {
                 Ok(s) => return Ok(s),
                 Err(e @ ServerError::NotReady { .. }) => last = Some(e),
                 Err(e) => return Err(e),
@@ -111,7 +135,11 @@ impl EtcdServer {
         }
     }
 
-    fn start_once(bin: &Path) -> Result<EtcdServer, ServerError> {
+    fn start_once(
+        bin: &Path,
+        tls: Option<&ServerTls>,
+        security: &EtcdSecurity,
+    ) -> Result<EtcdServer, ServerError> {
         let client_port = free_port()?;
         let peer_port = free_port()?;
         static COUNT: AtomicU64 = AtomicU64::new(0);
@@ -124,9 +152,18 @@ impl EtcdServer {
         let log_path = dir.join("etcd.log");
         let log = File::create(&log_path).map_err(io(format!("create {}", log_path.display())))?;
         let log2 = log.try_clone().map_err(io("clone the log file"))?;
-        let client = format!("http://127.0.0.1:{client_port}");
+        let scheme = if tls.is_some() { "https" } else { "http" };
+        let client = format!("{scheme}://127.0.0.1:{client_port}");
         let peer = format!("http://127.0.0.1:{peer_port}");
         let mut cmd = Command::new(bin);
+        if let Some(t) = tls {
+            cmd.arg(format!("--cert-file={}", t.cert.display()))
+                .arg(format!("--key-file={}", t.key.display()));
+            if let Some(ca) = &t.client_ca {
+                cmd.arg("--client-cert-auth")
+                    .arg(format!("--trusted-ca-file={}", ca.display()));
+            }
+        }
         cmd.arg("--name=xthunk-test")
             .arg(format!("--data-dir={}", dir.join("data").display()))
             .arg(format!("--listen-client-urls={client}"))
@@ -146,6 +183,7 @@ impl EtcdServer {
             child: Some(child),
             dir,
             client_port,
+            client: security.clone(),
         };
         let waited = Duration::from_secs(20);
         let start = Instant::now();
@@ -174,7 +212,13 @@ impl EtcdServer {
 
     /// True when etcd answers a request (it has a leader).
     fn answers(&self) -> bool {
-        crate::job_keys(&[self.endpoint()], "xthunk-readiness-probe").is_ok()
+        crate::job_keys_with(&[self.endpoint()], &self.client, "xthunk-readiness-probe").is_ok()
+    }
+
+    /// What a client needs to reach this server: nothing for a plain one; for one of
+    /// [`EtcdServer::start_tls`], the TLS options it was given.
+    pub fn client_security(&self) -> &EtcdSecurity {
+        &self.client
     }
 
     /// `127.0.0.1:PORT`.

@@ -14,14 +14,24 @@
 //!   that is truncated, corrupt, of another format or of another key is a miss
 //!   ([`Lookup::Corrupt`]), logged and removed, and the caller's compile writes it anew.
 //!
+//! - **Trust**: a cache folder is used only when it is a folder owned by this process's user
+//!   and not writable by group or others; an existing folder that is not (someone else could
+//!   put images there, and an image is code the GPU runs) **disables the cache with a
+//!   warning**: compilations go on, uncached ([`KernelCache::default_location`] gives `None`,
+//!   [`KernelCache::get`] misses, [`KernelCache::put`] fails). An entry is read only when it is
+//!   a regular file owned by this user (checked on the open descriptor, without following a
+//!   symbolic link); another is corrupt. The folders above the cache folder are not checked.
+//!
 //! Writing the cache is best effort for callers: a failure to write costs a recompilation
 //! next time, never a wrong image.
 
 use crate::files::{MODE_PRIVATE, write_atomic};
+use parking_lot::Mutex;
 use sha2::{Digest, Sha256};
+use std::collections::BTreeSet;
 use std::fmt;
 use std::io;
-use std::os::unix::fs::DirBuilderExt;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 /// The entry layout's version; an entry of another is a miss.
@@ -182,9 +192,29 @@ impl KernelCache {
             .map(|c| c.join("xthunk").join("kernels").join(backend))
     }
 
-    /// The cache in [`KernelCache::default_dir`].
+    /// The cache in [`KernelCache::default_dir`]; `None` (after a warning) when that folder
+    /// exists but may not be trusted ([`check_dir`]).
     pub fn default_location(backend: &str) -> Option<KernelCache> {
-        Self::default_dir(backend).map(KernelCache::new)
+        let cache = Self::default_dir(backend).map(KernelCache::new)?;
+        cache.trusted().then_some(cache)
+    }
+
+    /// Whether the folder may be used (absent, or [`check_dir`] accepts it); warns, once per
+    /// folder and process, when it may not.
+    fn trusted(&self) -> bool {
+        match check_dir(&self.dir) {
+            Ok(()) => true,
+            Err(why) => {
+                static WARNED: Mutex<BTreeSet<PathBuf>> = parking_lot::const_mutex(BTreeSet::new());
+                if WARNED.lock().insert(self.dir.clone()) {
+                    tracing::warn!(
+                        dir = %self.dir.display(),
+                        "the kernel cache is disabled: {why}"
+                    );
+                }
+                false
+            }
+        }
     }
 
     pub fn dir(&self) -> &Path {
@@ -196,8 +226,12 @@ impl KernelCache {
         self.dir.join(format!("{}.bin", key.hex()))
     }
 
-    /// The entry for `key`, verified. A corrupt one is logged and removed.
+    /// The entry for `key`, verified. A corrupt one is logged and removed. A miss when the
+    /// folder may not be trusted ([`check_dir`]; warned once).
     pub fn get(&self, key: &CacheKey) -> Lookup {
+        if !self.trusted() {
+            return Lookup::Miss;
+        }
         let path = self.path_for(key);
         let why = match read_bounded(&path) {
             Err(e)
@@ -228,12 +262,19 @@ impl KernelCache {
     }
 
     /// Stores `image` under `key`, atomically, creating the folder (0700) if needed; returns
-    /// the entry's path.
+    /// the entry's path. Refused (`PermissionDenied`) when the folder may not be trusted
+    /// ([`check_dir`]).
     pub fn put(&self, key: &CacheKey, image: &[u8]) -> io::Result<PathBuf> {
         std::fs::DirBuilder::new()
             .recursive(true)
             .mode(DIR_MODE)
             .create(&self.dir)?;
+        check_dir(&self.dir).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::PermissionDenied,
+                format!("the kernel cache is disabled: {why}"),
+            )
+        })?;
         let path = self.path_for(key);
         write_atomic(&path, &encode(key, image), MODE_PRIVATE)?;
         Ok(path)
@@ -243,6 +284,37 @@ impl KernelCache {
     /// object for another target); absent is fine.
     pub fn remove(&self, key: &CacheKey) {
         let _ = std::fs::remove_file(self.path_for(key));
+    }
+}
+
+/// Checks that `dir`, when it exists, is a folder (a symbolic link to one is followed) owned
+/// by this process's user and not writable by group or others; the error says what it is
+/// instead. An absent folder is fine (it is created 0700 on the first write).
+pub fn check_dir(dir: &Path) -> Result<(), String> {
+    let meta = match std::fs::metadata(dir) {
+        Ok(m) => m,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(format!("{} cannot be examined: {e}", dir.display())),
+    };
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mode = meta.mode() & 0o7777;
+    if !meta.is_dir() {
+        Err(format!("{} is not a folder", dir.display()))
+    } else if meta.uid() != me {
+        Err(format!(
+            "{} is owned by uid {}, not by this user (uid {me}): its images could be anybody's",
+            dir.display(),
+            meta.uid()
+        ))
+    } else if mode & 0o022 != 0 {
+        Err(format!(
+            "{} is writable by its group or others (mode {mode:04o}): its images could be \
+             anybody's (chmod 700 it, or remove it)",
+            dir.display()
+        ))
+    } else {
+        Ok(())
     }
 }
 
@@ -296,14 +368,36 @@ fn decode(bytes: &[u8], key: &CacheKey) -> Result<(), String> {
 /// name is treated as corrupt rather than read into memory.
 const MAX_ENTRY: u64 = 1 << 30;
 
-/// Reads an entry file: a regular file of at most [`MAX_ENTRY`] bytes (anything else, e.g. a
-/// FIFO someone put there, is an error instead of a read that could block or exhaust memory).
+/// Reads an entry file: a regular file owned by this user of at most [`MAX_ENTRY`] bytes,
+/// checked on the open descriptor (anything else, e.g. a FIFO or a symbolic link someone put
+/// there, is an error instead of a read that could block, exhaust memory or load an image of
+/// theirs).
 fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    // Checked before opening: opening a FIFO for reading would block.
-    let meta = std::fs::metadata(path)?;
+    // Not following a link; not blocking on a FIFO (O_NONBLOCK does nothing to the reads of
+    // a regular file).
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+        .map_err(|e| {
+            if e.raw_os_error() == Some(libc::ELOOP) {
+                io::Error::other("not a regular file (a symbolic link)")
+            } else {
+                e
+            }
+        })?;
+    let meta = f.metadata()?;
     if !meta.is_file() {
         return Err(io::Error::other("not a regular file"));
+    }
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if meta.uid() != me {
+        return Err(io::Error::other(format!(
+            "owned by uid {}, not by this user (uid {me})",
+            meta.uid()
+        )));
     }
     if meta.len() > MAX_ENTRY {
         return Err(io::Error::other(format!(
@@ -311,7 +405,6 @@ fn read_bounded(path: &Path) -> io::Result<Vec<u8>> {
             meta.len()
         )));
     }
-    let f = std::fs::File::open(path)?;
     let mut bytes = Vec::new();
     f.take(MAX_ENTRY + 1).read_to_end(&mut bytes)?;
     if bytes.len() as u64 > MAX_ENTRY {
@@ -494,6 +587,107 @@ mod tests {
         // No temporary file is left beside the entry.
         let n = std::fs::read_dir(cache.dir()).unwrap().count();
         assert_eq!(n, 1);
+    }
+
+    fn is_root() -> bool {
+        // SAFETY: no preconditions.
+        unsafe { libc::geteuid() == 0 }
+    }
+
+    fn chown(p: &Path, uid: u32) {
+        std::os::unix::fs::chown(p, Some(uid), Some(uid)).unwrap();
+    }
+
+    #[test]
+    fn a_folder_of_another_user_or_writable_by_others_disables_the_cache() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = KernelCache::new(dir.path().join("kernels"));
+        assert_eq!(check_dir(cache.dir()), Ok(()), "an absent folder is fine");
+        let key = key_of(&[], |_| {});
+        let path = cache.put(&key, b"image").unwrap();
+        assert_eq!(check_dir(cache.dir()), Ok(()));
+        let chmod = |mode: u32| {
+            std::fs::set_permissions(cache.dir(), std::fs::Permissions::from_mode(mode)).unwrap()
+        };
+        for mode in [0o777, 0o770, 0o720, 0o702, 0o1777] {
+            chmod(mode);
+            let why = check_dir(cache.dir()).unwrap_err();
+            assert!(
+                why.contains(&format!(
+                    "writable by its group or others (mode {mode:04o})"
+                )),
+                "{why}"
+            );
+            // Disabled: the entry is not read (nor removed), nothing is written.
+            assert_eq!(cache.get(&key), Lookup::Miss, "{mode:o}");
+            assert!(path.exists());
+            let e = cache.put(&key, b"other").unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied);
+            assert!(
+                e.to_string().contains("the kernel cache is disabled"),
+                "{e}"
+            );
+        }
+        // Readable by others is not a risk to the images.
+        for mode in [0o700, 0o750, 0o755, 0o500] {
+            chmod(mode);
+            assert_eq!(check_dir(cache.dir()), Ok(()), "{mode:o}");
+            assert_eq!(cache.get(&key).hit(), Some(b"image".to_vec()), "{mode:o}");
+        }
+        chmod(0o700);
+        if is_root() {
+            chown(cache.dir(), 65534);
+            let why = check_dir(cache.dir()).unwrap_err();
+            assert!(
+                why.contains("is owned by uid 65534, not by this user (uid 0)"),
+                "{why}"
+            );
+            assert_eq!(cache.get(&key), Lookup::Miss);
+            assert!(cache.put(&key, b"other").is_err());
+            chown(cache.dir(), 0);
+            assert_eq!(cache.get(&key).hit(), Some(b"image".to_vec()));
+        } else {
+            eprintln!("not root: the owner case of this test needs root to give a folder away");
+        }
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert!(check_dir(&file).unwrap_err().contains("is not a folder"));
+    }
+
+    #[test]
+    fn an_entry_that_is_a_link_or_another_user_s_is_corrupt() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = KernelCache::new(dir.path().join("kernels"));
+        let (key, other) = (key_of(&[], |_| {}), key_of(&[], |k| k.kind = "ptx"));
+        let path = cache.put(&key, b"image").unwrap();
+        // An intact entry of the right key, reached through a link, is still refused.
+        let elsewhere = dir.path().join("elsewhere.bin");
+        std::fs::copy(&path, &elsewhere).unwrap();
+        std::fs::remove_file(&path).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &path).unwrap();
+        match cache.get(&key) {
+            Lookup::Corrupt(why) => assert!(why.contains("symbolic link"), "{why}"),
+            l => panic!("{l:?}"),
+        }
+        assert!(
+            !path.exists() && elsewhere.exists(),
+            "the link went, not its target"
+        );
+        if is_root() {
+            let path = cache.put(&other, b"image").unwrap();
+            chown(&path, 65534);
+            match cache.get(&other) {
+                Lookup::Corrupt(why) => {
+                    assert!(
+                        why.contains("owned by uid 65534, not by this user"),
+                        "{why}"
+                    )
+                }
+                l => panic!("{l:?}"),
+            }
+        } else {
+            eprintln!("not root: the owner case of this test needs root to give a file away");
+        }
     }
 
     #[test]

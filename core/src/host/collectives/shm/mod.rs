@@ -3,19 +3,24 @@
 //!
 //! # Setting a clique up
 //!
-//! A clique (a [`CliqueKey`]) gets one segment, named from the job id, a hash of the key and
-//! a generation (`xthunk-shm@<job>@<hash>.<generation>`: two jobs never share a name, and a
-//! clique made again after [`CliqueProvider::evict_aborted`] gets a new one). Every member
-//! acquires it in the same order (the executor's program order), as NCCL's communicator
-//! creation is a collective call:
+//! A clique (a [`CliqueKey`]) gets one segment, named from the job id, a hash of the key, a
+//! generation and a nonce (`xthunk-shm@<job>@<hash>.<generation>.<nonce>`: two jobs never
+//! share a name, a clique made again after [`CliqueProvider::evict_aborted`] gets a new one, and
+//! the 128-bit random nonce, drawn for each setup, keeps other users of the host from creating
+//! the name first). Every member acquires it in the same order (the executor's program order),
+//! as NCCL's communicator creation is a collective call:
 //!
-//! 1. the clique's first rank creates the segment (exclusively; a stale segment of the same
-//!    name, left by a killed earlier run of this job id, is replaced), reserves its memory
-//!    (`posix_fallocate`: a full `/dev/shm` is an error here, never a `SIGBUS` later), writes
-//!    the header and announces the segment through the [`Coordinator`] (key
+//! 1. the clique's first rank draws the nonce, creates the segment (exclusively, mode 0600
+//!    whatever the umask; a name that exists already is refused and left alone), reserves its
+//!    memory (`posix_fallocate`: a full `/dev/shm` is an error here, never a `SIGBUS` later),
+//!    writes the header and announces the segment through the [`Coordinator`] (key
 //!    `xthunk.shm/<hash>/<generation>`: the name and a random token);
 //! 2. every other member reads the announcement (up to the terminate timeout: a first rank that
-//!    never arrives is named), maps the segment and checks the header against it;
+//!    never arrives is named), checks that the name is one of this setup, opens the segment
+//!    and checks it (`fstat` of the open descriptor: a regular file owned by this user with
+//!    mode 0600, else it is refused with an error naming its owner and mode, before it is
+//!    mapped: another user, or anyone who can write the coordinator, may have put it there),
+//!    then maps it and checks the header against the announcement;
 //! 3. each member marks itself joined in the segment and waits until every member did (the
 //!    clique's barrier, with the timeouts below); then every member unlinks the name. From
 //!    then on the segment lives only in the members' mappings: nothing is left in `/dev/shm`

@@ -1,5 +1,6 @@
-//! One mapping of a clique's segment: creating, opening and checking it (the header), the
-//! words and areas of the layout, and the clique's poison (the first failure's message).
+//! One mapping of a clique's segment: creating, opening and checking it (its owner and mode,
+//! then its header), the words and areas of the layout, and the clique's poison (the first
+//! failure's message).
 
 use super::layout::*;
 use super::shm_error;
@@ -61,34 +62,78 @@ impl Drop for Fd {
     }
 }
 
+/// The only permission bits a segment may have: read and write for its owner.
+pub(super) const SEGMENT_MODE: u32 = 0o600;
+
+/// Checks that the open segment `fd` (named `name`) is a regular file owned by this process's
+/// user with mode [`SEGMENT_MODE`] (`fstat` of the descriptor, so what is checked is what is
+/// mapped); returns its size. Anything else is refused: another user may have created it to
+/// read or change the clique's data.
+// `mode_t` is `u32` here, `u16` on other systems.
+#[allow(clippy::useless_conversion)]
+fn check_owner(fd: &Fd, name: &str) -> Result<usize> {
+    // SAFETY: `st` is plain old data, filled by fstat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: an open descriptor and a valid out pointer.
+    if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
+        return Err(os_error("cannot stat", name));
+    }
+    // SAFETY: no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mode = u32::from(st.st_mode) & 0o7777;
+    let regular = u32::from(st.st_mode) & u32::from(libc::S_IFMT) == u32::from(libc::S_IFREG);
+    if st.st_uid != me || mode != SEGMENT_MODE || !regular {
+        return Err(shm_error(
+            "shared memory",
+            format!(
+                "refusing segment /dev/shm/{name}: it is {}owned by uid {} with mode {mode:04o}, \
+                 but a segment of this job must be a file owned by this user (uid {me}) with \
+                 mode {SEGMENT_MODE:04o} (another user may have created it to read or change \
+                 the job's data)",
+                if regular { "" } else { "not a regular file, " },
+                st.st_uid
+            ),
+        ));
+    }
+    Ok(usize::try_from(st.st_size).unwrap_or(0))
+}
+
 impl Segment {
-    /// Creates the segment `name` for `layout` and writes its header (magic last).
+    /// Creates the segment `name` (exclusively, mode 0600) for `layout` and writes its header
+    /// (magic last).
     pub(super) fn create(name: &str, layout: Layout, token: u64, key_hash: u64) -> Result<Segment> {
         let c = c_name(name)?;
-        let open = || {
-            // SAFETY: `c` is a valid NUL-terminated string; plain flags and mode.
-            unsafe {
-                libc::shm_open(
-                    c.as_ptr(),
-                    libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
-                    0o600 as libc::mode_t,
-                )
-            }
+        // SAFETY: `c` is a valid NUL-terminated string; plain flags and mode.
+        let fd = unsafe {
+            libc::shm_open(
+                c.as_ptr(),
+                libc::O_CREAT | libc::O_EXCL | libc::O_RDWR | libc::O_CLOEXEC,
+                SEGMENT_MODE as libc::mode_t,
+            )
         };
-        let mut fd = open();
-        if fd < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST) {
-            // Left by an earlier run of this job id that was killed while setting this clique
-            // up (a live run of the same job and rank cannot exist: the coordinator refuses
-            // a second registration of a rank).
-            tracing::warn!(segment = name, "replacing a stale shared memory segment");
-            unlink(name);
-            fd = open();
-        }
         if fd < 0 {
-            return Err(os_error("cannot create", name));
+            let e = std::io::Error::last_os_error();
+            return Err(shm_error(
+                "shared memory",
+                if e.raw_os_error() == Some(libc::EEXIST) {
+                    // The name carries a fresh 128-bit nonce: nobody of this job made it.
+                    format!(
+                        "cannot create {name}: a segment of that name exists already, made by \
+                         someone else (it is left alone)"
+                    )
+                } else {
+                    format!("cannot create {name}: {e}")
+                },
+            ));
         }
         let fd = Fd(fd);
         let created = || -> Result<Segment> {
+            // The umask may have taken bits off the mode given to shm_open.
+            // SAFETY: a descriptor of the segment just created; a plain mode.
+            if unsafe { libc::fchmod(fd.0, SEGMENT_MODE as libc::mode_t) } != 0 {
+                return Err(os_error("cannot set the mode of", name));
+            }
+            check_owner(&fd, name)?;
             let len = libc::off_t::try_from(layout.len)
                 .map_err(|_| shm_error("shared memory", "segment too large"))?;
             // SAFETY: a descriptor of the segment just created.
@@ -130,7 +175,8 @@ impl Segment {
         })
     }
 
-    /// Opens and maps the existing segment `name`, checking its header.
+    /// Opens and maps the existing segment `name`, checking its owner and mode, then its
+    /// header.
     pub(super) fn open(name: &str, token: u64, n: usize, key_hash: u64) -> Result<Segment> {
         let c = c_name(name)?;
         // SAFETY: `c` is a valid NUL-terminated string; plain flags.
@@ -149,13 +195,7 @@ impl Segment {
             ));
         }
         let fd = Fd(fd);
-        // SAFETY: `st` is plain old data, filled by fstat.
-        let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        // SAFETY: an open descriptor and a valid out pointer.
-        if unsafe { libc::fstat(fd.0, &mut st) } != 0 {
-            return Err(os_error("cannot stat", name));
-        }
-        let size = usize::try_from(st.st_size).unwrap_or(0);
+        let size = check_owner(&fd, name)?;
         let bad = |why: &str| shm_error("shared memory", format!("segment {name}: {why}"));
         if size < PAGE {
             return Err(bad("too small"));

@@ -2,7 +2,9 @@
 //! everyone joins and waits for everyone, and the name goes (see [`super`]).
 
 use super::layout::*;
-use super::names::{PENDING, key_hash, random_u64, segment_name};
+use super::names::{
+    PENDING, is_setup_name, key_hash, random_u64, random_u128, segment_name, setup_prefix,
+};
 use super::rank::{RunState, ShmRank, Waiter};
 use super::segment::{Segment, unlink};
 use super::{ShmOptions, shm_error};
@@ -14,7 +16,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 /// The coordinator key announcing a clique's segment.
-fn announce_key(hash: u64, generation: u64) -> String {
+pub(super) fn announce_key(hash: u64, generation: u64) -> String {
     format!("xthunk.shm/{hash:016x}/{generation}")
 }
 
@@ -31,11 +33,21 @@ pub(super) fn join(
     let n = key.size();
     let hash = key_hash(key);
     let job = coordinator.job_id().to_string();
-    let name = segment_name(&job, hash, generation);
     let announce = announce_key(hash, generation);
     let root = key.global_rank(0).unwrap_or(0);
     let t = opts.timeouts.terminate_after;
-    PENDING.lock().insert(name.clone());
+    let random = |what: &'static str| {
+        move |e: std::io::Error| shm_error("setup", format!("{key}: no random {what}: {e}"))
+    };
+    // The name is learned (drawn by the first rank, announced to the others) when the
+    // segment is created or before it is opened; it goes into the pending list, so that it is
+    // removed whatever happens next.
+    let mut learned: Option<String> = None;
+    let mut learn = |name: String| {
+        PENDING.lock().insert(name.clone());
+        learned = Some(name.clone());
+        name
+    };
     let mapped = (|| -> Result<Segment> {
         if rank == 0 {
             let layout = Layout::for_clique(n, opts).ok_or_else(|| {
@@ -44,8 +56,14 @@ pub(super) fn join(
                     format!("{key}: a segment of {n} ranks is too large"),
                 )
             })?;
-            let token = random_u64();
+            let token = random_u64().map_err(random("token"))?;
+            let nonce = random_u128().map_err(random("segment name"))?;
+            let name = segment_name(&job, hash, generation, nonce);
+            // Learned once created: a name that existed already is someone else's, and
+            // stays. (A segment of a process killed before it learned the name is still
+            // under the job's prefix, where the launcher's sweep finds it.)
             let seg = Segment::create(&name, layout, token, hash)?;
+            let name = learn(name);
             let value = format!("{token:016x} {name} {key}");
             coordinator.set(&announce, value.as_bytes())?;
             Ok(seg)
@@ -70,15 +88,22 @@ pub(super) fn join(
                     format!("{key}: malformed announcement {value:?}"),
                 ));
             };
-            if announced != name {
+            if !is_setup_name(announced, &job, hash, generation) {
                 return Err(shm_error(
                     "setup",
-                    format!("{key}: rank {root} announced segment {announced}, expected {name}"),
+                    format!(
+                        "{key}: rank {root} announced segment {announced:?}, not a name of this \
+                         setup ({}<32 hex digits>)",
+                        setup_prefix(&job, hash, generation)
+                    ),
                 ));
             }
+            let name = learn(announced.to_string());
             Segment::open(&name, token, n, hash)
         }
     })();
+    // Empty when the setup failed before a name was drawn or announced.
+    let name = learned.unwrap_or_default();
     let result = mapped.and_then(|seg| {
         let st = Arc::new(ShmRank {
             seg,
@@ -109,8 +134,10 @@ pub(super) fn join(
         Ok(st)
     });
     // Every member mapped the segment, or the setup failed: either way the name goes.
-    unlink(&name);
-    PENDING.lock().remove(&name);
+    if !name.is_empty() {
+        unlink(&name);
+        PENDING.lock().remove(&name);
+    }
     let st = result?;
     tracing::debug!(%key, rank, global, segment = %name, len = st.seg.layout.len, "joined a shared memory clique");
     Ok(st)

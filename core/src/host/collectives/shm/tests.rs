@@ -6,8 +6,9 @@
 
 use super::super::HostCliqueProvider;
 use super::layout::{H_JOINED, Layout};
-use super::names::{key_hash, segment_name};
+use super::names::{key_hash, random_u128, segment_name};
 use super::segment::Segment;
+use super::setup::announce_key;
 use super::{ShmCliqueProvider, ShmOptions, job_segments, remove_job_segments};
 use crate::backend::{Backend, Buffer, Device, Stream};
 use crate::collectives::{CliqueKey, CliqueProvider, Communicator, ReduceOp, StreamKind, Timeouts};
@@ -51,23 +52,164 @@ fn a_job_s_segments_can_be_listed_and_removed() {
     let j = job("remove");
     let k = CliqueKey::new([0, 1, 2], crate::collectives::StreamKind::Compute).unwrap();
     let layout = Layout::for_clique(3, &ShmOptions::default()).unwrap();
-    let names: Vec<String> = (0..2).map(|g| segment_name(&j, key_hash(&k), g)).collect();
+    let mut names: Vec<String> = (0..2)
+        .map(|g| segment_name(&j, key_hash(&k), g, random_u128().unwrap()))
+        .collect();
+    names.sort();
     let segs: Vec<Segment> = names
         .iter()
         .map(|n| Segment::create(n, layout, 7, key_hash(&k)).unwrap())
         .collect();
     assert_eq!(job_segments(&j), names);
-    // A stale segment of the same name is replaced; a wrong token is refused.
-    let again = Segment::create(&names[0], layout, 8, key_hash(&k)).unwrap();
-    assert!(Segment::open(&names[0], 7, 3, key_hash(&k)).is_err());
-    assert!(Segment::open(&names[0], 8, 3, key_hash(&k)).is_ok());
-    assert!(Segment::open(&names[0], 8, 4, key_hash(&k)).is_err());
+    // A name that exists is never taken over; a wrong token or size is refused.
+    let e = Segment::create(&names[0], layout, 8, key_hash(&k))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(e.contains("exists already"), "{e}");
+    assert!(Segment::open(&names[0], 8, 3, key_hash(&k)).is_err());
+    let again = Segment::open(&names[0], 7, 3, key_hash(&k)).unwrap();
+    assert!(Segment::open(&names[0], 7, 4, key_hash(&k)).is_err());
     assert_eq!(remove_job_segments(&j), 2);
     assert!(job_segments(&j).is_empty());
     // The mappings outlive the names.
     segs[1].word(H_JOINED).fetch_add(1, Ordering::Relaxed);
     assert!(again.poison("x") && !again.poison("y"));
-    assert_eq!(again.poisoned().as_deref(), Some("x"));
+    assert_eq!(segs[0].poisoned().as_deref(), Some("x"));
+}
+
+/// Runs `f` on a descriptor of the segment `name` (to change its owner or mode as another
+/// user could have set them); true if `f` returned 0.
+fn alter(name: &str, f: impl FnOnce(libc::c_int) -> libc::c_int) -> bool {
+    let c = std::ffi::CString::new(format!("/{name}")).unwrap();
+    // SAFETY: a valid NUL-terminated string; plain flags.
+    let fd = unsafe { libc::shm_open(c.as_ptr(), libc::O_RDWR | libc::O_CLOEXEC, 0) };
+    assert!(fd >= 0, "{}", std::io::Error::last_os_error());
+    let ok = f(fd) == 0;
+    // SAFETY: the descriptor opened above.
+    unsafe { libc::close(fd) };
+    ok
+}
+
+fn chmod(name: &str, mode: u32) {
+    // SAFETY: an open descriptor; a plain mode.
+    assert!(alter(name, |fd| unsafe {
+        libc::fchmod(fd, mode as libc::mode_t)
+    }));
+}
+
+/// Gives the segment to uid and gid 65534 (`nobody`); false when this process may not (it
+/// is not root).
+fn give_away(name: &str) -> bool {
+    // SAFETY: an open descriptor; plain ids.
+    alter(name, |fd| unsafe { libc::fchown(fd, 65534, 65534) })
+}
+
+fn is_root() -> bool {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+#[test]
+fn a_segment_of_another_user_or_another_mode_is_refused_before_it_is_mapped() {
+    let j = job("owner");
+    let k = all(2);
+    let layout = Layout::for_clique(2, &ShmOptions::default()).unwrap();
+    let name = segment_name(&j, key_hash(&k), 0, random_u128().unwrap());
+    let _seg = Segment::create(&name, layout, 7, key_hash(&k)).unwrap();
+    let open = || Segment::open(&name, 7, 2, key_hash(&k));
+    assert!(open().is_ok());
+    for mode in [0o644, 0o666, 0o640, 0o700, 0o400] {
+        chmod(&name, mode);
+        let e = open().err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("refusing segment /dev/shm/{name}"))
+                && e.contains(&format!("with mode {mode:04o}"))
+                && e.contains("with mode 0600"),
+            "{e}"
+        );
+    }
+    chmod(&name, 0o600);
+    assert!(open().is_ok());
+    if is_root() {
+        assert!(give_away(&name));
+        let e = open().err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("refusing segment /dev/shm/{name}"))
+                && e.contains("owned by uid 65534 with mode 0600")
+                && e.contains("owned by this user (uid 0)"),
+            "{e}"
+        );
+    } else {
+        eprintln!("not root: the owner check of this test needs root to give a segment away");
+    }
+    assert_eq!(remove_job_segments(&j), 1);
+}
+
+#[test]
+fn a_rank_refuses_an_announced_segment_of_another_user_or_mode() {
+    let t = Timeouts::new(Duration::from_millis(200), Duration::from_secs(2));
+    let k = all(2);
+    let layout = Layout::for_clique(2, &tiny(t)).unwrap();
+    /// What is spoiled, how, and what the refusal says.
+    type Spoil = (&'static str, fn(&str), &'static str);
+    let mut cases: Vec<Spoil> = vec![("mode", |n| chmod(n, 0o644), "with mode 0644")];
+    if is_root() {
+        cases.push(("uid", |n| assert!(give_away(n)), "owned by uid 65534"));
+    } else {
+        eprintln!("not root: the owner case of this test needs root to give a segment away");
+    }
+    for (what, spoil, want) in cases {
+        let j = job(&format!("spoiled-{what}"));
+        let mut coords = LocalCoordinator::job(&j, 2).unwrap().into_iter();
+        let (first, second) = (coords.next().unwrap(), coords.next().unwrap());
+        // The test plays the first rank: it creates the segment, spoils it as another user
+        // could have, and announces it.
+        let name = segment_name(&j, key_hash(&k), 0, random_u128().unwrap());
+        let seg = Segment::create(&name, layout, 9, key_hash(&k)).unwrap();
+        spoil(&name);
+        first
+            .set(
+                &announce_key(key_hash(&k), 0),
+                format!("{:016x} {name} {k}", 9).as_bytes(),
+            )
+            .unwrap();
+        let c: Arc<dyn Coordinator> = Arc::new(second);
+        let p = ShmCliqueProvider::new(c, tiny(t));
+        let e = p.acquire(&k, 1).err().unwrap().to_string();
+        assert!(
+            e.contains(&format!("refusing segment /dev/shm/{name}")) && e.contains(want),
+            "{what}: {e}"
+        );
+        // Refused before it joined: nothing of the rank is in the segment.
+        assert_eq!(seg.word(H_JOINED).load(Ordering::Acquire), 0, "{what}");
+        remove_job_segments(&j);
+    }
+}
+
+#[test]
+fn a_rank_refuses_an_announced_name_of_another_shape() {
+    let t = Timeouts::new(Duration::from_millis(200), Duration::from_secs(2));
+    let k = all(2);
+    let j = job("shape");
+    let mut coords = LocalCoordinator::job(&j, 2).unwrap().into_iter();
+    let (first, second) = (coords.next().unwrap(), coords.next().unwrap());
+    first
+        .set(
+            &announce_key(key_hash(&k), 0),
+            format!("{:016x} ../../tmp/x {k}", 9).as_bytes(),
+        )
+        .unwrap();
+    let c: Arc<dyn Coordinator> = Arc::new(second);
+    let e = ShmCliqueProvider::new(c, tiny(t))
+        .acquire(&k, 1)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        e.contains("announced segment \"../../tmp/x\", not a name of this setup"),
+        "{e}"
+    );
 }
 
 /// One rank: its device, stream and providers (shared memory, and for the reference the
