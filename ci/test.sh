@@ -55,6 +55,11 @@ if ! command -v protoc >/dev/null || ! command -v etcd >/dev/null; then
     echo "==> installing protobuf-compiler and etcd-server"
     apt_install protobuf-compiler etcd-server
 fi
+# The etcd TLS tests make their certificates with the openssl command.
+if ! command -v openssl >/dev/null; then
+    echo "==> installing openssl (certificates for the etcd TLS tests)"
+    apt_install openssl
+fi
 # Missing NVRTC, NCCL, HIP, etcd or C++ compiler must fail the tests here, not skip them.
 export XTHUNK_REQUIRE_NVRTC=1 XTHUNK_REQUIRE_CXX=1 XTHUNK_REQUIRE_ROCM=1 XTHUNK_REQUIRE_NCCL=1
 export XTHUNK_REQUIRE_EMULATOR=1 XTHUNK_REQUIRE_ETCD=1 XTHUNK_KILL_REPEATS=10
