@@ -1,0 +1,65 @@
+//! Checks at load (issue 18, item 2): kernel buffers aligned to their element type (in
+//! validation, on every backend).
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use xthunk_core::Error;
+use xthunk_core::backend::Backend;
+use xthunk_core::builder::ExecutableBuilder;
+use xthunk_core::executor::LoadedExecutable;
+use xthunk_core::host::HostBackend;
+use xthunk_core::ir::*;
+
+/// `scale_f32(x: rw [n], alpha, n)` on `n` elements of `x` starting at byte `offset` of a
+/// 64-element f32 temp aligned to `alignment`.
+fn scale_at(offset: u64, alignment: u64) -> Executable {
+    let mut b = ExecutableBuilder::new("misaligned");
+    let y = b.output("y", DType::F32, &[4]);
+    let t = b.temp(DType::F32, &[64]);
+    let m = b.standard_module();
+    b.memset(t.slice(), MemsetPattern::U32(0));
+    let x = Slice::new(t.slice().allocation, offset, 16);
+    b.kernel(
+        &m,
+        "scale_f32",
+        4,
+        vec![
+            KernelArg::Buffer {
+                slice: x,
+                access: Access::ReadWrite,
+            },
+            2.0f32.into(),
+            4i64.into(),
+        ],
+    );
+    b.copy(Slice::new(t.slice().allocation, 0, 16), y.slice());
+    let mut exe = b.build_unchecked();
+    exe.allocations[t.slice().allocation as usize].alignment = alignment;
+    exe
+}
+
+#[test]
+fn misaligned_f32_buffer_is_refused_by_validation() {
+    assert_eq!(xthunk_core::verify(&scale_at(0, 64)), Ok(()));
+    assert_eq!(xthunk_core::verify(&scale_at(12, 64)), Ok(()));
+    let e = xthunk_core::verify(&scale_at(2, 64)).unwrap_err();
+    assert_eq!(e.path, ThunkPath::entry(1));
+    assert_eq!(e.field, "args[0]");
+    assert!(
+        e.message.contains("f32") && e.message.contains("offset 2"),
+        "{e}"
+    );
+    // The host refuses it at load (validation runs first), before anything is allocated.
+    let dev = HostBackend::new().device(0).unwrap();
+    let err = LoadedExecutable::load(dev, scale_at(2, 64)).unwrap_err();
+    assert!(matches!(err, Error::Invalid(_)), "{err}");
+    assert!(err.to_string().contains("entry[1]: args[0]"), "{err}");
+}
+
+#[test]
+fn allocation_aligned_below_the_element_size_is_refused() {
+    let e = xthunk_core::verify(&scale_at(0, 2)).unwrap_err();
+    assert_eq!(e.field, "args[0]");
+    assert!(e.message.contains("aligned to 2 bytes"), "{e}");
+    assert_eq!(xthunk_core::verify(&scale_at(0, 4)), Ok(()));
+}
