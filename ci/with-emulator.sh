@@ -30,8 +30,9 @@
 # Diagnostics: every problem the emulator detects is printed on stderr as a line starting with
 # `xthunk-emulator:` and appended to $XTHUNK_EMU_REPORT (default: a file in the temporary folder).
 # If the command succeeded but the emulator recorded memory errors (out-of-bounds, use-after-free,
-# double-free, invalid-free, not-device-memory, leak), they are listed and the script exits 3,
-# unless XTHUNK_EMU_ALLOW_ERRORS=1. Otherwise the command's exit status is returned.
+# double-free, invalid-free, not-device-memory, misaligned, foreign-memory, leak), they are listed
+# and the script exits 3, unless XTHUNK_EMU_ALLOW_ERRORS=1. Otherwise the command's exit status is
+# returned.
 #
 # Emulator settings (see tests/emulator/src/config.rs): XTHUNK_EMU_DEVICES (1), XTHUNK_EMU_STRICT (1),
 # XTHUNK_EMU_FAIL_ALLOC=N, XTHUNK_EMU_FAIL_LAUNCH=N, XTHUNK_EMU_MEMORY, XTHUNK_EMU_SM (90),
@@ -123,7 +124,7 @@ set +e
 rc=$?
 set -e
 
-kinds='^xthunk-emulator: (out-of-bounds|use-after-free|double-free|invalid-free|not-device-memory|leak) '
+kinds='^xthunk-emulator: (out-of-bounds|use-after-free|double-free|invalid-free|not-device-memory|misaligned|foreign-memory|leak) '
 errors="$(tail -n "+$((start_lines + 1))" "$report" | grep -E "$kinds" || true)"
 if [[ -n "$errors" ]]; then
     count="$(printf '%s\n' "$errors" | wc -l)"
