@@ -62,7 +62,9 @@ impl LaunchLimits {
             if b > max {
                 return Err((
                     format!("block.{axis}"),
-                    format!("a block {axis}-extent of {b} exceeds {device}'s limit of {max}"),
+                    format!(
+                        "a block {axis}-extent of {b} threads exceeds the limit of {max} on {device}"
+                    ),
                 ));
             }
         }
@@ -72,7 +74,7 @@ impl LaunchLimits {
             return Err((
                 "block".into(),
                 format!(
-                    "{block} is {threads} threads per block; {device} allows at most {}",
+                    "{block} is {threads} threads per block; the limit on {device} is {}",
                     self.max_threads_per_block
                 ),
             ));
@@ -81,7 +83,9 @@ impl LaunchLimits {
             if g > max {
                 return Err((
                     format!("grid.{axis}"),
-                    format!("a grid {axis}-extent of {g} blocks exceeds {device}'s limit of {max}"),
+                    format!(
+                        "a grid {axis}-extent of {g} blocks exceeds the limit of {max} on {device}"
+                    ),
                 ));
             }
         }
@@ -92,8 +96,8 @@ impl LaunchLimits {
                 return Err((
                     format!("grid.{axis}"),
                     format!(
-                        "{g} blocks of {b} threads along {axis} are {along} threads; {device} \
-                         allows at most {} along one dimension",
+                        "{g} blocks of {b} threads along {axis} are {along} threads; the limit \
+                         on {device} is {} along one dimension",
                         self.max_threads_per_dim
                     ),
                 ));
@@ -103,8 +107,8 @@ impl LaunchLimits {
             return Err((
                 "shared_mem".into(),
                 format!(
-                    "{shared_mem} bytes of dynamic shared memory exceed {device}'s limit of {} \
-                     bytes per block",
+                    "{shared_mem} bytes of dynamic shared memory exceed the limit of {} bytes \
+                     per block on {device}",
                     self.max_shared_mem_per_block
                 ),
             ));
