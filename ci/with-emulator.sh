@@ -30,8 +30,9 @@
 # Diagnostics: every problem the emulator detects is printed on stderr as a line starting with
 # `xthunk-emulator:` and appended to $XTHUNK_EMU_REPORT (default: a file in the temporary folder).
 # If the command succeeded but the emulator recorded memory errors (out-of-bounds, use-after-free,
-# double-free, invalid-free, not-device-memory, leak), they are listed and the script exits 3,
-# unless XTHUNK_EMU_ALLOW_ERRORS=1. Otherwise the command's exit status is returned.
+# double-free, invalid-free, not-device-memory, misaligned, foreign-memory, leak), they are listed
+# and the script exits 3, unless XTHUNK_EMU_ALLOW_ERRORS=1. Otherwise the command's exit status is
+# returned.
 #
 # XTHUNK_EMU_NO_NCCL=1 leaves NCCL and RCCL out (no libnccl/librccl in the folder, and the
 # backends' default searches for them off): collectives are then unavailable.
@@ -130,7 +131,7 @@ set +e
 rc=$?
 set -e
 
-kinds='^xthunk-emulator: (out-of-bounds|use-after-free|double-free|invalid-free|not-device-memory|leak) '
+kinds='^xthunk-emulator: (out-of-bounds|use-after-free|double-free|invalid-free|not-device-memory|misaligned|foreign-memory|leak) '
 errors="$(tail -n "+$((start_lines + 1))" "$report" | grep -E "$kinds" || true)"
 if [[ -n "$errors" ]]; then
     count="$(printf '%s\n' "$errors" | wc -l)"

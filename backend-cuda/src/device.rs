@@ -29,10 +29,10 @@ use std::collections::HashMap;
 use std::ffi::c_char;
 use std::sync::{Arc, OnceLock};
 use xthunk_core::backend::{
-    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
-    MemoryStats, Stream, Vendor,
+    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LaunchLimits,
+    LoadedModule, MemoryStats, Stream, Vendor,
 };
-use xthunk_core::ir::{DType, MemorySpace, Module};
+use xthunk_core::ir::{DType, Dim3, MemorySpace, Module};
 use xthunk_core::{Error, Result};
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
@@ -46,6 +46,7 @@ struct DeviceProps {
     cc: (i32, i32),
     warp_size: u32,
     managed: bool,
+    launch_limits: LaunchLimits,
 }
 
 /// A usable driver.
@@ -137,6 +138,28 @@ fn attribute(dev: sys::CUdevice, attr: CUdevice_attribute) -> Result<i32> {
     Ok(v)
 }
 
+/// The device's launch limits, from the driver (a negative answer reads as 0: nothing fits).
+fn launch_limits(dev: sys::CUdevice) -> Result<LaunchLimits> {
+    use CUdevice_attribute as A;
+    let get = |a| attribute(dev, a).map(|v| u32::try_from(v).unwrap_or(0));
+    Ok(LaunchLimits {
+        max_threads_per_block: get(A::CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+        max_block: Dim3::new(
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+        ),
+        max_grid: Dim3::new(
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+            get(A::CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+        ),
+        // Without the per-kernel opt-in (cuFuncSetAttribute), which xthunk does not make.
+        max_shared_mem_per_block: get(A::CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+        max_threads_per_dim: u64::MAX,
+    })
+}
+
 fn query_devices() -> Result<Vec<DeviceProps>> {
     let mut n = 0;
     // SAFETY: writes one int.
@@ -184,6 +207,7 @@ fn query_devices() -> Result<Vec<DeviceProps>> {
             cc: (major, minor),
             warp_size: warp.max(1) as u32,
             managed,
+            launch_limits: launch_limits(dev)?,
         });
     }
     Ok(out)
@@ -309,6 +333,7 @@ impl CudaDevice {
                 gemm_dtypes,
                 supports_graphs: true,
                 warp_size: props.warp_size,
+                launch_limits: props.launch_limits,
             },
             memory: Arc::new(MemoryRegistry::default()),
             blas: Arc::new(BlasSlot::new(blas_lib, ctx.clone(), props.cc)),

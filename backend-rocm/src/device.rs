@@ -25,10 +25,10 @@ use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
 use std::sync::{Arc, OnceLock, Weak};
 use xthunk_core::backend::{
-    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LoadedModule,
-    MemoryStats, Stream, Vendor,
+    Backend, BackendInfo, Buffer, Capabilities, Device, DeviceInfo, DevicePtr, Event, LaunchLimits,
+    LoadedModule, MemoryStats, Stream, Vendor,
 };
-use xthunk_core::ir::{DType, MemorySpace, Module};
+use xthunk_core::ir::{DType, Dim3, MemorySpace, Module};
 use xthunk_core::{Error, Result};
 
 /// The HIP runtime library this backend loaded (no GPU needed to get it).
@@ -136,7 +136,16 @@ struct Probed {
     arch: Target,
     warp_size: u32,
     managed_memory: bool,
+    launch_limits: LaunchLimits,
 }
+
+/// `hipDeviceAttribute_t` values of the launch limits (the same in ROCm 5 and 6):
+/// `MaxBlockDimX` (Y and Z follow), `MaxGridDimX` (likewise), `MaxThreadsPerBlock`,
+/// `MaxSharedMemoryPerBlock`.
+const ATTR_MAX_BLOCK_DIM_X: sys::hipDeviceAttribute_t = 26;
+const ATTR_MAX_GRID_DIM_X: sys::hipDeviceAttribute_t = 29;
+const ATTR_MAX_THREADS_PER_BLOCK: sys::hipDeviceAttribute_t = 56;
+const ATTR_MAX_SHARED_MEMORY_PER_BLOCK: sys::hipDeviceAttribute_t = 74;
 
 impl Runtime {
     fn init(hip: Arc<Hip>, config: SearchConfig) -> std::result::Result<Runtime, String> {
@@ -229,6 +238,23 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
         Ok(v)
     };
     let compute_units = attr(sys::hipDeviceAttributeMultiprocessorCount)?;
+    // A negative answer reads as 0: nothing fits.
+    let limit = |a| attr(a).map(|v| u32::try_from(v).unwrap_or(0));
+    let dim3 = |first| -> std::result::Result<Dim3, String> {
+        Ok(Dim3::new(
+            limit(first)?,
+            limit(first + 1)?,
+            limit(first + 2)?,
+        ))
+    };
+    let launch_limits = LaunchLimits {
+        max_threads_per_block: limit(ATTR_MAX_THREADS_PER_BLOCK)?,
+        max_block: dim3(ATTR_MAX_BLOCK_DIM_X)?,
+        max_grid: dim3(ATTR_MAX_GRID_DIM_X)?,
+        max_shared_mem_per_block: limit(ATTR_MAX_SHARED_MEMORY_PER_BLOCK)?,
+        // hipModuleLaunchKernel refuses 2^32 or more work-items along a dimension.
+        max_threads_per_dim: u64::from(u32::MAX),
+    };
     let warp_size = attr(sys::hipDeviceAttributeWarpSize)?;
     let managed = attr(sys::hipDeviceAttributeManagedMemory).unwrap_or(0) != 0;
     let arch_name = gcn_arch_name(hip, ordinal)?;
@@ -253,6 +279,7 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
         arch,
         warp_size: warp_size.max(1) as u32,
         managed_memory: managed,
+        launch_limits,
     })
 }
 
@@ -365,6 +392,7 @@ impl Backend for RocmBackend {
                 },
                 supports_graphs: rt.hip.api.has_graphs(),
                 warp_size: p.warp_size,
+                launch_limits: p.launch_limits,
             },
             info: p.info.clone(),
             ctx,

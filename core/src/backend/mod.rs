@@ -16,8 +16,10 @@ pub mod accounting;
 pub mod baseline;
 pub mod dylib;
 pub mod kernel_cache;
+mod limits;
 mod registry;
 pub mod search;
+pub use limits::{LaunchLimits, check_launch_limits};
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
 
 /// An address in a device's memory (for the host backend, a host address).
@@ -87,6 +89,9 @@ pub struct Capabilities {
     pub supports_graphs: bool,
     /// The warp (wavefront) size; 1 for the host.
     pub warp_size: u32,
+    /// What one kernel launch may ask (from the driver on GPUs; [`LaunchLimits::PORTABLE`]
+    /// on the host), checked for every kernel thunk at load ([`check_launch_limits`]).
+    pub launch_limits: LaunchLimits,
 }
 
 /// Live bytes per memory space (allocated and not yet freed).

@@ -52,6 +52,7 @@ impl LoadedExecutable {
         config: &ExecutorConfig,
     ) -> Result<Self> {
         verify(&exe)?;
+        crate::backend::check_launch_limits(&exe, device.as_ref())?;
         check_memory(device.as_ref(), &exe)?;
         let caps = device.capabilities();
         for a in &exe.allocations {

@@ -148,6 +148,7 @@ impl Backend for HostBackend {
                 gemm_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
                 supports_graphs: true,
                 warp_size: 1,
+                launch_limits: crate::backend::LaunchLimits::PORTABLE,
             },
             memory: Arc::new(MemoryRegistry::default()),
             streams: Mutex::new(vec![]),

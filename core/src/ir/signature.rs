@@ -145,4 +145,117 @@ impl KernelSignature {
         }
         Ok(())
     }
+
+    /// Checks that every buffer argument's pointer is aligned to its element type, whatever
+    /// address its allocation gets: the slice's offset is a multiple of the element size, and
+    /// the allocation (`alignment_of(index)`: its declared alignment) is aligned at least as
+    /// much. A misaligned pointer is a fault on a GPU (a misaligned-address error that poisons
+    /// the context). Returns the index of the offending argument and a message.
+    pub fn check_alignment(
+        &self,
+        args: &[KernelArg],
+        alignment_of: &dyn Fn(u32) -> Option<u64>,
+    ) -> Result<(), (usize, String)> {
+        for (i, (p, a)) in self.params.iter().zip(args).enumerate() {
+            let (ParamKind::Buffer { dtype, .. }, KernelArg::Buffer { slice, .. }) = (&p.kind, a)
+            else {
+                continue;
+            };
+            let es = dtype.size() as u64;
+            if slice.offset % es != 0 {
+                return Err((
+                    i,
+                    format!(
+                        "`{}` holds {dtype} elements: its offset {} is not a multiple of {es} bytes \
+                         (a misaligned pointer faults on a GPU)",
+                        p.name, slice.offset
+                    ),
+                ));
+            }
+            match alignment_of(slice.allocation) {
+                Some(align) if align % es == 0 => {}
+                Some(align) => {
+                    return Err((
+                        i,
+                        format!(
+                            "`{}` holds {dtype} elements, in allocation {} aligned to {align} \
+                             bytes only; {dtype} needs {es}-byte alignment",
+                            p.name, slice.allocation
+                        ),
+                    ));
+                }
+                // A missing allocation is reported by the bounds check.
+                None => {}
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::ir::{Scalar, Slice};
+
+    fn sig() -> KernelSignature {
+        let buf = |name, dtype| Param {
+            name,
+            kind: ParamKind::Buffer {
+                dtype,
+                access: Access::Read,
+                elems: Extent::Fixed(4),
+            },
+        };
+        KernelSignature {
+            name: "k".into(),
+            params: vec![
+                buf("a", DType::F32),
+                buf("b", DType::F64),
+                buf("c", DType::U8),
+                Param {
+                    name: "n",
+                    kind: ParamKind::Scalar(DType::I64),
+                },
+            ],
+        }
+    }
+
+    fn args(offsets: [u64; 3]) -> Vec<KernelArg> {
+        let mut v: Vec<KernelArg> = offsets
+            .iter()
+            .enumerate()
+            .map(|(i, &offset)| KernelArg::Buffer {
+                slice: Slice {
+                    allocation: i as u32,
+                    offset,
+                    size: 4,
+                },
+                access: Access::Read,
+            })
+            .collect();
+        v.push(KernelArg::Scalar(Scalar::I64(4)));
+        v
+    }
+
+    #[test]
+    fn buffers_must_be_aligned_to_their_element_type() {
+        let s = sig();
+        let aligned = |_| Some(64);
+        assert_eq!(s.check_alignment(&args([0, 0, 0]), &aligned), Ok(()));
+        // Any offset for bytes, multiples of the element size otherwise.
+        assert_eq!(s.check_alignment(&args([12, 8, 3]), &aligned), Ok(()));
+        let (i, m) = s.check_alignment(&args([2, 0, 0]), &aligned).unwrap_err();
+        assert_eq!(i, 0);
+        assert!(m.contains("offset 2") && m.contains("f32"), "{m}");
+        let (i, _) = s.check_alignment(&args([0, 4, 0]), &aligned).unwrap_err();
+        assert_eq!(i, 1);
+        // The allocation itself: an f64 buffer in a 4-byte aligned allocation.
+        let four = |_| Some(4);
+        let (i, m) = s.check_alignment(&args([0, 0, 0]), &four).unwrap_err();
+        assert_eq!(i, 1);
+        assert!(m.contains("aligned to 4 bytes"), "{m}");
+        let one = |a| Some(if a == 2 { 1 } else { 64 });
+        assert_eq!(s.check_alignment(&args([0, 0, 1]), &one), Ok(()));
+    }
 }

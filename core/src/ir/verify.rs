@@ -1,5 +1,22 @@
 //! Validation of an executable, done once at load. Every failure names the thunk (its path in
 //! the nested sequences) and the field.
+//!
+//! # Kernel buffers: bounds and alignment (part of the portable subset's contract)
+//!
+//! Every buffer argument of a kernel lies inside its allocation. A kernel of the standard
+//! library declares each buffer's element type, and its pointer must be aligned to it on every
+//! device: the slice's offset is a multiple of the element size (4 for `f32`, 8 for `f64` and
+//! `i64`, 2 for `f16`/`bf16`, 1 for bytes), and the allocation's alignment is at least the
+//! element size. A misaligned pointer is a fault on a GPU (CUDA's misaligned-address error,
+//! which poisons the context), so it is refused here, on every backend, the host included.
+//! Kernels of other modules (portable source, PTX, binaries, host libraries) do not declare
+//! their parameter types to xthunk: only their bounds are checked, and a program launching
+//! them must keep each buffer aligned to what the kernel reads through it, by the same rule.
+//!
+//! The launch shape is checked here only against what no device allows (a zero extent, more
+//! than 1,024 threads per block); the device's own limits (block and grid extents, dynamic
+//! shared memory) are checked when the program is loaded onto it
+//! (`backend::check_launch_limits`).
 
 use super::dtype::DType;
 use super::gemm::{GEMM_DTYPES, GemmError, GemmMatrix, GemmThunk};
@@ -749,7 +766,12 @@ impl Verifier<'_> {
                     ),
                 ));
             };
-            if let Err((i, msg)) = signature.check_args(&k.args) {
+            let allocs = &self.exe.allocations;
+            let alignment_of = |a: u32| Some(allocs.get(usize::try_from(a).ok()?)?.alignment);
+            if let Err((i, msg)) = signature
+                .check_args(&k.args)
+                .and_then(|()| signature.check_alignment(&k.args, &alignment_of))
+            {
                 return Err(err(path, format!("args[{i}]"), msg));
             }
         }

@@ -22,6 +22,10 @@ pub enum Kind {
     InvalidFree,
     /// An access to an address that no allocation (live or recently freed) contains.
     NotDeviceMemory,
+    /// A kernel buffer whose address is not aligned to its element type.
+    Misaligned,
+    /// A kernel access to device memory of another context (or device).
+    ForeignMemory,
     /// Allocations (or other objects) still live when their context was destroyed or the
     /// process exited.
     Leak,
@@ -49,6 +53,8 @@ impl Kind {
                 | Kind::DoubleFree
                 | Kind::InvalidFree
                 | Kind::NotDeviceMemory
+                | Kind::Misaligned
+                | Kind::ForeignMemory
                 | Kind::Leak
         )
     }
@@ -60,6 +66,8 @@ impl Kind {
             Kind::DoubleFree => "double-free",
             Kind::InvalidFree => "invalid-free",
             Kind::NotDeviceMemory => "not-device-memory",
+            Kind::Misaligned => "misaligned",
+            Kind::ForeignMemory => "foreign-memory",
             Kind::Leak => "leak",
             Kind::InvalidHandle => "invalid-handle",
             Kind::InvalidValue => "invalid-value",

@@ -330,6 +330,22 @@ pub unsafe fn launch_kernel<D: Driver>(
 ) -> EmuResult<()> {
     let func = FUNCTIONS.get(f, call)?;
     let st = D::stream(s, call)?;
+    let current = D::ctx(call)?;
+    if st.ctx_id != current.id {
+        return Err(EmuError::new(
+            Code::InvalidHandle,
+            Kind::InvalidHandle,
+            call,
+            format!(
+                "stream {s:#x} belongs to another {} than the current one ({} {}): a kernel \
+                 launch must go to a stream of the current {}",
+                D::API.owner(),
+                D::API.device_name(),
+                current.device,
+                D::API.owner()
+            ),
+        ));
+    }
     if st.ctx_id != func.ctx_id {
         return Err(EmuError::new(
             Code::InvalidContext,
@@ -343,7 +359,8 @@ pub unsafe fn launch_kernel<D: Driver>(
         ));
     }
     // SAFETY: `params`/`extra` follow the launch API contract.
-    let launch = unsafe { crate::launch::prepare(&func, dims, params, extra, D::EXTRA, call)? };
+    let launch =
+        unsafe { crate::launch::prepare(&func, D::API, dims, params, extra, D::EXTRA, call)? };
     let op_call = format!("{call}({})", func.name);
     let work = stream::Work::Kernel(Arc::new(launch));
     stream::submit(&st, stream::Op::new(work, &op_call)).map(|_| ())

@@ -22,6 +22,11 @@ pub enum Code {
     NotFound,
     NotReady,
     IllegalAddress,
+    /// A kernel access through a pointer not aligned to its element type (CUDA's own code;
+    /// HIP has none and reports an illegal address).
+    MisalignedAddress,
+    /// A launch shape beyond the device's limits (HIP's own code; CUDA says invalid value).
+    InvalidConfiguration,
     LaunchOutOfResources,
     LaunchFailed,
     NotPermitted,
@@ -83,6 +88,7 @@ pub mod cu {
     pub const NOT_READY: u32 = 600;
     pub const ILLEGAL_ADDRESS: u32 = 700;
     pub const LAUNCH_OUT_OF_RESOURCES: u32 = 701;
+    pub const MISALIGNED_ADDRESS: u32 = 716;
     pub const LAUNCH_FAILED: u32 = 719;
     pub const NOT_PERMITTED: u32 = 800;
     pub const NOT_SUPPORTED: u32 = 801;
@@ -172,6 +178,11 @@ pub mod cu {
             "too many resources requested for launch\0",
         ),
         (
+            MISALIGNED_ADDRESS,
+            "CUDA_ERROR_MISALIGNED_ADDRESS\0",
+            "misaligned address\0",
+        ),
+        (
             LAUNCH_FAILED,
             "CUDA_ERROR_LAUNCH_FAILED\0",
             "unspecified launch failure\0",
@@ -241,6 +252,7 @@ pub mod hip {
     pub const INVALID_VALUE: i32 = 1;
     pub const OUT_OF_MEMORY: i32 = 2;
     pub const NOT_INITIALIZED: i32 = 3;
+    pub const INVALID_CONFIGURATION: i32 = 9;
     pub const INVALID_DEVICE_POINTER: i32 = 17;
     pub const INVALID_MEMCPY_DIRECTION: i32 = 21;
     pub const NO_DEVICE: i32 = 100;
@@ -281,6 +293,11 @@ pub mod hip {
             NOT_INITIALIZED,
             "hipErrorNotInitialized\0",
             "initialization error\0",
+        ),
+        (
+            INVALID_CONFIGURATION,
+            "hipErrorInvalidConfiguration\0",
+            "invalid configuration argument\0",
         ),
         (
             INVALID_DEVICE_POINTER,
@@ -420,6 +437,8 @@ impl Code {
             Code::NotFound => cu::NOT_FOUND,
             Code::NotReady => cu::NOT_READY,
             Code::IllegalAddress => cu::ILLEGAL_ADDRESS,
+            Code::MisalignedAddress => cu::MISALIGNED_ADDRESS,
+            Code::InvalidConfiguration => cu::INVALID_VALUE,
             Code::LaunchOutOfResources => cu::LAUNCH_OUT_OF_RESOURCES,
             Code::LaunchFailed => cu::LAUNCH_FAILED,
             Code::NotPermitted => cu::NOT_PERMITTED,
@@ -453,7 +472,8 @@ impl Code {
             Code::InvalidHandle => hip::INVALID_HANDLE,
             Code::NotFound => hip::NOT_FOUND,
             Code::NotReady => hip::NOT_READY,
-            Code::IllegalAddress => hip::ILLEGAL_ADDRESS,
+            Code::IllegalAddress | Code::MisalignedAddress => hip::ILLEGAL_ADDRESS,
+            Code::InvalidConfiguration => hip::INVALID_CONFIGURATION,
             Code::LaunchOutOfResources => hip::LAUNCH_OUT_OF_RESOURCES,
             Code::LaunchFailed => hip::LAUNCH_FAILURE,
             Code::NotPermitted | Code::NotSupported => hip::NOT_SUPPORTED,

@@ -1,7 +1,11 @@
 //! Reading module images: cubins (ELF, `EM_CUDA`), PTX text, AMD code objects (ELF,
 //! `EM_AMDGPU`) and clang offload bundles holding them. Only what the emulator needs: the
-//! target architecture and the names of the functions (ELF `STT_FUNC` symbols, PTX `.entry`
-//! lines). Every read is bounds-checked; a malformed image is an error, never a panic.
+//! target architecture, the names of the functions (ELF `STT_FUNC` symbols, PTX `.entry`
+//! lines) and what the image says about each kernel ([`crate::kernel_info`]: parameter
+//! sizes, launch bounds, static shared memory). Every read is bounds-checked; a malformed
+//! image is an error, never a panic.
+
+use crate::kernel_info::{self, Kernels};
 
 /// `EM_CUDA`.
 pub const EM_CUDA: u16 = 190;
@@ -28,6 +32,29 @@ pub enum Target {
 pub struct Image {
     pub target: Target,
     pub functions: Vec<String>,
+    /// What the image says about its kernels (those it describes; by name).
+    pub kernels: Kernels,
+}
+
+/// One section of an ELF image.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Section {
+    pub name: String,
+    /// `sh_type`.
+    pub ty: u32,
+    offset: usize,
+    /// `sh_size` (for `SHT_NOBITS` sections too, which occupy no bytes of the file).
+    pub size: usize,
+}
+
+impl Section {
+    /// The section's bytes in the file (`None` for `SHT_NOBITS` or out of bounds).
+    pub fn bytes<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
+        if self.ty == 8 {
+            return None;
+        }
+        data.get(self.offset..self.offset.checked_add(self.size)?)
+    }
 }
 
 fn u16_at(d: &[u8], o: usize) -> Option<u16> {
@@ -210,6 +237,30 @@ pub fn parse_elf(data: &[u8]) -> Result<Image, String> {
             usize_at(data, o.checked_add(56)?)?,
         ))
     };
+    // Section names, from the section-name string table (`e_shstrndx`); unnamed if absent.
+    let names = u16_at(data, 62)
+        .and_then(|i| section(usize::from(i)))
+        .and_then(|(_, off, size, _, _)| data.get(off..off.checked_add(size)?));
+    let mut sections = vec![];
+    for i in 0..shnum {
+        let o = shoff.checked_add(i.checked_mul(shentsize).ok_or_else(bad)?);
+        let name_off = o.and_then(|o| u32_at(data, o)).ok_or_else(bad)? as usize;
+        let name = names
+            .and_then(|n| n.get(name_off..))
+            .map(|n| &n[..n.iter().position(|&b| b == 0).unwrap_or(n.len())])
+            .unwrap_or_default();
+        let (ty, offset, size, _, _) = section(i).ok_or_else(bad)?;
+        sections.push(Section {
+            name: String::from_utf8_lossy(name).into_owned(),
+            ty,
+            offset,
+            size,
+        });
+    }
+    let kernels = match target {
+        Target::Cubin { .. } => kernel_info::from_cubin(data, &sections),
+        _ => kernel_info::from_amdgpu(data, &sections),
+    };
     let mut functions = vec![];
     for i in 0..shnum {
         let (ty, off, size, link, entsize) = section(i).ok_or_else(bad)?;
@@ -236,7 +287,11 @@ pub fn parse_elf(data: &[u8]) -> Result<Image, String> {
             }
         }
     }
-    Ok(Image { target, functions })
+    Ok(Image {
+        target,
+        functions,
+        kernels,
+    })
 }
 
 /// Parses PTX text: `.target sm_XX` and the `.entry` names.
@@ -274,6 +329,7 @@ pub fn parse_ptx(text: &str) -> Result<Image, String> {
     Ok(Image {
         target: Target::Ptx { sm },
         functions,
+        kernels: kernel_info::from_ptx(text),
     })
 }
 
@@ -330,6 +386,7 @@ mod tests {
         let img = parse_ptx(ptx).unwrap_or(Image {
             target: Target::Ptx { sm: None },
             functions: vec![],
+            kernels: vec![],
         });
         assert_eq!(img.target, Target::Ptx { sm: Some(90) });
         assert_eq!(img.functions, vec!["add_f32", "fill_f32"]);

@@ -1,19 +1,31 @@
 //! Modules, functions and kernel launches.
 //!
 //! A module is loaded from a real image (cubin, PTX, AMD code object): the emulator reads its
-//! architecture (refusing images the device could not run) and its function names. A function
-//! exists when its name is in the image *and* in the xthunk standard kernel library, whose
-//! host implementation runs it. A launch decodes the raw parameter array by the kernel's
-//! declared signature (buffers are device pointers; immediates by their C type: f16/bf16 as 2
-//! raw bytes, i64 as 8, pred as 1), computes every buffer's length from the signature's
-//! extents, and checks each range against the live allocations — at launch and again when
-//! the kernel runs.
+//! architecture (refusing images the device could not run), its function names and what it
+//! says about each kernel ([`crate::kernel_info`]). A function exists when its name is in the
+//! image *and* in the xthunk standard kernel library, whose host implementation runs it; when
+//! the image declares the kernel's parameters, their sizes must be the signature's (the
+//! emulator runs the standard kernel, not the image's code). A launch, as on a GPU:
+//!
+//! - checks its shape against the device's limits and the function's own (its launch bound,
+//!   its static shared memory: [`crate::limits`]);
+//! - takes the parameters from `kernelParams` (one pointer per parameter) or from `extra`'s
+//!   packed buffer, whose size must be the kernel's parameter buffer size;
+//! - decodes them by the kernel's declared signature (buffers are device pointers; immediates
+//!   by their C type: f16/bf16 as 2 raw bytes, i64 as 8, pred as 1), computes every buffer's
+//!   length from the signature's extents, and checks each range against the live allocations
+//!   — at launch and again when the kernel runs: inside one allocation, of the launch's own
+//!   context when it is device memory (pinned and managed memory are reachable from every
+//!   context), and aligned to its element type (AMD hardware tolerates some misaligned
+//!   accesses; the portable contract does not, and CUDA faults: both APIs refuse them).
 
-use crate::context::Ctx;
+use crate::context::{Api, Ctx};
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
 use crate::image::{Image, Target};
+use crate::kernel_info::{self, KernelInfo, Kernels, ParamSlot};
+use crate::memory::{AllocInfo, MemKind};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -30,6 +42,8 @@ pub struct ModuleCore {
     /// `cubin sm_90`, `PTX sm_90`, `code object gfx90a`.
     pub what: String,
     pub functions: Vec<String>,
+    /// What the image says about its kernels.
+    kernels: Kernels,
     /// Function handles handed out, by name.
     handles: Mutex<HashMap<String, usize>>,
 }
@@ -40,6 +54,31 @@ pub struct FunctionCore {
     pub module: usize,
     pub name: String,
     pub kernel: &'static HostKernel,
+    /// What the image says about the kernel.
+    pub info: KernelInfo,
+    /// Where each parameter lies in a packed parameter buffer (`extra`): the image's layout,
+    /// or the signature's by natural alignment when the image does not say.
+    params: Vec<ParamSlot>,
+}
+
+impl FunctionCore {
+    /// The size of the kernel's parameter buffer.
+    pub fn param_buffer_size(&self) -> usize {
+        kernel_info::buffer_end(&self.params)
+    }
+}
+
+/// The size of each parameter of a signature as a launch passes it (buffers are pointers).
+fn signature_sizes(kernel: &HostKernel) -> Vec<usize> {
+    kernel
+        .signature
+        .params
+        .iter()
+        .map(|p| match &p.kind {
+            ParamKind::Buffer { .. } => 8,
+            ParamKind::Scalar(dt) => dt.size(),
+        })
+        .collect()
 }
 
 /// Checks that a device of `ctx` can run `img`.
@@ -113,6 +152,7 @@ pub unsafe fn load_module(ctx: &Arc<Ctx>, image: *const c_void, call: &str) -> E
         ctx_id: ctx.id,
         what,
         functions: img.functions,
+        kernels: img.kernels,
         handles: Mutex::new(HashMap::new()),
     })))
 }
@@ -169,11 +209,41 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
             ),
         ));
     };
+    let info = m
+        .kernels
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, i)| i.clone())
+        .unwrap_or_default();
+    let sizes = signature_sizes(kernel);
+    let params = match &info.params {
+        Some(p) if p.iter().map(|s| s.size).eq(sizes.iter().copied()) => p.clone(),
+        Some(p) => {
+            let list = |v: &mut dyn Iterator<Item = usize>| {
+                v.map(|n| n.to_string()).collect::<Vec<_>>().join(", ")
+            };
+            return Err(EmuError::new(
+                Code::NotFound,
+                Kind::Unsupported,
+                call,
+                format!(
+                    "`{name}` in the image takes parameters of [{}] bytes, the standard \
+                     library's `{name}` of [{}]: the emulator runs the standard kernel, so it \
+                     cannot run this one",
+                    list(&mut p.iter().map(|s| s.size)),
+                    list(&mut sizes.iter().copied())
+                ),
+            ));
+        }
+        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+    };
     let f = FUNCTIONS.insert(Arc::new(FunctionCore {
         ctx_id: m.ctx_id,
         module,
         name: name.to_string(),
         kernel,
+        info,
+        params,
     }));
     m.handles.lock().insert(name.to_string(), f);
     Ok(f)
@@ -195,6 +265,8 @@ pub struct Launch {
     pub name: String,
     kernel: &'static HostKernel,
     args: Vec<RawArg>,
+    /// The context the kernel runs in (its buffers' device memory must be its own).
+    ctx_id: u64,
     call: String,
 }
 
@@ -245,17 +317,9 @@ unsafe fn raw_params(
     call: &str,
 ) -> EmuResult<Vec<Vec<u8>>> {
     let sig = &f.kernel.signature;
-    let sizes: Vec<usize> = sig
-        .params
-        .iter()
-        .map(|p| match &p.kind {
-            ParamKind::Buffer { .. } => 8,
-            ParamKind::Scalar(dt) => dt.size(),
-        })
-        .collect();
     if !params.is_null() {
         let mut out = vec![];
-        for (i, size) in sizes.iter().enumerate() {
+        for (i, size) in f.params.iter().map(|p| &p.size).enumerate() {
             // SAFETY: the caller passes one pointer per parameter.
             let p = unsafe { *params.add(i) };
             if p.is_null() {
@@ -270,7 +334,7 @@ unsafe fn raw_params(
         return Ok(out);
     }
     if extra.is_null() {
-        if sizes.is_empty() {
+        if f.params.is_empty() {
             return Ok(vec![]);
         }
         return Err(crate::error::invalid(
@@ -310,32 +374,87 @@ unsafe fn raw_params(
             "`extra` needs both a buffer pointer and its size",
         ));
     };
+    // The parameter buffer's size, or that rounded up to its alignment (a C struct's size).
+    let end = f.param_buffer_size();
+    let align = f
+        .params
+        .iter()
+        .map(|p| p.size)
+        .max()
+        .unwrap_or(1)
+        .clamp(1, 8);
+    if len != end && len != end.next_multiple_of(align) {
+        return Err(crate::error::invalid(
+            call,
+            format!(
+                "the `extra` buffer is {len} bytes; `{}`'s parameters take {end}",
+                f.name
+            ),
+        ));
+    }
     let mut out = vec![];
-    let mut off = 0usize;
-    for (i, size) in sizes.iter().enumerate() {
-        off = off.next_multiple_of(*size);
-        if off + size > len {
-            return Err(crate::error::invalid(
-                call,
-                format!(
-                    "the `extra` buffer ({len} bytes) ends before parameter {i} `{}`",
-                    sig.params[i].name
-                ),
-            ));
-        }
-        // SAFETY: `buf` holds `len` bytes (as the caller declared), `off + size <= len`.
-        out.push(unsafe { std::slice::from_raw_parts(buf.add(off), *size) }.to_vec());
-        off += size;
+    for p in &f.params {
+        // SAFETY: `buf` holds `len` bytes (as the caller declared), and every parameter ends
+        // within the parameter buffer's size, at most `len`.
+        out.push(unsafe { std::slice::from_raw_parts(buf.add(p.offset), p.size) }.to_vec());
     }
     Ok(out)
 }
 
-/// Decodes and checks a launch of `f` (argument pointers as the launch API takes them).
+/// Checks that a kernel buffer of `len > 0` bytes at `ptr`, inside the allocation `info`, is
+/// reachable from context `ctx_id`: device memory of another context (another device, or
+/// another CUDA context of the same device) is not mapped there. Pinned and managed memory
+/// are reachable from every context.
+fn check_owner(info: &AllocInfo, ctx_id: u64, what: &str, call: &str) -> EmuResult<()> {
+    if info.kind != MemKind::Device || info.ctx == ctx_id {
+        return Ok(());
+    }
+    let name = |id: u64| {
+        crate::context::by_id(id).map(|c| match c.api {
+            Api::Cuda => format!("context #{} of device {}", c.id, c.device),
+            Api::Hip => format!("device {}", c.device),
+        })
+    };
+    let owner = name(info.ctx).unwrap_or_else(|| "another context".into());
+    let here = name(ctx_id).unwrap_or_else(|| "the launch's context".into());
+    Err(EmuError::new(
+        Code::IllegalAddress,
+        Kind::ForeignMemory,
+        call,
+        format!(
+            "{what}: {} belongs to {owner}, not to {here}, where the kernel runs",
+            info.describe()
+        ),
+    ))
+}
+
+/// Checks that a kernel buffer's address is aligned to its element type (a GPU faults on a
+/// misaligned access).
+fn check_aligned(ptr: usize, dtype: DType, what: &str, call: &str) -> EmuResult<()> {
+    let es = dtype.size();
+    if ptr % es == 0 {
+        return Ok(());
+    }
+    Err(EmuError::new(
+        Code::MisalignedAddress,
+        Kind::Misaligned,
+        call,
+        format!(
+            "{what} at {ptr:#x} is not aligned to its {es}-byte element type (offset {} in \
+             its allocation)",
+            crate::memory::allocation_containing(ptr).map_or(0, |a| ptr - a.base)
+        ),
+    ))
+}
+
+/// Decodes and checks a launch of `f` on a device of `api` (argument pointers as the launch
+/// API takes them).
 ///
 /// # Safety
 /// See [`raw_params`].
 pub unsafe fn prepare(
     f: &FunctionCore,
+    api: Api,
     dims: ([u32; 3], [u32; 3], u32),
     params: *mut *mut c_void,
     extra: *mut *mut c_void,
@@ -343,26 +462,7 @@ pub unsafe fn prepare(
     api_call: &str,
 ) -> EmuResult<Launch> {
     let call = format!("{api_call}({})", f.name);
-    let (grid, block, shared) = dims;
-    if grid.contains(&0) || block.contains(&0) {
-        return Err(crate::error::invalid(
-            &call,
-            format!("empty launch: grid {grid:?}, block {block:?}"),
-        ));
-    }
-    let threads = block.iter().map(|&b| b as u64).product::<u64>();
-    if threads > 1024 || block[2] > 64 || grid[1] > 65535 || grid[2] > 65535 {
-        return Err(crate::error::invalid(
-            &call,
-            format!("launch shape out of range: grid {grid:?}, block {block:?}"),
-        ));
-    }
-    if shared > 48 * 1024 {
-        return Err(crate::error::invalid(
-            &call,
-            format!("{shared} bytes of dynamic shared memory (at most 48 KiB without opt-in)"),
-        ));
-    }
+    crate::limits::check_launch(api, &f.name, &f.info, dims, &call)?;
     if crate::config::launch_fails() {
         return Err(EmuError::new(
             Code::LaunchOutOfResources,
@@ -424,17 +524,16 @@ pub unsafe fn prepare(
                             format!("`{}`: the element count is negative or overflows", p.name),
                         )
                     })?;
-                crate::memory::check(
-                    ptr,
-                    len,
-                    &format!(
-                        "kernel buffer `{}` ({} x {dtype})",
-                        p.name,
-                        count.unwrap_or(0)
-                    ),
-                    &call,
-                    Code::IllegalAddress,
-                )?;
+                let what = format!(
+                    "kernel buffer `{}` ({} x {dtype})",
+                    p.name,
+                    count.unwrap_or(0)
+                );
+                let info = crate::memory::check(ptr, len, &what, &call, Code::IllegalAddress)?;
+                if len > 0 {
+                    check_owner(&info, f.ctx_id, &what, &call)?;
+                    check_aligned(ptr, *dtype, &what, &call)?;
+                }
                 args.push(RawArg::Buffer {
                     ptr,
                     len,
@@ -447,6 +546,7 @@ pub unsafe fn prepare(
         name: f.name.clone(),
         kernel: f.kernel,
         args,
+        ctx_id: f.ctx_id,
         call,
     })
 }
@@ -459,17 +559,16 @@ impl Launch {
         for (i, a) in self.args.iter().enumerate() {
             match *a {
                 RawArg::Buffer { ptr, len, access } => {
-                    crate::memory::check(
-                        ptr,
-                        len,
-                        &format!(
-                            "kernel buffer `{}` ({})",
-                            self.kernel.signature.params[i].name,
-                            access.name()
-                        ),
-                        &self.call,
-                        Code::IllegalAddress,
-                    )?;
+                    let what = format!(
+                        "kernel buffer `{}` ({})",
+                        self.kernel.signature.params[i].name,
+                        access.name()
+                    );
+                    let info =
+                        crate::memory::check(ptr, len, &what, &self.call, Code::IllegalAddress)?;
+                    if len > 0 {
+                        check_owner(&info, self.ctx_id, &what, &self.call)?;
+                    }
                     host.push(HostArg::Buffer {
                         ptr: if len == 0 {
                             std::ptr::null_mut()

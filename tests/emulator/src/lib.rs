@@ -10,15 +10,21 @@
 //!
 //! - Memory ([`memory`]): device pointers are host addresses; every access the emulator makes
 //!   (copies, memsets, kernel buffers, BLAS operands) is checked against the live
-//!   allocations: out-of-bounds, use after free, double free, leaks at context destruction
-//!   and process exit are reported ([`diag`]) with the call that did it, and the call fails.
+//!   allocations: out-of-bounds, use after free, double free, misaligned kernel buffers,
+//!   kernel buffers in another context's device memory, leaks at context destruction and
+//!   process exit are reported ([`diag`]) with the call that did it, and the call fails.
 //!   Fresh memory is poisoned (`0xCD`).
 //! - Streams ([`stream`]): real asynchronous queues on worker threads; in strict mode (the
 //!   default) queued work runs only when something waits for it, so a missing
 //!   synchronization reads poison every time. Capture records graphs; graphs replay.
 //! - Kernels ([`launch`]): real images (cubins and PTX from NVRTC, code objects from hipRTC)
-//!   are read for their kernel names; a launch runs the standard kernel library's host
-//!   implementation, decoding the raw parameters by the kernel's signature.
+//!   are read for their kernel names and what they say about each kernel ([`kernel_info`]:
+//!   parameter sizes, launch bounds, static shared memory; AMD's metadata through
+//!   [`msgpack`]). A launch is checked as a GPU would fault on it: its shape against the
+//!   device's and the function's limits ([`limits`]), its parameter sizes, and every buffer
+//!   inside a live allocation of the launch's own context, aligned to its element type. It
+//!   runs the standard kernel library's host implementation, decoding the raw parameters by
+//!   the kernel's signature.
 //! - Gemm ([`gemm`]) and collectives ([`nccl`]) run on the host.
 //! - Settings and error injection: [`config`].
 //! - The C APIs ([`cuda`], [`hip`], [`cublas`], [`rocblas`], [`nccl`]) are thin shims; what the
@@ -45,8 +51,11 @@ pub mod gemm;
 pub mod handles;
 pub mod hip;
 pub mod image;
+pub mod kernel_info;
 pub mod launch;
+pub mod limits;
 pub mod memory;
+pub mod msgpack;
 pub mod nccl;
 pub mod rocblas;
 pub mod stream;

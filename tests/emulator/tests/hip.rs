@@ -6,7 +6,7 @@
 mod common;
 
 use common::{ADD_F32, hok, serial};
-use std::ffi::{CStr, CString, c_char, c_int, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use xthunk_emulator::error::hip as code;
 use xthunk_emulator::hip;
 use xthunk_emulator::memory::POISON;
@@ -99,67 +99,10 @@ fn blocking_streams_order_with_the_null_stream() {
     hok(common::hip_free(d), "free");
 }
 
-type Prog = *mut c_void;
-
-/// Compiles `src` for `arch` with the real hipRTC (Debian's libamdhip64.so.5 holds it).
-fn hiprtc_compile(src: &str, arch: &str) -> Option<Vec<u8>> {
-    let lib = [
-        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
-        "/opt/rocm/lib/libhiprtc.so",
-    ]
-    .iter()
-    .filter(|p| std::path::Path::new(p).exists())
-    // SAFETY: loading AMD's HIP runtime runs its initializers; they need no GPU.
-    .find_map(|p| unsafe { libloading::Library::new(*p) }.ok())?;
-    type Create = unsafe extern "C" fn(
-        *mut Prog,
-        *const c_char,
-        *const c_char,
-        c_int,
-        *const *const c_char,
-        *const *const c_char,
-    ) -> c_int;
-    type Compile = unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> c_int;
-    type Size = unsafe extern "C" fn(Prog, *mut usize) -> c_int;
-    type Get = unsafe extern "C" fn(Prog, *mut c_char) -> c_int;
-    // SAFETY: hipRTC's declarations (hiprtc.h); the library stays loaded (leaked below: hipRTC
-    // keeps threads that must not run unmapped code).
-    let out = unsafe {
-        let create: libloading::Symbol<Create> = lib.get(b"hiprtcCreateProgram").ok()?;
-        let compile: libloading::Symbol<Compile> = lib.get(b"hiprtcCompileProgram").ok()?;
-        let size: libloading::Symbol<Size> = lib.get(b"hiprtcGetCodeSize").ok()?;
-        let get: libloading::Symbol<Get> = lib.get(b"hiprtcGetCode").ok()?;
-        let csrc = CString::new(src).unwrap();
-        let mut prog: Prog = std::ptr::null_mut();
-        if create(
-            &mut prog,
-            csrc.as_ptr(),
-            c"t.hip".as_ptr(),
-            0,
-            std::ptr::null(),
-            std::ptr::null(),
-        ) != 0
-        {
-            return None;
-        }
-        let opt = CString::new(format!("--offload-arch={arch}")).unwrap();
-        let opts = [opt.as_ptr()];
-        let r = compile(prog, 1, opts.as_ptr());
-        assert_eq!(r, 0, "hiprtcCompileProgram");
-        let mut n = 0usize;
-        size(prog, &mut n);
-        let mut code = vec![0u8; n];
-        get(prog, code.as_mut_ptr().cast());
-        code
-    };
-    std::mem::forget(lib);
-    Some(out)
-}
-
 #[test]
 fn hiprtc_code_object_add_f32() {
     let _g = serial();
-    let Some(code) = hiprtc_compile(ADD_F32, "gfx90a") else {
+    let Some(code) = common::hiprtc_compile(ADD_F32, "gfx90a") else {
         eprintln!("SKIPPED: no hipRTC (apt-get install libamdhip64-5)");
         return;
     };
@@ -212,7 +155,7 @@ fn hiprtc_code_object_add_f32() {
         assert_eq!(v, 3.0 * i as f32);
     }
     // A code object for another target is refused.
-    if let Some(other) = hiprtc_compile(ADD_F32, "gfx908") {
+    if let Some(other) = common::hiprtc_compile(ADD_F32, "gfx908") {
         let mut m2 = 0usize;
         // SAFETY: a complete code object; valid out-pointer.
         let r = unsafe { hip::hipModuleLoadData(&mut m2, other.as_ptr().cast()) };

@@ -218,7 +218,22 @@ fn standard_kernels_decode_their_parameters() {
             eprintln!("NVRTC not installed: using a PTX text that only declares the kernels");
             let mut ptx = String::from(".version 8.5\n.target sm_90\n.address_size 64\n");
             for n in SAMPLE {
-                ptx.push_str(&format!(".visible .entry {n}(\n)\n{{\n}}\n"));
+                // Parameters of the signature's sizes (pointers are .u64).
+                let params: Vec<String> = standard_library()
+                    .get(n)
+                    .unwrap()
+                    .signature
+                    .params
+                    .iter()
+                    .map(|p| match p.kind {
+                        ParamKind::Buffer { .. } => ".param .u64 p".to_string(),
+                        ParamKind::Scalar(dt) => format!(".param .b{} p", 8 * dt.size()),
+                    })
+                    .collect();
+                ptx.push_str(&format!(
+                    ".visible .entry {n}(\n{}\n)\n{{\n}}\n",
+                    params.join(",\n")
+                ));
             }
             ptx.push('\0');
             ptx.into_bytes()

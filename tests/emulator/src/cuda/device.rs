@@ -64,13 +64,13 @@ pub const SM_COUNT: c_int = 16;
 /// `cuDeviceGetAttribute` values; `None` for attributes the enum does not have.
 fn attribute(attr: c_int, dev: c_int) -> Option<c_int> {
     let sm = crate::config::get().sm as c_int;
+    let l = &crate::limits::CUDA;
+    let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     Some(match attr {
-        1 => 1024,
-        2 | 3 => 1024,
-        4 => 64,
-        5 => i32::MAX,
-        6 | 7 => 65535,
-        8 => 48 * 1024,
+        1 => int(l.threads_per_block),
+        2..=4 => int(l.block[(attr - 2) as usize]),
+        5..=7 => int(l.grid[(attr - 5) as usize]),
+        8 => int(l.shared_per_block),
         9 => 64 * 1024,
         10 => 32,
         11 => i32::MAX,

@@ -127,15 +127,21 @@ pub unsafe extern "C" fn cuModuleGetFunction(
 pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, f: Handle) -> CUresult {
     const C: &str = "cuFuncGetAttribute";
     api(C, || {
-        crate::launch::FUNCTIONS.get(f, C)?;
+        let func = crate::launch::FUNCTIONS.get(f, C)?;
         let sm = crate::config::get().sm as c_int;
+        let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
+        let api = crate::context::Api::Cuda;
         let v = match attrib {
-            0 => 1024,
-            1..=3 => 0,
+            // MAX_THREADS_PER_BLOCK, SHARED_SIZE_BYTES (static), CONST_SIZE_BYTES,
+            // LOCAL_SIZE_BYTES, NUM_REGS, PTX_VERSION, BINARY_VERSION, CACHE_MODE_CA,
+            // MAX_DYNAMIC_SHARED_SIZE_BYTES.
+            0 => int(crate::limits::function_max_threads(api, &func.info)),
+            1 => int(func.info.static_shared.unwrap_or(0)),
+            2 | 3 => 0,
             4 => 32,
             5 | 6 => sm,
             7 => 0,
-            8 => 48 * 1024,
+            8 => int(crate::limits::function_max_dynamic_shared(api, &func.info)),
             9 => -1,
             10..=20 => 0,
             a => return Err(invalid(C, format!("unknown function attribute {a}"))),

@@ -112,32 +112,34 @@ pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, dev: c_
 
 /// `hipDeviceGetAttribute` values (hipDeviceAttribute_t, the same in ROCm 5.2 and 6).
 fn attribute(attr: c_int, dev: c_int) -> Option<c_int> {
+    let l = &crate::limits::HIP;
+    let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     Some(match attr {
-        3 => 1,                // CanMapHostMemory
-        5 => 1_700_000,        // ClockRate (kHz)
-        8 => 1,                // ConcurrentKernels
-        9 => 1,                // ConcurrentManagedAccess
-        10 => 1,               // CooperativeLaunch
-        16 => 0,               // Integrated
-        19 => 8 * 1024 * 1024, // L2CacheSize
-        23 => 9,               // ComputeCapabilityMajor
-        24 => 1,               // ManagedMemory
-        26..=28 => 1024,       // MaxBlockDimX/Y/Z
-        29..=31 => i32::MAX,   // MaxGridDimX/Y/Z
-        56 => 1024,            // MaxThreadsPerBlock
-        57 => 2048,            // MaxThreadsPerMultiProcessor
-        59 => 4096,            // MemoryBusWidth
-        60 => 1_600_000,       // MemoryClockRate
-        61 => 0,               // ComputeCapabilityMinor
-        63 => CU_COUNT,        // MultiprocessorCount
-        65 => 0,               // PageableMemoryAccess
-        67 => dev + 1,         // PciBusId
-        68 | 69 => 0,          // PciDeviceId, PciDomainID
-        71 => 65536,           // MaxRegistersPerBlock
-        74 => 64 * 1024,       // MaxSharedMemoryPerBlock
-        75 => 64 * 1024,       // SharedMemPerBlockOptin
-        76 => 64 * 1024,       // SharedMemPerMultiprocessor
-        83 => 64 * 1024,       // TotalConstantMemory
+        3 => 1,                                        // CanMapHostMemory
+        5 => 1_700_000,                                // ClockRate (kHz)
+        8 => 1,                                        // ConcurrentKernels
+        9 => 1,                                        // ConcurrentManagedAccess
+        10 => 1,                                       // CooperativeLaunch
+        16 => 0,                                       // Integrated
+        19 => 8 * 1024 * 1024,                         // L2CacheSize
+        23 => 9,                                       // ComputeCapabilityMajor
+        24 => 1,                                       // ManagedMemory
+        26..=28 => int(l.block[(attr - 26) as usize]), // MaxBlockDimX/Y/Z
+        29..=31 => int(l.grid[(attr - 29) as usize]),  // MaxGridDimX/Y/Z
+        56 => int(l.threads_per_block),                // MaxThreadsPerBlock
+        57 => 2048,                                    // MaxThreadsPerMultiProcessor
+        59 => 4096,                                    // MemoryBusWidth
+        60 => 1_600_000,                               // MemoryClockRate
+        61 => 0,                                       // ComputeCapabilityMinor
+        63 => CU_COUNT,                                // MultiprocessorCount
+        65 => 0,                                       // PageableMemoryAccess
+        67 => dev + 1,                                 // PciBusId
+        68 | 69 => 0,                                  // PciDeviceId, PciDomainID
+        71 => 65536,                                   // MaxRegistersPerBlock
+        74 => int(l.shared_per_block),                 // MaxSharedMemoryPerBlock
+        75 => 64 * 1024,                               // SharedMemPerBlockOptin
+        76 => 64 * 1024,                               // SharedMemPerMultiprocessor
+        83 => 64 * 1024,                               // TotalConstantMemory
         84 => {
             // TotalGlobalMem (an int: saturates)
             crate::config::get().memory.min(i32::MAX as u64) as c_int

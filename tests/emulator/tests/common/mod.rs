@@ -199,6 +199,17 @@ impl Cuda {
 
     /// Launches `f` with one 8-byte slot per argument (the CUDA backend's marshalling).
     pub fn launch(&self, f: usize, args: &[u64], s: usize) -> u32 {
+        self.launch_with(f, ([4, 1, 1], [128, 1, 1], 0), args, s)
+    }
+
+    /// [`Self::launch`] with a shape: grid, block, dynamic shared memory bytes.
+    pub fn launch_with(
+        &self,
+        f: usize,
+        (grid, block, shared): ([u32; 3], [u32; 3], u32),
+        args: &[u64],
+        s: usize,
+    ) -> u32 {
         let mut slots = args.to_vec();
         let mut params: Vec<*mut c_void> = slots
             .iter_mut()
@@ -208,13 +219,13 @@ impl Cuda {
         unsafe {
             cuda::cuLaunchKernel(
                 f,
-                4,
-                1,
-                1,
-                128,
-                1,
-                1,
-                0,
+                grid[0],
+                grid[1],
+                grid[2],
+                block[0],
+                block[1],
+                block[2],
+                shared,
                 s,
                 params.as_mut_ptr(),
                 std::ptr::null_mut(),
@@ -359,6 +370,62 @@ pub fn nvrtc_compile(lib: &libloading::Library, src: &str, arch: &str) -> Result
         destroy(&mut prog);
         Ok(out)
     }
+}
+
+/// Compiles `src` for `arch` with the real hipRTC (Debian's libamdhip64.so.5 holds it).
+pub fn hiprtc_compile(src: &str, arch: &str) -> Option<Vec<u8>> {
+    let lib = [
+        "/usr/lib/x86_64-linux-gnu/libamdhip64.so.5",
+        "/opt/rocm/lib/libhiprtc.so",
+    ]
+    .iter()
+    .filter(|p| std::path::Path::new(p).exists())
+    // SAFETY: loading AMD's HIP runtime runs its initializers; they need no GPU.
+    .find_map(|p| unsafe { libloading::Library::new(*p) }.ok())?;
+    type Prog = *mut c_void;
+    type Create = unsafe extern "C" fn(
+        *mut Prog,
+        *const c_char,
+        *const c_char,
+        c_int,
+        *const *const c_char,
+        *const *const c_char,
+    ) -> c_int;
+    type Compile = unsafe extern "C" fn(Prog, c_int, *const *const c_char) -> c_int;
+    type Size = unsafe extern "C" fn(Prog, *mut usize) -> c_int;
+    type Get = unsafe extern "C" fn(Prog, *mut c_char) -> c_int;
+    // SAFETY: hipRTC's declarations (hiprtc.h); the library stays loaded (leaked below: hipRTC
+    // keeps threads that must not run unmapped code).
+    let out = unsafe {
+        let create: libloading::Symbol<Create> = lib.get(b"hiprtcCreateProgram").ok()?;
+        let compile: libloading::Symbol<Compile> = lib.get(b"hiprtcCompileProgram").ok()?;
+        let size: libloading::Symbol<Size> = lib.get(b"hiprtcGetCodeSize").ok()?;
+        let get: libloading::Symbol<Get> = lib.get(b"hiprtcGetCode").ok()?;
+        let csrc = CString::new(src).unwrap();
+        let mut prog: Prog = std::ptr::null_mut();
+        if create(
+            &mut prog,
+            csrc.as_ptr(),
+            c"t.hip".as_ptr(),
+            0,
+            std::ptr::null(),
+            std::ptr::null(),
+        ) != 0
+        {
+            return None;
+        }
+        let opt = CString::new(format!("--offload-arch={arch}")).unwrap();
+        let opts = [opt.as_ptr()];
+        let r = compile(prog, 1, opts.as_ptr());
+        assert_eq!(r, 0, "hiprtcCompileProgram");
+        let mut n = 0usize;
+        size(prog, &mut n);
+        let mut code = vec![0u8; n];
+        get(prog, code.as_mut_ptr().cast());
+        code
+    };
+    std::mem::forget(lib);
+    Some(out)
 }
 
 /// The hand-written kernel of the brief: enough to test symbol reading.
