@@ -1053,10 +1053,8 @@ fn a_killed_launcher_takes_its_ranks_and_the_next_launch_sweeps_its_folder() {
         "the ranks of a killed launcher were gone after {:.2?}",
         hit.elapsed()
     );
-    for d in &dirs {
-        assert!(d.exists(), "{} went with the launcher?", d.display());
-    }
-    // Any later launch sweeps the folders of launchers that are gone.
+    // Nothing but a sweep removes the folder of a launcher killed with SIGKILL (a launch of a
+    // test running meanwhile may already have swept it); any later launch does.
     let o = Command::new(BIN)
         .args(["launch", "-n", "4", "--", "run", "--backend", "host"])
         .arg(example("permute_ring"))
