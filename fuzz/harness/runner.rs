@@ -164,6 +164,9 @@ pub struct Report {
     pub rejected: u64,
     pub skipped: u64,
     pub classes: usize,
+    /// Refusals by stage (the error class's first part: `decode`, `text`, `invalid`,
+    /// `validation`, `load`, ...).
+    pub rejected_by: BTreeMap<String, u64>,
     pub elapsed: Duration,
     /// CPU time of the worker thread (the runtime's own threads not included).
     pub cpu: Option<Duration>,
@@ -179,7 +182,7 @@ pub struct Report {
 impl Report {
     pub fn summary(&self) -> String {
         format!(
-            "fuzz {}: {} cases (seed {:#x}) in {:.1} s ({} s CPU; generate {:.1} s, run {:.1} s, learn {:.1} s): {} accepted ({} ran), {} rejected ({} error classes), {} skipped{}; {} failures",
+            "fuzz {}: {} cases (seed {:#x}) in {:.1} s ({} s CPU; generate {:.1} s, run {:.1} s, learn {:.1} s): {} accepted ({} ran), {} rejected ({} error classes; by stage: {}), {} skipped{}; {} failures",
             self.name,
             self.cases,
             self.seed,
@@ -193,6 +196,11 @@ impl Report {
             self.ran,
             self.rejected,
             self.classes,
+            self.rejected_by
+                .iter()
+                .map(|(k, v)| format!("{k} {v}"))
+                .collect::<Vec<_>>()
+                .join(", "),
             self.skipped,
             if self.stats.is_empty() {
                 String::new()
@@ -581,6 +589,8 @@ fn work(settings: &Settings, mut fuzzer: impl Fuzzer, shared: &Shared) {
                         Outcome::Rejected { class } => {
                             r.rejected += 1;
                             *classes.entry(class.clone()).or_default() += 1;
+                            let stage = class.split('/').next().unwrap_or("").to_string();
+                            *r.rejected_by.entry(stage).or_default() += 1;
                             r.classes = classes.len();
                         }
                         Outcome::Skipped => r.skipped += 1,
