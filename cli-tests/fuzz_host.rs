@@ -121,3 +121,64 @@ fn regression_npy_shape_product_overflows() {
         "{r:?}"
     );
 }
+
+/// Writes the seed corpus of the cargo-fuzz targets into `fuzz/corpus/<target>/` (run it once
+/// before `cargo fuzz run`, see docs/fuzzing.md).
+#[test]
+#[ignore = "writes fuzz/corpus/ for cargo fuzz; run on demand"]
+fn write_cargo_fuzz_corpus() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus");
+    let mut files: Vec<(&str, String, Vec<u8>)> = Vec::new();
+    for seed in corpus::seeds().unwrap() {
+        let stem = std::path::Path::new(seed.name)
+            .file_stem()
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        files.push(("decode", format!("{stem}.pb"), seed.binary.clone()));
+        files.push(("host", format!("{stem}.pb"), seed.binary.clone()));
+        files.push((
+            "text",
+            format!("{stem}.txtpb"),
+            seed.text.as_bytes().to_vec(),
+        ));
+    }
+    for (i, input) in harness::npy::seeds().into_iter().enumerate() {
+        files.push(("npy", format!("seed{i:02}.bin"), input));
+    }
+    for (target, name, bytes) in &files {
+        let dir = root.join(target);
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(name), bytes).unwrap();
+    }
+    println!("wrote {} files under {}", files.len(), root.display());
+}
+
+/// cargo fuzz run npy (a minute from the seeds): a header of nested brackets, here 24 `{`
+/// before the dictionary; npyz's header parser (py_literal) takes exponential time on them.
+/// The reader must refuse the header within a second.
+#[test]
+#[ignore = "issue 18: npy header (nested brackets take exponential time)"]
+fn regression_npy_nested_header_is_quick() {
+    let dict = format!(
+        "{}{{'descr': '<u2', 'fortran_order': False, 'shape': (2,), }}",
+        "{".repeat(24)
+    );
+    let mut input = vec![6];
+    input.extend(harness::npy::file(1, &dict, &[0, 1, 0, 1]));
+    let scratch = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("npy-nested-{}.npy", std::process::id()));
+    let (tx, rx) = std::sync::mpsc::channel();
+    let path = scratch.clone();
+    std::thread::spawn(move || {
+        let r = runner::check_one(fuzzers::NpyFuzzer::new(npy::read_input, path), &input);
+        let _ = tx.send(r);
+    });
+    // The thread is left behind if the reader hangs.
+    let r = rx.recv_timeout(Duration::from_secs(5));
+    let _ = std::fs::remove_file(&scratch);
+    assert!(
+        matches!(r, Ok(Ok(harness::targets::Outcome::Rejected { .. }))),
+        "{r:?}"
+    );
+}
