@@ -1,0 +1,13 @@
+//! cargo-fuzz target `text`: bytes (read as UTF-8, lossily) through the text parser; a program
+//! that loads must survive the binary and text round trips (`fuzz/harness/targets.rs`).
+#![no_main]
+
+#[path = "../harness/mod.rs"]
+#[allow(dead_code)]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    if let Err(property) = harness::targets::text(data) {
+        harness::known::fail(&property);
+    }
+});
