@@ -183,7 +183,6 @@ fn replay_decode(hex: &str) -> Result<Outcome, String> {
 /// (2^31-1, 2^31-1, 2^31-1) threads; validation multiplies the extents unchecked
 /// (`Dim3::count`, an overflow panic in debug builds) instead of refusing the block.
 #[test]
-#[ignore = "issue 18: checked arithmetic (Dim3::count overflows in validation)"]
 fn regression_block_extents_overflow() {
     let r = replay_decode(
         "08011a07108008180120001a090801108008180120011a090802108008180120021a090803108008180128001a\
@@ -198,7 +197,6 @@ fn regression_block_extents_overflow() {
 /// 0x7f800001 (a signalling NaN) loads from binary, but its text form loads with another NaN:
 /// the text format must carry the payload or refuse it.
 #[test]
-#[ignore = "issue 18: text-format NaNs (payloads lost through .txtpb)"]
 fn regression_nan_payload_through_text() {
     let r = replay_decode(
         "08011a07108008180120001a090801108008180120011a090802108008180120021a090803108008180128001a\
