@@ -523,6 +523,16 @@ mod tests {
         })
         .unwrap_err();
         assert!(e.to_string().contains("ncclGetUniqueId failed"), "{e}");
+        // The others learn why at once, not at their timeout.
+        let t = std::time::Instant::now();
+        let e =
+            super::super::exchange_unique_id(&ranks[1], "c2", false, T, || Ok(vec![])).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("could not make the id: ncclGetUniqueId failed"),
+            "{e}"
+        );
+        assert!(t.elapsed() < T / 2, "{:?}", t.elapsed());
     }
 
     #[test]

@@ -301,8 +301,12 @@ pub fn unique_id_key(clique: &str) -> String {
 
 /// The NCCL/RCCL bootstrap: the root rank of a clique (`is_root`, its first rank) makes the
 /// unique id with `create` and publishes it; every other rank waits for it up to `timeout`.
-/// Every rank returns the same bytes. `clique` names the clique (e.g. a `CliqueKey`'s display,
-/// with a generation if the same clique is made twice in one job).
+/// Every rank returns the same bytes. A root that cannot make the id publishes why, so that
+/// the other ranks fail at once with its reason instead of at their timeout. `clique` names
+/// the clique (e.g. a `CliqueKey`'s display, with a generation if the same clique is made
+/// twice in one job).
+///
+/// The value is tagged: `+` and the id, or `!` and the root's reason.
 pub fn exchange_unique_id(
     coordinator: &dyn Coordinator,
     clique: &str,
@@ -311,16 +315,42 @@ pub fn exchange_unique_id(
     create: impl FnOnce() -> Result<Vec<u8>, String>,
 ) -> DistributedResult<Vec<u8>> {
     let key = unique_id_key(clique);
+    let failed = |message: String| DistributedError::UniqueId {
+        job: coordinator.job_id().to_string(),
+        clique: clique.to_string(),
+        message,
+    };
     if is_root {
-        let id = create().map_err(|message| DistributedError::UniqueId {
-            job: coordinator.job_id().to_string(),
-            clique: clique.to_string(),
-            message,
-        })?;
-        coordinator.set(&key, &id)?;
-        Ok(id)
+        match create() {
+            Ok(id) => {
+                let mut value = Vec::with_capacity(id.len() + 1);
+                value.push(b'+');
+                value.extend_from_slice(&id);
+                coordinator.set(&key, &value)?;
+                Ok(id)
+            }
+            Err(message) => {
+                let mut value = b"!".to_vec();
+                value.extend_from_slice(message.as_bytes());
+                if let Err(e) = coordinator.set(&key, &value) {
+                    tracing::warn!(error = %e, "could not tell the clique why there is no id");
+                }
+                Err(failed(message))
+            }
+        }
     } else {
-        coordinator.get(&key, timeout)
+        let value = coordinator.get(&key, timeout)?;
+        match value.split_first() {
+            Some((b'+', id)) => Ok(id.to_vec()),
+            Some((b'!', why)) => Err(failed(format!(
+                "its first rank could not make the id: {}",
+                String::from_utf8_lossy(why)
+            ))),
+            _ => Err(failed(format!(
+                "the value published under `{key}` is not a unique id ({} bytes)",
+                value.len()
+            ))),
+        }
     }
 }
 
