@@ -36,8 +36,8 @@ use std::fmt;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
 use xthunk_core::collectives::{
-    CliqueCache, CliqueKey, CliqueProvider, Communicator, KnownGaps, Member, Rendezvous, Timeouts,
-    Undetected, error_message,
+    CliqueCache, CliqueKey, CliqueProvider, Communicator, Member, Rendezvous, Timeouts, Undetected,
+    error_message,
 };
 use xthunk_core::{Error, Result};
 
@@ -674,13 +674,6 @@ impl CliqueProvider for NcclCliqueProvider {
     /// executor fails a collective that waited that long once its stream reached it.
     fn completion_timeout(&self) -> Option<std::time::Duration> {
         Some(self.timeouts.terminate_after)
-    }
-
-    /// None: every multi-rank collective check runs, on real and on emulated devices (the
-    /// emulator's NCCL/RCCL matched a send to the rank itself with its own receive until
-    /// 2026-12; an all-to-all then failed and poisoned later checks).
-    fn known_gaps(&self) -> KnownGaps {
-        KnownGaps::default()
     }
 }
 

@@ -5,7 +5,7 @@
 use crate::{CHECK_TIMEOUTS, CheckFailure, FAILURE_TIMEOUTS, MAX_RANKS, Outcome};
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};
-use xthunk_core::collectives::{CliqueFactory, CliqueProvider, KnownGaps, Timeouts, Undetected};
+use xthunk_core::collectives::{CliqueFactory, CliqueProvider, Timeouts, Undetected};
 
 /// The clique provider `factory` makes for collectives among `devices` of `backend` (global
 /// rank = index in `devices`), with `timeouts` on every rendezvous; or why there is none (no
@@ -122,12 +122,6 @@ impl Collectives {
     /// without a provider).
     pub fn undetected(&self) -> Option<Undetected> {
         self.failure_cliques.as_ref().ok().map(|p| p.undetected())
-    }
-
-    /// What the provider of ordinary checks declares it cannot do reliably here (`None`
-    /// without a provider).
-    pub fn known_gaps(&self) -> Option<KnownGaps> {
-        self.cliques.as_ref().ok().map(|p| p.known_gaps())
     }
 
     /// Forgets failed cliques, so that a failing check cannot fail the next one.

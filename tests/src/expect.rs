@@ -1,12 +1,9 @@
 //! What is unsupported or expected to fail, each with why: declared by check name on a
 //! [`Subject`](crate::Subject) ([`Expectations`]), or decided here from what the clique provider
-//! says of itself (its [`Undetected`](xthunk_core::collectives::Undetected) failures and
-//! [`KnownGaps`], which it decides from its devices, e.g. their `emulated` flag) — never from
-//! the backend's name, so a gap of the driver emulator never disables a check on a real GPU,
-//! and a gap of one clique provider never disables it on another.
+//! says of itself (its [`Undetected`](xthunk_core::collectives::Undetected) failures) — never
+//! from the backend's name, so a gap of one clique provider never disables a check on another.
 
 use crate::{Check, Collectives, Provoked};
-use xthunk_core::collectives::KnownGaps;
 
 /// What is declared about a check.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,16 +54,11 @@ impl Expectations {
     }
 }
 
-/// Runs the multi-rank collective checks anyway where the clique provider declares them a gap
-/// (see [`multi_rank_gap`]).
-pub const RUN_EMULATED_RANKS: &str = "XTHUNK_CONFORMANCE_NCCL_RANKS";
-
-/// What holds for `check` on `backend` (with `collectives`, for collective checks), first
+/// What holds for `check` (with `collectives`, for collective checks), first
 /// match wins: the subject's `declared` expectations; a failure the check provokes that the
-/// clique provider does not detect; a gap the clique provider declares of itself.
+/// clique provider does not detect.
 pub(crate) fn expectation(
     declared: &Expectations,
-    backend: &str,
     collectives: Option<&Collectives>,
     check: &Check,
 ) -> Option<Expectation> {
@@ -84,52 +76,12 @@ pub(crate) fn expectation(
             return Some(Expectation::Unsupported(why.into()));
         }
     }
-    multi_rank_gap(
-        collectives.and_then(|c| c.known_gaps()).unwrap_or_default(),
-        backend,
-        check.ranks(),
-        std::env::var_os(RUN_EMULATED_RANKS).is_some(),
-    )
-}
-
-/// A check on more than one rank where the clique provider declares multi-rank collectives a
-/// gap of its own ([`KnownGaps::multi_rank`], e.g. NCCL/RCCL on emulated devices) is
-/// unsupported, unless `run_anyway` (from [`RUN_EMULATED_RANKS`]). Elsewhere it runs.
-pub fn multi_rank_gap(
-    gaps: KnownGaps,
-    backend: &str,
-    ranks: usize,
-    run_anyway: bool,
-) -> Option<Expectation> {
-    let why = gaps.multi_rank.filter(|_| ranks > 1 && !run_anyway)?;
-    Some(Expectation::Unsupported(format!(
-        "multi-rank collective checks on {backend} are disabled: {why} (single-rank checks run)"
-    )))
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_multi_rank_gap_is_the_providers_declaration() {
-        let declared = KnownGaps {
-            multi_rank: Some("a poisoning failure"),
-        };
-        let gap = multi_rank_gap(declared, "cuda", 2, false);
-        assert_eq!(
-            gap,
-            Some(Expectation::Unsupported(
-                "multi-rank collective checks on cuda are disabled: a poisoning failure \
-                 (single-rank checks run)"
-                    .into()
-            ))
-        );
-        // One rank, a provider without the gap, or the override: the check runs.
-        assert_eq!(multi_rank_gap(declared, "cuda", 1, false), None);
-        assert_eq!(multi_rank_gap(KnownGaps::default(), "cuda", 4, false), None);
-        assert_eq!(multi_rank_gap(declared, "rocm", 4, true), None);
-    }
 
     #[test]
     fn declarations_match_by_name_or_prefix() {

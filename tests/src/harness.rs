@@ -136,7 +136,7 @@ impl Subject {
 
     /// What holds for `check` on this subject's backend.
     fn expectation(&self, collectives: Option<&Collectives>, check: &Check) -> Option<Expectation> {
-        expect::expectation(&self.declared, self.name(), collectives, check)
+        expect::expectation(&self.declared, collectives, check)
     }
 }
 

@@ -423,11 +423,6 @@ pub trait CliqueProvider: Send + Sync {
     fn failure(&self) -> Option<String> {
         None
     }
-    /// What this provider declares it cannot do reliably on its devices (see [`KnownGaps`]).
-    /// The default: nothing.
-    fn known_gaps(&self) -> KnownGaps {
-        KnownGaps::default()
-    }
 }
 
 /// Where this process sits in the job: its devices and the global ranks they are.
@@ -500,15 +495,6 @@ impl CliqueProvider for UnavailableCliques {
     fn evict_aborted(&self) -> Vec<CliqueKey> {
         vec![]
     }
-}
-
-/// Gaps a [`CliqueProvider`] declares of itself on its devices, each `Some(why)`: work that may
-/// fail there although the same work on other devices does not, so whoever tests the provider
-/// (the conformance suite) does not count on it there.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct KnownGaps {
-    /// Collectives on more than one rank: a failure of one may poison the ones after it.
-    pub multi_rank: Option<&'static str>,
 }
 
 /// Failures a [`CliqueProvider`]'s cliques do not detect by themselves within its [`Timeouts`]:
