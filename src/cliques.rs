@@ -90,7 +90,8 @@ impl JobCliqueFactory for ShmJobCliqueFactory {
             return Err(Error::Unsupported {
                 backend: "host".into(),
                 feature: format!(
-                    "{} devices in one process of a job (shared memory cliques serve one rank                      per process): drop --devices",
+                    "{} devices in one process of a job (shared memory cliques serve one rank \
+                     per process): drop --devices",
                     job.placement.devices.len()
                 ),
             });
@@ -130,6 +131,18 @@ impl NcclCliqueFactory {
     pub fn rccl() -> Self {
         Self::new(Flavor::Rccl, xthunk_rocm::bind_current)
     }
+
+    /// The hook that makes `devices[i]` current on the calling thread.
+    fn bind_hook(&self, devices: &[Arc<dyn Device>]) -> BindRank {
+        let bind_one = self.bind;
+        let devices = devices.to_vec();
+        Arc::new(move |i: usize| {
+            let device = devices
+                .get(i)
+                .ok_or_else(|| Error::InvalidArgument(format!("no device {i} to bind")))?;
+            bind_one(device.as_ref())
+        })
+    }
 }
 
 impl CliqueFactory for NcclCliqueFactory {
@@ -138,18 +151,10 @@ impl CliqueFactory for NcclCliqueFactory {
         devices: &[Arc<dyn Device>],
         timeouts: Timeouts,
     ) -> Result<Arc<dyn CliqueProvider>> {
-        let bind_one = self.bind;
-        let bind_devices = devices.to_vec();
-        let bind: BindRank = Arc::new(move |rank: usize| {
-            let device = bind_devices
-                .get(rank)
-                .ok_or_else(|| Error::InvalidArgument(format!("no device for rank {rank}")))?;
-            bind_one(device.as_ref())
-        });
         Ok(Arc::new(NcclCliqueProvider::new(
             self.flavor,
             devices.to_vec(),
-            bind,
+            self.bind_hook(devices),
             timeouts,
         )?))
     }
@@ -169,14 +174,7 @@ impl JobCliqueFactory for NcclCliqueFactory {
     }
 
     fn create(&self, job: JobCliques) -> Result<Arc<dyn CliqueProvider>> {
-        let bind_one = self.bind;
-        let devices = job.placement.devices.clone();
-        let bind: BindRank = Arc::new(move |local: usize| {
-            let device = devices
-                .get(local)
-                .ok_or_else(|| Error::InvalidArgument(format!("no local device {local}")))?;
-            bind_one(device.as_ref())
-        });
+        let bind = self.bind_hook(&job.placement.devices);
         Ok(Arc::new(NcclJobCliqueProvider::new(
             self.flavor,
             job.coordinator,

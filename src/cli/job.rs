@@ -258,11 +258,15 @@ fn place(
     } else {
         format!(", {}", visible.join(" "))
     };
+    let end = first
+        .checked_add(count)
+        .ok_or_else(|| CliError::Usage(format!("device {first} and {count} more: too large")))?;
     let mut devices = Vec::with_capacity(count);
-    for ordinal in first..first + count {
+    for ordinal in first..end {
         let d = backend.device(ordinal).map_err(|e| {
             CliError::Usage(format!(
-                "rank {} of job `{}` takes {} device {ordinal} ({why}{visible}), which it                  cannot open: {e}",
+                "rank {} of job `{}` takes {} device {ordinal} ({why}{visible}), which it \
+                 cannot open: {e}",
                 config.rank,
                 config.job_id,
                 backend.name()
@@ -270,11 +274,10 @@ fn place(
         })?;
         devices.push(d);
     }
-    let last = first + count - 1;
     let what = if count == 1 {
         format!("device {first} ({why}{visible})")
     } else {
-        format!("devices {first}..={last} ({why}{visible})")
+        format!("devices {first}..{end} ({why}{visible})")
     };
     let what = if devices.iter().any(|d| d.info().emulated) {
         format!("{what} [EMULATED, not a GPU]")
@@ -300,6 +303,11 @@ pub fn run_job(
     let per_process = args.devices.max(1) as usize;
     let ranks = global_ranks(config, per_process)?;
     let world = config.world_size * per_process;
+    if u32::try_from(world).is_err() {
+        return Err(CliError::Usage(format!(
+            "{world} ranks in all: more than an SPMD run can number"
+        )));
+    }
     let job = config.job_id.clone();
     let rt = Runtime::new();
     let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
@@ -318,7 +326,8 @@ pub fn run_job(
         .filter(|most| per_process > *most)
     {
         return Err(CliError::Usage(format!(
-            "--devices {per_process} in a job of the {} backend, whose jobs take at most {most}              device(s) per process: drop --devices, or run more processes",
+            "--devices {per_process} in a job of the {} backend, whose jobs take at most {most} \
+             device(s) per process: drop --devices, or run more processes",
             backend.name()
         )));
     }
@@ -590,11 +599,16 @@ fn fail(
             )),
             _ => e,
         },
-        // A collective that failed because a peer's communicator failed or was aborted (the
-        // executor's watchdog saw the asynchronous error): the peer that failed first is the
-        // cause, and it publishes it right after aborting; wait for that a moment.
-        (None, Blame::Own) if message.contains(PEER_FAILED) => {
-            match wait_for_cause(coordinator.as_ref(), PEER_CAUSE_WAIT) {
+        (None, Blame::Own) => {
+            // A collective that failed because a peer's communicator failed or was aborted
+            // (the executor's watchdog saw the asynchronous error): the peer that failed
+            // first is the cause, and it publishes it right after aborting; wait for that a
+            // moment.
+            let peer = message
+                .contains(PEER_FAILED)
+                .then(|| wait_for_cause(coordinator.as_ref(), PEER_CAUSE_WAIT))
+                .flatten();
+            match peer {
                 Some(root) => CliError::Usage(format!(
                     "{root}; this rank aborts because of it ({message})"
                 )),
@@ -606,13 +620,6 @@ fn fail(
                     e
                 }
             }
-        }
-        (None, Blame::Own) => {
-            let cause = format!("{own_text} (found by rank {})", coordinator.rank());
-            if let Err(err) = coordinator.publish_cause(&cause) {
-                tracing::warn!(error = %err, "could not publish the cause of the failure");
-            }
-            e
         }
     };
     drop(provider);
@@ -761,13 +768,11 @@ fn run_ranks(
         coordinator.job_id()
     );
     let progress = Arc::new(Progress::new(world));
-    let local_ranks = first..first + devices.len();
-    let local: Vec<usize> = local_ranks.clone().collect();
-    let local_ranks = &local_ranks;
+    let local_ranks = &(first..first + devices.len());
     let every =
         (args.collective_timeout / 6).clamp(Duration::from_millis(50), Duration::from_secs(2));
     let results: Vec<xthunk::Result<RankResult>> =
-        publishing_progress(coordinator.as_ref(), &progress, &local, every, || {
+        publishing_progress(coordinator.as_ref(), &progress, local_ranks, every, || {
             std::thread::scope(|scope| {
                 let handles: Vec<_> = loaded
                     .iter()
@@ -888,7 +893,7 @@ fn progress_key(r: usize) -> String {
 fn publishing_progress<T>(
     c: &dyn Coordinator,
     progress: &Progress,
-    ranks: &[usize],
+    ranks: &std::ops::Range<usize>,
     every: Duration,
     work: impl FnOnce() -> T,
 ) -> T {
@@ -899,10 +904,10 @@ fn publishing_progress<T>(
             .spawn_scoped(s, move || {
                 let mut last = vec![String::new(); ranks.len()];
                 loop {
-                    for (rank, last) in ranks.iter().zip(last.iter_mut()) {
-                        if let Some(p) = progress.position(*rank) {
+                    for (rank, last) in ranks.clone().zip(last.iter_mut()) {
+                        if let Some(p) = progress.position(rank) {
                             let text = p.encode();
-                            if text != *last && c.set(&progress_key(*rank), text.as_bytes()).is_ok()
+                            if text != *last && c.set(&progress_key(rank), text.as_bytes()).is_ok()
                             {
                                 *last = text;
                             }
