@@ -88,9 +88,14 @@ impl Fuzzer for DecodeFuzzer {
                 if let Ok(exe) = xthunk_proto::decode(input) {
                     self.valid.add(rng, exe);
                 }
+                // Bytes of programs that load feed the byte and wire mutations too: their
+                // mutants get past decoding more often.
+                if rng.chance(1, 4) {
+                    self.inputs.add(rng, input.to_vec());
+                }
             }
             Outcome::Rejected { class } => {
-                if self.classes.insert(class.clone()) || rng.chance(1, 64) {
+                if self.classes.insert(class.clone()) {
                     self.inputs.add(rng, input.to_vec());
                 }
             }
@@ -165,9 +170,13 @@ impl Fuzzer for TextFuzzer {
                 if let Ok(exe) = xthunk_proto::parse_text(&t) {
                     self.valid.add(rng, exe);
                 }
+                if rng.chance(1, 4) {
+                    self.texts.add(rng, t);
+                    return;
+                }
             }
             Outcome::Rejected { class } => {
-                if self.classes.insert(class.clone()) || rng.chance(1, 64) {
+                if self.classes.insert(class.clone()) {
                     self.texts.add(rng, t);
                 }
             }

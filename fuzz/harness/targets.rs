@@ -207,7 +207,7 @@ pub fn npy<E: std::fmt::Display>(
 }
 
 /// How long one host execution may take before it must fail with a deadline error.
-pub const HOST_DEADLINE: Duration = Duration::from_millis(500);
+pub const HOST_DEADLINE: Duration = Duration::from_millis(250);
 
 /// A fresh host device for the host target.
 pub fn host_device() -> Result<Arc<dyn Device>, String> {
