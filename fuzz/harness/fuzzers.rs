@@ -172,7 +172,6 @@ impl Fuzzer for TextFuzzer {
                 }
                 if rng.chance(1, 4) {
                     self.texts.add(rng, t);
-                    return;
                 }
             }
             Outcome::Rejected { class } => {
