@@ -125,6 +125,30 @@ fn regression_npy_shape_product_overflows() {
     );
 }
 
+/// cargo fuzz run npy (fork mode, five minutes): a version-3 header whose length field says
+/// 0xff00002a bytes; npyz allocates the header buffer at that size before reading it (an
+/// out-of-memory under the sanitizer's allocation limit; without one, 4 GiB reserved). The
+/// reader must refuse the length without allocating it (a bounded header length).
+#[test]
+fn regression_npy_huge_header_length_is_refused() {
+    let input = harness::bytes::from_hex(
+        "00934e554d505903002a0000ff6127646573056336363631272c36363636000000747208934e554d505901\
+         0076007b276d6573",
+    )
+    .unwrap();
+    let scratch = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
+        .join(format!("npy-header-length-{}.npy", std::process::id()));
+    let r = runner::check_one(
+        fuzzers::NpyFuzzer::new(npy::read_input, scratch.clone()),
+        &input,
+    );
+    let _ = std::fs::remove_file(&scratch);
+    assert!(
+        matches!(r, Ok(harness::targets::Outcome::Rejected { .. })),
+        "{r:?}"
+    );
+}
+
 /// Writes the seed corpus of the cargo-fuzz targets into `fuzz/corpus/<target>/` (run it once
 /// before `cargo fuzz run`, see docs/fuzzing.md).
 #[test]

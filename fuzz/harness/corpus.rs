@@ -95,6 +95,11 @@ impl<T: Clone> Pool<T> {
         rng.pick(&self.items)
     }
 
+    /// One of the seeds the pool started with.
+    pub fn pick_seed(&self, rng: &mut Rng) -> Option<&T> {
+        rng.pick(&self.items[..self.fixed])
+    }
+
     pub fn len(&self) -> usize {
         self.items.len()
     }

@@ -16,13 +16,14 @@ use xthunk_core::ir::{Executable, TensorSpec};
 
 const POOL: usize = 512;
 
-/// One to four structure-aware mutations (fields mostly, order and nesting sometimes).
+/// One to four structure-aware mutations (fields mostly; order and nesting, and huge slices
+/// with their allocations, sometimes).
 pub fn mutate_program(rng: &mut Rng, exe: &mut Executable, donor: &Executable) {
     for _ in 0..rng.range(1, 4) {
-        if rng.chance(3, 4) {
-            program::mutate_knob(rng, exe);
-        } else {
-            order::mutate_order(rng, exe, donor);
+        match rng.below(16) {
+            0..=11 => program::mutate_knob(rng, exe),
+            12 => program::resize_together(rng, exe),
+            _ => order::mutate_order(rng, exe, donor),
         }
     }
 }
@@ -86,6 +87,11 @@ impl Fuzzer for DecodeFuzzer {
             Outcome::Accepted { .. } => {
                 if let Ok(exe) = xthunk_proto::decode(input) {
                     self.valid.add(rng, exe);
+                }
+                // Bytes of programs that load feed the byte and wire mutations too: their
+                // mutants get past decoding more often.
+                if rng.chance(1, 4) {
+                    self.inputs.add(rng, input.to_vec());
                 }
             }
             Outcome::Rejected { class } => {
@@ -163,6 +169,9 @@ impl Fuzzer for TextFuzzer {
             Outcome::Accepted { .. } => {
                 if let Ok(exe) = xthunk_proto::parse_text(&t) {
                     self.valid.add(rng, exe);
+                }
+                if rng.chance(1, 4) {
+                    self.texts.add(rng, t);
                 }
             }
             Outcome::Rejected { class } => {
@@ -300,7 +309,13 @@ where
     E: std::fmt::Display,
 {
     fn generate(&mut self, rng: &mut Rng) -> Vec<u8> {
-        let mut input = self.inputs.pick(rng).cloned().unwrap_or_default();
+        // Half the cases start from a seed: most files the pool gains are refused ones.
+        let start = if rng.chance(1, 2) {
+            self.inputs.pick_seed(rng)
+        } else {
+            self.inputs.pick(rng)
+        };
+        let mut input = start.cloned().unwrap_or_default();
         let other = self.inputs.pick(rng).cloned().unwrap_or_default();
         npy::mutate(rng, &mut input, &other);
         input

@@ -589,3 +589,43 @@ fn change(rng: &mut Rng, knob: Knob<'_>, cx: &Context) {
         },
     }
 }
+
+/// Sets one slice and its allocation together to a huge size (the allocation grows to hold
+/// it), so that the size arithmetic after the bounds check (products with group sizes,
+/// element counts, strides) meets huge values that are still in bounds.
+pub fn resize_together(rng: &mut Rng, exe: &mut Executable) {
+    let mut slices = 0usize;
+    visit(exe, &mut |k| slices += matches!(k, Knob::Slice(_)) as usize);
+    let Some(target) = rng.index(slices) else {
+        return;
+    };
+    let size = *rng
+        .pick(&[
+            1u64 << 32,
+            1 << 40,
+            1 << 62,
+            (1 << 63) + 8,
+            u64::MAX - 7,
+            u64::MAX,
+        ])
+        .unwrap_or(&(1 << 62));
+    let half = rng.chance(1, 3);
+    let mut i = 0usize;
+    let mut grown = None;
+    visit(exe, &mut |k| {
+        if let Knob::Slice(s) = k {
+            if i == target {
+                *s = if half {
+                    Slice::new(s.allocation, size / 2, size / 2)
+                } else {
+                    Slice::new(s.allocation, 0, size)
+                };
+                grown = Some(s.allocation as usize);
+            }
+            i += 1;
+        }
+    });
+    if let Some(a) = grown.and_then(|a| exe.allocations.get_mut(a)) {
+        a.size = a.size.max(size);
+    }
+}

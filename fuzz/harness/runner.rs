@@ -649,6 +649,17 @@ fn work(settings: &Settings, mut fuzzer: impl Fuzzer, shared: &Shared) {
             }
         }
     }
+    if std::env::var("XTHUNK_FUZZ_CLASSES").is_ok_and(|v| v == "1") {
+        // The error classes of the run, most frequent first (for tuning the mutators).
+        let mut v: Vec<_> = classes.iter().collect();
+        v.sort_by_key(|(_, n)| std::cmp::Reverse(**n));
+        for (c, n) in v.iter().take(60) {
+            println!("class {n:>9} {c}");
+        }
+        for (c, n) in v.iter().rev().take(20) {
+            println!("class {n:>9} {c}");
+        }
+    }
     let stats = fuzzer.stats();
     let cpu = thread_cpu()
         .zip(cpu_start)

@@ -47,16 +47,31 @@ fn class_of(e: &ProtoError) -> String {
         .chars()
         .filter(|c| !c.is_ascii_digit())
         .collect();
-    let message = e.to_string();
-    let head: String = message
-        .split(':')
-        .next_back()
-        .unwrap_or("")
-        .chars()
-        .filter(|c| c.is_alphabetic() || *c == ' ')
-        .take(24)
-        .collect();
-    format!("{variant}/{field}/{head}")
+    let message = match e {
+        ProtoError::Validation(v) => v.message.clone(),
+        ProtoError::Invalid { message, .. } | ProtoError::TextParse { message, .. } => {
+            message.clone()
+        }
+        other => other
+            .to_string()
+            .rsplit(": ")
+            .next()
+            .unwrap_or("")
+            .to_string(),
+    };
+    format!("{variant}/{field}/{}", shape_of(&message, 3))
+}
+
+/// The shape of an error message: its first `words` plain lowercase words (names, numbers
+/// and quoted values left out, so that errors about different values of one field are one
+/// class).
+pub fn shape_of(message: &str, words: usize) -> String {
+    message
+        .split_whitespace()
+        .filter(|w| !w.is_empty() && w.chars().all(|c| c.is_ascii_lowercase()))
+        .take(words)
+        .collect::<Vec<_>>()
+        .join(" ")
 }
 
 /// The binary encoding, the comparison of programs that holds for NaN immediates too.
@@ -181,20 +196,18 @@ pub fn npy<E: std::fmt::Display>(
             if line.trim().is_empty() {
                 return Err("empty error message".into());
             }
-            let class: String = line
-                .chars()
-                .filter(|c| c.is_alphabetic() || *c == ' ')
-                .take(40)
-                .collect();
             Ok(Outcome::Rejected {
-                class: format!("npy/{class}"),
+                class: format!(
+                    "npy/{}",
+                    shape_of(line.split_once(": ").map_or(&line[..], |m| m.1), 8)
+                ),
             })
         }
     }
 }
 
 /// How long one host execution may take before it must fail with a deadline error.
-pub const HOST_DEADLINE: Duration = Duration::from_millis(500);
+pub const HOST_DEADLINE: Duration = Duration::from_millis(250);
 
 /// A fresh host device for the host target.
 pub fn host_device() -> Result<Arc<dyn Device>, String> {
@@ -241,12 +254,7 @@ pub fn host(bytes: &[u8], device: &Arc<dyn Device>) -> Result<Outcome, String> {
     let loaded = match LoadedExecutable::load(device.clone(), exe) {
         Ok(l) => l,
         Err(e) => {
-            let class: String = e
-                .to_string()
-                .chars()
-                .filter(|c| c.is_alphabetic() || *c == ' ')
-                .take(40)
-                .collect();
+            let class = shape_of(&e.to_string(), 6);
             return Ok(Outcome::Rejected {
                 class: format!("load/{class}"),
             });
