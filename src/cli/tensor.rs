@@ -18,47 +18,12 @@ pub struct HostAllocError {
     pub reason: String,
 }
 
-/// Host memory this process can still take, in bytes: the kernel's `MemAvailable`, lowered to
-/// what the memory limits of this process's cgroup (v2: `memory.max` − `memory.current` of it
-/// and of every parent) leave; `None` where neither can be read (not Linux).
+/// Host memory this process can still take, in bytes (the machine's available memory within
+/// its cgroups' limits, less what host devices have mapped and not touched yet: one reckoning
+/// with the host backend's, [`xthunk::core::host::available_memory`]); `None` where the system
+/// does not say.
 pub fn available_host_memory() -> Option<u64> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok().and_then(|s| {
-        s.lines()
-            .find_map(|l| l.strip_prefix("MemAvailable:"))
-            .and_then(|rest| rest.trim().strip_suffix("kB"))
-            .and_then(|kb| kb.trim().parse::<u64>().ok())
-            .map(|kb| kb.saturating_mul(1024))
-    });
-    match (meminfo, cgroup_headroom()) {
-        (Some(a), Some(b)) => Some(a.min(b)),
-        (a, b) => a.or(b),
-    }
-}
-
-/// The least headroom (`memory.max` − `memory.current`) of this process's cgroup v2 and its
-/// parents; `None` without a limit or a cgroup v2.
-fn cgroup_headroom() -> Option<u64> {
-    let cgroups = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    let path = cgroups.lines().find_map(|l| l.strip_prefix("0::"))?;
-    let mut dir = std::path::PathBuf::from("/sys/fs/cgroup");
-    dir.push(path.trim().trim_start_matches('/'));
-    let read = |d: &std::path::Path, f: &str| {
-        std::fs::read_to_string(d.join(f))
-            .ok()
-            .and_then(|v| v.trim().parse::<u64>().ok())
-    };
-    let mut least: Option<u64> = None;
-    for d in dir
-        .ancestors()
-        .take_while(|d| d.starts_with("/sys/fs/cgroup"))
-    {
-        // `max` (no limit) does not parse: no headroom of its own.
-        if let (Some(max), Some(current)) = (read(d, "memory.max"), read(d, "memory.current")) {
-            let room = max.saturating_sub(current);
-            least = Some(least.map_or(room, |l| l.min(room)));
-        }
-    }
-    least
+    xthunk::core::host::available_memory()
 }
 
 /// `2.5 GiB`-style text of a byte count.

@@ -6,6 +6,7 @@
 //! memory; the executor checks a whole program against it at load.
 
 use parking_lot::Mutex;
+use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Bytes of live lazily mapped host allocations in this process (every host device).
@@ -33,9 +34,9 @@ pub(crate) fn reserving<T>(f: impl FnOnce() -> T) -> T {
     f()
 }
 
-/// The bytes host allocations may still take; `None` when the system does not say (not
-/// Linux, or `/proc` unreadable).
-pub(crate) fn available() -> Option<u64> {
+/// The bytes host allocations (host devices' and any other of this process) may still take;
+/// `None` when the system does not say (not Linux, or `/proc` unreadable).
+pub fn available() -> Option<u64> {
     let mut avail = meminfo("MemAvailable:")?;
     if let Some(c) = cgroup_room() {
         avail = avail.min(c);
@@ -67,28 +68,53 @@ fn kb_field(text: &str, key: &str) -> Option<u64> {
     kb.checked_mul(1024)
 }
 
-/// The room left under this process's memory cgroup limit (v2 `memory.max`, or v1
-/// `memory.limit_in_bytes`), not counting the page cache (reclaimable); `None` without a
-/// limit.
+/// The least room left under the memory limits of this process's cgroup and its parents,
+/// not counting the page cache (reclaimable): cgroup v2 (`memory.max` − `memory.current` +
+/// the `file` pages of `memory.stat`, for the process's own group and every ancestor, since a
+/// parent's limit binds its children too), else v1 (`memory.limit_in_bytes` of the mounted
+/// hierarchy). `None` without a limit.
 fn cgroup_room() -> Option<u64> {
+    let v2 = std::fs::read_to_string("/proc/self/cgroup")
+        .ok()
+        .and_then(|groups| cgroup_v2_room(&groups, |p| std::fs::read_to_string(p).ok()));
+    v2.or_else(cgroup_v1_room)
+}
+
+/// The least room of the cgroup v2 group named in `groups` (the text of `/proc/self/cgroup`)
+/// and its ancestors, reading files with `read`; `None` when none of them has a limit.
+fn cgroup_v2_room(groups: &str, read: impl Fn(&Path) -> Option<String>) -> Option<u64> {
+    let path = groups.lines().find_map(|l| l.strip_prefix("0::"))?;
+    let root = Path::new("/sys/fs/cgroup");
+    let own = root.join(path.trim().trim_start_matches('/'));
+    own.ancestors()
+        .take_while(|d| d.starts_with(root))
+        .filter_map(|d| {
+            let stat = read(&d.join("memory.stat")).unwrap_or_default();
+            room_under(
+                &read(&d.join("memory.max"))?,
+                &read(&d.join("memory.current"))?,
+                &stat,
+                "file ",
+            )
+        })
+        .min()
+}
+
+/// The room under the cgroup v1 memory limit of the mounted hierarchy, if there is one.
+fn cgroup_v1_room() -> Option<u64> {
     let read = |p: &str| std::fs::read_to_string(p).ok();
-    let (limit, usage, stat, cache_key) = if let Some(max) = read("/sys/fs/cgroup/memory.max") {
-        (
-            max,
-            read("/sys/fs/cgroup/memory.current")?,
-            read("/sys/fs/cgroup/memory.stat").unwrap_or_default(),
-            "file ",
-        )
-    } else {
-        (
-            read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?,
-            read("/sys/fs/cgroup/memory/memory.usage_in_bytes")?,
-            read("/sys/fs/cgroup/memory/memory.stat").unwrap_or_default(),
-            "total_cache ",
-        )
-    };
+    room_under(
+        &read("/sys/fs/cgroup/memory/memory.limit_in_bytes")?,
+        &read("/sys/fs/cgroup/memory/memory.usage_in_bytes")?,
+        &read("/sys/fs/cgroup/memory/memory.stat").unwrap_or_default(),
+        "total_cache ",
+    )
+}
+
+/// `limit` − (`usage` − the page cache, the `cache_key` line of `stat`): `None` when the
+/// limit says there is none ("max" in v2 does not parse; v1 writes a huge number).
+fn room_under(limit: &str, usage: &str, stat: &str, cache_key: &str) -> Option<u64> {
     let limit: u64 = limit.trim().parse().ok()?;
-    // "max" (v2) does not parse; v1 says "no limit" with a huge number.
     if limit >= 1 << 60 {
         return None;
     }
@@ -121,6 +147,39 @@ mod tests {
         // Everything touched: the system's figure already counts it.
         assert_eq!(room(10 << 30, 6 << 30, 8 << 30), 10 << 30);
         assert_eq!(room(1 << 30, 6 << 30, 0), 0);
+    }
+
+    #[test]
+    fn every_limited_ancestor_bounds_the_room() {
+        let groups = "0::/a/b\n";
+        let files = |p: &Path| -> Option<String> {
+            let text = match p.to_str()? {
+                "/sys/fs/cgroup/a/b/memory.max" => "max",
+                "/sys/fs/cgroup/a/b/memory.current" => "100",
+                "/sys/fs/cgroup/a/memory.max" => "1000",
+                "/sys/fs/cgroup/a/memory.current" => "900",
+                "/sys/fs/cgroup/a/memory.stat" => "anon 500\nfile 300\n",
+                "/sys/fs/cgroup/memory.max" => "5000",
+                "/sys/fs/cgroup/memory.current" => "1000",
+                _ => return None,
+            };
+            Some(text.into())
+        };
+        // The group itself has no limit; its parent's (1000 - (900 - 300 cache)) binds.
+        assert_eq!(cgroup_v2_room(groups, files), Some(400));
+        assert_eq!(cgroup_v2_room("0::/\n", |_| None), None);
+        assert_eq!(cgroup_v2_room("1:memory:/x\n", files), None);
+    }
+
+    #[test]
+    fn limits_parse_like_the_kernel_writes_them() {
+        assert_eq!(room_under("max\n", "10", "", "file "), None);
+        assert_eq!(
+            room_under("9223372036854771712", "10", "", "total_cache "),
+            None
+        );
+        assert_eq!(room_under("100\n", "150\n", "file 80\n", "file "), Some(30));
+        assert_eq!(room_under("100", "250", "", "file "), Some(0));
     }
 
     #[test]

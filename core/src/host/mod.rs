@@ -15,6 +15,7 @@ mod memory;
 mod module;
 mod stream;
 
+pub use available::available as available_memory;
 pub use collectives::{
     HostCliqueFactory, HostCliqueProvider, HostCommunicator, ShmCliqueProvider, ShmCommunicator,
     ShmOptions, job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments,
