@@ -112,17 +112,7 @@ fn regression_npy_shape_product_overflows() {
          37323936292c207d2020202020202020202020202020202020202020202020202020202020202020200a",
     )
     .unwrap();
-    let scratch = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("npy-regression-{}.npy", std::process::id()));
-    let r = runner::check_one(
-        fuzzers::NpyFuzzer::new(npy::read_input, scratch.clone()),
-        &input,
-    );
-    let _ = std::fs::remove_file(&scratch);
-    assert!(
-        matches!(r, Ok(harness::targets::Outcome::Rejected { .. })),
-        "{r:?}"
-    );
+    assert_npy_rejected(&input, "npy-regression");
 }
 
 /// cargo fuzz run npy (fork mode, five minutes): a version-3 header whose length field says
@@ -136,11 +126,17 @@ fn regression_npy_huge_header_length_is_refused() {
          0076007b276d6573",
     )
     .unwrap();
+    assert_npy_rejected(&input, "npy-header-length");
+}
+
+/// Runs `input` through the npy target (a scratch file named after `name`) and asserts that
+/// the reader refuses it cleanly.
+fn assert_npy_rejected(input: &[u8], name: &str) {
     let scratch = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR"))
-        .join(format!("npy-header-length-{}.npy", std::process::id()));
+        .join(format!("{name}-{}.npy", std::process::id()));
     let r = runner::check_one(
         fuzzers::NpyFuzzer::new(npy::read_input, scratch.clone()),
-        &input,
+        input,
     );
     let _ = std::fs::remove_file(&scratch);
     assert!(
