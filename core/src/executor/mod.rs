@@ -20,6 +20,7 @@
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources;
+//! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
 //! - `run`: one execution issuing and waiting for its steps, with `collective` (the
 //!   communication steps) and `command_buffer` (recording and replaying command buffers);
@@ -37,6 +38,7 @@ mod run;
 mod schedule;
 pub mod spmd;
 mod state;
+mod temps;
 #[cfg(test)]
 mod tests;
 
@@ -44,3 +46,4 @@ pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, Exe
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;
+pub use temps::{PAIR_BUDGET, TempArena, TempPlacement, TempPlan, plan_temps};
