@@ -40,6 +40,8 @@ pub mod spmd;
 mod state;
 mod temps;
 #[cfg(test)]
+mod temps_tests;
+#[cfg(test)]
 mod tests;
 
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
