@@ -17,7 +17,8 @@ pub struct ExecutorConfig {
     /// Always run in program order on one stream (the in-order executor).
     pub force_sequential: bool,
     /// Run a sequential program of at least [`AUTO_COMMAND_BUFFER_MIN`] plain operations
-    /// (copies, memsets, kernels, gemms) as one implicit command buffer: recorded on the first
+    /// (copies, memsets, kernels, gemms, and `while` / `conditional` of them) as one implicit
+    /// command buffer: recorded on the first
     /// execution of a pooled state, replayed after, re-recorded when an address changes (as
     /// XLA converts thunk sequences to command buffers). Executions with a deadline run the
     /// thunks one by one, so that the progress tracker can name the pending one.

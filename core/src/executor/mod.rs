@@ -23,13 +23,15 @@
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
 //! - `run`: one execution issuing and waiting for its steps, with `collective` (the
-//!   communication steps) and `command_buffer` (recording and replaying command buffers);
+//!   communication steps), `command_buffer` (recording and replaying command buffers) and
+//!   `device_control` (`while` and `conditional` recorded as conditional graph nodes);
 //! - [`graph`]: the dependency graph of the steps' buffer uses;
 //! - [`spmd`]: one program on several devices of one process.
 
 mod collective;
 mod command_buffer;
 mod config;
+mod device_control;
 pub mod graph;
 mod loaded;
 mod plan;

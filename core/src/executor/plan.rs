@@ -231,13 +231,17 @@ impl<'a> Planner<'a> {
     }
 }
 
+/// What [`for_each_step`] calls with each schedulable thunk, its path and its async class.
+pub(super) type StepVisitor<'a> =
+    dyn FnMut(&Thunk, &ThunkPath, Option<AsyncKind>) -> Result<()> + 'a;
+
 /// Calls `f` with every schedulable thunk of `t` in program order (sequences and async
 /// scopes flattened), its path and its async class.
 pub(super) fn for_each_step(
     t: &Thunk,
     path: &ThunkPath,
     class: Option<AsyncKind>,
-    f: &mut dyn FnMut(&Thunk, &ThunkPath, Option<AsyncKind>) -> Result<()>,
+    f: &mut StepVisitor<'_>,
 ) -> Result<()> {
     let inner = match t {
         Thunk::Sequence(_) => class,

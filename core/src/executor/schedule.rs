@@ -100,14 +100,7 @@ pub(super) fn schedule(
     } = arranged;
     let n = steps.len();
     if sequential {
-        let plain = steps.iter().all(|s| match &s.op {
-            Op::Kernel { .. } => true,
-            Op::Direct(t) => matches!(
-                t,
-                Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
-            ),
-            _ => false,
-        });
+        let plain = steps.iter().all(recordable);
         let fused =
             (config.auto_command_buffer && plain && n >= AUTO_COMMAND_BUFFER_MIN).then(|| {
                 let bindings: BTreeSet<u32> = uses
@@ -171,6 +164,22 @@ pub(super) fn schedule(
         unreduced_nodes: graph.unreduced,
         temps,
     })
+}
+
+/// Whether a command buffer may hold `s`: plain operations (copies, memsets, kernels,
+/// gemms), and loops and branches of them (conditional graph nodes, or host-driven where the
+/// backend has none).
+fn recordable(s: &Step) -> bool {
+    match &s.op {
+        Op::Kernel { .. } => true,
+        Op::Direct(t) => matches!(
+            t,
+            Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
+        ),
+        Op::While { cond, body, .. } => cond.iter().chain(body).all(recordable),
+        Op::Conditional { branches, .. } => branches.iter().flatten().all(recordable),
+        Op::CommandBuffer { .. } => false,
+    }
 }
 
 /// What graph construction sees of one schedulable thunk.

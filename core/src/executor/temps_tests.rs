@@ -3,6 +3,8 @@
 //! never used by one node, and every use of one is ordered before every use of the other by
 //! stream order and event waits (a transitive closure over the scheduled nodes).
 
+#![allow(clippy::unwrap_used, clippy::needless_range_loop)]
+
 use super::plan::for_each_step;
 use super::schedule::node_uses;
 use super::{ExecutorConfig, LoadedExecutable};
