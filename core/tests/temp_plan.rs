@@ -116,7 +116,7 @@ impl Lower {
         let buf = |s: Slice, access| KernelArg::Buffer { slice: s, access };
         match g {
             Gen::Copy(x, o, y, p, n) => {
-                let (src, n) = sl(*x, *o, *n);
+                let (_, n) = sl(*x, *o, *n);
                 let (dst, m) = sl(*y, *p, n);
                 let (src, _) = sl(*x, *o, m);
                 if !src.overlaps(&dst) {
