@@ -29,8 +29,9 @@ pub(super) fn note_fallback(backend: &str, e: &Error) {
     if LOGGED.lock().insert(backend.to_string()) {
         tracing::info!(
             backend,
-            "no device-side control flow ({e}): command buffers with `while` or \
-             `conditional` run with host-driven control flow"
+            reason = %e,
+            "the {backend} backend records no conditional graph nodes: command buffers with \
+             `while` or `conditional` run with host-driven control flow"
         );
     }
 }
