@@ -48,23 +48,20 @@ fn program(outer: u64, pad: usize, wrap: bool) -> Executable {
     let scale = |v: f32| {
         k(
             "scale_f32",
-            vec![y.rw(), KernelArg::Scalar(Scalar::F32(v)), n8.clone()],
+            vec![y.rw(), KernelArg::Scalar(Scalar::F32(v)), n8],
         )
     };
     let inner = Thunk::While {
         cond: vec![
-            k("max_i32", vec![c.r(), zero.r(), t.w(), n1.clone()]),
-            k("min_i32", vec![t.r(), one.r(), t.w(), n1.clone()]),
+            k("max_i32", vec![c.r(), zero.r(), t.w(), n1]),
+            k("min_i32", vec![t.r(), one.r(), t.w(), n1]),
             Thunk::Copy {
                 src: Slice::new(t.slice().allocation, 0, 1),
                 dst: pred.slice(),
             },
         ],
         pred: pred.slice(),
-        body: vec![
-            scale(1.5),
-            k("add_i32", vec![c.r(), neg1.r(), c.w(), n1.clone()]),
-        ],
+        body: vec![scale(1.5), k("add_i32", vec![c.r(), neg1.r(), c.w(), n1])],
         trip_count: None,
     };
     let branch = Thunk::Conditional {
@@ -73,12 +70,7 @@ fn program(outer: u64, pad: usize, wrap: bool) -> Executable {
         branches: vec![
             vec![k(
                 "axpy_f32",
-                vec![
-                    x.r(),
-                    y.rw(),
-                    KernelArg::Scalar(Scalar::F32(1.0)),
-                    n8.clone(),
-                ],
+                vec![x.r(), y.rw(), KernelArg::Scalar(Scalar::F32(1.0)), n8],
             )],
             vec![scale(0.5)],
         ],

@@ -42,11 +42,8 @@ fn program(device: bool) -> Res<Executable> {
     let neg1 = b.constant(DType::I32, &[1], (-1i32).to_le_bytes().to_vec());
     let one_i = KernelArg::Scalar(Scalar::I64(1));
     let cond = vec![
-        kernel(
-            "max_i32",
-            vec![counter.r(), zero.r(), tmp.w(), one_i.clone()],
-        ),
-        kernel("min_i32", vec![tmp.r(), one.r(), tmp.w(), one_i.clone()]),
+        kernel("max_i32", vec![counter.r(), zero.r(), tmp.w(), one_i]),
+        kernel("min_i32", vec![tmp.r(), one.r(), tmp.w(), one_i]),
         Thunk::Copy {
             src: Slice::new(tmp.slice().allocation, 0, 1),
             dst: pred.slice(),
