@@ -1,5 +1,6 @@
-//! Temp memory planning: random programs with many temps on several streams give
-//! byte-identical results with planning on and off, and planned programs take less memory.
+//! Temp memory planning: random programs with many temps on several streams (async scopes,
+//! loops, command buffers with loops inside) give byte-identical results with planning on and
+//! off, and planned programs take less memory.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -42,6 +43,10 @@ enum Gen {
     Scale(u32, u64, u64),
     Seq(Vec<Gen>),
     Async(bool, Vec<Gen>),
+    /// A `While` with a trip count (1 to 3: a temp first written inside runs its memset).
+    Loop(u64, Vec<Gen>),
+    /// A `CommandBuffer` (async scopes inside it become sequences).
+    Cmd(Vec<Gen>),
 }
 
 fn arb_gen() -> impl Strategy<Value = Gen> {
@@ -67,8 +72,14 @@ fn arb_gen() -> impl Strategy<Value = Gen> {
     leaf.prop_recursive(3, 48, 6, |inner| {
         prop_oneof![
             proptest::collection::vec(inner.clone(), 0..6).prop_map(Gen::Seq),
-            (any::<bool>(), proptest::collection::vec(inner, 0..6))
+            (
+                any::<bool>(),
+                proptest::collection::vec(inner.clone(), 0..6)
+            )
                 .prop_map(|(c, b)| Gen::Async(c, b)),
+            (1u64..4, proptest::collection::vec(inner.clone(), 0..4))
+                .prop_map(|(n, b)| Gen::Loop(n, b)),
+            proptest::collection::vec(inner, 0..6).prop_map(Gen::Cmd),
         ]
     })
 }
@@ -85,6 +96,8 @@ fn sl(a: u32, o: u64, n: u64) -> (Slice, u64) {
 /// a memset writes all of it: results never depend on a temp's contents at the start.
 struct Lower {
     next_id: u32,
+    /// Inside a command buffer (no async scopes, no nested command buffers).
+    in_cmd: bool,
     written: [bool; ALLOCS as usize],
 }
 
@@ -169,6 +182,30 @@ impl Lower {
                 }
                 out.push(Thunk::Sequence(v));
             }
+            Gen::Async(_, body) | Gen::Cmd(body) if self.in_cmd => {
+                self.lower(&Gen::Seq(body.clone()), out);
+            }
+            Gen::Loop(n, body) => {
+                let mut v = vec![];
+                for c in body {
+                    self.lower(c, &mut v);
+                }
+                out.push(Thunk::While {
+                    cond: vec![],
+                    pred: Slice::new(0, 0, 1),
+                    body: v,
+                    trip_count: Some(*n),
+                });
+            }
+            Gen::Cmd(body) => {
+                let mut v = vec![];
+                self.in_cmd = true;
+                for c in body {
+                    self.lower(c, &mut v);
+                }
+                self.in_cmd = false;
+                out.push(Thunk::CommandBuffer { body: v });
+            }
             Gen::Async(comm, body) => {
                 let mut v = vec![];
                 for c in body {
@@ -195,6 +232,7 @@ fn program(gens: &[Gen]) -> Executable {
     let mut entry = vec![];
     let mut l = Lower {
         next_id: 0,
+        in_cmd: false,
         written: [false; ALLOCS as usize],
     };
     for g in gens {
