@@ -165,6 +165,23 @@ fn run_says_which_backend_on_stderr() {
 }
 
 #[test]
+fn no_temp_plan_changes_no_output() {
+    let program = "examples/transformer.txtpb";
+    let y = |args: &[&str]| {
+        let out = ok(args);
+        let line = out.lines().find(|l| l.starts_with("output y:"));
+        line.unwrap_or_else(|| panic!("no y line in {out}"))
+            .to_string()
+    };
+    let planned = y(&["run", program, "--seed", "5"]);
+    let unplanned = y(&["run", program, "--seed", "5", "--no-temp-plan"]);
+    assert!(planned.contains("fnv1a="), "{planned}");
+    assert_eq!(planned, unplanned);
+    let other = y(&["run", program, "--seed", "6"]);
+    assert_ne!(planned, other);
+}
+
+#[test]
 fn seeds_and_inputs_are_deterministic() {
     let a = fingerprint(&ok(&["run", MLP, "--seed", "3"]));
     let b = fingerprint(&ok(&["run", MLP, "--seed", "3"]));
@@ -385,6 +402,7 @@ fn inspect_lists_the_program() {
         "entry[0]  gemm f32 NN m=64 n=1024 k=512",
         "entry[1]  kernel std.add_row_f32 grid=(256,1,1) block=(256,1,1) args=[%6[0..+262144] r, %2[0..+4096] r, %7[0..+262144] w, i64:64, i64:1024]",
         "entry[5]  kernel std.softmax_f32",
+        "temp plan (default schedule):\n  5 temps: 524288 bytes planned of 791552 bytes (34% saved) in 1 arena",
     ] {
         assert!(s.contains(needle), "`{needle}` not in:\n{s}");
     }

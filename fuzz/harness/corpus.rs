@@ -24,6 +24,10 @@ pub const SEEDS: &[(&str, &str)] = &[
         include_str!("../../examples/permute_ring.txtpb"),
     ),
     (
+        "examples/transformer.txtpb",
+        include_str!("../../examples/transformer.txtpb"),
+    ),
+    (
         "examples/while_async.txtpb",
         include_str!("../../examples/while_async.txtpb"),
     ),

@@ -90,6 +90,8 @@ pub fn listing(exe: &Executable) -> String {
         .collect();
     table(&mut s, &rows);
 
+    temp_plan(&mut s, exe);
+
     s.push_str("\nmodules:\n");
     for m in &exe.modules {
         let images: Vec<String> = m.images.iter().map(|i| i.describe()).collect();
@@ -107,6 +109,39 @@ pub fn listing(exe: &Executable) -> String {
         s.push_str("  (none)\n");
     }
     s
+}
+
+/// The temp memory plan the default schedule gives: peak bytes against the sum, and where
+/// each temp lives.
+fn temp_plan(s: &mut String, exe: &Executable) {
+    use xthunk::core::executor::{ExecutorConfig, plan_temps};
+    s.push_str("\ntemp plan (default schedule):\n");
+    let plan = match plan_temps(exe, &ExecutorConfig::default()) {
+        Ok(p) => p,
+        Err(e) => {
+            let _ = writeln!(s, "  (not planned: {e})");
+            return;
+        }
+    };
+    let _ = writeln!(s, "  {}", plan.summary());
+    let rows: Vec<[String; 3]> = plan
+        .placements
+        .iter()
+        .map(|p| {
+            let size = exe
+                .allocations
+                .get(p.allocation as usize)
+                .map_or(0, |a| a.size);
+            [
+                format!("%{}", p.allocation),
+                format!("arena {}", p.arena),
+                format!("[{}..+{size}]", p.offset),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        table(s, &rows);
+    }
 }
 
 /// Left-aligned columns, two spaces apart, indented by two.
@@ -286,6 +321,10 @@ mod tests {
         assert!(l.contains("parameter 0  x  f32[4]  %0"), "{l}");
         assert!(l.contains("%1  output(0)"), "{l}");
         assert!(l.contains("std: standard"), "{l}");
+        assert!(
+            l.contains("temp plan (default schedule):\n  0 temps: 0 bytes planned of 0 bytes"),
+            "{l}"
+        );
         assert!(l.contains("entry[0]  sequence (2 thunks)"), "{l}");
         assert!(
             l.contains("entry[0].thunks[0]  copy %0[0..+16] -> %1[0..+16]"),

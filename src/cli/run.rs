@@ -47,6 +47,20 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
     #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
     pub collective_timeout: Duration,
+    /// Give every temp a buffer of its own instead of sharing memory between temps whose
+    /// live ranges cannot overlap (the temp plan `xthunk inspect` prints).
+    #[arg(long)]
+    pub no_temp_plan: bool,
+}
+
+impl RunArgs {
+    /// The executor configuration the options ask for.
+    fn config(&self) -> xthunk::core::executor::ExecutorConfig {
+        xthunk::core::executor::ExecutorConfig {
+            plan_temps: !self.no_temp_plan,
+            ..Default::default()
+        }
+    }
 }
 
 /// clap value parser of `--input`: `NAME=FILE.npy`.
@@ -244,7 +258,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
     let t = Instant::now();
-    let exe = LoadedExecutable::load(device.clone(), program)?;
+    let exe = LoadedExecutable::load_with(device.clone(), program, &args.config())?;
+    tracing::debug!(plan = %exe.temp_plan().summary(), "temps");
     tracing::info!(
         elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
         "loaded `{}`",
@@ -374,7 +389,7 @@ fn run_spmd(
         cliques,
         &inputs,
         args.iterations,
-        &xthunk::core::executor::ExecutorConfig::default(),
+        &args.config(),
         &opts,
     )?;
     writeln!(

@@ -14,11 +14,13 @@ use std::sync::Arc;
 
 pub mod accounting;
 pub mod baseline;
+mod conditional;
 pub mod dylib;
 pub mod kernel_cache;
 mod limits;
 mod registry;
 pub mod search;
+pub use conditional::{ConditionHandle, ConditionalKind, SetCondition};
 pub use limits::{LaunchLimits, check_launch_limits};
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
 
@@ -287,6 +289,36 @@ pub trait Stream: Send + Sync {
     fn end_capture_reusing(&self, previous: Option<&Arc<dyn Graph>>) -> Result<Arc<dyn Graph>> {
         let _ = previous;
         self.end_capture()
+    }
+    /// While capturing: a new condition for conditional nodes of the graph being recorded
+    /// (see [`ConditionHandle`]). `Unsupported` where the backend has no conditional nodes.
+    fn create_condition(&self) -> Result<ConditionHandle> {
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "conditional graph nodes".into(),
+        })
+    }
+    /// While capturing: records work that sets `condition` on the device, as `how` says.
+    fn set_condition(&self, condition: ConditionHandle, how: SetCondition) -> Result<()> {
+        let _ = (condition, how);
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "conditional graph nodes".into(),
+        })
+    }
+    /// While capturing: records a conditional node of `kind` reading `condition`, its body
+    /// recorded by `body` on the stream it is given.
+    fn capture_conditional(
+        &self,
+        kind: ConditionalKind,
+        condition: ConditionHandle,
+        body: &mut dyn FnMut(&dyn Stream) -> Result<()>,
+    ) -> Result<()> {
+        let _ = (kind, condition, body);
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "conditional graph nodes".into(),
+        })
     }
     /// Runs a recorded graph on this stream, in order with the stream's other work.
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {

@@ -16,6 +16,8 @@ pub(super) struct Recording {
     addresses: Vec<DevicePtr>,
     /// `None` when the backend cannot record (the body then runs directly).
     graph: Option<Arc<dyn Graph>>,
+    /// Memory the graph refers to (trip counters of device loops).
+    _kept: Vec<crate::backend::Buffer>,
 }
 
 impl Run<'_> {
@@ -39,7 +41,9 @@ impl Run<'_> {
             let previous = state.recordings.get(&id).and_then(|r| r.graph.clone());
             let graph = match stream.begin_capture() {
                 Ok(()) => {
+                    let was = self.capturing.replace(true);
                     let issued = self.steps(body, stream, state);
+                    self.capturing.set(was);
                     // Only a complete recording may update the previous graph.
                     let captured = match &issued {
                         Ok(_) => stream.end_capture_reusing(previous.as_ref()),
@@ -50,6 +54,13 @@ impl Run<'_> {
                         // Captured work never ran: fall back to running the body
                         // directly (now and on later executions of this state); a
                         // real error shows up again there, with its thunk.
+                        Err(e) if super::device_control::is_unsupported(&e) => {
+                            super::device_control::note_fallback(
+                                self.exe.device.backend_name(),
+                                &e,
+                            );
+                            None
+                        }
                         Err(e) => {
                             tracing::warn!(
                                 command_buffer = id,
@@ -67,7 +78,15 @@ impl Run<'_> {
                 nodes = graph.as_ref().map(|g| g.node_count()),
                 "recorded command buffer"
             );
-            state.recordings.insert(id, Recording { addresses, graph });
+            let kept = std::mem::take(&mut *self.kept.borrow_mut());
+            state.recordings.insert(
+                id,
+                Recording {
+                    addresses,
+                    graph,
+                    _kept: kept,
+                },
+            );
         }
         let graph = state.recordings.get(&id).and_then(|r| r.graph.clone());
         match graph {

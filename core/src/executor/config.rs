@@ -17,11 +17,15 @@ pub struct ExecutorConfig {
     /// Always run in program order on one stream (the in-order executor).
     pub force_sequential: bool,
     /// Run a sequential program of at least [`AUTO_COMMAND_BUFFER_MIN`] plain operations
-    /// (copies, memsets, kernels, gemms) as one implicit command buffer: recorded on the first
+    /// (copies, memsets, kernels, gemms, and `while` / `conditional` of them) as one implicit
+    /// command buffer: recorded on the first
     /// execution of a pooled state, replayed after, re-recorded when an address changes (as
     /// XLA converts thunk sequences to command buffers). Executions with a deadline run the
     /// thunks one by one, so that the progress tracker can name the pending one.
     pub auto_command_buffer: bool,
+    /// Share memory between temps whose live ranges cannot overlap (see
+    /// [`TempPlan`](super::TempPlan)); off, every temp has a buffer of its own.
+    pub plan_temps: bool,
 }
 
 /// The smallest sequential program that [`ExecutorConfig::auto_command_buffer`] records.
@@ -34,6 +38,7 @@ impl Default for ExecutorConfig {
             sequential_below: 4,
             force_sequential: false,
             auto_command_buffer: true,
+            plan_temps: true,
         }
     }
 }
@@ -46,6 +51,7 @@ impl ExecutorConfig {
             sequential_below: 0,
             force_sequential: true,
             auto_command_buffer: false,
+            plan_temps: true,
         }
     }
 

@@ -7,6 +7,7 @@ use super::progress::Progress;
 use super::run::Run;
 use super::schedule::{Schedule, ScheduleInfo, schedule};
 use super::state::ExecState;
+use super::temps::TempPlan;
 use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
 use crate::error::{Error, Result};
 use crate::ir::{AllocationKind, Executable};
@@ -53,7 +54,7 @@ impl LoadedExecutable {
     ) -> Result<Self> {
         verify(&exe)?;
         crate::backend::check_launch_limits(&exe, device.as_ref())?;
-        check_memory(device.as_ref(), &exe)?;
+        check_memory(device.as_ref(), &exe, None)?;
         let caps = device.capabilities();
         for a in &exe.allocations {
             if !caps.memory_spaces.contains(&a.memory_space) {
@@ -80,6 +81,8 @@ impl LoadedExecutable {
             sequential = schedule.sequential,
             "scheduled"
         );
+        tracing::debug!(plan = %schedule.temps.summary(), "planned temps");
+        check_memory(device.as_ref(), &exe, Some(schedule.temps.planned_bytes))?;
         let mut constants = BTreeMap::new();
         for a in &exe.allocations {
             if let AllocationKind::Constant(bytes) = &a.kind {
@@ -118,6 +121,11 @@ impl LoadedExecutable {
     /// The static schedule's shape.
     pub fn schedule_info(&self) -> ScheduleInfo {
         self.schedule.info()
+    }
+
+    /// Where the temps live: the arenas, each temp's offset, peak bytes against the sum.
+    pub fn temp_plan(&self) -> &TempPlan {
+        &self.schedule.temps
     }
 
     /// Frees pooled per-execution state (temporaries, streams, recordings).
@@ -215,8 +223,8 @@ impl LoadedExecutable {
             Some(s) => s,
             None => ExecState::new(self)?,
         };
-        for (i, b) in &state.temps {
-            table[*i as usize] = b.ptr();
+        for (i, p) in &state.temps {
+            table[*i as usize] = *p;
         }
         let deadline = opts.deadline.map(|d| (d, start + d));
         let own;
@@ -338,20 +346,26 @@ impl LoadedExecutable {
 /// Fails with [`Error::ProgramMemory`] when the program's allocations (temps, parameters,
 /// outputs and constants together) exceed what the device says it has available, instead
 /// of failing later in the middle of allocating (or, for lazily backed memory, at first
-/// touch).
-fn check_memory(device: &dyn Device, exe: &Executable) -> Result<()> {
+/// touch). `planned_temps` is the temps' bytes under the temp plan, once known (before it,
+/// the smallest they can take, the largest temp, is checked).
+fn check_memory(device: &dyn Device, exe: &Executable, planned_temps: Option<u64>) -> Result<()> {
     let Some(available) = device.available_memory() else {
         return Ok(());
     };
     let (mut temps, mut io, mut constants) = (0u64, 0u64, 0u64);
+    let mut largest_temp = 0u64;
     for a in &exe.allocations {
         let sum = match a.kind {
-            AllocationKind::Temp => &mut temps,
+            AllocationKind::Temp => {
+                largest_temp = largest_temp.max(a.size);
+                &mut temps
+            }
             AllocationKind::Parameter(_) | AllocationKind::Output(_) => &mut io,
             AllocationKind::Constant(_) => &mut constants,
         };
         *sum = sum.saturating_add(a.size);
     }
+    let temps = planned_temps.unwrap_or(largest_temp).min(temps);
     let needed = temps.saturating_add(io).saturating_add(constants);
     if needed <= available {
         return Ok(());

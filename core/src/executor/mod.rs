@@ -20,15 +20,18 @@
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources;
+//! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
 //! - `run`: one execution issuing and waiting for its steps, with `collective` (the
-//!   communication steps) and `command_buffer` (recording and replaying command buffers);
+//!   communication steps), `command_buffer` (recording and replaying command buffers) and
+//!   `device_control` (`while` and `conditional` recorded as conditional graph nodes);
 //! - [`graph`]: the dependency graph of the steps' buffer uses;
 //! - [`spmd`]: one program on several devices of one process.
 
 mod collective;
 mod command_buffer;
 mod config;
+mod device_control;
 pub mod graph;
 mod loaded;
 mod plan;
@@ -37,6 +40,9 @@ mod run;
 mod schedule;
 pub mod spmd;
 mod state;
+mod temps;
+#[cfg(test)]
+mod temps_tests;
 #[cfg(test)]
 mod tests;
 
@@ -44,3 +50,4 @@ pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, Exe
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;
+pub use temps::{PAIR_BUDGET, TempArena, TempPlacement, TempPlan, plan_temps};

@@ -219,26 +219,41 @@ impl<'a> Planner<'a> {
         on_step: &mut dyn FnMut(&Thunk, Option<AsyncKind>),
         class: Option<AsyncKind>,
     ) -> Result<()> {
-        let inner = match t {
-            Thunk::Sequence(_) => class,
-            Thunk::AsyncStart { kind, .. } => Some(*kind),
-            // Ordering after an async scope comes from the buffer uses of its body.
-            Thunk::AsyncDone { .. } => return Ok(()),
-            _ => {
-                on_step(t, class);
-                let mut step = self.step(t, path)?;
-                if let Some(c) = class {
-                    step.stream_kind = StreamKind::from(c);
-                }
-                out.push(step);
-                return Ok(());
+        for_each_step(t, path, class, &mut |t, path, class| {
+            on_step(t, class);
+            let mut step = self.step(t, path)?;
+            if let Some(c) = class {
+                step.stream_kind = StreamKind::from(c);
             }
-        };
-        for (name, list) in t.nested() {
-            for (i, c) in list.iter().enumerate() {
-                self.flatten_in(c, &path.in_list(&name, i), out, on_step, inner)?;
-            }
-        }
-        Ok(())
+            out.push(step);
+            Ok(())
+        })
     }
+}
+
+/// What [`for_each_step`] calls with each schedulable thunk, its path and its async class.
+pub(super) type StepVisitor<'a> =
+    dyn FnMut(&Thunk, &ThunkPath, Option<AsyncKind>) -> Result<()> + 'a;
+
+/// Calls `f` with every schedulable thunk of `t` in program order (sequences and async
+/// scopes flattened), its path and its async class.
+pub(super) fn for_each_step(
+    t: &Thunk,
+    path: &ThunkPath,
+    class: Option<AsyncKind>,
+    f: &mut StepVisitor<'_>,
+) -> Result<()> {
+    let inner = match t {
+        Thunk::Sequence(_) => class,
+        Thunk::AsyncStart { kind, .. } => Some(*kind),
+        // Ordering after an async scope comes from the buffer uses of its body.
+        Thunk::AsyncDone { .. } => return Ok(()),
+        _ => return f(t, path, class),
+    };
+    for (name, list) in t.nested() {
+        for (i, c) in list.iter().enumerate() {
+            for_each_step(c, &path.in_list(&name, i), inner, f)?;
+        }
+    }
+    Ok(())
 }

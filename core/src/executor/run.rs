@@ -34,6 +34,11 @@ pub(super) struct Run<'a> {
     /// False inside a command buffer: its steps are recorded once and replayed, so they are
     /// not numbered in the progress record.
     numbering: Cell<bool>,
+    /// True while a command buffer is being recorded: `While` and `Conditional` are recorded
+    /// as conditional graph nodes (see `device_control`).
+    pub(super) capturing: Cell<bool>,
+    /// Memory the recording in progress refers to (trip counters), handed to its recording.
+    pub(super) kept: RefCell<Vec<crate::backend::Buffer>>,
     /// How many top-level nodes are issued completely (their tracking event recorded): a
     /// node from here on is pending even though its tracking event has not been recorded.
     issued_nodes: Cell<usize>,
@@ -55,6 +60,8 @@ impl<'a> Run<'a> {
             used: RefCell::new(vec![]),
             progress: progress.zip(collectives.map(|c| c.rank)),
             numbering: Cell::new(true),
+            capturing: Cell::new(false),
+            kept: RefCell::new(vec![]),
             issued_nodes: Cell::new(0),
         }
     }
@@ -313,6 +320,21 @@ impl Run<'_> {
                 pred,
                 body,
                 trip_count,
+            } if self.capturing.get() => {
+                self.device_while(cond, pred, body, *trip_count, stream, state)
+            }
+            Op::Conditional {
+                index,
+                index_type,
+                branches,
+            } if self.capturing.get() => {
+                self.device_conditional(index, *index_type, branches, stream, state)
+            }
+            Op::While {
+                cond,
+                pred,
+                body,
+                trip_count,
             } => {
                 // The deadline is checked before every trip; a deadline error says how many
                 // trips were issued (of how many), for this loop and every loop around it.
@@ -375,6 +397,11 @@ impl Run<'_> {
                 r
             }
         }
+    }
+
+    /// Keeps `b` alive with the recording in progress.
+    pub(super) fn keep(&self, b: crate::backend::Buffer) {
+        self.kept.borrow_mut().push(b);
     }
 
     /// Runs a thunk the planner left as written ([`Op::Direct`]).

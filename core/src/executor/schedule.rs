@@ -5,6 +5,7 @@
 use super::config::{AUTO_COMMAND_BUFFER_MIN, ExecutorConfig};
 use super::graph::{DependencyGraph, NodeUses};
 use super::plan::{Op, Planner, Step};
+use super::temps::TempPlan;
 use crate::collectives::StreamKind;
 use crate::error::Result;
 use crate::ir::{AsyncKind, Executable, Thunk, ThunkPath};
@@ -37,6 +38,8 @@ pub(super) struct Schedule {
     pub(super) coarse_allocations: usize,
     /// Nodes the graph's reduction left unreduced (over its budget).
     pub(super) unreduced_nodes: usize,
+    /// Where each temp lives.
+    pub(super) temps: TempPlan,
 }
 
 /// What an execution did, for tests and benchmarks.
@@ -77,39 +80,27 @@ pub(super) fn schedule(
     for (i, t) in exe.entry.iter().enumerate() {
         let mut seen = vec![];
         planner.flatten(t, &ThunkPath::entry(i), &mut steps, &mut |t, c| {
-            seen.push((
-                NodeUses {
-                    buffers: t.all_buffer_uses(),
-                    resources: if t.is_collective() {
-                        vec![COLLECTIVE_RESOURCE]
-                    } else {
-                        vec![]
-                    },
-                },
-                c,
-            ));
+            seen.push((node_uses(t), c));
         })?;
         for (u, c) in seen {
             uses.push(u);
             classes.push(c);
         }
     }
-    let graph = DependencyGraph::build(&uses);
+    let arranged = arrange(&uses, &classes, config);
+    let temps = super::temps::plan_arranged(exe, &uses, &arranged, config)?;
+    let Arrangement {
+        graph,
+        sequential,
+        streams,
+        stream_of,
+        mut waits,
+        record,
+        ..
+    } = arranged;
     let n = steps.len();
-    let has_comm = classes.contains(&Some(AsyncKind::Communication));
-    let sequential = config.force_sequential
-        || config.streams <= 1 && !has_comm
-        || n < config.sequential_below
-        || graph.is_chain();
     if sequential {
-        let plain = steps.iter().all(|s| match &s.op {
-            Op::Kernel { .. } => true,
-            Op::Direct(t) => matches!(
-                t,
-                Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
-            ),
-            _ => false,
-        });
+        let plain = steps.iter().all(recordable);
         let fused =
             (config.auto_command_buffer && plain && n >= AUTO_COMMAND_BUFFER_MIN).then(|| {
                 let bindings: BTreeSet<u32> = uses
@@ -150,7 +141,97 @@ pub(super) fn schedule(
             graph_edges: graph.edge_count(),
             coarse_allocations: graph.coarse.len(),
             unreduced_nodes: graph.unreduced,
+            temps,
         });
+    }
+    let nodes = steps
+        .into_iter()
+        .enumerate()
+        .map(|(i, step)| Node {
+            step,
+            stream: stream_of[i],
+            waits: std::mem::take(&mut waits[i]),
+            record: record[i],
+        })
+        .collect();
+    Ok(Schedule {
+        nodes,
+        fused: None,
+        streams,
+        sequential: false,
+        graph_edges: graph.edge_count(),
+        coarse_allocations: graph.coarse.len(),
+        unreduced_nodes: graph.unreduced,
+        temps,
+    })
+}
+
+/// Whether a command buffer may hold `s`: plain operations (copies, memsets, kernels,
+/// gemms), and loops and branches of them (conditional graph nodes, or host-driven where the
+/// backend has none).
+fn recordable(s: &Step) -> bool {
+    match &s.op {
+        Op::Kernel { .. } => true,
+        Op::Direct(t) => matches!(
+            t,
+            Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
+        ),
+        Op::While { cond, body, .. } => cond.iter().chain(body).all(recordable),
+        Op::Conditional { branches, .. } => branches.iter().flatten().all(recordable),
+        Op::CommandBuffer { .. } => false,
+    }
+}
+
+/// What graph construction sees of one schedulable thunk.
+pub(super) fn node_uses(t: &Thunk) -> NodeUses {
+    NodeUses {
+        buffers: t.all_buffer_uses(),
+        resources: if t.is_collective() {
+            vec![COLLECTIVE_RESOURCE]
+        } else {
+            vec![]
+        },
+    }
+}
+
+/// The nodes on streams: their dependency graph, each node's stream, waits and records, and
+/// the order that gives them.
+pub(super) struct Arrangement {
+    pub(super) graph: DependencyGraph,
+    /// One stream, program order (the other fields then describe that).
+    pub(super) sequential: bool,
+    pub(super) streams: usize,
+    pub(super) stream_of: Vec<usize>,
+    pub(super) waits: Vec<Vec<usize>>,
+    pub(super) record: Vec<bool>,
+    /// `clocks[v][t]`: the last node of stream `t` node `v` is ordered after (per-stream
+    /// vector clocks; `v` itself on its own stream). Empty when sequential.
+    pub(super) clocks: Vec<Vec<i64>>,
+}
+
+/// Assigns the nodes (their `uses`, their async `classes`) to streams as `config` says.
+pub(super) fn arrange(
+    uses: &[NodeUses],
+    classes: &[Option<AsyncKind>],
+    config: &ExecutorConfig,
+) -> Arrangement {
+    let graph = DependencyGraph::build(uses);
+    let n = uses.len();
+    let has_comm = classes.contains(&Some(AsyncKind::Communication));
+    let sequential = config.force_sequential
+        || config.streams <= 1 && !has_comm
+        || n < config.sequential_below
+        || graph.is_chain();
+    if sequential {
+        return Arrangement {
+            graph,
+            sequential: true,
+            streams: 1,
+            stream_of: vec![0; n],
+            waits: vec![vec![]; n],
+            record: vec![false; n],
+            clocks: vec![],
+        };
     }
     let compute = config.streams.max(1);
     let total = compute + usize::from(has_comm);
@@ -195,23 +276,13 @@ pub(super) fn schedule(
         last_on[s] = Some(v);
         load[s] += 1;
     }
-    let nodes = steps
-        .into_iter()
-        .enumerate()
-        .map(|(i, step)| Node {
-            step,
-            stream: stream_of[i],
-            waits: std::mem::take(&mut waits[i]),
-            record: record[i],
-        })
-        .collect();
-    Ok(Schedule {
-        nodes,
-        fused: None,
-        streams: total,
+    Arrangement {
+        graph,
         sequential: false,
-        graph_edges: graph.edge_count(),
-        coarse_allocations: graph.coarse.len(),
-        unreduced_nodes: graph.unreduced,
-    })
+        streams: total,
+        stream_of,
+        waits,
+        record,
+        clocks: snapshot,
+    }
 }

@@ -4,9 +4,9 @@
 
 use super::LoadedExecutable;
 use super::command_buffer::Recording;
-use crate::backend::{Buffer, Event, Stream};
-use crate::error::Result;
-use crate::ir::{AllocationKind, MemorySpace};
+use crate::backend::{Buffer, DevicePtr, Event, Stream};
+use crate::error::{Error, Result};
+use crate::ir::MemorySpace;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -15,7 +15,11 @@ pub(super) struct ExecState {
     pub(super) streams: Vec<Arc<dyn Stream>>,
     /// The events of the nodes that record one (by node index).
     pub(super) events: HashMap<usize, Arc<dyn Event>>,
-    pub(super) temps: Vec<(u32, Buffer)>,
+    /// The address of every temp (by allocation index), in `arenas`.
+    pub(super) temps: Vec<(u32, DevicePtr)>,
+    /// The memory of the [temp plan](super::TempPlan)'s arenas, held while `temps` point
+    /// into it.
+    _arenas: Vec<Buffer>,
     /// 8 bytes the host reads predicates and branch indices through.
     pub(super) scratch: Buffer,
     /// Command-buffer recordings by command-buffer id.
@@ -36,14 +40,23 @@ impl ExecState {
                 events.insert(i, exe.device.create_event()?);
             }
         }
+        let plan = &exe.schedule.temps;
+        let arenas = plan
+            .arenas
+            .iter()
+            .map(|a| exe.device.allocate(a.size, a.alignment, a.memory_space))
+            .collect::<Result<Vec<_>>>()?;
         let mut temps = vec![];
-        for a in &exe.exe.allocations {
-            if a.kind == AllocationKind::Temp {
-                temps.push((
-                    a.index,
-                    exe.device.allocate(a.size, a.alignment, a.memory_space)?,
-                ));
-            }
+        for p in &plan.placements {
+            let Some(arena) = arenas.get(p.arena) else {
+                return Err(Error::InvalidArgument(format!(
+                    "internal: temp %{} placed in arena {} of {}",
+                    p.allocation,
+                    p.arena,
+                    arenas.len()
+                )));
+            };
+            temps.push((p.allocation, arena.ptr().offset(p.offset)));
         }
         let space = if exe
             .device
@@ -60,6 +73,7 @@ impl ExecState {
             streams,
             events,
             temps,
+            _arenas: arenas,
             scratch,
             recordings: HashMap::new(),
             tracking: vec![],

@@ -10,6 +10,7 @@
 
 mod available;
 mod collectives;
+mod conditional;
 mod gemm;
 mod memory;
 mod module;

@@ -20,7 +20,7 @@ use std::thread::JoinHandle;
 use std::time::Instant;
 
 /// A unit of queued work. `Fn` rather than `FnOnce` so that captured work can be replayed.
-type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+pub(super) type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
 
 /// Kernel arguments with raw pointers, moved into a queued closure.
 struct SendArgs(SmallVec<[HostArg; 8]>);
@@ -83,7 +83,9 @@ pub struct HostStream {
     worker: Option<JoinHandle<()>>,
     memory: Arc<MemoryRegistry>,
     id: u64,
-    capture: Mutex<Option<Vec<Work>>>,
+    pub(super) capture: Mutex<Option<Vec<Work>>>,
+    /// The conditions of the graph being recorded (see `super::conditional`).
+    pub(super) conditions: Mutex<Vec<Arc<std::sync::atomic::AtomicU32>>>,
     /// Run work in the issuing thread when nothing is queued (see `Stream::set_immediate`).
     immediate: std::sync::atomic::AtomicBool,
     capturing: std::sync::atomic::AtomicBool,
@@ -134,6 +136,7 @@ impl HostStream {
             memory,
             id,
             capture: Mutex::new(None),
+            conditions: Mutex::new(vec![]),
             immediate: std::sync::atomic::AtomicBool::new(false),
             capturing: std::sync::atomic::AtomicBool::new(false),
             cache: Mutex::new(RegionCache::default()),
@@ -176,7 +179,7 @@ impl HostStream {
         }
     }
 
-    fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
+    pub(super) fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
         if self.capturing.load(Ordering::SeqCst) {
             let mut cap = self.capture.lock();
             if let Some(list) = cap.as_mut() {
@@ -297,7 +300,7 @@ impl HostStream {
         }
     }
 
-    fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+    pub(super) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
         self.memory.region_cached(&mut self.cache.lock(), ptr, len)
     }
 }
@@ -485,8 +488,30 @@ impl Stream for HostStream {
             return Err(Error::InvalidArgument("stream is already capturing".into()));
         }
         *cap = Some(vec![]);
+        self.conditions.lock().clear();
         self.capturing.store(true, Ordering::SeqCst);
         Ok(())
+    }
+
+    fn create_condition(&self) -> Result<crate::backend::ConditionHandle> {
+        super::conditional::create(self)
+    }
+
+    fn set_condition(
+        &self,
+        condition: crate::backend::ConditionHandle,
+        how: crate::backend::SetCondition,
+    ) -> Result<()> {
+        super::conditional::set(self, condition, how)
+    }
+
+    fn capture_conditional(
+        &self,
+        kind: crate::backend::ConditionalKind,
+        condition: crate::backend::ConditionHandle,
+        body: &mut dyn FnMut(&dyn Stream) -> Result<()>,
+    ) -> Result<()> {
+        super::conditional::capture(self, kind, condition, body)
     }
 
     fn end_capture(&self) -> Result<Arc<dyn crate::backend::Graph>> {

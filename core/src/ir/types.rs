@@ -461,8 +461,9 @@ pub enum Thunk {
     },
     /// Records `body` once per execution state into a replayable graph (CUDA/HIP graph, a
     /// pre-resolved operation list on the host), replays it, and re-records only when an
-    /// address it uses changed. The body may hold copies, memsets, kernels, gemms and
-    /// sequences of them.
+    /// address it uses changed. The body may hold copies, memsets, kernels, gemms, `While`
+    /// and `Conditional` (recorded as conditional graph nodes where the backend has them,
+    /// else run with host-driven control flow) and sequences of them.
     CommandBuffer {
         body: Vec<Thunk>,
     },

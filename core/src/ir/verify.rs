@@ -450,7 +450,6 @@ impl Verifier<'_> {
             Thunk::While {
                 pred, trip_count, ..
             } => {
-                self.no_control_flow(path, "while")?;
                 if let Some(n) = trip_count {
                     if *n > i64::MAX as u64 {
                         return Err(err(
@@ -477,7 +476,6 @@ impl Verifier<'_> {
                 index_type,
                 branches,
             } => {
-                self.no_control_flow(path, "conditional")?;
                 self.slice(index, path, "index", false)?;
                 let want = match index_type {
                     DType::I32 => 4,
@@ -678,7 +676,7 @@ impl Verifier<'_> {
                 path,
                 "kind",
                 format!(
-                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm and sequences)"
+                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm, while, conditional and sequences)"
                 ),
             ));
         }

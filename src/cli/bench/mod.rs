@@ -8,6 +8,7 @@
 //! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` / `hipMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` / rocBLAS `rocblas_gemm_ex` called directly, same shapes | ≥ 0.95× of the vendor BLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
+//! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
 //! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
 //! The GPU baselines are the device's raw vendor baselines
@@ -28,9 +29,10 @@
 //! Modules: [`stats`] (goals, spreads, interleaved rounds), [`report`] (rows, the table, the
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
 //! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
-//! [`graph`].
+//! [`graph`], [`device_loop`].
 
 mod copy;
+mod device_loop;
 mod gemm;
 mod graph;
 mod load;
@@ -61,7 +63,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -70,6 +72,7 @@ pub const NAMES: [&str; 8] = [
     "gemm_f16",
     "wide_dag",
     "graph_build",
+    "device_loop",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -252,6 +255,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         "graph_build",
         filter,
         || graph::graph_build(&setup),
+        &mut rows,
+    );
+    one(
+        "device_loop",
+        filter,
+        || device_loop::device_loop(&setup),
         &mut rows,
     );
     eprintln!(

@@ -5,16 +5,18 @@
 //! dropping the executable) returns them to their value before; one loaded executable run from
 //! four threads at once; a failing thunk reported with its path (and its state freed); argument
 //! errors; control flow (`While` with and without trip count, `Conditional` on i32 and pred),
-//! async scopes and command buffers.
+//! async scopes and command buffers, and control flow inside command buffers.
 //!
 //! The program's tolerance per element: `1e-5 · (Σ|gelu(x)||w| + |bias|) + 1e-6` (f32: the
 //! gemm's `2(k+2)ε` bound plus the gelu's error, with room).
 //!
 //! By concern: [`program`] (the multi-thunk program and its reference), [`state`] (pooling and
 //! concurrent executions), [`errors`] (failing thunks, bad arguments), [`control`] (control
-//! flow, async scopes, command buffers); here the schedules they run under.
+//! flow, async scopes, command buffers), [`device_control`] (while and conditional inside
+//! command buffers); here the schedules they run under.
 
 mod control;
+mod device_control;
 mod errors;
 mod program;
 mod state;
@@ -23,6 +25,7 @@ use super::{seeded, seeded_exclusive};
 use crate::Check;
 use crate::util::{CheckResult, Values, compare_bytes, encode, execute_loaded, fail};
 use control::{async_scope, command_buffer, conditional, while_loop};
+use device_control::control_in_command_buffer;
 use errors::{argument_errors, error_names_thunk};
 use program::multi_thunk;
 use state::{concurrent, temps_freed};
@@ -42,6 +45,10 @@ pub fn checks() -> Vec<Check> {
         seeded("executor/conditional", conditional),
         seeded("executor/async_scope", async_scope),
         seeded("executor/command_buffer", command_buffer),
+        seeded(
+            "executor/control_in_command_buffer",
+            control_in_command_buffer,
+        ),
     ]
 }
 

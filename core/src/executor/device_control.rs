@@ -1,0 +1,117 @@
+//! `While` and `Conditional` inside a command buffer's recording, as conditional graph nodes
+//! (device-side control flow: no read-back to the host per trip or branch).
+//!
+//! A `while` with a `cond` records `cond`, then a set of its condition from `pred`, then a
+//! `While` node whose body is `body`, `cond` and the set again; a `while` with a trip count
+//! records a zeroed trip counter, a set from it, and a `While` node of `body` and the set. A
+//! conditional with `k` branches records the `k` conditions first (branch `i`'s is 1 when
+//! the index selects it: the branches may overwrite the index), then one `If` node per
+//! branch. Bodies nest.
+//!
+//! Where the backend has no conditional nodes the recording fails with `Unsupported`, the
+//! command buffer runs with host-driven control flow (see `command_buffer`), and this is
+//! logged once per backend per process.
+
+use super::plan::Step;
+use super::run::Run;
+use super::state::ExecState;
+use crate::backend::{ConditionalKind, SetCondition, Stream};
+use crate::error::{Error, Result};
+use crate::ir::{DType, MemorySpace, MemsetPattern, Slice};
+use parking_lot::Mutex;
+use std::collections::BTreeSet;
+
+/// Backends the fallback was already logged for.
+static LOGGED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Logs (once per backend) that `e` sends command buffers with control flow to the host.
+pub(super) fn note_fallback(backend: &str, e: &Error) {
+    if LOGGED.lock().insert(backend.to_string()) {
+        tracing::info!(
+            backend,
+            reason = %e,
+            "the {backend} backend records no conditional graph nodes: command buffers with \
+             `while` or `conditional` run with host-driven control flow"
+        );
+    }
+}
+
+/// Whether `e` (perhaps wrapped in thunk paths) is the missing conditional-node support.
+pub(super) fn is_unsupported(e: &Error) -> bool {
+    match e {
+        Error::Unsupported { .. } => true,
+        Error::Thunk { source, .. } => is_unsupported(source),
+        _ => false,
+    }
+}
+
+impl Run<'_> {
+    /// Records a `While` as a conditional `While` node on the capturing `stream`.
+    pub(super) fn device_while(
+        &self,
+        cond: &[Step],
+        pred: &Slice,
+        body: &[Step],
+        trip_count: Option<u64>,
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        let h = stream.create_condition()?;
+        let set = match trip_count {
+            Some(n) => {
+                // A counter the recording keeps (its address is in the graph).
+                let counter = self.exe.device.allocate(8, 8, MemorySpace::Device)?;
+                let ptr = counter.ptr();
+                self.keep(counter);
+                stream.memset(ptr, 8, MemsetPattern::U32(0))?;
+                SetCondition::TripsBelow { counter: ptr, n }
+            }
+            None => {
+                self.steps(cond, stream, state)?;
+                SetCondition::Pred {
+                    pred: self.ptr(pred),
+                }
+            }
+        };
+        stream.set_condition(h, set)?;
+        let with_cond = trip_count.is_none();
+        stream.capture_conditional(ConditionalKind::While, h, &mut |s| {
+            self.steps(body, s, state)?;
+            if with_cond {
+                self.steps(cond, s, state)?;
+            }
+            s.set_condition(h, set)
+        })
+    }
+
+    /// Records a `Conditional` as one conditional `If` node per branch on `stream`.
+    pub(super) fn device_conditional(
+        &self,
+        index: &Slice,
+        index_type: DType,
+        branches: &[Vec<Step>],
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        let count = u32::try_from(branches.len())
+            .map_err(|_| Error::InvalidArgument("too many branches".into()))?;
+        let mut handles = Vec::with_capacity(branches.len());
+        for branch in 0..count {
+            let h = stream.create_condition()?;
+            stream.set_condition(
+                h,
+                SetCondition::Branch {
+                    index: self.ptr(index),
+                    pred: index_type == DType::Pred,
+                    branch,
+                    branches: count,
+                },
+            )?;
+            handles.push(h);
+        }
+        for (h, b) in handles.into_iter().zip(branches) {
+            stream.capture_conditional(ConditionalKind::If, h, &mut |s| self.steps(b, s, state))?;
+        }
+        Ok(())
+    }
+}
