@@ -5,8 +5,6 @@ import threading
 import time
 
 import numpy as np
-import pytest
-
 import xthunk
 from conftest import EXAMPLES, mlp_inputs, mlp_reference
 
@@ -37,10 +35,9 @@ def test_mlp_from_a_path_matches_numpy(host, rng):
     np.testing.assert_array_equal(out["probs"], probs)
 
 
-def test_loads_bytes_of_both_encodings_and_a_pathlike(host, rng):
+def test_loads_text_bytes_and_a_pathlike(host, rng):
     text = (EXAMPLES / "mlp.txtpb").read_bytes()
     from_text = host.load(text)
-    binary = xthunk.ProgramBuilder  # noqa: F841 (the builder test covers .pb files)
     a = mlp_inputs(rng)
     ref = mlp_reference(a)
     np.testing.assert_allclose(from_text(**a), ref, rtol=0, atol=TOL)
