@@ -1,6 +1,7 @@
 //! The C example (`examples/c/mlp.c`) compiled with the system C compiler against
 //! `include/xthunk.h` and `libxthunk_capi.so`, run on the MLP program on the host, its output
-//! checked against an f64 reference; and the ABI's error objects and panic guard.
+//! checked against an f64 reference; a corrupt program's error and causes; and the complete
+//! example of docs/c-api.md, compiled and run.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -41,6 +42,11 @@ fn build_shared_library(lib: &Path) {
 }
 
 fn compile(out: &Path) {
+    compile_source(&repo().join("examples/c/mlp.c"), out, &[]);
+}
+
+/// Compiles `src` against the header and the shared library (built first, once).
+fn compile_source(src: &Path, out: &Path, extra: &[&str]) {
     let lib = lib_dir();
     static BUILD: std::sync::Once = std::sync::Once::new();
     BUILD.call_once(|| build_shared_library(&lib));
@@ -54,16 +60,17 @@ fn compile(out: &Path) {
         .args(["-std=c11", "-Wall", "-Wextra", "-Werror", "-pedantic"])
         .arg("-I")
         .arg(repo().join("include"))
-        .arg(repo().join("examples/c/mlp.c"))
+        .arg(src)
         .arg("-L")
         .arg(&lib)
         .arg(format!("-Wl,-rpath,{}", lib.display()))
         .arg("-lxthunk_capi")
+        .args(extra)
         .arg("-o")
         .arg(out)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cc}: {e}"));
-    assert!(status.success(), "{cc} failed on examples/c/mlp.c");
+    assert!(status.success(), "{cc} failed on {}", src.display());
 }
 
 fn uniform(rng: &mut ChaCha8Rng, n: usize, scale: f32) -> Vec<f32> {
@@ -184,4 +191,32 @@ fn c_example_reports_a_corrupt_program_with_its_cause() {
         stderr.contains("caused by: "),
         "the decode error's cause is listed: {stderr}"
     );
+}
+
+#[test]
+fn c_api_doc_example_runs_and_passes_its_check() {
+    let doc = std::fs::read_to_string(repo().join("docs/c-api.md")).unwrap();
+    let section = doc.split("## A complete example").nth(1).unwrap();
+    let code = section
+        .split("```c\n")
+        .nth(1)
+        .and_then(|s| s.split("```").next())
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let src = dir.path().join("doc_example.c");
+    std::fs::write(&src, code).unwrap();
+    let bin = dir.path().join("doc_example");
+    compile_source(&src, &bin, &["-lm"]);
+    let out = Command::new(&bin)
+        .arg(repo().join("examples/mlp.txtpb"))
+        .arg("host")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "doc example failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("max |xthunk - reference| = "), "{stdout}");
 }
