@@ -153,7 +153,7 @@ struct XthunkError *xthunk_executable_run(const struct XthunkExecutable *exe,
                                           const struct XthunkBuffer *const *outputs,
                                           size_t output_count);
 
-// Makes a runtime whose host backend has `host_devices` devices (0 means 1).
+// Makes a runtime whose host backend has `host_devices` devices (0 means 1; at most 1024).
 struct XthunkError *xthunk_runtime_new(size_t host_devices, struct XthunkRuntime **out);
 
 // Frees a runtime (devices opened from it stay usable).

@@ -106,6 +106,7 @@ pub fn causes(e: &(dyn std::error::Error + 'static)) -> Vec<String> {
 }
 
 #[cfg(test)]
+#[allow(clippy::expect_used)]
 mod tests {
     use super::*;
 

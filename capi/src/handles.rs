@@ -58,7 +58,10 @@ pub struct XthunkBuffer {
 /// The alignment of buffers made by `xthunk_buffer_new` (at least any program's).
 const BUFFER_ALIGNMENT: u64 = 256;
 
-/// Makes a runtime whose host backend has `host_devices` devices (0 means 1).
+/// The most host devices a runtime may be asked for.
+const MAX_HOST_DEVICES: usize = 1024;
+
+/// Makes a runtime whose host backend has `host_devices` devices (0 means 1; at most 1024).
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_runtime_new(
     host_devices: usize,
@@ -68,6 +71,11 @@ pub unsafe extern "C" fn xthunk_runtime_new(
         // SAFETY: the caller's out-pointer (the ABI's contract).
         unsafe {
             write_out(out, "out", || {
+                if host_devices > MAX_HOST_DEVICES {
+                    return Err(XthunkError::invalid(format!(
+                        "host_devices must be at most {MAX_HOST_DEVICES}, got {host_devices}"
+                    )));
+                }
                 let rt = Runtime::with_host_devices(host_devices.max(1));
                 Ok(Box::into_raw(Box::new(XthunkRuntime { rt })))
             })

@@ -41,6 +41,11 @@ fn null_arguments_are_errors() {
         let (code, msg) = take(xthunk_runtime_new(1, ptr::null_mut())).unwrap();
         assert_eq!(code, XthunkStatus::InvalidArgument);
         assert_eq!(msg, "out is NULL");
+        let mut rt = ptr::null_mut();
+        let (code, msg) = take(xthunk_runtime_new(1 << 40, &mut rt)).unwrap();
+        assert_eq!(code, XthunkStatus::InvalidArgument);
+        assert!(msg.contains("at most 1024"), "{msg}");
+        assert!(rt.is_null());
         let mut exe = ptr::null_mut();
         let (code, msg) = take(xthunk_executable_load_file(
             ptr::null(),

@@ -60,7 +60,9 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> XResult<Bound<'py, PyAny>>
 /// by [`check`], never silently cast).
 pub fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> XResult<Bound<'py, PyUntypedArray>> {
     let np = obj.py().import("numpy")?;
-    let arr = np.call_method1("ascontiguousarray", (obj,))?;
+    let kwargs = pyo3::types::PyDict::new(obj.py());
+    kwargs.set_item("order", "C")?;
+    let arr = np.call_method("asarray", (obj,), Some(&kwargs))?;
     Ok(arr
         .cast_into::<PyUntypedArray>()
         .map_err(|e| invalid(format!("not an array: {e}")))?)

@@ -122,3 +122,16 @@ def test_bf16_through_ml_dtypes(host, rng):
     np.testing.assert_array_equal(y.astype(np.float64), 2.0 * xv.astype(np.float64))
     with pytest.raises(xthunk.InvalidArgumentError, match="got an array of f32"):
         exe(x=xv.astype(np.float32))
+
+
+def test_zero_dimensional_tensors(host):
+    b = xthunk.ProgramBuilder("scalar_copy")
+    s = b.parameter("s", "f64", [])
+    t = b.output("t", "f64", [])
+    b.copy(s, t)
+    exe = host.load(b.build())
+    assert exe.parameters[0].shape == ()
+    out = exe(s=np.float64(2.5))
+    assert out.shape == () and out == 2.5
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"shape \[\], got \[1\]"):
+        exe(s=np.array([2.5]))
