@@ -72,23 +72,27 @@ pub fn devices(backend: &dyn Backend, n: usize) -> Result<Vec<Arc<dyn Device>>> 
 
 /// The clique provider an SPMD run over `devices` of `backend` uses: the one registered with
 /// the backend in `rt`. Without a collective library, collectives are off (a program without
-/// collectives still runs; a collective thunk fails with the reason).
+/// collectives still runs; a collective thunk fails with the reason): the second value then
+/// says why (`"{library}: {reason}"`), for the caller to tell its user.
 pub fn spmd_cliques(
     rt: &Runtime,
     backend: &dyn Backend,
     devices: &[Arc<dyn Device>],
     timeouts: Timeouts,
-) -> Result<Arc<dyn CliqueProvider>> {
+) -> Result<(Arc<dyn CliqueProvider>, Option<String>)> {
     let Some(factory) = rt.collectives(backend.name()).cliques else {
         return Err(Error::Unsupported {
             backend: backend.name().into(),
-            feature: "SPMD runs on several devices".into(),
+            feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
+                .into(),
         });
     };
     match factory.create(devices, timeouts) {
-        Ok(c) => Ok(c),
+        Ok(c) => Ok((c, None)),
         Err(Error::Unavailable { backend: b, reason }) => {
-            Ok(Arc::new(UnavailableCliques::new(b, reason, devices.len())))
+            let why = format!("{b}: {reason}");
+            let off = UnavailableCliques::new(b, reason, devices.len());
+            Ok((Arc::new(off), Some(why)))
         }
         Err(e) => Err(e),
     }

@@ -299,12 +299,21 @@ impl Executable {
         }
         let devices = xthunk::embed::devices(self.backend.as_ref(), inputs.len())?;
         let t = Duration::from_secs_f64(timeout);
-        let cliques = xthunk::embed::spmd_cliques(
+        let (cliques, off) = xthunk::embed::spmd_cliques(
             &self.rt,
             self.backend.as_ref(),
             &devices,
             Timeouts::new(t / 6, t),
         )?;
+        if let Some(why) = off {
+            let msg = format!(
+                "xthunk: collectives are off on backend {}: {why}",
+                self.backend.name()
+            );
+            let msg = std::ffi::CString::new(msg.replace('\0', "?")).unwrap_or_default();
+            let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
+            PyErr::warn(py, &category, &msg, 1)?;
+        }
         let exe = self.loaded.executable();
         let results = py.detach(|| {
             xthunk::core::executor::spmd::run_spmd(
