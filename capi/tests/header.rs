@@ -40,3 +40,38 @@ fn header_is_cbindgens_output() {
     }
     assert!(generated.contains("#define XTHUNK_ABI_VERSION 1"));
 }
+
+#[test]
+fn header_compiles_as_c_and_cpp() {
+    let include = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../include");
+    for (compiler, lang, std) in [("cc", "c", "-std=c99"), ("c++", "c++", "-std=c++17")] {
+        let mut child = std::process::Command::new(compiler)
+            .args([
+                std,
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-pedantic",
+                "-fsyntax-only",
+                "-x",
+                lang,
+            ])
+            .arg("-I")
+            .arg(&include)
+            .arg("-")
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot run {compiler}: {e}"));
+        use std::io::Write;
+        child
+            .stdin
+            .take()
+            .unwrap()
+            .write_all(b"#include \"xthunk.h\"\nint main(void) { return xthunk_abi_version() == XTHUNK_ABI_VERSION ? 0 : 1; }\n")
+            .unwrap();
+        assert!(
+            child.wait().unwrap().success(),
+            "{compiler} ({lang}) rejects xthunk.h"
+        );
+    }
+}
