@@ -304,6 +304,9 @@ pub fn import(obj: &Bound<'_, PyAny>, device: Arc<dyn xthunk::Device>) -> XResul
     let len = usize::try_from(size).map_err(|_| invalid("DLPack tensor too large"))?;
     let buffer = device.allocate(size, DeviceArray::ALIGNMENT, MemorySpace::Device)?;
     if len > 0 {
+        if t.data.is_null() {
+            return Err(invalid("DLPack tensor of non-zero size with NULL data").into());
+        }
         let offset = usize::try_from(t.byte_offset).map_err(|_| invalid("DLPack offset"))?;
         // SAFETY: a row-major host tensor of `len` bytes at `data + byte_offset` (checked
         // above), alive while `capsule` is.
