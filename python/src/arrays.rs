@@ -6,7 +6,14 @@ use crate::errors::{XResult, invalid, unsupported};
 use numpy::npyffi::objects::_PyArray_GET_ITEM_DATA;
 use numpy::{PyArrayDescrMethods, PyUntypedArray, PyUntypedArrayMethods};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use xthunk::ir::{DType, TensorSpec};
+
+/// numpy's functions and dtypes, looked up once (calls run many times a second).
+static ASARRAY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static EMPTY: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+static DTYPES: [PyOnceLock<Py<PyAny>>; DType::ALL.len()] =
+    [const { PyOnceLock::new() }; DType::ALL.len()];
 
 /// numpy's name of an element type.
 pub fn numpy_name(d: DType) -> &'static str {
@@ -46,23 +53,40 @@ pub fn parse_dtype(obj: &Bound<'_, PyAny>) -> XResult<DType> {
 
 /// The numpy dtype object of `d` (bf16 needs `ml_dtypes`).
 pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> XResult<Bound<'py, PyAny>> {
-    let np = py.import("numpy")?;
-    if d == DType::BF16 {
-        let ml = py.import("ml_dtypes").map_err(|_| {
-            unsupported("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)")
-        })?;
-        return Ok(np.call_method1("dtype", (ml.getattr("bfloat16")?,))?);
-    }
-    Ok(np.call_method1("dtype", (numpy_name(d),))?)
+    let slot = DType::ALL
+        .iter()
+        .position(|x| *x == d)
+        .and_then(|i| DTYPES.get(i))
+        .ok_or_else(|| invalid(format!("no numpy dtype for {d}")))?;
+    let dtype = slot.get_or_try_init(py, || -> XResult<Py<PyAny>> {
+        let np = py.import("numpy")?;
+        let arg = if d == DType::BF16 {
+            let ml = py.import("ml_dtypes").map_err(|_| {
+                unsupported("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)")
+            })?;
+            ml.getattr("bfloat16")?
+        } else {
+            pyo3::types::PyString::new(py, numpy_name(d)).into_any()
+        };
+        Ok(np.call_method1("dtype", (arg,))?.unbind())
+    })?;
+    Ok(dtype.bind(py).clone())
 }
 
 /// A C-contiguous numpy array of `obj` (no conversion of its dtype: a wrong dtype is refused
-/// by [`check`], never silently cast).
+/// by [`check`], never silently cast); `obj` itself when it is one.
 pub fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> XResult<Bound<'py, PyUntypedArray>> {
-    let np = obj.py().import("numpy")?;
-    let kwargs = pyo3::types::PyDict::new(obj.py());
+    if let Ok(arr) = obj.cast::<PyUntypedArray>() {
+        if arr.is_c_contiguous() {
+            return Ok(arr.clone());
+        }
+    }
+    let py = obj.py();
+    let kwargs = pyo3::types::PyDict::new(py);
     kwargs.set_item("order", "C")?;
-    let arr = np.call_method("asarray", (obj,), Some(&kwargs))?;
+    let arr = ASARRAY
+        .import(py, "numpy", "asarray")?
+        .call((obj,), Some(&kwargs))?;
     Ok(arr
         .cast_into::<PyUntypedArray>()
         .map_err(|e| invalid(format!("not an array: {e}")))?)
@@ -70,16 +94,35 @@ pub fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> XResult<Bound<'py, PyUntypedA
 
 /// The element type and shape of `arr`.
 pub fn describe(arr: &Bound<'_, PyUntypedArray>) -> XResult<(DType, Vec<u64>)> {
-    let name: String = arr.dtype().getattr("name")?.extract()?;
+    let descr = arr.dtype();
+    let name: String = descr.getattr("name")?.extract()?;
     let dtype = from_numpy_name(&name)
         .ok_or_else(|| invalid(format!("arrays of {name} have no xthunk element type")))?;
+    // xthunk's data is little-endian (the hosts it runs on are): a byte-swapped array is
+    // refused rather than read wrongly.
+    if descr.getattr("byteorder")?.extract::<String>()? == ">" {
+        return Err(invalid(format!(
+            "a big-endian array of {name}: convert it with a.astype(a.dtype.newbyteorder('='))"
+        ))
+        .into());
+    }
     Ok((dtype, arr.shape().iter().map(|d| *d as u64).collect()))
 }
 
 /// Checks `arr` against `spec` (dtype and shape, like the CLI's inputs) and returns its bytes
 /// in place (valid while `arr` lives and is not resized).
 pub fn check<'a>(spec: &TensorSpec, arr: &'a Bound<'_, PyUntypedArray>) -> XResult<&'a [u8]> {
-    let (dtype, dims) = describe(arr)?;
+    // The common case without building strings: the dtype the parameter has.
+    let expected = numpy_dtype(arr.py(), spec.dtype).ok();
+    let same = expected.is_some_and(|e| {
+        e.cast::<numpy::PyArrayDescr>()
+            .is_ok_and(|e| arr.dtype().is_equiv_to(e))
+    });
+    let (dtype, dims) = if same {
+        (spec.dtype, arr.shape().iter().map(|d| *d as u64).collect())
+    } else {
+        describe(arr)?
+    };
     let size = xthunk::embed::check_array(spec, dtype, &dims)?;
     bytes(arr, size)
 }
@@ -116,9 +159,10 @@ pub fn empty<'py>(
     dtype: DType,
     dims: &[u64],
 ) -> XResult<Bound<'py, PyUntypedArray>> {
-    let np = py.import("numpy")?;
     let shape: Vec<u64> = dims.to_vec();
-    let arr = np.call_method1("empty", (shape, numpy_dtype(py, dtype)?))?;
+    let arr = EMPTY
+        .import(py, "numpy", "empty")?
+        .call1((shape, numpy_dtype(py, dtype)?))?;
     Ok(arr
         .cast_into::<PyUntypedArray>()
         .map_err(|e| invalid(format!("numpy.empty: {e}")))?)

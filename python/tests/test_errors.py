@@ -77,3 +77,10 @@ def test_an_unknown_backend(host):
         xthunk.Runtime("nosuch")
     with pytest.raises(xthunk.InvalidArgumentError, match="host_devices"):
         xthunk.Runtime("host", host_devices=0)
+
+
+def test_byte_swapped_arrays_are_refused(mlp, rng):
+    a = mlp_inputs(rng)
+    a["b1"] = a["b1"].astype(">f4")
+    with pytest.raises(xthunk.InvalidArgumentError, match="big-endian array of float32"):
+        mlp(**a)
