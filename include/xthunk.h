@@ -166,6 +166,11 @@ struct XthunkError *xthunk_runtime_device(const struct XthunkRuntime *runtime,
                                           size_t ordinal,
                                           struct XthunkDevice **out);
 
+// How many devices `backend` ("auto" or a name, as for `xthunk_runtime_device`) has.
+struct XthunkError *xthunk_runtime_device_count(const struct XthunkRuntime *runtime,
+                                                const char *backend,
+                                                size_t *out);
+
 // Frees a device handle (executables and buffers on it stay usable).
 void xthunk_device_free(struct XthunkDevice *device);
 

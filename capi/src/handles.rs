@@ -122,6 +122,26 @@ pub unsafe extern "C" fn xthunk_runtime_device(
     })
 }
 
+/// How many devices `backend` ("auto" or a name, as for `xthunk_runtime_device`) has.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xthunk_runtime_device_count(
+    runtime: *const XthunkRuntime,
+    backend: *const c_char,
+    out: *mut usize,
+) -> *mut XthunkError {
+    guard(|| {
+        // SAFETY: the caller's handle, string and out-pointer (the ABI's contract).
+        unsafe {
+            let rt = &arg(runtime, "runtime")?.rt;
+            let choice = xthunk::embed::backend_choice(str_arg(backend, "backend")?);
+            write_out(out, "out", || {
+                let (b, _skipped) = rt.select(&choice)?;
+                Ok(b.probe()?.devices.len())
+            })
+        }
+    })
+}
+
 fn cstring(s: &str) -> CString {
     CString::new(s.replace('\0', "?")).unwrap_or_default()
 }

@@ -23,6 +23,31 @@ fn take(e: *mut XthunkError) -> Option<(XthunkStatus, String)> {
     }
 }
 
+#[test]
+fn device_count_and_names() {
+    let mut rt = ptr::null_mut();
+    // SAFETY: valid out-pointers, live handles.
+    unsafe {
+        assert!(take(xthunk_runtime_new(3, &mut rt)).is_none());
+        let mut n = 0usize;
+        assert!(take(xthunk_runtime_device_count(rt, c"host".as_ptr(), &mut n)).is_none());
+        assert_eq!(n, 3);
+        let mut dev = ptr::null_mut();
+        assert!(take(xthunk_runtime_device(rt, c"host".as_ptr(), 2, &mut dev)).is_none());
+        assert_eq!(
+            CStr::from_ptr(xthunk_device_backend(dev)).to_str().unwrap(),
+            "host"
+        );
+        assert!(!xthunk_device_emulated(dev));
+        xthunk_device_free(dev);
+        let (code, msg) =
+            take(xthunk_runtime_device_count(rt, c"nosuch".as_ptr(), &mut n)).unwrap();
+        assert_ne!(code, XthunkStatus::Ok);
+        assert!(msg.contains("nosuch"), "{msg}");
+        xthunk_runtime_free(rt);
+    }
+}
+
 fn host_device() -> (*mut XthunkRuntime, *mut XthunkDevice) {
     let mut rt = ptr::null_mut();
     let mut dev = ptr::null_mut();
