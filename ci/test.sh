@@ -27,6 +27,10 @@ if ! command -v python3 >/dev/null || ! python3 -m pip --version >/dev/null 2>&1
     echo "==> installing python3-pip"
     apt_install python3-pip
 fi
+if ! python3 -c "import ensurepip, venv" >/dev/null 2>&1; then
+    echo "==> installing python3-venv (the Python package's tests run in a venv)"
+    apt_install python3-venv
+fi
 if ! command -v c++ >/dev/null; then
     echo "==> installing g++ (the portable kernels are also checked on the CPU)"
     apt_install g++
@@ -93,6 +97,21 @@ step smoke cargo run --release -- run examples/mlp.txtpb
 # labelled as such; never reported as GPU results).
 step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
 step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
+# The Python package (python/, built by maturin into a venv kept in the cache folder) and its
+# pytest tests; then the MLP through Python on the emulated CUDA backend.
+venv="${XTHUNK_VENV:-$HOME/.cache/xthunk/venv}"
+python_package() {
+    if [ ! -x "${venv}/bin/python" ]; then
+        python3 -m venv "${venv}"
+    fi
+    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes" 2>/dev/null; then
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes
+    fi
+    VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --quiet
+}
+step py-build python_package
+step pytest env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/bin/python" -m pytest -q python/tests
+step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
 step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"

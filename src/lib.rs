@@ -27,6 +27,8 @@ pub use xthunk_proto as proto;
 pub use xthunk_rocm::Target as RocmTarget;
 
 mod cliques;
+/// What the C ABI and the Python package share.
+pub mod embed;
 pub use cliques::{
     BackendCollectives, BindDevice, JobCliqueFactory, JobCliques, NcclCliqueFactory,
     ShmJobCliqueFactory,

@@ -88,13 +88,7 @@ pub fn parse_deadline(s: &str) -> Result<Duration, String> {
 const SHOWN_VALUES: usize = 8;
 
 /// `auto` or a backend name.
-pub fn backend_choice(name: &str) -> BackendChoice {
-    if name == "auto" {
-        BackendChoice::Auto
-    } else {
-        BackendChoice::Named(name.to_string())
-    }
-}
+pub use xthunk::embed::backend_choice;
 
 /// Picks the backend and opens the device, telling stderr which one and why others were
 /// skipped.
@@ -344,30 +338,13 @@ fn run_spmd(
         .collect::<xthunk::Result<Vec<_>>>()?;
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
     // The clique provider registered with the backend (host, NCCL on CUDA, RCCL on ROCm).
-    let Some(factory) = rt.collectives(backend.name()).cliques else {
-        return Err(xthunk::Error::Unsupported {
-            backend: backend.name().into(),
-            feature: "SPMD runs on several devices (collectives exist for host, cuda and rocm)"
-                .into(),
-        }
-        .into());
-    };
-    let cliques: std::sync::Arc<dyn xthunk::core::collectives::CliqueProvider> =
-        match factory.create(&devices, timeouts) {
-            Ok(c) => c,
-            // No collective library (e.g. no libnccl): collectives are off, not the backend; a
-            // program without collectives still runs, a collective fails with the reason.
-            Err(xthunk::Error::Unavailable { backend: b, reason }) => {
-                eprintln!(
-                    "xthunk: collectives are off on backend {}: {b}: {reason}",
-                    backend.name()
-                );
-                std::sync::Arc::new(xthunk::core::collectives::UnavailableCliques::new(
-                    b, reason, n,
-                ))
-            }
-            Err(e) => return Err(e.into()),
-        };
+    let (cliques, off) = xthunk::embed::spmd_cliques(&rt, backend.as_ref(), &devices, timeouts)?;
+    if let Some(why) = off {
+        eprintln!(
+            "xthunk: collectives are off on backend {}: {why}",
+            backend.name()
+        );
+    }
     eprintln!(
         "xthunk: backend `{}`, {n} ranks on devices 0..{}: {}{}",
         backend.name(),
