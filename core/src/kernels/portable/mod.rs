@@ -78,6 +78,13 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 /// [`standard_library`] (sorted by name).
 pub fn standard_source() -> &'static str {
     static SRC: OnceLock<String> = OnceLock::new();
+    SRC.get_or_init(|| embed_source(standard_unit()))
+}
+
+/// [`standard_source`] without the copy of itself it carries ([`embed_source`]): what the
+/// CPU execution compiles.
+pub fn standard_unit() -> &'static str {
+    static SRC: OnceLock<String> = OnceLock::new();
     SRC.get_or_init(|| {
         let mut s = header();
         s.push_str(PRELUDE);
@@ -113,12 +120,68 @@ pub fn kernel_definition(name: &str) -> Option<String> {
 /// User source in the CUDA-C subset with the prelude prepended (what `ModuleImage::Source`
 /// compiles).
 pub fn with_prelude(code: &str) -> String {
+    embed_source(&unit_with_prelude(code))
+}
+
+/// [`with_prelude`] without the copy of itself it carries ([`embed_source`]): what the CPU
+/// execution compiles.
+pub fn unit_with_prelude(code: &str) -> String {
     let mut s = header();
     s.push_str(PRELUDE);
     s.push_str("\n// ---- user source ----\n");
     s.push_str(code);
     s.push('\n');
     s
+}
+
+/// The device symbol under which every compiled image carries the portable unit it was
+/// compiled from ([`embed_source`]).
+pub const EMBEDDED_SOURCE_SYMBOL: &str = "xt_portable_source";
+
+/// `unit` followed by a copy of itself as the device array [`EMBEDDED_SOURCE_SYMBOL`]
+/// (NUL-terminated, in raw-string pieces of at most 4 KiB), so that an image says which source
+/// it was compiled from: the driver emulator runs that source on the CPU. A unit that holds
+/// the raw-string delimiter itself is returned as it is (its images carry no source).
+pub fn embed_source(unit: &str) -> String {
+    const OPEN: &str = "R\"xt_src(";
+    const CLOSE: &str = ")xt_src\"";
+    if unit.contains(CLOSE) {
+        return unit.to_string();
+    }
+    let mut s = String::with_capacity(unit.len() * 2 + 256);
+    s.push_str(unit);
+    s.push_str(
+        "\n// The unit above, carried by its images (read by the xthunk driver emulator).\n",
+    );
+    let _ = write!(
+        s,
+        "extern \"C\" __device__ const char {EMBEDDED_SOURCE_SYMBOL}[] ="
+    );
+    let mut rest = unit;
+    while !rest.is_empty() {
+        let mut cut = rest.len().min(4096);
+        while !rest.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        let (piece, tail) = rest.split_at(cut);
+        s.push_str("\n");
+        s.push_str(OPEN);
+        s.push_str(piece);
+        s.push_str(CLOSE);
+        rest = tail;
+    }
+    if unit.is_empty() {
+        s.push_str(" \"\"");
+    }
+    s.push_str(";\n");
+    s
+}
+
+/// The unit an image carries: the text of [`embed_source`]'s array (its bytes without the
+/// final NUL).
+pub fn embedded_unit(bytes: &[u8]) -> Option<String> {
+    let b = bytes.strip_suffix(&[0]).unwrap_or(bytes);
+    String::from_utf8(b.to_vec()).ok()
 }
 
 fn header() -> String {
