@@ -81,9 +81,6 @@ fn cases(
     s: &Setup,
     keep: &mut Vec<xthunk_core::backend::Buffer>,
 ) -> Vec<(&'static str, Vec<LaunchArg>, LaunchDims, LaunchDims)> {
-    let workers = std::thread::available_parallelism()
-        .map(|n| n.get())
-        .unwrap_or(1) as u32;
     let mut mk = |n| {
         let (b, a) = buffer(&s.dev, n);
         keep.push(b);
