@@ -491,8 +491,12 @@ fn check_owner(info: &AllocInfo, ctx_id: u64, what: &str, call: &str) -> EmuResu
 /// Checks that a kernel buffer's address is aligned to its element type (a GPU faults on a
 /// misaligned access).
 fn check_aligned(ptr: usize, dtype: DType, what: &str, call: &str) -> EmuResult<()> {
-    let es = dtype.size();
-    if ptr % es == 0 {
+    check_aligned_to(ptr, dtype.size(), what, call)
+}
+
+/// Checks that `ptr` is a multiple of `es` (an element's size or alignment).
+fn check_aligned_to(ptr: usize, es: usize, what: &str, call: &str) -> EmuResult<()> {
+    if es <= 1 || ptr % es == 0 {
         return Ok(());
     }
     Err(EmuError::new(
@@ -583,6 +587,7 @@ fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<R
                 ));
             };
             check_owner(&info, f.ctx_id, &what, call)?;
+            check_aligned_to(ptr, p.align as usize, &what, call)?;
             info.base + info.size - ptr
         };
         args.push(RawArg::Buffer {

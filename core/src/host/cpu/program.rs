@@ -42,6 +42,8 @@ type InfoFn = unsafe extern "C" fn(
 pub struct Param {
     pub size: u32,
     pub pointer: bool,
+    /// For a pointer, its pointee's alignment (1 for `void*`).
+    pub align: u32,
 }
 
 /// A kernel of a program.
@@ -155,6 +157,7 @@ impl Program {
                     .map(|j| Param {
                         size: sizes[j],
                         pointer: pointer[j] != 0,
+                        align: pointer[j].max(1),
                     })
                     .collect(),
                 index: i,

@@ -196,6 +196,16 @@ static inline void xt_cpu_thread_exited(xt_cpu_worker* w, unsigned int t) {
 
 // The loop a fiber runs: GPU threads of the block, one after the other, until none is left
 // to start. `F` is inlined into it.
+template <typename A>
+constexpr unsigned int xt_cpu_pointee_align() {
+  if constexpr (!std::is_pointer_v<A>) {
+    return 0u;
+  } else {
+    using P = std::remove_cv_t<std::remove_pointer_t<A>>;
+    if constexpr (std::is_void_v<P> || std::is_function_v<P>) return 1u;
+    else return (unsigned int)alignof(P);
+  }
+}
 template <typename T>
 struct xt_cpu_sig;
 template <typename... A>
@@ -212,9 +222,10 @@ struct xt_cpu_sig<void (*)(A...)> {
       xt_cpu_thread_exited(w, (unsigned int)t);
     }
   }
+  // Each parameter's size, and for a pointer its pointee's alignment (0: not a pointer).
   static void sizes(unsigned int* out, unsigned int* pointer) {
     unsigned int s[] = {(unsigned int)sizeof(A)..., 0u};
-    unsigned int q[] = {(unsigned int)std::is_pointer_v<A>..., 0u};
+    unsigned int q[] = {xt_cpu_pointee_align<A>()..., 0u};
     for (unsigned int i = 0; i < arity; i++) {
       out[i] = s[i];
       pointer[i] = q[i];
