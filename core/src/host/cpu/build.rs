@@ -17,11 +17,13 @@ pub const CPU_PRELUDE: &str = include_str!("../../kernels/portable/prelude_cpu.h
 pub const RUNTIME: &str = include_str!("runtime.cpp");
 
 /// The options every CPU image is compiled with: optimized, contraction off (the host
-/// implementations' evaluation order), position independent, only the interface exported.
-pub const OPTIONS: [&str; 9] = [
+/// implementations' evaluation order), position independent, only the interface exported,
+/// kernels inlinable into the runtime's thread loop (no semantic interposition).
+pub const OPTIONS: [&str; 10] = [
     "-std=c++17",
     "-O2",
     "-fPIC",
+    "-fno-semantic-interposition",
     "-shared",
     "-fvisibility=hidden",
     "-ffp-contract=off",

@@ -32,6 +32,10 @@ struct xt_cpu_fiber {
   unsigned char* stack;  // mapping base (guard page first)
   unsigned int tid;
   int wait;
+  // The first thread of this fiber's current run whose exit is not yet counted, and whether
+  // the running thread parked (after which every thread of the block has been started).
+  unsigned int run_start;
+  int parked;
   xt_cpu_worker* worker;
 #if !defined(__x86_64__)
   ucontext_t uc;
@@ -67,8 +71,10 @@ struct xt_cpu_worker {
 
 // ---- context switch ----------------------------------------------------------------------
 #if defined(__x86_64__)
-// xt_cpu_switch(void** save, void* to): saves the callee-saved registers, MXCSR and the x87
-// control word on the current stack, stores the stack pointer in *save, and resumes `to`.
+// xt_cpu_switch(void** save, void* to): saves the callee-saved registers on the current
+// stack, stores the stack pointer in *save, and resumes `to`. The floating-point control
+// state (MXCSR, x87 control word) is not switched: every fiber of a worker shares it, and
+// kernels do not change it.
 extern "C" void xt_cpu_switch(void** save, void* to);
 extern "C" void xt_cpu_fiber_start();
 asm(R"(
@@ -82,14 +88,8 @@ xt_cpu_switch:
   pushq %r13
   pushq %r14
   pushq %r15
-  subq $8, %rsp
-  stmxcsr (%rsp)
-  fnstcw 4(%rsp)
   movq %rsp, (%rdi)
   movq %rsi, %rsp
-  ldmxcsr (%rsp)
-  fldcw 4(%rsp)
-  addq $8, %rsp
   popq %r15
   popq %r14
   popq %r13
@@ -119,8 +119,8 @@ static void xt_cpu_fiber_init(xt_cpu_fiber* f) {
 #if defined(__x86_64__)
   unsigned long long top = (unsigned long long)(f->stack + XT_CPU_STACK + 4096) & ~15ull;
   unsigned long long* s = (unsigned long long*)top;
-  // Layout popped by xt_cpu_switch (from the saved sp up): mxcsr|fcw, r15, r14, r13, r12,
-  // rbx, rbp, return address; after `ret` the stack pointer is 16-byte aligned.
+  // Layout popped by xt_cpu_switch (from the saved sp up): r15, r14, r13, r12, rbx, rbp,
+  // return address; after `ret` the stack pointer is 16-byte aligned.
   s[-2] = 0;                                        // alignment pad at top-16
   s[-3] = (unsigned long long)&xt_cpu_fiber_start;  // return address
   s[-4] = 0;                                        // rbp
@@ -129,9 +129,7 @@ static void xt_cpu_fiber_init(xt_cpu_fiber* f) {
   s[-7] = (unsigned long long)&xt_cpu_fiber_main;   // r13: function
   s[-8] = 0;                                        // r14
   s[-9] = 0;                                        // r15
-  unsigned int csr[2] = {0x1f80u, 0x037fu};
-  std::memcpy(&s[-10], csr, 8);
-  f->sp = &s[-10];
+  f->sp = &s[-9];
 #else
   getcontext(&f->uc);
   f->uc.uc_stack.ss_sp = f->stack + 4096;
@@ -166,9 +164,7 @@ static inline void xt_cpu_set_thread(xt_cpu_worker* w, unsigned int t) {
   s.tid = t;
   const unsigned int bx = s.block_dim.x, by = s.block_dim.y;
   if (by == 1 && s.block_dim.z == 1) {
-    s.thread_idx.x = t;
-    s.thread_idx.y = 0;
-    s.thread_idx.z = 0;
+    s.thread_idx.x = t;  // y and z are 0 for the whole block (set by xt_cpu_run)
   } else {
     s.thread_idx.x = t % bx;
     s.thread_idx.y = (t / bx) % by;
@@ -176,22 +172,30 @@ static inline void xt_cpu_set_thread(xt_cpu_worker* w, unsigned int t) {
   }
 }
 
-// Called by the kernel's thread loop: the next thread to run on this fiber, or -1.
-static inline long long xt_cpu_next_thread(xt_cpu_worker* w, xt_cpu_fiber* f) {
+// Counts the exits of threads [from, to) (they ran to completion on one fiber).
+static inline void xt_cpu_count_exits(xt_cpu_worker* w, unsigned int from, unsigned int to) {
+  if (to <= from) return;
   xt_cpu_block& b = w->block;
-  if (b.next >= b.nthreads) return -1;
-  unsigned int t = b.next++;
-  f->tid = t;
-  b.fiber_of[t] = f;
-  xt_cpu_set_thread(w, t);
-  return t;
+  b.exited += to - from;
+  const unsigned int shift = w->state.warp_size == 64 ? 6 : 5;
+  for (unsigned int k = from >> shift; k <= (to - 1) >> shift; k++) {
+    const unsigned int lo = k << shift, hi = (k + 1) << shift;
+    b.warp_exited[k] += (to < hi ? to : hi) - (from > lo ? from : lo);
+  }
 }
 
-static inline void xt_cpu_thread_exited(xt_cpu_worker* w, unsigned int t) {
+// Brings the block's bookkeeping up to date before the running thread meets a barrier: the
+// threads before it on this fiber have exited, and every later one is still unstarted. The
+// thread loop keeps both in registers otherwise.
+static inline void xt_cpu_publish(xt_cpu_worker* w) {
   xt_cpu_block& b = w->block;
-  b.exited++;
-  b.warp_exited[t / w->state.warp_size]++;
-  b.fiber_of[t] = nullptr;
+  xt_cpu_fiber* f = w->current;
+  const unsigned int t = w->state.tid;
+  if (b.next < t + 1) b.next = t + 1;
+  xt_cpu_count_exits(w, f->run_start, t);
+  f->run_start = t;
+  f->tid = t;
+  b.fiber_of[t] = f;
 }
 
 // The loop a fiber runs: GPU threads of the block, one after the other, until none is left
@@ -211,16 +215,28 @@ struct xt_cpu_sig;
 template <typename... A>
 struct xt_cpu_sig<void (*)(A...)> {
   static constexpr unsigned int arity = sizeof...(A);
+  // `flatten`: the kernel is inlined into the loop, so a kernel without barriers becomes one
+  // loop over the block's threads (the built-ins' thread-local state read once).
   template <void (*F)(A...), size_t... I>
-  static void loop(void** p, std::index_sequence<I...>) {
+  __attribute__((flatten)) static void loop(void** p, std::index_sequence<I...>) {
     xt_cpu_worker* w = xt_cpu_worker_of();
     xt_cpu_fiber* f = w->current;
-    for (;;) {
-      long long t = xt_cpu_next_thread(w, f);
-      if (t < 0) return;
+    xt_cpu_block& b = w->block;
+    const unsigned int n = b.nthreads;
+    f->run_start = b.next;
+    f->parked = 0;
+    for (unsigned int t = b.next; t < n; t++) {
+      xt_cpu_set_thread(w, t);
       F(*reinterpret_cast<std::remove_cv_t<A>*>(p[I])...);
-      xt_cpu_thread_exited(w, (unsigned int)t);
+      if (f->parked) {
+        // Every thread has been started meanwhile (barriers release only then): this
+        // fiber's run ends with this thread.
+        xt_cpu_count_exits(w, t, t + 1);
+        return;
+      }
     }
+    if (b.next < n) b.next = n;
+    xt_cpu_count_exits(w, f->run_start, n);
   }
   // Each parameter's size, and for a pointer its pointee's alignment (0: not a pointer).
   static void sizes(unsigned int* out, unsigned int* pointer) {
@@ -255,12 +271,14 @@ static void xt_cpu_fiber_main(xt_cpu_fiber* f) {
 static void xt_cpu_park(xt_cpu_worker* w, int what) {
   xt_cpu_fiber* f = w->current;
   f->wait = what;
+  f->parked = 1;
   xt_cpu_to_scheduler(w, f);
 }
 
 void xt_cpu_syncthreads() {
   xt_cpu_worker* w = xt_cpu_worker_of();
   xt_cpu_block& b = w->block;
+  xt_cpu_publish(w);
   if (b.nthreads - b.exited == 1 && b.next == b.nthreads) return;  // alone in the block
   b.at_block++;
   xt_cpu_park(w, XT_AT_BLOCK);
@@ -270,6 +288,7 @@ unsigned long long xt_cpu_warp_exchange(unsigned long long mine, int src, int* v
   if (valid) *valid = 0;
   xt_cpu_worker* w = xt_cpu_worker_of();
   xt_cpu_block& b = w->block;
+  xt_cpu_publish(w);
   const unsigned int ws = w->state.warp_size;
   const unsigned int t = w->state.tid;
   const unsigned int k = t / ws;
@@ -470,6 +489,7 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_run(const xt_cpu_ru
     b.threads = e.threads;
     b.params = r->params;
     b.nthreads = (unsigned int)nt;
+    s.thread_idx = {0, 0, 0};
     b.next = 0;
     b.exited = 0;
     b.at_block = 0;
