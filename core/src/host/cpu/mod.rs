@@ -42,6 +42,9 @@ pub enum CpuError {
     Launch { kernel: String, message: String },
 }
 
+/// One lock per unit being compiled, by cache key.
+type Gates = HashMap<[u8; 32], Arc<Mutex<()>>>;
+
 /// Programs loaded in this process, by cache key (at most this many are kept).
 const MAX_PROGRAMS: usize = 64;
 
@@ -50,8 +53,7 @@ const MAX_PROGRAMS: usize = 64;
 /// per process. `module` names it in errors.
 pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError> {
     static LOADED: Mutex<Vec<([u8; 32], Arc<Program>)>> = parking_lot::const_mutex(Vec::new());
-    static BUILDING: Mutex<Option<HashMap<[u8; 32], Arc<Mutex<()>>>>> =
-        parking_lot::const_mutex(None);
+    static BUILDING: Mutex<Option<Gates>> = parking_lot::const_mutex(None);
     let (tu, _) = build::translation_unit(portable_unit);
     let cc = build::compiler()?;
     let key = *build::cache_key(&cc, &tu).as_bytes();

@@ -164,7 +164,7 @@ pub fn embed_source(unit: &str) -> String {
             cut -= 1;
         }
         let (piece, tail) = rest.split_at(cut);
-        s.push_str("\n");
+        s.push('\n');
         s.push_str(OPEN);
         s.push_str(piece);
         s.push_str(CLOSE);
