@@ -63,6 +63,9 @@
 //! options, the target architecture and the compiler version; [`PORTABLE_SOURCE_VERSION`]
 //! changes whenever the generator or prelude changes meaning.
 
+mod embed;
+pub use embed::{EMBEDDED_SOURCE_SYMBOL, embed_source, embedded_unit};
+
 use super::{KernelSignature, ParamKind, standard_library};
 use crate::ir::{Access, DType};
 use std::fmt::Write as _;
@@ -132,56 +135,6 @@ pub fn unit_with_prelude(code: &str) -> String {
     s.push_str(code);
     s.push('\n');
     s
-}
-
-/// The device symbol under which every compiled image carries the portable unit it was
-/// compiled from ([`embed_source`]).
-pub const EMBEDDED_SOURCE_SYMBOL: &str = "xt_portable_source";
-
-/// `unit` followed by a copy of itself as the device array [`EMBEDDED_SOURCE_SYMBOL`]
-/// (NUL-terminated, in raw-string pieces of at most 4 KiB), so that an image says which source
-/// it was compiled from: the driver emulator runs that source on the CPU. A unit that holds
-/// the raw-string delimiter itself is returned as it is (its images carry no source).
-pub fn embed_source(unit: &str) -> String {
-    const OPEN: &str = "R\"xt_src(";
-    const CLOSE: &str = ")xt_src\"";
-    if unit.contains(CLOSE) {
-        return unit.to_string();
-    }
-    let mut s = String::with_capacity(unit.len() * 2 + 256);
-    s.push_str(unit);
-    s.push_str(
-        "\n// The unit above, carried by its images (read by the xthunk driver emulator).\n",
-    );
-    let _ = write!(
-        s,
-        "extern \"C\" __device__ const char {EMBEDDED_SOURCE_SYMBOL}[] ="
-    );
-    let mut rest = unit;
-    while !rest.is_empty() {
-        let mut cut = rest.len().min(4096);
-        while !rest.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        let (piece, tail) = rest.split_at(cut);
-        s.push('\n');
-        s.push_str(OPEN);
-        s.push_str(piece);
-        s.push_str(CLOSE);
-        rest = tail;
-    }
-    if unit.is_empty() {
-        s.push_str(" \"\"");
-    }
-    s.push_str(";\n");
-    s
-}
-
-/// The unit an image carries: the text of [`embed_source`]'s array (its bytes without the
-/// final NUL).
-pub fn embedded_unit(bytes: &[u8]) -> Option<String> {
-    let b = bytes.strip_suffix(&[0]).unwrap_or(bytes);
-    String::from_utf8(b.to_vec()).ok()
 }
 
 fn header() -> String {
@@ -738,7 +691,9 @@ mod tests {
     fn every_standard_kernel_has_portable_source() {
         let lib = standard_library();
         assert_eq!(lib.len(), 223);
-        let src = standard_source();
+        // The unit compiled; the source handed to NVRTC/hipRTC is it plus its carried copy.
+        let src = standard_unit();
+        assert!(standard_source().starts_with(src));
         for k in lib.kernels() {
             let def = kernel_definition(&k.signature.name)
                 .unwrap_or_else(|| panic!("no portable source for `{}`", k.signature.name));
