@@ -129,6 +129,11 @@ __global__ void ballots(int* out, const float* x) {
     out[3 * w + 2] = all;
   }
 }
+// Divergent barriers: half the warp at __syncthreads, half at a shuffle.
+__global__ void divergent(int* out) {
+  if (threadIdx.x < 16) __syncthreads();
+  else out[threadIdx.x] = xt_shfl((int)threadIdx.x, 0);
+}
 // Dynamic shared memory: each block reverses its chunk.
 __global__ void reverse_blocks(float* y, const float* x) {
   extern __shared__ float buf[];
@@ -678,10 +683,10 @@ fn launch_errors_are_clear() {
     // An immediate of the wrong size for the parameter.
     let k = g.module.kernel("residual").unwrap();
     let s = g.dev.create_stream().unwrap();
-    let buf = g.dev.allocate(64, 64, MemorySpace::Device).unwrap();
+    let buf = g.dev.allocate(256, 64, MemorySpace::Device).unwrap();
     let b = LaunchArg::Buffer {
         ptr: buf.ptr(),
-        len: 64,
+        len: 256,
     };
     let r = s.launch(
         &k,
@@ -694,4 +699,18 @@ fn launch_errors_are_clear() {
     );
     let e = r.err().unwrap().to_string();
     assert!(e.contains("argument 3") && e.contains("4 bytes"), "{e}");
+    // A deadlock is a failed launch naming the block, not a hang.
+    let k = g.module.kernel("divergent").unwrap();
+    s.launch(
+        &k,
+        LaunchDims {
+            grid: Dim3::new(2, 1, 1),
+            block: Dim3::new(32, 1, 1),
+            shared_mem: 0,
+        },
+        &[b],
+    )
+    .unwrap();
+    let e = s.synchronize().err().unwrap().to_string();
+    assert!(e.contains("deadlock in block"), "{e}");
 }

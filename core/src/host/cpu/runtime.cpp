@@ -443,7 +443,20 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_entry_info(unsigned
   return 0;
 }
 
-static thread_local xt_cpu_worker* xt_cpu_worker_slot = nullptr;
+// The calling OS thread's scheduler state, freed (with its fiber stacks) when the thread exits.
+struct xt_cpu_worker_holder {
+  xt_cpu_worker* w = nullptr;
+  ~xt_cpu_worker_holder() {
+    if (!w) return;
+    for (unsigned int i = 0; i < w->nfibers; i++) {
+      munmap(w->fibers[i]->stack, XT_CPU_STACK + 4096);
+      delete w->fibers[i];
+    }
+    std::free(w->dyn);
+    delete w;
+  }
+};
+static thread_local xt_cpu_worker_holder xt_cpu_worker_slot;
 
 // Runs blocks of one launch, claiming them from `next_block`, until none is left or another
 // worker failed. 0 on success; otherwise `err` says why.
@@ -451,16 +464,18 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_run(const xt_cpu_ru
                                                                   size_t errlen) {
   if (r->abi != XT_CPU_ABI) return xt_cpu_fail(err, errlen, "runtime ABI mismatch");
   if (r->entry >= xt_cpu_entry_count) return xt_cpu_fail(err, errlen, "no such kernel entry");
+  if (r->block[0] > XT_CPU_MAX_THREADS || r->block[1] > XT_CPU_MAX_THREADS || r->block[2] > XT_CPU_MAX_THREADS)
+    return xt_cpu_fail(err, errlen, "a block must have 1 to 1024 threads");
   const unsigned long long nt = (unsigned long long)r->block[0] * r->block[1] * r->block[2];
   if (nt == 0 || nt > XT_CPU_MAX_THREADS)
     return xt_cpu_fail(err, errlen, "a block must have 1 to 1024 threads");
   if (r->warp_size != 32 && r->warp_size != 64)
     return xt_cpu_fail(err, errlen, "the warp size must be 32 or 64");
-  xt_cpu_worker* w = xt_cpu_worker_slot;
+  xt_cpu_worker* w = xt_cpu_worker_slot.w;
   if (!w) {
     w = new (std::nothrow) xt_cpu_worker();
     if (!w) return xt_cpu_fail(err, errlen, "out of memory for the worker state");
-    xt_cpu_worker_slot = w;
+    xt_cpu_worker_slot.w = w;
   }
   if (w->dyn_size < r->shared_bytes) {
     std::free(w->dyn);
