@@ -714,3 +714,45 @@ fn launch_errors_are_clear() {
     let e = s.synchronize().err().unwrap().to_string();
     assert!(e.contains("deadlock in block"), "{e}");
 }
+
+#[test]
+fn kernels_the_preprocessor_removes_are_not_in_the_table() {
+    let dev = HostBackend::new().device(0).unwrap();
+    let code = "#if defined(XT_CUDA) || defined(XT_HIP)\n__global__ void gpu_only(float* y) { y[0] = 1.0f; }\n#else\n__global__ void cpu_side(float* y) { y[0] = 2.0f; }\n#endif\n#define K(name) __global__ void name(float* y) { y[0] = 3.0f; }\nK(from_macro)\n";
+    let m = match dev.load_module(&Module {
+        name: "conditional".into(),
+        images: vec![ModuleImage::Source { code: code.into() }],
+    }) {
+        Ok(m) => m,
+        Err(e @ xthunk_core::Error::Unavailable { .. }) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+        Err(e) => panic!("{e}"),
+    };
+    assert!(m.kernel("gpu_only").is_err());
+    for (name, want) in [("cpu_side", 2.0f32), ("from_macro", 3.0)] {
+        let k = m.kernel(name).unwrap();
+        let b = dev.allocate(4, 64, MemorySpace::Device).unwrap();
+        dev.copy_from_host(&f32::NAN.to_le_bytes(), b.ptr())
+            .unwrap();
+        let s = dev.create_stream().unwrap();
+        s.launch(
+            &k,
+            LaunchDims {
+                grid: Dim3::new(1, 1, 1),
+                block: Dim3::new(1, 1, 1),
+                shared_mem: 0,
+            },
+            &[LaunchArg::Buffer {
+                ptr: b.ptr(),
+                len: 4,
+            }],
+        )
+        .unwrap();
+        s.synchronize().unwrap();
+        let mut out = [0u8; 4];
+        dev.copy_to_host(b.ptr(), &mut out).unwrap();
+        assert_eq!(f32::from_le_bytes(out), want, "{name}");
+    }
+}

@@ -92,10 +92,40 @@ fn find_compiler() -> Result<Compiler, String> {
     ))
 }
 
+/// The kernels the code defines once preprocessed as the CPU compiles it (so a kernel inside
+/// `#if defined(XT_CUDA)` is not one), by `cc -E` with `XT_CPU_SCAN`; the plain scan of
+/// `text` when the preprocessor fails (the compile then reports why).
+fn kernels_after_preprocessing(cc: &Compiler, text: &str) -> Vec<String> {
+    use std::io::Write as _;
+    let run = || -> Option<String> {
+        let mut child = Command::new(&cc.path)
+            .args(["-std=c++17", "-E", "-P", "-DXT_CPU_SCAN", "-x", "c++", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut stdin = child.stdin.take()?;
+        let input = format!("{CPU_PRELUDE}\n{text}");
+        // Written from another thread: the preprocessor's output could fill the pipe first.
+        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+        let out = child.wait_with_output().ok()?;
+        writer.join().ok()?.ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    match run() {
+        Some(pre) => scan(&pre).kernels,
+        None => scan(text).kernels,
+    }
+}
+
 /// The translation unit compiled for `portable_unit` (a complete portable unit: prelude.cuh
 /// and kernels, as `portable::with_prelude` gives), and the kernels its table holds.
-pub fn translation_unit(portable_unit: &str) -> (String, Vec<String>) {
-    let scanned = scan(portable_unit);
+pub fn translation_unit(cc: &Compiler, portable_unit: &str) -> (String, Vec<String>) {
+    let mut scanned = scan(portable_unit);
+    scanned.kernels = kernels_after_preprocessing(cc, &scanned.text);
     let mut tu =
         String::with_capacity(CPU_PRELUDE.len() + scanned.text.len() + RUNTIME.len() + 4096);
     tu.push_str(CPU_PRELUDE);

@@ -54,8 +54,8 @@ const MAX_PROGRAMS: usize = 64;
 pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError> {
     static LOADED: Mutex<Vec<([u8; 32], Arc<Program>)>> = parking_lot::const_mutex(Vec::new());
     static BUILDING: Mutex<Option<Gates>> = parking_lot::const_mutex(None);
-    let (tu, _) = build::translation_unit(portable_unit);
     let cc = build::compiler()?;
+    let (tu, _) = build::translation_unit(&cc, portable_unit);
     let key = *build::cache_key(&cc, &tu).as_bytes();
     if let Some((_, p)) = LOADED.lock().iter().find(|(k, _)| *k == key) {
         return Ok(p.clone());

@@ -96,8 +96,13 @@ impl Program {
         // SAFETY: the image was compiled by us from the CPU runtime and portable source; its
         // static initializers are the runtime's trivial ones and the kernels' namespace-scope
         // objects of the portable subset.
-        let lib = unsafe { libloading::Library::new(&path) }
-            .map_err(|e| CpuError::Load(format!("cannot load the compiled library: {e}")))?;
+        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| {
+            CpuError::Load(format!(
+                "cannot load the compiled library from {} ({e}; a temporary folder mounted \
+                     noexec cannot hold it: set TMPDIR)",
+                dir.path().display()
+            ))
+        })?;
         drop(dir);
         // SAFETY: the symbols are the runtime's, with these exact C signatures.
         let (abi, count, info, run) = unsafe {

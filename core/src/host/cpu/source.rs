@@ -127,6 +127,9 @@ enum Scope {
     Other,
 }
 
+/// What `__global__` becomes when the unit is only preprocessed to find its kernels.
+pub const KERNEL_MARKER: &str = "xt_cpu_kernel_marker";
+
 const ATTRIBUTE_CALLS: [&str; 5] = [
     "__launch_bounds__",
     "__attribute__",
@@ -179,7 +182,7 @@ pub fn scan(code: &str) -> Scanned {
                 scopes.push(scope);
                 templated = false;
             }
-            (Some("__global__"), _) => {
+            (Some("__global__" | KERNEL_MARKER), _) => {
                 let at_namespace = scopes.iter().all(|s| !matches!(s, Scope::Other));
                 if let Some(name) = kernel_name(code, &toks[i + 1..]) {
                     if at_namespace && !templated {

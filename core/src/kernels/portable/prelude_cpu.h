@@ -4,6 +4,11 @@
 // at warp operations only (core/src/host/cpu/runtime.cpp), so a kernel without either runs its
 // threads as a plain loop. Names start with xt_/XT_, or are the CUDA built-ins themselves.
 #define XT_CPU 1
+#if defined(XT_CPU_SCAN)
+// Preprocessing only, to find the kernels the compiled code defines (core/src/host/cpu/
+// build.rs): no headers, and __global__ left as a marker the scanner reads.
+#define __global__ xt_cpu_kernel_marker
+#else
 #include <cfloat>
 #include <climits>
 #include <cmath>
@@ -14,6 +19,7 @@
 #include <utility>
 
 #define __global__ __attribute__((visibility("default"), used))
+#endif
 #define __device__
 #define __host__
 #define __forceinline__ inline __attribute__((always_inline))
