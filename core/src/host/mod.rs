@@ -3,7 +3,8 @@
 //! Devices are host memory with per-space accounting (large allocations lazily zeroed
 //! mappings, checked against the memory still available); streams are worker threads with
 //! bounded queues; kernels are the standard library's host implementations (and any
-//! registered host library); gemm runs on the `gemm` crate. A host backend can expose several devices (for collectives and
+//! registered host library), and source modules run through the CPU execution of portable
+//! kernels ([`cpu`]); gemm runs on the `gemm` crate. A host backend can expose several devices (for collectives and
 //! multi-device tests); they share the machine but not their allocations. Its collectives, in
 //! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
 //! memory ([`ShmCliqueProvider`]), implement the traits of [`crate::collectives`].
@@ -11,6 +12,7 @@
 mod available;
 mod collectives;
 mod conditional;
+pub mod cpu;
 mod gemm;
 mod memory;
 mod module;
@@ -22,7 +24,7 @@ pub use collectives::{
     ShmOptions, job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments,
 };
 pub use memory::HostBuffer;
-pub use module::{HostKernelHandle, HostModule};
+pub use module::{CpuKernelHandle, CpuModule, HostKernelHandle, HostModule};
 pub use stream::{HostEvent, HostStream};
 
 use crate::backend::{
@@ -46,6 +48,7 @@ pub struct HostBackend {
     num_devices: usize,
     devices: Mutex<Vec<Option<Arc<HostDevice>>>>,
     libraries: Libraries,
+    cpu_warp_size: u32,
 }
 
 impl HostBackend {
@@ -61,7 +64,20 @@ impl HostBackend {
             num_devices: n,
             devices: Mutex::new(vec![None; n]),
             libraries: Default::default(),
+            cpu_warp_size: 32,
         }
+    }
+
+    /// The warp size source kernels run with on the CPU: 32 (the default), or 64 to behave
+    /// as an AMD wavefront. Other values are refused.
+    pub fn with_cpu_warp_size(mut self, lanes: u32) -> Result<Self> {
+        if lanes != 32 && lanes != 64 {
+            return Err(Error::InvalidArgument(format!(
+                "the CPU warp size is 32 or 64, not {lanes}"
+            )));
+        }
+        self.cpu_warp_size = lanes;
+        Ok(self)
     }
 
     /// Registers a host kernel library, loadable through `ModuleImage::Host { library }`.
@@ -156,6 +172,7 @@ impl Backend for HostBackend {
             streams: Mutex::new(vec![]),
             next_stream: AtomicU64::new(0),
             libraries: self.libraries.clone(),
+            cpu_warp_size: self.cpu_warp_size,
         });
         *slot = Some(d.clone());
         Ok(d)
@@ -186,6 +203,7 @@ pub struct HostDevice {
     streams: Mutex<Vec<Weak<HostStream>>>,
     next_stream: AtomicU64,
     libraries: Libraries,
+    cpu_warp_size: u32,
 }
 
 impl Device for HostDevice {
@@ -243,6 +261,24 @@ impl Device for HostDevice {
                         library_ref: Some(standard_library()),
                     }));
                 }
+                ModuleImage::Source { code } => {
+                    let unit = crate::kernels::portable::unit_with_prelude(code);
+                    let program = cpu::load(&module.name, &unit).map_err(|e| match e {
+                        cpu::CpuError::Unavailable { reason } => Error::Unavailable {
+                            backend: "host (CPU execution of source modules)".to_string(),
+                            reason,
+                        },
+                        other => Error::Module {
+                            module: module.name.clone(),
+                            message: other.to_string(),
+                        },
+                    })?;
+                    return Ok(Arc::new(CpuModule {
+                        name: module.name.clone(),
+                        program,
+                        warp_size: self.cpu_warp_size,
+                    }));
+                }
                 ModuleImage::Host { library } => {
                     if let Some(lib) = self.libraries.read().get(library) {
                         return Ok(Arc::new(HostModule {
@@ -261,7 +297,7 @@ impl Device for HostDevice {
         Err(Error::Module {
             module: module.name.clone(),
             message: format!(
-                "no image the host backend can run: the module has [{}], the host needs `standard` or host(<library>) with a registered library (registered: [{}])",
+                "no image the host backend can run: the module has [{}], the host needs `standard`, `source` or host(<library>) with a registered library (registered: [{}])",
                 have.join(", "),
                 libs.join(", ")
             ),

@@ -60,3 +60,108 @@ impl LoadedModule for HostModule {
         }
     }
 }
+
+/// A kernel of a source module, run by the CPU execution ([`crate::host::cpu`]).
+pub struct CpuKernelHandle {
+    pub(crate) program: Arc<crate::host::cpu::Program>,
+    pub(crate) entry: crate::host::cpu::Entry,
+    pub(crate) warp_size: u32,
+}
+
+impl KernelHandle for CpuKernelHandle {
+    fn name(&self) -> &str {
+        &self.entry.name
+    }
+    fn as_any(&self) -> &dyn Any {
+        self
+    }
+}
+
+/// A source module compiled for the CPU.
+pub struct CpuModule {
+    pub(crate) name: String,
+    pub(crate) program: Arc<crate::host::cpu::Program>,
+    pub(crate) warp_size: u32,
+}
+
+impl LoadedModule for CpuModule {
+    fn name(&self) -> &str {
+        &self.name
+    }
+    fn image(&self) -> String {
+        "source (cpu)".to_string()
+    }
+    fn kernel(&self, name: &str) -> Result<Arc<dyn KernelHandle>> {
+        match self.program.entry(name) {
+            Some(e) => Ok(Arc::new(CpuKernelHandle {
+                program: self.program.clone(),
+                entry: e.clone(),
+                warp_size: self.warp_size,
+            })),
+            None => {
+                let have: Vec<&str> = self
+                    .program
+                    .entries()
+                    .iter()
+                    .map(|e| e.name.as_str())
+                    .collect();
+                Err(Error::Module {
+                    module: self.name.clone(),
+                    message: format!(
+                        "no kernel `{name}` in the source (its kernels: [{}])",
+                        have.join(", ")
+                    ),
+                })
+            }
+        }
+    }
+}
+
+/// Each launch argument as an 8-byte slot for `entry`'s parameters (a pointer, or an
+/// immediate's little-endian bytes), checked against what the kernel declares.
+pub(crate) fn cpu_slots(
+    entry: &crate::host::cpu::Entry,
+    args: &[crate::kernels::HostArg],
+) -> std::result::Result<Vec<u64>, String> {
+    use crate::kernels::HostArg;
+    if args.len() != entry.params.len() {
+        return Err(format!(
+            "{} arguments for the kernel's {} parameters",
+            args.len(),
+            entry.params.len()
+        ));
+    }
+    let mut slots = Vec::with_capacity(args.len());
+    for (i, (a, p)) in args.iter().zip(&entry.params).enumerate() {
+        match a {
+            HostArg::Buffer { ptr, .. } => {
+                if !p.pointer {
+                    return Err(format!(
+                        "argument {i} is a buffer; parameter {i} is a {}-byte value",
+                        p.size
+                    ));
+                }
+                slots.push(*ptr as u64);
+            }
+            HostArg::Scalar(s) => {
+                let b = s.to_le_bytes();
+                if p.pointer || b.len() != p.size as usize {
+                    return Err(format!(
+                        "argument {i} is a {} immediate of {} bytes; parameter {i} is {}",
+                        s.dtype(),
+                        b.len(),
+                        if p.pointer {
+                            "a pointer".to_string()
+                        } else {
+                            format!("a {}-byte value", p.size)
+                        }
+                    ));
+                }
+                let mut slot = [0u8; 8];
+                slot[..b.len()].copy_from_slice(&b);
+                slots.push(u64::from_le_bytes(slot));
+            }
+        }
+    }
+    Ok(slots)
+}

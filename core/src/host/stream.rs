@@ -193,6 +193,60 @@ impl HostStream {
         self.push(Op::Work(Arc::new(f)))
     }
 
+    /// A launch of a source kernel through the CPU execution: the buffers checked against
+    /// live allocations (kept alive until the kernel ran), the arguments against the
+    /// kernel's declared parameters, then queued in stream order like any kernel.
+    fn launch_cpu(
+        &self,
+        k: &super::module::CpuKernelHandle,
+        kernel: &Arc<dyn KernelHandle>,
+        dims: LaunchDims,
+        args: &[LaunchArg],
+    ) -> Result<()> {
+        let mut regions: SmallVec<[Region; 6]> = SmallVec::new();
+        let mut host_args: SmallVec<[HostArg; 8]> = SmallVec::new();
+        {
+            let mut cache = self.cache.lock();
+            for a in args {
+                match *a {
+                    LaunchArg::Buffer { ptr, len } => {
+                        let r = self.memory.region_cached(&mut cache, ptr, len)?;
+                        host_args.push(HostArg::Buffer {
+                            ptr: r.ptr(),
+                            len: r.len(),
+                        });
+                        regions.push(r);
+                    }
+                    LaunchArg::Scalar(s) => host_args.push(HostArg::Scalar(s)),
+                }
+            }
+        }
+        let slots =
+            super::module::cpu_slots(&k.entry, &host_args).map_err(|message| Error::Kernel {
+                kernel: k.entry.name.clone(),
+                message,
+            })?;
+        let shape = crate::host::cpu::Shape {
+            grid: [dims.grid.x, dims.grid.y, dims.grid.z],
+            block: [dims.block.x, dims.block.y, dims.block.z],
+            shared_bytes: dims.shared_mem,
+            warp_size: k.warp_size,
+        };
+        let (program, entry) = (k.program.clone(), k.entry.clone());
+        let handle = kernel.clone();
+        self.work(move || {
+            let _keep_alive = &regions;
+            // SAFETY: every pointer slot is a checked region of a live allocation kept alive
+            // by `regions` for the whole call; stream order gives this launch exclusive use
+            // of the memory it writes, as a GPU stream does. What the kernel does inside
+            // its buffers is the kernel's own, as on a GPU.
+            unsafe { program.launch(&entry, shape, &slots) }.map_err(|e| Error::Kernel {
+                kernel: handle.name().to_string(),
+                message: e.to_string(),
+            })
+        })
+    }
+
     /// The immediate-mode launch: when nothing is queued, checks the arguments and runs the
     /// kernel right here, without building a queued operation. `None` when the stream is busy
     /// (the caller queues the launch instead).
@@ -366,9 +420,15 @@ impl Stream for HostStream {
     fn launch(
         &self,
         kernel: &Arc<dyn KernelHandle>,
-        _dims: LaunchDims,
+        dims: LaunchDims,
         args: &[LaunchArg],
     ) -> Result<()> {
+        if let Some(k) = kernel
+            .as_any()
+            .downcast_ref::<super::module::CpuKernelHandle>()
+        {
+            return self.launch_cpu(k, kernel, dims, args);
+        }
         let Some(k) = kernel.as_any().downcast_ref::<HostKernelHandle>() else {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}` was not loaded by the host backend",

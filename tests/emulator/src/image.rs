@@ -2,10 +2,13 @@
 //! `EM_AMDGPU`) and clang offload bundles holding them. Only what the emulator needs: the
 //! target architecture, the names of the functions (ELF `STT_FUNC` symbols, PTX `.entry`
 //! lines) and what the image says about each kernel ([`crate::kernel_info`]: parameter
-//! sizes, launch bounds, static shared memory). Every read is bounds-checked; a malformed
-//! image is an error, never a panic.
+//! sizes, launch bounds, static shared memory), and the portable source the image carries
+//! (the device array `xt_portable_source`: an ELF object symbol, or a PTX `.b8` array), which
+//! is what the emulator runs. Every read is bounds-checked; a malformed image is an error,
+//! never a panic.
 
 use crate::kernel_info::{self, Kernels};
+use xthunk_core::kernels::portable::{EMBEDDED_SOURCE_SYMBOL, embedded_unit};
 
 /// `EM_CUDA`.
 pub const EM_CUDA: u16 = 190;
@@ -34,6 +37,9 @@ pub struct Image {
     pub functions: Vec<String>,
     /// What the image says about its kernels (those it describes; by name).
     pub kernels: Kernels,
+    /// The portable unit the image was compiled from, when it carries one (the device array
+    /// `xt_portable_source`, see `xthunk_core::kernels::portable::embed_source`).
+    pub source: Option<String>,
 }
 
 /// One section of an ELF image.
@@ -262,6 +268,7 @@ pub fn parse_elf(data: &[u8]) -> Result<Image, String> {
         _ => kernel_info::from_amdgpu(data, &sections),
     };
     let mut functions = vec![];
+    let mut source = None;
     for i in 0..shnum {
         let (ty, off, size, link, entsize) = section(i).ok_or_else(bad)?;
         if ty != 2 {
@@ -276,6 +283,24 @@ pub fn parse_elf(data: &[u8]) -> Result<Image, String> {
             let o = off.checked_add(s * entsize).ok_or_else(bad)?;
             let name_off = u32_at(data, o).ok_or_else(bad)? as usize;
             let info = *data.get(o + 4).ok_or_else(bad)?;
+            if info & 0xf == 1 && source.is_none() {
+                // STT_OBJECT: the carried source?
+                let name = strtab.get(name_off..).ok_or_else(bad)?;
+                let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+                if &name[..end] == EMBEDDED_SOURCE_SYMBOL.as_bytes() {
+                    source = object_bytes(data, o, |j| {
+                        let h = shoff.checked_add(j.checked_mul(shentsize)?)?;
+                        Some((
+                            u32_at(data, h.checked_add(4)?)?,
+                            usize_at(data, h.checked_add(16)?)?,
+                            usize_at(data, h.checked_add(24)?)?,
+                            usize_at(data, h.checked_add(32)?)?,
+                        ))
+                    })
+                    .and_then(embedded_unit);
+                }
+                continue;
+            }
             if info & 0xf != 2 {
                 continue; // STT_FUNC only
             }
@@ -291,7 +316,43 @@ pub fn parse_elf(data: &[u8]) -> Result<Image, String> {
         target,
         functions,
         kernels,
+        source,
     })
+}
+
+/// The bytes of the ELF symbol at `sym` (its section's file bytes at `st_value - sh_addr`);
+/// `section(j)` gives section j's type, address, offset and size.
+fn object_bytes(
+    data: &[u8],
+    sym: usize,
+    section: impl Fn(usize) -> Option<(u32, usize, usize, usize)>,
+) -> Option<&[u8]> {
+    let shndx = u16_at(data, sym.checked_add(6)?)? as usize;
+    let value = usize_at(data, sym.checked_add(8)?)?;
+    let size = usize_at(data, sym.checked_add(16)?)?;
+    let (ty, addr, off, sec_size) = section(shndx)?;
+    if ty == 8 {
+        return None; // SHT_NOBITS: no bytes in the file
+    }
+    let within = value.checked_sub(addr)?;
+    if within.checked_add(size)? > sec_size {
+        return None;
+    }
+    let start = off.checked_add(within)?;
+    data.get(start..start.checked_add(size)?)
+}
+
+/// The carried source in PTX: `.global .align 1 .b8 xt_portable_source[N] = {b, b, ...};`.
+fn ptx_source(text: &str) -> Option<String> {
+    let at = text.find(&format!(" {EMBEDDED_SOURCE_SYMBOL}["))?;
+    let rest = &text[at..];
+    let open = rest.find('{')?;
+    let close = rest.find('}')?;
+    let mut bytes = Vec::new();
+    for v in rest.get(open + 1..close)?.split(',') {
+        bytes.push(v.trim().parse::<u8>().ok()?);
+    }
+    embedded_unit(&bytes)
 }
 
 /// Parses PTX text: `.target sm_XX` and the `.entry` names.
@@ -330,6 +391,7 @@ pub fn parse_ptx(text: &str) -> Result<Image, String> {
         target: Target::Ptx { sm },
         functions,
         kernels: kernel_info::from_ptx(text),
+        source: ptx_source(text),
     })
 }
 
@@ -386,6 +448,7 @@ mod tests {
         let img = parse_ptx(ptx).unwrap_or(Image {
             target: Target::Ptx { sm: None },
             functions: vec![],
+            source: None,
             kernels: vec![],
         });
         assert_eq!(img.target, Target::Ptx { sm: Some(90) });

@@ -1,19 +1,24 @@
 //! Modules, functions and kernel launches.
 //!
 //! A module is loaded from a real image (cubin, PTX, AMD code object): the emulator reads its
-//! architecture (refusing images the device could not run), its function names and what it
-//! says about each kernel ([`crate::kernel_info`]). A function exists when its name is in the
-//! image *and* in the xthunk standard kernel library, whose host implementation runs it; when
-//! the image declares the kernel's parameters, their sizes must be the signature's (the
-//! emulator runs the standard kernel, not the image's code). A launch, as on a GPU:
+//! architecture (refusing images the device could not run), its function names, what it says
+//! about each kernel ([`crate::kernel_info`]) and the portable source it carries. Kernels run
+//! for real: the carried source is compiled for the CPU and executed by core's CPU execution
+//! ([`xthunk_core::host::cpu`]; 32 lanes per warp under CUDA, 64 under HIP). A function
+//! exists when its name is in the image *and* the carried source defines it (by its source
+//! or linker name); an image that carries no source (binary only) has no function the
+//! emulator can run, and a same-named standard kernel never stands in. When the image
+//! declares the kernel's parameters, their sizes must be the source's. A launch, as on a GPU:
 //!
 //! - checks its shape against the device's limits and the function's own (its launch bound,
 //!   its static shared memory: [`crate::limits`]);
 //! - takes the parameters from `kernelParams` (one pointer per parameter) or from `extra`'s
 //!   packed buffer, whose size must be the kernel's parameter buffer size;
-//! - decodes them by the kernel's declared signature (buffers are device pointers; immediates
-//!   by their C type: f16/bf16 as 2 raw bytes, i64 as 8, pred as 1), computes every buffer's
-//!   length from the signature's extents, and checks each range against the live allocations
+//! - for the standard library's source, decodes them by the kernel's declared signature
+//!   (buffers are device pointers; immediates by their C type: f16/bf16 as 2 raw bytes, i64
+//!   as 8, pred as 1) and computes every buffer's length from the signature's extents; for
+//!   other source, a pointer parameter may reach the rest of the allocation it points into
+//!   (the extents are the kernel's own); and checks each range against the live allocations
 //!   — at launch and again when the kernel runs: inside one allocation, of the launch's own
 //!   context when it is device memory (pinned and managed memory are reachable from every
 //!   context), and aligned to its element type (AMD hardware tolerates some misaligned
@@ -30,8 +35,9 @@ use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_void;
 use std::sync::Arc;
+use xthunk_core::host::cpu::{self, Entry, Program, Shape};
 use xthunk_core::ir::{Access, DType, Scalar};
-use xthunk_core::kernels::{Extent, HostArg, HostKernel, ParamKind, standard_library};
+use xthunk_core::kernels::{Extent, HostKernel, ParamKind, portable, standard_library};
 
 pub static MODULES: Table<ModuleCore> = Table::new(HandleKind::Module);
 pub static FUNCTIONS: Table<FunctionCore> = Table::new(HandleKind::Function);
@@ -44,6 +50,10 @@ pub struct ModuleCore {
     pub functions: Vec<String>,
     /// What the image says about its kernels.
     kernels: Kernels,
+    /// The portable unit the image carries.
+    source: Option<String>,
+    /// That unit compiled for the CPU (on the first function lookup).
+    program: Mutex<Option<Arc<Program>>>,
     /// Function handles handed out, by name.
     handles: Mutex<HashMap<String, usize>>,
 }
@@ -53,7 +63,10 @@ pub struct FunctionCore {
     pub ctx_id: u64,
     pub module: usize,
     pub name: String,
-    pub kernel: &'static HostKernel,
+    /// The standard kernel's signature, when the module's source is the standard library's.
+    pub kernel: Option<&'static HostKernel>,
+    program: Arc<Program>,
+    entry: Entry,
     /// What the image says about the kernel.
     pub info: KernelInfo,
     /// Where each parameter lies in a packed parameter buffer (`extra`): the image's layout,
@@ -62,6 +75,13 @@ pub struct FunctionCore {
 }
 
 impl FunctionCore {
+    /// Parameter `i`'s name: the signature's, else its position.
+    fn param_name(&self, i: usize) -> String {
+        self.kernel
+            .and_then(|k| k.signature.params.get(i))
+            .map_or_else(|| format!("#{i}"), |p| p.name.to_string())
+    }
+
     /// The size of the kernel's parameter buffer.
     pub fn param_buffer_size(&self) -> usize {
         kernel_info::buffer_end(&self.params)
@@ -153,6 +173,8 @@ pub unsafe fn load_module(ctx: &Arc<Ctx>, image: *const c_void, call: &str) -> E
         what,
         functions: img.functions,
         kernels: img.kernels,
+        source: img.source,
+        program: Mutex::new(None),
         handles: Mutex::new(HashMap::new()),
     })))
 }
@@ -198,16 +220,33 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
             ),
         ));
     }
-    let Some(kernel) = standard_library().get(name) else {
+    let program = program_of(&m, call)?;
+    let Some(entry) = program.entry(name).cloned() else {
+        let mut names: Vec<&str> = program
+            .entries()
+            .iter()
+            .map(|e| e.symbol.as_str())
+            .take(8)
+            .collect();
+        if program.entries().len() > 8 {
+            names.push("…");
+        }
         return Err(EmuError::new(
             Code::NotFound,
-            Kind::Unsupported,
+            Kind::InvalidValue,
             call,
             format!(
-                "`{name}` is in the image but is not a kernel of the xthunk standard library, \
-                 which is all the emulator can run"
+                "`{name}` is in the image, but the portable source it carries defines no kernel \
+                 of that name (it defines [{}]); the emulator runs only that source",
+                names.join(", ")
             ),
         ));
+    };
+    let is_standard = m.source.as_deref() == Some(portable::standard_unit());
+    let kernel = if is_standard {
+        standard_library().get(&entry.name)
+    } else {
+        None
     };
     let info = m
         .kernels
@@ -215,7 +254,22 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
         .find(|(n, _)| n == name)
         .map(|(_, i)| i.clone())
         .unwrap_or_default();
-    let sizes = signature_sizes(kernel);
+    let sizes = match kernel {
+        Some(k) => signature_sizes(k),
+        None => entry.params.iter().map(|p| p.size as usize).collect(),
+    };
+    let declared: Vec<usize> = entry.params.iter().map(|p| p.size as usize).collect();
+    if declared != sizes {
+        return Err(EmuError::new(
+            Code::NotFound,
+            Kind::Unsupported,
+            call,
+            format!(
+                "the standard library's `{name}` takes parameters of {sizes:?} bytes, its \
+                 portable source of {declared:?}"
+            ),
+        ));
+    }
     let params = match &info.params {
         Some(p) if p.iter().map(|s| s.size).eq(sizes.iter().copied()) => p.clone(),
         Some(p) => {
@@ -227,9 +281,8 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
                 Kind::Unsupported,
                 call,
                 format!(
-                    "`{name}` in the image takes parameters of [{}] bytes, the standard \
-                     library's `{name}` of [{}]: the emulator runs the standard kernel, so it \
-                     cannot run this one",
+                    "`{name}` in the image takes parameters of [{}] bytes, the portable source \
+                     it carries of [{}]: the image was not compiled from that source",
                     list(&mut p.iter().map(|s| s.size)),
                     list(&mut sizes.iter().copied())
                 ),
@@ -242,6 +295,8 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
         module,
         name: name.to_string(),
         kernel,
+        program,
+        entry,
         info,
         params,
     }));
@@ -258,12 +313,18 @@ pub enum RawArg {
         access: Access,
     },
     Scalar(Scalar),
+    /// An immediate of a kernel without a standard signature: its bytes.
+    Bytes(Vec<u8>),
 }
 
 /// A launch ready to run.
 pub struct Launch {
     pub name: String,
-    kernel: &'static HostKernel,
+    /// Each parameter's name, for messages.
+    param_names: Vec<String>,
+    program: Arc<Program>,
+    entry: Entry,
+    shape: Shape,
     args: Vec<RawArg>,
     /// The context the kernel runs in (its buffers' device memory must be its own).
     ctx_id: u64,
@@ -316,7 +377,6 @@ unsafe fn raw_params(
     tags: ExtraTags,
     call: &str,
 ) -> EmuResult<Vec<Vec<u8>>> {
-    let sig = &f.kernel.signature;
     if !params.is_null() {
         let mut out = vec![];
         for (i, size) in f.params.iter().map(|p| &p.size).enumerate() {
@@ -325,7 +385,7 @@ unsafe fn raw_params(
             if p.is_null() {
                 return Err(crate::error::invalid(
                     call,
-                    format!("kernelParams[{i}] (`{}`) is null", sig.params[i].name),
+                    format!("kernelParams[{i}] (`{}`) is null", f.param_name(i)),
                 ));
             }
             // SAFETY: `p` points to a value of the parameter's type, `size` bytes.
@@ -431,8 +491,12 @@ fn check_owner(info: &AllocInfo, ctx_id: u64, what: &str, call: &str) -> EmuResu
 /// Checks that a kernel buffer's address is aligned to its element type (a GPU faults on a
 /// misaligned access).
 fn check_aligned(ptr: usize, dtype: DType, what: &str, call: &str) -> EmuResult<()> {
-    let es = dtype.size();
-    if ptr % es == 0 {
+    check_aligned_to(ptr, dtype.size(), what, call)
+}
+
+/// Checks that `ptr` is a multiple of `es` (an element's size or alignment).
+fn check_aligned_to(ptr: usize, es: usize, what: &str, call: &str) -> EmuResult<()> {
+    if es <= 1 || ptr % es == 0 {
         return Ok(());
     }
     Err(EmuError::new(
@@ -473,9 +537,79 @@ pub unsafe fn prepare(
     }
     // SAFETY: forwarded from the caller.
     let raw = unsafe { raw_params(f, params, extra, tags, &call) }?;
-    let sig = &f.kernel.signature;
+    let args = match f.kernel {
+        Some(k) => standard_args(f, k, &raw, &call)?,
+        None => source_args(f, &raw, &call)?,
+    };
+    let (grid, block, shared_bytes) = dims;
+    Ok(Launch {
+        name: f.name.clone(),
+        param_names: (0..raw.len()).map(|i| f.param_name(i)).collect(),
+        program: f.program.clone(),
+        entry: f.entry.clone(),
+        shape: Shape {
+            grid,
+            block,
+            shared_bytes,
+            warp_size: match api {
+                Api::Cuda => 32,
+                Api::Hip => 64,
+            },
+        },
+        args,
+        ctx_id: f.ctx_id,
+        call,
+    })
+}
+
+/// The arguments of a kernel of no standard signature: a pointer parameter (non-null) must
+/// point into a live allocation of the launch's context and may reach the rest of it;
+/// immediates are passed as their bytes.
+fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<RawArg>> {
+    let mut args = vec![];
+    for (i, (p, b)) in f.entry.params.iter().zip(raw).enumerate() {
+        if !p.pointer {
+            args.push(RawArg::Bytes(b.clone()));
+            continue;
+        }
+        let ptr =
+            usize::from_le_bytes(b.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
+        let what = format!("pointer parameter {i} of `{}`", f.name);
+        let len = if ptr == 0 {
+            0
+        } else {
+            let Some(info) = crate::memory::allocation_containing(ptr) else {
+                return Err(EmuError::new(
+                    Code::IllegalAddress,
+                    Kind::InvalidValue,
+                    call,
+                    format!("{what} ({ptr:#x}) points into no live allocation"),
+                ));
+            };
+            check_owner(&info, f.ctx_id, &what, call)?;
+            check_aligned_to(ptr, p.align as usize, &what, call)?;
+            info.base + info.size - ptr
+        };
+        args.push(RawArg::Buffer {
+            ptr,
+            len,
+            access: Access::ReadWrite,
+        });
+    }
+    Ok(args)
+}
+
+/// The arguments of a standard kernel, decoded and checked by its signature.
+fn standard_args(
+    f: &FunctionCore,
+    k: &HostKernel,
+    raw: &[Vec<u8>],
+    call: &str,
+) -> EmuResult<Vec<RawArg>> {
+    let call = call.to_string();
+    let sig = &k.signature;
     let mut scalars: Vec<Option<Scalar>> = vec![None; sig.params.len()];
-    for (i, (p, b)) in sig.params.iter().zip(&raw).enumerate() {
+    for (i, (p, b)) in sig.params.iter().zip(raw).enumerate() {
         if let ParamKind::Scalar(dt) = p.kind {
             let s = scalar_from(dt, b).ok_or_else(|| {
                 crate::error::invalid(&call, format!("parameter {i} `{}` is short", p.name))
@@ -492,7 +626,7 @@ pub unsafe fn prepare(
         }
     }
     let mut args = vec![];
-    for (i, (p, b)) in sig.params.iter().zip(&raw).enumerate() {
+    for (i, (p, b)) in sig.params.iter().zip(raw).enumerate() {
         match &p.kind {
             ParamKind::Scalar(_) => {
                 if let Some(s) = scalars[i] {
@@ -542,56 +676,84 @@ pub unsafe fn prepare(
             }
         }
     }
-    Ok(Launch {
-        name: f.name.clone(),
-        kernel: f.kernel,
-        args,
-        ctx_id: f.ctx_id,
-        call,
-    })
+    Ok(args)
 }
 
 impl Launch {
-    /// Runs the host implementation (re-checking every buffer first).
+    /// Runs the kernel's portable source on the CPU (re-checking every buffer first).
     pub fn execute(&self) -> EmuResult<()> {
         let _x = crate::stream::EXEC.lock();
-        let mut host = Vec::with_capacity(self.args.len());
+        let mut slots = Vec::with_capacity(self.args.len());
         for (i, a) in self.args.iter().enumerate() {
-            match *a {
+            match a {
                 RawArg::Buffer { ptr, len, access } => {
                     let what = format!(
                         "kernel buffer `{}` ({})",
-                        self.kernel.signature.params[i].name,
+                        self.param_names.get(i).map_or("?", String::as_str),
                         access.name()
                     );
                     let info =
-                        crate::memory::check(ptr, len, &what, &self.call, Code::IllegalAddress)?;
-                    if len > 0 {
+                        crate::memory::check(*ptr, *len, &what, &self.call, Code::IllegalAddress)?;
+                    if *len > 0 {
                         check_owner(&info, self.ctx_id, &what, &self.call)?;
                     }
-                    host.push(HostArg::Buffer {
-                        ptr: if len == 0 {
-                            std::ptr::null_mut()
-                        } else {
-                            ptr as *mut u8
-                        },
-                        len,
-                    });
+                    slots.push(*ptr as u64);
                 }
-                RawArg::Scalar(s) => host.push(HostArg::Scalar(s)),
+                RawArg::Scalar(s) => slots.push(slot_of(&s.to_le_bytes())),
+                RawArg::Bytes(b) => slots.push(slot_of(b)),
             }
         }
         // SAFETY: every buffer lies inside a live allocation (checked just now, under the
-        // execution lock, which every emulated access holds), so it is valid for `len` bytes
-        // and no other emulator thread touches it during the call.
-        let r = unsafe { (self.kernel.func)(&host) };
+        // execution lock, which every emulated access holds), and no other emulator thread
+        // touches emulated memory during the call. What the kernel does within its
+        // allocations is the kernel's own, as on a GPU.
+        let r = unsafe { self.program.launch(&self.entry, self.shape, &slots) };
         r.map_err(|e| {
             EmuError::new(
                 Code::LaunchFailed,
                 Kind::InvalidValue,
                 &self.call,
-                format!("the host kernel failed: {e}"),
+                format!("the kernel failed on the CPU: {e}"),
             )
         })
     }
+}
+
+/// An immediate's bytes in an 8-byte slot (larger ones are refused at lookup: the CPU
+/// runtime reads at most 8 bytes per parameter).
+fn slot_of(b: &[u8]) -> u64 {
+    let mut s = [0u8; 8];
+    let n = b.len().min(8);
+    s[..n].copy_from_slice(&b[..n]);
+    u64::from_le_bytes(s)
+}
+
+/// The module's carried source compiled for the CPU (once per module).
+fn program_of(m: &ModuleCore, call: &str) -> EmuResult<Arc<Program>> {
+    let mut slot = m.program.lock();
+    if let Some(p) = slot.as_ref() {
+        return Ok(p.clone());
+    }
+    let Some(source) = &m.source else {
+        return Err(EmuError::new(
+            Code::NotFound,
+            Kind::Unsupported,
+            call,
+            format!(
+                "the module ({}) carries no portable source (a binary-only image): the emulator \
+                 runs kernels only from the source an image was compiled from",
+                m.what
+            ),
+        ));
+    };
+    let p = cpu::load(&m.what, source).map_err(|e| {
+        EmuError::new(
+            Code::NotFound,
+            Kind::Unsupported,
+            call,
+            format!("cannot run the module's portable source on the CPU: {e}"),
+        )
+    })?;
+    *slot = Some(p.clone());
+    Ok(p)
 }

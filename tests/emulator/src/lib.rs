@@ -23,8 +23,10 @@
 //!   [`msgpack`]). A launch is checked as a GPU would fault on it: its shape against the
 //!   device's and the function's limits ([`limits`]), its parameter sizes, and every buffer
 //!   inside a live allocation of the launch's own context, aligned to its element type. It
-//!   runs the standard kernel library's host implementation, decoding the raw parameters by
-//!   the kernel's signature.
+//!   runs the portable source the image carries (`xt_portable_source`), compiled for the CPU
+//!   by core's CPU execution (`xthunk_core::host::cpu`); the standard library's kernels decode
+//!   and check their raw parameters by their signatures. An image without carried source runs
+//!   nothing.
 //! - Gemm ([`gemm`]) and collectives ([`nccl`]) run on the host.
 //! - Settings and error injection: [`config`].
 //! - The C APIs ([`cuda`], [`hip`], [`cublas`], [`rocblas`], [`nccl`]) are thin shims; what the

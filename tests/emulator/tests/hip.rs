@@ -102,7 +102,10 @@ fn blocking_streams_order_with_the_null_stream() {
 #[test]
 fn hiprtc_code_object_add_f32() {
     let _g = serial();
-    let Some(code) = common::hiprtc_compile(ADD_F32, "gfx90a") else {
+    let Some(code) = common::hiprtc_compile(
+        &xthunk_core::kernels::portable::with_prelude(ADD_F32),
+        "gfx90a",
+    ) else {
         eprintln!("SKIPPED: no hipRTC (apt-get install libamdhip64-5)");
         return;
     };
@@ -155,7 +158,10 @@ fn hiprtc_code_object_add_f32() {
         assert_eq!(v, 3.0 * i as f32);
     }
     // A code object for another target is refused.
-    if let Some(other) = common::hiprtc_compile(ADD_F32, "gfx908") {
+    if let Some(other) = common::hiprtc_compile(
+        &xthunk_core::kernels::portable::with_prelude(ADD_F32),
+        "gfx908",
+    ) {
         let mut m2 = 0usize;
         // SAFETY: a complete code object; valid out-pointer.
         let r = unsafe { hip::hipModuleLoadData(&mut m2, other.as_ptr().cast()) };

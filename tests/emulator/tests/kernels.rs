@@ -1,6 +1,8 @@
 //! Modules and launches: kernel names read from real NVRTC cubins and PTX (when the pip wheel
-//! is installed; a hand-written PTX text otherwise), parameters decoded by the standard
-//! library's signatures, buffers checked, unknown kernels refused, launch failures injected.
+//! is installed; a hand-written PTX text carrying the standard library's source otherwise),
+//! the carried portable source executed on the CPU, parameters decoded by the standard
+//! library's signatures, buffers checked, unknown kernels and binary-only images refused, a
+//! broken portable kernel caught, launch failures injected.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -41,6 +43,89 @@ fn ptx_text_add_f32() {
 }
 
 #[test]
+fn a_binary_only_image_runs_nothing() {
+    let _g = serial();
+    let c = Cuda::new();
+    // add_f32 is a standard kernel's name, but the image carries no source: its code is
+    // unknown, so it must not run (least of all as the standard kernel).
+    let bare = ".version 8.5\n.target sm_90\n.visible .entry add_f32(\n\t.param .u64 p0,\n\t.param .u64 p1,\n\t.param .u64 p2,\n\t.param .u64 p3\n)\n{\n\tret;\n}\n\0";
+    let m = c.load(bare.as_bytes()).unwrap();
+    assert_eq!(c.function(m, "add_f32"), Err(cu::NOT_FOUND));
+    let d = take(Kind::Unsupported);
+    assert!(
+        d[0].message.contains("carries no portable source"),
+        "{}",
+        d[0].message
+    );
+    c.unload(m);
+}
+
+#[test]
+fn a_user_kernel_named_like_a_standard_one_runs_its_own_code() {
+    let _g = serial();
+    let c = Cuda::new();
+    // `add_f32` that multiplies: the emulator must run this code, not the standard add.
+    let unit = portable::unit_with_prelude(
+        "extern \"C\" __global__ void add_f32(const float* a, const float* b, float* out, long long n) {\n  XT_FOR(i, n) out[i] = a[i] * b[i];\n}\n",
+    );
+    let ptx = common::ptx_with_source(
+        ".version 8.5\n.target sm_90\n.visible .entry add_f32(\n\t.param .u64 p0,\n\t.param .u64 p1,\n\t.param .u64 p2,\n\t.param .u64 p3\n)\n{\n\tret;\n}\n",
+        &unit,
+    );
+    let m = c.load(ptx.as_bytes()).unwrap();
+    let f = c.function(m, "add_f32").unwrap();
+    let n = 257usize;
+    let (a, b, out) = (c.alloc(4 * n), c.alloc(4 * n), c.alloc(4 * n));
+    let av: Vec<f32> = (0..n).map(|i| i as f32 * 0.25 - 7.0).collect();
+    let bv: Vec<f32> = (0..n).map(|i| 3.0 - i as f32 * 0.5).collect();
+    c.write_f32(a, &av);
+    c.write_f32(b, &bv);
+    c.write_f32(out, &vec![f32::NAN; n]);
+    ok(c.launch(f, &[a, b, out, n as u64], 0), "cuLaunchKernel");
+    let got = c.read_f32(out, n);
+    for i in 0..n {
+        let want = (av[i] as f64 * bv[i] as f64) as f32;
+        assert_eq!(got[i], want, "element {i}");
+    }
+    for p in [a, b, out] {
+        ok(c.free(p), "free");
+    }
+    c.unload(m);
+}
+
+#[test]
+fn a_broken_portable_kernel_fails_the_comparison() {
+    let _g = serial();
+    let c = Cuda::new();
+    // The standard library's source with `add_f32` broken (an off-by-one: the last element is
+    // skipped): the emulator runs this source, so comparing with the host implementation
+    // must catch it — emulated conformance now tests the portable source itself.
+    let good = portable::kernel_definition("add_f32").unwrap();
+    let broken = good.replacen("XT_FOR(i, n)", "XT_FOR(i, n - 1)", 1);
+    assert_ne!(good, broken, "the loop bound was not found: {good}");
+    let unit = portable::unit_with_prelude(&broken);
+    let ptx = common::ptx_with_source(
+        ".version 8.5\n.target sm_90\n.visible .entry add_f32(\n\t.param .u64 p0,\n\t.param .u64 p1,\n\t.param .u64 p2,\n\t.param .u64 p3\n)\n{\n\tret;\n}\n",
+        &unit,
+    );
+    let m = c.load(ptx.as_bytes()).unwrap();
+    let f = c.function(m, "add_f32").unwrap();
+    let n = 100usize;
+    let (a, b, out) = (c.alloc(4 * n), c.alloc(4 * n), c.alloc(4 * n));
+    c.write_f32(a, &vec![1.0; n]);
+    c.write_f32(b, &vec![2.0; n]);
+    c.write_f32(out, &vec![-1.0; n]);
+    ok(c.launch(f, &[a, b, out, n as u64], 0), "cuLaunchKernel");
+    let got = c.read_f32(out, n);
+    assert_eq!(&got[..n - 1], &vec![3.0; n - 1][..]);
+    assert_eq!(got[n - 1], -1.0, "the broken kernel's skipped element");
+    for p in [a, b, out] {
+        ok(c.free(p), "free");
+    }
+    c.unload(m);
+}
+
+#[test]
 fn nvrtc_cubin_and_ptx_add_f32() {
     let _g = serial();
     let Some(nvrtc) = common::nvrtc() else {
@@ -50,10 +135,11 @@ fn nvrtc_cubin_and_ptx_add_f32() {
         return;
     };
     let c = Cuda::new();
-    let cubin = common::nvrtc_compile(&nvrtc, ADD_F32, "sm_90").unwrap();
+    let cubin = common::nvrtc_compile(&nvrtc, &portable::with_prelude(ADD_F32), "sm_90").unwrap();
     assert_eq!(&cubin[..4], b"\x7fELF");
     add_f32_roundtrip(&c, &cubin);
-    let mut ptx = common::nvrtc_compile(&nvrtc, ADD_F32, "compute_90").unwrap();
+    let mut ptx =
+        common::nvrtc_compile(&nvrtc, &portable::with_prelude(ADD_F32), "compute_90").unwrap();
     if ptx.last() != Some(&0) {
         ptx.push(0);
     }
@@ -176,10 +262,54 @@ fn compare(c: &Cuda, m: usize, name: &str) {
         if let ParamKind::Buffer { access, .. } = p.kind {
             let (d, len) = dev[i];
             if access.writes() {
-                assert_eq!(c.read(d, len), host[i], "{name}: `{}` differs", p.name);
+                let got = c.read(d, len);
+                if let (true, ParamKind::Buffer { dtype, .. }) = (inexact(name), &p.kind) {
+                    close(name, p.name, *dtype, &got, &host[i]);
+                } else {
+                    assert_eq!(got, host[i], "{name}: `{}` differs", p.name);
+                }
             }
             ok(c.free(d), "free");
         }
+    }
+}
+
+/// Kernels whose portable source differs from the host implementation by rounding (their
+/// transcendental functions and reduction order).
+fn inexact(name: &str) -> bool {
+    [
+        "softmax_",
+        "layer_norm_",
+        "exp_",
+        "log_",
+        "tanh_",
+        "gelu_",
+        "sigmoid_",
+    ]
+    .iter()
+    .any(|p| name.starts_with(p))
+}
+
+/// Elementwise closeness: a few units in the last place of `dt`.
+fn close(name: &str, param: &str, dt: DType, got: &[u8], want: &[u8]) {
+    let es = dt.size();
+    let rel = match dt {
+        DType::F32 => 2e-5,
+        DType::BF16 => 2.0 * 2f64.powi(-7),
+        DType::F16 => 2.0 * 2f64.powi(-10),
+        _ => 1e-12,
+    };
+    let val = |b: &[u8]| match dt {
+        DType::F32 => f32::from_le_bytes(b.try_into().unwrap()) as f64,
+        DType::F64 => f64::from_le_bytes(b.try_into().unwrap()),
+        DType::BF16 => bf16::from_le_bytes([b[0], b[1]]).to_f64(),
+        DType::F16 => f16::from_le_bytes([b[0], b[1]]).to_f64(),
+        _ => panic!("{name}: not a float output"),
+    };
+    for (j, (g, w)) in got.chunks(es).zip(want.chunks(es)).enumerate() {
+        let (g, w) = (val(g), val(w));
+        let same = (g.is_nan() && w.is_nan()) || g == w || (g - w).abs() <= rel * (1.0 + w.abs());
+        assert!(same, "{name}: `{param}`[{j}] = {g:e}, the host gives {w:e}");
     }
 }
 
@@ -259,13 +389,18 @@ fn unknown_kernels_are_not_found() {
             .contains("it has add_f32")
     );
     c.unload(m);
-    let custom = ".version 8.5\n.target sm_90\n.visible .entry my_kernel(\n)\n{\n}\n\0";
+    // In the image but not in the source it carries.
+    let custom = common::ptx_with_source(
+        ".version 8.5\n.target sm_90\n.visible .entry my_kernel(\n)\n{\n}\n",
+        portable::standard_unit(),
+    );
     let m = c.load(custom.as_bytes()).unwrap();
     assert_eq!(c.function(m, "my_kernel"), Err(cu::NOT_FOUND));
+    let d = take(Kind::InvalidValue);
     assert!(
-        take(Kind::Unsupported)[0]
-            .message
-            .contains("not a kernel of the xthunk standard library")
+        d[0].message.contains("defines no kernel of that name"),
+        "{}",
+        d[0].message
     );
     c.unload(m);
     // A function of an unloaded module is a destroyed handle.

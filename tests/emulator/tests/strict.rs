@@ -8,6 +8,8 @@
 
 mod common;
 
+use xthunk_core::kernels::portable::with_prelude;
+
 use common::{ADD_F32, ADD_F32_PTX, Cuda, hok, ok, serial, take};
 use std::ffi::{c_int, c_void};
 use xthunk_core::kernels::{ParamKind, standard_library};
@@ -42,9 +44,13 @@ fn ptx(name: &str, sizes: &[usize], directives: &str) -> Vec<u8> {
         .enumerate()
         .map(|(i, &s)| format!("\t.param {} {name}_param_{i}", ty(s)))
         .collect();
-    format!(
-        ".version 8.5\n.target sm_90\n.address_size 64\n\n.visible .entry {name}(\n{}\n)\n{directives}\n{{\n\tret;\n}}\n\0",
-        params.join(",\n")
+    // Carrying the standard library's source, as an NVRTC image of it would.
+    common::ptx_with_source(
+        &format!(
+            ".version 8.5\n.target sm_90\n.address_size 64\n\n.visible .entry {name}(\n{}\n)\n{directives}\n{{\n\tret;\n}}\n",
+            params.join(",\n")
+        ),
+        xthunk_core::kernels::portable::standard_unit(),
     )
     .into_bytes()
 }
@@ -312,9 +318,9 @@ fn launch_bounds_of_the_image_limit_the_block() {
     let src = ADD_F32.replace("__global__ void", "__global__ void __launch_bounds__(128)")
         .replace(
             "long long n) {",
-            "long long n) {\n    __shared__ float sh[1024];\n    sh[threadIdx.x] = a[0];\n    __syncthreads();\n    if (n < 0) out[0] = sh[(threadIdx.x + 1) % 1024];",
+            "long long n) {\n    __shared__ float sh[1024];\n    sh[threadIdx.x] = n > 0 ? a[0] : 0.0f;\n    __syncthreads();\n    if (n < 0) out[0] = sh[(threadIdx.x + 1) % 1024];",
         );
-    let cubin = common::nvrtc_compile(&nvrtc, &src, "sm_90").unwrap();
+    let cubin = common::nvrtc_compile(&nvrtc, &with_prelude(&src), "sm_90").unwrap();
     let m = c.load(&cubin).unwrap();
     let f = c.function(m, "add_f32").unwrap();
     assert_eq!(func_attr(f, 0), 128);
@@ -336,14 +342,17 @@ fn launch_bounds_of_the_image_limit_the_block() {
     );
     let _ = take(Kind::InvalidValue);
     c.unload(m);
-    // The cubin's parameter sizes (EIATTR_KPARAM_INFO) are read: a 4-byte count is refused.
+    // The cubin's parameter sizes (EIATTR_KPARAM_INFO) are read and agree with its source:
+    // an `add_f32` with a 4-byte count is a user kernel of its own, not the standard one.
     let int_n = ADD_F32.replace("long long n", "int n");
     let m = c
-        .load(&common::nvrtc_compile(&nvrtc, &int_n, "sm_90").unwrap())
+        .load(&common::nvrtc_compile(&nvrtc, &with_prelude(&int_n), "sm_90").unwrap())
         .unwrap();
-    assert_eq!(c.function(m, "add_f32"), Err(cu::NOT_FOUND));
-    let d = take(Kind::Unsupported);
-    assert!(d[0].message.contains("[8, 8, 8, 4]"), "{d:?}");
+    let f = c.function(m, "add_f32").unwrap();
+    ok(
+        c.launch_with(f, ([1, 1, 1], [32, 1, 1], 0), &[0, 0, 0, 0], 0),
+        "int n",
+    );
     c.unload(m);
 }
 
@@ -406,7 +415,7 @@ fn parameter_sizes_must_match() {
 
 /// `add_f32` from a hipRTC code object of `src`, loaded on the current device.
 fn hip_function(src: &str) -> Option<(usize, usize)> {
-    let code = common::hiprtc_compile(src, "gfx90a")?;
+    let code = common::hiprtc_compile(&with_prelude(src), "gfx90a")?;
     let (mut m, mut f) = (0usize, 0usize);
     // SAFETY: a complete code object; valid out-pointers.
     unsafe {
@@ -511,20 +520,23 @@ fn hip_faults_and_limits() {
     assert_eq!(take(Kind::InvalidValue).len(), 1);
     // SAFETY: a loaded module, unloaded once.
     hok(unsafe { hip::hipModuleUnload(m) }, "unload");
-    // The code object's parameter sizes (`.args`) are read: a 4-byte count is refused.
-    let code = common::hiprtc_compile(&ADD_F32.replace("long long n", "int n"), "gfx90a").unwrap();
+    // The code object's parameter sizes (`.args`) agree with its source: an `add_f32` with a
+    // 4-byte count is a user kernel of its own.
+    let code = common::hiprtc_compile(
+        &with_prelude(&ADD_F32.replace("long long n", "int n")),
+        "gfx90a",
+    )
+    .unwrap();
     let (mut m, mut f) = (0usize, 0usize);
     // SAFETY: a complete code object; valid out-pointers; the module is unloaded once.
     unsafe {
         hok(hip::hipModuleLoadData(&mut m, code.as_ptr().cast()), "load");
-        assert_eq!(
+        hok(
             hip::hipModuleGetFunction(&mut f, m, c"add_f32".as_ptr()),
-            hcode::NOT_FOUND
+            "int n",
         );
         hok(hip::hipModuleUnload(m), "unload");
     }
-    let d = take(Kind::Unsupported);
-    assert!(d[0].message.contains("[8, 8, 8, 4]"), "{d:?}");
     for p in [a, out] {
         hok(common::hip_free(p as usize), "free");
     }

@@ -63,6 +63,9 @@
 //! options, the target architecture and the compiler version; [`PORTABLE_SOURCE_VERSION`]
 //! changes whenever the generator or prelude changes meaning.
 
+mod embed;
+pub use embed::{EMBEDDED_SOURCE_SYMBOL, embed_source, embedded_unit};
+
 use super::{KernelSignature, ParamKind, standard_library};
 use crate::ir::{Access, DType};
 use std::fmt::Write as _;
@@ -77,6 +80,13 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 /// The whole standard library as one translation unit: the prelude, then every kernel of
 /// [`standard_library`] (sorted by name).
 pub fn standard_source() -> &'static str {
+    static SRC: OnceLock<String> = OnceLock::new();
+    SRC.get_or_init(|| embed_source(standard_unit()))
+}
+
+/// [`standard_source`] without the copy of itself it carries ([`embed_source`]): what the
+/// CPU execution compiles.
+pub fn standard_unit() -> &'static str {
     static SRC: OnceLock<String> = OnceLock::new();
     SRC.get_or_init(|| {
         let mut s = header();
@@ -113,6 +123,12 @@ pub fn kernel_definition(name: &str) -> Option<String> {
 /// User source in the CUDA-C subset with the prelude prepended (what `ModuleImage::Source`
 /// compiles).
 pub fn with_prelude(code: &str) -> String {
+    embed_source(&unit_with_prelude(code))
+}
+
+/// [`with_prelude`] without the copy of itself it carries ([`embed_source`]): what the CPU
+/// execution compiles.
+pub fn unit_with_prelude(code: &str) -> String {
     let mut s = header();
     s.push_str(PRELUDE);
     s.push_str("\n// ---- user source ----\n");
@@ -675,7 +691,9 @@ mod tests {
     fn every_standard_kernel_has_portable_source() {
         let lib = standard_library();
         assert_eq!(lib.len(), 223);
-        let src = standard_source();
+        // The unit compiled; the source handed to NVRTC/hipRTC is it plus its carried copy.
+        let src = standard_unit();
+        assert!(standard_source().starts_with(src));
         for k in lib.kernels() {
             let def = kernel_definition(&k.signature.name)
                 .unwrap_or_else(|| panic!("no portable source for `{}`", k.signature.name));

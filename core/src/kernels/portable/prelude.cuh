@@ -1,7 +1,10 @@
 // xthunk portable prelude. Header-free: it compiles with NVRTC (CUDA) or hipRTC (HIP) alone,
 // with no vendor header included. Every name it defines starts with `xt_` or `XT_`.
 
-#if defined(__HIP__) || defined(__HIPCC_RTC__)
+#if defined(XT_CPU)
+// The host's C++ compiler: prelude_cpu.h (prepended) defined XT_CPU and the GPU built-ins;
+// the HIP branches below (__builtin_bit_cast, _Float16) serve the CPU too.
+#elif defined(__HIP__) || defined(__HIPCC_RTC__)
 #define XT_HIP 1
 #elif defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define XT_CUDA 1

@@ -80,7 +80,7 @@ pub unsafe extern "C" fn cuModuleLoadDataEx(
                     values,
                     JIT_INFO_LOG,
                     JIT_INFO_LOG_SIZE,
-                    "xthunk-emulator: module loaded (kernels run as host implementations)",
+                    "xthunk-emulator: module loaded (kernels run its carried portable source on the CPU)",
                 );
             }
             cu::SUCCESS

@@ -436,5 +436,25 @@ pub const ADD_F32: &str = r#"extern "C" __global__ void add_f32(const float* a, 
 "#;
 
 /// A minimal PTX text declaring `add_f32` (what NVRTC emits for compute_90, reduced to what
-/// the emulator reads: `.version`, `.target`, `.entry`).
-pub const ADD_F32_PTX: &str = ".version 8.5\n.target sm_90\n.address_size 64\n\n\t// .globl\tadd_f32\n.visible .entry add_f32(\n\t.param .u64 add_f32_param_0,\n\t.param .u64 add_f32_param_1,\n\t.param .u64 add_f32_param_2,\n\t.param .u64 add_f32_param_3\n)\n{\n\tret;\n}\n\0";
+/// the emulator reads: `.version`, `.target`, `.entry`) and carrying, as NVRTC's images do,
+/// the portable unit it stands for: the standard library's (`xt_portable_source`), which the
+/// emulator runs.
+pub static ADD_F32_PTX: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    ptx_with_source(
+        ".version 8.5\n.target sm_90\n.address_size 64\n\n\t// .globl\tadd_f32\n.visible .entry add_f32(\n\t.param .u64 add_f32_param_0,\n\t.param .u64 add_f32_param_1,\n\t.param .u64 add_f32_param_2,\n\t.param .u64 add_f32_param_3\n)\n{\n\tret;\n}\n",
+        xthunk_core::kernels::portable::standard_unit(),
+    )
+});
+
+/// PTX text `entries` carrying `unit` as NVRTC writes a `const char` device array, NUL
+/// terminated as a PTX image is.
+pub fn ptx_with_source(entries: &str, unit: &str) -> String {
+    let mut bytes: Vec<String> = unit.bytes().map(|b| b.to_string()).collect();
+    bytes.push("0".into());
+    format!(
+        "{entries}.global .align 1 .b8 {}[{}] = {{{}}};\n\0",
+        xthunk_core::kernels::portable::EMBEDDED_SOURCE_SYMBOL,
+        bytes.len(),
+        bytes.join(", ")
+    )
+}

@@ -1,145 +1,29 @@
-//! The portable kernels executed on the CPU, compared with the host reference.
+//! The standard library's portable source executed on the CPU by the host backend, compared
+//! with the host implementations.
 //!
-//! Without a GPU the portable source can still run: this test compiles the whole standard
-//! library with the machine's C++ compiler (`$CXX` or `c++`, GCC 12+ or Clang 15+) behind a
-//! small shim that plays the GPU — `__global__`/`__device__` vanish, `__shared__` becomes
-//! `static`, `threadIdx`/`blockIdx` are thread-locals, every thread of a block is an OS thread
-//! and `__syncthreads` a barrier — with `__HIP__` defined, so the prelude takes its HIP path
-//! (`_Float16` and `__builtin_bit_cast`). Every kernel then runs on random inputs (specials
-//! included: NaN, infinities, signed zeros, huge values, integer extremes, zero divisors) with a
-//! non-power-of-two, multi-dimensional launch (4 blocks of 3x2 threads, fewer threads than
-//! elements, fewer blocks than rows), arguments marshalled exactly as the CUDA backend does
-//! (one 8-byte slot per argument, a pointer to each), and its output is compared with the host
-//! implementation: exactly (NaN payloads and the sign of zero aside) for everything but the
-//! transcendental functions and row reductions, which get a tolerance of a few units in the
-//! last place of the element type.
+//! The kernel definitions of the portable source are loaded as a `ModuleImage::Source`
+//! module on the host backend, which compiles them with the machine's C++ compiler behind
+//! the CPU shim (`core/src/host/cpu/`: fibers with real `__syncthreads`, blocks on a worker
+//! pool). Every kernel then runs on random inputs (specials included: NaN, infinities, signed
+//! zeros, huge values, integer extremes, zero divisors) with non-power-of-two,
+//! multi-dimensional launches (fewer threads than elements, fewer blocks than rows), its
+//! arguments passed as any program passes them (device buffers and immediates), and its
+//! output is compared with the host implementation: exactly (NaN payloads and the sign of
+//! zero aside) for everything but the transcendental functions and row reductions, which get
+//! a tolerance of a few units in the last place of the element type. Outputs start poisoned
+//! (random bytes, the same for both runs).
 //!
-//! What this does not cover: the CUDA-only path of the prelude (inline PTX f16 conversions,
-//! CUDA bit-cast intrinsics), which NVRTC compiles in `nvrtc.rs` but only a GPU runs.
+//! Without a C++ compiler the test is reported SKIPPED with the reason (and fails when
+//! `XTHUNK_REQUIRE_CXX=1`). What this does not cover: the CUDA-only path of the prelude
+//! (inline PTX f16 conversions), which NVRTC compiles in backend-cuda's `nvrtc.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use half::{bf16, f16};
-use std::ffi::c_void;
-use std::path::{Path, PathBuf};
-use std::process::Command;
-use xthunk_core::ir::{Access, DType, Scalar};
-use xthunk_core::kernels::{
-    Extent, HostArg, HostKernel, KernelSignature, ParamKind, portable, standard_library,
-};
-
-const SHIM: &str = r#"
-#include <cmath>
-#include <pthread.h>
-#include <thread>
-#include <vector>
-#define __HIP__ 1
-#define __global__
-#define __device__
-#define __shared__ static
-struct xt_dim3 { unsigned x, y, z; };
-static thread_local xt_dim3 threadIdx, blockIdx;
-static xt_dim3 blockDim, gridDim;
-static pthread_barrier_t xt_barrier;
-static inline void __syncthreads() { pthread_barrier_wait(&xt_barrier); }
-"#;
-
-const LAUNCHER: &str = r#"
-extern "C" int xt_launch(void (*k)(void**), void** p, unsigned gx, unsigned gy, unsigned gz,
-                         unsigned bx, unsigned by, unsigned bz) {
-  gridDim = {gx, gy, gz};
-  blockDim = {bx, by, bz};
-  if (pthread_barrier_init(&xt_barrier, nullptr, bx * by * bz) != 0) return 1;
-  for (unsigned z = 0; z < gz; z++)
-    for (unsigned y = 0; y < gy; y++)
-      for (unsigned x = 0; x < gx; x++) {
-        std::vector<std::thread> ts;
-        for (unsigned tz = 0; tz < bz; tz++)
-          for (unsigned ty = 0; ty < by; ty++)
-            for (unsigned tx = 0; tx < bx; tx++)
-              ts.emplace_back([=] {
-                blockIdx = {x, y, z};
-                threadIdx = {tx, ty, tz};
-                k(p);
-              });
-        for (auto& t : ts) t.join();
-      }
-  pthread_barrier_destroy(&xt_barrier);
-  return 0;
-}
-"#;
-
-fn ctype(t: DType) -> &'static str {
-    match t {
-        DType::F16 | DType::BF16 => "unsigned short",
-        DType::F32 => "float",
-        DType::F64 => "double",
-        DType::I8 => "signed char",
-        DType::U8 | DType::Pred => "unsigned char",
-        DType::I32 => "int",
-        DType::I64 => "long long",
-    }
-}
-
-/// `extern "C" void xt_wrap_<k>(void** p)`: calls the kernel with each parameter read from
-/// its slot, as the driver does with `kernelParams`.
-fn wrapper(sig: &KernelSignature) -> String {
-    let args: Vec<String> = sig
-        .params
-        .iter()
-        .enumerate()
-        .map(|(i, p)| match &p.kind {
-            ParamKind::Buffer { dtype, access, .. } => {
-                let c = if *access == Access::Read {
-                    "const "
-                } else {
-                    ""
-                };
-                format!("*({c}{}**)p[{i}]", ctype(*dtype))
-            }
-            ParamKind::Scalar(dt) => format!("*({}*)p[{i}]", ctype(*dt)),
-        })
-        .collect();
-    format!(
-        "extern \"C\" void xt_wrap_{0}(void** p) {{ {0}({1}); }}\n",
-        sig.name,
-        args.join(", ")
-    )
-}
-
-fn build(dir: &Path) -> Result<PathBuf, String> {
-    let cxx = std::env::var("CXX").unwrap_or_else(|_| "c++".into());
-    let mut src = String::from(SHIM);
-    src.push_str(portable::standard_source());
-    for k in standard_library().kernels() {
-        src.push_str(&wrapper(&k.signature));
-    }
-    src.push_str(LAUNCHER);
-    let cpp = dir.join("emu.cpp");
-    std::fs::write(&cpp, src).map_err(|e| e.to_string())?;
-    let so = dir.join("libxtemu.so");
-    let out = Command::new(&cxx)
-        .args([
-            "-std=c++20",
-            "-O1",
-            "-fPIC",
-            "-shared",
-            "-pthread",
-            "-ffp-contract=off",
-            "-w",
-        ])
-        .arg("-o")
-        .arg(&so)
-        .arg(&cpp)
-        .output()
-        .map_err(|e| format!("cannot run `{cxx}`: {e}"))?;
-    if !out.status.success() {
-        return Err(format!(
-            "`{cxx}` failed:\n{}",
-            String::from_utf8_lossy(&out.stderr)
-        ));
-    }
-    Ok(so)
-}
+use std::sync::Arc;
+use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims, LoadedModule};
+use xthunk_core::host::HostBackend;
+use xthunk_core::ir::{DType, Dim3, MemorySpace, Module, ModuleImage, Scalar};
+use xthunk_core::kernels::{Extent, HostArg, HostKernel, ParamKind, portable, standard_library};
 
 /// splitmix64.
 struct Rng(u64);
@@ -272,20 +156,10 @@ const ROUNDS: [(i64, i64, i64, [u32; 6]); 5] = [
     (0, 3, 0, [2, 1, 1, 4, 1, 1]),
 ];
 
-type Launch = unsafe extern "C" fn(
-    unsafe extern "C" fn(*mut *mut c_void),
-    *mut *mut c_void,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-    u32,
-) -> i32;
-
 /// Runs one kernel both ways and returns a description of every mismatch.
 fn check_kernel(
-    lib: &libloading::Library,
+    dev: &Arc<dyn Device>,
+    module: &Arc<dyn LoadedModule>,
     k: &HostKernel,
     rng: &mut Rng,
     round: usize,
@@ -349,33 +223,51 @@ fn check_kernel(
     // SAFETY: every buffer is a live, distinct Vec of the declared size.
     unsafe { (k.func)(&host_args) }.unwrap();
 
-    // The portable kernel, marshalled as the CUDA backend does.
-    let mut it = emu_bufs.iter_mut();
-    let mut slots: Vec<u64> = scalars
+    // The portable kernel, through the host backend's CPU execution.
+    let mut device_bufs = vec![];
+    for (_, b) in &emu_bufs {
+        let buf = dev
+            .allocate(b.len().max(1) as u64, 64, MemorySpace::Device)
+            .unwrap();
+        if !b.is_empty() {
+            dev.copy_from_host(b, buf.ptr()).unwrap();
+        }
+        device_bufs.push((buf, b.len() as u64));
+    }
+    let mut it = device_bufs.iter();
+    let args: Vec<LaunchArg> = scalars
         .iter()
         .map(|s| match s {
-            Some(s) => {
-                let mut b = [0u8; 8];
-                let v = s.to_le_bytes();
-                b[..v.len()].copy_from_slice(&v);
-                u64::from_le_bytes(b)
+            Some(s) => LaunchArg::Scalar(*s),
+            None => {
+                let (b, len) = it.next().unwrap();
+                LaunchArg::Buffer {
+                    ptr: b.ptr(),
+                    len: *len,
+                }
             }
-            None => it.next().unwrap().1.as_mut_ptr() as u64,
         })
         .collect();
-    let mut params: Vec<*mut c_void> = slots.iter_mut().map(|s| (s as *mut u64).cast()).collect();
-    // SAFETY: symbols of the library built above, with these exact signatures.
-    let r = unsafe {
-        let launch = *lib.get::<Launch>(b"xt_launch").unwrap();
-        let wrap = *lib
-            .get::<unsafe extern "C" fn(*mut *mut c_void)>(
-                format!("xt_wrap_{}", sig.name).as_bytes(),
-            )
-            .unwrap();
-        let [gx, gy, gz, bx, by, bz] = shape;
-        launch(wrap, params.as_mut_ptr(), gx, gy, gz, bx, by, bz)
-    };
-    assert_eq!(r, 0);
+    let handle = module.kernel(&sig.name).unwrap();
+    let stream = dev.create_stream().unwrap();
+    let [gx, gy, gz, bx, by, bz] = shape;
+    stream
+        .launch(
+            &handle,
+            LaunchDims {
+                grid: Dim3::new(gx, gy, gz),
+                block: Dim3::new(bx, by, bz),
+                shared_mem: 0,
+            },
+            &args,
+        )
+        .unwrap();
+    stream.synchronize().unwrap();
+    for ((buf, len), (_, out)) in device_bufs.iter().zip(emu_bufs.iter_mut()) {
+        if *len > 0 {
+            dev.copy_to_host(buf.ptr(), out).unwrap();
+        }
+    }
 
     let mut errors = vec![];
     let rel = tolerance(&sig.name, bufs_dtype(&host_bufs));
@@ -411,38 +303,57 @@ fn bufs_dtype(b: &[(DType, Vec<u8>)]) -> DType {
     b.last().map(|(t, _)| *t).unwrap_or(DType::F32)
 }
 
+/// The kernel definitions of the standard library's portable source (without the prelude),
+/// as user source.
+fn standard_definitions() -> String {
+    let mut code = String::new();
+    for k in standard_library().kernels() {
+        code.push_str(&portable::kernel_definition(&k.signature.name).unwrap());
+        code.push('\n');
+    }
+    code
+}
+
 #[test]
 fn portable_kernels_match_the_host_reference_on_the_cpu() {
-    let dir = tempfile::tempdir().unwrap();
+    let backend = HostBackend::new();
+    let dev = backend.device(0).unwrap();
+    let module = Module {
+        name: "standard-as-source".into(),
+        images: vec![ModuleImage::Source {
+            code: standard_definitions(),
+        }],
+    };
     let t0 = std::time::Instant::now();
-    let so = match build(dir.path()) {
-        Ok(so) => so,
-        Err(e) => {
+    let loaded = match dev.load_module(&module) {
+        Ok(m) => m,
+        Err(e @ xthunk_core::Error::Unavailable { .. }) => {
             if std::env::var("XTHUNK_REQUIRE_CXX").is_ok_and(|v| v == "1") {
                 panic!("portable kernels on the CPU: {e}");
             }
-            eprintln!(
-                "SKIPPED portable_kernels_match_the_host_reference_on_the_cpu: no usable C++ compiler ({e})"
-            );
+            eprintln!("SKIPPED portable_kernels_match_the_host_reference_on_the_cpu: {e}");
             return;
         }
+        Err(e) => panic!("{e}"),
     };
     eprintln!(
-        "built the CPU emulation of the portable source in {:.1?}",
-        t0.elapsed()
+        "loaded the standard library's source on the CPU in {:.1?} ({})",
+        t0.elapsed(),
+        loaded.image()
     );
-    // SAFETY: the library was just built from our own source; its initializers are trivial.
-    let lib = unsafe { libloading::Library::new(&so) }.unwrap();
-    let mut rng = Rng(0x5eed);
+    let seed = 0x5eed ^ (std::process::id() as u64) << 20;
+    eprintln!("seed {seed:#x}");
+    let mut rng = Rng(seed);
     let mut failures = vec![];
     let mut count = 0;
     for k in standard_library().kernels() {
         for round in 0..ROUNDS.len() {
-            failures.extend(check_kernel(&lib, k, &mut rng, round));
+            failures.extend(check_kernel(&dev, &loaded, k, &mut rng, round));
         }
         count += 1;
     }
-    assert_eq!(count, 223);
+    assert_eq!(count, standard_library().len());
+    assert!(count >= 223, "{count} standard kernels");
     assert!(
         failures.is_empty(),
         "{} mismatches:\n{}",

@@ -1,0 +1,227 @@
+//! Compiling portable source for the CPU: finding the C++ compiler (`$CXX`, `c++`,
+//! `clang++`, `g++`), assembling the translation unit (CPU prelude, the portable unit, the
+//! runtime, the generated entry table) and compiling it to a shared library, through core's
+//! kernel cache (`kernels/cpu`), keyed by the whole unit, the options and the compiler's
+//! identity.
+
+use super::CpuError;
+use super::source::scan;
+use crate::backend::kernel_cache::{CacheKey, KernelCache, KeyInputs, Lookup};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::OnceLock;
+
+/// The CPU prelude (GPU built-ins on the host compiler), prepended to the portable unit.
+pub const CPU_PRELUDE: &str = include_str!("../../kernels/portable/prelude_cpu.h");
+/// The fiber scheduler and the C interface, appended after the portable unit.
+pub const RUNTIME: &str = include_str!("runtime.cpp");
+
+/// The options every CPU image is compiled with: optimized, contraction off (the host
+/// implementations' evaluation order), position independent, only the interface exported,
+/// kernels inlinable into the runtime's thread loop (no semantic interposition).
+pub const OPTIONS: [&str; 10] = [
+    "-std=c++17",
+    "-O2",
+    "-fPIC",
+    "-fno-semantic-interposition",
+    "-shared",
+    "-fvisibility=hidden",
+    "-ffp-contract=off",
+    "-fno-exceptions",
+    "-fno-rtti",
+    "-pthread",
+];
+
+/// A C++ compiler and its identity (its `--version` text).
+#[derive(Clone, Debug)]
+pub struct Compiler {
+    pub path: PathBuf,
+    pub version: String,
+}
+
+fn on_path(name: &str) -> Option<PathBuf> {
+    let p = Path::new(name);
+    if p.components().count() > 1 {
+        return p.is_file().then(|| p.to_path_buf());
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|c| c.is_file())
+}
+
+/// The machine's C++ compiler: `$CXX` when set, else the first of `c++`, `clang++`, `g++`
+/// on `PATH` that answers `--version`. Found once per process.
+pub fn compiler() -> Result<Compiler, CpuError> {
+    static FOUND: OnceLock<Result<Compiler, String>> = OnceLock::new();
+    FOUND
+        .get_or_init(find_compiler)
+        .clone()
+        .map_err(|reason| CpuError::Unavailable { reason })
+}
+
+fn find_compiler() -> Result<Compiler, String> {
+    let candidates: Vec<String> = match std::env::var("CXX") {
+        Ok(c) if !c.trim().is_empty() => vec![c.trim().to_string()],
+        _ => ["c++", "clang++", "g++"].map(String::from).to_vec(),
+    };
+    let mut tried = vec![];
+    for c in &candidates {
+        let Some(path) = on_path(c) else {
+            tried.push(format!("`{c}`: not found"));
+            continue;
+        };
+        match Command::new(&path).arg("--version").output() {
+            Ok(out) if out.status.success() => {
+                return Ok(Compiler {
+                    path,
+                    version: String::from_utf8_lossy(&out.stdout).trim().to_string(),
+                });
+            }
+            Ok(out) => tried.push(format!(
+                "`{}`: --version exited with {}",
+                path.display(),
+                out.status
+            )),
+            Err(e) => tried.push(format!("`{}`: {e}", path.display())),
+        }
+    }
+    Err(format!(
+        "no C++ compiler for the CPU execution of portable kernels (set $CXX; tried {})",
+        tried.join("; ")
+    ))
+}
+
+/// The kernels the code defines once preprocessed as the CPU compiles it (so a kernel inside
+/// `#if defined(XT_CUDA)` is not one), by `cc -E` with `XT_CPU_SCAN`; the plain scan of
+/// `text` when the preprocessor fails (the compile then reports why).
+fn kernels_after_preprocessing(cc: &Compiler, text: &str) -> Vec<String> {
+    use std::io::Write as _;
+    let run = || -> Option<String> {
+        let mut child = Command::new(&cc.path)
+            .args(["-std=c++17", "-E", "-P", "-DXT_CPU_SCAN", "-x", "c++", "-"])
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .ok()?;
+        let mut stdin = child.stdin.take()?;
+        let input = format!("{CPU_PRELUDE}\n{text}");
+        // Written from another thread: the preprocessor's output could fill the pipe first.
+        let writer = std::thread::spawn(move || stdin.write_all(input.as_bytes()));
+        let out = child.wait_with_output().ok()?;
+        writer.join().ok()?.ok()?;
+        out.status
+            .success()
+            .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+    };
+    match run() {
+        Some(pre) => scan(&pre).kernels,
+        None => scan(text).kernels,
+    }
+}
+
+/// The translation unit compiled for `portable_unit` (a complete portable unit: prelude.cuh
+/// and kernels, as `portable::with_prelude` gives), and the kernels its table holds.
+pub fn translation_unit(cc: &Compiler, portable_unit: &str) -> (String, Vec<String>) {
+    let mut scanned = scan(portable_unit);
+    scanned.kernels = kernels_after_preprocessing(cc, &scanned.text);
+    let mut tu =
+        String::with_capacity(CPU_PRELUDE.len() + scanned.text.len() + RUNTIME.len() + 4096);
+    tu.push_str(CPU_PRELUDE);
+    tu.push_str("\n#line 1 \"portable source\"\n");
+    tu.push_str(&scanned.text);
+    tu.push_str("\n#line 1 \"xthunk cpu runtime\"\n");
+    tu.push_str(RUNTIME);
+    tu.push_str("\n// ---- entry table (generated) ----\n");
+    tu.push_str("extern \"C\" const xt_cpu_entry xt_cpu_entries[] = {\n");
+    for k in &scanned.kernels {
+        tu.push_str(&format!("  XT_CPU_ENTRY(\"{k}\", &{k}),\n"));
+    }
+    if scanned.kernels.is_empty() {
+        tu.push_str("  {nullptr, nullptr, nullptr, nullptr, 0},\n");
+    }
+    tu.push_str("};\n");
+    tu.push_str(&format!(
+        "extern \"C\" const unsigned int xt_cpu_entry_count = {};\n",
+        scanned.kernels.len()
+    ));
+    (tu, scanned.kernels)
+}
+
+/// A compiled image: the shared library's bytes, and the compiler's diagnostics (empty on a
+/// cache hit).
+pub struct Built {
+    pub image: Vec<u8>,
+    pub key: CacheKey,
+    pub log: String,
+    pub cached: bool,
+}
+
+/// The cache key of `tu` compiled by `cc` with [`OPTIONS`].
+pub fn cache_key(cc: &Compiler, tu: &str) -> CacheKey {
+    let options: Vec<String> = OPTIONS.iter().map(|s| s.to_string()).collect();
+    CacheKey::new(&KeyInputs {
+        backend: "cpu",
+        compiler: &cc.path.to_string_lossy(),
+        compiler_version: &cc.version,
+        target: std::env::consts::ARCH,
+        kind: "so",
+        options: &options,
+        source: tu,
+    })
+}
+
+/// Compiles `tu` (from [`translation_unit`]) through the cache. `module` names it in errors.
+pub fn build(module: &str, tu: &str) -> Result<Built, CpuError> {
+    let cc = compiler()?;
+    let key = cache_key(&cc, tu);
+    let cache = KernelCache::default_location("cpu");
+    if let Some(c) = &cache {
+        if let Lookup::Hit(image) = c.get(&key) {
+            return Ok(Built {
+                image,
+                key,
+                log: String::new(),
+                cached: true,
+            });
+        }
+    }
+    let dir = tempfile::Builder::new()
+        .prefix("xthunk-cpu-build-")
+        .tempdir()
+        .map_err(|e| CpuError::Io(format!("cannot make a build folder: {e}")))?;
+    let src = dir.path().join("module.cpp");
+    let so = dir.path().join("module.so");
+    std::fs::write(&src, tu).map_err(|e| CpuError::Io(format!("cannot write the source: {e}")))?;
+    let out = Command::new(&cc.path)
+        .args(OPTIONS)
+        .arg("-o")
+        .arg(&so)
+        .arg(&src)
+        .output()
+        .map_err(|e| CpuError::Unavailable {
+            reason: format!("cannot run `{}`: {e}", cc.path.display()),
+        })?;
+    let log = String::from_utf8_lossy(&out.stderr).into_owned();
+    if !out.status.success() {
+        return Err(CpuError::Compile {
+            module: module.to_string(),
+            compiler: cc.path.display().to_string(),
+            log,
+        });
+    }
+    let image =
+        std::fs::read(&so).map_err(|e| CpuError::Io(format!("cannot read the library: {e}")))?;
+    if let Some(c) = &cache {
+        if let Err(e) = c.put(&key, &image) {
+            tracing::debug!("the CPU kernel cache was not written: {e}");
+        }
+    }
+    Ok(Built {
+        image,
+        key,
+        log,
+        cached: false,
+    })
+}

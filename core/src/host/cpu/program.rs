@@ -1,0 +1,359 @@
+//! A compiled CPU program: the loaded shared library, its entry table (each kernel's source
+//! name, linker name, parameter sizes) and launches, whose blocks are spread over a pool of
+//! worker threads (one per CPU), each block run by the library's fiber scheduler.
+
+use super::CpuError;
+use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
+use std::ffi::{CStr, c_char, c_void};
+use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::{Arc, OnceLock};
+
+/// The C interface's version (`XT_CPU_ABI` in runtime.cpp).
+const ABI: u32 = 1;
+const MAX_PARAMS: usize = 64;
+
+/// `xt_cpu_run_args` of runtime.cpp.
+#[repr(C)]
+struct RunArgs {
+    abi: u32,
+    entry: u32,
+    params: *mut *mut c_void,
+    grid: [u32; 3],
+    block: [u32; 3],
+    shared_bytes: u32,
+    warp_size: u32,
+    next_block: *const AtomicU64,
+    total_blocks: u64,
+    failed: *const AtomicU32,
+}
+
+type RunFn = unsafe extern "C" fn(*const RunArgs, *mut c_char, usize) -> i32;
+type InfoFn = unsafe extern "C" fn(
+    u32,
+    *mut *const c_char,
+    *mut *const c_void,
+    *mut u32,
+    *mut u32,
+    *mut u32,
+) -> i32;
+
+/// One parameter of a kernel as the library declares it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Param {
+    pub size: u32,
+    pub pointer: bool,
+    /// For a pointer, its pointee's alignment (1 for `void*`).
+    pub align: u32,
+}
+
+/// A kernel of a program.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Entry {
+    /// The name in the source (qualified by namespaces).
+    pub name: String,
+    /// The linker's name (mangled unless `extern "C"`): what GPU images call the kernel.
+    pub symbol: String,
+    pub params: Vec<Param>,
+    index: u32,
+}
+
+/// A launch's shape.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shape {
+    pub grid: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+    /// 32, or 64 to behave as an AMD wavefront.
+    pub warp_size: u32,
+}
+
+/// A loaded CPU program.
+pub struct Program {
+    // The library stays loaded while any entry may run (the pool's jobs hold the program).
+    _lib: libloading::Library,
+    run: RunFn,
+    entries: Vec<Entry>,
+    /// The compiler's warnings.
+    pub log: String,
+}
+
+// SAFETY: the library's functions are thread safe (each worker thread has its own scheduler
+// state, thread-local in the library); `run` is a plain function pointer into it.
+unsafe impl Send for Program {}
+// SAFETY: as above; nothing of `Program` is mutated after loading.
+unsafe impl Sync for Program {}
+
+impl Program {
+    /// Loads a compiled image (written to a private temporary file for `dlopen`).
+    pub fn load(image: &[u8], log: String) -> Result<Program, CpuError> {
+        let dir = tempfile::Builder::new()
+            .prefix("xthunk-cpu-")
+            .tempdir()
+            .map_err(|e| CpuError::Io(format!("cannot make a folder for the library: {e}")))?;
+        let path = dir.path().join("module.so");
+        crate::files::write_atomic(&path, image, crate::files::MODE_PRIVATE)
+            .map_err(|e| CpuError::Io(format!("cannot write the library: {e}")))?;
+        // SAFETY: the image was compiled by us from the CPU runtime and portable source; its
+        // static initializers are the runtime's trivial ones and the kernels' namespace-scope
+        // objects of the portable subset.
+        let lib = unsafe { libloading::Library::new(&path) }.map_err(|e| {
+            CpuError::Load(format!(
+                "cannot load the compiled library from {} ({e}; a temporary folder mounted \
+                     noexec cannot hold it: set TMPDIR)",
+                dir.path().display()
+            ))
+        })?;
+        drop(dir);
+        // SAFETY: the symbols are the runtime's, with these exact C signatures.
+        let (abi, count, info, run) = unsafe {
+            let abi = *lib
+                .get::<unsafe extern "C" fn() -> u32>(b"xt_cpu_abi")
+                .map_err(|e| CpuError::Load(e.to_string()))?;
+            let count = *lib
+                .get::<unsafe extern "C" fn() -> u32>(b"xt_cpu_count")
+                .map_err(|e| CpuError::Load(e.to_string()))?;
+            let info = *lib
+                .get::<InfoFn>(b"xt_cpu_entry_info")
+                .map_err(|e| CpuError::Load(e.to_string()))?;
+            let run = *lib
+                .get::<RunFn>(b"xt_cpu_run")
+                .map_err(|e| CpuError::Load(e.to_string()))?;
+            (abi(), count(), info, run)
+        };
+        if abi != ABI {
+            return Err(CpuError::Load(format!(
+                "the library's runtime ABI is {abi}, this build's {ABI}"
+            )));
+        }
+        let mut entries = vec![];
+        for i in 0..count {
+            let mut name: *const c_char = std::ptr::null();
+            let mut addr: *const c_void = std::ptr::null();
+            let mut arity = 0u32;
+            let mut sizes = [0u32; MAX_PARAMS];
+            let mut pointer = [0u32; MAX_PARAMS];
+            // SAFETY: the out-pointers are valid; `sizes`/`pointer` hold MAX_PARAMS entries,
+            // the most the runtime writes (it refuses larger arities).
+            let rc = unsafe {
+                info(
+                    i,
+                    &mut name,
+                    &mut addr,
+                    &mut arity,
+                    sizes.as_mut_ptr(),
+                    pointer.as_mut_ptr(),
+                )
+            };
+            if rc != 0 || name.is_null() {
+                return Err(CpuError::Load(format!(
+                    "entry {i} of the table is unusable (a kernel of more than {MAX_PARAMS} parameters?)"
+                )));
+            }
+            // SAFETY: a NUL-terminated string literal of the table.
+            let name = unsafe { CStr::from_ptr(name) }
+                .to_string_lossy()
+                .into_owned();
+            let symbol = symbol_name(addr).unwrap_or_else(|| name.clone());
+            let n = (arity as usize).min(MAX_PARAMS);
+            entries.push(Entry {
+                name,
+                symbol,
+                params: (0..n)
+                    .map(|j| Param {
+                        size: sizes[j],
+                        pointer: pointer[j] != 0,
+                        align: pointer[j].max(1),
+                    })
+                    .collect(),
+                index: i,
+            });
+        }
+        Ok(Program {
+            _lib: lib,
+            run,
+            entries,
+            log,
+        })
+    }
+
+    pub fn entries(&self) -> &[Entry] {
+        &self.entries
+    }
+
+    /// The kernel called `name` in the source or by the linker.
+    pub fn entry(&self, name: &str) -> Option<&Entry> {
+        self.entries
+            .iter()
+            .find(|e| e.name == name)
+            .or_else(|| self.entries.iter().find(|e| e.symbol == name))
+    }
+
+    /// Runs `entry` over `shape`; `slots` holds one 8-byte slot per parameter (a pointer, or
+    /// an immediate's little-endian bytes), as the driver APIs' `kernelParams` point to.
+    ///
+    /// # Safety
+    /// Every pointer in `slots` must be valid for everything the kernel does with it, and
+    /// nothing else may touch that memory during the launch.
+    pub unsafe fn launch(
+        self: &Arc<Self>,
+        entry: &Entry,
+        shape: Shape,
+        slots: &[u64],
+    ) -> Result<(), CpuError> {
+        if slots.len() != entry.params.len() {
+            return Err(CpuError::Launch {
+                kernel: entry.name.clone(),
+                message: format!(
+                    "{} arguments for {} parameters",
+                    slots.len(),
+                    entry.params.len()
+                ),
+            });
+        }
+        let total = shape
+            .grid
+            .iter()
+            .try_fold(1u64, |a, &g| a.checked_mul(g as u64))
+            .unwrap_or(0);
+        if total == 0 {
+            return Ok(());
+        }
+        let job = Arc::new(Job {
+            program: self.clone(),
+            slots: slots.to_vec().into_boxed_slice(),
+            entry: entry.index,
+            shape,
+            next: AtomicU64::new(0),
+            total,
+            failed: AtomicU32::new(0),
+        });
+        let workers = pool()
+            .size
+            .min(usize::try_from(total).unwrap_or(usize::MAX));
+        let (done_tx, done_rx) = bounded::<Result<(), String>>(workers);
+        for _ in 1..workers {
+            let j = job.clone();
+            let d = done_tx.clone();
+            let sent = pool().jobs.send(Box::new(move || {
+                let _ = d.send(j.run());
+            }));
+            if sent.is_err() {
+                break;
+            }
+        }
+        // The caller takes part too; it returns when no block is left.
+        let mut first = job.run();
+        drop(done_tx);
+        for r in done_rx.iter() {
+            if first.is_ok() {
+                first = r;
+            }
+        }
+        first.map_err(|message| CpuError::Launch {
+            kernel: entry.name.clone(),
+            message,
+        })
+    }
+}
+
+/// The symbol name of a function of a loaded library.
+fn symbol_name(addr: *const c_void) -> Option<String> {
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: dladdr only reads `addr` and writes `info`.
+    let ok = unsafe { libc::dladdr(addr, info.as_mut_ptr()) };
+    if ok == 0 {
+        return None;
+    }
+    // SAFETY: dladdr succeeded and initialized `info`.
+    let info = unsafe { info.assume_init() };
+    if info.dli_sname.is_null() || info.dli_saddr != addr.cast_mut() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated name from the library's symbol table.
+    Some(
+        unsafe { CStr::from_ptr(info.dli_sname) }
+            .to_string_lossy()
+            .into_owned(),
+    )
+}
+
+/// One launch, shared by the workers that run its blocks.
+struct Job {
+    program: Arc<Program>,
+    slots: Box<[u64]>,
+    entry: u32,
+    shape: Shape,
+    next: AtomicU64,
+    total: u64,
+    failed: AtomicU32,
+}
+
+impl Job {
+    fn run(&self) -> Result<(), String> {
+        let mut ptrs: Vec<*mut c_void> = self
+            .slots
+            .iter()
+            .map(|s| (s as *const u64).cast_mut().cast::<c_void>())
+            .collect();
+        let args = RunArgs {
+            abi: ABI,
+            entry: self.entry,
+            params: ptrs.as_mut_ptr(),
+            grid: self.shape.grid,
+            block: self.shape.block,
+            shared_bytes: self.shape.shared_bytes,
+            warp_size: self.shape.warp_size,
+            next_block: &self.next,
+            total_blocks: self.total,
+            failed: &self.failed,
+        };
+        let mut err = [0u8; 512];
+        // SAFETY: `args` and everything it points to live across the call; the kernel only
+        // reads the slots (the C side reads each parameter from its slot); the caller of
+        // `launch` vouched for the buffers the slots point to.
+        let rc = unsafe { (self.program.run)(&args, err.as_mut_ptr().cast(), err.len()) };
+        if rc == 0 {
+            return Ok(());
+        }
+        let end = err.iter().position(|&b| b == 0).unwrap_or(err.len());
+        Err(String::from_utf8_lossy(&err[..end]).into_owned())
+    }
+}
+
+type Work = Box<dyn FnOnce() + Send>;
+
+struct Pool {
+    jobs: Sender<Work>,
+    size: usize,
+}
+
+/// The process's worker threads (one per CPU, at most 64), started on the first launch.
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| {
+        let size = std::thread::available_parallelism()
+            .map(|n| n.get())
+            .unwrap_or(1)
+            .clamp(1, 64);
+        let (tx, rx): (Sender<Work>, Receiver<Work>) = unbounded();
+        let mut started = 1;
+        for i in 1..size {
+            let rx = rx.clone();
+            let ok = std::thread::Builder::new()
+                .name(format!("xthunk-cpu-{i}"))
+                .spawn(move || {
+                    for w in rx.iter() {
+                        w();
+                    }
+                })
+                .is_ok();
+            if ok {
+                started += 1;
+            }
+        }
+        Pool {
+            jobs: tx,
+            size: started,
+        }
+    })
+}
