@@ -1,5 +1,6 @@
 //! The thunk IR: allocations, slices, modules, thunks and executables.
 
+use super::custom_call::CustomCallThunk;
 use super::dtype::DType;
 use super::gemm::GemmThunk;
 use std::fmt;
@@ -494,6 +495,8 @@ pub enum Thunk {
     RankId {
         dst: Slice,
     },
+    /// Calls the handler registered for a target (a framework's own library call).
+    CustomCall(CustomCallThunk),
 }
 
 impl Thunk {
@@ -515,6 +518,7 @@ impl Thunk {
             Thunk::Send { .. } => "send",
             Thunk::Recv { .. } => "recv",
             Thunk::RankId { .. } => "rank_id",
+            Thunk::CustomCall(_) => "custom_call",
         }
     }
 
@@ -616,6 +620,7 @@ impl Thunk {
                 slice: *dst,
                 access: Access::Write,
             }],
+            Thunk::CustomCall(c) => c.buffer_uses(),
             Thunk::Sequence(_)
             | Thunk::AsyncStart { .. }
             | Thunk::AsyncDone { .. }

@@ -590,6 +590,9 @@ impl Verifier<'_> {
                     ));
                 }
             }
+            Thunk::CustomCall(c) => {
+                super::custom_call::verify(c, path, &|s, f, w| self.slice(s, path, f, w))?
+            }
         }
         let was = self.in_command_buffer;
         if matches!(t, Thunk::CommandBuffer { .. }) {
