@@ -29,6 +29,7 @@
 mod collective;
 mod command_buffer;
 mod config;
+mod custom_call;
 pub mod graph;
 mod loaded;
 mod plan;

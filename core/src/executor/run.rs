@@ -368,6 +368,7 @@ impl Run<'_> {
                     None => Ok(()),
                 }
             }
+            Op::CustomCall(c) => self.custom_call(c, stream, &step.path),
             Op::CommandBuffer { id, body, bindings } => {
                 let numbering = self.numbering.replace(false);
                 let r = self.command_buffer(*id, body, bindings, stream, state);
@@ -401,6 +402,7 @@ impl Run<'_> {
             | Thunk::While { .. }
             | Thunk::Conditional { .. }
             | Thunk::CommandBuffer { .. }
+            | Thunk::CustomCall(_)
             | Thunk::Sequence(_)
             | Thunk::AsyncStart { .. }
             | Thunk::AsyncDone { .. } => Err(Error::InvalidArgument(format!(

@@ -83,7 +83,7 @@ pub(super) fn schedule(
                     resources: if t.is_collective() {
                         vec![COLLECTIVE_RESOURCE]
                     } else {
-                        vec![]
+                        super::custom_call::resources(t)
                     },
                 },
                 c,
