@@ -27,6 +27,7 @@ pub use xthunk_proto as proto;
 pub use xthunk_rocm::Target as RocmTarget;
 
 mod cliques;
+pub mod plugins;
 pub use cliques::{
     BackendCollectives, BindDevice, JobCliqueFactory, JobCliques, NcclCliqueFactory,
     ShmJobCliqueFactory,
