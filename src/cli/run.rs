@@ -47,6 +47,10 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
     #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
     pub collective_timeout: Duration,
+    /// A custom-call plugin to load (a shared library exporting `xthunk_ffi_register`, see
+    /// docs/custom-calls.md); repeatable. `XTHUNK_PLUGINS` (`:`-separated) adds more.
+    #[arg(long = "plugin", value_name = "PATH")]
+    pub plugins: Vec<PathBuf>,
 }
 
 /// clap value parser of `--input`: `NAME=FILE.npy`.
@@ -178,6 +182,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         outfiles::check_dir(dir)?;
     }
     check_backend_name(&Runtime::new(), &args.backend)?;
+    xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
     let program =
         xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
