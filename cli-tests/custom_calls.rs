@@ -526,3 +526,43 @@ fn bad_plugins_and_calls_are_refused_before_anything_runs() {
         ],
     );
 }
+
+#[test]
+fn the_text_example_runs_with_the_plugin_named_by_xthunk_plugins() {
+    let Some(plugin) = need(
+        plugin(),
+        "no C compiler (`cc`)",
+        "the_text_example_runs_with_the_plugin_named_by_xthunk_plugins",
+    ) else {
+        return;
+    };
+    let dir = scratch().join("text_example");
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(8);
+    let x: Vec<f32> = (0..8).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let y: Vec<f32> = (0..8).map(|_| rng.random_range(-2.0..2.0)).collect();
+    let b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    write_npy(&dir.join("x.npy"), "<f4", &[8], &b(&x));
+    write_npy(&dir.join("y.npy"), "<f4", &[8], &b(&y));
+    let out = dir.join("out");
+    let arg = |n: &str| format!("{n}={}", dir.join(format!("{n}.npy")).display());
+    let o = Command::new(xthunk_bin())
+        .env("XTHUNK_PLUGINS", plugin)
+        .args(["run", "examples/custom_call.txtpb", "--backend", "host"])
+        .args(["--input", &arg("x"), "--input", &arg("y"), "--output-dir"])
+        .arg(&out)
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for (file, scale) in [("out.npy", 2.0f64), ("out2.npy", -1.0)] {
+        let got: Vec<f32> = read_npy(&out.join(file));
+        for (i, g) in got.iter().enumerate() {
+            let want = scale * f64::from(x[i]) + f64::from(y[i]);
+            assert!(
+                (f64::from(*g) - want).abs() <= 1e-6 * (1.0 + want.abs()),
+                "{file}[{i}]"
+            );
+        }
+    }
+}

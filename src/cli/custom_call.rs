@@ -27,7 +27,8 @@ pub fn describe(c: &CustomCallThunk, in_command_buffer: bool) -> String {
         handlers.push(format!("{backend}: {how}"));
     }
     let handlers = if handlers.is_empty() {
-        "no handler registered (load plugins with --plugin)".to_string()
+        "no handler for this target is registered (plugins register handlers: --plugin PATH)"
+            .to_string()
     } else {
         handlers.join("; ")
     };
