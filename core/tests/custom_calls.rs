@@ -27,6 +27,8 @@ struct ScaledAdd {
     calls: AtomicU64,
     runs: Arc<AtomicU64>,
     capture: bool,
+    /// The run (counted from 0) whose work fails, if any.
+    fail_at: Option<u64>,
 }
 
 impl ScaledAdd {
@@ -35,6 +37,7 @@ impl ScaledAdd {
             calls: AtomicU64::new(0),
             runs: Arc::new(AtomicU64::new(0)),
             capture,
+            fail_at: None,
         })
     }
 }
@@ -49,8 +52,12 @@ impl Handler for ScaledAdd {
         let n = x.element_count() as usize;
         let (xp, yp, op) = (x.ptr.0 as usize, y.ptr.0 as usize, out.ptr.0 as usize);
         let runs = self.runs.clone();
-        call.stream().enqueue_host(Arc::new(move || {
-            runs.fetch_add(1, Ordering::SeqCst);
+        let fail_at = self.fail_at;
+        call.enqueue_host(move || {
+            let run = runs.fetch_add(1, Ordering::SeqCst);
+            if Some(run) == fail_at {
+                return Err(HandlerError::failed(format!("run {run} failed on purpose")));
+            }
             // SAFETY: host device pointers are host addresses of live allocations of the
             // execution; the slices hold `n` f32 each (checked at load) and do not overlap.
             let (x, y, o) = unsafe {
@@ -64,8 +71,7 @@ impl Handler for ScaledAdd {
                 o[i] = scale * x[i] + y[i];
             }
             Ok(())
-        }))?;
-        Ok(())
+        })
     }
 
     fn traits(&self) -> Traits {
@@ -318,4 +324,34 @@ fn side_effecting_calls_keep_program_order() {
     let ordered = LoadedExecutable::load_with(device(), build(true), &config).unwrap();
     assert_eq!(free.schedule_info().edges, 0);
     assert_eq!(ordered.schedule_info().edges, 1);
+}
+
+#[test]
+fn an_error_of_enqueued_host_work_names_the_thunk_and_the_target() {
+    let h = Arc::new(ScaledAdd {
+        calls: AtomicU64::new(0),
+        runs: Arc::new(AtomicU64::new(0)),
+        capture: false,
+        fail_at: Some(1),
+    });
+    registry()
+        .register("host", "t.rust.late_failure", h.clone(), "test")
+        .unwrap();
+    let exe =
+        LoadedExecutable::load(device(), program("t.rust.late_failure", 8, 1.0, false)).unwrap();
+    let bound = bind(&exe);
+    run_checked(&exe, &bound, 8, 1.0, 5);
+    use xthunk_core::backend::DeviceMemory;
+    let p: Vec<&dyn DeviceMemory> = bound.params.iter().map(|b| b.as_ref() as _).collect();
+    let o: Vec<&dyn DeviceMemory> = bound.outputs.iter().map(|b| b.as_ref() as _).collect();
+    let e = exe
+        .execute(&p, &o, &ExecuteOptions::default())
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        e,
+        "thunk entry[0] (custom_call): custom call `t.rust.late_failure` failed: run 1 failed on purpose"
+    );
+    // The state is usable again.
+    run_checked(&exe, &bound, 8, 1.0, 6);
 }

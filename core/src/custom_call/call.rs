@@ -87,6 +87,30 @@ impl<'a> Call<'a> {
         self.stream
     }
 
+    /// Runs `work` on the host in the stream's order ([`Stream::enqueue_host`]; captured with
+    /// the call into a command buffer's recording). Its error fails the execution naming the
+    /// thunk and the target, like an error the handler returns.
+    pub fn enqueue_host(
+        &self,
+        work: impl Fn() -> Result<(), HandlerError> + Send + Sync + 'static,
+    ) -> Result<(), HandlerError> {
+        let target = self.target.to_string();
+        let path = self.path.clone();
+        let wrapped: crate::backend::HostWork = std::sync::Arc::new(move || {
+            work().map_err(|e| {
+                let e: crate::Error = super::CustomCallError::Failed {
+                    target: target.clone(),
+                    source: Box::new(e),
+                }
+                .into();
+                e.at_thunk(&path, "custom_call")
+            })
+        });
+        self.stream
+            .enqueue_host(wrapped)
+            .map_err(HandlerError::Runtime)
+    }
+
     /// The native stream (`CUstream`, `hipStream_t`) as an integer; `None` on the host.
     pub fn native_stream(&self) -> Option<usize> {
         self.stream.native_handle()

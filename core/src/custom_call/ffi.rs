@@ -5,8 +5,7 @@
 
 use super::call::Call;
 use super::registry::{AttrType, HandlerSignature};
-use super::{CustomCallError, Handler, HandlerError, Traits};
-use crate::Error;
+use super::{Handler, HandlerError, Traits};
 use crate::ir::{AttrArray, AttrValue, Attributes, DType};
 use libloading::Library;
 use std::ffi::{CStr, CString, c_char, c_void};
@@ -371,24 +370,7 @@ impl Handler for CHandler {
             Some(s) => invoke(self.func, &p, s as *mut c_void),
             None => {
                 let func = self.func;
-                let target = call.target().to_string();
-                let path = call.path().clone();
-                let work = Arc::new(move || {
-                    invoke(func, &p, std::ptr::null_mut()).map_err(|e| Error::Thunk {
-                        path: path.clone(),
-                        kind: "custom_call",
-                        source: Box::new(
-                            CustomCallError::Failed {
-                                target: target.clone(),
-                                source: Box::new(e),
-                            }
-                            .into(),
-                        ),
-                    })
-                });
-                call.stream()
-                    .enqueue_host(work)
-                    .map_err(HandlerError::Runtime)
+                call.enqueue_host(move || invoke(func, &p, std::ptr::null_mut()))
             }
         }
     }

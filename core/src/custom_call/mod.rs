@@ -5,7 +5,7 @@
 //! A handler is called when its thunk is *issued*, with the stream the thunk runs on. It does
 //! its work in that stream's order: on a GPU by enqueueing on the native stream
 //! ([`Call::native_stream`]: a `CUstream` or `hipStream_t`), on the host through
-//! [`Stream::enqueue_host`](crate::backend::Stream::enqueue_host). A C handler on the host gets
+//! [`Call::enqueue_host`]. A C handler on the host gets
 //! a null stream and is itself enqueued on the host stream. A handler that is
 //! [command-buffer compatible](Traits::command_buffer_compatible) is issued while a command
 //! buffer records, so its work is captured (CUDA/HIP graphs, host replays) and replayed without
