@@ -355,3 +355,42 @@ fn an_error_of_enqueued_host_work_names_the_thunk_and_the_target() {
     // The state is usable again.
     run_checked(&exe, &bound, 8, 1.0, 6);
 }
+
+#[test]
+fn a_compatible_handler_joins_the_implicit_command_buffer() {
+    use xthunk_core::executor::AUTO_COMMAND_BUFFER_MIN;
+    let build = |target: &str| {
+        let mut exe = program(target, 64, 0.5, false);
+        // Enough plain work after the call for an implicit command buffer.
+        let Thunk::Copy { src, dst } = exe.entry[1].clone() else {
+            panic!()
+        };
+        for _ in 0..AUTO_COMMAND_BUFFER_MIN {
+            exe.entry.push(Thunk::Copy { src, dst });
+        }
+        exe
+    };
+    for (target, capture) in [("t.rust.implicit", true), ("t.rust.explicit_only", false)] {
+        let h = ScaledAdd::new(capture);
+        registry()
+            .register("host", target, h.clone(), "test")
+            .unwrap();
+        let config = ExecutorConfig {
+            streams: 1,
+            ..ExecutorConfig::default()
+        };
+        let exe = LoadedExecutable::load_with(device(), build(target), &config).unwrap();
+        assert_eq!(
+            exe.schedule_info().implicit_command_buffer,
+            capture,
+            "{target}"
+        );
+        let bound = bind(&exe);
+        for seed in 0..3 {
+            run_checked(&exe, &bound, 64, 0.5, 30 + seed);
+        }
+        let want = if capture { 1 } else { 3 };
+        assert_eq!(h.calls.load(Ordering::SeqCst), want, "{target}");
+        assert_eq!(h.runs.load(Ordering::SeqCst), 3, "{target}");
+    }
+}

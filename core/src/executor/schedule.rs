@@ -108,6 +108,7 @@ pub(super) fn schedule(
                 t,
                 Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
             ),
+            Op::CustomCall(r) => r.capturable,
             _ => false,
         });
         let fused =
