@@ -8,7 +8,7 @@ use super::registry::{AttrType, HandlerSignature};
 use super::{Handler, HandlerError, Traits};
 use crate::ir::{AttrArray, AttrValue, Attributes, DType};
 use libloading::Library;
-use std::ffi::{CStr, CString, c_char, c_void};
+use std::ffi::{CStr, c_char, c_void};
 use std::sync::Arc;
 
 /// `XTHUNK_FFI_API_VERSION`: the call frame's and the registration's version.
@@ -32,7 +32,7 @@ pub(super) struct CBuffer {
 
 /// `XthunkFfiString`.
 #[repr(C)]
-pub(super) struct CString_ {
+pub(super) struct CFfiString {
     data: *const c_char,
     len: u64,
 }
@@ -128,23 +128,26 @@ fn dtype_code(d: DType) -> i32 {
 /// to a heap block it owns).
 #[derive(Default)]
 struct Keep {
-    strings: Vec<CString>,
+    strings: Vec<Box<[u8]>>,
     bytes: Vec<Box<[u8]>>,
     i32s: Vec<Box<[i32]>>,
     i64s: Vec<Box<[i64]>>,
     f32s: Vec<Box<[f32]>>,
     f64s: Vec<Box<[f64]>>,
-    strs: Vec<Box<[CString_]>>,
+    strs: Vec<Box<[CFfiString]>>,
     dicts: Vec<Box<[CAttr]>>,
 }
 
 impl Keep {
-    /// A NUL-terminated copy of `s` (an interior NUL ends the C string early; `len` keeps
-    /// the full length).
+    /// A NUL-terminated copy of `s`: all its bytes (an interior NUL stays; `len` counts it)
+    /// and one NUL after them, so reading `s.len()` bytes or up to a NUL stays inside.
     fn cstr(&mut self, s: &str) -> *const c_char {
-        let c = CString::new(s.replace('\0', "")).unwrap_or_default();
-        let p = c.as_ptr();
-        self.strings.push(c);
+        let mut b = Vec::with_capacity(s.len() + 1);
+        b.extend_from_slice(s.as_bytes());
+        b.push(0);
+        let b = b.into_boxed_slice();
+        let p = b.as_ptr().cast();
+        self.strings.push(b);
         p
     }
 
@@ -205,9 +208,9 @@ impl Keep {
                         p
                     }
                     AttrArray::Str(v) => {
-                        let b: Box<[CString_]> = v
+                        let b: Box<[CFfiString]> = v
                             .iter()
-                            .map(|s| CString_ {
+                            .map(|s| CFfiString {
                                 data: self.cstr(s),
                                 len: s.len() as u64,
                             })
