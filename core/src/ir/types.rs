@@ -462,8 +462,8 @@ pub enum Thunk {
     },
     /// Records `body` once per execution state into a replayable graph (CUDA/HIP graph, a
     /// pre-resolved operation list on the host), replays it, and re-records only when an
-    /// address it uses changed. The body may hold copies, memsets, kernels, gemms and
-    /// sequences of them.
+    /// address it uses changed. The body may hold copies, memsets, kernels, gemms, custom
+    /// calls and sequences of them.
     CommandBuffer {
         body: Vec<Thunk>,
     },

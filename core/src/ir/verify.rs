@@ -681,7 +681,7 @@ impl Verifier<'_> {
                 path,
                 "kind",
                 format!(
-                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm and sequences)"
+                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm, custom_call and sequences)"
                 ),
             ));
         }
