@@ -324,10 +324,25 @@ fn run_c_plugin(backend: &str, test: &str) {
             "3",
             "--output-dir",
             out.to_str().unwrap(),
+            "-vv",
         ],
     );
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(o.status.success(), "xthunk run on {backend} failed:\n{err}");
+    // The trace: the buffer is split at the incompatible call when loaded; its first part
+    // (memset, the compatible call, copy) is recorded once, in the first of 3 executions,
+    // and replayed after.
+    assert!(
+        err.contains(
+            "the command buffer is split command_buffer=entry[0] custom_call=entry[0].body[3]"
+        ),
+        "{err}"
+    );
+    assert_eq!(err.matches("recorded command buffer").count(), 1, "{err}");
+    assert!(
+        err.contains("recorded command buffer command_buffer=1 nodes=3"),
+        "{err}"
+    );
     if backend != "host" {
         assert!(err.contains("[EMULATED, not a GPU]"), "{err}");
     }
