@@ -491,6 +491,15 @@ fn bad_plugins_and_calls_are_refused_before_anything_runs() {
         Some(&no_symbol),
         &["libno_symbol.so", "does not export `xthunk_ffi_register`"],
     );
+    let no_version = build_plugin("no_symbol.c", "no_version", &["-DNO_VERSION"]).unwrap();
+    refused(
+        prog,
+        Some(&no_version),
+        &[
+            "libno_version.so",
+            "does not export `xthunk_ffi_api_version`",
+        ],
+    );
     let v2 = build_plugin("test_plugin.c", "version2", &["-DTEST_PLUGIN_VERSION=2"]).unwrap();
     refused(
         prog,
