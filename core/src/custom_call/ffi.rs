@@ -177,47 +177,20 @@ impl Keep {
             ),
             AttrValue::Array(arr) => {
                 let ptr: *const c_void = match arr {
-                    AttrArray::Bool(v) => {
-                        let b: Box<[u8]> = v.iter().map(|x| u8::from(*x)).collect();
-                        let p = b.as_ptr().cast();
-                        self.bytes.push(b);
-                        p
-                    }
-                    AttrArray::I32(v) => {
-                        let b: Box<[i32]> = v.clone().into_boxed_slice();
-                        let p = b.as_ptr().cast();
-                        self.i32s.push(b);
-                        p
-                    }
-                    AttrArray::I64(v) => {
-                        let b: Box<[i64]> = v.clone().into_boxed_slice();
-                        let p = b.as_ptr().cast();
-                        self.i64s.push(b);
-                        p
-                    }
-                    AttrArray::F32(v) => {
-                        let b: Box<[f32]> = v.clone().into_boxed_slice();
-                        let p = b.as_ptr().cast();
-                        self.f32s.push(b);
-                        p
-                    }
-                    AttrArray::F64(v) => {
-                        let b: Box<[f64]> = v.clone().into_boxed_slice();
-                        let p = b.as_ptr().cast();
-                        self.f64s.push(b);
-                        p
-                    }
+                    AttrArray::Bool(v) => keep(&mut self.bytes, v.iter().map(|x| u8::from(*x))),
+                    AttrArray::I32(v) => keep(&mut self.i32s, v.iter().copied()),
+                    AttrArray::I64(v) => keep(&mut self.i64s, v.iter().copied()),
+                    AttrArray::F32(v) => keep(&mut self.f32s, v.iter().copied()),
+                    AttrArray::F64(v) => keep(&mut self.f64s, v.iter().copied()),
                     AttrArray::Str(v) => {
-                        let b: Box<[CFfiString]> = v
+                        let strs: Vec<CFfiString> = v
                             .iter()
                             .map(|s| CFfiString {
                                 data: self.cstr(s),
                                 len: s.len() as u64,
                             })
                             .collect();
-                        let p = b.as_ptr().cast();
-                        self.strs.push(b);
-                        p
+                        keep(&mut self.strs, strs)
                     }
                 };
                 (arr.len(), CAttrValue { ptr })
@@ -238,6 +211,15 @@ impl Keep {
             value,
         }
     }
+}
+
+/// Stores `items` as one heap block in `store` and returns a pointer to its first element
+/// (valid while `store` keeps the block, however `store` moves).
+fn keep<T>(store: &mut Vec<Box<[T]>>, items: impl IntoIterator<Item = T>) -> *const c_void {
+    let b: Box<[T]> = items.into_iter().collect();
+    let p = b.as_ptr().cast();
+    store.push(b);
+    p
 }
 
 /// A call frame and everything it points into.
