@@ -539,6 +539,16 @@ fn bad_plugins_and_calls_are_refused_before_anything_runs() {
         Some(plugin),
         &["entry[1]", "results[1].dims", "[7, 6] x i32 is 168 bytes"],
     );
+    let unprepared = edited("unprepared", |e| {
+        top_k(e).target = "test.prepare_fails".into();
+    });
+    refused(
+        &unprepared,
+        Some(plugin),
+        &[
+            "thunk entry[1] (custom_call): custom call `test.prepare_fails` failed: prepare refused test.prepare_fails at entry[1] on device 0",
+        ],
+    );
     let failing = edited("failing", |e| {
         top_k(e).target = "test.fail".into();
     });

@@ -21,7 +21,7 @@ use xthunk::core::backend::{KernelHandle, LaunchArg, LaunchDims};
 use xthunk::core::custom_call::{
     AttrType, Call, Handler, HandlerError, HandlerSignature, Traits, registry,
 };
-use xthunk::ir::{CustomCallThunk, DType, Dim3, Module, ModuleImage, Scalar, Thunk};
+use xthunk::ir::{CustomCallThunk, DType, Dim3, Module, ModuleImage, Scalar, Thunk, ThunkPath};
 use xthunk::{BackendChoice, Device, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// A device: its backend's name and its ordinal.
@@ -44,7 +44,12 @@ impl ScaledAdd {
 }
 
 impl Handler for ScaledAdd {
-    fn prepare(&self, device: &dyn Device) -> Result<(), HandlerError> {
+    fn prepare(
+        &self,
+        device: &dyn Device,
+        _call: &CustomCallThunk,
+        _path: &ThunkPath,
+    ) -> Result<(), HandlerError> {
         if self.kernel(device).is_some() {
             return Ok(());
         }

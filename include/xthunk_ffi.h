@@ -139,6 +139,23 @@ typedef struct XthunkFfiCallFrame {
 
 typedef int32_t (*XthunkFfiHandler)(const XthunkFfiCallFrame *frame);
 
+/* What `prepare` is given: called once per call of the target when a program is loaded onto a
+ * device, before anything runs (load modules, allocate what the calls need: nothing a stream
+ * capture forbids then happens at issue). It returns 0, or non-zero after `set_error`: the
+ * load fails naming the thunk and the target. */
+typedef struct XthunkFfiPrepareFrame {
+  uint32_t api_version;  /* XTHUNK_FFI_API_VERSION */
+  uint32_t platform;     /* XTHUNK_FFI_PLATFORM_* */
+  int32_t device_ordinal;
+  uint32_t reserved;
+  const char *target;
+  const char *thunk_path;
+  void *error_context;
+  void (*set_error)(void *error_context, const char *message);
+} XthunkFfiPrepareFrame;
+
+typedef int32_t (*XthunkFfiPrepare)(const XthunkFfiPrepareFrame *frame);
+
 /* An attribute a handler reads (required, of this type). */
 typedef struct XthunkFfiAttrSpec {
   const char *name;
@@ -154,6 +171,7 @@ typedef struct XthunkFfiHandlerInfo {
   int32_t num_results;   /* -1: any */
   int64_t num_attrs;     /* -1: any attributes; otherwise the entries of `attrs`, exactly */
   const XthunkFfiAttrSpec *attrs;
+  XthunkFfiPrepare prepare;  /* NULL: nothing to prepare */
 } XthunkFfiHandlerInfo;
 
 typedef struct XthunkFfiRegistrar {

@@ -8,6 +8,7 @@
  *                            descending, ties by lower index
  *   test.attrs               reads attributes of every type, writes what it read as f64s
  *   test.fail                fails with a message
+ *   test.prepare_fails       refused when a program calling it is loaded (its `prepare`)
  *
  * On the host the handler runs in the host stream's order and computes directly. On cuda and
  * rocm it enqueues the same computation as a host function on the native stream
@@ -253,6 +254,15 @@ static int32_t fail(const XthunkFfiCallFrame *f) {
   return xthunk_ffi_error(f, msg);
 }
 
+/* Refuses every load of its target. */
+static int32_t prepare_fails(const XthunkFfiPrepareFrame *f) {
+  char msg[160];
+  snprintf(msg, sizeof msg, "prepare refused %s at %s on device %d", f->target, f->thunk_path,
+           (int)f->device_ordinal);
+  f->set_error(f->error_context, msg);
+  return 1;
+}
+
 uint32_t xthunk_ffi_api_version(void) {
 #ifdef TEST_PLUGIN_VERSION
   return TEST_PLUGIN_VERSION;
@@ -271,7 +281,8 @@ int32_t xthunk_ffi_register(const XthunkFfiRegistrar *r) {
         {"test.scaled_add_split", p, 0, scaled_add, 2, 1, 1, scale},
         {"test.top_k", p, 0, top_k, 1, 2, 2, topk},
         {"test.attrs", p, 0, attrs, 0, 1, -1, NULL},
-        {"test.fail", p, 0, fail, -1, -1, -1, NULL},
+        {"test.fail", p, 0, fail, -1, -1, -1, NULL, NULL},
+        {"test.prepare_fails", p, 0, fail, -1, -1, -1, NULL, prepare_fails},
     };
     for (size_t i = 0; i < sizeof infos / sizeof infos[0]; i++) {
       if (r->register_handler(r->context, &infos[i]) != 0) return 1;

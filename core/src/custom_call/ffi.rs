@@ -81,6 +81,22 @@ pub(super) struct CFrame {
 /// `XthunkFfiHandler`.
 pub(super) type CHandlerFn = unsafe extern "C" fn(*const CFrame) -> i32;
 
+/// `XthunkFfiPrepareFrame`.
+#[repr(C)]
+pub(super) struct CPrepareFrame {
+    api_version: u32,
+    platform: u32,
+    device_ordinal: i32,
+    reserved: u32,
+    target: *const c_char,
+    thunk_path: *const c_char,
+    error_context: *mut c_void,
+    set_error: extern "C" fn(*mut c_void, *const c_char),
+}
+
+/// `XthunkFfiPrepare`.
+pub(super) type CPrepareFn = unsafe extern "C" fn(*const CPrepareFrame) -> i32;
+
 /// The platform codes (`XTHUNK_FFI_PLATFORM_*`) and the backends they name.
 pub(super) const PLATFORMS: [(u32, &str); 3] = [(0, "host"), (1, "cuda"), (2, "rocm")];
 
@@ -344,6 +360,7 @@ pub(super) struct CHandler {
     pub(super) traits: Traits,
     pub(super) signature: HandlerSignature,
     pub(super) platform: u32,
+    pub(super) prepare: Option<CPrepareFn>,
     /// Keeps the plugin loaded while its handler is registered.
     pub(super) _library: Arc<Library>,
 }
@@ -358,6 +375,39 @@ impl Handler for CHandler {
                 call.enqueue_host(move || invoke(func, &p, std::ptr::null_mut()))
             }
         }
+    }
+
+    fn prepare(
+        &self,
+        device: &dyn crate::backend::Device,
+        call: &crate::ir::CustomCallThunk,
+        path: &crate::ir::ThunkPath,
+    ) -> Result<(), HandlerError> {
+        let Some(prepare) = self.prepare else {
+            return Ok(());
+        };
+        let mut keep = Keep::default();
+        let mut slot = ErrorSlot::default();
+        let frame = CPrepareFrame {
+            api_version: XTHUNK_FFI_API_VERSION,
+            platform: self.platform,
+            device_ordinal: i32::try_from(device.info().ordinal).unwrap_or(-1),
+            reserved: 0,
+            target: keep.cstr(&call.target),
+            thunk_path: keep.cstr(&path.to_string()),
+            error_context: (&mut slot as *mut ErrorSlot).cast(),
+            set_error,
+        };
+        // SAFETY: `prepare` is a plugin's function for this ABI version; the frame and the
+        // strings it points to (in `keep`) and the error slot are alive for the call.
+        let code = unsafe { prepare(&frame) };
+        drop(keep);
+        if code == 0 {
+            return Ok(());
+        }
+        Err(HandlerError::Failed(slot.0.unwrap_or_else(|| {
+            format!("prepare returned {code} without a message")
+        })))
     }
 
     fn traits(&self) -> Traits {

@@ -73,11 +73,16 @@ pub trait Handler: Send + Sync {
         Traits::default()
     }
 
-    /// Called once per device when a program calling the handler is loaded on it, before
-    /// anything runs (load modules, plan work: nothing a stream capture forbids is then done
-    /// at issue). Nothing, by default.
-    fn prepare(&self, device: &dyn crate::backend::Device) -> Result<(), HandlerError> {
-        let _ = device;
+    /// Called for every call of the handler (`call`, at `path`) when a program is loaded onto
+    /// `device`, before anything runs (load modules, plan work: nothing a stream capture
+    /// forbids is then done at issue). Nothing, by default.
+    fn prepare(
+        &self,
+        device: &dyn crate::backend::Device,
+        call: &crate::ir::CustomCallThunk,
+        path: &ThunkPath,
+    ) -> Result<(), HandlerError> {
+        let _ = (device, call, path);
         Ok(())
     }
 

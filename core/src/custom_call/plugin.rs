@@ -4,7 +4,7 @@
 //! plugin whose registration fails registers nothing.
 
 use super::ffi::{
-    ATTR_TYPES, CHandler, CHandlerFn, PLATFORMS, XTHUNK_FFI_API_VERSION,
+    ATTR_TYPES, CHandler, CHandlerFn, CPrepareFn, PLATFORMS, XTHUNK_FFI_API_VERSION,
     XTHUNK_FFI_REGISTER_SYMBOL, XTHUNK_FFI_TRAIT_COMMAND_BUFFER_COMPATIBLE,
     XTHUNK_FFI_VERSION_SYMBOL, attr_type,
 };
@@ -44,6 +44,7 @@ struct CHandlerInfo {
     num_results: i32,
     num_attrs: i64,
     attrs: *const CAttrSpec,
+    prepare: Option<CPrepareFn>,
 }
 
 /// `XthunkFfiRegistrar`.
@@ -153,6 +154,7 @@ fn read_info(c: &Collected, info: &CHandlerInfo) -> Result<(String, String, CHan
             attributes,
         },
         platform: info.platform,
+        prepare: info.prepare,
         _library: c.library.clone(),
     };
     Ok((backend.to_string(), target, handler))

@@ -29,7 +29,7 @@ pub(super) fn resolve(
     path: &ThunkPath,
 ) -> Result<Arc<Resolved>> {
     let handler = registry().resolve(device.backend_name(), c, path)?;
-    handler.prepare(device).map_err(|source| {
+    handler.prepare(device, c, path).map_err(|source| {
         let e: Error = CustomCallError::Failed {
             target: c.target.clone(),
             source: Box::new(source),
