@@ -29,6 +29,7 @@ pub use xthunk_rocm::Target as RocmTarget;
 mod cliques;
 /// What the C ABI and the Python package share.
 pub mod embed;
+pub mod plugins;
 pub use cliques::{
     BackendCollectives, BindDevice, JobCliqueFactory, JobCliques, NcclCliqueFactory,
     ShmJobCliqueFactory,

@@ -6,6 +6,7 @@ mod cli {
     pub mod compile;
     pub mod conformance;
     pub mod convert;
+    pub mod custom_call;
     pub mod devices;
     pub mod error;
     pub mod inspect;

@@ -52,6 +52,10 @@ impl Tensor {
             access: Access::ReadWrite,
         }
     }
+    /// As a custom-call operand or result.
+    pub fn buffer(&self) -> CustomCallBuffer {
+        CustomCallBuffer::new(self.slice, self.dtype, &self.dims)
+    }
     /// A sub-range of elements `[start, start+count)` viewed as a 1-D tensor.
     pub fn elems(&self, start: u64, count: u64) -> Tensor {
         let es = self.dtype.size() as u64;

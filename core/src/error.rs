@@ -55,6 +55,9 @@ pub enum Error {
     /// Coordination with the other processes of a job failed (a dead rank, a timeout).
     #[error(transparent)]
     Distributed(#[from] crate::distributed::DistributedError),
+    /// A custom call could not be resolved, loaded or run.
+    #[error(transparent)]
+    CustomCall(Box<crate::custom_call::CustomCallError>),
     /// A thunk failed; `path` names it.
     #[error("thunk {path} ({kind}): {source}")]
     Thunk {

@@ -5,6 +5,7 @@ pub mod backend;
 pub mod bench;
 pub mod builder;
 pub mod collectives;
+pub mod custom_call;
 pub mod distributed;
 pub mod error;
 pub mod executor;

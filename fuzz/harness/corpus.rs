@@ -8,6 +8,10 @@ use xthunk_core::ir::Executable;
 /// Every seed program: (file name, text).
 pub const SEEDS: &[(&str, &str)] = &[
     (
+        "examples/custom_call.txtpb",
+        include_str!("../../examples/custom_call.txtpb"),
+    ),
+    (
         "examples/dp_step.txtpb",
         include_str!("../../examples/dp_step.txtpb"),
     ),

@@ -201,6 +201,12 @@ fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
             f(Knob::Index(peer));
         }
         Thunk::RankId { dst } => slice(dst, f),
+        Thunk::CustomCall(c) => {
+            for b in c.operands.iter_mut().chain(c.results.iter_mut()) {
+                slice(&mut b.slice, f);
+                f(Knob::DType(&mut b.dtype));
+            }
+        }
     }
 }
 

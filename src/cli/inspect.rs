@@ -17,11 +17,16 @@ use xthunk::ir::{
 pub struct InspectArgs {
     /// The program file (.txtpb or .pb).
     pub program: PathBuf,
+    /// A custom-call plugin whose handlers' traits the listing shows (repeatable; with
+    /// `XTHUNK_PLUGINS`).
+    #[arg(long = "plugin", value_name = "PATH")]
+    pub plugins: Vec<PathBuf>,
 }
 
 /// Reads the program and prints its listing on `out`.
 pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()> {
     let program = &args.program;
+    xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
     let exe = xthunk::proto::load_file(program).map_err(|e| CliError::program(program, e))?;
     out.write_all(listing(&exe).as_bytes())?;
     Ok(())
@@ -103,7 +108,7 @@ pub fn listing(exe: &Executable) -> String {
 
     s.push_str("\nthunks:\n");
     for (i, t) in exe.entry.iter().enumerate() {
-        tree(&mut s, t, &ThunkPath::entry(i), 1);
+        tree(&mut s, t, &ThunkPath::entry(i), 1, false);
     }
     if exe.entry.is_empty() {
         s.push_str("  (none)\n");
@@ -166,11 +171,16 @@ fn table<const N: usize>(s: &mut String, rows: &[[String; N]]) {
     }
 }
 
-fn tree(s: &mut String, t: &Thunk, path: &ThunkPath, depth: usize) {
-    let _ = writeln!(s, "{}{path}  {}", "  ".repeat(depth), describe(t));
+fn tree(s: &mut String, t: &Thunk, path: &ThunkPath, depth: usize, in_cb: bool) {
+    let line = match t {
+        Thunk::CustomCall(c) => super::custom_call::describe(c, in_cb),
+        t => describe(t),
+    };
+    let _ = writeln!(s, "{}{path}  {line}", "  ".repeat(depth));
+    let in_cb = in_cb || matches!(t, Thunk::CommandBuffer { .. });
     for (name, list) in t.nested() {
         for (i, c) in list.iter().enumerate() {
-            tree(s, c, &path.in_list(&name, i), depth + 1);
+            tree(s, c, &path.in_list(&name, i), depth + 1, in_cb);
         }
     }
 }
@@ -225,6 +235,7 @@ pub fn describe(t: &Thunk) -> String {
         ),
         Thunk::AsyncDone { id } => format!("async_done id={id}"),
         Thunk::CommandBuffer { body } => format!("command_buffer ({} thunks)", body.len()),
+        Thunk::CustomCall(c) => super::custom_call::describe(c, false),
         other => {
             let uses: Vec<String> = other
                 .buffer_uses()

@@ -51,6 +51,10 @@ pub struct RunArgs {
     /// live ranges cannot overlap (the temp plan `xthunk inspect` prints).
     #[arg(long)]
     pub no_temp_plan: bool,
+    /// A custom-call plugin to load (a shared library exporting `xthunk_ffi_register`, see
+    /// docs/custom-calls.md); repeatable. `XTHUNK_PLUGINS` (`:`-separated) adds more.
+    #[arg(long = "plugin", value_name = "PATH")]
+    pub plugins: Vec<PathBuf>,
 }
 
 impl RunArgs {
@@ -186,6 +190,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         outfiles::check_dir(dir)?;
     }
     check_backend_name(&Runtime::new(), &args.backend)?;
+    xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
     let program =
         xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();

@@ -1,5 +1,5 @@
 //! The checks, by area: `memory/`, `copy/`, `memset/`, `stream/`, `kernels/`, `gemm/`,
-//! `executor/`, `collectives/` (on several devices). Every check draws its random inputs from a
+//! `executor/`, `collectives/` (on several devices), `custom_call/`. Every check draws its random inputs from a
 //! generator seeded by its name (see [`crate::util::seed_for`]); a failure message ends with
 //! the seed.
 
@@ -10,6 +10,7 @@ use xthunk_core::backend::Device;
 
 mod collectives;
 mod copy;
+mod custom_call;
 mod executor;
 mod gemm;
 mod kernels;
@@ -26,6 +27,7 @@ pub fn all() -> Vec<Check> {
     v.extend(gemm::checks());
     v.extend(executor::checks());
     v.extend(collectives::checks());
+    v.extend(custom_call::checks());
     v
 }
 

@@ -225,6 +225,9 @@ impl GemmOperand for DeviceRange {
 /// [`Gemm::column_major`].
 pub type GemmLaunch = Gemm<DeviceRange>;
 
+/// Host work queued on a stream ([`Stream::enqueue_host`]): `Fn`, so that replays run it again.
+pub type HostWork = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+
 /// An in-order queue of device work. Work on different streams may run concurrently; order
 /// across streams comes only from events.
 pub trait Stream: Send + Sync {
@@ -249,6 +252,17 @@ pub trait Stream: Send + Sync {
     /// libraries that take one (BLAS, NCCL/RCCL); `None` on the host.
     fn native_handle(&self) -> Option<usize> {
         None
+    }
+    /// Runs `f` on the host in this stream's order (after the work queued before it, before
+    /// the work queued after), and records it when the stream is capturing, so that a replay
+    /// runs it again. An error it returns is the stream's error. The host backend supports it;
+    /// others return `Unsupported` by default.
+    fn enqueue_host(&self, f: HostWork) -> Result<()> {
+        let _ = f;
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "host work in stream order".into(),
+        })
     }
     /// A hint: when on, the backend may run work in the issuing thread whenever nothing is
     /// queued on the stream, instead of handing it to the stream's own queue. The host backend

@@ -31,6 +31,7 @@
 mod collective;
 mod command_buffer;
 mod config;
+mod custom_call;
 mod device_control;
 pub mod graph;
 mod loaded;

@@ -38,6 +38,8 @@ pub(super) enum Op {
         /// Allocations whose addresses the recording depends on.
         bindings: Vec<u32>,
     },
+    /// A custom call with its handler, resolved (and checked against it) at load.
+    CustomCall(Arc<super::custom_call::Resolved>),
 }
 
 /// One operation with its place in the program.
@@ -164,6 +166,10 @@ impl<'a> Planner<'a> {
                 label = format!("recv from rank {peer}");
                 Op::Direct(t.clone())
             }
+            Thunk::CustomCall(c) => {
+                label = format!("custom_call {}", c.target);
+                Op::CustomCall(super::custom_call::resolve(self.device, c, path)?)
+            }
             Thunk::Sequence(_) | Thunk::AsyncStart { .. } | Thunk::AsyncDone { .. } => {
                 return Err(Error::InvalidArgument(format!(
                     "internal: {} at {path} is not a schedulable step",
@@ -220,12 +226,16 @@ impl<'a> Planner<'a> {
         class: Option<AsyncKind>,
     ) -> Result<()> {
         for_each_step(t, path, class, &mut |t, path, class| {
-            on_step(t, class);
-            let mut step = self.step(t, path)?;
-            if let Some(c) = class {
-                step.stream_kind = StreamKind::from(c);
+            let step = self.step(t, path)?;
+            // A command buffer with a custom call that cannot be captured runs as parts: each
+            // part has the whole buffer's uses (more ordering, never less).
+            for mut step in super::custom_call::split_command_buffer(step, self) {
+                on_step(t, class);
+                if let Some(c) = class {
+                    step.stream_kind = StreamKind::from(c);
+                }
+                out.push(step);
             }
-            out.push(step);
             Ok(())
         })
     }

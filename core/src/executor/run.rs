@@ -390,6 +390,7 @@ impl Run<'_> {
                     None => Ok(()),
                 }
             }
+            Op::CustomCall(c) => self.custom_call(c, stream, &step.path),
             Op::CommandBuffer { id, body, bindings } => {
                 let numbering = self.numbering.replace(false);
                 let r = self.command_buffer(*id, body, bindings, stream, state);
@@ -428,6 +429,7 @@ impl Run<'_> {
             | Thunk::While { .. }
             | Thunk::Conditional { .. }
             | Thunk::CommandBuffer { .. }
+            | Thunk::CustomCall(_)
             | Thunk::Sequence(_)
             | Thunk::AsyncStart { .. }
             | Thunk::AsyncDone { .. } => Err(Error::InvalidArgument(format!(

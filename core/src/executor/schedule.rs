@@ -178,6 +178,7 @@ fn recordable(s: &Step) -> bool {
         ),
         Op::While { cond, body, .. } => cond.iter().chain(body).all(recordable),
         Op::Conditional { branches, .. } => branches.iter().flatten().all(recordable),
+        Op::CustomCall(r) => r.capturable,
         Op::CommandBuffer { .. } => false,
     }
 }
@@ -189,7 +190,7 @@ pub(super) fn node_uses(t: &Thunk) -> NodeUses {
         resources: if t.is_collective() {
             vec![COLLECTIVE_RESOURCE]
         } else {
-            vec![]
+            super::custom_call::resources(t)
         },
     }
 }

@@ -534,6 +534,10 @@ impl Stream for HostStream {
         Ok(done)
     }
 
+    fn enqueue_host(&self, f: crate::backend::HostWork) -> Result<()> {
+        self.work(move || f())
+    }
+
     fn set_immediate(&self, on: bool) {
         self.immediate.store(on, Ordering::Relaxed);
     }

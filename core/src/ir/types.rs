@@ -1,5 +1,6 @@
 //! The thunk IR: allocations, slices, modules, thunks and executables.
 
+use super::custom_call::CustomCallThunk;
 use super::dtype::DType;
 use super::gemm::GemmThunk;
 use std::fmt;
@@ -461,9 +462,9 @@ pub enum Thunk {
     },
     /// Records `body` once per execution state into a replayable graph (CUDA/HIP graph, a
     /// pre-resolved operation list on the host), replays it, and re-records only when an
-    /// address it uses changed. The body may hold copies, memsets, kernels, gemms, `While`
-    /// and `Conditional` (recorded as conditional graph nodes where the backend has them,
-    /// else run with host-driven control flow) and sequences of them.
+    /// address it uses changed. The body may hold copies, memsets, kernels, gemms, custom
+    /// calls, `While` and `Conditional` (recorded as conditional graph nodes where the backend
+    /// has them, else run with host-driven control flow) and sequences of them.
     CommandBuffer {
         body: Vec<Thunk>,
     },
@@ -495,6 +496,8 @@ pub enum Thunk {
     RankId {
         dst: Slice,
     },
+    /// Calls the handler registered for a target (a framework's own library call).
+    CustomCall(CustomCallThunk),
 }
 
 impl Thunk {
@@ -516,6 +519,7 @@ impl Thunk {
             Thunk::Send { .. } => "send",
             Thunk::Recv { .. } => "recv",
             Thunk::RankId { .. } => "rank_id",
+            Thunk::CustomCall(_) => "custom_call",
         }
     }
 
@@ -617,6 +621,7 @@ impl Thunk {
                 slice: *dst,
                 access: Access::Write,
             }],
+            Thunk::CustomCall(c) => c.buffer_uses(),
             Thunk::Sequence(_)
             | Thunk::AsyncStart { .. }
             | Thunk::AsyncDone { .. }

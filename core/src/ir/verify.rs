@@ -588,6 +588,9 @@ impl Verifier<'_> {
                     ));
                 }
             }
+            Thunk::CustomCall(c) => {
+                super::custom_call::verify(c, path, &|s, f, w| self.slice(s, path, f, w))?
+            }
         }
         let was = self.in_command_buffer;
         if matches!(t, Thunk::CommandBuffer { .. }) {
@@ -676,7 +679,7 @@ impl Verifier<'_> {
                 path,
                 "kind",
                 format!(
-                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm, while, conditional and sequences)"
+                    "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm, custom_call, while, conditional and sequences)"
                 ),
             ));
         }

@@ -13,7 +13,7 @@ use xthunk_core::verify;
 /// Where a thunk is, as a chain of borrowed steps: the [`ThunkPath`] is materialized only for
 /// an error.
 #[derive(Clone, Copy)]
-enum Loc<'a> {
+pub(super) enum Loc<'a> {
     Root,
     Step {
         parent: &'a Loc<'a>,
@@ -42,7 +42,11 @@ impl Loc<'_> {
         ThunkPath(steps)
     }
 
-    fn invalid(&self, field: impl Into<String>, message: impl Into<String>) -> ProtoError {
+    pub(super) fn invalid(
+        &self,
+        field: impl Into<String>,
+        message: impl Into<String>,
+    ) -> ProtoError {
         ProtoError::Invalid {
             path: self.path(),
             field: field.into(),
@@ -121,9 +125,9 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
 }
 
 /// Names of the planned/known oneof members, for "nothing is set" messages.
-const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done or command_buffer";
+const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id or custom_call";
 
-fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, ProtoError> {
+pub(super) fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, ProtoError> {
     match pb::DType::try_from(v) {
         Ok(pb::DType::DtypeUnspecified) => {
             Err(loc.invalid(field, "the element type is unspecified"))
@@ -233,7 +237,11 @@ fn module_from(m: &pb::Module, i: usize) -> Result<Module, ProtoError> {
     })
 }
 
-fn slice_from(s: &Option<pb::Slice>, loc: &Loc<'_>, field: &str) -> Result<Slice, ProtoError> {
+pub(super) fn slice_from(
+    s: &Option<pb::Slice>,
+    loc: &Loc<'_>,
+    field: &str,
+) -> Result<Slice, ProtoError> {
     match s {
         Some(s) => Ok(Slice::new(s.allocation, s.offset, s.size)),
         None => Err(loc.invalid(field, "the slice is missing")),
@@ -541,6 +549,7 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
         Some(Kind::RankId(c)) => Thunk::RankId {
             dst: slice_from(&c.dst, loc, "dst")?,
         },
+        Some(Kind::CustomCall(c)) => Thunk::CustomCall(super::custom_call::from(c, loc)?),
         None => {
             return Err(loc.invalid(
                 "kind",

@@ -27,7 +27,7 @@ pub fn to_proto(exe: &Executable) -> pb::Executable {
     }
 }
 
-fn dtype_to(d: DType) -> pb::DType {
+pub(super) fn dtype_to(d: DType) -> pb::DType {
     match d {
         DType::Pred => pb::DType::DtypePred,
         DType::I8 => pb::DType::DtypeI8,
@@ -107,7 +107,7 @@ fn module_to(m: &Module) -> pb::Module {
     }
 }
 
-fn slice_to(s: &Slice) -> Option<pb::Slice> {
+pub(super) fn slice_to(s: &Slice) -> Option<pb::Slice> {
     Some(pb::Slice {
         allocation: s.allocation,
         offset: s.offset,
@@ -347,6 +347,7 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
             peer: *peer,
         }),
         Thunk::RankId { dst } => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
+        Thunk::CustomCall(c) => Kind::CustomCall(super::custom_call::to(c)),
     };
     pb::Thunk { kind: Some(kind) }
 }
