@@ -433,6 +433,9 @@ impl Stream for HostStream {
         self.push(Op::Control(Box::new(move || {
             let mut s = e.state.lock();
             s.completed = s.completed.max(generation);
+            if e.timing {
+                s.completed_at = Some(std::time::Instant::now());
+            }
             e.cv.notify_all();
         })))
     }
@@ -524,12 +527,16 @@ impl Stream for HostStream {
 struct EventState {
     recorded: u64,
     completed: u64,
+    /// When the last record completed (timing events only).
+    completed_at: Option<std::time::Instant>,
 }
 
 #[derive(Default, Debug)]
 struct EventShared {
     state: Mutex<EventState>,
     cv: Condvar,
+    /// Take the time of each completion ([`HostEvent::timing`]).
+    timing: bool,
 }
 
 /// A host event.
@@ -538,7 +545,38 @@ pub struct HostEvent {
     state: Arc<EventShared>,
 }
 
+impl HostEvent {
+    /// An event that takes the time its records complete at (on the stream's worker, or in
+    /// the issuing thread in immediate mode): the host's stream time.
+    pub fn timing() -> Self {
+        HostEvent {
+            state: Arc::new(EventShared {
+                timing: true,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
 impl Event for HostEvent {
+    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
+        let at = |e: &HostEvent| {
+            let s = e.state.state.lock();
+            match (e.state.timing, s.completed >= s.recorded, s.completed_at) {
+                (false, _, _) => Err(Error::InvalidArgument(
+                    "event timing: an event was created without timing".into(),
+                )),
+                (true, true, Some(t)) => Ok(t),
+                _ => Err(Error::InvalidArgument(
+                    "event timing: an event has not completed".into(),
+                )),
+            }
+        };
+        let end = at(self)?;
+        let begin = at(host_event(start)?)?;
+        Ok(end.saturating_duration_since(begin))
+    }
+
     fn synchronize(&self) -> Result<()> {
         let mut s = self.state.state.lock();
         let target = s.recorded;
