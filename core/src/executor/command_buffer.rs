@@ -70,6 +70,14 @@ impl Run<'_> {
             state.recordings.insert(id, Recording { addresses, graph });
         }
         let graph = state.recordings.get(&id).and_then(|r| r.graph.clone());
+        if let Some(t) = &self.trace {
+            use crate::trace::CommandBufferNote as N;
+            t.command_buffer.set(match (&graph, reuse) {
+                (None, _) => N::Direct,
+                (Some(_), false) => N::Recorded,
+                (Some(_), true) => N::Replayed,
+            });
+        }
         match graph {
             Some(g) => stream.launch_graph(&g),
             // No graph support: run the body directly.

@@ -39,6 +39,7 @@ pub mod spmd;
 mod state;
 #[cfg(test)]
 mod tests;
+mod trace;
 
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;

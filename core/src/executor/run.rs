@@ -37,6 +37,8 @@ pub(super) struct Run<'a> {
     /// How many top-level nodes are issued completely (their tracking event recorded): a
     /// node from here on is pending even though its tracking event has not been recorded.
     issued_nodes: Cell<usize>,
+    /// This execution's trace, when one was asked for.
+    pub(super) trace: Option<super::trace::Recorder<'a>>,
 }
 
 impl<'a> Run<'a> {
@@ -56,6 +58,7 @@ impl<'a> Run<'a> {
             progress: progress.zip(collectives.map(|c| c.rank)),
             numbering: Cell::new(true),
             issued_nodes: Cell::new(0),
+            trace: None,
         }
     }
 }
@@ -96,24 +99,41 @@ impl Run<'_> {
             // A full stream queue must not keep the issuer past the deadline.
             s.set_issue_deadline(self.deadline.map(|(_, at)| at));
         }
-        if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
+        // Device times need the thunks one by one.
+        let per_thunk = self.trace.as_ref().is_some_and(|t| t.device_times());
+        if let Some(t) = &mut self.trace {
+            let first = state.streams[0].clone();
+            t.begin(self.exe.device.as_ref(), first.as_ref(), state)?;
+        }
+        if let (Some(fused), None, false) = (&self.exe.schedule.fused, self.deadline, per_thunk) {
             let stream = state.streams[0].clone();
-            return self
-                .step(&fused.step, stream.as_ref(), state)
-                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind));
+            let issued = self.trace.as_ref().map(|_| Instant::now());
+            self.step(&fused.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind))?;
+            if let (Some(t), Some(at)) = (&mut self.trace, issued) {
+                t.after(nodes.len(), at, stream.as_ref(), state)?;
+            }
+            return Ok(());
         }
         for (i, node) in nodes.iter().enumerate() {
             if tracking {
                 self.check_deadline(state)?;
             }
+            let issued = self.trace.as_ref().map(|_| Instant::now());
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {
                 if let Some(e) = state.events.get(w) {
                     stream.wait(e.as_ref())?;
                 }
             }
+            if let Some(t) = &self.trace {
+                t.before(i, stream.as_ref(), state)?;
+            }
             self.step(&node.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
+            if let (Some(t), Some(at)) = (&mut self.trace, issued) {
+                t.after(i, at, stream.as_ref(), state)?;
+            }
             if node.record {
                 if let Some(e) = state.events.get(&i) {
                     stream.record(e.as_ref())?;
