@@ -15,6 +15,7 @@ mod cli {
     pub mod outfiles;
     pub mod run;
     pub mod tensor;
+    pub mod trace;
 }
 
 use clap::{ArgAction, Parser, Subcommand};
@@ -88,6 +89,9 @@ enum Command {
     /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
     /// against baselines measured in the same run, and print one table.
     Bench(cli::bench::BenchArgs),
+    /// Join the Chrome JSON traces of a job's processes (`run --trace 't{rank}.json'`) into
+    /// one file, their clocks aligned.
+    TraceMerge(cli::trace::MergeArgs),
 }
 
 fn init_logging(verbose: u8) {
@@ -120,6 +124,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
         Command::Inspect(args) => cli::inspect::inspect(&args, out)?,
         Command::Convert(args) => cli::convert::convert(&args, out)?,
         Command::Compile(args) => cli::compile::compile(&args, out)?,
+        Command::TraceMerge(args) => cli::trace::merge(&args, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
         Command::Launch(args) => return cli::launch::launch(&args, out),
         Command::Conformance(args) => {

@@ -732,11 +732,21 @@ fn run_ranks(
         )));
     }
     let sig = program.signature.clone();
+    let tracer = args.trace.tracer();
     let mut loaded = Vec::with_capacity(devices.len());
     for (i, (device, inputs)) in devices.iter().zip(&inputs).enumerate() {
         let rank = first + i;
         let t = Instant::now();
-        let exe = LoadedExecutable::load(device.clone(), program.clone())?;
+        let trace = tracer.as_deref().map(|tr| {
+            tr.name_rank(rank as u32, device.info().name.clone());
+            (tr, rank as u32)
+        });
+        let exe = LoadedExecutable::load_traced(
+            device.clone(),
+            program.clone(),
+            &xthunk::core::executor::ExecutorConfig::default(),
+            trace,
+        )?;
         tracing::info!(
             rank,
             elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -781,6 +791,7 @@ fn run_ranks(
                         let rank = first + i;
                         let progress = progress.clone();
                         let cliques = provider.clone();
+                        let tracer = tracer.clone();
                         let work = move || {
                             let opts = ExecuteOptions {
                                 deadline: args.deadline,
@@ -790,6 +801,7 @@ fn run_ranks(
                                     cliques,
                                 }),
                                 progress: Some(progress.clone()),
+                                trace: tracer.clone(),
                             };
                             let pr: Vec<&dyn DeviceMemory> =
                                 params.iter().map(|b| b.as_ref() as _).collect();
@@ -849,6 +861,8 @@ fn run_ranks(
                     .collect()
             })
         });
+    // A failed run's trace is written too: it shows how far each rank got.
+    args.trace.save(tracer.as_deref(), first)?;
     let mut done = Vec::with_capacity(results.len());
     for r in results {
         done.push(r?);

@@ -47,6 +47,8 @@ pub struct RunArgs {
     #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
     #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
     pub collective_timeout: Duration,
+    #[command(flatten)]
+    pub trace: super::trace::TraceArgs,
 }
 
 /// clap value parser of `--input`: `NAME=FILE.npy`.
@@ -243,8 +245,17 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
 
     let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
+    let tracer = args.trace.tracer();
+    if let Some(t) = &tracer {
+        t.name_rank(0, device.info().name.clone());
+    }
     let t = Instant::now();
-    let exe = LoadedExecutable::load(device.clone(), program)?;
+    let exe = LoadedExecutable::load_traced(
+        device.clone(),
+        program,
+        &xthunk::core::executor::ExecutorConfig::default(),
+        tracer.as_deref().map(|t| (t, 0)),
+    )?;
     tracing::info!(
         elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
         "loaded `{}`",
@@ -260,6 +271,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
     let opts = ExecuteOptions {
         deadline: args.deadline,
+        trace: tracer.clone(),
         ..Default::default()
     };
     let mut times = Vec::with_capacity(args.iterations as usize);
@@ -275,6 +287,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         times.push(dt);
     }
     let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
+    args.trace.save(tracer.as_deref(), 0)?;
 
     let e = exe.executable();
     writeln!(
@@ -364,8 +377,10 @@ fn run_spmd(
             ""
         }
     );
+    let tracer = args.trace.tracer();
     let opts = ExecuteOptions {
         deadline: args.deadline,
+        trace: tracer.clone(),
         ..Default::default()
     };
     let results = xthunk::core::executor::spmd::run_spmd(
@@ -377,6 +392,7 @@ fn run_spmd(
         &xthunk::core::executor::ExecutorConfig::default(),
         &opts,
     )?;
+    args.trace.save(tracer.as_deref(), 0)?;
     writeln!(
         out,
         "program {} ({} thunks) on {n} ranks of {}",
