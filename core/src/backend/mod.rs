@@ -322,6 +322,11 @@ pub trait Event: Send + Sync {
     fn query(&self) -> Result<bool>;
     /// The time from the completion of `start`'s last record to that of this event's (both
     /// from [`Device::create_timing_event`], both completed). `Unsupported` by default.
+    /// The host instant the last record completed at, when the backend knows it exactly (the
+    /// host backend's timing events); `None` by default. Traces anchor device times on it.
+    fn completed_at(&self) -> Option<std::time::Instant> {
+        None
+    }
     fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
         let _ = start;
         Err(crate::Error::Unsupported {

@@ -21,14 +21,25 @@ use std::time::Instant;
 /// The trace's view of every node of `schedule`; the implicit command buffer, when there is
 /// one, is the last.
 pub(super) fn node_infos(schedule: &Schedule) -> Arc<[NodeInfo]> {
-    let mut v: Vec<NodeInfo> = schedule.nodes.iter().map(node_info).collect();
+    let paths = |n: &Node| -> Vec<String> {
+        n.waits
+            .iter()
+            .filter_map(|w| schedule.nodes.get(*w))
+            .map(|w| w.step.path.to_string())
+            .collect()
+    };
+    let mut v: Vec<NodeInfo> = schedule
+        .nodes
+        .iter()
+        .map(|n| node_info(n, paths(n)))
+        .collect();
     if let Some(f) = &schedule.fused {
-        v.push(node_info(f));
+        v.push(node_info(f, vec![]));
     }
     v.into()
 }
 
-fn node_info(node: &Node) -> NodeInfo {
+fn node_info(node: &Node, waits_for: Vec<String>) -> NodeInfo {
     let step = &node.step;
     let path = step.path.to_string();
     let name = if step.label.starts_with(step.kind) {
@@ -46,8 +57,8 @@ fn node_info(node: &Node) -> NodeInfo {
     if flops > 0 {
         args.insert("flops".into(), json!(flops));
     }
-    if !node.waits.is_empty() {
-        args.insert("waits_for".into(), json!(node.waits));
+    if !waits_for.is_empty() {
+        args.insert("waits_for".into(), json!(waits_for));
     }
     NodeInfo {
         name,
@@ -156,8 +167,10 @@ pub(super) struct Recorder<'a> {
     start: Instant,
     thunks: Vec<ThunkTimes>,
     /// With device times: the reference event (recorded on stream 0 at the start) and the
-    /// host time it completed at.
+    /// host time it was seen complete at.
     reference: Option<(Arc<dyn Event>, Instant)>,
+    /// The anchor is the reference's completion as the backend took it.
+    exact_anchor: bool,
     /// Set by the command-buffer step of the node being issued.
     pub(super) command_buffer: Cell<CommandBufferNote>,
     /// Added to by communicator acquisitions of the node being issued.
@@ -181,6 +194,7 @@ impl<'a> Recorder<'a> {
             start,
             thunks: Vec::with_capacity(n),
             reference: None,
+            exact_anchor: false,
             command_buffer: Cell::new(CommandBufferNote::None),
             clique_wait_ns: Cell::new(0),
         }
@@ -191,8 +205,8 @@ impl<'a> Recorder<'a> {
     }
 
     /// With device times: makes sure `state` has timing events for `nodes` nodes, and records
-    /// and waits for the reference event on `stream` (the host time it completed at anchors
-    /// every device time of the execution).
+    /// and waits for the reference event on `stream` (the host time it is seen complete at
+    /// anchors every device time of the execution).
     pub(super) fn begin(
         &mut self,
         device: &dyn Device,
@@ -216,9 +230,16 @@ impl<'a> Recorder<'a> {
                 e
             }
         };
+        // The anchor: the instant the reference completed where the backend knows it,
+        // else the instant before its record (the stream is idle: it completes at once on a
+        // GPU; the instant after the synchronize would add the host's wake-up latency). Device
+        // times are then early by the device's delay in reaching the record, never late.
+        let before = Instant::now();
         stream.record(reference.as_ref())?;
         reference.synchronize()?;
-        self.reference = Some((reference, Instant::now()));
+        let exact = reference.completed_at();
+        self.exact_anchor = exact.is_some();
+        self.reference = Some((reference, exact.unwrap_or(before)));
         Ok(())
     }
 
@@ -282,6 +303,11 @@ impl<'a> Recorder<'a> {
             start_ns: self.tracer.ns(self.start),
             end_ns: self.tracer.ns(Instant::now()),
             ok,
+            clock: match (&self.reference, self.exact_anchor) {
+                (None, _) => "host",
+                (Some(_), true) => "device, anchored exactly",
+                (Some(_), false) => "device, anchored at the reference's record",
+            },
             nodes: self.nodes,
             thunks: self.thunks,
         });

@@ -559,6 +559,15 @@ impl HostEvent {
 }
 
 impl Event for HostEvent {
+    fn completed_at(&self) -> Option<std::time::Instant> {
+        let s = self.state.state.lock();
+        if s.completed >= s.recorded {
+            s.completed_at
+        } else {
+            None
+        }
+    }
+
     fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
         let at = |e: &HostEvent| {
             let s = e.state.state.lock();

@@ -54,6 +54,7 @@ fn execution_events(e: &Execution, flow_id: &mut u64, out: &mut Vec<Value>) {
     let mut args = Map::new();
     args.insert("ok".into(), json!(e.ok));
     args.insert("thunks".into(), json!(e.thunks.len()));
+    args.insert("clock".into(), json!(e.clock));
     out.push(complete(
         pid,
         HOST_TID,

@@ -99,6 +99,10 @@ pub struct Execution {
     pub start_ns: u64,
     pub end_ns: u64,
     pub ok: bool,
+    /// How its device times are placed on the host clock: `host` (none), `device, anchored
+    /// exactly` (the backend took the reference event's completion instant) or `device,
+    /// anchored at the reference's record` (early by the device's delay in reaching it).
+    pub clock: &'static str,
     /// The program's nodes (shared by its executions).
     pub nodes: Arc<[NodeInfo]>,
     /// In issue order.
