@@ -218,23 +218,30 @@ fn check_trace(path: &Path, iterations: u64, ranks: u64, device_times: bool) -> 
         }
     }
     // One clock: with device times anchored exactly, a collective's slices overlap across
-    // the ranks.
+    // the ranks of each replica group.
     let exact = executions
         .iter()
         .all(|e| e.v["args"]["clock"] == "device, anchored exactly");
     let mut overlaps = 0;
     if device_times && ranks > 1 && exact {
-        let mut by: BTreeMap<(String, u64), Vec<&Slice>> = BTreeMap::new();
+        let mut by: BTreeMap<(String, u64, String), Vec<&Slice>> = BTreeMap::new();
         for s in stream
             .iter()
             .filter(|s| ["all_reduce", "all_gather"].contains(&s.v["cat"].as_str().unwrap()))
         {
             let a = &s.v["args"];
-            let k = (
-                a["path"].as_str().unwrap().to_string(),
-                a["execution"].as_u64().unwrap(),
-            );
-            by.entry(k).or_default().push(s);
+            let group = match a["peers"].as_array() {
+                Some(groups) => groups
+                    .iter()
+                    .find(|g| g.as_array().unwrap().contains(&s.v["pid"]))
+                    .unwrap()
+                    .to_string(),
+                None => "all".to_string(),
+            };
+            let path = a["path"].as_str().unwrap().to_string();
+            by.entry((path, a["execution"].as_u64().unwrap(), group))
+                .or_default()
+                .push(s);
         }
         for (k, v) in by {
             overlaps += 1;
@@ -381,4 +388,63 @@ fn trace_merge_aligns_files() {
     assert!(shift > 0.0);
     assert!((exec_ts(&dm, 1) - (exec_ts(&db, 0) + shift)).abs() < 1.0);
     assert!((exec_ts(&dm, 0) - exec_ts(&da, 0)).abs() < 1e-6);
+}
+
+#[test]
+fn profile_of_mlp_adds_up_to_the_step() {
+    let out = xthunk(
+        None,
+        &[
+            "profile",
+            "examples/mlp.txtpb",
+            "--backend",
+            "host",
+            "--iterations",
+            "4",
+        ],
+    );
+    for want in [
+        "kind",
+        "gemm",
+        "kernel",
+        "top 6 thunks",
+        "entry[0] gemm f32 64x1024x512",
+    ] {
+        assert!(out.contains(want), "{want}:\n{out}");
+    }
+    assert!(out.contains("FLOP/s") && out.contains("GB/s"), "{out}");
+    let number_before = |line: &str, marker: &str| -> f64 {
+        let head = &line[..line.find(marker).unwrap()];
+        head.rsplit(|c: char| c == ' ' || c == '(')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap()
+    };
+    let line = out
+        .lines()
+        .find(|l| l.starts_with("sum of per-thunk times per step:"))
+        .unwrap();
+    let sum = number_before(line, " ms");
+    let share = number_before(line, "% of the step time");
+    let step_line = out.lines().find(|l| l.starts_with("step time")).unwrap();
+    let step = number_before(step_line, " ms");
+    assert!(
+        (sum / step * 100.0 - share).abs() < 0.2,
+        "{line} vs {step_line}"
+    );
+    assert!(
+        (90.0..=110.0).contains(&share),
+        "per-thunk times are {share}% of the step:\n{out}"
+    );
+    // The per-kind rows add up to the same sum (4 executions).
+    let kinds: f64 = out
+        .lines()
+        .filter(|l| l.starts_with("gemm ") || l.starts_with("kernel "))
+        .map(|l| l.split_whitespace().nth(2).unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert!(
+        (kinds / 4.0 - sum).abs() <= 0.01 * sum + 0.01,
+        "{kinds} / 4 vs {sum}"
+    );
 }

@@ -13,6 +13,7 @@ mod cli {
     pub mod launch;
     pub mod npy;
     pub mod outfiles;
+    pub mod profile;
     pub mod run;
     pub mod tensor;
     pub mod trace;
@@ -89,6 +90,9 @@ enum Command {
     /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
     /// against baselines measured in the same run, and print one table.
     Bench(cli::bench::BenchArgs),
+    /// Run a program with per-thunk timing and print where its step time goes: per thunk kind
+    /// and for the slowest thunks, with achieved GB/s or TFLOP/s and the critical path.
+    Profile(cli::profile::ProfileArgs),
     /// Join the Chrome JSON traces of a job's processes (`run --trace 't{rank}.json'`) into
     /// one file, their clocks aligned.
     TraceMerge(cli::trace::MergeArgs),
@@ -124,6 +128,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
         Command::Inspect(args) => cli::inspect::inspect(&args, out)?,
         Command::Convert(args) => cli::convert::convert(&args, out)?,
         Command::Compile(args) => cli::compile::compile(&args, out)?,
+        Command::Profile(args) => cli::profile::profile(&args, out)?,
         Command::TraceMerge(args) => cli::trace::merge(&args, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
         Command::Launch(args) => return cli::launch::launch(&args, out),

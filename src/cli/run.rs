@@ -150,7 +150,11 @@ fn check_device_count(backend: &dyn xthunk::Backend, needed: usize, asked: &str)
 
 /// The random input of parameter `p` (see [`tensor::random_bytes`]), or an error naming the
 /// parameter and its size when no host buffer of that size can be had.
-fn random_input(p: &xthunk::ir::TensorSpec, seed: u64, stream: u64) -> CliResult<Vec<u8>> {
+pub(super) fn random_input(
+    p: &xthunk::ir::TensorSpec,
+    seed: u64,
+    stream: u64,
+) -> CliResult<Vec<u8>> {
     let what = || {
         let bytes = p
             .byte_size()
