@@ -268,12 +268,18 @@ impl LoadedExecutable {
                 .get_or_init(|| super::trace::node_infos(&self.schedule))
                 .clone();
             let rank = run.rank_world().0;
+            // One record for an implicit command buffer, else one per node.
+            let fused = self.schedule.fused.is_some()
+                && opts.deadline.is_none()
+                && !tracer.config().device_times;
+            let capacity = if fused { 1 } else { self.schedule.nodes.len() };
             run.trace = Some(super::trace::Recorder::new(
                 tracer,
                 nodes,
                 rank,
                 &self.exe.name,
                 start,
+                capacity,
             ));
         }
         if let Some((p, rank)) = run.progress {

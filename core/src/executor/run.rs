@@ -107,11 +107,13 @@ impl Run<'_> {
         }
         if let (Some(fused), None, false) = (&self.exe.schedule.fused, self.deadline, per_thunk) {
             let stream = state.streams[0].clone();
-            let issued = self.trace.as_ref().map(|_| Instant::now());
+            if let Some(t) = &mut self.trace {
+                t.start_node(nodes.len());
+            }
             self.step(&fused.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind))?;
-            if let (Some(t), Some(at)) = (&mut self.trace, issued) {
-                t.after(nodes.len(), at, stream.as_ref(), state)?;
+            if let Some(t) = &mut self.trace {
+                t.close();
             }
             return Ok(());
         }
@@ -119,7 +121,9 @@ impl Run<'_> {
             if tracking {
                 self.check_deadline(state)?;
             }
-            let issued = self.trace.as_ref().map(|_| Instant::now());
+            if let Some(t) = &mut self.trace {
+                t.start_node(i);
+            }
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {
                 if let Some(e) = state.events.get(w) {
@@ -131,8 +135,8 @@ impl Run<'_> {
             }
             self.step(&node.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
-            if let (Some(t), Some(at)) = (&mut self.trace, issued) {
-                t.after(i, at, stream.as_ref(), state)?;
+            if let Some(t) = &self.trace {
+                t.after(i, stream.as_ref(), state)?;
             }
             if node.record {
                 if let Some(e) = state.events.get(&i) {
@@ -143,6 +147,9 @@ impl Run<'_> {
                 stream.record(state.tracking[i].as_ref())?;
                 self.issued_nodes.set(i + 1);
             }
+        }
+        if let Some(t) = &mut self.trace {
+            t.close();
         }
         Ok(())
     }

@@ -169,6 +169,8 @@ pub(super) struct Recorder<'a> {
     /// With device times: the reference event (recorded on stream 0 at the start) and the
     /// host time it was seen complete at.
     reference: Option<(Arc<dyn Event>, Instant)>,
+    /// The last node pushed is still being issued.
+    open: bool,
     /// The anchor is the reference's completion as the backend took it.
     exact_anchor: bool,
     /// Set by the command-buffer step of the node being issued.
@@ -184,16 +186,17 @@ impl<'a> Recorder<'a> {
         rank: u32,
         program: &'a str,
         start: Instant,
+        capacity: usize,
     ) -> Self {
-        let n = nodes.len();
         Recorder {
             tracer,
             nodes,
             rank,
             program,
             start,
-            thunks: Vec::with_capacity(n),
+            thunks: Vec::with_capacity(capacity),
             reference: None,
+            open: false,
             exact_anchor: false,
             command_buffer: Cell::new(CommandBufferNote::None),
             clique_wait_ns: Cell::new(0),
@@ -251,31 +254,51 @@ impl<'a> Recorder<'a> {
         }
     }
 
-    /// After node `node`'s work on `stream`, whose issue began at `issued`.
-    pub(super) fn after(
-        &mut self,
-        node: usize,
-        issued: Instant,
-        stream: &dyn Stream,
-        state: &ExecState,
-    ) -> Result<()> {
-        if let (Some(_), Some([_, e])) = (&self.reference, state.timing.get(node)) {
-            stream.record(e.as_ref())?;
-        }
-        let t = ThunkTimes {
+    /// Node `node`'s issue starts now (before its event waits); the previous node's ends.
+    /// One clock read per node: a node's issue span runs to the start of the next one's (all
+    /// that lies between is the node's own event records).
+    pub(super) fn start_node(&mut self, node: usize) {
+        let now = self.tracer.ns(Instant::now());
+        self.end_last(now);
+        self.thunks.push(ThunkTimes {
             node: u32::try_from(node).unwrap_or(u32::MAX),
-            issue: (self.tracer.ns(issued), self.tracer.ns(Instant::now())),
-            device: None,
-            command_buffer: self.command_buffer.take(),
-            clique_wait_ns: self.clique_wait_ns.take(),
-        };
-        self.thunks.push(t);
-        Ok(())
+            issue: (now, now),
+            ..Default::default()
+        });
+        self.open = true;
+    }
+
+    /// The last node's issue ends at `now`, with what its steps noted.
+    fn end_last(&mut self, now: u64) {
+        if !std::mem::take(&mut self.open) {
+            return;
+        }
+        if let Some(last) = self.thunks.last_mut() {
+            last.issue.1 = now;
+            last.command_buffer = self.command_buffer.take();
+            last.clique_wait_ns = self.clique_wait_ns.take();
+        }
+    }
+
+    /// The last node's issue ends now.
+    pub(super) fn close(&mut self) {
+        let now = self.tracer.ns(Instant::now());
+        self.end_last(now);
+    }
+
+    /// After node `node`'s work on `stream`: with device times, its end event.
+    pub(super) fn after(&self, node: usize, stream: &dyn Stream, state: &ExecState) -> Result<()> {
+        match (&self.reference, state.timing.get(node)) {
+            (Some(_), Some([_, e])) => stream.record(e.as_ref()),
+            _ => Ok(()),
+        }
     }
 
     /// Hands the execution to the tracer: with device times (and `ok`: every stream
     /// finished), each node's stream span from its timing events.
     pub(super) fn finish(mut self, state: &ExecState, ok: bool) {
+        // Issuing failed part-way: the failed node's issue ended now.
+        self.close();
         if let (true, Some((reference, at))) = (ok, &self.reference) {
             let base = self.tracer.ns(*at);
             for t in &mut self.thunks {

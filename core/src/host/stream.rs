@@ -430,14 +430,16 @@ impl Stream for HostStream {
             s.recorded += 1;
             s.recorded
         };
-        self.push(Op::Control(Box::new(move || {
-            let mut s = e.state.lock();
-            s.completed = s.completed.max(generation);
-            if e.timing {
-                s.completed_at = Some(std::time::Instant::now());
+        if self.immediate.load(Ordering::Relaxed) {
+            // Nothing queued: every earlier operation has finished, so the record completes
+            // here (as a queued record would at once; no hand-off to the worker).
+            let done = self.progress.done.lock();
+            if *done == self.issued.load(Ordering::SeqCst) {
+                e.complete(generation);
+                return Ok(());
             }
-            e.cv.notify_all();
-        })))
+        }
+        self.push(Op::Control(Box::new(move || e.complete(generation))))
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
@@ -537,6 +539,18 @@ struct EventShared {
     cv: Condvar,
     /// Take the time of each completion ([`HostEvent::timing`]).
     timing: bool,
+}
+
+impl EventShared {
+    /// Record `generation` completed.
+    fn complete(&self, generation: u64) {
+        let mut s = self.state.lock();
+        s.completed = s.completed.max(generation);
+        if self.timing {
+            s.completed_at = Some(std::time::Instant::now());
+        }
+        self.cv.notify_all();
+    }
 }
 
 /// A host event.

@@ -39,6 +39,7 @@ mod program;
 mod replay;
 mod report;
 mod stats;
+mod trace;
 mod wide;
 
 use super::error::{CliError, CliResult, one_line};
@@ -61,7 +62,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 8] = [
+pub const NAMES: [&str; 9] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -70,6 +71,7 @@ pub const NAMES: [&str; 8] = [
     "gemm_f16",
     "wide_dag",
     "graph_build",
+    "trace_overhead",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -252,6 +254,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         "graph_build",
         filter,
         || graph::graph_build(&setup),
+        &mut rows,
+    );
+    one(
+        "trace_overhead",
+        filter,
+        || trace::trace_overhead(&setup),
         &mut rows,
     );
     eprintln!(
