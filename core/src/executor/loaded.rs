@@ -80,6 +80,7 @@ impl LoadedExecutable {
         let mut modules = BTreeMap::new();
         for m in &exe.modules {
             let t = Instant::now();
+            let _compile = tracing::debug_span!("compile", module = %m.name).entered();
             let lm = device.load_module(m)?;
             tracing::debug!(module = %m.name, image = %lm.image(), "loaded module");
             if let Some((tracer, rank)) = trace {

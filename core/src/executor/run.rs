@@ -124,6 +124,9 @@ impl Run<'_> {
             if let Some(t) = &mut self.trace {
                 t.start_node(i);
             }
+            let _thunk =
+                tracing::trace_span!("thunk", path = %node.step.path, label = %node.step.label)
+                    .entered();
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {
                 if let Some(e) = state.events.get(w) {
