@@ -4,7 +4,8 @@
 //! stream's track, slices on one track do not overlap, lie inside their execution and, for
 //! collectives of an SPMD run with device times, overlap across ranks (one clock); every
 //! cross-stream wait is a flow between the two slices; collective slices carry bytes and peers.
-//! Also `xthunk profile` (its per-thunk times against the step time) and `trace-merge`.
+//! Also `xthunk profile` (its per-thunk times against the step time), `trace-merge` and
+//! `--log-format json`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
@@ -447,4 +448,59 @@ fn profile_of_mlp_adds_up_to_the_step() {
         (kinds / 4.0 - sum).abs() <= 0.01 * sum + 0.01,
         "{kinds} / 4 vs {sum}"
     );
+}
+
+#[test]
+fn json_logs_are_one_object_per_line_with_spans_and_causes() {
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args([
+            "--log-format",
+            "json",
+            "-vv",
+            "run",
+            "examples/exchange.txtpb",
+            "--backend",
+            "host",
+            "--devices",
+            "4",
+        ])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert!(o.status.success());
+    let err = String::from_utf8_lossy(&o.stderr);
+    let mut spans = BTreeSet::new();
+    let mut objects = 0;
+    for line in err.lines().filter(|l| l.starts_with('{')) {
+        let v: Value = serde_json::from_str(line).unwrap_or_else(|e| panic!("{e}: {line}"));
+        assert!(v["level"].is_string() && v["fields"].is_object(), "{line}");
+        for s in v["spans"].as_array().into_iter().flatten() {
+            spans.insert(s["name"].as_str().unwrap().to_string());
+        }
+        objects += 1;
+    }
+    assert!(objects > 5, "{err}");
+    for want in ["rank", "compile", "execute"] {
+        assert!(spans.contains(want), "no `{want}` span in {spans:?}");
+    }
+    // A failure: the error event carries its cause chain.
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args(["--log-format", "json", "run", "examples/no-such-file.txtpb"])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&o.stderr);
+    let event = err
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .find(|v| v["fields"]["message"] == "command failed")
+        .unwrap_or_else(|| panic!("no error event in {err}"));
+    let causes: Vec<String> =
+        serde_json::from_str(event["fields"]["causes"].as_str().unwrap()).unwrap();
+    assert!(causes.len() >= 2, "{causes:?}");
+    assert!(causes[0].contains("no-such-file.txtpb"), "{causes:?}");
+    // The human line is still there.
+    assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
 }

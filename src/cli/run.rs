@@ -279,7 +279,14 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         ..Default::default()
     };
     let mut times = Vec::with_capacity(args.iterations as usize);
+    // A bar for long runs only.
+    let bar = if args.iterations >= 100 {
+        super::progress::bar(u64::from(args.iterations), "iterations")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     for i in 0..args.iterations {
+        bar.inc(1);
         let t = Instant::now();
         exe.execute(&pr, &or, &opts)?;
         let dt = t.elapsed();
@@ -290,6 +297,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         );
         times.push(dt);
     }
+    bar.finish_and_clear();
     let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
     args.trace.save(tracer.as_deref(), 0)?;
 

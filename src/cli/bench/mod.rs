@@ -139,8 +139,17 @@ fn selected(name: &str, filter: Option<&str>) -> bool {
     filter.is_none_or(|f| name.contains(f))
 }
 
+/// The bar of the benchmarks selected (drawn only on a terminal; else the lines below).
+static BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
+
 fn progress(name: &str) {
-    eprintln!("xthunk bench: running {name} ...");
+    match BAR.get().filter(|b| !b.is_hidden()) {
+        Some(b) => {
+            b.set_message(name.to_string());
+            b.inc(1);
+        }
+        None => eprintln!("xthunk bench: running {name} ..."),
+    }
 }
 
 /// Runs one benchmark, turning an error into a failed row.
@@ -229,6 +238,8 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         ctx.backend, ctx.device.ordinal, ctx.device.label
     );
     let start = Instant::now();
+    let count = NAMES.iter().filter(|n| selected(n, filter)).count();
+    let bar = BAR.get_or_init(|| super::progress::bar(count as u64, "bench"));
     let mut rows = vec![];
     one(
         "executor_overhead",
@@ -262,6 +273,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         || trace::trace_overhead(&setup),
         &mut rows,
     );
+    bar.finish_and_clear();
     eprintln!(
         "xthunk bench: done in {:.1} s",
         start.elapsed().as_secs_f64()
