@@ -416,11 +416,7 @@ fn profile_of_mlp_adds_up_to_the_step() {
     assert!(out.contains("FLOP/s") && out.contains("GB/s"), "{out}");
     let number_before = |line: &str, marker: &str| -> f64 {
         let head = &line[..line.find(marker).unwrap()];
-        head.rsplit(|c: char| c == ' ' || c == '(')
-            .next()
-            .unwrap()
-            .parse()
-            .unwrap()
+        head.rsplit([' ', '(']).next().unwrap().parse().unwrap()
     };
     let line = out
         .lines()

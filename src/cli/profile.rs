@@ -223,7 +223,7 @@ fn report(
         k.flops = k.flops.saturating_add(s.flops);
     }
     let mut kinds: Vec<(&str, Sum)> = kinds.into_iter().collect();
-    kinds.sort_by(|a, b| b.1.total.cmp(&a.1.total));
+    kinds.sort_by_key(|k| std::cmp::Reverse(k.1.total));
     writeln!(out)?;
     writeln!(
         out,
@@ -243,7 +243,7 @@ fn report(
         )?;
     }
     let mut order: Vec<usize> = (0..nodes.len()).collect();
-    order.sort_by(|a, b| per_node[*b].total.cmp(&per_node[*a].total));
+    order.sort_by_key(|i| std::cmp::Reverse(per_node[*i].total));
     writeln!(out)?;
     writeln!(
         out,

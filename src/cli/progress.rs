@@ -33,3 +33,16 @@ pub fn bar(len: u64, what: &str) -> ProgressBar {
     b.set_prefix(what.to_string());
     b
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn quiet_hides_the_bars() {
+        set_quiet(true);
+        assert!(!shown());
+        assert!(bar(10, "x").is_hidden());
+        set_quiet(false);
+    }
+}
