@@ -40,6 +40,8 @@ mod state;
 #[cfg(test)]
 mod tests;
 mod trace;
+#[cfg(test)]
+mod trace_tests;
 
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;

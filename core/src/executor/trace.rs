@@ -10,7 +10,7 @@ use super::plan::{Op, Step};
 use super::schedule::{Node, Schedule};
 use super::state::ExecState;
 use crate::backend::{Device, Event, Stream};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::ir::Thunk;
 use crate::trace::{CommandBufferNote, Execution, NodeInfo, ThunkTimes, Tracer};
 use serde_json::{Map, Value, json};
@@ -221,9 +221,23 @@ impl<'a> Recorder<'a> {
         }
         let n = self.nodes.len();
         while state.timing.len() < n {
-            state
-                .timing
-                .push([device.create_timing_event()?, device.create_timing_event()?]);
+            let pair = device
+                .create_timing_event()
+                .and_then(|b| Ok([b, device.create_timing_event()?]));
+            match pair {
+                Ok(p) => state.timing.push(p),
+                // No timing events on this backend: host issue spans only.
+                Err(Error::Unsupported { backend, feature }) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(
+                            "trace: no device times: `{backend}` does not support {feature}"
+                        );
+                    });
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
         }
         let reference = match &state.timing_reference {
             Some(e) => e.clone(),
