@@ -500,3 +500,42 @@ fn json_logs_are_one_object_per_line_with_spans_and_causes() {
     // The human line is still there.
     assert!(err.lines().any(|l| l.starts_with("error: ")), "{err}");
 }
+
+#[test]
+fn a_launched_job_traces_merge_into_one_file() {
+    let dir = scratch("job");
+    std::fs::create_dir_all(&dir).unwrap();
+    let pattern = dir.join("t{rank}.json");
+    xthunk(
+        None,
+        &[
+            "launch",
+            "-n",
+            "2",
+            "--",
+            "run",
+            "examples/dp_step.txtpb",
+            "--backend",
+            "host",
+            "--iterations",
+            "2",
+            "--trace",
+            pattern.to_str().unwrap(),
+        ],
+    );
+    let (t0, t1, merged) = (
+        dir.join("t0.json"),
+        dir.join("t1.json"),
+        dir.join("job.json"),
+    );
+    xthunk(
+        None,
+        &[
+            "trace-merge",
+            merged.to_str().unwrap(),
+            t0.to_str().unwrap(),
+            t1.to_str().unwrap(),
+        ],
+    );
+    check_trace(&merged, 2, 2, false);
+}
