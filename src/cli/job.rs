@@ -643,6 +643,13 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
     let mut warn_at = begun + START_WARN_EVERY;
     let mut present = vec![false; world];
     present[rank] = true;
+    // Ranks arrived / expected, drawn by rank 0 where stderr is a terminal (a launched job's
+    // output goes through the launcher: no bar).
+    let bar = if rank == 0 {
+        super::progress::bar(world as u64, "ranks started")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     loop {
         c.check().map_err(distributed)?;
         // A cause published meanwhile (e.g. by the launcher: a rank's process ended before it
@@ -660,7 +667,9 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
             }
         }
         let missing: Vec<usize> = (0..world).filter(|r| !present[*r]).collect();
+        bar.set_position((world - missing.len()) as u64);
         if missing.is_empty() {
+            bar.finish_and_clear();
             break;
         }
         let now = Instant::now();
