@@ -539,3 +539,39 @@ fn a_launched_job_traces_merge_into_one_file() {
     );
     check_trace(&merged, 2, 2, false);
 }
+
+#[test]
+fn a_failed_run_still_writes_its_trace() {
+    // exchange.txtpb needs 4 ranks: on 2 its first all-gather fails on every rank.
+    let file = scratch("failed.json");
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args([
+            "run",
+            "examples/exchange.txtpb",
+            "--backend",
+            "host",
+            "--devices",
+            "2",
+        ])
+        .args(["--trace", file.to_str().unwrap()])
+        .current_dir(root())
+        .output()
+        .unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    let doc: Value = serde_json::from_slice(&std::fs::read(&file).unwrap()).unwrap();
+    let events = doc["traceEvents"].as_array().unwrap();
+    for rank in 0..2u64 {
+        let exec = events
+            .iter()
+            .find(|e| e["cat"] == "execution" && e["pid"] == rank)
+            .unwrap();
+        assert_eq!(exec["args"]["ok"], false, "{exec}");
+        // The thunk that failed has its slice.
+        assert!(
+            events.iter().any(|e| e["pid"] == rank
+                && e["cat"] == "all_gather"
+                && e["args"]["path"] == "entry[0]"),
+            "rank {rank}"
+        );
+    }
+}

@@ -288,7 +288,11 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     for i in 0..args.iterations {
         bar.inc(1);
         let t = Instant::now();
-        exe.execute(&pr, &or, &opts)?;
+        if let Err(e) = exe.execute(&pr, &or, &opts) {
+            // The trace of a failed run shows how far it got.
+            args.trace.save(tracer.as_deref(), 0)?;
+            return Err(e.into());
+        }
         let dt = t.elapsed();
         tracing::debug!(
             iteration = i,
@@ -403,8 +407,10 @@ fn run_spmd(
         args.iterations,
         &xthunk::core::executor::ExecutorConfig::default(),
         &opts,
-    )?;
+    );
+    // Also after a failure: the trace shows where each rank got.
     args.trace.save(tracer.as_deref(), 0)?;
+    let results = results?;
     writeln!(
         out,
         "program {} ({} thunks) on {n} ranks of {}",
