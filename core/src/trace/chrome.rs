@@ -123,77 +123,121 @@ fn execution_events(e: &Execution, flow_id: &mut u64, out: &mut Vec<Value>) {
 }
 
 impl Tracer {
-    /// The trace as one Chrome JSON document.
-    pub fn to_chrome(&self) -> Value {
-        let executions = self.executions();
-        let mut events = vec![];
+    /// Hands every event of the trace to `sink`, in order: metadata, host spans, then each
+    /// execution's (by rank, then start).
+    fn each_event(&self, sink: &mut dyn FnMut(Value) -> io::Result<()>) -> io::Result<()> {
         let labels = self.rank_labels();
-        let mut ranks: std::collections::BTreeSet<u32> = labels.keys().copied().collect();
-        let mut streams: std::collections::BTreeSet<(u32, u32)> = Default::default();
-        for e in &executions {
-            ranks.insert(e.rank);
-            for t in &e.thunks {
-                if let Some(n) = e.nodes.get(t.node as usize) {
-                    streams.insert((e.rank, n.stream));
+        let spans = self.spans();
+        self.with_executions(|executions| {
+            let mut ranks: std::collections::BTreeSet<u32> = labels.keys().copied().collect();
+            let mut streams: std::collections::BTreeSet<(u32, u32)> = Default::default();
+            for e in executions {
+                ranks.insert(e.rank);
+                for t in &e.thunks {
+                    if let Some(n) = e.nodes.get(t.node as usize) {
+                        streams.insert((e.rank, n.stream));
+                    }
                 }
             }
-        }
-        let spans = self.spans();
-        ranks.extend(spans.iter().map(|s| s.rank));
-        for r in &ranks {
-            let label = match labels.get(r) {
-                Some(l) if !l.is_empty() => format!("rank {r}: {l}"),
-                _ => format!("rank {r}"),
-            };
-            events.push(metadata(*r, None, "process_name", &label));
-            events.push(json!({"ph": "M", "pid": r, "name": "process_sort_index",
-                "args": {"sort_index": r}}));
-            events.push(metadata(*r, Some(HOST_TID), "thread_name", "host"));
-        }
-        for (r, s) in &streams {
-            events.push(metadata(
-                *r,
-                Some(stream_tid(*s)),
-                "thread_name",
-                &format!("stream {s}"),
-            ));
-        }
-        for s in &spans {
-            events.push(complete(
-                s.rank,
-                HOST_TID,
-                &s.name,
-                s.category,
-                (s.start_ns, s.end_ns),
-                s.args.clone(),
-            ));
-        }
-        let mut flow_id = 0u64;
-        for e in &executions {
-            execution_events(e, &mut flow_id, &mut events);
-        }
-        json!({
-            "traceEvents": events,
-            "displayTimeUnit": "ns",
-            "otherData": {
-                "producer": "xthunk",
-                "origin_unix_ns": self.origin_unix_ns(),
-                "device_times": self.config().device_times,
-                "dropped_executions": self.dropped_executions(),
-            },
+            ranks.extend(spans.iter().map(|s| s.rank));
+            for r in &ranks {
+                let label = match labels.get(r) {
+                    Some(l) if !l.is_empty() => format!("rank {r}: {l}"),
+                    _ => format!("rank {r}"),
+                };
+                sink(metadata(*r, None, "process_name", &label))?;
+                sink(json!({"ph": "M", "pid": r, "name": "process_sort_index",
+                    "args": {"sort_index": r}}))?;
+                sink(metadata(*r, Some(HOST_TID), "thread_name", "host"))?;
+            }
+            for (r, s) in &streams {
+                let name = format!("stream {s}");
+                sink(metadata(*r, Some(stream_tid(*s)), "thread_name", &name))?;
+            }
+            for s in &spans {
+                let span = (s.start_ns, s.end_ns);
+                sink(complete(
+                    s.rank,
+                    HOST_TID,
+                    &s.name,
+                    s.category,
+                    span,
+                    s.args.clone(),
+                ))?;
+            }
+            let mut order: Vec<&Execution> = executions.iter().collect();
+            order.sort_by_key(|e| (e.rank, e.start_ns));
+            let mut flow_id = 0u64;
+            let mut buf = vec![];
+            for e in order {
+                execution_events(e, &mut flow_id, &mut buf);
+                for v in buf.drain(..) {
+                    sink(v)?;
+                }
+            }
+            Ok(())
         })
     }
 
-    /// Writes [`Tracer::to_chrome`].
+    fn other_data(&self) -> Value {
+        json!({
+            "producer": "xthunk",
+            "origin_unix_ns": self.origin_unix_ns(),
+            "device_times": self.config().device_times,
+            "dropped_executions": self.dropped_executions(),
+        })
+    }
+
+    /// The trace as one Chrome JSON document (in memory: for tests and small traces; files
+    /// are written event by event by [`Tracer::write_chrome`]).
+    pub fn to_chrome(&self) -> Value {
+        let mut events = vec![];
+        // Pushing into a vector cannot fail.
+        let _ = self.each_event(&mut |v| {
+            events.push(v);
+            Ok(())
+        });
+        json!({"traceEvents": events, "displayTimeUnit": "ns", "otherData": self.other_data()})
+    }
+
+    /// Writes the Chrome JSON document one event at a time.
     pub fn write_chrome(&self, w: &mut dyn Write) -> io::Result<()> {
-        serde_json::to_writer(&mut *w, &self.to_chrome()).map_err(io::Error::other)?;
+        w.write_all(b"{\"traceEvents\":[")?;
+        let mut first = true;
+        self.each_event(&mut |v| {
+            if !std::mem::take(&mut first) {
+                w.write_all(b",\n")?;
+            }
+            serde_json::to_writer(&mut *w, &v).map_err(io::Error::other)
+        })?;
+        w.write_all(b"],\"displayTimeUnit\":\"ns\",\"otherData\":")?;
+        serde_json::to_writer(&mut *w, &self.other_data()).map_err(io::Error::other)?;
+        w.write_all(b"}\n")?;
         w.flush()
     }
 
     /// Writes the trace to `path` atomically (a temporary file, then a rename).
     pub fn save(&self, path: &std::path::Path) -> io::Result<()> {
-        let bytes = serde_json::to_vec(&self.to_chrome()).map_err(io::Error::other)?;
-        crate::files::write_atomic(path, &bytes, 0o644)
+        let mut file = crate::files::StagedFile::create(path, 0o644)?;
+        {
+            let mut w = io::BufWriter::new(Staged(&mut file));
+            self.write_chrome(&mut w)?;
+        }
+        file.commit()
+    }
+}
+
+/// A staged file as an [`io::Write`].
+struct Staged<'a>(&'a mut crate::files::StagedFile);
+
+impl Write for Staged<'_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.0.write_all(buf)?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
     }
 }
 

@@ -18,7 +18,7 @@ use std::time::{Instant, SystemTime};
 
 /// At most this many thunk records are kept; later executions are counted as dropped
 /// (a trace of a long run must not take all memory).
-pub const MAX_THUNK_RECORDS: usize = 4_000_000;
+pub const MAX_THUNK_RECORDS: usize = 2_000_000;
 
 /// What a trace records besides the host issue spans.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -221,7 +221,13 @@ impl Tracer {
         self.records.lock().spans.push(span);
     }
 
-    /// Every execution recorded so far (by rank, then start).
+    /// Runs `f` on every execution recorded so far (in the order they ended), under the
+    /// tracer's lock.
+    pub fn with_executions<R>(&self, f: impl FnOnce(&[Execution]) -> R) -> R {
+        f(&self.records.lock().executions)
+    }
+
+    /// Every execution recorded so far (by rank, then start), copied.
     pub fn executions(&self) -> Vec<Execution> {
         let mut v = self.records.lock().executions.clone();
         v.sort_by_key(|e| (e.rank, e.start_ns));
