@@ -523,6 +523,8 @@ fn a_launched_job_traces_merge_into_one_file() {
             pattern.to_str().unwrap(),
         ],
     );
+    // The first process merged both into tall.json after the job.
+    check_trace(&dir.join("tall.json"), 2, 2, false);
     let (t0, t1, merged) = (
         dir.join("t0.json"),
         dir.join("t1.json"),

@@ -414,7 +414,14 @@ pub fn run_job(
         program,
         out,
     )
-    .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
+    .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed))
+    // Every process has written its trace before the shutdown barrier: the first merges them.
+    .and_then(|()| match config.rank {
+        0 => args
+            .trace
+            .merge_job((0..config.world_size).map(|p| p * per_process)),
+        _ => Ok(()),
+    });
     match result {
         Ok(()) => Ok(()),
         Err(e) => Err(fail(

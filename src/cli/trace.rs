@@ -1,7 +1,7 @@
 //! `--trace FILE` and `--trace-device-times` of `xthunk run` (and of each process of a
-//! launched job): the tracer a run records into, and writing it as a Chrome JSON trace; and
-//! `xthunk trace-merge`, which joins the traces of a job's processes into one file on one
-//! clock.
+//! launched job): the tracer a run records into, and writing it as a Chrome JSON trace; in a
+//! job, the first process merging every process's trace into one; and `xthunk trace-merge`,
+//! which joins traces into one file on one clock.
 
 use super::error::{CliError, CliResult};
 use std::io::Write;
@@ -55,6 +55,41 @@ impl TraceArgs {
     }
 }
 
+impl TraceArgs {
+    /// In a job of several processes, after all wrote their traces (`{rank}` replaced by
+    /// each one's first rank, `firsts`): merges them into the --trace name with `{rank}`
+    /// replaced by `all`. Nothing without a trace, or without `{rank}` in its name.
+    pub fn merge_job(&self, firsts: impl Iterator<Item = usize>) -> CliResult<()> {
+        let Some(pattern) = &self.trace else {
+            return Ok(());
+        };
+        let pattern = pattern.to_string_lossy();
+        if !pattern.contains("{rank}") {
+            return Ok(());
+        }
+        let name = |r: &str| PathBuf::from(pattern.replace("{rank}", r));
+        let docs = firsts
+            .map(|r| read_trace(&name(&r.to_string())))
+            .collect::<CliResult<Vec<_>>>()?;
+        let n = docs.len();
+        let output = name("all");
+        write_merged(&output, docs)?;
+        eprintln!(
+            "xthunk: wrote the job's trace {} ({n} processes merged)",
+            output.display()
+        );
+        Ok(())
+    }
+}
+
+/// Writes the merge of `docs` to `output`.
+fn write_merged(output: &Path, docs: Vec<serde_json::Value>) -> CliResult<()> {
+    let merged = chrome::merge(docs);
+    let bytes = serde_json::to_vec(&merged)
+        .map_err(|e| CliError::Usage(format!("encoding the merged trace: {e}")))?;
+    xthunk::core::files::write_atomic(output, &bytes, 0o644).map_err(|e| CliError::io(output, e))
+}
+
 /// `xthunk trace-merge OUT IN...`.
 #[derive(Debug, clap::Args)]
 pub struct MergeArgs {
@@ -96,11 +131,7 @@ pub fn merge(args: &MergeArgs, out: &mut dyn Write) -> CliResult<()> {
         .iter()
         .map(|p| read_trace(p))
         .collect::<CliResult<Vec<_>>>()?;
-    let merged = chrome::merge(docs);
-    let bytes = serde_json::to_vec(&merged)
-        .map_err(|e| CliError::Usage(format!("encoding the merged trace: {e}")))?;
-    xthunk::core::files::write_atomic(&args.output, &bytes, 0o644)
-        .map_err(|e| CliError::io(&args.output, e))?;
+    write_merged(&args.output, docs)?;
     writeln!(
         out,
         "wrote {} ({} traces merged)",
