@@ -124,6 +124,13 @@ fn an_explicit_command_buffer_records_then_replays() {
     // The same executable without a tracer records nothing anywhere.
     run(&exe, None, 1);
     assert_eq!(tracer.executions().len(), 3);
+    // New buffers: the recording is updated.
+    let again = Arc::new(Tracer::new(TraceConfig::default()));
+    run(&exe, Some(&again), 1);
+    assert_eq!(
+        again.executions()[0].thunks[0].command_buffer,
+        CommandBufferNote::Updated
+    );
 }
 
 #[test]

@@ -60,6 +60,9 @@ pub enum CommandBufferNote {
     Recorded,
     /// Replayed a recording.
     Replayed,
+    /// Recorded again because an address changed (updating the previous graph in place where
+    /// the backend can), then launched.
+    Updated,
     /// The backend cannot record: its body ran thunk by thunk.
     Direct,
 }
@@ -70,6 +73,7 @@ impl CommandBufferNote {
             CommandBufferNote::None => None,
             CommandBufferNote::Recorded => Some("record+launch"),
             CommandBufferNote::Replayed => Some("replay"),
+            CommandBufferNote::Updated => Some("re-record (update)+launch"),
             CommandBufferNote::Direct => Some("direct"),
         }
     }
