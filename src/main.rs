@@ -12,10 +12,14 @@ mod cli {
     pub mod inspect;
     pub mod job;
     pub mod launch;
+    pub mod logging;
     pub mod npy;
     pub mod outfiles;
+    pub mod profile;
+    pub mod progress;
     pub mod run;
     pub mod tensor;
+    pub mod trace;
 }
 
 use clap::{ArgAction, Parser, Subcommand};
@@ -59,6 +63,12 @@ struct Cli {
     /// More logging on stderr (-v info, -vv debug, -vvv trace); RUST_LOG overrides it.
     #[arg(short, long, global = true, action = ArgAction::Count)]
     verbose: u8,
+    /// Log format on stderr: human lines, or one JSON object per line.
+    #[arg(long, global = true, value_enum, default_value_t = cli::logging::LogFormat::Human)]
+    log_format: cli::logging::LogFormat,
+    /// No progress bars (they are drawn only when stderr is a terminal anyway).
+    #[arg(short, long, global = true)]
+    quiet: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -89,30 +99,12 @@ enum Command {
     /// Run the benchmarks (executor overhead, command buffers, copy bandwidth, gemm, streams)
     /// against baselines measured in the same run, and print one table.
     Bench(cli::bench::BenchArgs),
-}
-
-fn init_logging(verbose: u8) {
-    use std::io::IsTerminal;
-    use tracing_subscriber::EnvFilter;
-    let default = match verbose {
-        0 => "warn",
-        1 => "info",
-        2 => "debug",
-        _ => "trace",
-    };
-    let filter = match std::env::var("RUST_LOG") {
-        Ok(v) if !v.trim().is_empty() => EnvFilter::try_new(&v).unwrap_or_else(|e| {
-            eprintln!("xthunk: warning: ignoring RUST_LOG={v:?}: {e}");
-            EnvFilter::new(default)
-        }),
-        _ => EnvFilter::new(default),
-    };
-    let _ = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .with_target(true)
-        .try_init();
+    /// Run a program with per-thunk timing and print where its step time goes: per thunk kind
+    /// and for the slowest thunks, with achieved GB/s or TFLOP/s and the critical path.
+    Profile(cli::profile::ProfileArgs),
+    /// Join the Chrome JSON traces of a job's processes (`run --trace 't{rank}.json'`) into
+    /// one file, their clocks aligned.
+    TraceMerge(cli::trace::MergeArgs),
 }
 
 fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
@@ -121,6 +113,8 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
         Command::Inspect(args) => cli::inspect::inspect(&args, out)?,
         Command::Convert(args) => cli::convert::convert(&args, out)?,
         Command::Compile(args) => cli::compile::compile(&args, out)?,
+        Command::Profile(args) => cli::profile::profile(&args, out)?,
+        Command::TraceMerge(args) => cli::trace::merge(&args, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,
         Command::Launch(args) => return cli::launch::launch(&args, out),
         Command::Conformance(args) => {
@@ -139,7 +133,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    init_logging(cli.verbose);
+    let log_format = cli.log_format;
+    cli::logging::init(cli.verbose, log_format);
+    cli::progress::set_quiet(cli.quiet);
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = dispatch(cli, &mut out).and_then(|code| {
@@ -151,6 +147,7 @@ fn main() -> ExitCode {
         // The reader went away (`xthunk inspect p.txtpb | head`): not an error.
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
+            cli::logging::log_failure(log_format, &one_line(&e), &e);
             eprintln!("error: {}", one_line(&e));
             ExitCode::from(e.exit_code())
         }

@@ -398,6 +398,10 @@ impl Device for CudaDevice {
         Ok(Arc::new(CudaEvent::new(self.ctx.clone())?))
     }
 
+    fn create_timing_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(CudaEvent::timing(self.ctx.clone())?))
+    }
+
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
         crate::module::load(&self.ctx, &self.standard, module)
     }

@@ -204,6 +204,7 @@ pub const DRIVER_SYMBOLS: &[&str] = &[
     "cuEventRecord",
     "cuEventSynchronize",
     "cuEventQuery",
+    "cuEventElapsedTime",
     "cuModuleLoadDataEx",
     "cuModuleUnload",
     "cuModuleGetFunction",

@@ -298,11 +298,20 @@ unsafe impl Sync for CudaEvent {}
 
 impl CudaEvent {
     pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
+        Self::with_flags(ctx, sys::CU_EVENT_DISABLE_TIMING)
+    }
+
+    /// An event with timing (for [`Event::elapsed_since`]).
+    pub(crate) fn timing(ctx: Arc<DeviceContext>) -> Result<Self> {
+        Self::with_flags(ctx, 0)
+    }
+
+    fn with_flags(ctx: Arc<DeviceContext>, flags: u32) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::CUevent = std::ptr::null_mut();
         // SAFETY: writes one event handle; the context is current.
         cu("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, sys::CU_EVENT_DISABLE_TIMING)
+            sys::cuEventCreate(&mut raw, flags)
         })?;
         Ok(CudaEvent { ctx, raw })
     }
@@ -323,6 +332,23 @@ impl Drop for CudaEvent {
 }
 
 impl Event for CudaEvent {
+    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
+        let start = start.as_any().downcast_ref::<CudaEvent>().ok_or_else(|| {
+            xthunk_core::Error::InvalidArgument(
+                "the event was not created by the CUDA backend".into(),
+            )
+        })?;
+        self.ctx.bind()?;
+        let mut ms = 0f32;
+        // SAFETY: both events are live; writes one float.
+        cu("cuEventElapsedTime", unsafe {
+            sys::cuEventElapsedTime(&mut ms, start.raw, self.raw)
+        })?;
+        Ok(std::time::Duration::from_secs_f64(
+            f64::from(ms.max(0.0)) / 1e3,
+        ))
+    }
+
     fn synchronize(&self) -> Result<()> {
         self.ctx.bind()?;
         // SAFETY: the event is live.

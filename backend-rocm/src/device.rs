@@ -466,6 +466,10 @@ impl Device for RocmDevice {
         Ok(Arc::new(RocmEvent::new(self.ctx.clone())?))
     }
 
+    fn create_timing_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(RocmEvent::timing(self.ctx.clone())?))
+    }
+
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
         module::load(&self.ctx, module)
     }

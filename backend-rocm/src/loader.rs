@@ -134,6 +134,7 @@ symbol_table! {
             hipEventRecord: sys::hipEventRecord_t,
             hipEventSynchronize: sys::hipEventSynchronize_t,
             hipEventQuery: sys::hipEventQuery_t,
+            hipEventElapsedTime: sys::hipEventElapsedTime_t,
             hipModuleLoadData: sys::hipModuleLoadData_t,
             hipModuleUnload: sys::hipModuleUnload_t,
             hipModuleGetFunction: sys::hipModuleGetFunction_t,

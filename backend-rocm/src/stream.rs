@@ -426,11 +426,19 @@ unsafe impl Sync for RocmEvent {}
 
 impl RocmEvent {
     pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
+        Self::with_flags(ctx, sys::hipEventDisableTiming)
+    }
+
+    /// An event with timing (for [`Event::elapsed_since`]).
+    pub(crate) fn timing(ctx: Arc<DeviceContext>) -> Result<Self> {
+        Self::with_flags(ctx, 0)
+    }
+
+    fn with_flags(ctx: Arc<DeviceContext>, flags: std::ffi::c_uint) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::hipEvent_t = std::ptr::null_mut();
         // SAFETY: writes one event handle.
-        let rc =
-            unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, sys::hipEventDisableTiming) };
+        let rc = unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, flags) };
         result::hip("hipEventCreateWithFlags", rc)?;
         Ok(RocmEvent { ctx, raw })
     }
@@ -453,6 +461,17 @@ impl Drop for RocmEvent {
 }
 
 impl Event for RocmEvent {
+    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
+        let start = RocmEvent::downcast(start)?;
+        let mut ms = 0f32;
+        // SAFETY: both events are live; writes one float.
+        let rc = unsafe { (self.ctx.hip.api.hipEventElapsedTime)(&mut ms, start.raw, self.raw) };
+        result::hip("hipEventElapsedTime", rc)?;
+        Ok(std::time::Duration::from_secs_f64(
+            f64::from(ms.max(0.0)) / 1e3,
+        ))
+    }
+
     fn synchronize(&self) -> Result<()> {
         // SAFETY: the event is live.
         let rc = unsafe { (self.ctx.hip.api.hipEventSynchronize)(self.raw) };

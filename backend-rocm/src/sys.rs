@@ -195,6 +195,8 @@ pub type hipEventRecord_t =
     unsafe extern "C" fn(event: hipEvent_t, stream: hipStream_t) -> hipError_t;
 pub type hipEventSynchronize_t = unsafe extern "C" fn(event: hipEvent_t) -> hipError_t;
 pub type hipEventQuery_t = unsafe extern "C" fn(event: hipEvent_t) -> hipError_t;
+pub type hipEventElapsedTime_t =
+    unsafe extern "C" fn(ms: *mut f32, start: hipEvent_t, stop: hipEvent_t) -> hipError_t;
 
 pub type hipModuleLoadData_t =
     unsafe extern "C" fn(module: *mut hipModule_t, image: *const c_void) -> hipError_t;

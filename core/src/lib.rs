@@ -14,6 +14,7 @@ pub mod hash;
 pub mod host;
 pub mod ir;
 pub mod kernels;
+pub mod trace;
 
 pub use error::{Error, Result};
 

@@ -47,6 +47,10 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
     }
     let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
     let mut added = 0usize;
+    let bar = super::progress::bar(
+        (exe.modules.len() as u64).saturating_mul(targets.len() as u64),
+        "compile",
+    );
     for m in &mut exe.modules {
         let portable: Vec<ModuleImage> = m
             .images
@@ -58,6 +62,8 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
             continue;
         };
         for t in targets {
+            bar.set_message(format!("{} for {t}", m.name));
+            bar.inc(1);
             let start = std::time::Instant::now();
             let image = match vendor_of(t) {
                 Some("cuda") => xthunk::compile_cuda(source, t)?,
@@ -77,6 +83,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
             added += 1;
         }
     }
+    bar.finish_and_clear();
     xthunk::proto::save_file(output, &exe).map_err(|e| CliError::program(output, e))?;
     writeln!(out, "wrote {} ({added} images added)", output.display())?;
     Ok(())

@@ -64,7 +64,17 @@ pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) ->
             cliques: rt.collectives(name).cliques,
             ..xthunk_conformance::Subject::new(backend.clone())
         };
-        let report = xthunk_conformance::run(&subject, args.device, args.filter.as_deref());
+        let bar = super::progress::bar(0, &format!("conformance {name}"));
+        let report = xthunk_conformance::run_observed(
+            &subject,
+            args.device,
+            args.filter.as_deref(),
+            &mut |i, n| {
+                bar.set_length(n as u64);
+                bar.set_position(i as u64);
+            },
+        );
+        bar.finish_and_clear();
         if report.skipped() {
             // Every check carries the same reason: the backend is unavailable.
             writeln!(

@@ -414,7 +414,14 @@ pub fn run_job(
         program,
         out,
     )
-    .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed));
+    .and_then(|()| coordinator.shutdown(barrier_timeout).map_err(distributed))
+    // Every process has written its trace before the shutdown barrier: the first merges them.
+    .and_then(|()| match config.rank {
+        0 => args
+            .trace
+            .merge_job((0..config.world_size).map(|p| p * per_process)),
+        _ => Ok(()),
+    });
     match result {
         Ok(()) => Ok(()),
         Err(e) => Err(fail(
@@ -643,6 +650,13 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
     let mut warn_at = begun + START_WARN_EVERY;
     let mut present = vec![false; world];
     present[rank] = true;
+    // Ranks arrived / expected, drawn by rank 0 where stderr is a terminal (a launched job's
+    // output goes through the launcher: no bar).
+    let bar = if rank == 0 {
+        super::progress::bar(world as u64, "ranks started")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     loop {
         c.check().map_err(distributed)?;
         // A cause published meanwhile (e.g. by the launcher: a rank's process ended before it
@@ -660,7 +674,9 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
             }
         }
         let missing: Vec<usize> = (0..world).filter(|r| !present[*r]).collect();
+        bar.set_position((world - missing.len()) as u64);
         if missing.is_empty() {
+            bar.finish_and_clear();
             break;
         }
         let now = Instant::now();
@@ -732,11 +748,21 @@ fn run_ranks(
         )));
     }
     let sig = program.signature.clone();
+    let tracer = args.trace.tracer();
     let mut loaded = Vec::with_capacity(devices.len());
     for (i, (device, inputs)) in devices.iter().zip(&inputs).enumerate() {
         let rank = first + i;
         let t = Instant::now();
-        let exe = LoadedExecutable::load(device.clone(), program.clone())?;
+        let trace = tracer.as_deref().map(|tr| {
+            tr.name_rank(rank as u32, device.info().name.clone());
+            (tr, rank as u32)
+        });
+        let exe = LoadedExecutable::load_traced(
+            device.clone(),
+            program.clone(),
+            &xthunk::core::executor::ExecutorConfig::default(),
+            trace,
+        )?;
         tracing::info!(
             rank,
             elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -781,6 +807,7 @@ fn run_ranks(
                         let rank = first + i;
                         let progress = progress.clone();
                         let cliques = provider.clone();
+                        let tracer = tracer.clone();
                         let work = move || {
                             let opts = ExecuteOptions {
                                 deadline: args.deadline,
@@ -790,6 +817,7 @@ fn run_ranks(
                                     cliques,
                                 }),
                                 progress: Some(progress.clone()),
+                                trace: tracer.clone(),
                             };
                             let pr: Vec<&dyn DeviceMemory> =
                                 params.iter().map(|b| b.as_ref() as _).collect();
@@ -849,6 +877,8 @@ fn run_ranks(
                     .collect()
             })
         });
+    // A failed run's trace is written too: it shows how far each rank got.
+    args.trace.save(tracer.as_deref(), first)?;
     let mut done = Vec::with_capacity(results.len());
     for r in results {
         done.push(r?);

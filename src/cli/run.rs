@@ -55,6 +55,8 @@ pub struct RunArgs {
     /// docs/custom-calls.md); repeatable. `XTHUNK_PLUGINS` (`:`-separated) adds more.
     #[arg(long = "plugin", value_name = "PATH")]
     pub plugins: Vec<PathBuf>,
+    #[command(flatten)]
+    pub trace: super::trace::TraceArgs,
 }
 
 impl RunArgs {
@@ -160,7 +162,11 @@ fn check_device_count(backend: &dyn xthunk::Backend, needed: usize, asked: &str)
 
 /// The random input of parameter `p` (see [`tensor::random_bytes`]), or an error naming the
 /// parameter and its size when no host buffer of that size can be had.
-fn random_input(p: &xthunk::ir::TensorSpec, seed: u64, stream: u64) -> CliResult<Vec<u8>> {
+pub(super) fn random_input(
+    p: &xthunk::ir::TensorSpec,
+    seed: u64,
+    stream: u64,
+) -> CliResult<Vec<u8>> {
     let what = || {
         let bytes = p
             .byte_size()
@@ -256,8 +262,17 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
 
     let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
+    let tracer = args.trace.tracer();
+    if let Some(t) = &tracer {
+        t.name_rank(0, device.info().name.clone());
+    }
     let t = Instant::now();
-    let exe = LoadedExecutable::load_with(device.clone(), program, &args.config())?;
+    let exe = LoadedExecutable::load_traced(
+        device.clone(),
+        program,
+        &args.config(),
+        tracer.as_deref().map(|t| (t, 0)),
+    )?;
     tracing::debug!(plan = %exe.temp_plan().summary(), "temps");
     tracing::info!(
         elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
@@ -274,12 +289,24 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
     let opts = ExecuteOptions {
         deadline: args.deadline,
+        trace: tracer.clone(),
         ..Default::default()
     };
     let mut times = Vec::with_capacity(args.iterations as usize);
+    // A bar for long runs only.
+    let bar = if args.iterations >= 100 {
+        super::progress::bar(u64::from(args.iterations), "iterations")
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
     for i in 0..args.iterations {
+        bar.inc(1);
         let t = Instant::now();
-        exe.execute(&pr, &or, &opts)?;
+        if let Err(e) = exe.execute(&pr, &or, &opts) {
+            // The trace of a failed run shows how far it got.
+            args.trace.save(tracer.as_deref(), 0)?;
+            return Err(e.into());
+        }
         let dt = t.elapsed();
         tracing::debug!(
             iteration = i,
@@ -288,7 +315,9 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         );
         times.push(dt);
     }
+    bar.finish_and_clear();
     let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
+    args.trace.save(tracer.as_deref(), 0)?;
 
     let e = exe.executable();
     writeln!(
@@ -361,8 +390,10 @@ fn run_spmd(
             ""
         }
     );
+    let tracer = args.trace.tracer();
     let opts = ExecuteOptions {
         deadline: args.deadline,
+        trace: tracer.clone(),
         ..Default::default()
     };
     let results = xthunk::core::executor::spmd::run_spmd(
@@ -373,7 +404,10 @@ fn run_spmd(
         args.iterations,
         &args.config(),
         &opts,
-    )?;
+    );
+    // Also after a failure: the trace shows where each rank got.
+    args.trace.save(tracer.as_deref(), 0)?;
+    let results = results?;
     writeln!(
         out,
         "program {} ({} thunks) on {n} ranks of {}",

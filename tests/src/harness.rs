@@ -199,15 +199,36 @@ fn run_one(
 /// device `ordinal`; when the backend is unavailable, every check is reported as skipped with
 /// why.
 pub fn run(subject: &Subject, ordinal: usize, filter: Option<&str>) -> Report {
+    run_observed(subject, ordinal, filter, &mut |_, _| {})
+}
+
+/// [`run`], telling `seen` how many checks there are (`(0, n)` first) and each one finished
+/// (`(i, n)` after the `i`-th), e.g. for a progress bar.
+pub fn run_observed(
+    subject: &Subject,
+    ordinal: usize,
+    filter: Option<&str>,
+    seen: &mut dyn FnMut(usize, usize),
+) -> Report {
     let checks: Vec<Check> = all_checks()
         .into_iter()
         .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
         .collect();
-    run_checks(subject, ordinal, &checks)
+    run_checks_observed(subject, ordinal, &checks, seen)
 }
 
 /// [`run`] with these checks.
+#[cfg(test)]
 pub(crate) fn run_checks(subject: &Subject, ordinal: usize, checks: &[Check]) -> Report {
+    run_checks_observed(subject, ordinal, checks, &mut |_, _| {})
+}
+
+fn run_checks_observed(
+    subject: &Subject,
+    ordinal: usize,
+    checks: &[Check],
+    seen: &mut dyn FnMut(usize, usize),
+) -> Report {
     let device = match subject.open(ordinal) {
         Ok(d) => d,
         Err(e) => {
@@ -228,11 +249,15 @@ pub(crate) fn run_checks(subject: &Subject, ordinal: usize, checks: &[Check]) ->
         }
     };
     let collectives = subject.collectives(ordinal, &device, checks);
+    let n = checks.len();
+    seen(0, n);
     let results = checks
         .iter()
-        .map(|c| {
+        .enumerate()
+        .map(|(i, c)| {
             let r = run_one(subject, &device, collectives.as_ref(), c);
             tracing::info!(check = %c.name, outcome = r.outcome.label(), "conformance");
+            seen(i + 1, n);
             r
         })
         .collect();

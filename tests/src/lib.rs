@@ -35,7 +35,7 @@ pub mod util;
 
 pub use context::{Collectives, cliques_for};
 pub use expect::{Expectation, Expectations};
-pub use harness::{Subject, panic_message, run, trials};
+pub use harness::{Subject, panic_message, run, run_observed, trials};
 pub use report::{CheckReport, Outcome, Report};
 pub use xthunk_core::collectives::CliqueFactory;
 

@@ -136,6 +136,14 @@ pub trait Device: Send + Sync {
     fn memory_stats(&self) -> MemoryStats;
     fn create_stream(&self) -> Result<Arc<dyn Stream>>;
     fn create_event(&self) -> Result<Arc<dyn Event>>;
+    /// An event that also takes the time it completes at, for [`Event::elapsed_since`]
+    /// (traces with device times). `Unsupported` by default.
+    fn create_timing_event(&self) -> Result<Arc<dyn Event>> {
+        Err(crate::Error::Unsupported {
+            backend: self.backend_name().into(),
+            feature: "timing events".into(),
+        })
+    }
     /// Loads a module, picking the best image for this device; the error names what the
     /// module has and what the device needs.
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>>;
@@ -358,5 +366,19 @@ pub trait Event: Send + Sync {
     /// Blocks until the last record completed.
     fn synchronize(&self) -> Result<()>;
     fn query(&self) -> Result<bool>;
+    /// The time from the completion of `start`'s last record to that of this event's (both
+    /// from [`Device::create_timing_event`], both completed). `Unsupported` by default.
+    /// The host instant the last record completed at, when the backend knows it exactly (the
+    /// host backend's timing events); `None` by default. Traces anchor device times on it.
+    fn completed_at(&self) -> Option<std::time::Instant> {
+        None
+    }
+    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
+        let _ = start;
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "event timing".into(),
+        })
+    }
     fn as_any(&self) -> &dyn Any;
 }

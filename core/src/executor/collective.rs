@@ -31,7 +31,14 @@ impl Run<'_> {
             )));
         }
         let key = CliqueKey::new(ranks.iter().map(|r| *r as usize), kind)?;
+        let _clique = tracing::debug_span!("clique", key = %key, rank).entered();
+        let t = self.trace.as_ref().map(|_| std::time::Instant::now());
         let comm = ctx.cliques.acquire(&key, rank as usize)?;
+        if let (Some(tr), Some(t)) = (&self.trace, t) {
+            let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
+            tr.clique_wait_ns
+                .set(tr.clique_wait_ns.get().saturating_add(ns));
+        }
         let mut used = self.used.borrow_mut();
         if !used.iter().any(|c| Arc::ptr_eq(c, &comm)) {
             used.push(comm.clone());
@@ -98,6 +105,14 @@ impl Run<'_> {
                 feature: format!("replica group {group:?} not in ascending rank order"),
             });
         }
+        let _span = tracing::debug_span!(
+            "collective",
+            op = c.op.name(),
+            dtype = %c.dtype,
+            bytes = c.src.size,
+            ranks = ?sorted
+        )
+        .entered();
         let comm = self.communicator(&sorted, kind)?;
         match c.op {
             CollectiveOp::AllReduce { op } => {

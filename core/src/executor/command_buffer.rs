@@ -35,6 +35,7 @@ impl Run<'_> {
             .recordings
             .get(&id)
             .is_some_and(|r| r.addresses == addresses);
+        let rerecorded = !reuse && state.recordings.contains_key(&id);
         if !reuse {
             // The graph recorded for earlier addresses, if any: the backend may update
             // it in place instead of building a new one.
@@ -89,6 +90,15 @@ impl Run<'_> {
             );
         }
         let graph = state.recordings.get(&id).and_then(|r| r.graph.clone());
+        if let Some(t) = &self.trace {
+            use crate::trace::CommandBufferNote as N;
+            t.command_buffer.set(match (&graph, reuse, rerecorded) {
+                (None, _, _) => N::Direct,
+                (Some(_), true, _) => N::Replayed,
+                (Some(_), false, true) => N::Updated,
+                (Some(_), false, false) => N::Recorded,
+            });
+        }
         match graph {
             Some(g) => stream.launch_graph(&g),
             // No graph support: run the body directly.

@@ -77,6 +77,9 @@ pub struct ExecuteOptions {
     /// its communication steps there, so that a hang's message can say where every rank is
     /// (see [`Progress`]); a failure freezes it.
     pub progress: Option<Arc<Progress>>,
+    /// Record this execution in a trace (`crate::trace`): every top-level thunk's issue
+    /// span, with the tracer's device times its stream time too. `None`: nothing is recorded.
+    pub trace: Option<Arc<crate::trace::Tracer>>,
 }
 
 /// One device's place in an SPMD run: its global rank, the number of ranks, and where its

@@ -28,6 +28,8 @@ pub struct LoadedExecutable {
     /// The progress record of executions given none, when their clique provider needs one
     /// for its [completion timeout](crate::collectives::CliqueProvider::completion_timeout).
     own_progress: std::sync::OnceLock<Arc<Progress>>,
+    /// What traces call the schedule's nodes (made by the first traced execution).
+    trace_nodes: std::sync::OnceLock<Arc<[crate::trace::NodeInfo]>>,
 }
 
 impl std::fmt::Debug for LoadedExecutable {
@@ -52,6 +54,18 @@ impl LoadedExecutable {
         exe: Executable,
         config: &ExecutorConfig,
     ) -> Result<Self> {
+        Self::load_traced(device, exe, config, None)
+    }
+
+    /// [`Self::load_with`], with each module's compile-and-load and the whole load as spans
+    /// of `trace` (a tracer and the rank whose host track they go on).
+    pub fn load_traced(
+        device: Arc<dyn Device>,
+        exe: Executable,
+        config: &ExecutorConfig,
+        trace: Option<(&crate::trace::Tracer, u32)>,
+    ) -> Result<Self> {
+        let started = Instant::now();
         verify(&exe)?;
         crate::backend::check_launch_limits(&exe, device.as_ref())?;
         check_memory(device.as_ref(), &exe, None)?;
@@ -66,8 +80,17 @@ impl LoadedExecutable {
         }
         let mut modules = BTreeMap::new();
         for m in &exe.modules {
+            let t = Instant::now();
+            let _compile = tracing::debug_span!("compile", module = %m.name).entered();
             let lm = device.load_module(m)?;
             tracing::debug!(module = %m.name, image = %lm.image(), "loaded module");
+            if let Some((tracer, rank)) = trace {
+                let mut args = serde_json::Map::new();
+                args.insert("image".into(), lm.image().into());
+                args.insert("images".into(), m.images.len().into());
+                let name = format!("compile+load module {}", m.name);
+                tracer.span(rank, "compile", name, t, Instant::now(), args);
+            }
             modules.insert(m.name.clone(), lm);
         }
         let mut planner = Planner::new(&modules, device.as_ref());
@@ -91,6 +114,13 @@ impl LoadedExecutable {
                 constants.insert(a.index, buf);
             }
         }
+        if let Some((tracer, rank)) = trace {
+            let mut args = serde_json::Map::new();
+            args.insert("nodes".into(), schedule.nodes.len().into());
+            args.insert("streams".into(), schedule.streams.into());
+            let name = format!("load {}", exe.name);
+            tracer.span(rank, "load", name, started, Instant::now(), args);
+        }
         Ok(LoadedExecutable {
             exe: Arc::new(exe),
             device,
@@ -99,6 +129,7 @@ impl LoadedExecutable {
             constants,
             pool: Mutex::new(vec![]),
             own_progress: std::sync::OnceLock::new(),
+            trace_nodes: std::sync::OnceLock::new(),
         })
     }
 
@@ -240,6 +271,26 @@ impl LoadedExecutable {
             (None, _) => None,
         };
         let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref(), progress);
+        if let Some(tracer) = opts.trace.as_deref() {
+            let nodes = self
+                .trace_nodes
+                .get_or_init(|| super::trace::node_infos(&self.schedule))
+                .clone();
+            let rank = run.rank_world().0;
+            // One record for an implicit command buffer, else one per node.
+            let fused = self.schedule.fused.is_some()
+                && opts.deadline.is_none()
+                && !tracer.config().device_times;
+            let capacity = if fused { 1 } else { self.schedule.nodes.len() };
+            run.trace = Some(super::trace::Recorder::new(
+                tracer,
+                nodes,
+                rank,
+                &self.exe.name,
+                start,
+                capacity,
+            ));
+        }
         if let Some((p, rank)) = run.progress {
             p.start(rank);
         }
@@ -269,6 +320,9 @@ impl LoadedExecutable {
             run.abort_communicators(&format!("rank {} failed: {e}", run.rank_world().0));
         }
         if let Err(Error::DeadlineExceeded { .. }) = &issued.as_ref().and(waited.as_ref()) {
+            if let Some(t) = run.trace.take() {
+                t.finish(&state, false);
+            }
             // The work may never finish (a hung kernel): do not block the caller. A reaper
             // thread waits for the streams and only then frees the state.
             let reaper = std::thread::Builder::new()
@@ -294,6 +348,9 @@ impl LoadedExecutable {
             }
         }
         let result = result.and(drained);
+        if let Some(t) = run.trace.take() {
+            t.finish(&state, result.is_ok());
+        }
         if result.is_ok() {
             state.tracking.clear();
             self.pool.lock().push(state);

@@ -42,6 +42,8 @@ pub(super) struct Run<'a> {
     /// How many top-level nodes are issued completely (their tracking event recorded): a
     /// node from here on is pending even though its tracking event has not been recorded.
     issued_nodes: Cell<usize>,
+    /// This execution's trace, when one was asked for.
+    pub(super) trace: Option<super::trace::Recorder<'a>>,
 }
 
 impl<'a> Run<'a> {
@@ -63,6 +65,7 @@ impl<'a> Run<'a> {
             capturing: Cell::new(false),
             kept: RefCell::new(vec![]),
             issued_nodes: Cell::new(0),
+            trace: None,
         }
     }
 }
@@ -103,24 +106,48 @@ impl Run<'_> {
             // A full stream queue must not keep the issuer past the deadline.
             s.set_issue_deadline(self.deadline.map(|(_, at)| at));
         }
-        if let (Some(fused), None) = (&self.exe.schedule.fused, self.deadline) {
+        // Device times need the thunks one by one.
+        let per_thunk = self.trace.as_ref().is_some_and(|t| t.device_times());
+        if let Some(t) = &mut self.trace {
+            let first = state.streams[0].clone();
+            t.begin(self.exe.device.as_ref(), first.as_ref(), state)?;
+        }
+        if let (Some(fused), None, false) = (&self.exe.schedule.fused, self.deadline, per_thunk) {
             let stream = state.streams[0].clone();
-            return self
-                .step(&fused.step, stream.as_ref(), state)
-                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind));
+            if let Some(t) = &mut self.trace {
+                t.start_node(nodes.len());
+            }
+            self.step(&fused.step, stream.as_ref(), state)
+                .map_err(|e| e.at_thunk(&fused.step.path, fused.step.kind))?;
+            if let Some(t) = &mut self.trace {
+                t.close();
+            }
+            return Ok(());
         }
         for (i, node) in nodes.iter().enumerate() {
             if tracking {
                 self.check_deadline(state)?;
             }
+            if let Some(t) = &mut self.trace {
+                t.start_node(i);
+            }
+            let _thunk =
+                tracing::trace_span!("thunk", path = %node.step.path, label = %node.step.label)
+                    .entered();
             let stream = state.streams[node.stream].clone();
             for w in &node.waits {
                 if let Some(e) = state.events.get(w) {
                     stream.wait(e.as_ref())?;
                 }
             }
+            if let Some(t) = &self.trace {
+                t.before(i, stream.as_ref(), state)?;
+            }
             self.step(&node.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
+            if let Some(t) = &self.trace {
+                t.after(i, stream.as_ref(), state)?;
+            }
             if node.record {
                 if let Some(e) = state.events.get(&i) {
                     stream.record(e.as_ref())?;
@@ -130,6 +157,9 @@ impl Run<'_> {
                 stream.record(state.tracking[i].as_ref())?;
                 self.issued_nodes.set(i + 1);
             }
+        }
+        if let Some(t) = &mut self.trace {
+            t.close();
         }
         Ok(())
     }

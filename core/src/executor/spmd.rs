@@ -130,7 +130,11 @@ fn run_rank(
 ) -> Result<RankOutput> {
     let span = tracing::info_span!("rank", rank);
     let _g = span.enter();
-    let loaded = LoadedExecutable::load_with(device.clone(), exe.clone(), config)?;
+    let trace = opts.trace.as_deref().map(|t| {
+        t.name_rank(rank as u32, device.info().name.clone());
+        (t, rank as u32)
+    });
+    let loaded = LoadedExecutable::load_traced(device.clone(), exe.clone(), config, trace)?;
     let params = loaded.allocate_parameters()?;
     if params.len() != inputs.len() {
         return Err(Error::InvalidArgument(format!(

@@ -26,6 +26,10 @@ pub(super) struct ExecState {
     pub(super) recordings: HashMap<usize, Recording>,
     /// One event per node, recorded after it when the execution has a deadline.
     pub(super) tracking: Vec<Arc<dyn Event>>,
+    /// Timing events before and after each node, for traces with device times.
+    pub(super) timing: Vec<[Arc<dyn Event>; 2]>,
+    /// The event each execution's device times are measured from.
+    pub(super) timing_reference: Option<Arc<dyn Event>>,
 }
 
 impl ExecState {
@@ -77,6 +81,8 @@ impl ExecState {
             scratch,
             recordings: HashMap::new(),
             tracking: vec![],
+            timing: vec![],
+            timing_reference: None,
         })
     }
 }

@@ -250,6 +250,10 @@ impl Device for HostDevice {
         Ok(Arc::new(HostEvent::default()))
     }
 
+    fn create_timing_event(&self) -> Result<Arc<dyn Event>> {
+        Ok(Arc::new(HostEvent::timing()))
+    }
+
     fn load_module(&self, module: &Module) -> Result<Arc<dyn LoadedModule>> {
         for img in &module.images {
             match img {

@@ -493,11 +493,16 @@ impl Stream for HostStream {
             s.recorded += 1;
             s.recorded
         };
-        self.push(Op::Control(Box::new(move || {
-            let mut s = e.state.lock();
-            s.completed = s.completed.max(generation);
-            e.cv.notify_all();
-        })))
+        if self.immediate.load(Ordering::Relaxed) {
+            // Nothing queued: every earlier operation has finished, so the record completes
+            // here (as a queued record would at once; no hand-off to the worker).
+            let done = self.progress.done.lock();
+            if *done == self.issued.load(Ordering::SeqCst) {
+                e.complete(generation);
+                return Ok(());
+            }
+        }
+        self.push(Op::Control(Box::new(move || e.complete(generation))))
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
@@ -613,12 +618,28 @@ impl Stream for HostStream {
 struct EventState {
     recorded: u64,
     completed: u64,
+    /// When the last record completed (timing events only).
+    completed_at: Option<std::time::Instant>,
 }
 
 #[derive(Default, Debug)]
 struct EventShared {
     state: Mutex<EventState>,
     cv: Condvar,
+    /// Take the time of each completion ([`HostEvent::timing`]).
+    timing: bool,
+}
+
+impl EventShared {
+    /// Record `generation` completed.
+    fn complete(&self, generation: u64) {
+        let mut s = self.state.lock();
+        s.completed = s.completed.max(generation);
+        if self.timing {
+            s.completed_at = Some(std::time::Instant::now());
+        }
+        self.cv.notify_all();
+    }
 }
 
 /// A host event.
@@ -627,7 +648,47 @@ pub struct HostEvent {
     state: Arc<EventShared>,
 }
 
+impl HostEvent {
+    /// An event that takes the time its records complete at (on the stream's worker, or in
+    /// the issuing thread in immediate mode): the host's stream time.
+    pub fn timing() -> Self {
+        HostEvent {
+            state: Arc::new(EventShared {
+                timing: true,
+                ..Default::default()
+            }),
+        }
+    }
+}
+
 impl Event for HostEvent {
+    fn completed_at(&self) -> Option<std::time::Instant> {
+        let s = self.state.state.lock();
+        if s.completed >= s.recorded {
+            s.completed_at
+        } else {
+            None
+        }
+    }
+
+    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
+        let at = |e: &HostEvent| {
+            let s = e.state.state.lock();
+            match (e.state.timing, s.completed >= s.recorded, s.completed_at) {
+                (false, _, _) => Err(Error::InvalidArgument(
+                    "event timing: an event was created without timing".into(),
+                )),
+                (true, true, Some(t)) => Ok(t),
+                _ => Err(Error::InvalidArgument(
+                    "event timing: an event has not completed".into(),
+                )),
+            }
+        };
+        let end = at(self)?;
+        let begin = at(host_event(start)?)?;
+        Ok(end.saturating_duration_since(begin))
+    }
+
     fn synchronize(&self) -> Result<()> {
         let mut s = self.state.state.lock();
         let target = s.recorded;

@@ -323,6 +323,14 @@ impl Communicator for NcclCommunicator {
             let mut r = self.abort_reason.lock();
             if r.is_none() {
                 *r = Some(reason.to_string());
+                let key = self.clique.as_ref().map(|c| c.member.key().to_string());
+                tracing::warn!(
+                    target: "xthunk::clique",
+                    key = key.as_deref().unwrap_or("(no clique)"),
+                    rank = self.rank,
+                    reason,
+                    "clique aborted"
+                );
             }
         }
         self.abort_requested.store(true, Ordering::SeqCst);

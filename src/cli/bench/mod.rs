@@ -41,6 +41,7 @@ mod program;
 mod replay;
 mod report;
 mod stats;
+mod trace;
 mod wide;
 
 use super::error::{CliError, CliResult, one_line};
@@ -63,7 +64,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 9] = [
+pub const NAMES: [&str; 10] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -73,6 +74,7 @@ pub const NAMES: [&str; 9] = [
     "wide_dag",
     "graph_build",
     "device_loop",
+    "trace_overhead",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -140,8 +142,17 @@ fn selected(name: &str, filter: Option<&str>) -> bool {
     filter.is_none_or(|f| name.contains(f))
 }
 
+/// The bar of the benchmarks selected (drawn only on a terminal; else the lines below).
+static BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
+
 fn progress(name: &str) {
-    eprintln!("xthunk bench: running {name} ...");
+    match BAR.get().filter(|b| !b.is_hidden()) {
+        Some(b) => {
+            b.set_message(name.to_string());
+            b.inc(1);
+        }
+        None => eprintln!("xthunk bench: running {name} ..."),
+    }
 }
 
 /// Runs one benchmark, turning an error into a failed row.
@@ -230,6 +241,8 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         ctx.backend, ctx.device.ordinal, ctx.device.label
     );
     let start = Instant::now();
+    let count = NAMES.iter().filter(|n| selected(n, filter)).count();
+    let bar = BAR.get_or_init(|| super::progress::bar(count as u64, "bench"));
     let mut rows = vec![];
     one(
         "executor_overhead",
@@ -263,6 +276,13 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         || device_loop::device_loop(&setup),
         &mut rows,
     );
+    one(
+        "trace_overhead",
+        filter,
+        || trace::trace_overhead(&setup),
+        &mut rows,
+    );
+    bar.finish_and_clear();
     eprintln!(
         "xthunk bench: done in {:.1} s",
         start.elapsed().as_secs_f64()

@@ -52,10 +52,15 @@ impl Prepared {
 
     /// Executes once; returns the seconds it took (issue to completion).
     pub fn run(&self) -> Res<f64> {
+        self.run_with(&ExecuteOptions::default())
+    }
+
+    /// [`Self::run`] with `opts`.
+    pub fn run_with(&self, opts: &ExecuteOptions) -> Res<f64> {
         let p: Vec<&dyn DeviceMemory> = self.params.iter().map(|b| b.as_ref() as _).collect();
         let o: Vec<&dyn DeviceMemory> = self.outputs.iter().map(|b| b.as_ref() as _).collect();
         let start = Instant::now();
-        self.exe.execute(&p, &o, &ExecuteOptions::default())?;
+        self.exe.execute(&p, &o, opts)?;
         Ok(secs(start))
     }
 

@@ -1,0 +1,364 @@
+//! Tracing one execution ([`Recorder`]): the host issue span of every top-level node, timing
+//! events around it when device times are asked for, what a command buffer did and how long
+//! communicators took to acquire; handed to the [`Tracer`] when the execution ends. Also what
+//! the trace calls each node ([`node_infos`], computed once per loaded executable).
+//!
+//! Only executions given `ExecuteOptions::trace` build a recorder: without one, the run loop
+//! checks an `Option` per node and allocates nothing.
+
+use super::plan::{Op, Step};
+use super::schedule::{Node, Schedule};
+use super::state::ExecState;
+use crate::backend::{Device, Event, Stream};
+use crate::error::{Error, Result};
+use crate::ir::Thunk;
+use crate::trace::{CommandBufferNote, Execution, NodeInfo, ThunkTimes, Tracer};
+use serde_json::{Map, Value, json};
+use std::cell::Cell;
+use std::sync::Arc;
+use std::time::Instant;
+
+/// The trace's view of every node of `schedule`; the implicit command buffer, when there is
+/// one, is the last.
+pub(super) fn node_infos(schedule: &Schedule) -> Arc<[NodeInfo]> {
+    let paths = |n: &Node| -> Vec<String> {
+        n.waits
+            .iter()
+            .filter_map(|w| schedule.nodes.get(*w))
+            .map(|w| w.step.path.to_string())
+            .collect()
+    };
+    let mut v: Vec<NodeInfo> = schedule
+        .nodes
+        .iter()
+        .map(|n| node_info(n, paths(n)))
+        .collect();
+    if let Some(f) = &schedule.fused {
+        v.push(node_info(f, vec![]));
+    }
+    v.into()
+}
+
+fn node_info(node: &Node, waits_for: Vec<String>) -> NodeInfo {
+    let step = &node.step;
+    let path = step.path.to_string();
+    let name = if step.label.starts_with(step.kind) {
+        format!("{path} {}", step.label)
+    } else {
+        format!("{path} {} {}", step.kind, step.label)
+    };
+    let mut args = Map::new();
+    args.insert("path".into(), json!(path));
+    args.insert("stream".into(), json!(node.stream));
+    let (bytes, flops, communicates) = describe(step, &mut args);
+    if bytes > 0 {
+        args.insert("bytes".into(), json!(bytes));
+    }
+    if flops > 0 {
+        args.insert("flops".into(), json!(flops));
+    }
+    if !waits_for.is_empty() {
+        args.insert("waits_for".into(), json!(waits_for));
+    }
+    NodeInfo {
+        name,
+        kind: step.kind,
+        stream: u32::try_from(node.stream).unwrap_or(u32::MAX),
+        waits: node
+            .waits
+            .iter()
+            .map(|w| u32::try_from(*w).unwrap_or(u32::MAX))
+            .collect(),
+        bytes,
+        flops,
+        communicates,
+        args,
+    }
+}
+
+/// Adds a step's arguments; returns its bytes, flops and whether it communicates.
+fn describe(step: &Step, args: &mut Map<String, Value>) -> (u64, u64, bool) {
+    match &step.op {
+        Op::Kernel { dims, args: ka, .. } => {
+            let g = dims.grid;
+            let b = dims.block;
+            args.insert("grid".into(), json!([g.x, g.y, g.z]));
+            args.insert("block".into(), json!([b.x, b.y, b.z]));
+            args.insert("shared_mem".into(), json!(dims.shared_mem));
+            let bytes = ka
+                .iter()
+                .map(|a| match a {
+                    crate::ir::KernelArg::Buffer { slice, .. } => slice.size,
+                    crate::ir::KernelArg::Scalar(_) => 0,
+                })
+                .fold(0u64, u64::saturating_add);
+            (bytes, 0, false)
+        }
+        Op::Direct(t) => match t {
+            Thunk::Copy { src, .. } => (src.size.saturating_mul(2), 0, false),
+            Thunk::Memset { dst, .. } => (dst.size, 0, false),
+            Thunk::Gemm(g) => {
+                args.insert("dtype".into(), json!(g.dtype.to_string()));
+                args.insert("m".into(), json!(g.m));
+                args.insert("n".into(), json!(g.n));
+                args.insert("k".into(), json!(g.k));
+                args.insert("batch".into(), json!(g.batch.max(1)));
+                let flops = 2u64
+                    .saturating_mul(g.m)
+                    .saturating_mul(g.n)
+                    .saturating_mul(g.k)
+                    .saturating_mul(g.batch.max(1));
+                let bytes = g.a.size.saturating_add(g.b.size).saturating_add(g.c.size);
+                (bytes, flops, false)
+            }
+            Thunk::Collective(c) => {
+                args.insert("dtype".into(), json!(c.dtype.to_string()));
+                args.insert("op".into(), json!(c.op.name()));
+                let peers = if c.groups.is_empty() {
+                    json!("all ranks")
+                } else {
+                    json!(c.groups)
+                };
+                args.insert("peers".into(), peers);
+                (c.src.size, 0, true)
+            }
+            Thunk::CollectivePermute {
+                src, dtype, pairs, ..
+            } => {
+                args.insert("dtype".into(), json!(dtype.to_string()));
+                args.insert("peers".into(), json!(pairs));
+                (src.size, 0, true)
+            }
+            Thunk::Send { src, dtype, peer } => {
+                args.insert("dtype".into(), json!(dtype.to_string()));
+                args.insert("peers".into(), json!([peer]));
+                (src.size, 0, true)
+            }
+            Thunk::Recv { dst, dtype, peer } => {
+                args.insert("dtype".into(), json!(dtype.to_string()));
+                args.insert("peers".into(), json!([peer]));
+                (dst.size, 0, true)
+            }
+            _ => (0, 0, false),
+        },
+        Op::CommandBuffer { body, .. } => {
+            args.insert("thunks".into(), json!(body.len()));
+            (0, 0, false)
+        }
+        Op::While { trip_count, .. } => {
+            if let Some(n) = trip_count {
+                args.insert("trip_count".into(), json!(n));
+            }
+            (0, 0, false)
+        }
+        Op::Conditional { branches, .. } => {
+            args.insert("branches".into(), json!(branches.len()));
+            (0, 0, false)
+        }
+        Op::CustomCall(r) => {
+            args.insert("target".into(), json!(r.call.target));
+            args.insert("captured".into(), json!(r.capturable));
+            let bytes = r
+                .call
+                .operands
+                .iter()
+                .chain(&r.call.results)
+                .map(|b| b.slice.size)
+                .fold(0u64, u64::saturating_add);
+            (bytes, 0, false)
+        }
+    }
+}
+
+/// One execution's trace in progress.
+pub(super) struct Recorder<'a> {
+    tracer: &'a Tracer,
+    nodes: Arc<[NodeInfo]>,
+    rank: u32,
+    program: &'a str,
+    start: Instant,
+    thunks: Vec<ThunkTimes>,
+    /// With device times: the reference event (recorded on stream 0 at the start) and the
+    /// host time it was seen complete at.
+    reference: Option<(Arc<dyn Event>, Instant)>,
+    /// The last node pushed is still being issued.
+    open: bool,
+    /// The anchor is the reference's completion as the backend took it.
+    exact_anchor: bool,
+    /// Set by the command-buffer step of the node being issued.
+    pub(super) command_buffer: Cell<CommandBufferNote>,
+    /// Added to by communicator acquisitions of the node being issued.
+    pub(super) clique_wait_ns: Cell<u64>,
+}
+
+impl<'a> Recorder<'a> {
+    pub(super) fn new(
+        tracer: &'a Tracer,
+        nodes: Arc<[NodeInfo]>,
+        rank: u32,
+        program: &'a str,
+        start: Instant,
+        capacity: usize,
+    ) -> Self {
+        Recorder {
+            tracer,
+            nodes,
+            rank,
+            program,
+            start,
+            thunks: Vec::with_capacity(capacity),
+            reference: None,
+            open: false,
+            exact_anchor: false,
+            command_buffer: Cell::new(CommandBufferNote::None),
+            clique_wait_ns: Cell::new(0),
+        }
+    }
+
+    pub(super) fn device_times(&self) -> bool {
+        self.tracer.config().device_times
+    }
+
+    /// With device times: makes sure `state` has timing events for `nodes` nodes, and records
+    /// and waits for the reference event on `stream` (the host time it is seen complete at
+    /// anchors every device time of the execution).
+    pub(super) fn begin(
+        &mut self,
+        device: &dyn Device,
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        if !self.device_times() {
+            return Ok(());
+        }
+        let n = self.nodes.len();
+        while state.timing.len() < n {
+            let pair = device
+                .create_timing_event()
+                .and_then(|b| Ok([b, device.create_timing_event()?]));
+            match pair {
+                Ok(p) => state.timing.push(p),
+                // No timing events on this backend: host issue spans only.
+                Err(Error::Unsupported { backend, feature }) => {
+                    static WARNED: std::sync::Once = std::sync::Once::new();
+                    WARNED.call_once(|| {
+                        tracing::warn!(
+                            "trace: no device times: `{backend}` does not support {feature}"
+                        );
+                    });
+                    return Ok(());
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        let reference = match &state.timing_reference {
+            Some(e) => e.clone(),
+            None => {
+                let e = device.create_timing_event()?;
+                state.timing_reference = Some(e.clone());
+                e
+            }
+        };
+        // The anchor: the instant the reference completed where the backend knows it,
+        // else the instant before its record (the stream is idle: it completes at once on a
+        // GPU; the instant after the synchronize would add the host's wake-up latency). Device
+        // times are then early by the device's delay in reaching the record, never late.
+        let before = Instant::now();
+        stream.record(reference.as_ref())?;
+        reference.synchronize()?;
+        let exact = reference.completed_at();
+        self.exact_anchor = exact.is_some();
+        self.reference = Some((reference, exact.unwrap_or(before)));
+        Ok(())
+    }
+
+    /// Before node `node`'s work on `stream` (after its waits).
+    pub(super) fn before(&self, node: usize, stream: &dyn Stream, state: &ExecState) -> Result<()> {
+        match (&self.reference, state.timing.get(node)) {
+            (Some(_), Some([b, _])) => stream.record(b.as_ref()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Node `node`'s issue starts now (before its event waits); the previous node's ends.
+    /// One clock read per node: a node's issue span runs to the start of the next one's (all
+    /// that lies between is the node's own event records).
+    pub(super) fn start_node(&mut self, node: usize) {
+        let now = self.tracer.ns(Instant::now());
+        self.end_last(now);
+        self.thunks.push(ThunkTimes {
+            node: u32::try_from(node).unwrap_or(u32::MAX),
+            issue: (now, now),
+            ..Default::default()
+        });
+        self.open = true;
+    }
+
+    /// The last node's issue ends at `now`, with what its steps noted.
+    fn end_last(&mut self, now: u64) {
+        if !std::mem::take(&mut self.open) {
+            return;
+        }
+        if let Some(last) = self.thunks.last_mut() {
+            last.issue.1 = now;
+            last.command_buffer = self.command_buffer.take();
+            last.clique_wait_ns = self.clique_wait_ns.take();
+        }
+    }
+
+    /// The last node's issue ends now.
+    pub(super) fn close(&mut self) {
+        let now = self.tracer.ns(Instant::now());
+        self.end_last(now);
+    }
+
+    /// After node `node`'s work on `stream`: with device times, its end event.
+    pub(super) fn after(&self, node: usize, stream: &dyn Stream, state: &ExecState) -> Result<()> {
+        match (&self.reference, state.timing.get(node)) {
+            (Some(_), Some([_, e])) => stream.record(e.as_ref()),
+            _ => Ok(()),
+        }
+    }
+
+    /// Hands the execution to the tracer: with device times (and `ok`: every stream
+    /// finished), each node's stream span from its timing events.
+    pub(super) fn finish(mut self, state: &ExecState, ok: bool) {
+        // Issuing failed part-way: the failed node's issue ended now.
+        self.close();
+        if let (true, Some((reference, at))) = (ok, &self.reference) {
+            let base = self.tracer.ns(*at);
+            for t in &mut self.thunks {
+                let Some([b, e]) = state.timing.get(t.node as usize) else {
+                    continue;
+                };
+                let since = |x: &Arc<dyn Event>| {
+                    x.elapsed_since(reference.as_ref())
+                        .map(|d| base.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(0)))
+                };
+                match (since(b), since(e)) {
+                    (Ok(s), Ok(f)) => t.device = Some((s, f.max(s))),
+                    (Err(err), _) | (_, Err(err)) => {
+                        tracing::warn!("trace: no device time for a thunk: {err}");
+                        break;
+                    }
+                }
+            }
+        }
+        let index = self.tracer.next_index(self.rank);
+        self.tracer.push_execution(Execution {
+            rank: self.rank,
+            program: self.program.to_string(),
+            index,
+            start_ns: self.tracer.ns(self.start),
+            end_ns: self.tracer.ns(Instant::now()),
+            ok,
+            clock: match (&self.reference, self.exact_anchor) {
+                (None, _) => "host",
+                (Some(_), true) => "device, anchored exactly",
+                (Some(_), false) => "device, anchored at the reference's record",
+            },
+            nodes: self.nodes,
+            thunks: self.thunks,
+        });
+    }
+}
