@@ -198,7 +198,14 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
             ),
         ));
     }
-    let Some(kernel) = standard_library().get(name) else {
+    // xthunk's set-condition kernels, recognized by their module (EMULATED; see
+    // `crate::cuda::conditional`).
+    let set_kernel = || {
+        crate::context::by_id(m.ctx_id)
+            .filter(|c| c.api == Api::Cuda)
+            .and_then(|_| crate::cuda::conditional::set_kernel(&m.functions, name))
+    };
+    let Some(kernel) = standard_library().get(name).or_else(set_kernel) else {
         return Err(EmuError::new(
             Code::NotFound,
             Kind::Unsupported,

@@ -249,6 +249,9 @@ pub fn destroy_stream(handle: usize, call: &str) -> EmuResult<()> {
     if let Some(c) = s.capture() {
         c.invalidate(call, "the capturing stream was destroyed");
         c.end();
+        if !c.to_graph {
+            super::conditional::destroy_graph_tree(c.graph, call);
+        }
     }
     s.shutdown();
     Ok(())
