@@ -32,6 +32,7 @@ mod collective;
 mod command_buffer;
 mod config;
 mod device_control;
+pub use device_control::recorded_conditional_nodes;
 pub mod graph;
 mod loaded;
 mod plan;
