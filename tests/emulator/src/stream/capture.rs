@@ -333,9 +333,7 @@ pub fn end_capture(s: &Arc<StreamCore>, call: &str) -> EmuResult<usize> {
     }
     let (nodes, invalid) = c.end();
     if let Some(why) = invalid {
-        if !c.to_graph {
-            super::conditional::destroy_graph_tree(c.graph, call);
-        }
+        super::conditional::discard_capture(c.graph, !c.to_graph, &nodes, call);
         return Err(EmuError::new(
             Code::CaptureInvalidated,
             Kind::InvalidState,

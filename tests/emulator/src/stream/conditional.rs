@@ -367,6 +367,21 @@ pub fn destroy_graph_tree(graph: usize, call: &str) {
     }
 }
 
+/// Destroys what the nodes of an abandoned capture hold (their body graphs), and the
+/// capture's own graph unless it recorded into an existing one (`own_graph`).
+pub fn discard_capture(graph: usize, own_graph: bool, nodes: &[Op], call: &str) {
+    for op in nodes {
+        if let Work::Conditional(n) = &op.work {
+            for b in n.body_handles.iter() {
+                destroy_graph_tree(*b, call);
+            }
+        }
+    }
+    if own_graph {
+        destroy_graph_tree(graph, call);
+    }
+}
+
 /// `cuGraphDestroy`: a body graph cannot be destroyed on its own.
 pub fn destroy_graph(graph: usize, call: &str) -> EmuResult<()> {
     let g = GRAPHS.get(graph, call)?;

@@ -248,10 +248,8 @@ pub fn destroy_stream(handle: usize, call: &str) -> EmuResult<()> {
     let s = STREAMS.remove(handle, call)?;
     if let Some(c) = s.capture() {
         c.invalidate(call, "the capturing stream was destroyed");
-        c.end();
-        if !c.to_graph {
-            super::conditional::destroy_graph_tree(c.graph, call);
-        }
+        let (nodes, _) = c.end();
+        super::conditional::discard_capture(c.graph, !c.to_graph, &nodes, call);
     }
     s.shutdown();
     Ok(())
