@@ -1,7 +1,8 @@
 //! Conditional graph nodes (CUDA 12.4+): `while` and `conditional` recorded inside a command
 //! buffer as WHILE and IF nodes, so that whole loops replay with no host involvement.
 //!
-//! While a stream captures:
+//! While a stream captures (the set-condition module is built before the first capture of a
+//! device begins, since modules are not loaded while capturing):
 //!
 //! - [`create`]: the capture's graph (`cuStreamGetCaptureInfo_v2`) gets a condition,
 //!   `cuGraphConditionalHandleCreate` with default 0 assigned at every launch
@@ -119,15 +120,21 @@ fn unsupported(reason: String) -> Error {
     }
 }
 
-/// Whether the driver of `ctx` has conditional nodes; `Unsupported` says why not.
-fn check_driver(ctx: &DeviceContext) -> Result<()> {
-    if ctx.driver_version < MIN_CONDITIONAL_DRIVER_VERSION {
+/// Whether a driver of `version` (`cuDriverGetVersion` encoding) has WHILE nodes.
+fn check_version(version: i32) -> Result<()> {
+    if version < MIN_CONDITIONAL_DRIVER_VERSION {
         return Err(unsupported(format!(
             "the driver supports CUDA {}.{}; WHILE nodes need 12.4",
-            ctx.driver_version / 1000,
-            (ctx.driver_version % 1000) / 10
+            version / 1000,
+            (version % 1000) / 10
         )));
     }
+    Ok(())
+}
+
+/// Whether the driver of `ctx` has conditional nodes; `Unsupported` says why not.
+fn check_driver(ctx: &DeviceContext) -> Result<()> {
+    check_version(ctx.driver_version)?;
     static SYMBOLS: OnceLock<std::result::Result<(), String>> = OnceLock::new();
     SYMBOLS
         .get_or_init(|| {
@@ -174,6 +181,15 @@ fn capture_graph(s: &CudaStream) -> Result<(sys::CUgraph, Vec<sys::CUgraphNode>)
         unsafe { std::slice::from_raw_parts(deps, n) }.to_vec()
     };
     Ok((graph, deps))
+}
+
+/// Builds the set-condition module of `s`'s device if the driver has conditional nodes
+/// (once per device; called before a capture begins). A failure is kept and reported by
+/// [`create`].
+pub(crate) fn prepare(s: &CudaStream) {
+    if check_driver(&s.ctx).is_ok() {
+        let _ = s.conditional.kernels(&s.ctx);
+    }
 }
 
 /// [`Stream::create_condition`] on a CUDA stream.
@@ -344,4 +360,53 @@ pub(crate) fn capture(
         ));
     }
     Ok(())
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn drivers_before_12_4_are_unsupported_with_the_reason() {
+        let e = check_version(12030).unwrap_err();
+        assert!(matches!(e, Error::Unsupported { .. }), "{e}");
+        assert!(
+            e.to_string().contains("CUDA 12.3; WHILE nodes need 12.4"),
+            "{e}"
+        );
+        assert!(check_version(12040).is_ok());
+        assert!(check_version(13000).is_ok());
+    }
+
+    /// The set-condition module compiles with NVRTC (when installed) into a cubin holding the
+    /// four kernels and importing `cudaGraphSetConditional`, which the driver resolves.
+    #[test]
+    fn set_condition_module_compiles_with_its_kernels() {
+        let cubin = match crate::compile::compile_for_target(SET_CONDITION_SOURCE, "sm_90") {
+            Ok(c) => c,
+            Err(e) => {
+                if std::env::var("XTHUNK_REQUIRE_NVRTC").is_ok_and(|v| v == "1") {
+                    panic!("XTHUNK_REQUIRE_NVRTC=1 but {e}");
+                }
+                eprintln!("SKIPPED: NVRTC is not installed ({e})");
+                return;
+            }
+        };
+        let info = crate::image::inspect(&cubin).unwrap();
+        assert_eq!(info.sm, 90);
+        for k in KERNELS.iter().chain(&["cudaGraphSetConditional"]) {
+            assert!(
+                info.functions.iter().any(|f| f == k),
+                "{k} in {:?}",
+                info.functions
+            );
+        }
+        assert_eq!(
+            info.functions.len(),
+            KERNELS.len() + 1,
+            "{:?}",
+            info.functions
+        );
+    }
 }

@@ -240,6 +240,9 @@ impl Stream for CudaStream {
     }
 
     fn begin_capture(&self) -> Result<()> {
+        // The set-condition module is built now, not during the capture (no module loading
+        // while capturing); where it cannot be, conditional nodes are reported unsupported.
+        conditional::prepare(self);
         self.ctx.bind()?;
         // SAFETY: the stream is live.
         cu("cuStreamBeginCapture_v2", unsafe {
