@@ -252,10 +252,8 @@ fn misuse_is_refused() {
     assert_eq!(add_node(&c, s, h, COND_IF, 1), Err(cu::INVALID_VALUE));
     // A body graph goes with its node.
     // SAFETY: a live graph handle.
-    assert_eq!(
-        unsafe { cuda::cuGraphDestroy(bodies[0]) },
-        cu::INVALID_VALUE
-    );
+    let r = unsafe { cuda::cuGraphDestroy(bodies[0]) };
+    assert_eq!(r, cu::INVALID_VALUE);
     // Work captured after cuGraphAddNode without updating the dependencies invalidates the
     // capture.
     let h2 = condition(&c, graph, 0, 1);
@@ -280,10 +278,8 @@ fn misuse_is_refused() {
     ok(c.memset8(p, 0, 1, s), "captured");
     let mut g = 0usize;
     // SAFETY: a capturing stream, valid out-pointer.
-    assert_eq!(
-        unsafe { cuda::cuStreamEndCapture(s, &mut g) },
-        cu::STREAM_CAPTURE_INVALIDATED
-    );
+    let r = unsafe { cuda::cuStreamEndCapture(s, &mut g) };
+    assert_eq!(r, cu::STREAM_CAPTURE_INVALIDATED);
     assert!(!take(Kind::InvalidState).is_empty());
     c.destroy_stream(s);
     // A same-named kernel in another module is not run as the set-condition kernel.
