@@ -9,6 +9,7 @@
 mod common;
 
 use common::{ADD_F32, Cuda, ok, serial, take};
+use xthunk_core::kernels::portable;
 use xthunk_emulator::cuda;
 use xthunk_emulator::cuda::conditional::{ConditionalNodeParams, NodeParamsHead};
 use xthunk_emulator::diag::Kind;
@@ -158,7 +159,7 @@ fn while_with_trip_counter_nested_if_and_switch() {
     let branch = c.function(m, "xthunk_set_condition_branch").unwrap();
     let nvrtc = common::nvrtc().unwrap();
     let std_module = c
-        .load(&common::nvrtc_compile(&nvrtc, ADD_F32, "sm_90").unwrap())
+        .load(&common::nvrtc_compile(&nvrtc, &portable::with_prelude(ADD_F32), "sm_90").unwrap())
         .unwrap();
     let add = c.function(std_module, "add_f32").unwrap();
     let n = 8usize;
