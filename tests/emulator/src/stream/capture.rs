@@ -132,9 +132,10 @@ impl Capture {
         let ok = match st.unjoined {
             // The new node is the last one: depending on it orders after everything.
             Some(n) => deps.contains(&n) && deps.iter().all(|d| Some(*d) == last || *d == n),
-            None => {
-                (set && deps.is_empty() && last.is_none()) || deps.iter().all(|d| Some(*d) == last)
-            }
+            // Adding nothing changes nothing; otherwise only the last node can be named
+            // (setting no dependencies would unorder the next work: refused unless empty).
+            None if deps.is_empty() => !set || last.is_none(),
+            None => deps.iter().all(|d| Some(*d) == last),
         };
         if !ok {
             return Err(crate::error::unsupported(
