@@ -55,6 +55,8 @@ pub(crate) struct DeviceContext {
     pub(crate) name: String,
     /// The SM architecture number (`90` for sm_90).
     pub(crate) sm: u32,
+    /// The driver's CUDA version (`cuDriverGetVersion` encoding, 12040 for 12.4).
+    pub(crate) driver_version: i32,
     compiler: CompilerSlot,
 }
 
@@ -81,6 +83,7 @@ impl DeviceContext {
         dev: sys::CUdevice,
         name: String,
         sm: u32,
+        driver_version: i32,
         compiler: CompilerSlot,
     ) -> Result<DeviceContext> {
         let mut raw: sys::CUcontext = std::ptr::null_mut();
@@ -93,8 +96,14 @@ impl DeviceContext {
             raw,
             name,
             sm,
+            driver_version,
             compiler,
         })
+    }
+
+    /// The primary context's handle (for driver calls that name a context).
+    pub(crate) fn raw(&self) -> sys::CUcontext {
+        self.raw
     }
 
     /// Makes this context current on the calling thread (cheap; done before every driver

@@ -17,6 +17,7 @@
 
 use crate::blas::{BlasLibrary, BlasSlot};
 use crate::compile::Compiler;
+use crate::conditional::ConditionalSlot;
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::memory::{CudaBuffer, MemoryRegistry};
@@ -294,6 +295,8 @@ pub struct CudaDevice {
     pub(crate) blas: Arc<BlasSlot>,
     /// The standard library compiled for this device, shared by every module using it.
     standard: StandardModule,
+    /// The set-condition kernels (conditional graph nodes), built on first use.
+    conditional: Arc<ConditionalSlot>,
 }
 
 impl CudaDevice {
@@ -303,6 +306,7 @@ impl CudaDevice {
             props.dev,
             props.info.name.clone(),
             sm,
+            driver_version,
             CompilerSlot::new(config.clone(), driver_version),
         )?);
         let blas_lib = match BlasLibrary::load(config) {
@@ -340,6 +344,7 @@ impl CudaDevice {
             ctx,
             info: props.info,
             standard: StandardModule::default(),
+            conditional: Arc::default(),
         })
     }
 
@@ -391,6 +396,7 @@ impl Device for CudaDevice {
             self.ctx.clone(),
             self.memory.clone(),
             self.blas.clone(),
+            self.conditional.clone(),
         )?))
     }
 

@@ -36,6 +36,8 @@
 //! - [`image`]: reading cubins;
 //! - [`blas`]: gemm through cuBLAS;
 //! - [`graph`]: CUDA graphs;
+//! - [`conditional`]: conditional graph nodes (`while`/`conditional` in command buffers,
+//!   CUDA 12.4+) and the set-condition kernels;
 //! - `bench` (with the `bench` feature; not public): the device's raw vendor baselines for
 //!   `xthunk bench`, handed out by `Device::raw_baseline`.
 //!
@@ -58,6 +60,7 @@
 mod bench;
 pub mod blas;
 pub mod compile;
+pub mod conditional;
 pub mod context;
 pub mod device;
 pub mod graph;

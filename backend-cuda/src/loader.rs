@@ -470,7 +470,14 @@ mod tests {
     /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
     /// are missing (`cuGraphExecUpdate_v2` in `graph.rs`): not checked at probe, so a driver
     /// without them still works.
-    const GUARDED_DRIVER_SYMBOLS: &[&str] = &["cuGraphExecUpdate_v2"];
+    const GUARDED_DRIVER_SYMBOLS: &[&str] = &[
+        "cuGraphExecUpdate_v2",
+        "cuStreamGetCaptureInfo_v2",
+        "cuStreamUpdateCaptureDependencies",
+        "cuStreamBeginCaptureToGraph",
+        "cuGraphConditionalHandleCreate",
+        "cuGraphAddNode",
+    ];
 
     /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
     /// probe checks it before cudarc could panic on it) or in [`GUARDED_DRIVER_SYMBOLS`]
@@ -485,6 +492,7 @@ mod tests {
             include_str!("stream.rs"),
             include_str!("module.rs"),
             include_str!("blas.rs"),
+            include_str!("conditional.rs"),
         ];
         let mut used = std::collections::BTreeSet::new();
         for s in sources {
@@ -503,6 +511,12 @@ mod tests {
             .chain(GUARDED_DRIVER_SYMBOLS)
             .map(|s| s.to_string())
             .collect();
+        assert!(
+            crate::conditional::CONDITIONAL_DRIVER_SYMBOLS
+                .iter()
+                .all(|s| GUARDED_DRIVER_SYMBOLS.contains(s)),
+            "a conditional-node symbol is not listed as guarded"
+        );
         assert!(
             GUARDED_DRIVER_SYMBOLS
                 .iter()

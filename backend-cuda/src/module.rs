@@ -55,6 +55,13 @@ impl Drop for ModuleRaw {
     }
 }
 
+impl ModuleRaw {
+    /// The `CUmodule` (live while `self` is).
+    pub(crate) fn raw(&self) -> sys::CUmodule {
+        self.raw
+    }
+}
+
 /// A device's standard library, compiled and loaded once and shared by every module using
 /// it (with the description of the image).
 #[derive(Default)]
@@ -148,7 +155,10 @@ fn describe(c: &Choice<'_>, sm: u32) -> String {
 }
 
 /// Compiles `source` with NVRTC for the device and loads it.
-fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw, String)> {
+pub(crate) fn compile_and_load(
+    ctx: &Arc<DeviceContext>,
+    source: &str,
+) -> Result<(ModuleRaw, String)> {
     let compiler = ctx.compiler().map_err(|e| Error::Unavailable {
         backend: crate::result::BACKEND.into(),
         reason: format!("NVRTC is needed to compile portable source: {e}"),

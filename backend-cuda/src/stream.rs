@@ -8,6 +8,7 @@
 //! the recording to [`crate::graph`].
 
 use crate::blas::BlasSlot;
+use crate::conditional::{self, ConditionalSlot};
 use crate::context::DeviceContext;
 use crate::graph::CudaGraph;
 use crate::memory::MemoryRegistry;
@@ -17,7 +18,8 @@ use crate::sys::{self, CUresult, CUstreamCaptureMode};
 use std::any::Any;
 use std::sync::Arc;
 use xthunk_core::backend::{
-    DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
+    ConditionHandle, ConditionalKind, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg,
+    LaunchDims, SetCondition, Stream,
 };
 use xthunk_core::ir::MemsetPattern;
 use xthunk_core::{Error, Result};
@@ -44,8 +46,9 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
 pub struct CudaStream {
     pub(crate) ctx: Arc<DeviceContext>,
     pub(crate) raw: sys::CUstream,
-    memory: Arc<MemoryRegistry>,
-    blas: Arc<BlasSlot>,
+    pub(crate) memory: Arc<MemoryRegistry>,
+    pub(crate) blas: Arc<BlasSlot>,
+    pub(crate) conditional: Arc<ConditionalSlot>,
 }
 
 // SAFETY: a CUstream may be used from any thread once its context is made current, which
@@ -89,6 +92,7 @@ impl CudaStream {
         ctx: Arc<DeviceContext>,
         memory: Arc<MemoryRegistry>,
         blas: Arc<BlasSlot>,
+        conditional: Arc<ConditionalSlot>,
     ) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
@@ -101,6 +105,7 @@ impl CudaStream {
             raw,
             memory,
             blas,
+            conditional,
         })
     }
 
@@ -235,6 +240,9 @@ impl Stream for CudaStream {
     }
 
     fn begin_capture(&self) -> Result<()> {
+        // The set-condition module is built now, not during the capture (no module loading
+        // while capturing); where it cannot be, conditional nodes are reported unsupported.
+        conditional::prepare(self);
         self.ctx.bind()?;
         // SAFETY: the stream is live.
         cu("cuStreamBeginCapture_v2", unsafe {
@@ -272,6 +280,24 @@ impl Stream for CudaStream {
             ));
         };
         g.launch(self.raw)
+    }
+
+    /// Conditional graph nodes (CUDA 12.4+; see [`crate::conditional`]).
+    fn create_condition(&self) -> Result<ConditionHandle> {
+        conditional::create(self)
+    }
+
+    fn set_condition(&self, condition: ConditionHandle, how: SetCondition) -> Result<()> {
+        conditional::set(self, condition, how)
+    }
+
+    fn capture_conditional(
+        &self,
+        kind: ConditionalKind,
+        condition: ConditionHandle,
+        body: &mut dyn FnMut(&dyn Stream) -> Result<()>,
+    ) -> Result<()> {
+        conditional::capture(self, kind, condition, body)
     }
 
     /// The `CUstream` (for NCCL/RCCL and other vendor libraries that take one).

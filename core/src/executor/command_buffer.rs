@@ -40,6 +40,8 @@ impl Run<'_> {
             // The graph recorded for earlier addresses, if any: the backend may update
             // it in place instead of building a new one.
             let previous = state.recordings.get(&id).and_then(|r| r.graph.clone());
+            self.prepare_trip_counters(body)?;
+            self.conditional_nodes.set(0);
             let graph = match stream.begin_capture() {
                 Ok(()) => {
                     let was = self.capturing.replace(true);
@@ -51,7 +53,10 @@ impl Run<'_> {
                         Err(_) => stream.end_capture(),
                     };
                     match issued.and(captured) {
-                        Ok(g) => Some(g),
+                        Ok(g) => {
+                            super::device_control::note_recorded(self.conditional_nodes.get());
+                            Some(g)
+                        }
                         // Captured work never ran: fall back to running the body
                         // directly (now and on later executions of this state); a
                         // real error shows up again there, with its thunk.

@@ -12,7 +12,7 @@
 //! command buffer runs with host-driven control flow (see `command_buffer`), and this is
 //! logged once per backend per process.
 
-use super::plan::Step;
+use super::plan::{Op, Step};
 use super::run::Run;
 use super::state::ExecState;
 use crate::backend::{ConditionalKind, SetCondition, Stream};
@@ -20,9 +20,43 @@ use crate::error::{Error, Result};
 use crate::ir::{DType, MemorySpace, MemsetPattern, Slice};
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Backends the fallback was already logged for.
 static LOGGED: Mutex<BTreeSet<String>> = Mutex::new(BTreeSet::new());
+
+/// Conditional nodes in command buffer recordings the backends accepted (this process).
+static RECORDED: AtomicU64 = AtomicU64::new(0);
+
+/// How many conditional graph nodes (one per `while`, one per branch of a `conditional`)
+/// the command buffers recorded so far in this process hold, counted when the backend
+/// accepted the recording: a recording that fell back to host-driven control flow adds
+/// none.
+pub fn recorded_conditional_nodes() -> u64 {
+    RECORDED.load(Ordering::Relaxed)
+}
+
+pub(super) fn note_recorded(nodes: u64) {
+    RECORDED.fetch_add(nodes, Ordering::Relaxed);
+}
+
+/// How many `while` loops with a trip count `steps` hold (nested ones included).
+fn trip_loops(steps: &[Step]) -> usize {
+    steps
+        .iter()
+        .map(|s| match &s.op {
+            Op::While {
+                cond,
+                body,
+                trip_count,
+                ..
+            } => usize::from(trip_count.is_some()) + trip_loops(cond) + trip_loops(body),
+            Op::Conditional { branches, .. } => branches.iter().map(|b| trip_loops(b)).sum(),
+            Op::CommandBuffer { body, .. } => trip_loops(body),
+            _ => 0,
+        })
+        .sum()
+}
 
 /// Logs (once per backend) that `e` sends command buffers with control flow to the host.
 pub(super) fn note_fallback(backend: &str, e: &Error) {
@@ -46,6 +80,17 @@ pub(super) fn is_unsupported(e: &Error) -> bool {
 }
 
 impl Run<'_> {
+    /// Allocates the trip counters a recording of `body` needs before it starts (drivers
+    /// refuse allocation while capturing).
+    pub(super) fn prepare_trip_counters(&self, body: &[Step]) -> Result<()> {
+        let n = trip_loops(body);
+        let mut spare = self.spare.borrow_mut();
+        while spare.len() < n {
+            spare.push(self.exe.device.allocate(8, 8, MemorySpace::Device)?);
+        }
+        Ok(())
+    }
+
     /// Records a `While` as a conditional `While` node on the capturing `stream`.
     pub(super) fn device_while(
         &self,
@@ -60,7 +105,11 @@ impl Run<'_> {
         let set = match trip_count {
             Some(n) => {
                 // A counter the recording keeps (its address is in the graph).
-                let counter = self.exe.device.allocate(8, 8, MemorySpace::Device)?;
+                let spare = self.spare.borrow_mut().pop();
+                let counter = match spare {
+                    Some(c) => c,
+                    None => self.exe.device.allocate(8, 8, MemorySpace::Device)?,
+                };
                 let ptr = counter.ptr();
                 self.keep(counter);
                 stream.memset(ptr, 8, MemsetPattern::U32(0))?;
@@ -81,7 +130,9 @@ impl Run<'_> {
                 self.steps(cond, s, state)?;
             }
             s.set_condition(h, set)
-        })
+        })?;
+        self.conditional_nodes.set(self.conditional_nodes.get() + 1);
+        Ok(())
     }
 
     /// Records a `Conditional` as one conditional `If` node per branch on `stream`.
@@ -111,6 +162,7 @@ impl Run<'_> {
         }
         for (h, b) in handles.into_iter().zip(branches) {
             stream.capture_conditional(ConditionalKind::If, h, &mut |s| self.steps(b, s, state))?;
+            self.conditional_nodes.set(self.conditional_nodes.get() + 1);
         }
         Ok(())
     }

@@ -33,6 +33,7 @@ mod command_buffer;
 mod config;
 mod custom_call;
 mod device_control;
+pub use device_control::recorded_conditional_nodes;
 pub mod graph;
 mod loaded;
 mod plan;

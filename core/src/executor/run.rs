@@ -39,6 +39,10 @@ pub(super) struct Run<'a> {
     pub(super) capturing: Cell<bool>,
     /// Memory the recording in progress refers to (trip counters), handed to its recording.
     pub(super) kept: RefCell<Vec<crate::backend::Buffer>>,
+    /// Trip counters allocated before a recording starts (no allocation while capturing).
+    pub(super) spare: RefCell<Vec<crate::backend::Buffer>>,
+    /// Conditional nodes the recording in progress holds.
+    pub(super) conditional_nodes: Cell<u64>,
     /// How many top-level nodes are issued completely (their tracking event recorded): a
     /// node from here on is pending even though its tracking event has not been recorded.
     issued_nodes: Cell<usize>,
@@ -64,6 +68,8 @@ impl<'a> Run<'a> {
             numbering: Cell::new(true),
             capturing: Cell::new(false),
             kept: RefCell::new(vec![]),
+            spare: RefCell::new(vec![]),
+            conditional_nodes: Cell::new(0),
             issued_nodes: Cell::new(0),
             trace: None,
         }

@@ -382,10 +382,7 @@ pub unsafe fn create_graph<D: Driver>(
     if flags != 0 {
         return Err(invalid(call, "flags must be 0"));
     }
-    let h = GRAPHS.insert(Arc::new(stream::GraphCore {
-        ctx_id: c.id,
-        nodes: vec![],
-    }));
+    let h = GRAPHS.insert(Arc::new(stream::GraphCore::new(c.id, None)));
     // SAFETY: the caller's out-pointer.
     unsafe { put(out, h, what, call) }
 }
@@ -403,25 +400,26 @@ pub unsafe fn graph_nodes(
     call: &str,
 ) -> EmuResult<()> {
     let g = GRAPHS.get(graph, call)?;
+    let count = g.nodes.lock().len();
     if num.is_null() {
         return Err(null("numNodes", call));
     }
     if nodes.is_null() {
         // SAFETY: the caller's out-pointer (checked non-null).
-        return unsafe { put(num, g.nodes.len(), "numNodes", call) };
+        return unsafe { put(num, count, "numNodes", call) };
     }
     // SAFETY: `num` is valid (checked non-null); `nodes` holds `*num` entries.
     unsafe {
         let cap = *num;
-        for i in 0..cap.min(g.nodes.len()) {
+        for i in 0..cap.min(count) {
             *nodes.add(i) = stream::node_handle(graph, i);
         }
         if clear_rest {
-            for i in g.nodes.len()..cap {
+            for i in count..cap {
                 *nodes.add(i) = 0;
             }
         }
-        *num = cap.min(g.nodes.len());
+        *num = cap.min(count);
     }
     Ok(())
 }

@@ -37,7 +37,7 @@ use std::ffi::c_void;
 use std::sync::Arc;
 use xthunk_core::host::cpu::{self, Entry, Program, Shape};
 use xthunk_core::ir::{Access, DType, Scalar};
-use xthunk_core::kernels::{Extent, HostKernel, ParamKind, portable, standard_library};
+use xthunk_core::kernels::{Extent, HostArg, HostKernel, ParamKind, portable, standard_library};
 
 pub static MODULES: Table<ModuleCore> = Table::new(HandleKind::Module);
 pub static FUNCTIONS: Table<FunctionCore> = Table::new(HandleKind::Function);
@@ -65,8 +65,7 @@ pub struct FunctionCore {
     pub name: String,
     /// The standard kernel's signature, when the module's source is the standard library's.
     pub kernel: Option<&'static HostKernel>,
-    program: Arc<Program>,
-    entry: Entry,
+    run: Runner,
     /// What the image says about the kernel.
     pub info: KernelInfo,
     /// Where each parameter lies in a packed parameter buffer (`extra`): the image's layout,
@@ -220,6 +219,15 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
             ),
         ));
     }
+    // xthunk's set-condition kernels, recognized by their module and run on the host
+    // (EMULATED; see `crate::cuda::conditional`): their `cudaGraphSetConditional` has no CPU
+    // counterpart.
+    let set_kernel = crate::context::by_id(m.ctx_id)
+        .filter(|c| c.api == Api::Cuda)
+        .and_then(|_| crate::cuda::conditional::set_kernel(&m.functions, name));
+    if let Some(k) = set_kernel {
+        return set_condition_function(&m, module, name, k, call);
+    }
     let program = program_of(&m, call)?;
     let Some(entry) = program.entry(name).cloned() else {
         let mut names: Vec<&str> = program
@@ -295,8 +303,58 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
         module,
         name: name.to_string(),
         kernel,
-        program,
-        entry,
+        run: Runner::Cpu { program, entry },
+        info,
+        params,
+    }));
+    m.handles.lock().insert(name.to_string(), f);
+    Ok(f)
+}
+
+/// What runs a function: its carried source on the CPU, or (xthunk's set-condition kernels
+/// only) a host implementation.
+#[derive(Clone)]
+enum Runner {
+    Cpu { program: Arc<Program>, entry: Entry },
+    Host(&'static HostKernel),
+}
+
+/// The function of set-condition kernel `k` of module `m` (parameter sizes as the image
+/// declares them must be the kernel's).
+fn set_condition_function(
+    m: &ModuleCore,
+    module: usize,
+    name: &str,
+    k: &'static HostKernel,
+    call: &str,
+) -> EmuResult<usize> {
+    let info = m
+        .kernels
+        .iter()
+        .find(|(n, _)| n == name)
+        .map(|(_, i)| i.clone())
+        .unwrap_or_default();
+    let sizes = signature_sizes(k);
+    let params = match &info.params {
+        Some(p) if p.iter().map(|s| s.size).eq(sizes.iter().copied()) => p.clone(),
+        Some(_) => {
+            return Err(EmuError::new(
+                Code::NotFound,
+                Kind::Unsupported,
+                call,
+                format!(
+                    "`{name}` in the image does not take the set-condition kernel's {sizes:?}-byte parameters"
+                ),
+            ));
+        }
+        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+    };
+    let f = FUNCTIONS.insert(Arc::new(FunctionCore {
+        ctx_id: m.ctx_id,
+        module,
+        name: name.to_string(),
+        kernel: Some(k),
+        run: Runner::Host(k),
         info,
         params,
     }));
@@ -322,8 +380,7 @@ pub struct Launch {
     pub name: String,
     /// Each parameter's name, for messages.
     param_names: Vec<String>,
-    program: Arc<Program>,
-    entry: Entry,
+    run: Runner,
     shape: Shape,
     args: Vec<RawArg>,
     /// The context the kernel runs in (its buffers' device memory must be its own).
@@ -545,8 +602,7 @@ pub unsafe fn prepare(
     Ok(Launch {
         name: f.name.clone(),
         param_names: (0..raw.len()).map(|i| f.param_name(i)).collect(),
-        program: f.program.clone(),
-        entry: f.entry.clone(),
+        run: f.run.clone(),
         shape: Shape {
             grid,
             block,
@@ -566,8 +622,14 @@ pub unsafe fn prepare(
 /// point into a live allocation of the launch's context and may reach the rest of it;
 /// immediates are passed as their bytes.
 fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<RawArg>> {
+    let Runner::Cpu { entry, .. } = &f.run else {
+        return Err(crate::error::invalid(
+            call,
+            "a host kernel without a signature",
+        ));
+    };
     let mut args = vec![];
-    for (i, (p, b)) in f.entry.params.iter().zip(raw).enumerate() {
+    for (i, (p, b)) in entry.params.iter().zip(raw).enumerate() {
         if !p.pointer {
             args.push(RawArg::Bytes(b.clone()));
             continue;
@@ -707,13 +769,47 @@ impl Launch {
         // execution lock, which every emulated access holds), and no other emulator thread
         // touches emulated memory during the call. What the kernel does within its
         // allocations is the kernel's own, as on a GPU.
-        let r = unsafe { self.program.launch(&self.entry, self.shape, &slots) };
+        let r = match &self.run {
+            // SAFETY: as above.
+            Runner::Cpu { program, entry } => unsafe { program.launch(entry, self.shape, &slots) },
+            Runner::Host(k) => return self.run_host(k),
+        };
         r.map_err(|e| {
             EmuError::new(
                 Code::LaunchFailed,
                 Kind::InvalidValue,
                 &self.call,
                 format!("the kernel failed on the CPU: {e}"),
+            )
+        })
+    }
+}
+
+impl Launch {
+    /// Runs a host kernel (xthunk's set-condition kernels) on the buffers checked by
+    /// [`Launch::execute`], under the execution lock it holds.
+    fn run_host(&self, k: &HostKernel) -> EmuResult<()> {
+        let host: Vec<HostArg> = self
+            .args
+            .iter()
+            .map(|a| match a {
+                RawArg::Buffer { ptr, len, .. } => HostArg::Buffer {
+                    ptr: *ptr as *mut u8,
+                    len: *len,
+                },
+                RawArg::Scalar(s) => HostArg::Scalar(*s),
+                RawArg::Bytes(_) => HostArg::Scalar(Scalar::I64(0)),
+            })
+            .collect();
+        // SAFETY: every buffer lies inside a live allocation (checked by `execute` under the
+        // execution lock, held by the caller), valid for `len` bytes and touched by no other
+        // emulator thread during the call.
+        unsafe { (k.func)(&host) }.map_err(|e| {
+            EmuError::new(
+                Code::LaunchFailed,
+                Kind::InvalidValue,
+                &self.call,
+                format!("the host kernel failed: {e}"),
             )
         })
     }

@@ -31,6 +31,7 @@ pub unsafe extern "C" fn cuGraphInstantiateWithFlags(
         if exec.is_null() {
             return Err(invalid(C, "`phGraphExec` is a null pointer"));
         }
+        stream::conditional::check_instantiable(graph, C)?;
         let h = stream::instantiate(&g);
         // SAFETY: the caller's out-pointer (checked non-null).
         unsafe { put(exec, h, "phGraphExec", C) }
@@ -79,7 +80,7 @@ pub unsafe extern "C" fn cuGraphExecDestroy(exec: Handle) -> CUresult {
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn cuGraphDestroy(graph: Handle) -> CUresult {
     const C: &str = "cuGraphDestroy";
-    api(C, || GRAPHS.remove(graph, C).map(|_| ()))
+    api(C, || stream::conditional::destroy_graph(graph, C))
 }
 
 /// `CUgraphExecUpdateResultInfo`.

@@ -8,10 +8,12 @@
 //! Files, one per part of the API: `device` (initialization, devices and their attributes),
 //! `context` (primary and created contexts), `memory` (allocation, copies, memsets, pointer
 //! attributes), `stream` (streams and events), `module` (modules, functions, launches),
-//! `graph` (graphs and executable graphs), `error` (error names and the export table).
+//! `graph` (graphs and executable graphs), `conditional` (conditional graph nodes and the
+//! set-condition kernels), `error` (error names and the export table).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
+pub mod conditional;
 mod context;
 mod device;
 mod error;
@@ -20,6 +22,10 @@ mod memory;
 mod module;
 mod stream;
 
+pub use conditional::{
+    cuGraphAddNode, cuGraphConditionalHandleCreate, cuStreamBeginCaptureToGraph,
+    cuStreamGetCaptureInfo_v2, cuStreamUpdateCaptureDependencies,
+};
 pub use context::*;
 pub use device::*;
 pub use error::*;

@@ -1,5 +1,13 @@
 //! Stream capture: a capturing stream records operations as graph nodes; the calls that are
 //! illegal during capture invalidate it.
+//!
+//! A capture has its graph handle from the start (`cuStreamGetCaptureInfo_v2` reports it, so
+//! that conditional handles and nodes can be created in it), and may record into an
+//! existing empty graph (`cuStreamBeginCaptureToGraph`: a conditional node's body). Graphs
+//! are linear here, so a node added to the capturing graph with `cuGraphAddNode` must depend
+//! on the capture's current dependencies, and the capture must then be told to depend on it
+//! (`cuStreamUpdateCaptureDependencies`) before more work is captured; work captured before
+//! that would run unordered with the node on a GPU, and invalidates the capture.
 
 use super::{GRAPHS, GraphCore, Op, StreamCore, StreamKind};
 use crate::diag::{self, Kind};
@@ -19,6 +27,10 @@ struct CaptureState {
     invalid: Option<String>,
     members: Vec<Weak<StreamCore>>,
     ended: bool,
+    /// A node added with `cuGraphAddNode` that the capture does not depend on yet.
+    unjoined: Option<usize>,
+    /// The array `cuStreamGetCaptureInfo_v2` hands out (valid while the capture lives).
+    deps: Box<[usize; 1]>,
 }
 
 /// A stream capture in progress.
@@ -27,6 +39,10 @@ pub struct Capture {
     pub mode: u32,
     pub thread: ThreadId,
     pub ctx_id: u64,
+    /// The graph being recorded (its handle is live from the start).
+    pub graph: usize,
+    /// Recording into a graph that existed before (`cuStreamBeginCaptureToGraph`).
+    pub to_graph: bool,
     origin: Weak<StreamCore>,
     state: Mutex<CaptureState>,
 }
@@ -37,9 +53,100 @@ static NEXT_CAPTURE: AtomicU64 = AtomicU64::new(1);
 impl Capture {
     pub(super) fn add(&self, op: Op) -> EmuResult<()> {
         let mut st = self.state.lock();
+        if let Some(n) = st.unjoined {
+            drop(st);
+            self.invalidate(
+                &op.call,
+                &format!(
+                    "work captured after node {n:#x} was added to the capture graph, without \
+                     cuStreamUpdateCaptureDependencies making the capture depend on it (on a \
+                     GPU the two would run unordered)"
+                ),
+            );
+            return Ok(());
+        }
         if st.invalid.is_none() {
             st.nodes.push(op);
         }
+        Ok(())
+    }
+
+    /// The handle of the capture's last node (its current dependency in a linear graph).
+    fn last_node(&self, st: &CaptureState) -> Option<usize> {
+        st.nodes
+            .len()
+            .checked_sub(1)
+            .map(|i| super::node_handle(self.graph, i))
+    }
+
+    /// `cuStreamGetCaptureInfo_v2`'s dependencies: a pointer to them and their count.
+    pub fn dependencies(&self) -> (*const usize, usize) {
+        let mut st = self.state.lock();
+        match st.unjoined.or_else(|| self.last_node(&st)) {
+            Some(n) => {
+                st.deps[0] = n;
+                (st.deps.as_ptr(), 1)
+            }
+            None => (std::ptr::null(), 0),
+        }
+    }
+
+    /// Appends a node added to the capturing graph by `cuGraphAddNode` after `deps` (which
+    /// must be the capture's current dependencies); returns the node's handle. The capture
+    /// must be made to depend on it before more work is captured.
+    pub fn add_node(&self, op: Op, deps: &[usize], call: &str) -> EmuResult<usize> {
+        let mut st = self.state.lock();
+        let current: Vec<usize> = st
+            .unjoined
+            .or_else(|| self.last_node(&st))
+            .into_iter()
+            .collect();
+        if deps != current.as_slice() {
+            return Err(crate::error::unsupported(
+                call,
+                format!(
+                    "the emulator's graphs are linear: a node added to a capturing graph must \
+                     depend on exactly the capture's current dependencies ({current:x?}), not \
+                     {deps:x?}"
+                ),
+            ));
+        }
+        if st.invalid.is_some() {
+            return Err(EmuError::new(
+                Code::CaptureInvalidated,
+                Kind::InvalidState,
+                call,
+                "the capture was invalidated",
+            ));
+        }
+        st.nodes.push(op);
+        let h = super::node_handle(self.graph, st.nodes.len() - 1);
+        st.unjoined = Some(h);
+        Ok(h)
+    }
+
+    /// `cuStreamUpdateCaptureDependencies`: `deps` with `set` (else added to the current).
+    pub fn update_dependencies(&self, deps: &[usize], set: bool, call: &str) -> EmuResult<()> {
+        let mut st = self.state.lock();
+        let last = self.last_node(&st);
+        let ok = match st.unjoined {
+            // The new node is the last one: depending on it orders after everything.
+            Some(n) => deps.contains(&n) && deps.iter().all(|d| Some(*d) == last || *d == n),
+            // Adding nothing changes nothing; otherwise only the last node can be named
+            // (setting no dependencies would unorder the next work: refused unless empty).
+            None if deps.is_empty() => !set || last.is_none(),
+            None => deps.iter().all(|d| Some(*d) == last),
+        };
+        if !ok {
+            return Err(crate::error::unsupported(
+                call,
+                format!(
+                    "the emulator's graphs are linear: the capture can only be made to depend \
+                     on its last node ({last:x?}), not on {deps:x?}"
+                ),
+            ));
+        }
+        st.unjoined = None;
         Ok(())
     }
 
@@ -117,6 +224,17 @@ pub fn check_capture_rules(call: &str, code: Code) -> EmuResult<()> {
 
 /// `cuStreamBeginCapture`.
 pub fn begin_capture(s: &Arc<StreamCore>, mode: u32, call: &str) -> EmuResult<()> {
+    begin_capture_into(s, mode, None, call)
+}
+
+/// `cuStreamBeginCapture` (`into`: None) or `cuStreamBeginCaptureToGraph` (the handle of an
+/// empty graph of the stream's context, with no dependencies).
+pub fn begin_capture_into(
+    s: &Arc<StreamCore>,
+    mode: u32,
+    into: Option<usize>,
+    call: &str,
+) -> EmuResult<()> {
     if mode > CAPTURE_RELAXED {
         return Err(crate::error::invalid(call, format!("capture mode {mode}")));
     }
@@ -136,17 +254,49 @@ pub fn begin_capture(s: &Arc<StreamCore>, mode: u32, call: &str) -> EmuResult<()
             format!("{} is already capturing", s.label()),
         ));
     }
+    let graph = match into {
+        Some(h) => {
+            let g = GRAPHS.get(h, call)?;
+            if g.ctx_id != s.ctx_id {
+                return Err(crate::error::invalid(
+                    call,
+                    "the graph belongs to another context than the stream",
+                ));
+            }
+            if !g.nodes.lock().is_empty() {
+                return Err(crate::error::unsupported(
+                    call,
+                    "capturing into a graph that already has nodes (the emulator only \
+                     captures into empty graphs)",
+                ));
+            }
+            if CAPTURES.lock().iter().any(|c| c.graph == h) {
+                return Err(EmuError::new(
+                    Code::IllegalState,
+                    Kind::InvalidState,
+                    call,
+                    format!("graph {h:#x} is already being captured into"),
+                ));
+            }
+            h
+        }
+        None => GRAPHS.insert(Arc::new(GraphCore::new(s.ctx_id, None))),
+    };
     let c = Arc::new(Capture {
         id: NEXT_CAPTURE.fetch_add(1, Ordering::SeqCst),
         mode,
         thread: std::thread::current().id(),
         ctx_id: s.ctx_id,
+        graph,
+        to_graph: into.is_some(),
         origin: Arc::downgrade(s),
         state: Mutex::new(CaptureState {
             nodes: Vec::new(),
             invalid: None,
             members: Vec::new(),
             ended: false,
+            unjoined: None,
+            deps: Box::new([0]),
         }),
     });
     CAPTURES.lock().push(c.clone());
@@ -184,6 +334,7 @@ pub fn end_capture(s: &Arc<StreamCore>, call: &str) -> EmuResult<usize> {
     }
     let (nodes, invalid) = c.end();
     if let Some(why) = invalid {
+        super::conditional::discard_capture(c.graph, !c.to_graph, &nodes, call);
         return Err(EmuError::new(
             Code::CaptureInvalidated,
             Kind::InvalidState,
@@ -191,10 +342,19 @@ pub fn end_capture(s: &Arc<StreamCore>, call: &str) -> EmuResult<usize> {
             format!("the capture was invalidated ({why})"),
         ));
     }
-    Ok(GRAPHS.insert(Arc::new(GraphCore {
-        ctx_id: c.ctx_id,
-        nodes,
-    })))
+    let g = GRAPHS.get(c.graph, call)?;
+    g.nodes.lock().extend(nodes);
+    Ok(c.graph)
+}
+
+/// The capture a stream is part of, with its status (`CU_STREAM_CAPTURE_STATUS_*`).
+pub fn capture_of(s: &Arc<StreamCore>) -> Option<Arc<Capture>> {
+    s.capture()
+}
+
+/// The live capture recording into `graph`, if any.
+pub fn capture_into(graph: usize) -> Option<Arc<Capture>> {
+    CAPTURES.lock().iter().find(|c| c.graph == graph).cloned()
 }
 
 /// `CU_STREAM_CAPTURE_STATUS_*` of a stream.

@@ -6,10 +6,25 @@ use crate::handles::HandleKind;
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// A captured (or empty) graph.
+/// A captured (or empty) graph. Its nodes grow while a capture records into it, or when a
+/// conditional node is added to it (see [`super::conditional`]).
 pub struct GraphCore {
     pub ctx_id: u64,
-    pub nodes: Vec<Op>,
+    pub nodes: Mutex<Vec<Op>>,
+    /// For the body graph of a conditional node: the graph holding that node (body graphs
+    /// belong to their node: they cannot be destroyed or instantiated on their own).
+    pub parent: Option<usize>,
+}
+
+impl GraphCore {
+    /// An empty graph of context `ctx_id`.
+    pub fn new(ctx_id: u64, parent: Option<usize>) -> GraphCore {
+        GraphCore {
+            ctx_id,
+            nodes: Mutex::new(Vec::new()),
+            parent,
+        }
+    }
 }
 
 /// An instantiated graph (its nodes can be replaced by an update).
@@ -27,7 +42,7 @@ pub fn node_handle(graph: usize, i: usize) -> usize {
 pub fn instantiate(g: &GraphCore) -> usize {
     EXECS.insert(Arc::new(ExecCore {
         ctx_id: g.ctx_id,
-        nodes: Mutex::new(Arc::new(g.nodes.clone())),
+        nodes: Mutex::new(Arc::new(super::conditional::freeze(&g.nodes.lock()))),
     }))
 }
 
@@ -35,18 +50,19 @@ pub fn instantiate(g: &GraphCore) -> usize {
 /// index of the node, message)`.
 pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<usize>, String)> {
     let mut cur = exec.nodes.lock();
-    if cur.len() != g.nodes.len() {
+    let new = super::conditional::freeze(&g.nodes.lock());
+    if cur.len() != new.len() {
         return Err((
             2,
             None,
             format!(
                 "topology changed: {} nodes instead of {}",
-                g.nodes.len(),
+                new.len(),
                 cur.len()
             ),
         ));
     }
-    for (i, (a, b)) in cur.iter().zip(&g.nodes).enumerate() {
+    for (i, (a, b)) in cur.iter().zip(new.iter()).enumerate() {
         if a.work.node_type() != b.work.node_type() {
             return Err((3, Some(i), format!("node {i} changed type")));
         }
@@ -59,8 +75,12 @@ pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<us
                 ));
             }
         }
+        if let (Work::Conditional(x), Work::Conditional(y)) = (&a.work, &b.work) {
+            super::conditional::same_shape(x, y)
+                .map_err(|m| (3, Some(i), format!("node {i}: {m}")))?;
+        }
     }
-    *cur = Arc::new(g.nodes.clone());
+    *cur = Arc::new(new);
     Ok(())
 }
 

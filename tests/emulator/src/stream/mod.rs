@@ -28,10 +28,11 @@
 //! invalidated capture fails with `STREAM_CAPTURE_INVALIDATED`.
 //!
 //! Files: `op` (what an operation does, and running it), `queue` (a stream, its worker and the
-//! legacy-stream ordering), `event`, `capture`, `graph`, `teardown` (what a destroyed context
+//! legacy-stream ordering), `event`, `capture`, `graph`, `conditional` (conditional nodes), `teardown` (what a destroyed context
 //! still owns); this file holds the handle tables, the execution lock and stream resolution.
 
 mod capture;
+pub mod conditional;
 mod event;
 mod graph;
 mod op;
@@ -39,8 +40,8 @@ mod queue;
 mod teardown;
 
 pub use capture::{
-    CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL, Capture, begin_capture, capture_status,
-    check_capture_rules, end_capture,
+    CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL, Capture, begin_capture,
+    begin_capture_into, capture_into, capture_of, capture_status, check_capture_rules, end_capture,
 };
 pub use event::{
     EVENT_DISABLE_TIMING, EventCore, EventState, create_event, elapsed, query_event, record_event,

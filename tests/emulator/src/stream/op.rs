@@ -51,6 +51,8 @@ pub enum Work {
     },
     /// An executable graph's nodes.
     Graph(Arc<Vec<Op>>),
+    /// A conditional node (IF, WHILE, SWITCH) and its body graphs.
+    Conditional(Arc<super::conditional::Node>),
     HostFn {
         f: HostFn,
         data: usize,
@@ -69,6 +71,7 @@ impl Work {
             Work::Graph(_) => 4,
             Work::Wait { .. } => 6,
             Work::Stamp { .. } => 7,
+            Work::Conditional(_) => super::conditional::NODE_TYPE,
         }
     }
 }
@@ -165,12 +168,8 @@ impl Op {
                 event.stamp(*generation);
                 Ok(())
             }
-            Work::Graph(nodes) => {
-                for n in nodes.iter() {
-                    n.run()?;
-                }
-                Ok(())
-            }
+            Work::Graph(nodes) => super::conditional::run_graph(nodes, call),
+            Work::Conditional(node) => node.run(call),
             Work::HostFn { f, data } => {
                 // SAFETY: the caller registered `f` with `data` (cuLaunchHostFunc); running it
                 // on a worker thread is what the API specifies.

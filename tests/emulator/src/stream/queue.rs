@@ -248,7 +248,8 @@ pub fn destroy_stream(handle: usize, call: &str) -> EmuResult<()> {
     let s = STREAMS.remove(handle, call)?;
     if let Some(c) = s.capture() {
         c.invalidate(call, "the capturing stream was destroyed");
-        c.end();
+        let (nodes, _) = c.end();
+        super::conditional::discard_capture(c.graph, !c.to_graph, &nodes, call);
     }
     s.shutdown();
     Ok(())

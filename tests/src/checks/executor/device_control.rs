@@ -2,19 +2,23 @@
 //! `Conditional` (i32 and pred index), alone and nested, inside a `CommandBuffer`, give the
 //! same bytes as the same thunks run outside one (host-driven control flow) and the
 //! reference, over several executions with fresh buffers (new addresses: re-recording) and
-//! with the same buffers (replay). Where the backend has conditional graph nodes the loops
-//! run on the device; where it has none the executor says so once and runs them host-driven.
+//! with the same buffers (replay). Where the backend has conditional graph nodes (a probe
+//! records one: a condition, its set and an IF node) the loops run on the device, and the
+//! check asserts that every case's recordings held conditional nodes
+//! (`recorded_conditional_nodes`); where it has none the executor says so once, runs them
+//! host-driven, and no conditional node is counted. Runs alone (the count is per process).
 
 use super::{f32_bytes, load, std_kernel};
 use crate::util::{
-    CheckResult, CheckRng, compare_bytes, compare_floats, decode, execute_loaded, poison_byte,
-    uniform,
+    CheckResult, CheckRng, compare_bytes, compare_floats, decode, execute_loaded, fail,
+    poison_byte, uniform,
 };
 use std::sync::Arc;
 use xthunk_core::Error;
 use xthunk_core::backend::Device;
+use xthunk_core::backend::{ConditionalKind, SetCondition};
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
+use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, recorded_conditional_nodes};
 use xthunk_core::ir::{DType, Executable, Slice, Thunk};
 
 const N: usize = 23;
@@ -147,6 +151,26 @@ fn reference(x: f64, trips: u64, nested: bool, branch: usize) -> f64 {
     y + if branch == 0 { 0.5 } else { 0.25 }
 }
 
+/// Whether the device's streams record conditional graph nodes: a capture holding one
+/// condition, its set from a predicate and an empty IF node. `Unsupported` means no.
+fn records_conditional_nodes(device: &Arc<dyn Device>) -> CheckResult<bool> {
+    let pred = device.allocate(1, 1, xthunk_core::ir::MemorySpace::Device)?;
+    let stream = device.create_stream()?;
+    if let Err(Error::Unsupported { .. }) = stream.begin_capture() {
+        return Ok(false);
+    }
+    let recorded = stream.create_condition().and_then(|h| {
+        stream.set_condition(h, SetCondition::Pred { pred: pred.ptr() })?;
+        stream.capture_conditional(ConditionalKind::If, h, &mut |_| Ok(()))
+    });
+    let ended = stream.end_capture();
+    match recorded {
+        Ok(()) => ended.map(|_| true).map_err(Into::into),
+        Err(Error::Unsupported { .. }) => Ok(false),
+        Err(e) => Err(e.into()),
+    }
+}
+
 /// Trip count, counter value, nested, index type, index bytes, the branch they select.
 type Case = (Option<u64>, i32, bool, DType, Vec<u8>, usize);
 
@@ -169,7 +193,9 @@ pub(super) fn control_in_command_buffer(
             2,
         ),
     ];
+    let on_device = records_conditional_nodes(device)?;
     for (trips, count, nested, sel, sel_bytes, branch) in cases {
+        let nodes_before = recorded_conditional_nodes();
         let direct = load(
             device,
             program(trips, nested, sel, false)?,
@@ -206,6 +232,18 @@ pub(super) fn control_in_command_buffer(
             compare_floats(&format!("{what}: y"), got.floats("y")?, &exp, 0, |i| {
                 1e-5 * (1.0 + exp[i].abs())
             })?;
+        }
+        let nodes = recorded_conditional_nodes() - nodes_before;
+        if on_device && nodes == 0 {
+            return Err(fail(format!(
+                "{what}: the device records conditional graph nodes, but the command buffers \
+                 ran with host-driven control flow (no conditional node was recorded)"
+            )));
+        }
+        if !on_device && nodes != 0 {
+            return Err(fail(format!(
+                "{what}: the device has no conditional graph nodes, yet {nodes} were recorded"
+            )));
         }
     }
     Ok(())

@@ -45,7 +45,7 @@ pub fn checks() -> Vec<Check> {
         seeded("executor/conditional", conditional),
         seeded("executor/async_scope", async_scope),
         seeded("executor/command_buffer", command_buffer),
-        seeded(
+        seeded_exclusive(
             "executor/control_in_command_buffer",
             control_in_command_buffer,
         ),
