@@ -63,13 +63,15 @@
 //! options, the target architecture and the compiler version; [`PORTABLE_SOURCE_VERSION`]
 //! changes whenever the generator or prelude changes meaning.
 
+pub mod scan;
+
 use super::{KernelSignature, ParamKind, standard_library};
 use crate::ir::{Access, DType};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 /// Version of the portable source generator and prelude (part of every cache key).
-pub const PORTABLE_SOURCE_VERSION: u32 = 1;
+pub const PORTABLE_SOURCE_VERSION: u32 = 2;
 
 /// The header-free xthunk prelude, prepended to every portable translation unit.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
@@ -111,14 +113,48 @@ pub fn kernel_definition(name: &str) -> Option<String> {
 }
 
 /// User source in the CUDA-C subset with the prelude prepended (what `ModuleImage::Source`
-/// compiles).
+/// compiles), as [`module_source`] writes it for a module named `source`.
 pub fn with_prelude(code: &str) -> String {
+    module_source("source", code)
+}
+
+/// The translation unit of a source module named `module`: the prelude, then
+/// `#line 1 "<module>"` (so compiler messages point at the user's own lines and name the
+/// module), then `code` with C linkage applied to its kernels ([`scan::with_c_linkage`]: the
+/// kernels are found by their plain names, `extern "C"` or not).
+pub fn module_source(module: &str, code: &str) -> String {
     let mut s = header();
     s.push_str(PRELUDE);
     s.push_str("\n// ---- user source ----\n");
-    s.push_str(code);
+    let _ = writeln!(s, "#line 1 \"{}\"", line_file_name(module));
+    s.push_str(&scan::with_c_linkage(code));
     s.push('\n');
     s
+}
+
+/// The module a translation unit of [`module_source`] was written for (its `#line` file
+/// name), `"standard"` for [`standard_source`], else `None`: compilers use it to name the
+/// module in their messages.
+pub fn module_of(source: &str) -> Option<&str> {
+    if source == standard_source() {
+        return Some("standard");
+    }
+    let (_, user) = source.split_once("\n// ---- user source ----\n#line 1 \"")?;
+    user.split_once("\"\n").map(|(name, _)| name)
+}
+
+/// `module` as the file name of a `#line` directive: printable ASCII, without `"` and `\\`.
+fn line_file_name(module: &str) -> String {
+    module
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn header() -> String {
@@ -727,8 +763,12 @@ mod tests {
     fn no_warp_size_literal_and_no_headers() {
         let src = standard_source();
         assert!(!src.contains("#include"));
+        // The kernels (after the prelude, which alone may use vendor names) are portable.
+        let kernels = src.split_once(PRELUDE).map(|(_, k)| k).unwrap_or_default();
+        assert!(kernels.len() > 10_000);
+        assert_eq!(scan::vendor_constructs(kernels), []);
         for bad in ["__shfl", "% 32", "/ 32", "[32]", "< 32"] {
-            assert!(!src.contains(bad), "source contains `{bad}`");
+            assert!(!kernels.contains(bad), "source contains `{bad}`");
         }
     }
 }
