@@ -110,6 +110,24 @@ pub fn compile_rocm(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::
     xthunk_rocm::precompile(image, target)
 }
 
+/// [`compile_cuda`] for the module named `module` (messages name it and the user's lines).
+pub fn compile_cuda_module(
+    module: &str,
+    image: &ir::ModuleImage,
+    target: &str,
+) -> Result<Option<ir::ModuleImage>> {
+    xthunk_cuda::precompile_module(module, image, target)
+}
+
+/// [`compile_rocm`] for the module named `module` (messages name it and the user's lines).
+pub fn compile_rocm_module(
+    module: &str,
+    image: &ir::ModuleImage,
+    target: &str,
+) -> Result<Option<ir::ModuleImage>> {
+    xthunk_rocm::precompile_module(module, image, target)
+}
+
 impl Default for Runtime {
     fn default() -> Self {
         Self::new()

@@ -449,7 +449,9 @@ impl Compiler {
             Compiled::Ok { image, log } => (image, log),
             Compiled::Failed { status, log } => {
                 return Err(Error::Module {
-                    module: "portable source".into(),
+                    module: portable::module_of(source)
+                        .unwrap_or("portable source")
+                        .into(),
                     message: format!(
                         "NVRTC {}.{} failed to compile for {target}: {status}\nNVRTC log:\n{log}",
                         self.nvrtc.version().0,
@@ -458,6 +460,12 @@ impl Compiler {
                 });
             }
         };
+        if !log.trim().is_empty() {
+            tracing::warn!(
+                module = portable::module_of(source).unwrap_or("portable source"),
+                "NVRTC warnings for {target}:\n{log}"
+            );
+        }
         tracing::info!(
             "NVRTC compiled {} bytes of source for {target} in {:.2?} ({} bytes)",
             source.len(),
@@ -495,9 +503,19 @@ pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> 
 /// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
 /// give `None` (they need no compiling).
 pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
+    precompile_module("source", image, target)
+}
+
+/// [`precompile`] for the module named `module` (compiler messages name it and the user's
+/// lines).
+pub fn precompile_module(
+    module: &str,
+    image: &ModuleImage,
+    target: &str,
+) -> Result<Option<ModuleImage>, Error> {
     let source = match image {
         ModuleImage::Standard => portable::standard_source().to_string(),
-        ModuleImage::Source { code } => portable::with_prelude(code),
+        ModuleImage::Source { code } => portable::module_source(module, code),
         _ => return Ok(None),
     };
     let t = Target::parse(target)?;

@@ -166,6 +166,7 @@ fn compile_and_load(ctx: &Arc<DeviceContext>, source: &str) -> Result<(ModuleRaw
 fn try_choice(
     ctx: &Arc<DeviceContext>,
     standard: &StandardModule,
+    module: &str,
     c: &Choice<'_>,
 ) -> Result<(Arc<ModuleRaw>, String, bool)> {
     match *c {
@@ -195,7 +196,7 @@ fn try_choice(
             Ok((m, d, true))
         }
         Choice::Source(code) => {
-            let (m, d) = compile_and_load(ctx, &portable::with_prelude(code))?;
+            let (m, d) = compile_and_load(ctx, &portable::module_source(module, code))?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
         Choice::Ptx(code) => {
@@ -217,7 +218,7 @@ pub(crate) fn load(
     let sm = ctx.sm;
     let mut failures = vec![];
     for c in plan(&module.images, sm) {
-        match try_choice(ctx, standard, &c) {
+        match try_choice(ctx, standard, &module.name, &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
                 return Ok(Arc::new(CudaModule {

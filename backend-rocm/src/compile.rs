@@ -534,6 +534,9 @@ impl Compiler {
             self.rtc
                 .compile(source, "xthunk_portable.hip", &options_for(&t))
                 .map_err(|f| CompileError::Compilation {
+                    module: portable::module_of(source)
+                        .unwrap_or("portable source")
+                        .into(),
                     call: f.call.into(),
                     status: f.status,
                     target: t.full.clone(),
@@ -544,6 +547,13 @@ impl Compiler {
             target: t.full.clone(),
             reason,
         })?;
+        if !log.trim().is_empty() {
+            tracing::warn!(
+                module = portable::module_of(source).unwrap_or("portable source"),
+                "hipRTC warnings for {}:\n{log}",
+                t.full
+            );
+        }
         tracing::info!(
             target = %t.full,
             bytes = img.len(),
@@ -567,11 +577,17 @@ impl Compiler {
     }
 
     /// Compiles a module image that needs compiling (`Standard`, `Source`) for `target`.
-    pub fn compile_image(&self, image: &ModuleImage, target: &str) -> Result<CompileOutput, Error> {
+    /// Messages name the module `module` and point at the user's lines.
+    pub fn compile_image(
+        &self,
+        module: &str,
+        image: &ModuleImage,
+        target: &str,
+    ) -> Result<CompileOutput, Error> {
         match image {
             ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
             ModuleImage::Source { code } => {
-                Ok(self.compile(&portable::with_prelude(code), target)?)
+                Ok(self.compile(&portable::module_source(module, code), target)?)
             }
             other => Err(Error::InvalidArgument(format!(
                 "a {} image is not portable source; only `standard` and `source` images are compiled",
@@ -602,11 +618,21 @@ pub fn compile_for_target(source: &str, target: &str) -> xthunk_core::Result<Vec
 /// For `xthunk compile --target gfx…` (the CUDA backend's `precompile` does the same for
 /// `sm_XX`).
 pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Option<ModuleImage>> {
+    precompile_module("source", image, target)
+}
+
+/// [`precompile`] for the module named `module` (compiler messages name it and the user's
+/// lines).
+pub fn precompile_module(
+    module: &str,
+    image: &ModuleImage,
+    target: &str,
+) -> xthunk_core::Result<Option<ModuleImage>> {
     if !matches!(image, ModuleImage::Standard | ModuleImage::Source { .. }) {
         return Ok(None);
     }
     let c = default_compiler()?;
-    let compiled = c.compile_image(image, target)?;
+    let compiled = c.compile_image(module, image, target)?;
     Ok(Some(ModuleImage::Hsaco {
         arch: compiled.target.full,
         data: compiled.image.as_ref().clone(),

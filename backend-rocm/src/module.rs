@@ -147,7 +147,7 @@ pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn 
         ImageChoice::Compile(img) => {
             let compiler = ctx.compiler()?;
             let c = compiler
-                .compile_image(img, &ctx.arch.full)
+                .compile_image(&module.name, img, &ctx.arch.full)
                 .map_err(|e| merr(e.to_string()))?;
             let how = match c.cache {
                 CacheStatus::Miss | CacheStatus::Rebuilt | CacheStatus::Disabled => {
