@@ -520,3 +520,64 @@ fn binary_links_no_vendor_library() {
         assert!(!deps.contains(lib), "{bin} links {lib}:\n{deps}");
     }
 }
+
+/// A program with one source module `user` whose code is `code`, launching `kernel` from it.
+fn source_program(code: &str, kernel: &str) -> String {
+    let code = code
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n");
+    format!(
+        "abi_version: 1\nname: \"user\"\n\
+         allocations: [{{ size: 64 alignment: 64 parameter: 0 }}]\n\
+         modules: [{{ name: \"user\" images: [{{ source {{ code: \"{code}\" }} }}] }}]\n\
+         entry: [{{ kernel {{ module: \"user\" name: \"{kernel}\" grid {{ x: 1 y: 1 z: 1 }} \
+         block {{ x: 32 y: 1 z: 1 }} args: [{{ buffer {{ slice {{ allocation: 0 size: 64 }} \
+         access: ACCESS_READ_WRITE }} }}] }} }}]\n\
+         signature {{ parameters: [{{ name: \"x\" dtype: DTYPE_F32 dims: [16] }}] }}\n"
+    )
+}
+
+/// `compile --check` (and every `compile`) refuses vendor-only constructs for every target,
+/// naming the module and the user's line, and kernels the program launches but the source
+/// does not define; portable source passes with no compiler involved.
+#[test]
+fn compile_check_refuses_vendor_constructs_and_unknown_kernels() {
+    let dir = scratch("compile-check");
+    let bad = dir.join("bad.txtpb");
+    let code = "// warp sum\n__global__ void k(float* x) {\n  float v = __shfl_down_sync(0xffffffffu, x[0], 1);\n  atomicAdd(x, v);\n}\n";
+    std::fs::write(&bad, source_program(code, "k")).unwrap();
+    let err = fails(
+        &["compile", bad.to_str().unwrap(), "--check"],
+        "module `user`, line 3: `__shfl_down_sync` is not in the portable subset",
+    );
+    assert!(err.contains("module `user`, line 4: `atomicAdd`"), "{err}");
+    // Refused for a ROCm target too, where hipRTC would have rejected it anyway, and for a
+    // CUDA target, where NVRTC would have accepted it: before any compiler runs.
+    let out = dir.join("never.pb");
+    for t in ["sm_90", "gfx90a"] {
+        fails(
+            &[
+                "compile",
+                bad.to_str().unwrap(),
+                "--target",
+                t,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            "line 3: `__shfl_down_sync`",
+        );
+        assert!(!out.exists());
+    }
+    let unknown = dir.join("unknown.txtpb");
+    let good = "__global__ void k(float* x) {\n  x[0] = xt_warp_reduce_add(x[0]);\n}\n";
+    std::fs::write(&unknown, source_program(good, "kk")).unwrap();
+    fails(
+        &["compile", unknown.to_str().unwrap(), "--check"],
+        "the program launches kernel `kk`, which its source does not define (it defines: k)",
+    );
+    let fine = dir.join("fine.txtpb");
+    std::fs::write(&fine, source_program(good, "k")).unwrap();
+    let s = ok(&["compile", fine.to_str().unwrap(), "--check"]);
+    assert!(s.contains("every source module is portable"), "{s}");
+}
