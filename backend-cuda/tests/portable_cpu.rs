@@ -4,7 +4,7 @@
 //! library with the machine's C++ compiler (`$CXX` or `c++`, GCC 12+ or Clang 15+) behind a
 //! small shim that plays the GPU — `__global__`/`__device__` vanish, `__shared__` becomes
 //! `static`, `threadIdx`/`blockIdx` are thread-locals, every thread of a block is an OS thread
-//! and `__syncthreads` a barrier — with `__HIP__` defined, so the prelude takes its HIP path
+//! and `__syncthreads` a barrier — with `XT_CPU` defined, so the prelude takes its HIP-style path
 //! (`_Float16` and `__builtin_bit_cast`). Every kernel then runs on random inputs (specials
 //! included: NaN, infinities, signed zeros, huge values, integer extremes, zero divisors) with a
 //! non-power-of-two, multi-dimensional launch (4 blocks of 3x2 threads, fewer threads than
@@ -32,7 +32,7 @@ const SHIM: &str = r#"
 #include <pthread.h>
 #include <thread>
 #include <vector>
-#define __HIP__ 1
+#define XT_CPU 1
 #define __global__
 #define __device__
 #define __shared__ static

@@ -60,19 +60,18 @@ __global__ void halves(const xt_f16* a, const xt_bf16* b, xt_f16* oa, xt_bf16* o
     float y = float(g);
     xt_f16 s = h + h;
     xt_f16 t(0.5);
-    t += x;
+    t += h;
     t *= 2;
     t -= 1.0;
     t /= 3.0f;
     xt_bf16 u = g * 3.0f;
     u = -u;
-    oa[k] = (h < s && h != t) ? s : xt_f16(x * y);
-    ob[k] = u + xt_bf16_from_bits(b[k].bits);
+    oa[k] = (h < s && h != t && h <= 1.0f && 2.0 > h) ? s : xt_f16(x * y);
+    ob[k] = u + xt_bf16_from_bits(b[k].bits) - g * g / g;
     of[k] = (float)xt_f16_from_bits(0x3c00) + x + y + xt_f16_to_f32(a[k].bits) + xt_bf16_to_f32(b[k].bits) +
-            (g >= u ? 1.0f : 0.0f);
+            (g >= u ? 1.0f : 0.0f) + (1 + h) + (h * 2.0) + (2u - g);
     oa[k] = xt_f16(1);
-    oa[k] = xt_f16(2u);
-    ob[k] = 3ll;
+    ob[k] = 3;
     ob[k] = (double)x;
   }
 }

@@ -10,6 +10,12 @@
 //!
 //! # The CUDA-C subset
 //!
+//! The user's contract (subset v2: warp operations for 32- and 64-lane warps, atomics,
+//! `xt_f16`/`xt_bf16` value types, constants, C linkage by default, refused vendor-only
+//! constructs) is `docs/kernels.md`; [`module_source`] writes a user module's translation unit
+//! and [`scan`] checks and rewrites user source. The standard library's own kernels follow the
+//! stricter rules below.
+//!
 //! Portable kernels are C++ as both NVRTC and hipRTC accept it, with no `#include`:
 //!
 //! - kernels are `extern "C" __global__ void name(...)` (unmangled names), parameters are

@@ -4,16 +4,16 @@
 // The user's contract is docs/kernels.md.
 
 #if defined(XT_CPU)
-// The CPU compile path defines XT_CPU and supplies every name of the subset from its own shim
-// (the host backend's CPU execution of portable kernels); nothing of this file applies there.
-#else
-
-#if defined(__HIP__) || defined(__HIPCC_RTC__)
+// The host's C++ compiler: the CPU execution prepends its own prelude, which defines XT_CPU,
+// the GPU built-ins and every v2 name of the warp, atomic and f16/bf16 sections below (those
+// are skipped here); the sections written for HIP (`__builtin_bit_cast`, `_Float16`) serve the
+// CPU too.
+#elif defined(__HIP__) || defined(__HIPCC_RTC__)
 #define XT_HIP 1
 #elif defined(__CUDACC__) || defined(__CUDACC_RTC__)
 #define XT_CUDA 1
 #else
-#error "the xthunk prelude needs NVRTC (CUDA) or hipRTC (HIP), or XT_CPU"
+#error "the xthunk prelude needs NVRTC (CUDA) or hipRTC (HIP), or the CPU prelude (XT_CPU)"
 #endif
 
 // The most threads a block may have on every supported GPU (CUDA and HIP): the size of the
@@ -189,12 +189,24 @@ __device__ inline T xt_block_reduce(T v, T* sh, Op op) {
 #ifndef M_LN10
 #define M_LN10 2.30258509299404568402
 #endif
+#ifndef XT_PI_F
 #define XT_PI_F 3.14159265358979323846f
+#endif
+#ifndef XT_E_F
 #define XT_E_F 2.7182818284590452354f
+#endif
+#ifndef XT_SQRT2_F
 #define XT_SQRT2_F 1.41421356237309504880f
+#endif
+#ifndef XT_SQRT1_2_F
 #define XT_SQRT1_2_F 0.70710678118654752440f
+#endif
+#ifndef XT_2_SQRTPI_F
 #define XT_2_SQRTPI_F 1.12837916709551257390f
+#endif
+#ifndef XT_LN2_F
 #define XT_LN2_F 0.69314718055994530942f
+#endif
 #if defined(XT_CUDA)
 #ifndef INFINITY
 #define INFINITY __int_as_float(0x7f800000)
@@ -213,7 +225,12 @@ __device__ inline T xt_block_reduce(T v, T* sh, Op op) {
 #define XT_INF_F32 xt_bits_f32(0x7f800000u)
 #define XT_INF_F64 xt_bits_f64(0x7ff0000000000000ull)
 
-// ---- warps (v2) ----------------------------------------------------------------------------
+struct xt_op_min {
+  template <typename T> __device__ T operator()(T a, T b) const { return xt_min(a, b); }
+};
+
+#if !defined(XT_CPU)
+// ---- warps (v2; the CPU prelude has its own) ---------------------------------------------
 // A warp is 32 lanes on NVIDIA and 64 on AMD (CDNA; 32 on RDNA in wave32 mode). Lanes are
 // consecutive linear thread indices of the block (xt_thread_in_block()). Every lane of the
 // warp that exists must reach a warp operation together (converged); the last warp of a
@@ -260,10 +277,6 @@ XT_SHFL_T(unsigned long long)
 XT_SHFL_T(float)
 XT_SHFL_T(double)
 #undef XT_SHFL_T
-
-struct xt_op_min {
-  template <typename T> __device__ T operator()(T a, T b) const { return xt_min(a, b); }
-};
 
 // The number of existing lanes of this thread's warp (the last warp of a block may be
 // partial).
@@ -345,33 +358,63 @@ __device__ inline float xt_atomic_min(float* p, float v) { return xt_atomic_f32_
 __device__ inline float xt_atomic_max(float* p, float v) { return xt_atomic_f32_cas_loop(p, v, xt_op_max()); }
 
 // ---- f16 / bf16 value types (v2) ------------------------------------------------------------
-// Two-byte structs holding the raw bits (the ABI of the v1 `unsigned short` buffers).
-// Constructed from a number by rounding to nearest even; converted to float implicitly, so
-// arithmetic `a + b` is float arithmetic and storing the result rounds it once. Unary minus
-// flips the sign bit.
-#define XT_HALF_TYPE(N, FROM_F32, FROM_F64, TO_F32)                                          \
-  struct alignas(2) N {                                                                       \
-    unsigned short bits;                                                                      \
-    N() = default;                                                                            \
-    __device__ N(float f) : bits(FROM_F32(f)) {}                                              \
-    __device__ N(double d) : bits(FROM_F64(d)) {}                                             \
-    __device__ N(int i) : bits(FROM_F64((double)i)) {}                                        \
-    __device__ N(unsigned int i) : bits(FROM_F64((double)i)) {}                               \
-    __device__ N(long long i) : bits(FROM_F64((double)i)) {}                                  \
-    __device__ N(unsigned long long i) : bits(FROM_F64((double)i)) {}                         \
-    __device__ operator float() const { return TO_F32(bits); }                                \
+// Two-byte structs holding the raw bits (the ABI of the v1 `unsigned short` buffers), with the
+// semantics of the CPU prelude's (and CUDA's __half): constructed from float, double or int by
+// rounding to nearest even; converted to float implicitly; `a OP b` of two of them computed in
+// float and rounded once to the type; with a built-in number, computed in float (or wider) and
+// left unrounded; unary minus flips the sign bit; `a OP= b` is `a = a OP b`.
+template <bool B, typename T = void> struct xt_enable_if {};
+template <typename T> struct xt_enable_if<true, T> { typedef T type; };
+template <typename T> struct xt_is_arith { static const bool value = false; };
+#define XT_ARITH(T) template <> struct xt_is_arith<T> { static const bool value = true; };
+XT_ARITH(bool) XT_ARITH(char) XT_ARITH(signed char) XT_ARITH(unsigned char) XT_ARITH(short)
+XT_ARITH(unsigned short) XT_ARITH(int) XT_ARITH(unsigned int) XT_ARITH(long)
+XT_ARITH(unsigned long) XT_ARITH(long long) XT_ARITH(unsigned long long) XT_ARITH(float)
+XT_ARITH(double)
+#undef XT_ARITH
+#define XT_HALF_TYPE(N, FROM_F32, FROM_F64, TO_F32)                                            \
+  struct N {                                                                                    \
+    unsigned short bits;                                                                        \
+    N() = default;                                                                              \
+    __device__ N(float f) : bits(FROM_F32(f)) {}                                                \
+    __device__ N(double d) : bits(FROM_F64(d)) {}                                               \
+    __device__ N(int i) : bits(FROM_F64((double)i)) {}                                          \
+    __device__ operator float() const { return TO_F32(bits); }                                  \
     __device__ N operator-() const { N r; r.bits = (unsigned short)(bits ^ 0x8000u); return r; } \
-    __device__ N operator+() const { return *this; }                                          \
-    __device__ N& operator+=(float x) { bits = FROM_F32(TO_F32(bits) + x); return *this; }    \
-    __device__ N& operator-=(float x) { bits = FROM_F32(TO_F32(bits) - x); return *this; }    \
-    __device__ N& operator*=(float x) { bits = FROM_F32(TO_F32(bits) * x); return *this; }    \
-    __device__ N& operator/=(float x) { bits = FROM_F32(TO_F32(bits) / x); return *this; }    \
-  };
+    __device__ N& operator+=(N o) { return *this = N((float)*this + (float)o); }                \
+    __device__ N& operator-=(N o) { return *this = N((float)*this - (float)o); }                \
+    __device__ N& operator*=(N o) { return *this = N((float)*this * (float)o); }                \
+    __device__ N& operator/=(N o) { return *this = N((float)*this / (float)o); }                \
+  };                                                                                            \
+  __device__ inline N operator+(N a, N b) { return N((float)a + (float)b); }                    \
+  __device__ inline N operator-(N a, N b) { return N((float)a - (float)b); }                    \
+  __device__ inline N operator*(N a, N b) { return N((float)a * (float)b); }                    \
+  __device__ inline N operator/(N a, N b) { return N((float)a / (float)b); }                    \
+  __device__ inline bool operator==(N a, N b) { return (float)a == (float)b; }                  \
+  __device__ inline bool operator!=(N a, N b) { return (float)a != (float)b; }                  \
+  __device__ inline bool operator<(N a, N b) { return (float)a < (float)b; }                    \
+  __device__ inline bool operator<=(N a, N b) { return (float)a <= (float)b; }                  \
+  __device__ inline bool operator>(N a, N b) { return (float)a > (float)b; }                    \
+  __device__ inline bool operator>=(N a, N b) { return (float)a >= (float)b; }
 XT_HALF_TYPE(xt_f16, xt_f32_to_f16, xt_f64_to_f16, xt_f16_to_f32)
 XT_HALF_TYPE(xt_bf16, xt_f32_to_bf16, xt_f64_to_bf16, xt_bf16_to_f32)
 #undef XT_HALF_TYPE
+#define XT_HALF_MIXED(N, OP)                                                                   \
+  template <typename T, typename = typename xt_enable_if<xt_is_arith<T>::value>::type>          \
+  __device__ inline auto operator OP(N a, T b) -> decltype(0.0f OP b) { return (float)a OP b; } \
+  template <typename T, typename = typename xt_enable_if<xt_is_arith<T>::value>::type>          \
+  __device__ inline auto operator OP(T a, N b) -> decltype(a OP 0.0f) { return a OP (float)b; }
+#define XT_HALF_MIXED_ALL(N)                                                                   \
+  XT_HALF_MIXED(N, +) XT_HALF_MIXED(N, -) XT_HALF_MIXED(N, *) XT_HALF_MIXED(N, /)              \
+  XT_HALF_MIXED(N, <) XT_HALF_MIXED(N, >) XT_HALF_MIXED(N, <=) XT_HALF_MIXED(N, >=)            \
+  XT_HALF_MIXED(N, ==) XT_HALF_MIXED(N, !=)
+XT_HALF_MIXED_ALL(xt_f16)
+XT_HALF_MIXED_ALL(xt_bf16)
+#undef XT_HALF_MIXED_ALL
+#undef XT_HALF_MIXED
 __device__ inline xt_f16 xt_f16_from_bits(unsigned short b) { xt_f16 r; r.bits = b; return r; }
 __device__ inline xt_bf16 xt_bf16_from_bits(unsigned short b) { xt_bf16 r; r.bits = b; return r; }
+#endif  // !XT_CPU
 
 // ---- math (v2) ----------------------------------------------------------------------------
 // GELU, exact form: x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)).
@@ -380,5 +423,3 @@ __device__ inline double xt_gelu_erf(double x) { return (0.5 * x) * (1.0 + erf(x
 // GELU, tanh approximation (the v1 xt_gelu).
 __device__ inline float xt_gelu_tanh(float x) { return xt_gelu(x); }
 __device__ inline double xt_gelu_tanh(double x) { return xt_gelu(x); }
-
-#endif  // !XT_CPU
