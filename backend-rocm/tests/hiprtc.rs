@@ -166,7 +166,7 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
     };
     let src = portable::standard_source();
     let names: Vec<&str> = standard_library().names().collect();
-    assert_eq!(names.len(), 223);
+    assert_eq!(names.len(), 247);
     let supported = c.supported_targets();
     // gfx90a, and the other chosen targets comgr lists (gfx1030, RDNA, is wave32 by default:
     // no kernel may assume a warp size).

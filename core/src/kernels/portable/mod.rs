@@ -70,6 +70,7 @@
 //! changes whenever the generator or prelude changes meaning.
 
 pub mod scan;
+mod training;
 
 use super::{KernelSignature, ParamKind, standard_library};
 use crate::ir::{Access, DType};
@@ -181,6 +182,7 @@ enum Unary {
     Tanh,
     Sigmoid,
     Gelu,
+    GeluErf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -223,6 +225,7 @@ fn unary_op(s: &str) -> Option<Unary> {
         "tanh" => Unary::Tanh,
         "sigmoid" => Unary::Sigmoid,
         "gelu" => Unary::Gelu,
+        "gelu_erf" => Unary::GeluErf,
         _ => return None,
     })
 }
@@ -375,6 +378,7 @@ fn unary_expr(op: Unary, t: DType, x: &str) -> String {
             Unary::Tanh => format!("{}({x})", math(c, "tanh")),
             Unary::Sigmoid => format!("{one} / ({one} + {}(-{x}))", math(c, "exp")),
             Unary::Gelu => format!("xt_gelu({x})"),
+            Unary::GeluErf => format!("xt_gelu_erf({x})"),
         }
     } else {
         let ct = ctype(t);
@@ -484,6 +488,9 @@ fn expected_params(f: Family) -> &'static [&'static str] {
 /// The definition of the kernel with signature `sig`, or `None` when its name has no
 /// template or its parameters are not the ones the template is written for.
 fn kernel_definition_for(sig: &KernelSignature) -> Option<String> {
+    if let Some(def) = training::definition(sig) {
+        return Some(def);
+    }
     let f = family(&sig.name)?;
     let names: Vec<&str> = sig.params.iter().map(|p| p.name).collect();
     if names != expected_params(f) {
@@ -716,7 +723,7 @@ mod tests {
     #[test]
     fn every_standard_kernel_has_portable_source() {
         let lib = standard_library();
-        assert_eq!(lib.len(), 223);
+        assert_eq!(lib.len(), 247);
         let src = standard_source();
         for k in lib.kernels() {
             let def = kernel_definition(&k.signature.name)
