@@ -581,3 +581,82 @@ fn compile_check_refuses_vendor_constructs_and_unknown_kernels() {
     let s = ok(&["compile", fine.to_str().unwrap(), "--check"]);
     assert!(s.contains("every source module is portable"), "{s}");
 }
+
+/// `xthunk compile` of an edited program keeps no image of the old source: compiled for sm_80,
+/// edited, then compiled for gfx90a, the sm_80 cubin is dropped with a warning (its source stamp
+/// differs). Needs NVRTC and hipRTC (skipped, saying so, without them).
+#[test]
+fn compile_drops_images_of_an_edited_source() {
+    let dir = scratch("compile-stale");
+    let first = dir.join("first.txtpb");
+    let code = "__global__ void k(float* x) {\n  x[0] = 1.0f;\n}\n";
+    std::fs::write(&first, source_program(code, "k")).unwrap();
+    let sm80 = dir.join("sm80.txtpb");
+    let o = xthunk(&[
+        "compile",
+        first.to_str().unwrap(),
+        "--target",
+        "sm_80",
+        "-o",
+        sm80.to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        if err.contains("NVRTC") && std::env::var_os("XTHUNK_REQUIRE_NVRTC").is_none() {
+            eprintln!("SKIPPED compile_drops_images_of_an_edited_source: {err}");
+            return;
+        }
+        panic!("compile failed: {err}");
+    }
+    let listing = ok(&["inspect", sm80.to_str().unwrap()]);
+    assert!(listing.contains("cubin(sm_80)"), "{listing}");
+    // Recompiling the same source for another target keeps the cubin.
+    let same = dir.join("same.txtpb");
+    let o = xthunk(&[
+        "compile",
+        sm80.to_str().unwrap(),
+        "--target",
+        "gfx90a",
+        "-o",
+        same.to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        if err.contains("hipRTC") && std::env::var_os("XTHUNK_REQUIRE_ROCM").is_none() {
+            eprintln!("SKIPPED compile_drops_images_of_an_edited_source: {err}");
+            return;
+        }
+        panic!("compile failed: {err}");
+    }
+    assert!(!text(&o.stdout).contains("warning"), "{}", text(&o.stdout));
+    let listing = ok(&["inspect", same.to_str().unwrap()]);
+    assert!(
+        listing.contains("cubin(sm_80)") && listing.contains("hsaco(gfx90a"),
+        "{listing}"
+    );
+    // The edited source: the cubin is dropped.
+    let edited = dir.join("edited.txtpb");
+    let text_pb = std::fs::read_to_string(&sm80).unwrap();
+    assert!(text_pb.contains("1.0f"));
+    std::fs::write(&edited, text_pb.replace("1.0f", "2.0f")).unwrap();
+    let out = dir.join("out.txtpb");
+    let s = ok(&[
+        "compile",
+        edited.to_str().unwrap(),
+        "--target",
+        "gfx90a",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        s.contains(
+            "warning: dropped: module `user`: the cubin(sm_80) image was compiled from other source"
+        ),
+        "{s}"
+    );
+    let listing = ok(&["inspect", out.to_str().unwrap()]);
+    assert!(
+        !listing.contains("cubin(sm_80)") && listing.contains("hsaco(gfx90a"),
+        "{listing}"
+    );
+}

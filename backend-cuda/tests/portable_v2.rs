@@ -79,3 +79,52 @@ fn compile_errors_point_at_the_users_line_and_module() {
     let e = c.compile(&src, Target::Sm(80)).unwrap_err().to_string();
     assert!(e.contains("my_kernels(4)"), "{e}");
 }
+
+/// Every image records the source it was compiled from: cubins (sm_80) and PTX carry the
+/// module's stamp, which differs from an edited source's.
+#[test]
+fn images_record_their_source() {
+    if nvrtc_or_skip("images_record_their_source").is_none() {
+        return;
+    }
+    let module = |code: &str| xthunk_core::ir::Module {
+        name: "m".into(),
+        images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
+    };
+    let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
+    let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
+    let (want_old, want_new) = (
+        portable::stamp::expected_stamp(&old).unwrap(),
+        portable::stamp::expected_stamp(&new).unwrap(),
+    );
+    assert_ne!(want_old, want_new);
+    let src = &old.images[0];
+    match xthunk_cuda::precompile_module("m", src, "sm_80").unwrap() {
+        Some(xthunk_core::ir::ModuleImage::Cubin { data, .. }) => {
+            let f = image::inspect(&data).unwrap().functions;
+            let names = || f.iter().map(String::as_str);
+            assert_eq!(
+                portable::stamp::check_stamp(&want_old, names()),
+                portable::stamp::Stamp::Matches
+            );
+            assert_eq!(
+                portable::stamp::check_stamp(&want_new, names()),
+                portable::stamp::Stamp::Differs {
+                    found: want_old.clone()
+                }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    match xthunk_cuda::precompile_module("m", src, "compute_80").unwrap() {
+        Some(xthunk_core::ir::ModuleImage::Ptx { code }) => {
+            let entries = portable::stamp::ptx_entries(&code);
+            assert!(entries.contains(&"k"), "{entries:?}");
+            assert_eq!(
+                portable::stamp::check_stamp(&want_new, entries),
+                portable::stamp::Stamp::Differs { found: want_old }
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+}

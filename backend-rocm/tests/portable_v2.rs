@@ -88,3 +88,32 @@ fn the_warp_size_is_the_targets_wavefront() {
         note("gfx1030 not listed by comgr: wave32 not checked");
     }
 }
+
+/// Every code object records the source it was compiled from (its stamp kernel), which
+/// differs from an edited source's.
+#[test]
+fn code_objects_record_their_source() {
+    let dir = TempDir::new("user-v2-stamp");
+    let Some(c) = compiler_or_skip("code_objects_record_their_source", dir.path()) else {
+        return;
+    };
+    let module = |code: &str| xthunk_core::ir::Module {
+        name: "m".into(),
+        images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
+    };
+    let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
+    let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
+    let want_old = portable::stamp::expected_stamp(&old).unwrap();
+    let want_new = portable::stamp::expected_stamp(&new).unwrap();
+    let out = c.compile_image("m", &old.images[0], "gfx90a").unwrap();
+    let co = CodeObject::parse(&out.image).unwrap();
+    let names = || co.kernels.iter().map(String::as_str);
+    assert_eq!(
+        portable::stamp::check_stamp(&want_old, names()),
+        portable::stamp::Stamp::Matches
+    );
+    assert_eq!(
+        portable::stamp::check_stamp(&want_new, names()),
+        portable::stamp::Stamp::Differs { found: want_old }
+    );
+}

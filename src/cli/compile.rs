@@ -118,6 +118,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
     };
     let mut added = 0usize;
     for m in &mut exe.modules {
+        drop_stale_images(m, targets, out)?;
         let portable: Vec<ModuleImage> = m
             .images
             .iter()
@@ -167,4 +168,80 @@ fn image_len(i: &ModuleImage) -> usize {
         ModuleImage::Ptx { code } | ModuleImage::Source { code } => code.len(),
         _ => 0,
     }
+}
+
+/// The function symbols of a compiled image (`None` for images that are not compiled code, or
+/// that cannot be read).
+fn image_symbols(image: &ModuleImage) -> Option<Vec<String>> {
+    match image {
+        ModuleImage::Cubin { data, .. } => {
+            xthunk_cuda::image::inspect(data).ok().map(|i| i.functions)
+        }
+        ModuleImage::Ptx { code } => Some(
+            xthunk::core::kernels::portable::stamp::ptx_entries(code)
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        ),
+        ModuleImage::Hsaco { data, .. } => {
+            use xthunk_rocm::image::{CodeObject, unbundle};
+            match unbundle(data).ok()? {
+                Some(entries) => Some(
+                    entries
+                        .iter()
+                        .filter_map(|e| CodeObject::parse(e.code).ok())
+                        .flat_map(|c| c.kernels)
+                        .collect(),
+                ),
+                None => CodeObject::parse(data).ok().map(|c| c.kernels),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Drops (with a warning) every compiled image of `m` not about to be rebuilt whose source
+/// stamp differs from the module's source: an edited program keeps no image of its old source.
+fn drop_stale_images(
+    m: &mut xthunk::ir::Module,
+    targets: &[String],
+    out: &mut dyn Write,
+) -> CliResult<()> {
+    use xthunk::core::kernels::portable::stamp::{self, Stamp};
+    let Some(expected) = stamp::expected_stamp(m) else {
+        return Ok(());
+    };
+    let rebuilt = |img: &ModuleImage| match img {
+        ModuleImage::Cubin { arch, .. } | ModuleImage::Hsaco { arch, .. } => {
+            targets.iter().any(|t| t == arch)
+        }
+        ModuleImage::Ptx { .. } => targets.iter().any(|t| t.starts_with("compute_")),
+        _ => false,
+    };
+    let mut keep = Vec::with_capacity(m.images.len());
+    for img in std::mem::take(&mut m.images) {
+        let Some(symbols) = image_symbols(&img).filter(|_| !rebuilt(&img)) else {
+            keep.push(img);
+            continue;
+        };
+        match stamp::check_stamp(&expected, symbols.iter().map(String::as_str)) {
+            Stamp::Differs { found } => {
+                let why = stamp::stale_message(&m.name, &img.describe(), &expected, &found);
+                tracing::warn!("{why}");
+                writeln!(out, "warning: dropped: {why}")?;
+            }
+            Stamp::Missing => {
+                writeln!(
+                    out,
+                    "warning: module {}: the {} image records no source stamp (compiled by another tool?); kept unchecked",
+                    m.name,
+                    img.describe()
+                )?;
+                keep.push(img);
+            }
+            Stamp::Matches => keep.push(img),
+        }
+    }
+    m.images = keep;
+    Ok(())
 }

@@ -70,6 +70,7 @@
 //! changes whenever the generator or prelude changes meaning.
 
 pub mod scan;
+pub mod stamp;
 mod training;
 
 use super::{KernelSignature, ParamKind, standard_library};
@@ -88,6 +89,16 @@ pub const PRELUDE: &str = include_str!("prelude.cuh");
 pub fn standard_source() -> &'static str {
     static SRC: OnceLock<String> = OnceLock::new();
     SRC.get_or_init(|| {
+        let mut s = standard_unstamped().to_string();
+        s.push_str(&stamp::stamp_definition(&standard_hash()));
+        s
+    })
+}
+
+/// The standard library's translation unit without its source stamp.
+fn standard_unstamped() -> &'static str {
+    static SRC: OnceLock<String> = OnceLock::new();
+    SRC.get_or_init(|| {
         let mut s = header();
         s.push_str(PRELUDE);
         for k in standard_library().kernels() {
@@ -100,6 +111,13 @@ pub fn standard_source() -> &'static str {
         }
         s
     })
+}
+
+/// The source hash of the standard library of this build ([`stamp`]).
+pub fn standard_hash() -> String {
+    static H: OnceLock<String> = OnceLock::new();
+    H.get_or_init(|| stamp::source_hash(standard_unstamped()))
+        .clone()
 }
 
 /// One standard kernel as a complete translation unit (prelude included), or `None` when
@@ -136,6 +154,7 @@ pub fn module_source(module: &str, code: &str) -> String {
     let _ = writeln!(s, "#line 1 \"{}\"", line_file_name(module));
     s.push_str(&scan::with_c_linkage(code));
     s.push('\n');
+    s.push_str(&stamp::stamp_definition(&stamp::source_hash(code)));
     s
 }
 
