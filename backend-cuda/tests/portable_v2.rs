@@ -14,10 +14,24 @@ use xthunk_cuda::image;
 use xthunk_cuda::{Compiler, KernelCache, SearchConfig, Target};
 
 /// The user kernel sources of `tests/kernels/user/`, by module name.
-const USER: &[(&str, &str)] = &[(
-    "subset_v2",
-    include_str!("../../tests/kernels/user/subset_v2.cu"),
-)];
+const USER: &[(&str, &str)] = &[
+    (
+        "subset_v2",
+        include_str!("../../tests/kernels/user/subset_v2.cu"),
+    ),
+    (
+        "training",
+        include_str!("../../tests/kernels/user/training.cu"),
+    ),
+    ("docs_example", include_str!("../../docs/kernels.md")),
+];
+
+/// The code of the first ```cuda block of `doc` (the complete example of docs/kernels.md).
+fn cuda_block(doc: &str) -> &str {
+    doc.split_once("```cuda\n")
+        .and_then(|(_, rest)| rest.split_once("```"))
+        .map_or("", |(code, _)| code)
+}
 
 fn nvrtc_or_skip(test: &str) -> Option<Arc<Nvrtc>> {
     match Nvrtc::load(&SearchConfig::from_env()) {
@@ -39,7 +53,12 @@ fn user_kernels_compile_unmodified_for_sm80_and_sm90() {
     };
     let dir = tempfile::tempdir().unwrap();
     let c = Compiler::new(nvrtc, Some(KernelCache::new(dir.path())));
-    for (module, code) in USER {
+    for &(module, code) in USER {
+        let code = if module == "docs_example" {
+            cuda_block(code)
+        } else {
+            code
+        };
         assert_eq!(scan::vendor_constructs(code), [], "{module}");
         let names = scan::kernel_names(code);
         assert!(!names.is_empty(), "{module}");
