@@ -523,14 +523,23 @@ fn binary_links_no_vendor_library() {
 
 /// A program with one source module `user` whose code is `code`, launching `kernel` from it.
 fn source_program(code: &str, kernel: &str) -> String {
-    let code = code
-        .replace('\\', "\\\\")
+    source_program_with(code, kernel, "")
+}
+
+/// Text-format escaping of a string's contents.
+fn escaped(s: &str) -> String {
+    s.replace('\\', "\\\\")
         .replace('"', "\\\"")
-        .replace('\n', "\\n");
+        .replace('\n', "\\n")
+}
+
+/// [`source_program`] with the module's `options` field given as text (`options { ... }`).
+fn source_program_with(code: &str, kernel: &str, options: &str) -> String {
+    let code = escaped(code);
     format!(
         "abi_version: 1\nname: \"user\"\n\
          allocations: [{{ size: 64 alignment: 64 parameter: 0 }}]\n\
-         modules: [{{ name: \"user\" images: [{{ source {{ code: \"{code}\" }} }}] }}]\n\
+         modules: [{{ name: \"user\" images: [{{ source {{ code: \"{code}\" }} }}] {options} }}]\n\
          entry: [{{ kernel {{ module: \"user\" name: \"{kernel}\" grid {{ x: 1 y: 1 z: 1 }} \
          block {{ x: 32 y: 1 z: 1 }} args: [{{ buffer {{ slice {{ allocation: 0 size: 64 }} \
          access: ACCESS_READ_WRITE }} }}] }} }}]\n\
@@ -658,5 +667,49 @@ fn compile_drops_images_of_an_edited_source() {
     assert!(
         !listing.contains("cubin(sm_80)") && listing.contains("hsaco(gfx90a"),
         "{listing}"
+    );
+}
+
+/// Per-module compile options in the program: defines, fast math and carried headers (the
+/// source includes one, which `--check` accepts only because it is carried), kept through
+/// a conversion to binary and back; a malformed define is refused naming its field.
+#[test]
+fn module_options_are_part_of_the_program() {
+    let dir = scratch("module-options");
+    let code =
+        "#include \"util.h\"\n__global__ void k(float* x) {\n  x[0] = twice(x[0]) * (float)N;\n}\n";
+    let header = "__device__ float twice(float x) { return 2.0f * x; }";
+    let options = format!(
+        "options {{ defines: [\"N=4\"] fast_math: true headers: [{{ name: \"util.h\" code: \"{}\" }}] }}",
+        escaped(header)
+    );
+    let with = dir.join("with.txtpb");
+    std::fs::write(&with, source_program_with(code, "k", &options)).unwrap();
+    ok(&["compile", with.to_str().unwrap(), "--check"]);
+    let bin = dir.join("with.pb");
+    let back = dir.join("back.txtpb");
+    ok(&["convert", with.to_str().unwrap(), bin.to_str().unwrap()]);
+    ok(&["convert", bin.to_str().unwrap(), back.to_str().unwrap()]);
+    let t = std::fs::read_to_string(&back).unwrap();
+    assert!(
+        t.contains("N=4") && t.contains("fast_math: true") && t.contains("name: \"util.h\""),
+        "{t}"
+    );
+    // Without the header carried, its #include is refused.
+    let without = dir.join("without.txtpb");
+    std::fs::write(&without, source_program(code, "k")).unwrap();
+    fails(
+        &["compile", without.to_str().unwrap(), "--check"],
+        "module `user`, line 1: `#include`",
+    );
+    let bad = dir.join("bad.txtpb");
+    std::fs::write(
+        &bad,
+        source_program_with(code, "k", "options { defines: [\"4N\"] }"),
+    )
+    .unwrap();
+    fails(
+        &["compile", bad.to_str().unwrap(), "--check"],
+        "modules[0].options.defines[0]",
     );
 }

@@ -194,10 +194,11 @@ fn check_stamp<'a>(
 fn try_choice(
     ctx: &Arc<DeviceContext>,
     standard: &StandardModule,
-    module: &str,
+    m: &Module,
     expected: Option<&str>,
     c: &Choice<'_>,
 ) -> Result<(Arc<ModuleRaw>, String, bool)> {
+    let module = m.name.as_str();
     match *c {
         Choice::Cubin(data) => {
             let info = image::inspect(data).map_err(|e| Error::Module {
@@ -232,7 +233,8 @@ fn try_choice(
             Ok((m, d, true))
         }
         Choice::Source(code) => {
-            let (m, d) = compile_and_load(ctx, &portable::module_source(module, code))?;
+            let unit = portable::module_source_with(module, code, &m.options);
+            let (m, d) = compile_and_load(ctx, &unit)?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
         Choice::Ptx(code) => {
@@ -256,7 +258,7 @@ pub(crate) fn load(
     let mut failures = vec![];
     let expected = stamp::expected_stamp(module);
     for c in plan(&module.images, sm) {
-        match try_choice(ctx, standard, &module.name, expected.as_deref(), &c) {
+        match try_choice(ctx, standard, module, expected.as_deref(), &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
                 return Ok(Arc::new(CudaModule {

@@ -109,6 +109,7 @@ fn images_record_their_source() {
     let module = |code: &str| xthunk_core::ir::Module {
         name: "m".into(),
         images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
+        options: Default::default(),
     };
     let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
     let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
@@ -118,7 +119,7 @@ fn images_record_their_source() {
     );
     assert_ne!(want_old, want_new);
     let src = &old.images[0];
-    match xthunk_cuda::precompile_module("m", src, "sm_80").unwrap() {
+    match xthunk_cuda::precompile_module(&old, src, "sm_80").unwrap() {
         Some(xthunk_core::ir::ModuleImage::Cubin { data, .. }) => {
             let f = image::inspect(&data).unwrap().functions;
             let names = || f.iter().map(String::as_str);
@@ -135,7 +136,7 @@ fn images_record_their_source() {
         }
         other => panic!("{other:?}"),
     }
-    match xthunk_cuda::precompile_module("m", src, "compute_80").unwrap() {
+    match xthunk_cuda::precompile_module(&old, src, "compute_80").unwrap() {
         Some(xthunk_core::ir::ModuleImage::Ptx { code }) => {
             let entries = portable::stamp::ptx_entries(&code);
             assert!(entries.contains(&"k"), "{entries:?}");
@@ -146,4 +147,38 @@ fn images_record_their_source() {
         }
         other => panic!("{other:?}"),
     }
+}
+
+/// Module options reach NVRTC: a define and a carried header the source needs (it does not
+/// compile without them), fast math.
+#[test]
+fn module_options_reach_nvrtc() {
+    let Some(nvrtc) = nvrtc_or_skip("module_options_reach_nvrtc") else {
+        return;
+    };
+    use xthunk_core::ir::{HeaderSource, ModuleOptions};
+    let c = Compiler::new(nvrtc, None);
+    let code =
+        "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice(x[0]) / (float)N; }\n";
+    let options = ModuleOptions {
+        defines: vec!["N=4".into()],
+        fast_math: true,
+        headers: vec![HeaderSource {
+            name: "util.h".into(),
+            code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
+        }],
+    };
+    let out = c
+        .compile(
+            &portable::module_source_with("m", code, &options),
+            Target::Sm(80),
+        )
+        .unwrap();
+    let f = image::inspect(&out.image).unwrap().functions;
+    assert!(f.iter().any(|n| n == "k"), "{f:?}");
+    let e = c
+        .compile(&portable::module_source("m", code), Target::Sm(80))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("util.h"), "{e}");
 }

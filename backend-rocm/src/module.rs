@@ -200,7 +200,7 @@ fn compile_portable(
     };
     let compiler = ctx.compiler()?;
     let c = compiler
-        .compile_image(&module.name, img, &ctx.arch.full)
+        .compile_image(module, img, &ctx.arch.full)
         .map_err(|e| merr(e.to_string()))?;
     let how = match c.cache {
         CacheStatus::Miss | CacheStatus::Rebuilt | CacheStatus::Disabled => "compiled by hipRTC",
@@ -537,6 +537,7 @@ mod tests {
         let m = Module {
             name: "m".into(),
             images: vec![ModuleImage::Source { code: "new".into() }],
+            options: Default::default(),
         };
         let co = |kernels: &[String]| CodeObject {
             e_machine: 0,
@@ -586,6 +587,7 @@ mod tests {
                 hsaco("gfx90a:sramecc+:xnack-"),
                 ModuleImage::Standard,
             ],
+            options: Default::default(),
         };
         let dev = t("gfx90a:sramecc+:xnack-");
         assert_eq!(
@@ -606,6 +608,7 @@ mod tests {
         let m = Module {
             name: "m".into(),
             images: vec![hsaco("gfx908"), hsaco("gfx90a:xnack+")],
+            options: Default::default(),
         };
         let e = select_image(&m, &dev).err().unwrap_or_default();
         assert!(

@@ -280,6 +280,7 @@ fn child() {
                     },
                     ModuleImage::Standard,
                 ],
+                options: Default::default(),
             })
             .unwrap();
         println!("fake: module image: {}", m.image());

@@ -119,12 +119,13 @@ fn code_objects_record_their_source() {
     let module = |code: &str| xthunk_core::ir::Module {
         name: "m".into(),
         images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
+        options: Default::default(),
     };
     let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
     let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
     let want_old = portable::stamp::expected_stamp(&old).unwrap();
     let want_new = portable::stamp::expected_stamp(&new).unwrap();
-    let out = c.compile_image("m", &old.images[0], "gfx90a").unwrap();
+    let out = c.compile_image(&old, &old.images[0], "gfx90a").unwrap();
     let co = CodeObject::parse(&out.image).unwrap();
     let names = || co.kernels.iter().map(String::as_str);
     assert_eq!(
@@ -135,4 +136,35 @@ fn code_objects_record_their_source() {
         portable::stamp::check_stamp(&want_new, names()),
         portable::stamp::Stamp::Differs { found: want_old }
     );
+}
+
+/// Module options reach hipRTC: a define and a carried header the source needs (it does not
+/// compile without them), fast math.
+#[test]
+fn module_options_reach_hiprtc() {
+    let dir = TempDir::new("user-v2-options");
+    let Some(c) = compiler_or_skip("module_options_reach_hiprtc", dir.path()) else {
+        return;
+    };
+    use xthunk_core::ir::{HeaderSource, ModuleOptions};
+    let code =
+        "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice(x[0]) / (float)N; }\n";
+    let options = ModuleOptions {
+        defines: vec!["N=4".into()],
+        fast_math: true,
+        headers: vec![HeaderSource {
+            name: "util.h".into(),
+            code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
+        }],
+    };
+    let out = c
+        .compile(&portable::module_source_with("m", code, &options), "gfx90a")
+        .unwrap();
+    let co = CodeObject::parse(&out.image).unwrap();
+    assert!(co.kernels.iter().any(|n| n == "k"), "{:?}", co.kernels);
+    let e = c
+        .compile(&portable::module_source("m", code), "gfx90a")
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("util.h"), "{e}");
 }

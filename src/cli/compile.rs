@@ -52,10 +52,16 @@ pub fn check_program(exe: &xthunk::ir::Executable) -> Vec<String> {
             let ModuleImage::Source { code } = img else {
                 continue;
             };
-            for f in scan::vendor_constructs(code) {
+            let headers = &m.options.headers;
+            for f in scan::vendor_constructs_in(code, headers) {
                 problems.push(format!("module `{}`, {f}", m.name));
             }
-            let defined = scan::kernel_names(code);
+            for h in headers {
+                for f in scan::vendor_constructs_in(&h.code, headers) {
+                    problems.push(format!("module `{}`, header `{}`, {f}", m.name, h.name));
+                }
+            }
+            let defined = scan::kernel_names(&scan::inline_headers(code, &m.name, headers));
             let mut missing: Vec<&str> = uses
                 .iter()
                 .filter(|(module, name)| *module == m.name && !defined.iter().any(|d| d == name))
@@ -131,8 +137,8 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
         for t in targets {
             let start = std::time::Instant::now();
             let image = match vendor_of(t) {
-                Some("cuda") => xthunk::compile_cuda_module(&m.name, source, t)?,
-                _ => xthunk::compile_rocm_module(&m.name, source, t)?,
+                Some("cuda") => xthunk::compile_cuda_module(m, source, t)?,
+                _ => xthunk::compile_rocm_module(m, source, t)?,
             };
             let Some(image) = image else { continue };
             m.images.retain(|i| !same_target(i, &image));

@@ -74,7 +74,7 @@ pub mod stamp;
 mod training;
 
 use super::{KernelSignature, ParamKind, standard_library};
-use crate::ir::{Access, DType};
+use crate::ir::{Access, DType, ModuleOptions};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
@@ -148,14 +148,41 @@ pub fn with_prelude(code: &str) -> String {
 /// module), then `code` with C linkage applied to its kernels ([`scan::with_c_linkage`]: the
 /// kernels are found by their plain names, `extern "C"` or not).
 pub fn module_source(module: &str, code: &str) -> String {
+    module_source_with(module, code, &ModuleOptions::default())
+}
+
+/// [`module_source`] with the module's compile options: its defines (`#define NAME VALUE`,
+/// `NAME` alone defined as 1) before the user's code, its headers inlined where the code
+/// includes them (`#include "name"`, with `#line` directives naming the header), and fast
+/// math marked for the compilers ([`fast_math`]).
+pub fn module_source_with(module: &str, code: &str, options: &ModuleOptions) -> String {
     let mut s = header();
+    if options.fast_math {
+        s.push_str(FAST_MATH);
+        s.push('\n');
+    }
     s.push_str(PRELUDE);
     s.push_str("\n// ---- user source ----\n");
-    let _ = writeln!(s, "#line 1 \"{}\"", line_file_name(module));
-    s.push_str(&scan::with_c_linkage(code));
+    for d in &options.defines {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
+        let _ = writeln!(s, "#define {name} {value}");
+    }
+    let name = line_file_name(module);
+    let _ = writeln!(s, "#line 1 \"{name}\"");
+    let inlined = scan::inline_headers(code, &name, &options.headers);
+    s.push_str(&scan::with_c_linkage(&inlined));
     s.push('\n');
-    s.push_str(&stamp::stamp_definition(&stamp::source_hash(code)));
+    s.push_str(&stamp::stamp_definition(&stamp::module_hash(code, options)));
     s
+}
+
+/// The line that marks a translation unit for fast math (second line of the unit).
+const FAST_MATH: &str = "// xthunk: fast math";
+
+/// Whether a translation unit asks for fast math ([`ModuleOptions::fast_math`]): the
+/// compilers then add their fast-math options.
+pub fn fast_math(source: &str) -> bool {
+    source.lines().nth(1) == Some(FAST_MATH)
 }
 
 /// The module a translation unit of [`module_source`] was written for (its `#line` file
@@ -165,8 +192,9 @@ pub fn module_of(source: &str) -> Option<&str> {
     if source == standard_source() {
         return Some("standard");
     }
-    let (_, user) = source.split_once("\n// ---- user source ----\n#line 1 \"")?;
-    user.split_once("\"\n").map(|(name, _)| name)
+    let (_, user) = source.split_once("\n// ---- user source ----\n")?;
+    let line = user.lines().find(|l| l.starts_with("#line 1 \""))?;
+    line.strip_prefix("#line 1 \"")?.strip_suffix('"')
 }
 
 /// `module` as the file name of a `#line` directive: printable ASCII, without `"` and `\\`.
@@ -789,6 +817,43 @@ mod tests {
         assert!(PRELUDE.contains(&format!("{:?}f", 0.044715_f64 as f32)));
         assert_eq!(lit("float", 1.0), "1.0f");
         assert_eq!(lit("double", 0.5), "0.5");
+    }
+
+    #[test]
+    fn module_options_shape_the_unit_and_its_stamp() {
+        use crate::ir::HeaderSource;
+        let code = "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice((float)N); }\n";
+        let options = ModuleOptions {
+            defines: vec!["N=4".into(), "FLAG".into()],
+            fast_math: true,
+            headers: vec![HeaderSource {
+                name: "util.h".into(),
+                code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
+            }],
+        };
+        let unit = module_source_with("mine", code, &options);
+        assert!(fast_math(&unit) && !fast_math(&module_source("mine", code)));
+        assert_eq!(module_of(&unit), Some("mine"));
+        let user = unit.split_once("// ---- user source ----\n").unwrap().1;
+        assert!(
+            user.starts_with(
+                "#define N 4\n#define FLAG 1\n#line 1 \"mine\"\n#line 1 \"util.h\"\n__device__ float twice"
+            ),
+            "{user}"
+        );
+        assert!(
+            user.contains("#line 2 \"mine\"\nextern \"C\" __global__ void k("),
+            "{user}"
+        );
+        // The stamp covers the options.
+        let plain = stamp::module_hash(code, &ModuleOptions::default());
+        assert_eq!(plain, stamp::source_hash(code));
+        let with = stamp::module_hash(code, &options);
+        assert_ne!(with, plain);
+        let mut other = options.clone();
+        other.defines[0] = "N=5".into();
+        assert_ne!(stamp::module_hash(code, &other), with);
+        assert!(unit.contains(&stamp::stamp_name(&with)));
     }
 
     #[test]

@@ -7,6 +7,8 @@
 //! continuations), identifiers, numbers and punctuation; it never fails (unknown bytes are
 //! punctuation). It is linear in the source and allocates one token per lexeme.
 
+use crate::ir::HeaderSource;
+
 /// One lexeme of the source.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Token<'a> {
@@ -189,6 +191,12 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
 /// inline assembly, `warpSize`, `#include` (the prelude is all a kernel may include; carry
 /// headers in the program instead). Identifiers inside preprocessor directives count too.
 pub fn vendor_constructs(code: &str) -> Vec<Finding> {
+    vendor_constructs_in(code, &[])
+}
+
+/// [`vendor_constructs`] for a module carrying `headers`: `#include "name"` of one of them is
+/// allowed.
+pub fn vendor_constructs_in(code: &str, headers: &[HeaderSource]) -> Vec<Finding> {
     let mut out = vec![];
     for t in lex(code) {
         match t.kind {
@@ -203,7 +211,9 @@ pub fn vendor_constructs(code: &str) -> Vec<Finding> {
             }
             Kind::Directive => {
                 let body = t.text.trim_start_matches('#').trim_start();
-                if body.starts_with("include") {
+                let carried =
+                    quoted_include(t.text).is_some_and(|n| headers.iter().any(|h| h.name == n));
+                if body.starts_with("include") && !carried {
                     out.push(Finding {
                         line: t.line,
                         construct: "#include".into(),
@@ -227,6 +237,57 @@ pub fn vendor_constructs(code: &str) -> Vec<Finding> {
             _ => {}
         }
     }
+    out
+}
+
+/// The header a preprocessor line includes by quoted name (`#include "name"`), if it is one.
+fn quoted_include(line: &str) -> Option<&str> {
+    let rest = line.trim_start().strip_prefix('#')?.trim_start();
+    let rest = rest.strip_prefix("include")?.trim_start();
+    let rest = rest.strip_prefix('"')?;
+    rest.split_once('"').map(|(name, _)| name)
+}
+
+/// How deeply carried headers may include each other.
+const MAX_INCLUDE_DEPTH: usize = 16;
+
+/// `code` (of the file named `file` in `#line` directives) with every `#include "name"` of a
+/// carried header replaced by the header's code, between `#line` directives so messages name
+/// the header and the including file's lines. Headers may include headers (to a depth of 16;
+/// a header including itself, directly or not, is left as the `#include` line, which the
+/// compiler then reports). Other lines are kept as they are.
+pub fn inline_headers(code: &str, file: &str, headers: &[HeaderSource]) -> String {
+    fn go(
+        code: &str,
+        file: &str,
+        headers: &[HeaderSource],
+        stack: &mut Vec<String>,
+        out: &mut String,
+    ) {
+        for (i, line) in code.lines().enumerate() {
+            let found = quoted_include(line)
+                .filter(|n| stack.len() < MAX_INCLUDE_DEPTH && !stack.iter().any(|s| s == n))
+                .and_then(|n| headers.iter().find(|h| h.name == n));
+            match found {
+                Some(h) => {
+                    out.push_str(&format!("#line 1 \"{}\"\n", h.name));
+                    stack.push(h.name.clone());
+                    go(&h.code, &h.name, headers, stack, out);
+                    stack.pop();
+                    out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
+                }
+                None => {
+                    out.push_str(line);
+                    out.push('\n');
+                }
+            }
+        }
+    }
+    if headers.is_empty() {
+        return code.to_string();
+    }
+    let mut out = String::with_capacity(code.len());
+    go(code, file, headers, &mut vec![file.to_string()], &mut out);
     out
 }
 
@@ -424,6 +485,34 @@ mod tests {
         assert!(lines[6].starts_with("extern \"C\" __global__ void __launch_bounds__(256) g"));
         assert_eq!(lines[10], "#define K __global__");
         assert_eq!(lines[11], "extern \"C\" __global__ void h();");
+    }
+
+    #[test]
+    fn carried_headers_are_inlined_with_their_lines() {
+        let h = |name: &str, code: &str| HeaderSource {
+            name: name.into(),
+            code: code.into(),
+        };
+        let headers = [
+            h(
+                "util.h",
+                "#include \"inner.h\"\n__device__ float twice(float x) { return 2.0f * x; }",
+            ),
+            h("inner.h", "#define INNER 1\n#include \"util.h\""),
+        ];
+        let code = "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice(x[0]); }\n#include <cuda.h>\n";
+        let out = inline_headers(code, "m", &headers);
+        assert_eq!(
+            out,
+            "#line 1 \"util.h\"\n#line 1 \"inner.h\"\n#define INNER 1\n#include \"util.h\"\n#line 2 \"util.h\"\n\
+             __device__ float twice(float x) { return 2.0f * x; }\n#line 2 \"m\"\n\
+             __global__ void k(float* x) { x[0] = twice(x[0]); }\n#include <cuda.h>\n"
+        );
+        // Carried headers may be included; anything else is refused.
+        let f = vendor_constructs_in(code, &headers);
+        assert_eq!(f.len(), 1);
+        assert_eq!((f[0].line, f[0].construct.as_str()), (3, "#include"));
+        assert_eq!(vendor_constructs(code).len(), 2);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! Images without any stamp (compiled by other tools) cannot be checked; they are used with a
 //! warning.
 
-use crate::ir::{Module, ModuleImage};
+use crate::ir::{Module, ModuleImage, ModuleOptions};
 use sha2::{Digest, Sha256};
 
 /// The name prefix of stamp kernels.
@@ -21,6 +21,34 @@ pub fn source_hash(code: &str) -> String {
         .chain_update(code.as_bytes())
         .finalize();
     d.iter().take(8).map(|b| format!("{b:02x}")).collect()
+}
+
+/// The hash of a module's portable source and compile options: [`source_hash`] of the code
+/// alone when the options are the defaults.
+pub fn module_hash(code: &str, options: &ModuleOptions) -> String {
+    if *options == ModuleOptions::default() {
+        return source_hash(code);
+    }
+    let mut text = String::from(code);
+    text.push_str("\0options\0");
+    for d in &options.defines {
+        text.push_str(&format!("define {} {d}\0", d.len()));
+    }
+    text.push_str(if options.fast_math {
+        "fast\0"
+    } else {
+        "precise\0"
+    });
+    for h in &options.headers {
+        text.push_str(&format!(
+            "header {} {} {} {}\0",
+            h.name.len(),
+            h.name,
+            h.code.len(),
+            h.code
+        ));
+    }
+    source_hash(&text)
 }
 
 /// The stamp kernel's name for a source hash.
@@ -44,7 +72,7 @@ pub fn expected_stamp(module: &Module) -> Option<String> {
         ModuleImage::Source { code } => Some(code),
         _ => None,
     }) {
-        return Some(stamp_name(&source_hash(code)));
+        return Some(stamp_name(&module_hash(code, &module.options)));
     }
     module
         .images
@@ -131,6 +159,7 @@ mod tests {
                     code: "__global__ void k() {}".into(),
                 },
             ],
+            options: Default::default(),
         };
         assert_eq!(expected_stamp(&m), Some(want));
     }
