@@ -277,21 +277,23 @@ impl LoadedModule for RocmModule {
             return Ok(k.clone());
         }
         let missing = || {
-            let listed: Vec<&str> = self
+            // The user's kernels (not the source stamp).
+            let own: Vec<&str> = self
                 .code
                 .kernels
                 .iter()
-                .take(16)
                 .map(String::as_str)
+                .filter(|k| !k.starts_with(stamp::STAMP_PREFIX))
                 .collect();
+            let listed = &own[..own.len().min(16)];
             Error::Module {
                 module: self.name.clone(),
                 message: format!(
                     "no kernel `{name}` in {} (it has {} kernels: {}{})",
                     self.image,
-                    self.code.kernels.len(),
+                    own.len(),
                     listed.join(", "),
-                    if self.code.kernels.len() > listed.len() {
+                    if own.len() > listed.len() {
                         ", …"
                     } else {
                         ""
