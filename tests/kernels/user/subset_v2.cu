@@ -16,10 +16,11 @@ __global__ void warp_ops(const float* x, float* out, unsigned long long* ballots
   int wi = xt_warp_reduce_add((int)t);
   double wd = xt_warp_reduce_max((double)v);
   unsigned long long b = xt_ballot(v > 0.0f);
+  const int bits = xt_popcll(b) + xt_popc((unsigned int)b) + xt_clz(t) + xt_clzll(b);
   if (lane == 0) ballots[t / (unsigned int)ws] = b;
   flags[t] = xt_any(v > 1.0f) * 2 + xt_all(v > -1.0f);
   out[t] = s + (float)i + (float)u + (float)ll + (float)ull + (float)d + wsum + wmax + wmin +
-           (float)wi + (float)wd;
+           (float)wi + (float)wd + (float)bits;
 }
 
 __global__ void __launch_bounds__(256) block_ops(const float* x, float* out, double* outd, int* outi) {

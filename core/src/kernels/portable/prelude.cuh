@@ -229,6 +229,19 @@ struct xt_op_min {
   template <typename T> __device__ T operator()(T a, T b) const { return xt_min(a, b); }
 };
 
+// ---- bit counts (v2): the vendors' __popc/__clz on GPUs, the compiler's builtins on the CPU --
+#if defined(XT_CUDA) || defined(XT_HIP)
+__device__ inline int xt_popc(unsigned int x) { return __popc(x); }
+__device__ inline int xt_popcll(unsigned long long x) { return __popcll(x); }
+__device__ inline int xt_clz(unsigned int x) { return __clz((int)x); }
+__device__ inline int xt_clzll(unsigned long long x) { return __clzll((long long)x); }
+#else
+__device__ inline int xt_popc(unsigned int x) { return __builtin_popcount(x); }
+__device__ inline int xt_popcll(unsigned long long x) { return __builtin_popcountll(x); }
+__device__ inline int xt_clz(unsigned int x) { return x == 0u ? 32 : __builtin_clz(x); }
+__device__ inline int xt_clzll(unsigned long long x) { return x == 0ull ? 64 : __builtin_clzll(x); }
+#endif
+
 #if !defined(XT_CPU)
 // ---- warps (v2; the CPU prelude has its own) ---------------------------------------------
 // A warp is 32 lanes on NVIDIA and 64 on AMD (CDNA; 32 on RDNA in wave32 mode). Lanes are

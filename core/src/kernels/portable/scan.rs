@@ -174,8 +174,10 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
         "inline assembly is vendor-specific"
     } else if id == "warpSize" {
         "use xt_warp_size()"
-    } else if id.starts_with("__builtin_amdgcn") || id.starts_with("__nvvm") {
-        "vendor builtins are not portable"
+    } else if id.starts_with("__popc") || id.starts_with("__clz") {
+        "use xt_popc, xt_popcll, xt_clz or xt_clzll"
+    } else if id.starts_with("__builtin_") || id.starts_with("__nvvm") {
+        "compiler builtins differ between NVRTC, hipRTC and the CPU compiler (bit counts: xt_popc, xt_clz)"
     } else if matches!(
         id,
         "__CUDA_ARCH__" | "__HIP_DEVICE_COMPILE__" | "__HIP_PLATFORM_AMD__" | "__CUDACC__"
@@ -430,7 +432,8 @@ mod tests {
                    }\n\
                    #include <cuda_fp16.h>\n\
                    #define MY_BALLOT(p) \\\n  __ballot_sync(~0u, p)\n\
-                   __half h; cudaMalloc(0, 0); hipLaunchKernelGGL(k);\n";
+                   __half h; cudaMalloc(0, 0); hipLaunchKernelGGL(k);\n\
+                   int c = __builtin_popcountll(7ull) + __popc(3u);\n";
         let f = vendor_constructs(src);
         let got: Vec<(usize, &str)> = f.iter().map(|f| (f.line, f.construct.as_str())).collect();
         assert_eq!(
@@ -445,6 +448,8 @@ mod tests {
                 (11, "__half"),
                 (11, "cudaMalloc"),
                 (11, "hipLaunchKernelGGL"),
+                (12, "__builtin_popcountll"),
+                (12, "__popc"),
             ]
         );
         assert!(f[0].to_string().starts_with("line 4: `__shfl_down_sync`"));
