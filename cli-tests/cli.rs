@@ -538,3 +538,196 @@ fn binary_links_no_vendor_library() {
         assert!(!deps.contains(lib), "{bin} links {lib}:\n{deps}");
     }
 }
+
+/// A program with one source module `user` whose code is `code`, launching `kernel` from it.
+fn source_program(code: &str, kernel: &str) -> String {
+    source_program_with(code, kernel, "")
+}
+
+/// Text-format escaping of a string's contents.
+fn escaped(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
+}
+
+/// [`source_program`] with the module's `options` field given as text (`options { ... }`).
+fn source_program_with(code: &str, kernel: &str, options: &str) -> String {
+    let code = escaped(code);
+    format!(
+        "abi_version: 1\nname: \"user\"\n\
+         allocations: [{{ size: 64 alignment: 64 parameter: 0 }}]\n\
+         modules: [{{ name: \"user\" images: [{{ source {{ code: \"{code}\" }} }}] {options} }}]\n\
+         entry: [{{ kernel {{ module: \"user\" name: \"{kernel}\" grid {{ x: 1 y: 1 z: 1 }} \
+         block {{ x: 32 y: 1 z: 1 }} args: [{{ buffer {{ slice {{ allocation: 0 size: 64 }} \
+         access: ACCESS_READ_WRITE }} }}] }} }}]\n\
+         signature {{ parameters: [{{ name: \"x\" dtype: DTYPE_F32 dims: [16] }}] }}\n"
+    )
+}
+
+/// `compile --check` (and every `compile`) refuses vendor-only constructs for every target,
+/// naming the module and the user's line, and kernels the program launches but the source
+/// does not define; portable source passes with no compiler involved.
+#[test]
+fn compile_check_refuses_vendor_constructs_and_unknown_kernels() {
+    let dir = scratch("compile-check");
+    let bad = dir.join("bad.txtpb");
+    let code = "// warp sum\n__global__ void k(float* x) {\n  float v = __shfl_down_sync(0xffffffffu, x[0], 1);\n  atomicAdd(x, v);\n}\n";
+    std::fs::write(&bad, source_program(code, "k")).unwrap();
+    let err = fails(
+        &["compile", bad.to_str().unwrap(), "--check"],
+        "module `user`, line 3: `__shfl_down_sync` is not in the portable subset",
+    );
+    assert!(err.contains("module `user`, line 4: `atomicAdd`"), "{err}");
+    // Refused for a ROCm target too, where hipRTC would have rejected it anyway, and for a
+    // CUDA target, where NVRTC would have accepted it: before any compiler runs.
+    let out = dir.join("never.pb");
+    for t in ["sm_90", "gfx90a"] {
+        fails(
+            &[
+                "compile",
+                bad.to_str().unwrap(),
+                "--target",
+                t,
+                "-o",
+                out.to_str().unwrap(),
+            ],
+            "line 3: `__shfl_down_sync`",
+        );
+        assert!(!out.exists());
+    }
+    let unknown = dir.join("unknown.txtpb");
+    let good = "__global__ void k(float* x) {\n  x[0] = xt_warp_reduce_add(x[0]);\n}\n";
+    std::fs::write(&unknown, source_program(good, "kk")).unwrap();
+    fails(
+        &["compile", unknown.to_str().unwrap(), "--check"],
+        "the program launches kernel `kk`, which its source does not define (it defines: k)",
+    );
+    let fine = dir.join("fine.txtpb");
+    std::fs::write(&fine, source_program(good, "k")).unwrap();
+    let s = ok(&["compile", fine.to_str().unwrap(), "--check"]);
+    assert!(s.contains("every source module is portable"), "{s}");
+}
+
+/// `xthunk compile` of an edited program keeps no image of the old source: compiled for sm_80,
+/// edited, then compiled for gfx90a, the sm_80 cubin is dropped with a warning (its source stamp
+/// differs). Needs NVRTC and hipRTC (skipped, saying so, without them).
+#[test]
+fn compile_drops_images_of_an_edited_source() {
+    let dir = scratch("compile-stale");
+    let first = dir.join("first.txtpb");
+    let code = "__global__ void k(float* x) {\n  x[0] = 1.0f;\n}\n";
+    std::fs::write(&first, source_program(code, "k")).unwrap();
+    let sm80 = dir.join("sm80.txtpb");
+    let o = xthunk(&[
+        "compile",
+        first.to_str().unwrap(),
+        "--target",
+        "sm_80",
+        "-o",
+        sm80.to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        if err.contains("NVRTC") && std::env::var_os("XTHUNK_REQUIRE_NVRTC").is_none() {
+            eprintln!("SKIPPED compile_drops_images_of_an_edited_source: {err}");
+            return;
+        }
+        panic!("compile failed: {err}");
+    }
+    let listing = ok(&["inspect", sm80.to_str().unwrap()]);
+    assert!(listing.contains("cubin(sm_80)"), "{listing}");
+    // Recompiling the same source for another target keeps the cubin.
+    let same = dir.join("same.txtpb");
+    let o = xthunk(&[
+        "compile",
+        sm80.to_str().unwrap(),
+        "--target",
+        "gfx90a",
+        "-o",
+        same.to_str().unwrap(),
+    ]);
+    if !o.status.success() {
+        let err = text(&o.stderr);
+        if err.contains("hipRTC") && std::env::var_os("XTHUNK_REQUIRE_ROCM").is_none() {
+            eprintln!("SKIPPED compile_drops_images_of_an_edited_source: {err}");
+            return;
+        }
+        panic!("compile failed: {err}");
+    }
+    assert!(!text(&o.stdout).contains("warning"), "{}", text(&o.stdout));
+    let listing = ok(&["inspect", same.to_str().unwrap()]);
+    assert!(
+        listing.contains("cubin(sm_80)") && listing.contains("hsaco(gfx90a"),
+        "{listing}"
+    );
+    // The edited source: the cubin is dropped.
+    let edited = dir.join("edited.txtpb");
+    let text_pb = std::fs::read_to_string(&sm80).unwrap();
+    assert!(text_pb.contains("1.0f"));
+    std::fs::write(&edited, text_pb.replace("1.0f", "2.0f")).unwrap();
+    let out = dir.join("out.txtpb");
+    let s = ok(&[
+        "compile",
+        edited.to_str().unwrap(),
+        "--target",
+        "gfx90a",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(
+        s.contains(
+            "warning: dropped: module `user`: the cubin(sm_80) image was compiled from other source"
+        ),
+        "{s}"
+    );
+    let listing = ok(&["inspect", out.to_str().unwrap()]);
+    assert!(
+        !listing.contains("cubin(sm_80)") && listing.contains("hsaco(gfx90a"),
+        "{listing}"
+    );
+}
+
+/// Per-module compile options in the program: defines, fast math and carried headers (the
+/// source includes one, which `--check` accepts only because it is carried), kept through
+/// a conversion to binary and back; a malformed define is refused naming its field.
+#[test]
+fn module_options_are_part_of_the_program() {
+    let dir = scratch("module-options");
+    let code =
+        "#include \"util.h\"\n__global__ void k(float* x) {\n  x[0] = twice(x[0]) * (float)N;\n}\n";
+    let header = "__device__ float twice(float x) { return 2.0f * x; }";
+    let options = format!(
+        "options {{ defines: [\"N=4\"] fast_math: true headers: [{{ name: \"util.h\" code: \"{}\" }}] }}",
+        escaped(header)
+    );
+    let with = dir.join("with.txtpb");
+    std::fs::write(&with, source_program_with(code, "k", &options)).unwrap();
+    ok(&["compile", with.to_str().unwrap(), "--check"]);
+    let bin = dir.join("with.pb");
+    let back = dir.join("back.txtpb");
+    ok(&["convert", with.to_str().unwrap(), bin.to_str().unwrap()]);
+    ok(&["convert", bin.to_str().unwrap(), back.to_str().unwrap()]);
+    let t = std::fs::read_to_string(&back).unwrap();
+    assert!(
+        t.contains("N=4") && t.contains("fast_math: true") && t.contains("name: \"util.h\""),
+        "{t}"
+    );
+    // Without the header carried, its #include is refused.
+    let without = dir.join("without.txtpb");
+    std::fs::write(&without, source_program(code, "k")).unwrap();
+    fails(
+        &["compile", without.to_str().unwrap(), "--check"],
+        "module `user`, line 1: `#include`",
+    );
+    let bad = dir.join("bad.txtpb");
+    std::fs::write(
+        &bad,
+        source_program_with(code, "k", "options { defines: [\"4N\"] }"),
+    )
+    .unwrap();
+    fails(
+        &["compile", bad.to_str().unwrap(), "--check"],
+        "modules[0].options.defines[0]",
+    );
+}

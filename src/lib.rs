@@ -113,6 +113,26 @@ pub fn compile_rocm(image: &ir::ModuleImage, target: &str) -> Result<Option<ir::
     xthunk_rocm::precompile(image, target)
 }
 
+/// [`compile_cuda`] of an image of `module`: with the module's compile options; messages
+/// name the module and the user's lines.
+pub fn compile_cuda_module(
+    module: &ir::Module,
+    image: &ir::ModuleImage,
+    target: &str,
+) -> Result<Option<ir::ModuleImage>> {
+    xthunk_cuda::precompile_module(module, image, target)
+}
+
+/// [`compile_rocm`] of an image of `module`: with the module's compile options; messages
+/// name the module and the user's lines.
+pub fn compile_rocm_module(
+    module: &ir::Module,
+    image: &ir::ModuleImage,
+    target: &str,
+) -> Result<Option<ir::ModuleImage>> {
+    xthunk_rocm::precompile_module(module, image, target)
+}
+
 impl Default for Runtime {
     fn default() -> Self {
         Self::new()

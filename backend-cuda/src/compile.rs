@@ -33,7 +33,7 @@ use xthunk_core::Error;
 use xthunk_core::backend::dylib::{Loader, Probe, Version};
 use xthunk_core::backend::kernel_cache::{CacheKey, KeyInputs, Lookup};
 pub use xthunk_core::backend::kernel_cache::{CacheStatus, KernelCache};
-use xthunk_core::ir::ModuleImage;
+use xthunk_core::ir::{Module, ModuleImage};
 use xthunk_core::kernels::portable;
 
 // ---- NVRTC ------------------------------------------------------------------------------
@@ -342,7 +342,7 @@ fn cache_key(nvrtc_version: (i32, i32), source: &str, target: Target) -> CacheKe
             Output::Cubin => "cubin",
             Output::Ptx => "ptx",
         },
-        options: &Compiler::options(target),
+        options: &Compiler::options(target, portable::fast_math(source)),
         source,
     })
 }
@@ -372,9 +372,15 @@ impl Compiler {
         self.compilations.load(Ordering::Relaxed)
     }
 
-    fn options(target: Target) -> Vec<String> {
+    /// The options of a compilation for `target`; `fast`: the unit asks for fast math
+    /// ([`portable::fast_math`]), which replaces `--fmad=false` with `--use_fast_math`.
+    fn options(target: Target, fast: bool) -> Vec<String> {
         let mut o = vec![format!("--gpu-architecture={target}")];
-        o.extend(BASE_OPTIONS.iter().map(|s| s.to_string()));
+        if fast {
+            o.push("--use_fast_math".into());
+        } else {
+            o.extend(BASE_OPTIONS.iter().map(|s| s.to_string()));
+        }
         o
     }
 
@@ -442,14 +448,16 @@ impl Compiler {
         let compiled = self.nvrtc.compile(
             source,
             "xthunk_portable.cu",
-            &Self::options(target),
+            &Self::options(target, portable::fast_math(source)),
             target.output(),
         )?;
         let (image, log) = match compiled {
             Compiled::Ok { image, log } => (image, log),
             Compiled::Failed { status, log } => {
                 return Err(Error::Module {
-                    module: "portable source".into(),
+                    module: portable::module_of(source)
+                        .unwrap_or("portable source")
+                        .into(),
                     message: format!(
                         "NVRTC {}.{} failed to compile for {target}: {status}\nNVRTC log:\n{log}",
                         self.nvrtc.version().0,
@@ -458,6 +466,12 @@ impl Compiler {
                 });
             }
         };
+        if !log.trim().is_empty() {
+            tracing::warn!(
+                module = portable::module_of(source).unwrap_or("portable source"),
+                "NVRTC warnings for {target}:\n{log}"
+            );
+        }
         tracing::info!(
             "NVRTC compiled {} bytes of source for {target} in {:.2?} ({} bytes)",
             source.len(),
@@ -495,9 +509,26 @@ pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> 
 /// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
 /// give `None` (they need no compiling).
 pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
+    let module = Module {
+        name: "source".into(),
+        images: vec![],
+        options: Default::default(),
+    };
+    precompile_module(&module, image, target)
+}
+
+/// [`precompile`] of an image of `module`: compiled with the module's options, messages name
+/// the module and the user's lines.
+pub fn precompile_module(
+    module: &Module,
+    image: &ModuleImage,
+    target: &str,
+) -> Result<Option<ModuleImage>, Error> {
     let source = match image {
         ModuleImage::Standard => portable::standard_source().to_string(),
-        ModuleImage::Source { code } => portable::with_prelude(code),
+        ModuleImage::Source { code } => {
+            portable::module_source_with(&module.name, code, &module.options)
+        }
         _ => return Ok(None),
     };
     let t = Target::parse(target)?;
@@ -531,7 +562,7 @@ mod tests {
             assert_ne!(other, base);
         }
         assert_eq!(
-            Compiler::options(Target::Sm(90)),
+            Compiler::options(Target::Sm(90), false),
             ["--gpu-architecture=sm_90", "--fmad=false"]
         );
     }

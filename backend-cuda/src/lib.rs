@@ -75,7 +75,7 @@ pub mod target;
 
 pub use compile::{
     CacheStatus, CompileOutput, Compiler, KernelCache, compile_for_target, default_cache,
-    precompile,
+    precompile, precompile_module,
 };
 pub use device::{CudaBackend, CudaDevice};
 pub use graph::CudaGraph;

@@ -27,6 +27,7 @@ use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use xthunk_core::backend::{KernelHandle, LaunchArg, LaunchDims, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage};
+use xthunk_core::kernels::portable::stamp;
 use xthunk_core::kernels::{KernelSignature, ParamKind, portable, standard_library};
 use xthunk_core::{Error, Result};
 
@@ -173,17 +174,54 @@ pub(crate) fn compile_and_load(
     Ok((load_image(ctx, &image)?, desc))
 }
 
+/// Refuses a compiled image whose source stamp differs from the module's source
+/// ([`portable::stamp`]); an image without a stamp is used with a warning.
+fn check_stamp<'a>(
+    module: &str,
+    expected: Option<&str>,
+    image: &str,
+    symbols: impl IntoIterator<Item = &'a str>,
+) -> Result<()> {
+    let Some(expected) = expected else {
+        return Ok(());
+    };
+    match stamp::check_stamp(expected, symbols) {
+        stamp::Stamp::Matches => Ok(()),
+        stamp::Stamp::Missing => {
+            tracing::warn!(
+                module,
+                "the {image} image records no source stamp: it cannot be checked against the module's source"
+            );
+            Ok(())
+        }
+        stamp::Stamp::Differs { found } => Err(Error::Module {
+            module: module.to_string(),
+            message: stamp::stale_message(module, image, expected, &found),
+        }),
+    }
+}
+
 fn try_choice(
     ctx: &Arc<DeviceContext>,
     standard: &StandardModule,
+    m: &Module,
+    expected: Option<&str>,
     c: &Choice<'_>,
 ) -> Result<(Arc<ModuleRaw>, String, bool)> {
+    let module = m.name.as_str();
     match *c {
         Choice::Cubin(data) => {
             let info = image::inspect(data).map_err(|e| Error::Module {
                 module: String::new(),
                 message: format!("cubin: {e}"),
             })?;
+            let what = format!("cubin(sm_{})", info.sm);
+            check_stamp(
+                module,
+                expected,
+                &what,
+                info.functions.iter().map(String::as_str),
+            )?;
             if info.sm != ctx.sm {
                 return Err(Error::InvalidArgument(format!(
                     "the cubin labelled sm_{} is an ELF for sm_{}",
@@ -205,10 +243,12 @@ fn try_choice(
             Ok((m, d, true))
         }
         Choice::Source(code) => {
-            let (m, d) = compile_and_load(ctx, &portable::with_prelude(code))?;
+            let unit = portable::module_source_with(module, code, &m.options);
+            let (m, d) = compile_and_load(ctx, &unit)?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
         Choice::Ptx(code) => {
+            check_stamp(module, expected, "ptx", stamp::ptx_entries(code))?;
             let text = CString::new(code)
                 .map_err(|_| Error::InvalidArgument("PTX image contains a NUL byte".into()))?;
             let m = load_image(ctx, text.as_bytes_with_nul())?;
@@ -226,8 +266,9 @@ pub(crate) fn load(
 ) -> Result<Arc<dyn LoadedModule>> {
     let sm = ctx.sm;
     let mut failures = vec![];
+    let expected = stamp::expected_stamp(module);
     for c in plan(&module.images, sm) {
-        match try_choice(ctx, standard, &c) {
+        match try_choice(ctx, standard, module, expected.as_deref(), &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
                 return Ok(Arc::new(CudaModule {
@@ -482,6 +523,27 @@ pub(crate) fn launch(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_image_of_other_source_is_refused() {
+        let want = stamp::stamp_name(&stamp::source_hash("new"));
+        let old = stamp::stamp_name(&stamp::source_hash("old"));
+        assert!(check_stamp("m", Some(&want), "cubin(sm_90)", ["k", want.as_str()]).is_ok());
+        // No stamp (another tool's image): used, with a warning.
+        assert!(check_stamp("m", Some(&want), "cubin(sm_90)", ["k"]).is_ok());
+        // Nothing to check against (a module of binaries only).
+        assert!(check_stamp("m", None, "ptx", [old.as_str()]).is_ok());
+        let e = check_stamp("m", Some(&want), "cubin(sm_90)", ["k", old.as_str()])
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(
+            e.contains("module `m`: the cubin(sm_90) image was compiled from other source")
+                && e.contains(&old)
+                && e.contains(&want),
+            "{e}"
+        );
+    }
     use super::*;
     use xthunk_core::backend::DevicePtr;
     use xthunk_core::ir::Scalar;

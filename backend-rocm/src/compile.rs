@@ -44,7 +44,7 @@ use xthunk_core::backend::dylib::{Library, Loader, Probe, Version};
 use xthunk_core::backend::kernel_cache::{CacheKey, KeyInputs, Lookup};
 pub use xthunk_core::backend::kernel_cache::{CacheStatus, KernelCache};
 use xthunk_core::backend::search::Attempt;
-use xthunk_core::ir::ModuleImage;
+use xthunk_core::ir::{Module, ModuleImage};
 use xthunk_core::kernels::portable;
 
 /// Compiler options for a target (`--offload-arch` always).
@@ -54,6 +54,19 @@ pub fn options_for(target: &Target) -> Vec<String> {
         "-O3".into(),
         "-ffp-contract=off".into(),
     ]
+}
+
+/// Compiler options for a complete translation unit for `target`: [`options_for`], with
+/// `-ffast-math -ffp-contract=fast` instead of `-ffp-contract=off` when the unit asks for
+/// fast math ([`portable::fast_math`]).
+pub fn options_for_unit(target: &Target, source: &str) -> Vec<String> {
+    let mut o = options_for(target);
+    if portable::fast_math(source) {
+        o.retain(|x| x != "-ffp-contract=off");
+        o.push("-ffast-math".into());
+        o.push("-ffp-contract=fast".into());
+    }
+    o
 }
 
 /// Checks that `image` is an AMD GPU code object for `target`; returns it parsed.
@@ -382,7 +395,7 @@ fn cache_key(version: &str, source: &str, target: &Target) -> CacheKey {
         compiler_version: version,
         target: &target.full,
         kind: "hsaco",
-        options: &options_for(target),
+        options: &options_for_unit(target, source),
         source,
     })
 }
@@ -532,8 +545,11 @@ impl Compiler {
             let _serial = self.lock.lock();
             self.compilations.fetch_add(1, Ordering::Relaxed);
             self.rtc
-                .compile(source, "xthunk_portable.hip", &options_for(&t))
+                .compile(source, "xthunk_portable.hip", &options_for_unit(&t, source))
                 .map_err(|f| CompileError::Compilation {
+                    module: portable::module_of(source)
+                        .unwrap_or("portable source")
+                        .into(),
                     call: f.call.into(),
                     status: f.status,
                     target: t.full.clone(),
@@ -544,6 +560,13 @@ impl Compiler {
             target: t.full.clone(),
             reason,
         })?;
+        if !log.trim().is_empty() {
+            tracing::warn!(
+                module = portable::module_of(source).unwrap_or("portable source"),
+                "hipRTC warnings for {}:\n{log}",
+                t.full
+            );
+        }
         tracing::info!(
             target = %t.full,
             bytes = img.len(),
@@ -567,11 +590,18 @@ impl Compiler {
     }
 
     /// Compiles a module image that needs compiling (`Standard`, `Source`) for `target`.
-    pub fn compile_image(&self, image: &ModuleImage, target: &str) -> Result<CompileOutput, Error> {
+    /// Messages name the module `module` and point at the user's lines.
+    pub fn compile_image(
+        &self,
+        module: &Module,
+        image: &ModuleImage,
+        target: &str,
+    ) -> Result<CompileOutput, Error> {
         match image {
             ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
             ModuleImage::Source { code } => {
-                Ok(self.compile(&portable::with_prelude(code), target)?)
+                let unit = portable::module_source_with(&module.name, code, &module.options);
+                Ok(self.compile(&unit, target)?)
             }
             other => Err(Error::InvalidArgument(format!(
                 "a {} image is not portable source; only `standard` and `source` images are compiled",
@@ -602,11 +632,26 @@ pub fn compile_for_target(source: &str, target: &str) -> xthunk_core::Result<Vec
 /// For `xthunk compile --target gfx…` (the CUDA backend's `precompile` does the same for
 /// `sm_XX`).
 pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Option<ModuleImage>> {
+    let module = Module {
+        name: "source".into(),
+        images: vec![],
+        options: Default::default(),
+    };
+    precompile_module(&module, image, target)
+}
+
+/// [`precompile`] of an image of `module`: compiled with the module's options, messages name
+/// the module and the user's lines.
+pub fn precompile_module(
+    module: &Module,
+    image: &ModuleImage,
+    target: &str,
+) -> xthunk_core::Result<Option<ModuleImage>> {
     if !matches!(image, ModuleImage::Standard | ModuleImage::Source { .. }) {
         return Ok(None);
     }
     let c = default_compiler()?;
-    let compiled = c.compile_image(image, target)?;
+    let compiled = c.compile_image(module, image, target)?;
     Ok(Some(ModuleImage::Hsaco {
         arch: compiled.target.full,
         data: compiled.image.as_ref().clone(),

@@ -30,6 +30,7 @@ use std::ffi::{CString, c_void};
 use std::sync::Arc;
 use xthunk_core::backend::{KernelHandle, LaunchArg, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage, Scalar};
+use xthunk_core::kernels::portable::stamp;
 use xthunk_core::{Error, Result};
 
 /// The image a device will use.
@@ -133,34 +134,31 @@ pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn 
         module: module.name.clone(),
         message,
     };
+    let portable = module
+        .images
+        .iter()
+        .find(|i| matches!(i, ModuleImage::Standard | ModuleImage::Source { .. }));
     let (image, describe) = match select_image(module, &ctx.arch).map_err(merr)? {
         ImageChoice::Hsaco { arch, data } => {
             let (code, label) = device_code(data, arch, &ctx.arch).map_err(merr)?;
-            check_code_object(code, &label).map_err(|e| {
+            let co = check_code_object(code, &label).map_err(|e| {
                 merr(format!(
                     "the hsaco({arch}) image is not a code object for {}: {e}",
                     label.full
                 ))
             })?;
-            (Arc::new(code.to_vec()), format!("hsaco({arch})"))
+            match stale_hsaco(module, arch, &co) {
+                None => (Arc::new(code.to_vec()), format!("hsaco({arch})")),
+                Some(why) => match portable {
+                    Some(img) => {
+                        tracing::warn!(module = %module.name, "{why}: compiling the module's {} instead", img.kind());
+                        compile_portable(ctx, module, img)?
+                    }
+                    None => return Err(merr(why)),
+                },
+            }
         }
-        ImageChoice::Compile(img) => {
-            let compiler = ctx.compiler()?;
-            let c = compiler
-                .compile_image(img, &ctx.arch.full)
-                .map_err(|e| merr(e.to_string()))?;
-            let how = match c.cache {
-                CacheStatus::Miss | CacheStatus::Rebuilt | CacheStatus::Disabled => {
-                    "compiled by hipRTC"
-                }
-                CacheStatus::Hit => "hipRTC, from the disk cache",
-                CacheStatus::Memory => "hipRTC, cached",
-            };
-            (
-                c.image,
-                format!("{}→hsaco({}) ({how})", img.kind(), ctx.arch.full),
-            )
-        }
+        ImageChoice::Compile(img) => compile_portable(ctx, module, img)?,
     };
     let code = CodeObject::parse(&image).map_err(|e| merr(e.to_string()))?;
     ctx.bind()?;
@@ -187,6 +185,49 @@ pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn 
         code,
         kernels: Mutex::new(HashMap::new()),
     }))
+}
+
+/// Compiles a module's `standard` or `source` image for the device with hipRTC: the code
+/// object and its description.
+fn compile_portable(
+    ctx: &Arc<DeviceContext>,
+    module: &Module,
+    img: &ModuleImage,
+) -> Result<(Arc<Vec<u8>>, String)> {
+    let merr = |message: String| Error::Module {
+        module: module.name.clone(),
+        message,
+    };
+    let compiler = ctx.compiler()?;
+    let c = compiler
+        .compile_image(module, img, &ctx.arch.full)
+        .map_err(|e| merr(e.to_string()))?;
+    let how = match c.cache {
+        CacheStatus::Miss | CacheStatus::Rebuilt | CacheStatus::Disabled => "compiled by hipRTC",
+        CacheStatus::Hit => "hipRTC, from the disk cache",
+        CacheStatus::Memory => "hipRTC, cached",
+    };
+    Ok((
+        c.image,
+        format!("{}→hsaco({}) ({how})", img.kind(), ctx.arch.full),
+    ))
+}
+
+/// Why an HSACO image must not be used for `module` (its source stamp differs from the
+/// module's source, [`stamp`]), or `None`. An image without a stamp is used with a warning.
+fn stale_hsaco(module: &Module, arch: &str, co: &CodeObject) -> Option<String> {
+    let expected = stamp::expected_stamp(module)?;
+    let what = format!("hsaco({arch})");
+    match stamp::check_stamp(&expected, co.kernels.iter().map(String::as_str)) {
+        stamp::Stamp::Matches => None,
+        stamp::Stamp::Missing => {
+            tracing::warn!(module = %module.name, "the {what} image records no source stamp: it cannot be checked against the module's source");
+            None
+        }
+        stamp::Stamp::Differs { found } => {
+            Some(stamp::stale_message(&module.name, &what, &expected, &found))
+        }
+    }
 }
 
 /// A HIP module, unloaded on drop (after every kernel of it is gone).
@@ -236,21 +277,23 @@ impl LoadedModule for RocmModule {
             return Ok(k.clone());
         }
         let missing = || {
-            let listed: Vec<&str> = self
+            // The user's kernels (not the source stamp).
+            let own: Vec<&str> = self
                 .code
                 .kernels
                 .iter()
-                .take(16)
                 .map(String::as_str)
+                .filter(|k| !k.starts_with(stamp::STAMP_PREFIX))
                 .collect();
+            let listed = &own[..own.len().min(16)];
             Error::Module {
                 module: self.name.clone(),
                 message: format!(
                     "no kernel `{name}` in {} (it has {} kernels: {}{})",
                     self.image,
-                    self.code.kernels.len(),
+                    own.len(),
                     listed.join(", "),
-                    if self.code.kernels.len() > listed.len() {
+                    if own.len() > listed.len() {
                         ", …"
                     } else {
                         ""
@@ -490,6 +533,34 @@ pub(crate) fn launch(
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn an_hsaco_of_other_source_is_refused() {
+        let m = Module {
+            name: "m".into(),
+            images: vec![ModuleImage::Source { code: "new".into() }],
+            options: Default::default(),
+        };
+        let co = |kernels: &[String]| CodeObject {
+            e_machine: 0,
+            e_flags: 0,
+            os_abi: 0,
+            abi_version: 0,
+            kernels: kernels.to_vec(),
+            symbols: vec![],
+            kernel_args: Default::default(),
+        };
+        let want = stamp::stamp_name(&stamp::source_hash("new"));
+        let old = stamp::stamp_name(&stamp::source_hash("old"));
+        assert_eq!(stale_hsaco(&m, "gfx90a", &co(&["k".into(), want])), None);
+        assert_eq!(stale_hsaco(&m, "gfx90a", &co(&["k".into()])), None);
+        let why = stale_hsaco(&m, "gfx90a", &co(&["k".into(), old.clone()])).unwrap_or_default();
+        assert!(
+            why.contains("the hsaco(gfx90a) image was compiled from other source")
+                && why.contains(&old),
+            "{why}"
+        );
+    }
     use super::*;
     use xthunk_core::backend::DevicePtr;
 
@@ -518,6 +589,7 @@ mod tests {
                 hsaco("gfx90a:sramecc+:xnack-"),
                 ModuleImage::Standard,
             ],
+            options: Default::default(),
         };
         let dev = t("gfx90a:sramecc+:xnack-");
         assert_eq!(
@@ -538,6 +610,7 @@ mod tests {
         let m = Module {
             name: "m".into(),
             images: vec![hsaco("gfx908"), hsaco("gfx90a:xnack+")],
+            options: Default::default(),
         };
         let e = select_image(&m, &dev).err().unwrap_or_default();
         assert!(

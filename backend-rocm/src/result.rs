@@ -294,8 +294,10 @@ pub enum CompileError {
         known: String,
     },
     /// hipRTC failed; `log` is its compile log.
-    #[error("hipRTC {call} failed for {target}: {status}\n{log}")]
+    #[error("hipRTC {call} failed for module `{module}` on {target}: {status}\n{log}")]
     Compilation {
+        /// The module compiled (its `#line` name), `portable source` when unnamed.
+        module: String,
         call: String,
         status: String,
         target: String,

@@ -280,6 +280,7 @@ fn child() {
                     },
                     ModuleImage::Standard,
                 ],
+                options: Default::default(),
             })
             .unwrap();
         println!("fake: module image: {}", m.image());
@@ -287,7 +288,7 @@ fn child() {
         let fill = m.kernel("fill_f32").unwrap();
         let add = m.kernel("add_f32").unwrap();
         let missing = m.kernel("no_such_kernel").err().map(|e| e.to_string());
-        assert!(missing.is_some_and(|e| e.contains("223 kernels")));
+        assert!(missing.is_some_and(|e| e.contains("247 kernels")));
         let n = 250i64;
         let dims = LaunchDims {
             grid: Dim3::x(1),

@@ -70,7 +70,16 @@ fn small_kernels_compile_for_every_chosen_target() {
             .unwrap_or_else(|e| panic!("{target}: {e}"));
         assert_eq!(out.cache, CacheStatus::Miss);
         let co = check_elf(&out.image, target);
-        assert_eq!(co.kernels, vec!["scale_rows", "second_kernel"], "{target}");
+        // The user's kernels, and the unit's source stamp (portable::stamp).
+        let stamp = portable::stamp::expected_stamp(&xthunk_core::ir::Module {
+            name: "source".into(),
+            images: vec![xthunk_core::ir::ModuleImage::Source { code: SMALL.into() }],
+            options: Default::default(),
+        })
+        .unwrap();
+        let mut want = vec!["scale_rows".to_string(), "second_kernel".to_string(), stamp];
+        want.sort();
+        assert_eq!(co.kernels, want, "{target}");
         assert!(co.symbols.iter().any(|s| s == "scale_rows"), "{target}");
         assert!(co.symbols.iter().any(|s| s == "scale_rows.kd"), "{target}");
         if target.contains("xnack-") {
@@ -166,7 +175,7 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
     };
     let src = portable::standard_source();
     let names: Vec<&str> = standard_library().names().collect();
-    assert_eq!(names.len(), 223);
+    assert_eq!(names.len(), 247);
     let supported = c.supported_targets();
     // gfx90a, and the other chosen targets comgr lists (gfx1030, RDNA, is wave32 by default:
     // no kernel may assume a warp size).
@@ -201,7 +210,10 @@ fn every_standard_kernel_compiles_and_the_disk_cache_is_hit() {
             assert_eq!(got, expected_params(n), "{target}: {n}");
         }
         assert!(missing.is_empty(), "{target}: kernels missing: {missing:?}");
-        assert_eq!(co.kernels.len(), names.len(), "{target}");
+        // Every standard kernel and the library's source stamp.
+        assert_eq!(co.kernels.len(), names.len() + 1, "{target}");
+        let stamp = portable::stamp::stamp_name(&portable::standard_hash());
+        assert!(co.kernels.contains(&stamp), "{target}: no {stamp}");
         note(&format!(
             "standard library for {target}: {} kernels, {} bytes, {secs:.1}s",
             co.kernels.len(),

@@ -36,12 +36,14 @@ fn setup() -> Setup {
         .load_module(&Module {
             name: "portable".into(),
             images: vec![ModuleImage::Source { code }],
+            options: Default::default(),
         })
         .unwrap();
     let host = dev
         .load_module(&Module {
             name: "standard".into(),
             images: vec![ModuleImage::Standard],
+            options: Default::default(),
         })
         .unwrap();
     let stream = dev.create_stream().unwrap();

@@ -198,6 +198,7 @@ impl ExecutableBuilder {
             self.exe.modules.push(Module {
                 name: "std".into(),
                 images: vec![ModuleImage::Standard],
+                options: Default::default(),
             });
         }
         "std".into()

@@ -124,7 +124,7 @@ __global__ void ballots(int* out, const float* x) {
   int any = xt_any(x[i] > 0.0f), all = xt_all(x[i] > 0.0f);
   if (xt_lane_id() == 0) {
     const long long w = i / xt_warp_size();
-    out[3 * w] = __builtin_popcountll(b);
+    out[3 * w] = xt_popcll(b);
     out[3 * w + 1] = any;
     out[3 * w + 2] = all;
   }
@@ -171,6 +171,7 @@ fn gpu(lanes: u32) -> Option<Gpu> {
         images: vec![ModuleImage::Source {
             code: SOURCE.into(),
         }],
+        options: Default::default(),
     };
     match dev.load_module(&m) {
         Ok(module) => Some(Gpu { dev, module }),
@@ -722,6 +723,7 @@ fn kernels_the_preprocessor_removes_are_not_in_the_table() {
     let m = match dev.load_module(&Module {
         name: "conditional".into(),
         images: vec![ModuleImage::Source { code: code.into() }],
+        options: Default::default(),
     }) {
         Ok(m) => m,
         Err(e @ xthunk_core::Error::Unavailable { .. }) => {

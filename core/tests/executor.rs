@@ -530,6 +530,7 @@ fn test_program(kernel: &str) -> Executable {
         images: vec![ModuleImage::Host {
             library: "test".into(),
         }],
+        options: Default::default(),
     });
     b.memset(t.slice(), MemsetPattern::U32(0));
     b.push(Thunk::Kernel(KernelThunk {

@@ -1513,7 +1513,7 @@ fn signatures_are_consistent() {
                         q.name
                     );
                     assert!(
-                        ["n", "rows", "cols"].contains(&q.name),
+                        ["n", "rows", "cols", "vocab", "dim"].contains(&q.name),
                         "{name}: extent `{}`",
                         q.name
                     );
@@ -1537,12 +1537,31 @@ fn signatures_are_consistent() {
             assert_eq!(buffers, vec![a, b], "{name}");
         } else {
             let t = DType::from_name(parts[parts.len() - 1]).unwrap();
-            assert!(buffers.iter().all(|&d| d == t), "{name}: buffer dtypes");
+            // Class labels and token ids are i32; AdamW's moments f32 (f64 for f64).
+            let state = if t == F64 { F64 } else { F32 };
+            for p in params {
+                if let ParamKind::Buffer { dtype, .. } = p.kind {
+                    let want = match p.name {
+                        "labels" | "ids" => I32,
+                        "m" | "v" => state,
+                        _ => t,
+                    };
+                    assert_eq!(dtype, want, "{name}: buffer `{}`", p.name);
+                }
+            }
+            assert_eq!(
+                buffers.len(),
+                params
+                    .iter()
+                    .filter(|p| matches!(p.kind, ParamKind::Buffer { .. }))
+                    .count()
+            );
             for p in params {
                 if let ParamKind::Scalar(d) = p.kind {
                     let want = match p.name {
-                        "n" | "rows" | "cols" => I64,
-                        "eps" => F32,
+                        "n" | "rows" | "cols" | "vocab" | "dim" => I64,
+                        "step" if parts[0] == "adamw" => I64,
+                        "eps" | "lr" | "beta1" | "beta2" | "weight_decay" => F32,
                         _ => t,
                     };
                     assert_eq!(d, want, "{name}: `{}`", p.name);
@@ -1578,7 +1597,21 @@ fn kernel_counts_per_family() {
     for op in ["neg", "abs", "relu"] {
         set(op, 7);
     }
-    for op in ["exp", "log", "sqrt", "rsqrt", "tanh", "sigmoid", "gelu"] {
+    for op in [
+        "exp",
+        "log",
+        "sqrt",
+        "rsqrt",
+        "tanh",
+        "sigmoid",
+        "gelu",
+        "gelu_erf",
+        "bias_gelu",
+        "bias_gelu_erf",
+        "cross_entropy",
+        "adamw",
+        "embedding",
+    ] {
         set(op, 4);
     }
     set("axpy", 4);
@@ -1590,6 +1623,6 @@ fn kernel_counts_per_family() {
     set("layer_norm", 4);
     set("transpose", 8);
     assert_eq!(families, want);
-    assert_eq!(lib.len(), 223);
+    assert_eq!(lib.len(), 247);
     assert_eq!(lib.len(), want.values().sum::<usize>());
 }

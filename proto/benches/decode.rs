@@ -90,6 +90,7 @@ fn program(n: usize) -> Executable {
             images: vec![ModuleImage::Host {
                 library: "bench".into(),
             }],
+            options: Default::default(),
         }],
         entry,
         signature,

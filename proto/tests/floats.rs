@@ -28,6 +28,7 @@ fn program(f32s: &[u32], f64s: &[u64]) -> Executable {
             images: vec![ModuleImage::Source {
                 code: "__global__ void k() {}".into(),
             }],
+            options: Default::default(),
         }],
         entry: vec![Thunk::Kernel(KernelThunk {
             module: "m".into(),

@@ -149,11 +149,45 @@ fn image() -> impl Strategy<Value = ModuleImage> {
     ]
 }
 
+/// Compile options of a module: valid defines (`N<k>` or `N<k>=<text>`), fast math, headers
+/// with distinct names.
+fn options() -> impl Strategy<Value = xthunk_core::ir::ModuleOptions> {
+    (
+        prop::collection::vec(prop::option::of("[a-z0-9 ]{0,8}"), 0..3),
+        any::<bool>(),
+        prop::collection::vec(text(), 0..3),
+    )
+        .prop_map(
+            |(defines, fast_math, headers)| xthunk_core::ir::ModuleOptions {
+                defines: defines
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, v)| match v {
+                        Some(v) => format!("N{k}={v}"),
+                        None => format!("N{k}"),
+                    })
+                    .collect(),
+                fast_math,
+                headers: headers
+                    .into_iter()
+                    .enumerate()
+                    .map(|(k, code)| xthunk_core::ir::HeaderSource {
+                        name: format!("h{k}.h"),
+                        code,
+                    })
+                    .collect(),
+            },
+        )
+}
+
 /// Modules kernels may launch (no standard image, so no standard-library signature applies),
 /// and optionally a standard-library module nobody launches.
 fn modules() -> impl Strategy<Value = Vec<Module>> {
     (
-        prop::collection::vec((text(), prop::collection::vec(image(), 1..4)), 1..4),
+        prop::collection::vec(
+            (text(), prop::collection::vec(image(), 1..4), options()),
+            1..4,
+        ),
         any::<bool>(),
         prop::collection::vec(image(), 0..2),
     )
@@ -161,9 +195,10 @@ fn modules() -> impl Strategy<Value = Vec<Module>> {
             let mut out: Vec<Module> = mods
                 .into_iter()
                 .enumerate()
-                .map(|(i, (name, images))| Module {
+                .map(|(i, (name, images, options))| Module {
                     name: format!("m{i}{name}"),
                     images,
+                    options,
                 })
                 .collect();
             if with_std {
@@ -172,6 +207,7 @@ fn modules() -> impl Strategy<Value = Vec<Module>> {
                 out.push(Module {
                     name: "std".into(),
                     images,
+                    options: Default::default(),
                 });
             }
             out

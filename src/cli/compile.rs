@@ -1,6 +1,11 @@
 //! `xthunk compile`: ahead-of-time compilation of every portable kernel module for GPU targets,
 //! stored in the program beside the portable source, so GPU nodes need no compiler at run
 //! time and load the matching image directly.
+//!
+//! Before anything is compiled, every source module is checked against the portable subset
+//! (`docs/kernels.md`) for every target alike: a vendor-only construct is refused naming the
+//! module and the line, and every kernel the program launches from a source module must be
+//! defined in it. `--check` does only that.
 
 use super::error::{CliError, CliResult};
 use std::io::Write;
@@ -13,11 +18,67 @@ pub struct CompileArgs {
     /// The program to read.
     pub program: PathBuf,
     /// A target (repeatable): sm_NN / compute_NN (CUDA) or gfxNNN (AMD).
-    #[arg(long = "target", required = true)]
+    #[arg(long = "target", required_unless_present = "check")]
     pub targets: Vec<String>,
     /// The program to write (.pb or .txtpb).
-    #[arg(short, long)]
-    pub output: PathBuf,
+    #[arg(short, long, required_unless_present = "check")]
+    pub output: Option<PathBuf>,
+    /// Only check the source modules against the portable subset (no compiler needed).
+    #[arg(long)]
+    pub check: bool,
+}
+
+/// Every (module, kernel) a list of thunks launches, nested lists included.
+fn launches<'a>(thunks: &'a [xthunk::ir::Thunk], out: &mut Vec<(&'a str, &'a str)>) {
+    for t in thunks {
+        if let xthunk::ir::Thunk::Kernel(k) = t {
+            out.push((k.module.as_str(), k.name.as_str()));
+        }
+        for (_, list) in t.nested() {
+            launches(list, out);
+        }
+    }
+}
+
+/// The portable-subset check of every source module of `exe`: vendor-only constructs, and
+/// kernels launched but not defined. One line per problem, naming the module and line.
+pub fn check_program(exe: &xthunk::ir::Executable) -> Vec<String> {
+    use xthunk::core::kernels::portable::scan;
+    let mut uses = vec![];
+    launches(&exe.entry, &mut uses);
+    let mut problems = vec![];
+    for m in &exe.modules {
+        for img in &m.images {
+            let ModuleImage::Source { code } = img else {
+                continue;
+            };
+            let headers = &m.options.headers;
+            for f in scan::vendor_constructs_in(code, headers) {
+                problems.push(format!("module `{}`, {f}", m.name));
+            }
+            for h in headers {
+                for f in scan::vendor_constructs_in(&h.code, headers) {
+                    problems.push(format!("module `{}`, header `{}`, {f}", m.name, h.name));
+                }
+            }
+            let defined = scan::kernel_names(&scan::inline_headers(code, &m.name, headers));
+            let mut missing: Vec<&str> = uses
+                .iter()
+                .filter(|(module, name)| *module == m.name && !defined.iter().any(|d| d == name))
+                .map(|(_, name)| *name)
+                .collect();
+            missing.sort_unstable();
+            missing.dedup();
+            for name in missing {
+                problems.push(format!(
+                    "module `{}`: the program launches kernel `{name}`, which its source does not define (it defines: {})",
+                    m.name,
+                    if defined.is_empty() { "none".to_string() } else { defined.join(", ") }
+                ));
+            }
+        }
+    }
+    problems
 }
 
 /// A compile target's vendor, as the vendor crates tell their target names apart: a CUDA SM
@@ -35,9 +96,12 @@ fn vendor_of(target: &str) -> Option<&'static str> {
 /// Compiles the `Standard` and `Source` images of every module for every target and writes
 /// the program (with the new images added, replacing older images for the same target).
 pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
-    let (input, targets, output) = (args.program.as_path(), &args.targets, args.output.as_path());
+    let (input, targets) = (args.program.as_path(), &args.targets);
+    let output = args.output.as_deref();
     // Usage errors (exit 2) before anything is read.
-    xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
+    if let Some(output) = output {
+        xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
+    }
     for t in targets {
         if vendor_of(t).is_none() {
             return Err(CliError::CommandLine(format!(
@@ -46,12 +110,25 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
         }
     }
     let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
+    let problems = check_program(&exe);
+    if !problems.is_empty() {
+        return Err(CliError::Usage(format!(
+            "{}: not portable (docs/kernels.md):\n  {}",
+            input.display(),
+            problems.join("\n  ")
+        )));
+    }
+    let Some(output) = output else {
+        writeln!(out, "{}: every source module is portable", input.display())?;
+        return Ok(());
+    };
     let mut added = 0usize;
     let bar = super::progress::bar(
         (exe.modules.len() as u64).saturating_mul(targets.len() as u64),
         "compile",
     );
     for m in &mut exe.modules {
+        drop_stale_images(m, targets, out)?;
         let portable: Vec<ModuleImage> = m
             .images
             .iter()
@@ -66,8 +143,8 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
             bar.inc(1);
             let start = std::time::Instant::now();
             let image = match vendor_of(t) {
-                Some("cuda") => xthunk::compile_cuda(source, t)?,
-                _ => xthunk::compile_rocm(source, t)?,
+                Some("cuda") => xthunk::compile_cuda_module(m, source, t)?,
+                _ => xthunk::compile_rocm_module(m, source, t)?,
             };
             let Some(image) = image else { continue };
             m.images.retain(|i| !same_target(i, &image));
@@ -104,4 +181,80 @@ fn image_len(i: &ModuleImage) -> usize {
         ModuleImage::Ptx { code } | ModuleImage::Source { code } => code.len(),
         _ => 0,
     }
+}
+
+/// The function symbols of a compiled image (`None` for images that are not compiled code, or
+/// that cannot be read).
+fn image_symbols(image: &ModuleImage) -> Option<Vec<String>> {
+    match image {
+        ModuleImage::Cubin { data, .. } => {
+            xthunk_cuda::image::inspect(data).ok().map(|i| i.functions)
+        }
+        ModuleImage::Ptx { code } => Some(
+            xthunk::core::kernels::portable::stamp::ptx_entries(code)
+                .into_iter()
+                .map(String::from)
+                .collect(),
+        ),
+        ModuleImage::Hsaco { data, .. } => {
+            use xthunk_rocm::image::{CodeObject, unbundle};
+            match unbundle(data).ok()? {
+                Some(entries) => Some(
+                    entries
+                        .iter()
+                        .filter_map(|e| CodeObject::parse(e.code).ok())
+                        .flat_map(|c| c.kernels)
+                        .collect(),
+                ),
+                None => CodeObject::parse(data).ok().map(|c| c.kernels),
+            }
+        }
+        _ => None,
+    }
+}
+
+/// Drops (with a warning) every compiled image of `m` not about to be rebuilt whose source
+/// stamp differs from the module's source: an edited program keeps no image of its old source.
+fn drop_stale_images(
+    m: &mut xthunk::ir::Module,
+    targets: &[String],
+    out: &mut dyn Write,
+) -> CliResult<()> {
+    use xthunk::core::kernels::portable::stamp::{self, Stamp};
+    let Some(expected) = stamp::expected_stamp(m) else {
+        return Ok(());
+    };
+    let rebuilt = |img: &ModuleImage| match img {
+        ModuleImage::Cubin { arch, .. } | ModuleImage::Hsaco { arch, .. } => {
+            targets.iter().any(|t| t == arch)
+        }
+        ModuleImage::Ptx { .. } => targets.iter().any(|t| t.starts_with("compute_")),
+        _ => false,
+    };
+    let mut keep = Vec::with_capacity(m.images.len());
+    for img in std::mem::take(&mut m.images) {
+        let Some(symbols) = image_symbols(&img).filter(|_| !rebuilt(&img)) else {
+            keep.push(img);
+            continue;
+        };
+        match stamp::check_stamp(&expected, symbols.iter().map(String::as_str)) {
+            Stamp::Differs { found } => {
+                let why = stamp::stale_message(&m.name, &img.describe(), &expected, &found);
+                tracing::warn!("{why}");
+                writeln!(out, "warning: dropped: {why}")?;
+            }
+            Stamp::Missing => {
+                writeln!(
+                    out,
+                    "warning: module {}: the {} image records no source stamp (compiled by another tool?); kept unchecked",
+                    m.name,
+                    img.describe()
+                )?;
+                keep.push(img);
+            }
+            Stamp::Matches => keep.push(img),
+        }
+    }
+    m.images = keep;
+    Ok(())
 }

@@ -20,10 +20,11 @@ pub enum UnaryOp {
     Tanh,
     Sigmoid,
     Gelu,
+    GeluErf,
 }
 
 impl UnaryOp {
-    pub const ALL: [UnaryOp; 10] = [
+    pub const ALL: [UnaryOp; 11] = [
         UnaryOp::Neg,
         UnaryOp::Abs,
         UnaryOp::Relu,
@@ -34,6 +35,7 @@ impl UnaryOp {
         UnaryOp::Tanh,
         UnaryOp::Sigmoid,
         UnaryOp::Gelu,
+        UnaryOp::GeluErf,
     ];
 
     pub fn name(self) -> &'static str {
@@ -48,6 +50,7 @@ impl UnaryOp {
             UnaryOp::Tanh => "tanh",
             UnaryOp::Sigmoid => "sigmoid",
             UnaryOp::Gelu => "gelu",
+            UnaryOp::GeluErf => "gelu_erf",
         }
     }
 
@@ -66,6 +69,7 @@ impl UnaryOp {
                 | UnaryOp::Tanh
                 | UnaryOp::Sigmoid
                 | UnaryOp::Gelu
+                | UnaryOp::GeluErf
         )
     }
 }
@@ -121,6 +125,11 @@ pub enum Op {
     Softmax,
     LayerNorm,
     Transpose,
+    /// `op(a[r,c] + b[c])` (fused bias + GELU).
+    BiasUnary(UnaryOp),
+    CrossEntropy,
+    AdamW,
+    Embedding,
 }
 
 impl Op {
@@ -135,6 +144,8 @@ impl Op {
                 | Op::Softmax
                 | Op::LayerNorm
                 | Op::Transpose
+                | Op::BiasUnary(_)
+                | Op::CrossEntropy
         )
     }
 }
@@ -170,6 +181,13 @@ pub fn parse_kernel_name(name: &str) -> Option<KernelId> {
         "softmax" => Op::Softmax,
         "layer_norm" => Op::LayerNorm,
         "transpose" => Op::Transpose,
+        "cross_entropy" => Op::CrossEntropy,
+        "adamw" => Op::AdamW,
+        "embedding" => Op::Embedding,
+        other if other.starts_with("bias_") => {
+            let base = other.strip_prefix("bias_")?;
+            Op::BiasUnary(UnaryOp::ALL.into_iter().find(|u| u.name() == base)?)
+        }
         other => {
             let (base, row) = match other.strip_suffix("_row") {
                 Some(b) => (b, true),
@@ -192,6 +210,67 @@ pub fn gelu(x: f64) -> f64 {
     0.5 * x * (1.0 + (0.797_884_560_802_865_4 * (x + 0.044715 * x * x * x)).tanh())
 }
 
+/// `erf(x)` by the series `2/sqrt(pi) * exp(-x^2) * sum_n 2^n x^(2n+1) / (1*3*...*(2n+1))`
+/// (all terms of one sign: no cancellation), summed until the terms vanish; NaN stays NaN and
+/// beyond |x| = 6 the result is ±1 to f64 precision.
+pub fn erf(x: f64) -> f64 {
+    if x.is_nan() {
+        return x;
+    }
+    if x.abs() > 6.0 {
+        return x.signum();
+    }
+    let (mut term, mut sum) = (x, x);
+    let mut k = 0.0;
+    while term.abs() > sum.abs() * 1e-18 {
+        k += 1.0;
+        term *= 2.0 * x * x / (2.0 * k + 1.0);
+        sum += term;
+    }
+    2.0 / std::f64::consts::PI.sqrt() * (-x * x).exp() * sum
+}
+
+/// GELU, exact form: `x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2))`.
+pub fn gelu_erf(x: f64) -> f64 {
+    0.5 * x * (1.0 + erf(x / std::f64::consts::SQRT_2))
+}
+
+/// `log(sum exp(x)) - x[label]` of one row; a negative label gives 0, one `>= x.len()` NaN.
+pub fn cross_entropy(x: &[f64], label: i64) -> f64 {
+    if label < 0 {
+        return 0.0;
+    }
+    let Some(&xl) = x.get(label as usize) else {
+        return f64::NAN;
+    };
+    let m = x.iter().fold(f64::NEG_INFINITY, |m, &v| m.max(v));
+    m + x.iter().map(|v| (v - m).exp()).sum::<f64>().ln() - xl
+}
+
+/// The inputs of one AdamW step (PyTorch's `torch.optim.AdamW`).
+#[derive(Clone, Copy, Debug)]
+pub struct AdamW {
+    pub lr: f64,
+    pub beta1: f64,
+    pub beta2: f64,
+    pub eps: f64,
+    pub weight_decay: f64,
+    /// From 1.
+    pub step: i64,
+}
+
+impl AdamW {
+    /// `(param, m, v)` after one step from `(p, g, m, v)`.
+    pub fn apply(&self, p: f64, g: f64, m: f64, v: f64) -> (f64, f64, f64) {
+        let p = p * (1.0 - self.lr * self.weight_decay);
+        let m = self.beta1 * m + (1.0 - self.beta1) * g;
+        let v = self.beta2 * v + (1.0 - self.beta2) * g * g;
+        let mhat = m / (1.0 - self.beta1.powi(self.step as i32));
+        let vhat = v / (1.0 - self.beta2.powi(self.step as i32));
+        (p - self.lr * mhat / (vhat.sqrt() + self.eps), m, v)
+    }
+}
+
 /// A unary operation on a float.
 pub fn unary_f(op: UnaryOp, x: f64) -> f64 {
     match op {
@@ -212,6 +291,7 @@ pub fn unary_f(op: UnaryOp, x: f64) -> f64 {
         UnaryOp::Tanh => x.tanh(),
         UnaryOp::Sigmoid => 1.0 / (1.0 + (-x).exp()),
         UnaryOp::Gelu => gelu(x),
+        UnaryOp::GeluErf => gelu_erf(x),
     }
 }
 

@@ -735,6 +735,26 @@ impl ModuleImage {
 pub struct Module {
     pub name: String,
     pub images: Vec<ModuleImage>,
+    /// How the module's portable source is compiled (all targets alike).
+    pub options: ModuleOptions,
+}
+
+/// Compile options of a module's portable source (`docs/kernels.md`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ModuleOptions {
+    /// Preprocessor definitions, `NAME` or `NAME=VALUE`, in order.
+    pub defines: Vec<String>,
+    /// Fast math: contraction and the vendors' approximate math functions.
+    pub fast_math: bool,
+    /// Header sources the module's source includes by name (`#include "name"`).
+    pub headers: Vec<HeaderSource>,
+}
+
+/// A header carried in the program.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct HeaderSource {
+    pub name: String,
+    pub code: String,
 }
 
 /// A named, typed parameter or output of an executable, stored in one allocation.

@@ -198,6 +198,9 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
                 return Err(err(&root, format!("modules[{i}].images[{j}]"), msg));
             }
         }
+        if let Some((field, msg)) = check_module_options(&m.options) {
+            return Err(err(&root, format!("modules[{i}].options.{field}"), msg));
+        }
     }
 
     let mut v = Verifier {
@@ -798,4 +801,47 @@ impl Verifier<'_> {
         }
         g.check_disjoint().map_err(shape)
     }
+}
+
+/// The first problem of a module's compile options: a define that is not `NAME` or
+/// `NAME=VALUE` (NAME an identifier, VALUE on one line), a header name that is empty, not
+/// printable ASCII, holds `"` or `\\`, or is given twice. Returns the field and the message.
+fn check_module_options(o: &ModuleOptions) -> Option<(String, String)> {
+    for (k, d) in o.defines.iter().enumerate() {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), ""));
+        let ident = name
+            .chars()
+            .next()
+            .is_some_and(|c| c == '_' || c.is_ascii_alphabetic())
+            && name.chars().all(|c| c == '_' || c.is_ascii_alphanumeric());
+        if !ident || value.contains(['\n', '\r']) {
+            return Some((
+                format!("defines[{k}]"),
+                format!("`{d}` is not NAME or NAME=VALUE (an identifier, a one-line value)"),
+            ));
+        }
+    }
+    let mut seen = BTreeSet::new();
+    for (k, h) in o.headers.iter().enumerate() {
+        let ok = !h.name.is_empty()
+            && h.name
+                .chars()
+                .all(|c| (c.is_ascii_graphic() || c == ' ') && c != '"' && c != '\\');
+        if !ok {
+            return Some((
+                format!("headers[{k}].name"),
+                format!(
+                    "header name `{}` is empty or not printable ASCII without `\"` and `\\`",
+                    h.name.escape_default()
+                ),
+            ));
+        }
+        if !seen.insert(h.name.as_str()) {
+            return Some((
+                format!("headers[{k}].name"),
+                format!("header `{}` is given twice", h.name),
+            ));
+        }
+    }
+    None
 }

@@ -34,6 +34,8 @@ pub(crate) trait Real: Arith {
     fn ln(self) -> Self;
     fn sqrt(self) -> Self;
     fn tanh(self) -> Self;
+    /// The error function.
+    fn erf(self) -> Self;
     /// A constant, rounded to nearest.
     fn constant(v: f64) -> Self;
 }
@@ -101,11 +103,28 @@ macro_rules! arith_float {
             #[inline(always)]
             fn tanh(self) -> Self { $t::tanh(self) }
             #[inline(always)]
+            fn erf(self) -> Self { <$t as LibmErf>::erf(self) }
+            #[inline(always)]
             fn constant(v: f64) -> Self { v as $t }
         }
     )*};
 }
 arith_float!(f32, f64);
+
+/// `erf` of each float type from libm (Rust's std has none on stable).
+trait LibmErf {
+    fn erf(self) -> Self;
+}
+impl LibmErf for f32 {
+    fn erf(self) -> f32 {
+        libm::erff(self)
+    }
+}
+impl LibmErf for f64 {
+    fn erf(self) -> f64 {
+        libm::erf(self)
+    }
+}
 
 /// An element type of a kernel buffer.
 pub(crate) trait Elem: Copy + 'static {

@@ -57,6 +57,12 @@ unary_ops! {
             .mul(x.add(C::constant(0.044715).mul(x).mul(x).mul(x)));
         C::constant(0.5).mul(x).mul(C::constant(1.0).add(inner.tanh()))
     };
+    /// Exact form: `0.5 * x * (1 + erf(x * 0.7071067811865476))`.
+    GeluErf "gelu_erf" <Real> |x| {
+        C::constant(0.5)
+            .mul(x)
+            .mul(C::constant(1.0).add(x.mul(C::constant(std::f64::consts::FRAC_1_SQRT_2)).erf()))
+    };
 }
 
 macro_rules! binary_ops {

@@ -54,8 +54,13 @@
 //! | `softmax_<t>` | F | `in: R [rows*cols], out: W [rows*cols], rows, cols` | `exp(x - max) / sum(exp(x - max))` per row (a row holding NaN or +inf gives NaN) |
 //! | `layer_norm_<t>` | F | `in: R [rows*cols], gamma: R [cols], beta: R [cols], out: W [rows*cols], eps: f32, rows, cols` | per row: `(x - mean) / sqrt(var + eps) * gamma[c] + beta[c]`, biased variance (as PyTorch) |
 //! | `transpose_<t>` | F, I | `in: R [rows*cols], out: W [cols*rows], rows, cols` | `out[c,r] = in[r,c]` |
+//! | `gelu_erf_<t>` | F | `in: R [n], out: W [n], n` | exact GELU: `0.5 * x * (1 + erf(x * 0.7071067811865476))` |
+//! | `bias_gelu_<t>`, `bias_gelu_erf_<t>` | F | `a: R [rows*cols], b: R [cols], out: W [rows*cols], rows, cols` | `out[r,c] = gelu(a[r,c] + b[c])` (tanh form / exact form) |
+//! | `cross_entropy_<t>` | F | `logits: R [rows*cols], labels: R i32 [rows], loss: W [rows], rows, cols` | `log(sum exp(x[r,:])) - x[r, label]`; a negative label gives 0 (ignored), a label `>= cols` NaN |
+//! | `adamw_<t>` | F | `param: RW [n], grad: R [n], m: RW [n] s, v: RW [n] s, lr, beta1, beta2, eps, weight_decay: f32, step: i64, n` | one AdamW step (PyTorch's), moments `s` = f32 (f64 for f64); `step` from 1 |
+//! | `embedding_<t>` | F | `table: R [vocab*dim], ids: R i32 [n], out: W [n*dim], n, vocab, dim` | `out[i,:] = table[ids[i],:]`; an id outside `[0, vocab)` gives NaN |
 //!
-//! 223 kernels in all. Grid and block only matter on GPUs (every portable kernel uses
+//! 247 kernels in all. Grid and block only matter on GPUs (every portable kernel uses
 //! grid-stride loops, so any launch shape is correct); the host implementations ignore them.
 
 use crate::ir::Scalar;
@@ -157,6 +162,7 @@ pub mod portable;
 mod rows;
 mod sigs;
 mod standard;
+mod training;
 pub use standard::standard_library;
 
 impl KernelCatalog for KernelLibrary {

@@ -23,7 +23,7 @@ fn imm(name: &'static str, dtype: DType) -> Param {
 }
 
 use Access::{Read as R, ReadWrite as RW, Write as W};
-use DType::{F32, I64};
+use DType::{F32, I32, I64};
 
 /// `(out: W [n], value: t, n)`.
 pub(crate) fn fill(t: DType) -> Vec<Param> {
@@ -127,5 +127,46 @@ pub(crate) fn transpose(t: DType) -> Vec<Param> {
         buf("out", t, W, &[3, 2]),
         imm("rows", I64),
         imm("cols", I64),
+    ]
+}
+
+/// `(logits: R [rows*cols], labels: R i32 [rows], loss: W [rows], rows, cols)`.
+pub(crate) fn cross_entropy(t: DType) -> Vec<Param> {
+    vec![
+        buf("logits", t, R, &[3, 4]),
+        buf("labels", I32, R, &[3]),
+        buf("loss", t, W, &[3]),
+        imm("rows", I64),
+        imm("cols", I64),
+    ]
+}
+
+/// `(param: RW [n], grad: R [n], m: RW [n] s, v: RW [n] s, lr, beta1, beta2, eps,
+/// weight_decay: f32, step: i64, n)`.
+pub(crate) fn adamw(t: DType, state: DType) -> Vec<Param> {
+    vec![
+        buf("param", t, RW, &[10]),
+        buf("grad", t, R, &[10]),
+        buf("m", state, RW, &[10]),
+        buf("v", state, RW, &[10]),
+        imm("lr", F32),
+        imm("beta1", F32),
+        imm("beta2", F32),
+        imm("eps", F32),
+        imm("weight_decay", F32),
+        imm("step", I64),
+        imm("n", I64),
+    ]
+}
+
+/// `(table: R [vocab*dim], ids: R i32 [n], out: W [n*dim], n, vocab, dim)`.
+pub(crate) fn embedding(t: DType) -> Vec<Param> {
+    vec![
+        buf("table", t, R, &[4, 5]),
+        buf("ids", I32, R, &[3]),
+        buf("out", t, W, &[3, 5]),
+        imm("n", I64),
+        imm("vocab", I64),
+        imm("dim", I64),
     ]
 }

@@ -2,12 +2,13 @@
 
 use super::elem::{Elem, Real, Wide};
 use super::elementwise::{
-    Abs, Add, BinaryOp, Div, Exp, Gelu, Log, Max, Min, Mul, Neg, Relu, Rsqrt, Sigmoid, Sqrt, Sub,
-    Tanh, UnaryOp, axpy, binary, binary_row, convert, fill, iota, scale, unary,
+    Abs, Add, BinaryOp, Div, Exp, Gelu, GeluErf, Log, Max, Min, Mul, Neg, Relu, Rsqrt, Sigmoid,
+    Sqrt, Sub, Tanh, UnaryOp, axpy, binary, binary_row, convert, fill, iota, scale, unary,
 };
 use super::rows::{
     layer_norm, reduce_max, reduce_mean, reduce_sum_float, reduce_sum_int, softmax, transpose,
 };
+use super::training::{adamw, bias_unary, cross_entropy, embedding};
 use super::{HostKernel, HostKernelFn, KernelLibrary, KernelSignature, Param, sigs};
 use half::{bf16, f16};
 use std::sync::OnceLock;
@@ -65,6 +66,32 @@ fn build() -> KernelLibrary {
     convert_from::<f32>(l);
     convert_from::<f64>(l);
     convert_from::<i32>(l);
+
+    // AdamW keeps its moments in f32 (f64 for f64 parameters).
+    reg(
+        l,
+        "adamw_f16".into(),
+        sigs::adamw(f16::DTYPE, f32::DTYPE),
+        adamw::<f16, f32>,
+    );
+    reg(
+        l,
+        "adamw_bf16".into(),
+        sigs::adamw(bf16::DTYPE, f32::DTYPE),
+        adamw::<bf16, f32>,
+    );
+    reg(
+        l,
+        "adamw_f32".into(),
+        sigs::adamw(f32::DTYPE, f32::DTYPE),
+        adamw::<f32, f32>,
+    );
+    reg(
+        l,
+        "adamw_f64".into(),
+        sigs::adamw(f64::DTYPE, f64::DTYPE),
+        adamw::<f64, f64>,
+    );
 
     lib
 }
@@ -127,6 +154,31 @@ where
     un::<T, Sigmoid>(l);
     un::<T, Relu>(l);
     un::<T, Gelu>(l);
+    un::<T, GeluErf>(l);
+    reg(
+        l,
+        format!("bias_gelu_{t}"),
+        sigs::binary_row(t),
+        bias_unary::<T, Gelu>,
+    );
+    reg(
+        l,
+        format!("bias_gelu_erf_{t}"),
+        sigs::binary_row(t),
+        bias_unary::<T, GeluErf>,
+    );
+    reg(
+        l,
+        format!("cross_entropy_{t}"),
+        sigs::cross_entropy(t),
+        cross_entropy::<T>,
+    );
+    reg(
+        l,
+        format!("embedding_{t}"),
+        sigs::embedding(t),
+        embedding::<T>,
+    );
     reg(l, format!("axpy_{t}"), sigs::axpy(t), axpy::<T>);
     reg(l, format!("scale_{t}"), sigs::scale(t), scale::<T>);
     reg(

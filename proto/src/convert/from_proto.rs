@@ -4,9 +4,9 @@
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
     ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
-    CollectiveThunk, DType, Dim3, Executable, GemmThunk, KernelArg, KernelThunk, MemorySpace,
-    MemsetPattern, Module, ModuleImage, PathSegment, ReduceOp, Scalar, Signature, Slice,
-    TensorSpec, Thunk, ThunkPath,
+    CollectiveThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg, KernelThunk,
+    MemorySpace, MemsetPattern, Module, ModuleImage, ModuleOptions, PathSegment, ReduceOp, Scalar,
+    Signature, Slice, TensorSpec, Thunk, ThunkPath,
 };
 use xthunk_core::verify;
 
@@ -231,9 +231,26 @@ fn module_from(m: &pb::Module, i: usize) -> Result<Module, ProtoError> {
             })
         })
         .collect::<Result<Vec<_>, ProtoError>>()?;
+    let options = m
+        .options
+        .as_ref()
+        .map(|o| ModuleOptions {
+            defines: o.defines.clone(),
+            fast_math: o.fast_math,
+            headers: o
+                .headers
+                .iter()
+                .map(|h| HeaderSource {
+                    name: h.name.clone(),
+                    code: h.code.clone(),
+                })
+                .collect(),
+        })
+        .unwrap_or_default();
     Ok(Module {
         name: m.name.clone(),
         images,
+        options,
     })
 }
 

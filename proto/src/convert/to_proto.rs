@@ -3,8 +3,8 @@
 use crate::pb;
 use xthunk_core::ir::{
     Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp, DType, Dim3, Executable,
-    KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, ReduceOp, Scalar, Slice,
-    TensorSpec, Thunk,
+    KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, ModuleOptions, ReduceOp, Scalar,
+    Slice, TensorSpec, Thunk,
 };
 
 /// Converts a program to its protobuf message. Total: every IR value has a message.
@@ -101,9 +101,23 @@ fn module_to(m: &Module) -> pb::Module {
             pb::ModuleImage { kind: Some(kind) }
         })
         .collect();
+    let o = &m.options;
+    let options = (*o != ModuleOptions::default()).then(|| pb::ModuleOptions {
+        defines: o.defines.clone(),
+        fast_math: o.fast_math,
+        headers: o
+            .headers
+            .iter()
+            .map(|h| pb::HeaderSource {
+                name: h.name.clone(),
+                code: h.code.clone(),
+            })
+            .collect(),
+    });
     pb::Module {
         name: m.name.clone(),
         images,
+        options,
     }
 }
 

@@ -101,6 +101,7 @@ fn vendor_launches(
     let module = s.dev.load_module(&Module {
         name: "std".into(),
         images: vec![ModuleImage::Standard],
+        options: Default::default(),
     })?;
     let kernel = module.kernel("add_f32")?;
     let stream = s.dev.create_stream()?;

@@ -21,6 +21,8 @@ use crate::util::{
     sprinkle_nan, uniform, uniform_signed, unit_roundoff,
 };
 use crate::{Check, CheckFailure};
+
+mod training;
 use rand::Rng;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
@@ -158,7 +160,7 @@ fn unary_inputs(rng: &mut CheckRng, op: UnaryOp, t: DType, n: usize) -> Vec<f64>
         UnaryOp::Exp => uniform(rng, t, n, -8.0, 8.0),
         UnaryOp::Log | UnaryOp::Rsqrt => uniform(rng, t, n, 0.01, 100.0),
         UnaryOp::Sqrt => uniform(rng, t, n, 0.0, 100.0),
-        UnaryOp::Tanh | UnaryOp::Gelu => uniform(rng, t, n, -5.0, 5.0),
+        UnaryOp::Tanh | UnaryOp::Gelu | UnaryOp::GeluErf => uniform(rng, t, n, -5.0, 5.0),
         UnaryOp::Sigmoid => uniform(rng, t, n, -10.0, 10.0),
     };
     if op == UnaryOp::Relu {
@@ -200,7 +202,7 @@ fn unary_tol(op: UnaryOp, t: DType, x: &[f64], exp: &[f64]) -> Vec<f64> {
         .zip(x)
         .map(|(&e, &xi)| {
             base.bound(e)
-                + if op == UnaryOp::Gelu {
+                + if matches!(op, UnaryOp::Gelu | UnaryOp::GeluErf) {
                     4.0 * eps * xi.abs()
                 } else {
                     0.0
@@ -479,6 +481,9 @@ fn make_case(rng: &mut CheckRng, id: &KernelId, shape: Shape) -> CheckResult<Cas
             c.inputs.push(("gamma", Values::F(gamma)));
             c.inputs.push(("beta", Values::F(beta)));
             c.floats("out", exp, tol, cols);
+        }
+        Op::BiasUnary(_) | Op::CrossEntropy | Op::AdamW | Op::Embedding => {
+            return training::make_case(rng, id, shape);
         }
         Op::Transpose => {
             // Output is cols × rows.

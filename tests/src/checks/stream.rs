@@ -294,6 +294,7 @@ fn bad_addresses(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
     let module = device.load_module(&Module {
         name: "std".into(),
         images: vec![ModuleImage::Standard],
+        options: Default::default(),
     })?;
     let kernel = module.kernel("neg_f32")?;
     let dims = LaunchDims {

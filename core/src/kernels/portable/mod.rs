@@ -10,6 +10,12 @@
 //!
 //! # The CUDA-C subset
 //!
+//! The user's contract (subset v2: warp operations for 32- and 64-lane warps, atomics,
+//! `xt_f16`/`xt_bf16` value types, constants, C linkage by default, refused vendor-only
+//! constructs) is `docs/kernels.md`; [`module_source`] writes a user module's translation unit
+//! and [`scan`] checks and rewrites user source. The standard library's own kernels follow the
+//! stricter rules below.
+//!
 //! Portable kernels are C++ as both NVRTC and hipRTC accept it, with no `#include`:
 //!
 //! - kernels are `extern "C" __global__ void name(...)` (unmangled names), parameters are
@@ -65,14 +71,17 @@
 
 mod embed;
 pub use embed::{EMBEDDED_SOURCE_SYMBOL, embed_source, embedded_unit};
+pub mod scan;
+pub mod stamp;
+mod training;
 
 use super::{KernelSignature, ParamKind, standard_library};
-use crate::ir::{Access, DType};
+use crate::ir::{Access, DType, ModuleOptions};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
 /// Version of the portable source generator and prelude (part of every cache key).
-pub const PORTABLE_SOURCE_VERSION: u32 = 1;
+pub const PORTABLE_SOURCE_VERSION: u32 = 2;
 
 /// The header-free xthunk prelude, prepended to every portable translation unit.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
@@ -89,6 +98,16 @@ pub fn standard_source() -> &'static str {
 pub fn standard_unit() -> &'static str {
     static SRC: OnceLock<String> = OnceLock::new();
     SRC.get_or_init(|| {
+        let mut s = standard_unstamped().to_string();
+        s.push_str(&stamp::stamp_definition(&standard_hash()));
+        s
+    })
+}
+
+/// The standard library's translation unit without its source stamp.
+fn standard_unstamped() -> &'static str {
+    static SRC: OnceLock<String> = OnceLock::new();
+    SRC.get_or_init(|| {
         let mut s = header();
         s.push_str(PRELUDE);
         for k in standard_library().kernels() {
@@ -101,6 +120,13 @@ pub fn standard_unit() -> &'static str {
         }
         s
     })
+}
+
+/// The source hash of the standard library of this build ([`stamp`]).
+pub fn standard_hash() -> String {
+    static H: OnceLock<String> = OnceLock::new();
+    H.get_or_init(|| stamp::source_hash(standard_unstamped()))
+        .clone()
 }
 
 /// One standard kernel as a complete translation unit (prelude included), or `None` when
@@ -121,7 +147,7 @@ pub fn kernel_definition(name: &str) -> Option<String> {
 }
 
 /// User source in the CUDA-C subset with the prelude prepended (what `ModuleImage::Source`
-/// compiles).
+/// compiles), as [`module_source`] writes it for a module named `source`.
 pub fn with_prelude(code: &str) -> String {
     embed_source(&unit_with_prelude(code))
 }
@@ -129,12 +155,81 @@ pub fn with_prelude(code: &str) -> String {
 /// [`with_prelude`] without the copy of itself it carries ([`embed_source`]): what the CPU
 /// execution compiles.
 pub fn unit_with_prelude(code: &str) -> String {
+    module_unit("source", code, &ModuleOptions::default())
+}
+
+/// The source a GPU compiler is handed for a source module named `module`: its unit
+/// ([`module_unit`]) with the carried copy of itself ([`embed_source`]).
+pub fn module_source(module: &str, code: &str) -> String {
+    module_source_with(module, code, &ModuleOptions::default())
+}
+
+/// [`module_source`] with the module's compile options.
+pub fn module_source_with(module: &str, code: &str, options: &ModuleOptions) -> String {
+    embed_source(&module_unit(module, code, options))
+}
+
+/// The translation unit of a source module named `module` (what the CPU execution compiles):
+/// the prelude; the module's defines (`#define NAME VALUE`, `NAME` alone defined as 1);
+/// `#line 1 "<module>"` (so compiler messages point at the user's own lines and name the
+/// module); `code` with its carried headers inlined where it includes them (`#include
+/// "name"`, between `#line` directives naming the header) and C linkage applied to its kernels
+/// ([`scan::with_c_linkage`]); its source stamp ([`stamp`]). Fast math is marked for the
+/// compilers ([`fast_math`]).
+pub fn module_unit(module: &str, code: &str, options: &ModuleOptions) -> String {
     let mut s = header();
+    if options.fast_math {
+        s.push_str(FAST_MATH);
+        s.push('\n');
+    }
     s.push_str(PRELUDE);
     s.push_str("\n// ---- user source ----\n");
-    s.push_str(code);
+    for d in &options.defines {
+        let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
+        let _ = writeln!(s, "#define {name} {value}");
+    }
+    let name = line_file_name(module);
+    let _ = writeln!(s, "#line 1 \"{name}\"");
+    let inlined = scan::inline_headers(code, &name, &options.headers);
+    s.push_str(&scan::with_c_linkage(&inlined));
     s.push('\n');
+    s.push_str(&stamp::stamp_definition(&stamp::module_hash(code, options)));
     s
+}
+
+/// The line that marks a translation unit for fast math (second line of the unit).
+const FAST_MATH: &str = "// xthunk: fast math";
+
+/// Whether a translation unit asks for fast math ([`ModuleOptions::fast_math`]): the
+/// compilers then add their fast-math options.
+pub fn fast_math(source: &str) -> bool {
+    source.lines().nth(1) == Some(FAST_MATH)
+}
+
+/// The module a translation unit of [`module_source`] was written for (its `#line` file
+/// name), `"standard"` for [`standard_source`], else `None`: compilers use it to name the
+/// module in their messages.
+pub fn module_of(source: &str) -> Option<&str> {
+    if source == standard_source() {
+        return Some("standard");
+    }
+    let (_, user) = source.split_once("\n// ---- user source ----\n")?;
+    let line = user.lines().find(|l| l.starts_with("#line 1 \""))?;
+    line.strip_prefix("#line 1 \"")?.strip_suffix('"')
+}
+
+/// `module` as the file name of a `#line` directive: printable ASCII, without `"` and `\\`.
+fn line_file_name(module: &str) -> String {
+    module
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() && c != '"' && c != '\\' || c == ' ' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect()
 }
 
 fn header() -> String {
@@ -155,6 +250,7 @@ enum Unary {
     Tanh,
     Sigmoid,
     Gelu,
+    GeluErf,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -197,6 +293,7 @@ fn unary_op(s: &str) -> Option<Unary> {
         "tanh" => Unary::Tanh,
         "sigmoid" => Unary::Sigmoid,
         "gelu" => Unary::Gelu,
+        "gelu_erf" => Unary::GeluErf,
         _ => return None,
     })
 }
@@ -349,6 +446,7 @@ fn unary_expr(op: Unary, t: DType, x: &str) -> String {
             Unary::Tanh => format!("{}({x})", math(c, "tanh")),
             Unary::Sigmoid => format!("{one} / ({one} + {}(-{x}))", math(c, "exp")),
             Unary::Gelu => format!("xt_gelu({x})"),
+            Unary::GeluErf => format!("xt_gelu_erf({x})"),
         }
     } else {
         let ct = ctype(t);
@@ -458,6 +556,9 @@ fn expected_params(f: Family) -> &'static [&'static str] {
 /// The definition of the kernel with signature `sig`, or `None` when its name has no
 /// template or its parameters are not the ones the template is written for.
 fn kernel_definition_for(sig: &KernelSignature) -> Option<String> {
+    if let Some(def) = training::definition(sig) {
+        return Some(def);
+    }
     let f = family(&sig.name)?;
     let names: Vec<&str> = sig.params.iter().map(|p| p.name).collect();
     if names != expected_params(f) {
@@ -690,7 +791,7 @@ mod tests {
     #[test]
     fn every_standard_kernel_has_portable_source() {
         let lib = standard_library();
-        assert_eq!(lib.len(), 223);
+        assert_eq!(lib.len(), 247);
         // The unit compiled; the source handed to NVRTC/hipRTC is it plus its carried copy.
         let src = standard_unit();
         assert!(standard_source().starts_with(src));
@@ -742,11 +843,53 @@ mod tests {
     }
 
     #[test]
+    fn module_options_shape_the_unit_and_its_stamp() {
+        use crate::ir::HeaderSource;
+        let code = "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice((float)N); }\n";
+        let options = ModuleOptions {
+            defines: vec!["N=4".into(), "FLAG".into()],
+            fast_math: true,
+            headers: vec![HeaderSource {
+                name: "util.h".into(),
+                code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
+            }],
+        };
+        let unit = module_source_with("mine", code, &options);
+        assert!(fast_math(&unit) && !fast_math(&module_source("mine", code)));
+        assert_eq!(module_of(&unit), Some("mine"));
+        let user = unit.split_once("// ---- user source ----\n").unwrap().1;
+        assert!(
+            user.starts_with(
+                "#define N 4\n#define FLAG 1\n#line 1 \"mine\"\n#line 1 \"util.h\"\n__device__ float twice"
+            ),
+            "{user}"
+        );
+        assert!(
+            user.contains("#line 2 \"mine\"\nextern \"C\" __global__ void k("),
+            "{user}"
+        );
+        // The stamp covers the options.
+        let plain = stamp::module_hash(code, &ModuleOptions::default());
+        assert_eq!(plain, stamp::source_hash(code));
+        let with = stamp::module_hash(code, &options);
+        assert_ne!(with, plain);
+        let mut other = options.clone();
+        other.defines[0] = "N=5".into();
+        assert_ne!(stamp::module_hash(code, &other), with);
+        assert!(unit.contains(&stamp::stamp_name(&with)));
+    }
+
+    #[test]
     fn no_warp_size_literal_and_no_headers() {
-        let src = standard_source();
+        // The unit (its carried copy repeats it as a string).
+        let src = standard_unit();
         assert!(!src.contains("#include"));
+        // The kernels (after the prelude, which alone may use vendor names) are portable.
+        let kernels = src.split_once(PRELUDE).map(|(_, k)| k).unwrap_or_default();
+        assert!(kernels.len() > 10_000);
+        assert_eq!(scan::vendor_constructs(kernels), []);
         for bad in ["__shfl", "% 32", "/ 32", "[32]", "< 32"] {
-            assert!(!src.contains(bad), "source contains `{bad}`");
+            assert!(!kernels.contains(bad), "source contains `{bad}`");
         }
     }
 }
