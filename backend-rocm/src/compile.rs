@@ -410,9 +410,12 @@ pub struct Compiler {
     cache: Option<KernelCache>,
     memory: Mutex<HashMap<CacheKey, Arc<Vec<u8>>>>,
     compilations: AtomicU64,
-    /// hipRTC calls are serialized (ROCm 5.2's hipRTC is not documented thread-safe).
-    lock: Mutex<()>,
 }
+
+/// Serializes hipRTC compilations across the whole process: ROCm 5.2's hipRTC is not
+/// thread-safe (two `hiprtcCompileProgram` calls at once crash inside it), and every
+/// [`Compiler`] (one per backend instance) uses the same library state.
+static HIPRTC: Mutex<()> = Mutex::new(());
 
 impl Compiler {
     /// Loads hipRTC and comgr through `config` (the HIP runtime, when found, is used for
@@ -458,7 +461,6 @@ impl Compiler {
             cache,
             memory: Mutex::new(HashMap::new()),
             compilations: AtomicU64::new(0),
-            lock: Mutex::new(()),
         })
     }
 
@@ -542,7 +544,7 @@ impl Compiler {
         };
         let started = std::time::Instant::now();
         let (img, log) = {
-            let _serial = self.lock.lock();
+            let _serial = HIPRTC.lock();
             self.compilations.fetch_add(1, Ordering::Relaxed);
             self.rtc
                 .compile(source, "xthunk_portable.hip", &options_for_unit(&t, source))
