@@ -56,6 +56,7 @@ impl Handler for ScaledAdd {
         let std = Module {
             name: "example_std".into(),
             images: vec![ModuleImage::Standard],
+            options: Default::default(),
         };
         let handle = device.load_module(&std)?.kernel("axpy_f32")?;
         let key = (device.backend_name(), device.info().ordinal);
