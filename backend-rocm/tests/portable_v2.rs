@@ -24,7 +24,10 @@ const USER: &[(&str, &str)] = &[
         include_str!("../../tests/kernels/user/training.cu"),
     ),
     ("docs_example", include_str!("../../docs/kernels.md")),
-    ("i14_cpu_set", include_str!("../../tests/kernels/user/i14_cpu_set.cu")),
+    (
+        "checked_set",
+        include_str!("../../tests/kernels/user/checked_set.cu"),
+    ),
 ];
 
 /// The code of the first ```cuda block of `doc` (the complete example of docs/kernels.md).
