@@ -99,7 +99,7 @@ step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-
 step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
 # The checked portable kernel set (tests/kernels/user/checked_set.cu) on emulated CUDA (32-lane
 # warps) and ROCm (64), against f64 references: the source NVRTC and hipRTC compiled, executed.
-step emu-user-kernels env XTHUNK_REQUIRE_EMULATOR=1 ci/with-emulator.sh cargo test -q --all-features -p xthunk --test user_kernels
+step emu-user-kernels env XTHUNK_USER_KERNELS_REQUIRE_DEVICES=1 ci/with-emulator.sh cargo test -q --all-features -p xthunk --test user_kernels
 # The Python package (python/, built by maturin into a venv kept in the cache folder) and its
 # pytest tests; then the MLP through Python on the emulated CUDA backend.
 venv="${XTHUNK_VENV:-$HOME/.cache/xthunk/venv}"
