@@ -15,7 +15,8 @@
 #    wheel's (nvidia/nccl/lib), XTHUNK_ROCM_PATH /opt/rocm/lib (or $ROCM_PATH/lib).
 # 3. `xthunk devices`, `xthunk conformance --backend B`, a job of 2 processes (`xthunk launch
 #    -n 2`: one device per process with 2 or more devices, compared with `run --devices 2`; on
-#    one device both processes share it and run a program without collectives), `xthunk bench
+#    one device both processes share it and run a program without collectives), a trace of the
+#    MLP with device times (kept as mlp-trace.json) and `xthunk profile` of it, `xthunk bench
 #    --backend B --json`, each under `timeout`.
 # 4. A short table LAST: date, machine, binary, conformance counts, and every benchmark's ratio
 #    against its goal.
@@ -269,6 +270,19 @@ main() {
     *) job_result="FAILED (exit ${job_rc}): $(grep -m1 '^error' "$out_dir/job.txt" 2>/dev/null | cut -c1-200)" ;;
     esac
 
+    # A trace with device times (timing events around every thunk) and the profile table of the
+    # MLP on this backend: the trace file is kept in $out_dir for ui.perfetto.dev.
+    local trace_rc trace_result
+    step "${XTHUNK_TRACE_TIMEOUT:-120}" trace bash -c "'$bin' run --backend '$backend' --iterations 3 \
+        --trace '$out_dir/mlp-trace.json' --trace-device-times '$root/examples/mlp.txtpb' >/dev/null &&
+        '$bin' profile --backend '$backend' --iterations 20 '$root/examples/mlp.txtpb'"
+    trace_rc=$?
+    case $trace_rc in
+    0) trace_result="PASSED ($(grep -m1 'sum of per-thunk' "$out_dir/trace.txt" 2>/dev/null | cut -c1-160))" ;;
+    124 | 137) trace_result="TIMED OUT" ;;
+    *) trace_result="FAILED (exit ${trace_rc}): $(grep -m1 '^error' "$out_dir/trace.txt" 2>/dev/null | cut -c1-200)" ;;
+    esac
+
     step "${XTHUNK_BENCH_TIMEOUT:-600}" bench "$bin" bench --backend "$backend" --json "$json" \
         "${bench_args[@]}"
     local bench_rc=$?
@@ -295,6 +309,7 @@ main() {
         grep -E '^  (FAILED|UNEXPECTED)' "$out_dir/conformance.txt" 2>/dev/null | head -20 |
             sed 's/^/             /'
         echo "job:         ${job_result}"
+        echo "trace:       ${trace_result}"
         echo "benchmarks:  ${bench_result}"
         # The bench's own table: from its header line to the line before the definitions.
         awk '/^== xthunk bench:/ { on = 1 } /^what each row measures:/ { on = 0 } on' \
@@ -310,7 +325,7 @@ main() {
     if [[ $conf_rc -eq 2 || $bench_rc -eq 2 ]] && [[ $conf_rc -ne 1 ]]; then
         return 2
     fi
-    if [[ $conf_rc -ne 0 || $bench_rc -ne 0 || $devices_rc -ne 0 || $job_rc -ne 0 ]]; then
+    if [[ $conf_rc -ne 0 || $bench_rc -ne 0 || $devices_rc -ne 0 || $job_rc -ne 0 || $trace_rc -ne 0 ]]; then
         return 1
     fi
     return 0
