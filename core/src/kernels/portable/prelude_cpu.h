@@ -74,40 +74,8 @@ inline float __cosf(float x) { return cosf(x); }
 inline float __fdividef(float a, float b) { return a / b; }
 inline float __saturatef(float x) { return x < 0.0f ? 0.0f : (x > 1.0f ? 1.0f : x); }
 
-// ---- constants ----------------------------------------------------------------------------
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
-#ifndef M_E
-#define M_E 2.7182818284590452354
-#endif
-#ifndef M_SQRT2
-#define M_SQRT2 1.41421356237309504880
-#endif
-#ifndef M_SQRT1_2
-#define M_SQRT1_2 0.70710678118654752440
-#endif
-#ifndef M_2_SQRTPI
-#define M_2_SQRTPI 1.12837916709551257390
-#endif
-#ifndef M_LN2
-#define M_LN2 0.69314718055994530942
-#endif
-#ifndef XT_PI_F
-#define XT_PI_F 3.14159265358979323846f
-#endif
-#ifndef XT_E_F
-#define XT_E_F 2.7182818284590452354f
-#endif
-#ifndef XT_SQRT2_F
-#define XT_SQRT2_F 1.41421356237309504880f
-#endif
-#ifndef XT_SQRT1_2_F
-#define XT_SQRT1_2_F 0.70710678118654752440f
-#endif
-#ifndef XT_LN2_F
-#define XT_LN2_F 0.69314718055994530942f
-#endif
+// Math constants (M_PI, XT_PI_F, ...): the shared prelude (prelude.cuh) defines them for every
+// target, the CPU included.
 
 // ---- warps: lane-synchronous operations over 32 (or 64) lanes ---------------------------
 // Every lane of a warp that has not exited must reach the same warp operation.
