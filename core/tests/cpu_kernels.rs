@@ -1,46 +1,56 @@
-//! User kernels in the portable subset run by the host backend's CPU execution, against
-//! independent f64 references: a training-style set (GELU in both forms, residual add, token +
-//! position encoder, layer norm with block reductions, softmax with warp shuffles,
-//! cross-entropy, AdamW, an f16 and a bf16 kernel), atomics, ballots, dynamic and static
-//! shared memory, with warps of 32 and of 64 lanes. Fresh random inputs (the seed is
-//! printed), outputs poisoned with NaN, explicit tolerances. Without a C++ compiler every
-//! test is reported SKIPPED with the reason (and fails when `XTHUNK_REQUIRE_CXX=1`).
+//! The host backend's CPU execution of portable source, beyond numbers: launch errors that
+//! name what is wrong, deadlocks reported as failed launches, and kernels the preprocessor
+//! removes. The numerical checks of the portable kernel set (`tests/kernels/user/
+//! checked_set.cu`) against f64 references are the conformance suite's `kernels/user/` area
+//! (`tests/src/checks/kernels/user.rs`), run on the host with 32- and 64-lane warps by its
+//! tests. Without a C++ compiler every test is reported SKIPPED with the reason (and fails when
+//! `XTHUNK_REQUIRE_CXX=1`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
-use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims};
+use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims, LoadedModule};
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::{Dim3, MemorySpace, Module, ModuleImage, Scalar};
 
-#[path = "user_kernels/checks.rs"]
-mod checks;
+const SOURCE: &str = include_str!("../../tests/kernels/user/checked_set.cu");
 
-use checks::gpu;
-
-/// A host device whose CPU execution runs warps of `lanes` lanes.
-fn device(lanes: u32) -> Option<Arc<dyn Device>> {
-    Some(
-        HostBackend::new()
-            .with_cpu_warp_size(lanes)
-            .unwrap()
-            .device(0)
-            .unwrap(),
-    )
+/// A host device and `code` loaded on it; `None` (reported SKIPPED) without a C++ compiler.
+fn load(name: &str, code: &str) -> Option<(Arc<dyn Device>, Arc<dyn LoadedModule>)> {
+    let dev = HostBackend::new().device(0).unwrap();
+    let m = Module {
+        name: name.into(),
+        images: vec![ModuleImage::Source { code: code.into() }],
+        options: Default::default(),
+    };
+    match dev.load_module(&m) {
+        Ok(module) => Some((dev, module)),
+        Err(e @ xthunk_core::Error::Unavailable { .. }) => {
+            assert!(
+                !std::env::var("XTHUNK_REQUIRE_CXX").is_ok_and(|v| v == "1"),
+                "{e}"
+            );
+            eprintln!("SKIPPED: {e}");
+            None
+        }
+        Err(e) => panic!("{e}"),
+    }
 }
 
 #[test]
 fn launch_errors_are_clear() {
-    let Some(g) = gpu(32) else { return };
+    let Some((dev, module)) = load("user-kernels", SOURCE) else {
+        return;
+    };
     // A name the source does not define.
-    let e = g.module.kernel("nope").err().unwrap().to_string();
+    let e = module.kernel("nope").err().unwrap().to_string();
     assert!(
         e.contains("no kernel `nope`") && e.contains("residual"),
         "{e}"
     );
     // An immediate of the wrong size for the parameter.
-    let k = g.module.kernel("residual").unwrap();
-    let s = g.dev.create_stream().unwrap();
-    let buf = g.dev.allocate(256, 64, MemorySpace::Device).unwrap();
+    let k = module.kernel("residual").unwrap();
+    let s = dev.create_stream().unwrap();
+    let buf = dev.allocate(256, 64, MemorySpace::Device).unwrap();
     let b = LaunchArg::Buffer {
         ptr: buf.ptr(),
         len: 256,
@@ -57,7 +67,7 @@ fn launch_errors_are_clear() {
     let e = r.err().unwrap().to_string();
     assert!(e.contains("argument 3") && e.contains("4 bytes"), "{e}");
     // A deadlock is a failed launch naming the block, not a hang.
-    let k = g.module.kernel("divergent").unwrap();
+    let k = module.kernel("divergent").unwrap();
     s.launch(
         &k,
         LaunchDims {
@@ -74,19 +84,9 @@ fn launch_errors_are_clear() {
 
 #[test]
 fn kernels_the_preprocessor_removes_are_not_in_the_table() {
-    let dev = HostBackend::new().device(0).unwrap();
     let code = "#if defined(XT_CUDA) || defined(XT_HIP)\n__global__ void gpu_only(float* y) { y[0] = 1.0f; }\n#else\n__global__ void cpu_side(float* y) { y[0] = 2.0f; }\n#endif\n#define K(name) __global__ void name(float* y) { y[0] = 3.0f; }\nK(from_macro)\n";
-    let m = match dev.load_module(&Module {
-        name: "conditional".into(),
-        images: vec![ModuleImage::Source { code: code.into() }],
-        options: Default::default(),
-    }) {
-        Ok(m) => m,
-        Err(e @ xthunk_core::Error::Unavailable { .. }) => {
-            eprintln!("SKIPPED: {e}");
-            return;
-        }
-        Err(e) => panic!("{e}"),
+    let Some((dev, m)) = load("conditional", code) else {
+        return;
     };
     assert!(m.kernel("gpu_only").is_err());
     for (name, want) in [("cpu_side", 2.0f32), ("from_macro", 3.0)] {

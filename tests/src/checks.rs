@@ -1,5 +1,6 @@
 //! The checks, by area: `memory/`, `copy/`, `memset/`, `stream/`, `kernels/`, `gemm/`,
-//! `executor/`, `collectives/` (on several devices), `custom_call/`. Every check draws its random inputs from a
+//! `kernels/user/` (portable kernels from source), `executor/`, `collectives/` (on several
+//! devices), `custom_call/`. Every check draws its random inputs from a
 //! generator seeded by its name (see [`crate::util::seed_for`]); a failure message ends with
 //! the seed.
 
@@ -16,6 +17,8 @@ mod gemm;
 mod kernels;
 mod memory;
 mod stream;
+
+pub use kernels::{standard_kernel_checks, user_kernel_checks, user_kernels_module};
 
 /// Every check, grouped by area.
 pub fn all() -> Vec<Check> {
@@ -74,9 +77,15 @@ mod tests {
         let checks = super::all();
         let mut names = std::collections::BTreeSet::new();
         for c in &checks {
+            // `area/what`, or `kernels/user/what`.
             let parts: Vec<&str> = c.name.split('/').collect();
+            let area_len = if c.name.starts_with("kernels/user/") {
+                3
+            } else {
+                2
+            };
             assert!(
-                parts.len() == 2 && parts.iter().all(|p| !p.is_empty()),
+                parts.len() == area_len && parts.iter().all(|p| !p.is_empty()),
                 "bad check name `{}`",
                 c.name
             );

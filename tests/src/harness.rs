@@ -150,6 +150,9 @@ fn precheck(
     if let Some(Expectation::Unsupported(why)) = expectation {
         return Some(Outcome::Unsupported(why.clone()));
     }
+    if let Some(Err(why)) = check.requires.map(|r| r()) {
+        return Some(Outcome::Skipped(why));
+    }
     match (&check.run, collectives) {
         (CheckBody::Device(_), _) => None,
         (CheckBody::Collectives { ranks, .. }, Some(c)) => c.unavailable(*ranks),
@@ -217,9 +220,8 @@ pub fn run_observed(
     run_checks_observed(subject, ordinal, &checks, seen)
 }
 
-/// [`run`] with these checks.
-#[cfg(test)]
-pub(crate) fn run_checks(subject: &Subject, ordinal: usize, checks: &[Check]) -> Report {
+/// [`run`] with these checks (e.g. [`crate::checks::user_kernel_checks`] of another module).
+pub fn run_checks(subject: &Subject, ordinal: usize, checks: &[Check]) -> Report {
     run_checks_observed(subject, ordinal, checks, &mut |_, _| {})
 }
 

@@ -35,7 +35,7 @@ pub mod util;
 
 pub use context::{Collectives, cliques_for};
 pub use expect::{Expectation, Expectations};
-pub use harness::{Subject, panic_message, run, run_observed, trials};
+pub use harness::{Subject, panic_message, run, run_checks, run_observed, trials};
 pub use report::{CheckReport, Outcome, Report};
 pub use xthunk_core::collectives::CliqueFactory;
 
@@ -76,7 +76,13 @@ pub struct Check {
     pub exclusive: bool,
     /// The failure the check provokes on purpose, which the clique provider must detect.
     pub provokes: Option<Provoked>,
+    /// What the check needs besides the device under test (e.g. a C++ compiler for the CPU
+    /// execution it compares with): `Err(why)` reports it skipped, with why, not run.
+    pub requires: Option<Requirement>,
 }
+
+/// A precondition of a check (see [`Check::requiring`]).
+pub type Requirement = fn() -> Result<(), String>;
 
 /// A collective failure a check provokes on purpose: on a clique provider that does not
 /// detect it ([`xthunk_core::collectives::Undetected`]) the check is unsupported, with the
@@ -99,6 +105,7 @@ impl Check {
             run: CheckBody::Device(Box::new(f)),
             exclusive: false,
             provokes: None,
+            requires: None,
         }
     }
 
@@ -117,6 +124,15 @@ impl Check {
             },
             exclusive: false,
             provokes: None,
+            requires: None,
+        }
+    }
+
+    /// The same check, needing what `requirement` checks (skipped, with why, where it fails).
+    pub fn requiring(self, requirement: Requirement) -> Self {
+        Check {
+            requires: Some(requirement),
+            ..self
         }
     }
 

@@ -89,7 +89,8 @@ pub struct Capabilities {
     pub gemm_dtypes: Vec<DType>,
     /// Command buffers map onto native graphs.
     pub supports_graphs: bool,
-    /// The warp (wavefront) size; 1 for the host.
+    /// The warp (wavefront) size: the lanes of a warp in kernels compiled from portable source
+    /// (on the host, its CPU execution's: 32, or 64 when asked).
     pub warp_size: u32,
     /// What one kernel launch may ask (from the driver on GPUs; [`LaunchLimits::PORTABLE`]
     /// on the host), checked for every kernel thunk at load ([`check_launch_limits`]).

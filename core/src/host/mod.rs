@@ -165,7 +165,8 @@ impl Backend for HostBackend {
                 memory_spaces: MemorySpace::ALL.to_vec(),
                 gemm_dtypes: vec![DType::F32, DType::F64, DType::F16, DType::BF16],
                 supports_graphs: true,
-                warp_size: 1,
+                // The lanes of a warp of kernels compiled from portable source.
+                warp_size: self.cpu_warp_size,
                 launch_limits: crate::backend::LaunchLimits::PORTABLE,
             },
             memory: Arc::new(MemoryRegistry::default()),

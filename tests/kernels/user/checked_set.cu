@@ -129,3 +129,26 @@ __global__ void reverse_blocks(float* y, const float* x) {
   __syncthreads();
   y[base + t] = buf[nt - 1 - t];
 }
+// Shuffles inside segments of `width` lanes (a power of two up to the warp size), and warp
+// reductions; blockDim a multiple of the warp size.
+__global__ void shuffles(float* out, int* outi, const float* x, int width) {
+  const long long i = xt_global_id();
+  const float v = x[i];
+  out[6 * i] = xt_shfl(v, 3, width);
+  out[6 * i + 1] = xt_shfl_up(v, 2u, width);
+  out[6 * i + 2] = xt_shfl_down(v, 5u, width);
+  out[6 * i + 3] = xt_shfl_xor(v, 1, width);
+  out[6 * i + 4] = xt_warp_reduce_add(v);
+  out[6 * i + 5] = xt_warp_reduce_max(v);
+  outi[2 * i] = xt_shfl_xor((int)i, width / 2, width);
+  outi[2 * i + 1] = xt_warp_reduce_min((int)(v * 1000.0f));
+}
+// Compare-and-swap and exchange: a counter every thread increments by a CAS loop, and slots
+// every thread exchanges its index into (each keeps the index of the last writer).
+__global__ void cas_exch(unsigned* count, int* slots, int* seen, long long n, int nslots) {
+  XT_FOR(i, n) {
+    unsigned old = *(volatile unsigned*)count, prev;
+    while ((prev = xt_atomic_cas(count, old, old + 1u)) != old) old = prev;
+    seen[i] = xt_atomic_exch(&slots[i % nslots], (int)i);
+  }
+}

@@ -23,21 +23,17 @@ use crate::util::{
 use crate::{Check, CheckFailure};
 
 mod training;
+mod user;
 use rand::Rng;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::ir::{Access, DType, KernelArg, Scalar};
+use xthunk_core::ir::{Access, DType, KernelArg, Module, Scalar};
 use xthunk_core::kernels::{Extent, KernelSignature, ParamKind, standard_library};
 
 pub fn checks() -> Vec<Check> {
     let mut v = vec![seeded("kernels/coverage", coverage)];
-    for k in standard_library().kernels() {
-        let name = k.signature.name.clone();
-        v.push(seeded(format!("kernels/{name}"), move |d, rng| {
-            kernel_check(d, rng, &name)
-        }));
-    }
+    v.extend(standard_checks(None));
     v.push(seeded("kernels/in_place_add_f32", |d, r| {
         in_place(d, r, "add_f32")
     }));
@@ -47,8 +43,33 @@ pub fn checks() -> Vec<Check> {
     v.push(seeded("kernels/in_place_softmax_f32", |d, r| {
         in_place(d, r, "softmax_f32")
     }));
+    v.extend(user::checks());
     v
 }
+
+/// The check of every standard kernel (`kernels/<name>`), on the standard library of the
+/// device (`None`) or on `module`, a module defining the standard kernels.
+fn standard_checks(module: Option<Arc<Module>>) -> Vec<Check> {
+    standard_library()
+        .kernels()
+        .map(|k| {
+            let name = k.signature.name.clone();
+            let m = module.clone();
+            seeded(format!("kernels/{name}"), move |d, rng| {
+                kernel_check(d, rng, &name, m.as_deref())
+            })
+        })
+        .collect()
+}
+
+/// The `kernels/<name>` checks of the standard kernels run on `module` in place of the
+/// device's standard library: e.g. images of it compiled ahead of time, or a deliberately
+/// broken copy of its source, to show that the checks catch it.
+pub fn standard_kernel_checks(module: Module) -> Vec<Check> {
+    standard_checks(Some(Arc::new(module)))
+}
+
+pub use user::{checks_of as user_kernel_checks, module as user_kernels_module};
 
 /// One kernel problem size.
 #[derive(Clone, Copy, Debug)]
@@ -537,13 +558,17 @@ fn extent(sig: &KernelSignature, elems: &Extent, case: &Case) -> CheckResult<usi
 fn build(
     sig: &KernelSignature,
     case: &Case,
+    module: Option<&Module>,
 ) -> CheckResult<(
     xthunk_core::ir::Executable,
     Vec<Vec<u8>>,
     Vec<(&'static str, DType, usize)>,
 )> {
     let mut b = ExecutableBuilder::new(format!("conformance_{}", sig.name));
-    let module = b.standard_module();
+    let module = match module {
+        Some(m) => b.module(m.clone()),
+        None => b.standard_module(),
+    };
     let mut args = Vec::new();
     let mut params = Vec::new();
     let mut outputs = Vec::new();
@@ -623,8 +648,9 @@ fn run_case(
     sig: &KernelSignature,
     case: &Case,
     what: &str,
+    module: Option<&Module>,
 ) -> CheckResult {
-    let (exe, params, outputs) = build(sig, case)?;
+    let (exe, params, outputs) = build(sig, case, module)?;
     let init: Vec<Vec<u8>> = outputs
         .iter()
         .map(|(_, dt, size)| vec![poison_byte(*dt); *size])
@@ -664,7 +690,12 @@ fn run_case(
     Ok(())
 }
 
-fn kernel_check(device: &Arc<dyn Device>, rng: &mut CheckRng, name: &str) -> CheckResult {
+fn kernel_check(
+    device: &Arc<dyn Device>,
+    rng: &mut CheckRng,
+    name: &str,
+    module: Option<&Module>,
+) -> CheckResult {
     let Some(k) = standard_library().get(name) else {
         return Err(fail(format!("`{name}` is not in the standard library")));
     };
@@ -678,6 +709,7 @@ fn kernel_check(device: &Arc<dyn Device>, rng: &mut CheckRng, name: &str) -> Che
             &k.signature,
             &case,
             &format!("{name} {}", shape.describe()),
+            module,
         )?;
     }
     Ok(())
@@ -696,7 +728,7 @@ fn coverage(_device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
             .and_then(|id| {
                 let shape = shapes(id.op)[0];
                 let case = make_case(rng, &id, shape)?;
-                build(&k.signature, &case).map(|_| ())
+                build(&k.signature, &case, None).map(|_| ())
             });
         if let Err(e) = ok {
             missing.push(format!("{name} ({e})"));

@@ -1,0 +1,330 @@
+//! `kernels/user/`: a set of non-trivial kernels written in the portable subset
+//! (`tests/kernels/user/checked_set.cu`: the training kernels, warp shuffles with segment
+//! widths, ballots, block reductions, atomics with CAS and exchange, dynamic and static shared
+//! memory, f16 and bf16) compiled from source by the device under test, on fresh random
+//! inputs and NaN-poisoned outputs. Every output is compared with an independent f64
+//! reference, and with what the host backend's CPU execution of the same source computes with
+//! warps of the device's width.
+//!
+//! The CPU execution needs a C++ compiler; without one these checks are reported skipped with
+//! the reason (with `XTHUNK_REQUIRE_CXX=1` they run, and fail on it).
+//!
+//! Tolerances, `ε` the f32 epsilon: shuffles, ballots, integers, atomics, moves and the f16
+//! kernel (each operation rounded once) exactly; sums and products of two terms at
+//! [`Tol::of`]; GELU at [`Tol::transcendental`] + `4ε|x|`; softmax at `cols·ε·|expected|`
+//! more; layer norm `4(cols+2)ε(|γ|·max|z| + |β|)`; row and warp sums `n·ε·Σ|x|`;
+//! cross-entropy `cols·ε·(1 + |max|)` more; AdamW `1e-6` relative + `1e-7`.
+
+use super::super::seeded;
+use crate::Check;
+use crate::util::{
+    CheckResult, CheckRng, compare_bytes, compare_floats, compare_ints, decode, download, fail,
+    upload,
+};
+use std::sync::Arc;
+use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims};
+use xthunk_core::host::HostBackend;
+use xthunk_core::ir::{DType, Dim3, MemorySpace, Module, ModuleImage, Scalar};
+
+/// The source of the set.
+pub const SOURCE: &str = include_str!("../../../kernels/user/checked_set.cu");
+
+/// The set as the module the checks load by default.
+pub fn module() -> Module {
+    Module {
+        name: "user-kernels".into(),
+        images: vec![ModuleImage::Source {
+            code: SOURCE.into(),
+        }],
+        options: Default::default(),
+    }
+}
+
+mod cases;
+
+type CaseFn = fn(&mut CheckRng, u32) -> CheckResult<Vec<Case>>;
+
+/// The cases, by check name.
+use cases::*;
+const CASES: &[(&str, CaseFn)] = &[
+    ("gelu_erf", gelu_erf),
+    ("gelu_tanh", gelu_tanh),
+    ("residual", residual),
+    ("encoder", encoder),
+    ("adamw", adamw),
+    ("layernorm", layernorm),
+    ("softmax_warp", softmax_warp),
+    ("cross_entropy", cross_entropy),
+    ("ballots", ballots),
+    ("shuffles", shuffles),
+    ("axpb_f16", axpb_f16),
+    ("rowsum_bf16", rowsum_bf16),
+    ("atomics", atomics),
+    ("cas_exch", cas_exch),
+    ("reverse_blocks", reverse_blocks),
+];
+
+/// The `kernels/user/` checks on the built-in set ([`module`]).
+pub fn checks() -> Vec<Check> {
+    checks_of(Arc::new(module()))
+}
+
+/// The `kernels/user/` checks with `module` loaded in place of the built-in set: a module
+/// defining the same kernels (another build of them, or a deliberately broken copy to show
+/// that the checks catch it).
+pub fn checks_of(module: Arc<Module>) -> Vec<Check> {
+    CASES
+        .iter()
+        .map(|&(name, cases)| {
+            let m = module.clone();
+            seeded(format!("kernels/user/{name}"), move |d, rng| {
+                run_cases(d, &m, rng, cases)
+            })
+            .requiring(cpu_execution_available)
+        })
+        .collect()
+}
+
+/// Why the CPU execution these checks compare with cannot run here, if it cannot (never
+/// when `XTHUNK_REQUIRE_CXX=1`: then the checks run and fail on it).
+fn cpu_execution_available() -> Result<(), String> {
+    if std::env::var("XTHUNK_REQUIRE_CXX").is_ok_and(|v| v == "1") {
+        return Ok(());
+    }
+    xthunk_core::host::cpu::build::compiler()
+        .map(|_| ())
+        .map_err(|e| format!("the CPU execution these checks compare with is unavailable: {e}"))
+}
+
+/// A launch argument.
+pub(super) enum Arg {
+    Buf(Vec<u8>),
+    S(Scalar),
+}
+
+/// What one output buffer (argument `arg`) must hold.
+pub(super) enum Expect {
+    Floats {
+        arg: usize,
+        dtype: DType,
+        values: Vec<f64>,
+        tol: Vec<f64>,
+        cols: usize,
+    },
+    Ints {
+        arg: usize,
+        dtype: DType,
+        values: Vec<i64>,
+    },
+    /// A property of the raw bytes (e.g. a permutation), `Err` saying what is wrong.
+    Holds { arg: usize, check: Box<Property> },
+}
+
+/// A property of an output's bytes, given every argument's bytes too.
+type Property = dyn Fn(&[u8], &[Vec<u8>]) -> Result<(), String>;
+
+/// One launch and what its outputs must hold.
+pub(super) struct Case {
+    pub(super) what: String,
+    pub(super) kernel: &'static str,
+    pub(super) grid: u32,
+    pub(super) block: u32,
+    pub(super) shared: u32,
+    pub(super) args: Vec<Arg>,
+    pub(super) expect: Vec<Expect>,
+}
+
+/// Loads `module` on `device`, runs each case, and compares it with the reference and with the
+/// CPU execution of the same module with warps of the device's width.
+fn run_cases(
+    device: &Arc<dyn Device>,
+    module: &Module,
+    rng: &mut CheckRng,
+    cases: CaseFn,
+) -> CheckResult {
+    let lanes = device.capabilities().warp_size;
+    let cpu = HostBackend::new()
+        .with_cpu_warp_size(lanes)
+        .map_err(|e| {
+            fail(format!(
+                "the CPU execution cannot run warps like this device's: {e}"
+            ))
+        })?
+        .device(0)?;
+    let loaded = device.load_module(module)?;
+    let on_cpu = cpu.load_module(module)?;
+    for case in cases(rng, lanes)? {
+        let got = launch(device, loaded.as_ref(), &case)?;
+        let reference = launch(&cpu, on_cpu.as_ref(), &case)?;
+        for e in &case.expect {
+            compare(&case, e, &got, "")?;
+            compare(&case, e, &reference, " (the CPU execution)")?;
+            same(&case, e, &got, &reference)?;
+        }
+    }
+    Ok(())
+}
+
+/// Runs `case` on `device` and returns every argument's bytes afterwards (empty for scalars).
+fn launch(
+    device: &Arc<dyn Device>,
+    module: &dyn xthunk_core::backend::LoadedModule,
+    case: &Case,
+) -> CheckResult<Vec<Vec<u8>>> {
+    let mut bufs = Vec::new();
+    let mut args = Vec::new();
+    for a in &case.args {
+        match a {
+            Arg::Buf(b) => {
+                let buf = upload(device, b, MemorySpace::Device)?;
+                args.push(LaunchArg::Buffer {
+                    ptr: buf.ptr(),
+                    len: b.len() as u64,
+                });
+                bufs.push(Some((buf, b.len())));
+            }
+            Arg::S(s) => {
+                args.push(LaunchArg::Scalar(*s));
+                bufs.push(None);
+            }
+        }
+    }
+    let kernel = module.kernel(case.kernel)?;
+    let stream = device.create_stream()?;
+    stream.launch(
+        &kernel,
+        LaunchDims {
+            grid: Dim3::x(case.grid),
+            block: Dim3::x(case.block),
+            shared_mem: case.shared,
+        },
+        &args,
+    )?;
+    stream.synchronize()?;
+    bufs.into_iter()
+        .map(|b| match b {
+            Some((buf, len)) => download(device, buf.ptr(), len),
+            None => Ok(Vec::new()),
+        })
+        .collect()
+}
+
+fn arg_of(e: &Expect) -> usize {
+    match e {
+        Expect::Floats { arg, .. } | Expect::Ints { arg, .. } | Expect::Holds { arg, .. } => *arg,
+    }
+}
+
+/// Checks one output of `case` against the reference.
+fn compare(case: &Case, e: &Expect, out: &[Vec<u8>], who: &str) -> CheckResult {
+    let Some(bytes) = out.get(arg_of(e)) else {
+        return Err(fail(format!("{}: no argument {}", case.what, arg_of(e))));
+    };
+    let label = format!("{}{who}: argument {}", case.what, arg_of(e));
+    match e {
+        Expect::Floats {
+            dtype,
+            values,
+            tol,
+            cols,
+            ..
+        } => compare_floats(
+            &label,
+            decode(*dtype, bytes).floats(&label)?,
+            values,
+            *cols,
+            |i| tol[i],
+        ),
+        Expect::Ints { dtype, values, .. } => {
+            compare_ints(&label, decode(*dtype, bytes).ints(&label)?, values, 0)
+        }
+        Expect::Holds { check, .. } => check(bytes, out).map_err(|m| fail(format!("{label}: {m}"))),
+    }
+}
+
+/// The device and the CPU execution agree: exactly where the reference is exact, within the
+/// reference's tolerance elsewhere.
+fn same(case: &Case, e: &Expect, got: &[Vec<u8>], cpu: &[Vec<u8>]) -> CheckResult {
+    let i = arg_of(e);
+    let label = format!("{}: argument {} vs the CPU execution", case.what, i);
+    let (Some(g), Some(c)) = (got.get(i), cpu.get(i)) else {
+        return Err(fail(format!("{label}: missing")));
+    };
+    match e {
+        Expect::Floats {
+            dtype, tol, cols, ..
+        } => compare_floats(
+            &label,
+            decode(*dtype, g).floats(&label)?,
+            decode(*dtype, c).floats(&label)?,
+            *cols,
+            |j| tol[j],
+        ),
+        Expect::Ints { .. } => compare_bytes(&label, g, c),
+        // Properties such as "a permutation" hold for many orders of the threads.
+        Expect::Holds { .. } => Ok(()),
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
+mod tests {
+    use super::*;
+    use crate::{Outcome, Subject, run_checks};
+
+    fn host(lanes: u32) -> Subject {
+        Subject::new(Arc::new(
+            HostBackend::new().with_cpu_warp_size(lanes).unwrap(),
+        ))
+    }
+
+    fn required() -> bool {
+        std::env::var("XTHUNK_REQUIRE_CXX").is_ok_and(|v| v == "1")
+    }
+
+    #[test]
+    fn the_set_passes_on_the_host_with_32_and_64_lane_warps() {
+        for lanes in [32, 64] {
+            let report = run_checks(&host(lanes), 0, &checks());
+            let table = report.table(true);
+            if report.skipped() && !required() {
+                eprintln!("SKIPPED ({lanes} lanes): {table}");
+                return;
+            }
+            assert_eq!(report.counts()[0], CASES.len(), "{lanes} lanes: {table}");
+        }
+    }
+
+    #[test]
+    fn a_broken_kernel_fails_its_check_and_only_it() {
+        // The softmax's row maximum by `shfl_down` instead of `shfl_xor`: only lane 0 ends with
+        // the maximum, the other lanes exponentiate with their own partial ones.
+        let broken = SOURCE.replacen(
+            "m = fmaxf(m, xt_shfl_xor(m, o))",
+            "m = fmaxf(m, xt_shfl_down(m, (unsigned)o))",
+            1,
+        );
+        assert_ne!(broken, SOURCE, "the shuffle to break was not found");
+        let m = Module {
+            name: "broken".into(),
+            images: vec![ModuleImage::Source { code: broken }],
+            options: Default::default(),
+        };
+        let report = run_checks(&host(32), 0, &checks_of(Arc::new(m)));
+        let table = report.table(true);
+        if report.skipped() && !required() {
+            eprintln!("SKIPPED: {table}");
+            return;
+        }
+        for r in &report.results {
+            let broken = r.name == "kernels/user/softmax_warp";
+            match &r.outcome {
+                Outcome::Failed(m) if broken => {
+                    assert!(m.contains("softmax_warp 13x333: argument 0"), "{m}")
+                }
+                Outcome::Passed if !broken => {}
+                other => panic!("{}: {other:?}\n{table}", r.name),
+            }
+        }
+    }
+}
