@@ -20,6 +20,10 @@ use rand::{Rng, SeedableRng};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
+
+#[path = "common/emulator.rs"]
+mod emulator;
+use emulator::{emulated_command, emulator_lib};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::ir::{Attributes, CustomCallThunk, DType, Executable, MemsetPattern, Thunk};
 
@@ -78,27 +82,12 @@ fn need<T>(what: Option<T>, why: &str, test: &str) -> Option<T> {
     what
 }
 
-/// The emulator library (see cli-tests/emulated.rs).
-fn emulator_lib() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
-    [
-        dir.join("libxthunk_emulator.so"),
-        dir.join("deps/libxthunk_emulator.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
-
 /// Runs `bin ARGS`, through ci/with-emulator.sh for a GPU backend.
 fn run(bin: &Path, backend: &str, args: &[&str]) -> Output {
     let mut cmd = if backend == "host" {
         Command::new(bin)
     } else {
-        let mut c = Command::new("bash");
-        c.arg(root().join("ci/with-emulator.sh")).arg(bin);
-        c.env("XTHUNK_EMU_NO_BUILD", "1");
-        c.env("XTHUNK_EMU_LIB", emulator_lib().unwrap());
-        c
+        emulated_command(bin)
     };
     cmd.env_remove("XTHUNK_PLUGINS");
     cmd.args(args).current_dir(root()).output().unwrap()

@@ -6,23 +6,15 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
+
+#[path = "common/emulator.rs"]
+mod emulator;
+use emulator::{emulated_command, emulator_lib};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
-/// only in `deps/`.
-fn emulator_lib() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
-    [
-        dir.join("libxthunk_emulator.so"),
-        dir.join("deps/libxthunk_emulator.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
 }
 
 fn read_f32_npy(path: &Path) -> Vec<f32> {
@@ -37,11 +29,7 @@ fn read_f32_npy(path: &Path) -> Vec<f32> {
 fn xthunk(emulated: bool, args: &[&str]) -> String {
     let bin = env!("CARGO_BIN_EXE_xthunk");
     let mut cmd = if emulated {
-        let mut c = Command::new("bash");
-        c.arg(root().join("ci/with-emulator.sh")).arg(bin);
-        c.env("XTHUNK_EMU_NO_BUILD", "1");
-        c.env("XTHUNK_EMU_LIB", emulator_lib().unwrap());
-        c
+        emulated_command(bin)
     } else {
         Command::new(bin)
     };
@@ -126,11 +114,8 @@ fn injected_failures_are_clear_errors_and_leak_nothing() {
             ("XTHUNK_EMU_FAIL_ALLOC", "4", "out of memory"),
             ("XTHUNK_EMU_FAIL_LAUNCH", "2", "kernel"),
         ] {
-            let o = Command::new("bash")
-                .arg(root().join("ci/with-emulator.sh"))
-                .arg(bin)
+            let o = emulated_command(bin)
                 .args(["run", "examples/mlp.txtpb", "--backend", backend])
-                .env("XTHUNK_EMU_NO_BUILD", "1")
                 .env("XTHUNK_EMU_LIB", &lib)
                 .env(var, value)
                 .current_dir(root())

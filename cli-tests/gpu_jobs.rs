@@ -15,6 +15,9 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+#[path = "common/emulator.rs"]
+mod emulator;
+use emulator::{emulated_command, have_emulator};
 #[path = "common/launch.rs"]
 mod launch;
 
@@ -34,31 +37,6 @@ fn repo() -> PathBuf {
 
 fn example(name: &str) -> PathBuf {
     repo().join(format!("examples/{name}.txtpb"))
-}
-
-/// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
-/// only in `deps/`.
-fn emulator_lib() -> Option<PathBuf> {
-    let dir = Path::new(BIN).parent()?;
-    [
-        dir.join("libxthunk_emulator.so"),
-        dir.join("deps/libxthunk_emulator.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
-
-/// False (and says why) when the emulator is not built.
-fn have_emulator(test: &str) -> bool {
-    if emulator_lib().is_some() {
-        return true;
-    }
-    let why = "the emulator library is not built (run `cargo test --workspace`)";
-    if std::env::var_os("XTHUNK_REQUIRE_EMULATOR").is_some() {
-        panic!("{test}: {why}");
-    }
-    eprintln!("SKIPPED {test}: {why}");
-    false
 }
 
 /// A scratch folder, removed when dropped; also the `TMPDIR` of the job's processes, so that
@@ -99,12 +77,8 @@ impl Drop for Scratch {
 /// `xthunk ARGS` under the emulator with `devices` emulated devices per API, its temporary
 /// folder in `scratch`.
 fn emulated(scratch: &Scratch, devices: usize, args: &[&str]) -> Command {
-    let mut c = Command::new("bash");
-    c.arg(repo().join("ci/with-emulator.sh"))
-        .arg(BIN)
-        .args(args)
-        .env("XTHUNK_EMU_NO_BUILD", "1")
-        .env("XTHUNK_EMU_LIB", emulator_lib().unwrap())
+    let mut c = emulated_command(BIN);
+    c.args(args)
         .env("XTHUNK_EMU_DEVICES", devices.to_string())
         .env("TMPDIR", scratch.tmp())
         .env_remove("RUST_LOG")

@@ -14,6 +14,10 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+#[path = "common/emulator.rs"]
+mod emulator;
+use emulator::{emulated_command, emulator_lib};
+
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
 }
@@ -24,25 +28,12 @@ fn scratch(name: &str) -> PathBuf {
     dir.join(name)
 }
 
-fn emulator_lib() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
-    [
-        dir.join("libxthunk_emulator.so"),
-        dir.join("deps/libxthunk_emulator.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
-}
-
 /// Runs `xthunk ARGS` (through ci/with-emulator.sh with `emulated` devices) and returns stdout.
 fn xthunk(emulated: Option<u32>, args: &[&str]) -> String {
     let bin = env!("CARGO_BIN_EXE_xthunk");
     let mut cmd = match emulated {
         Some(devices) => {
-            let mut c = Command::new("bash");
-            c.arg(root().join("ci/with-emulator.sh")).arg(bin);
-            c.env("XTHUNK_EMU_NO_BUILD", "1");
-            c.env("XTHUNK_EMU_LIB", emulator_lib().unwrap());
+            let mut c = emulated_command(bin);
             c.env("XTHUNK_EMU_DEVICES", devices.to_string());
             c
         }
