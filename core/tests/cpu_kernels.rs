@@ -66,6 +66,25 @@ fn launch_errors_are_clear() {
     );
     let e = r.err().unwrap().to_string();
     assert!(e.contains("argument 3") && e.contains("4 bytes"), "{e}");
+    // A float pointer 2 bytes into a buffer: refused, as a GPU would fault on it.
+    let odd = LaunchArg::Buffer {
+        ptr: buf.ptr().offset(2),
+        len: 200,
+    };
+    let r = s.launch(
+        &k,
+        LaunchDims {
+            grid: Dim3::new(1, 1, 1),
+            block: Dim3::new(1, 1, 1),
+            shared_mem: 0,
+        },
+        &[b, odd, b, LaunchArg::Scalar(Scalar::I64(4))],
+    );
+    let e = r.err().unwrap().to_string();
+    assert!(
+        e.contains("argument 1") && e.contains("not aligned to its pointee's 4 bytes"),
+        "{e}"
+    );
     // A deadlock is a failed launch naming the block, not a hang.
     let k = module.kernel("divergent").unwrap();
     s.launch(
@@ -112,5 +131,17 @@ fn kernels_the_preprocessor_removes_are_not_in_the_table() {
         let mut out = [0u8; 4];
         dev.copy_to_host(b.ptr(), &mut out).unwrap();
         assert_eq!(f32::from_le_bytes(out), want, "{name}");
+    }
+}
+
+#[test]
+fn every_name_of_the_subset_compiles_on_the_cpu() {
+    // The file the backends' portable_v2 tests compile for sm_80, sm_90 and gfx90a.
+    let code = include_str!("../../tests/kernels/user/subset_v2.cu");
+    let Some((_, m)) = load("subset_v2", code) else {
+        return;
+    };
+    for name in xthunk_core::kernels::portable::scan::kernel_names(code) {
+        assert!(m.kernel(&name).is_ok(), "{name}");
     }
 }

@@ -141,6 +141,14 @@ pub(crate) fn cpu_slots(
                         p.size
                     ));
                 }
+                // A GPU faults on a misaligned access (the emulator too); the CPU would read
+                // across elements silently.
+                if (*ptr as u64) % u64::from(p.align.max(1)) != 0 {
+                    return Err(format!(
+                        "argument {i} ({:#x}) is not aligned to its pointee's {} bytes",
+                        *ptr as u64, p.align
+                    ));
+                }
                 slots.push(*ptr as u64);
             }
             HostArg::Scalar(s) => {

@@ -103,16 +103,23 @@ __global__ void atomics(unsigned* hist, float* total, int* maxv, unsigned long l
     xt_atomic_add(count, 1ull);
   }
 }
-// Ballots: per warp, how many of its lanes hold a positive value (and any/all).
+// Ballots: per warp, how many of its lanes hold a positive value (and any/all), the mask's
+// lowest and highest lanes; blocks of any size (the last warp of a block may be partial).
 __global__ void ballots(int* out, const float* x) {
   const long long i = xt_global_id();
+  const int ws = xt_warp_size();
   unsigned long long b = xt_ballot(x[i] > 0.0f);
+  unsigned long long live = xt_ballot(1);
   int any = xt_any(x[i] > 0.0f), all = xt_all(x[i] > 0.0f);
+  const long long w = (long long)blockIdx.x * ((blockDim.x + ws - 1) / ws) + threadIdx.x / ws;
+  // Every lane checks that it sees the same masks as lane 0.
+  const int same = xt_shfl((long long)b, 0) == (long long)b && xt_shfl((long long)live, 0) == (long long)live;
+  if (!same) out[5 * w + 4] = -1;
   if (xt_lane_id() == 0) {
-    const long long w = i / xt_warp_size();
-    out[3 * w] = xt_popcll(b);
-    out[3 * w + 1] = any;
-    out[3 * w + 2] = all;
+    out[5 * w] = xt_popcll(b);
+    out[5 * w + 1] = any;
+    out[5 * w + 2] = all;
+    out[5 * w + 3] = xt_popcll(live);
   }
 }
 // Divergent barriers: half the warp at __syncthreads, half at a shuffle.

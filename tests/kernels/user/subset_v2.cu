@@ -85,6 +85,11 @@ __global__ void constants(float* f, double* d) {
   f[3] = -INFINITY;
   f[4] = xt_gelu_erf(1.0f) + xt_gelu_tanh(1.0f);
   d[1] = xt_gelu_erf(1.0) + xt_gelu_tanh(1.0);
+  f[5] = FLT_MAX + FLT_MIN + FLT_EPSILON;
+  d[2] = DBL_MAX + DBL_MIN + DBL_EPSILON;
+  const long long l = (long long)INT_MAX + INT_MIN + UINT_MAX + (LLONG_MAX / 2) + (LLONG_MIN / 2) + (long long)(ULLONG_MAX >> 2);
+  f[6] = (float)l + (isnan(f[2]) ? 1.0f : 0.0f) + (isinf(f[1]) ? 1.0f : 0.0f) + (isfinite(f[0]) ? 1.0f : 0.0f) +
+         (signbit(f[3]) ? 1.0f : 0.0f) + xt_bits_f32(xt_f32_bits(f[0])) + (float)xt_bits_f64(xt_f64_bits(d[0]));
 }
 
 __global__ void shared_mem(const float* x, float* out, long long n) {

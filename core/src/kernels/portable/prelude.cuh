@@ -222,6 +222,43 @@ __device__ inline T xt_block_reduce(T v, T* sh, Op op) {
 #define NAN __builtin_nanf("")
 #endif
 #endif
+// Limits (the C headers' names; the CPU has them from <cfloat> and <climits>).
+#ifndef FLT_MAX
+#define FLT_MAX 3.40282346638528859812e+38F
+#endif
+#ifndef FLT_MIN
+#define FLT_MIN 1.17549435082228750797e-38F
+#endif
+#ifndef FLT_EPSILON
+#define FLT_EPSILON 1.1920928955078125e-07F
+#endif
+#ifndef DBL_MAX
+#define DBL_MAX 1.79769313486231570815e+308
+#endif
+#ifndef DBL_MIN
+#define DBL_MIN 2.22507385850720138309e-308
+#endif
+#ifndef DBL_EPSILON
+#define DBL_EPSILON 2.22044604925031308085e-16
+#endif
+#ifndef INT_MAX
+#define INT_MAX 2147483647
+#endif
+#ifndef INT_MIN
+#define INT_MIN (-INT_MAX - 1)
+#endif
+#ifndef UINT_MAX
+#define UINT_MAX 4294967295U
+#endif
+#ifndef LLONG_MAX
+#define LLONG_MAX 9223372036854775807LL
+#endif
+#ifndef LLONG_MIN
+#define LLONG_MIN (-LLONG_MAX - 1LL)
+#endif
+#ifndef ULLONG_MAX
+#define ULLONG_MAX 18446744073709551615ULL
+#endif
 #define XT_INF_F32 xt_bits_f32(0x7f800000u)
 #define XT_INF_F64 xt_bits_f64(0x7ff0000000000000ull)
 

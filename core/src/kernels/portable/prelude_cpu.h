@@ -65,6 +65,11 @@ inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 
 // ---- CUDA device math the C library lacks -------------------------------------------------
+// The C99 classification macros, which <cmath> turns into std:: functions.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+using std::signbit;
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
@@ -131,14 +136,15 @@ inline T xt_shfl_xor(T v, int lane_mask, int width = xt_warp_size()) {
 // Bit i = lane i's predicate (lanes that have exited give 0).
 inline unsigned long long xt_ballot(int pred) {
   const int ws = xt_warp_size();
-  unsigned long long mask = 0;
   const unsigned long long mine = pred ? 1ull : 0ull;
-  // One exchange per lane would be slow; gather every lane's bit through a prefix of
-  // exchanges instead: lane i contributes its bit at position i.
+  // One exchange per lane would be slow; gather every lane's bit through a butterfly of
+  // exchanges instead: lane i contributes its bit at position i. In a partial warp a lane
+  // whose partner is missing keeps its own value, so only lane 0 is sure to end with every
+  // bit (each bit reaches it through lanes numbered at most the bit's own): every lane takes
+  // lane 0's mask.
   unsigned long long acc = mine << xt_lane_id();
   for (int m = 1; m < ws; m *= 2) acc |= xt_cpu_shfl_from(acc, xt_lane_id() ^ m);
-  mask = acc;
-  return mask;
+  return xt_cpu_shfl_from(acc, 0);
 }
 inline int xt_any(int pred) { return xt_ballot(pred) != 0ull; }
 inline int xt_all(int pred) { return xt_ballot(!pred) == 0ull; }

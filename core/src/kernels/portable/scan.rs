@@ -157,7 +157,13 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
         || id.starts_with("__reduce_")
     {
         "use the xt_warp_* operations with converged lanes"
-    } else if upper_after("atomic") {
+    } else if id.strip_prefix("atomic").is_some_and(|r| {
+        let op = r.split('_').next().unwrap_or("");
+        matches!(
+            op,
+            "Add" | "Sub" | "Exch" | "Min" | "Max" | "Inc" | "Dec" | "CAS" | "And" | "Or" | "Xor"
+        ) && matches!(r.strip_prefix(op), Some("" | "_block" | "_system"))
+    }) {
         "use xt_atomic_add, xt_atomic_min, xt_atomic_max, xt_atomic_cas or xt_atomic_exch"
     } else if id.starts_with("__half")
         || id.starts_with("__nv_")
@@ -176,6 +182,32 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
         "use xt_warp_size()"
     } else if id.starts_with("__popc") || id.starts_with("__clz") {
         "use xt_popc, xt_popcll, xt_clz or xt_clzll"
+    } else if matches!(
+        id,
+        "__float_as_uint"
+            | "__uint_as_float"
+            | "__float_as_int"
+            | "__int_as_float"
+            | "__double_as_longlong"
+            | "__longlong_as_double"
+    ) {
+        "use xt_f32_bits, xt_bits_f32, xt_f64_bits or xt_bits_f64"
+    } else if matches!(id, "min" | "max" | "umin" | "umax" | "llmin" | "llmax") {
+        "use xt_min / xt_max (every numeric type), or fminf / fmaxf"
+    } else if matches!(id, "__ldg" | "__ldcg" | "__ldca" | "__ldcs" | "__stcg" | "__stcs") {
+        "read and write through the pointer (`const T* __restrict__` lets the compiler use the read-only path)"
+    } else if matches!(id, "printf" | "clock" | "clock64" | "__trap" | "assert" | "__brkpt") {
+        "no printing, clocks or traps in portable kernels: write to an output buffer"
+    } else if is_rounded_intrinsic(id) {
+        "explicitly rounded arithmetic is vendor-specific: write the operation (contraction is off everywhere)"
+    } else if is_vector_type(id) {
+        "vector types differ between the vendors' headers and the CPU: use arrays or separate values"
+    } else if matches!(
+        id,
+        "erfinvf" | "erfinv" | "erfcinvf" | "erfcinv" | "normcdff" | "normcdf" | "normcdfinvf"
+            | "normcdfinv" | "rcbrtf" | "rcbrt" | "sincospif" | "sincospi"
+    ) {
+        "not a C math function: the portable subset has the C library's float and double math"
     } else if id.starts_with("__builtin_") || id.starts_with("__nvvm") {
         "compiler builtins differ between NVRTC, hipRTC and the CPU compiler (bit counts: xt_popc, xt_clz)"
     } else if matches!(
@@ -188,7 +220,38 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
     })
 }
 
-/// The vendor-only constructs of `code` (user source, without the prelude), in source order:
+/// `__fadd_rn`, `__dmul_rz`, `__fmaf_rd`, ...: arithmetic with an explicit rounding mode.
+fn is_rounded_intrinsic(id: &str) -> bool {
+    let Some(r) = id.strip_prefix("__") else {
+        return false;
+    };
+    let Some((op, mode)) = r.rsplit_once('_') else {
+        return false;
+    };
+    matches!(mode, "rn" | "rz" | "ru" | "rd")
+        && (op.starts_with('f') || op.starts_with('d'))
+        && op.len() > 1
+        && op[1..].chars().all(|c| c.is_ascii_lowercase())
+}
+
+/// `float2`, `int4`, `make_uint3`, `double2`, ...: CUDA/HIP vector types.
+fn is_vector_type(id: &str) -> bool {
+    let base = id.strip_prefix("make_").unwrap_or(id);
+    let Some(n) = base.chars().last() else {
+        return false;
+    };
+    let stem = &base[..base.len() - 1];
+    matches!(n, '1'..='4')
+        && matches!(
+            stem,
+            "float" | "double" | "int" | "uint" | "short" | "ushort" | "char" | "uchar" | "long"
+                | "ulong" | "longlong" | "ulonglong" | "half" | "bfloat16"
+        )
+}
+
+/// The constructs of `code` (user source, without the prelude) outside the portable subset, in
+/// source order: kernels that cannot be launched by name everywhere ([`kernel_findings`]), and
+/// vendor-only constructs:
 /// warp intrinsics of one vendor, vendor atomics, vendor half types, vendor API calls,
 /// inline assembly, `warpSize`, `#include` (the prelude is all a kernel may include; carry
 /// headers in the program instead). Identifiers inside preprocessor directives count too.
@@ -239,6 +302,8 @@ pub fn vendor_constructs_in(code: &str, headers: &[HeaderSource]) -> Vec<Finding
             _ => {}
         }
     }
+    out.extend(kernel_findings(code));
+    out.sort_by_key(|f| f.line);
     out
 }
 
@@ -301,6 +366,12 @@ struct KernelDecl {
     start: usize,
     /// The declaration has a linkage of its own (`extern ...`), is a template, or is static.
     keeps_linkage: bool,
+    /// Why the kernel cannot be launched by its plain name on every target, if it cannot.
+    unlaunchable: Option<&'static str>,
+    /// It is a definition (a body follows its parameters), not only a declaration.
+    defines: bool,
+    /// The line of its `__global__`.
+    line: usize,
 }
 
 fn kernel_decls(code: &str) -> Vec<KernelDecl> {
@@ -337,6 +408,22 @@ fn kernel_decls(code: &str) -> Vec<KernelDecl> {
                 let keeps_linkage = head
                     .iter()
                     .any(|h| matches!(h.text, "extern" | "template" | "static"));
+                let other_linkage = head.windows(2).any(|w| {
+                    w[0].text == "extern" && w[1].kind == Kind::Str && w[1].text != "\"C\""
+                });
+                let unlaunchable = if head.iter().any(|h| h.text == "template") {
+                    Some(
+                        "a template kernel has a mangled name that differs between compilers: launch an extern \"C\" kernel that calls it",
+                    )
+                } else if head.iter().any(|h| h.text == "static") {
+                    Some("a static kernel cannot be launched by name")
+                } else if other_linkage {
+                    Some(
+                        "only C linkage (the default) gives a kernel the same name in every image; C++ names are mangled differently by each compiler",
+                    )
+                } else {
+                    None
+                };
                 // The name: the identifier before the first `(` after `__global__` that is not
                 // an attribute's (`__launch_bounds__(256)`).
                 let mut name = None;
@@ -364,7 +451,7 @@ fn kernel_decls(code: &str) -> Vec<KernelDecl> {
                             j += 1;
                             continue;
                         }
-                        name = Some(a.text.to_string());
+                        name = Some((a.text.to_string(), j + 1));
                         break;
                     }
                     if matches!(a.text, ";" | "{") {
@@ -372,11 +459,37 @@ fn kernel_decls(code: &str) -> Vec<KernelDecl> {
                     }
                     j += 1;
                 }
-                if let Some(name) = name {
+                if let Some((name, open)) = name {
+                    // After the parameters' closing parenthesis (and any attributes), a `{`
+                    // starts a definition, a `;` ends a declaration.
+                    let mut depth = 0usize;
+                    let mut k = open;
+                    while k < toks.len() {
+                        match toks[k].text {
+                            "(" => depth += 1,
+                            ")" => {
+                                depth = depth.saturating_sub(1);
+                                if depth == 0 {
+                                    break;
+                                }
+                            }
+                            _ => {}
+                        }
+                        k += 1;
+                    }
+                    let defines = toks
+                        .get(k + 1..)
+                        .unwrap_or(&[])
+                        .iter()
+                        .find(|t| matches!(t.text, "{" | ";"))
+                        .is_some_and(|t| t.text == "{");
                     out.push(KernelDecl {
                         name,
                         start: toks[s].at,
                         keeps_linkage,
+                        unlaunchable,
+                        defines,
+                        line: t.line,
                     });
                 }
             }
@@ -396,6 +509,34 @@ pub fn kernel_names(code: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The kernels of `code` that cannot be launched by their plain name on every target:
+/// templates, static kernels, kernels with a linkage other than C, and names defined more than
+/// once (overloads), each a [`Finding`] at its `__global__` line.
+pub fn kernel_findings(code: &str) -> Vec<Finding> {
+    let decls = kernel_decls(code);
+    let mut out = vec![];
+    for (i, d) in decls.iter().enumerate() {
+        if let Some(hint) = d.unlaunchable {
+            out.push(Finding {
+                line: d.line,
+                construct: format!("kernel `{}`", d.name),
+                hint,
+            });
+        } else if d.defines
+            && decls[..i]
+                .iter()
+                .any(|e| e.defines && e.name == d.name)
+        {
+            out.push(Finding {
+                line: d.line,
+                construct: format!("a second definition of kernel `{}`", d.name),
+                hint: "overloaded kernels have mangled names that differ between compilers: give each its own name",
+            });
+        }
+    }
+    out
 }
 
 /// `code` with `extern "C" ` inserted before every kernel declaration that has no linkage,
@@ -456,6 +597,61 @@ mod tests {
         let ok = "__global__ void k(float* atomic_count, int hipster, int cuda_like) {\n\
                   float v = xt_shfl_down(atomic_count[0], 1u); xt_atomic_add(atomic_count, v); }";
         assert_eq!(vendor_constructs(ok), []);
+    }
+
+    #[test]
+    fn kernels_not_launchable_by_name_everywhere_are_found() {
+        let code = "template <typename T> __global__ void t(T* x) {}\n\
+                    static __global__ void s(float* x) {}\n\
+                    extern \"C++\" __global__ void cxx(float* x) {}\n\
+                    extern \"C\" __global__ void fine(float* x) {}\n\
+                    __global__ void decl(float* x);\n\
+                    __global__ void decl(float* x) {}\n\
+                    __global__ void two(float* x) {}\n\
+                    __global__ void two(int* x) {}\n";
+        let got: Vec<(usize, String)> = vendor_constructs(code)
+            .into_iter()
+            .map(|f| (f.line, f.construct))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1, "kernel `t`".to_string()),
+                (2, "kernel `s`".to_string()),
+                (3, "kernel `cxx`".to_string()),
+                (8, "a second definition of kernel `two`".to_string()),
+            ]
+        );
+    }
+
+    #[test]
+    fn cuda_only_helpers_are_refused_and_user_names_are_not() {
+        let code = "__global__ void k(float* x, unsigned* u) {\n\
+                    u[0] = __float_as_uint(x[0]); x[1] = max(x[1], 0.0f); x[2] = __ldg(x);\n\
+                    x[3] = __fmul_rn(x[0], x[1]); float2 v = make_float2(1, 2); x[4] = erfinvf(v.x);\n\
+                    printf(\"%f\", x[0]);\n\
+                    int atomicAddCount = 0, maxv = 1, atomics = 2; x[5] = __fadd(x[0]);\n\
+                    atomicAdd_block(u, 1u); }\n";
+        let got: Vec<(usize, String)> = vendor_constructs(code)
+            .into_iter()
+            .map(|f| (f.line, f.construct))
+            .collect();
+        let names: Vec<&str> = got.iter().map(|(_, c)| c.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "__float_as_uint",
+                "max",
+                "__ldg",
+                "__fmul_rn",
+                "float2",
+                "make_float2",
+                "erfinvf",
+                "printf",
+                "atomicAdd_block"
+            ],
+            "{got:?}"
+        );
     }
 
     #[test]

@@ -278,38 +278,49 @@ pub(super) fn cross_entropy(rng: &mut CheckRng, _: u32) -> CheckResult<Vec<Case>
 }
 
 pub(super) fn ballots(rng: &mut CheckRng, lanes: u32) -> CheckResult<Vec<Case>> {
-    let lanes = lanes as usize;
-    let n = 512;
-    let mut x = uniform(rng, F32, n, -1.0, 1.0);
-    // One warp all positive, one all negative.
-    for v in x.iter_mut().skip(lanes).take(lanes) {
-        *v = v.abs() + 0.5;
+    let ws = lanes as usize;
+    let mut v = Vec::new();
+    // Whole warps, and blocks whose last warp is partial (of a size that is not a power of two).
+    for (grid, block) in [(4usize, 128usize), (3, 44), (2, 100)] {
+        let n = grid * block;
+        let mut x = uniform(rng, F32, n, -1.0, 1.0);
+        // One warp all positive, one all negative.
+        for v in x.iter_mut().skip(ws).take(ws) {
+            *v = v.abs() + 0.5;
+        }
+        for v in x.iter_mut().skip(2 * ws).take(ws) {
+            *v = -v.abs() - 0.5;
+        }
+        let per_block = block.div_ceil(ws);
+        let warps = grid * per_block;
+        let mut values = Vec::new();
+        for b in 0..grid {
+            for k in 0..per_block {
+                let lo = b * block + k * ws;
+                let hi = (lo + ws).min((b + 1) * block);
+                let pos = x[lo..hi].iter().filter(|&&v| v > 0.0).count() as i64;
+                let live = (hi - lo) as i64;
+                values.extend([pos, (pos > 0) as i64, (pos == live) as i64, live, 7]);
+            }
+        }
+        v.push(Case {
+            what: format!("ballots, {grid} blocks of {block}, {ws}-lane warps"),
+            kernel: "ballots",
+            grid: grid as u32,
+            block: block as u32,
+            shared: 0,
+            args: vec![
+                ints(DType::I32, &[-7, -7, -7, -7, 7].repeat(warps))?,
+                floats(F32, &x)?,
+            ],
+            expect: vec![Expect::Ints {
+                arg: 0,
+                dtype: DType::I32,
+                values,
+            }],
+        });
     }
-    for v in x.iter_mut().skip(2 * lanes).take(lanes) {
-        *v = -v.abs() - 0.5;
-    }
-    let warps = n / lanes;
-    let mut values = Vec::new();
-    for w in 0..warps {
-        let pos = x[w * lanes..(w + 1) * lanes]
-            .iter()
-            .filter(|&&v| v > 0.0)
-            .count() as i64;
-        values.extend([pos, (pos > 0) as i64, (pos == lanes as i64) as i64]);
-    }
-    Ok(vec![Case {
-        what: format!("ballots, {lanes}-lane warps"),
-        kernel: "ballots",
-        grid: 4,
-        block: 128,
-        shared: 0,
-        args: vec![ints(DType::I32, &vec![-7; 3 * warps])?, floats(F32, &x)?],
-        expect: vec![Expect::Ints {
-            arg: 0,
-            dtype: DType::I32,
-            values,
-        }],
-    }])
+    Ok(v)
 }
 
 pub(super) fn shuffles(rng: &mut CheckRng, lanes: u32) -> CheckResult<Vec<Case>> {
