@@ -167,6 +167,8 @@ impl Backend for HostBackend {
                 supports_graphs: true,
                 warp_size: 1,
                 launch_limits: crate::backend::LaunchLimits::PORTABLE,
+                // No memory pool: the executor keeps temp arenas with its pooled state.
+                stream_ordered_alloc: false,
             },
             memory: Arc::new(MemoryRegistry::default()),
             streams: Mutex::new(vec![]),

@@ -156,6 +156,7 @@ impl Ctx {
         }
         crate::stream::destroy_context_objects(self.id);
         crate::memory::release_context(self.id, call);
+        crate::pool::release_context(self.id, call);
         for s in self.user_streams() {
             s.shutdown();
         }

@@ -87,3 +87,12 @@ pub unsafe extern "C" fn xthunk_emu_live_allocations(bytes: *mut u64) -> u64 {
     }
     live.len() as u64
 }
+
+/// Calls that took memory from the host allocator for an emulated device since the process
+/// started: plain allocations (`cuMemAlloc*`, `hipMalloc*`, pinned and managed too) and every
+/// block a stream-ordered memory pool reserved; an allocation a pool served from memory it
+/// held is not one (see [`crate::memory::allocator_calls`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn xthunk_emu_allocator_calls() -> u64 {
+    crate::memory::allocator_calls()
+}
