@@ -324,8 +324,17 @@ impl LoadedExecutable {
     /// Issues and waits for one execution with `state` and its stream-ordered `scratch`;
     /// returns the state to the pool after a success. The scratch is freed (in its stream's
     /// order) once the streams are drained.
-    fn run(&self, run: &mut Run<'_>, mut state: ExecState, scratch: OrderedScratch) -> Result<()> {
-        let issued = run.issue_all(&mut state);
+    fn run(
+        &self,
+        run: &mut Run<'_>,
+        mut state: ExecState,
+        mut scratch: OrderedScratch,
+    ) -> Result<()> {
+        // Everything issued: the scratch goes back to the pool in stream order, so that the
+        // pool has it again once the execution completes.
+        let issued = run
+            .issue_all(&mut state)
+            .and_then(|()| scratch.free(&state));
         if let Err(e) = &issued {
             run.freeze_progress();
             // Peers waiting for this rank in a collective must not wait for the timeout.

@@ -91,12 +91,32 @@ pub(super) fn is_ordered(path: ScratchPath, arena: &TempArena) -> bool {
     path == ScratchPath::StreamOrdered && arena.memory_space == MemorySpace::Device
 }
 
-/// The stream-ordered arenas of one execution: freed in the order of the stream they were
-/// allocated on when dropped, which the executor does after the execution's streams are
-/// drained.
+/// The stream-ordered arenas of one execution, freed in the order of the first stream when
+/// dropped: by [`OrderedScratch::free`] once everything is issued (the memory goes back to
+/// the pool as the execution completes, for any user of the pool), or after the streams are
+/// drained when the execution failed.
 #[derive(Default)]
 pub(super) struct OrderedScratch {
-    _arenas: Vec<Buffer>,
+    arenas: Vec<Buffer>,
+}
+
+impl OrderedScratch {
+    /// Frees the arenas in the first stream's order after the work of every stream of
+    /// `state` issued so far (the other streams' ends are joined into the first through
+    /// events). On an error the arenas stay, to be dropped after the streams are drained.
+    pub(super) fn free(&mut self, state: &ExecState) -> Result<()> {
+        if self.arenas.is_empty() {
+            return Ok(());
+        }
+        if let Some(first) = state.streams.first() {
+            for (s, done) in state.streams[1..].iter().zip(&state.scratch_done) {
+                s.record(done.as_ref())?;
+                first.wait(done.as_ref())?;
+            }
+        }
+        self.arenas.clear();
+        Ok(())
+    }
 }
 
 /// Allocates the stream-ordered arenas of one execution of `exe` on `state`'s first stream,
@@ -136,13 +156,14 @@ pub(super) fn allocate(
             *slot = arena.ptr().offset(p.offset);
         }
     }
+    let scratch = OrderedScratch {
+        arenas: arenas.into_iter().flatten().collect(),
+    };
     if let Some(ready) = &state.scratch_ready {
         first.record(ready.as_ref())?;
         for s in &state.streams[1..] {
             s.wait(ready.as_ref())?;
         }
     }
-    Ok(OrderedScratch {
-        _arenas: arenas.into_iter().flatten().collect(),
-    })
+    Ok(scratch)
 }

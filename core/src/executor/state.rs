@@ -24,6 +24,9 @@ pub(super) struct ExecState {
     /// Recorded on the first stream after each execution's stream-ordered arenas are
     /// allocated there, for the other streams to wait for (with several streams).
     pub(super) scratch_ready: Option<Arc<dyn Event>>,
+    /// One per stream after the first, recorded at its end and waited for by the first
+    /// before the stream-ordered arenas are freed there.
+    pub(super) scratch_done: Vec<Arc<dyn Event>>,
     /// 8 bytes the host reads predicates and branch indices through.
     pub(super) scratch: Buffer,
     /// Command-buffer recordings by command-buffer id.
@@ -74,10 +77,13 @@ impl ExecState {
             }
         }
         let ordered = arenas.iter().any(Option::is_none);
-        let scratch_ready = if ordered && streams.len() > 1 {
-            Some(exe.device.create_event()?)
+        let (scratch_ready, scratch_done) = if ordered && streams.len() > 1 {
+            let done = (1..streams.len())
+                .map(|_| exe.device.create_event())
+                .collect::<Result<Vec<_>>>()?;
+            (Some(exe.device.create_event()?), done)
         } else {
-            None
+            (None, vec![])
         };
         let space = if exe
             .device
@@ -96,6 +102,7 @@ impl ExecState {
             temps,
             _arenas: arenas,
             scratch_ready,
+            scratch_done,
             scratch,
             recordings: HashMap::new(),
             tracking: vec![],

@@ -96,3 +96,15 @@ pub unsafe extern "C" fn xthunk_emu_live_allocations(bytes: *mut u64) -> u64 {
 pub extern "C" fn xthunk_emu_allocator_calls() -> u64 {
     crate::memory::allocator_calls()
 }
+
+/// Bytes the stream-ordered memory pools of every emulated device hold (reserved blocks,
+/// used or not); the bytes of those in use by live allocations go to `used` (when not null).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xthunk_emu_pool_bytes(used: *mut u64) -> u64 {
+    let (reserved, in_use) = crate::pool::held_bytes();
+    if !used.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *used = in_use };
+    }
+    reserved
+}

@@ -388,6 +388,20 @@ fn orphan(p: Arc<Pool>) {
     }
 }
 
+/// Bytes every pool holds now (reserved blocks, used or not), and of those the bytes in use.
+pub fn held_bytes() -> (u64, u64) {
+    POOLS
+        .all()
+        .into_iter()
+        .map(|(_, p)| p)
+        .chain(orphans())
+        .map(|p| {
+            let st = p.state.lock();
+            (st.reserved(), st.used())
+        })
+        .fold((0, 0), |(r, u), (a, b)| (r + a, u + b))
+}
+
 /// Releases every pool of context `ctx` (being destroyed; its live allocations were
 /// reported as leaks).
 pub fn release_context(ctx: u64, call: &str) {
