@@ -106,6 +106,40 @@ fn devices_without_memory_pools_use_the_pooled_state() {
     }
 }
 
+#[test]
+fn run_reports_the_scratch_path_and_logs_it_once() {
+    let Some(lib) = emulator_or_skip("run_reports_the_scratch_path_and_logs_it_once") else {
+        return;
+    };
+    for (pools, want) in [("1", "stream-ordered"), ("0", "pooled state")] {
+        let o = Command::new("bash")
+            .arg(root().join("ci/with-emulator.sh"))
+            .arg(env!("CARGO_BIN_EXE_xthunk"))
+            .args([
+                "-v",
+                "run",
+                "examples/transformer.txtpb",
+                "--backend",
+                "cuda",
+            ])
+            .args(["--iterations", "3"])
+            .env("XTHUNK_EMU_NO_BUILD", "1")
+            .env("XTHUNK_EMU_LIB", &lib)
+            .env("XTHUNK_EMU_MEMORY_POOLS", pools)
+            .env_remove("RUST_LOG")
+            .current_dir(root())
+            .output()
+            .unwrap();
+        let out = String::from_utf8_lossy(&o.stdout);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(o.status.success(), "{out}\n{err}");
+        assert!(out.contains(&format!("; scratch: {want}")), "{out}");
+        let logged = err.matches("temp memory on cuda devices: ").count();
+        assert_eq!(logged, 1, "the path is logged once:\n{err}");
+        assert!(err.contains(want), "{err}");
+    }
+}
+
 /// The emulator's counters, through its control API (the library ci/with-emulator.sh names
 /// in `XTHUNK_EMULATOR_LIB`, already loaded by the backend: the same instance).
 struct Counters {

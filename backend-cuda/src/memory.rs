@@ -91,6 +91,10 @@ impl Region {
     }
 }
 
+/// One driver allocation of the byte count asked (the out-of-memory error given): what to
+/// free, and its address.
+type RawAlloc<'a> = dyn Fn(u64, &dyn Fn() -> Error) -> Result<(Raw, u64)> + 'a;
+
 /// The live allocations of one device, by base address.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRegistry {
@@ -146,7 +150,7 @@ impl MemoryRegistry {
         size: u64,
         alignment: u64,
         space: MemorySpace,
-        alloc: &dyn Fn(u64, &dyn Fn() -> Error) -> Result<(Raw, u64)>,
+        alloc: &RawAlloc<'_>,
     ) -> Result<Arc<Allocation>> {
         let align = alignment.max(1);
         if !align.is_power_of_two() {

@@ -566,7 +566,7 @@ pub fn poison_pooled(base: usize, id: u64) {
 /// is not open (already closed, or the block serves a newer allocation).
 pub fn close_pooled(base: usize, id: u64, call: &str) -> bool {
     with(|r| {
-        if !r.live.get(&base).is_some_and(|i| i.id == id) {
+        if r.live.get(&base).is_none_or(|i| i.id != id) {
             return false;
         }
         let Some(mut info) = r.live.remove(&base) else {
