@@ -11,7 +11,8 @@
 //! once (a pointer that is not a live pool allocation is an invalid or double free) and
 //! takes effect in the stream's order: work queued before it on that stream still runs on
 //! the memory, work that runs after it reads freed memory (a use after free), until a later
-//! allocation reuses the block. When a free takes effect, the pool's unused memory above its
+//! allocation reuses the block; it takes effect even after the stream failed (the program
+//! gave the memory back, whatever its work did). When a free takes effect, the pool's unused memory above its
 //! release threshold (attribute 4, 0 by default) goes back to the host allocator — at once,
 //! where the drivers wait for the next synchronization: a caller that keeps memory only by
 //! the threshold sees the same either way.
@@ -351,7 +352,7 @@ pub fn free(ptr: usize, s: &Arc<StreamCore>, call: &'static str) -> EmuResult<()
     }
     drop(st);
     let pool = p.clone();
-    let work = stream::Work::Host(Arc::new(move |call: &str| {
+    let work = stream::Work::Release(Arc::new(move |call: &str| {
         pool.retire(ptr, id, call);
         Ok(())
     }));

@@ -10,7 +10,7 @@ use common::{Cuda, hok, ok, serial, set, take};
 use std::ffi::c_void;
 use xthunk_emulator::diag::Kind;
 use xthunk_emulator::error::cu;
-use xthunk_emulator::memory::{FREED, POISON, allocator_calls};
+use xthunk_emulator::memory::{FREED, POISON, allocation_at, allocator_calls};
 use xthunk_emulator::{cuda, hip, pool};
 
 /// A pool of the current context's device (0) with `threshold` as its release threshold.
@@ -156,6 +156,8 @@ fn frees_take_effect_in_stream_order_and_bad_frees_are_errors() {
     let a = alloc_async(p, 64, s);
     ok(c.memset8(a, 7, 64, s), "memset before the free");
     ok(c.copy(out, a, 64, s), "copy before the free");
+    // Allocated before the free (after it, the same stream would reuse `a`'s block).
+    let late = alloc_async(p, 128, s);
     // SAFETY: a live pool allocation.
     ok(unsafe { cuda::cuMemFreeAsync(a, s) }, "free");
     // SAFETY: freed once already.
@@ -167,8 +169,18 @@ fn frees_take_effect_in_stream_order_and_bad_frees_are_errors() {
         "a free not yet run on another stream is not reused"
     );
     ok(c.memset8(a, 9, 64, s), "queued after the free");
+    // A free queued after the failure still takes effect.
+    // SAFETY: a live pool allocation.
+    ok(
+        unsafe { cuda::cuMemFreeAsync(late, s) },
+        "free after the failure",
+    );
     assert_ne!(c.sync(s), 0, "the memset after the free fails when it runs");
     assert_eq!(take(Kind::UseAfterFree).len(), 1);
+    assert!(
+        allocation_at(late as usize).is_none(),
+        "the later free took effect"
+    );
     // SAFETY: `out` is a live 64-byte allocation, its copy complete.
     let copied = unsafe { std::slice::from_raw_parts(out as usize as *const u8, 64) };
     assert!(copied.iter().all(|&x| x == 7));
