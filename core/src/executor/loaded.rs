@@ -322,8 +322,8 @@ impl LoadedExecutable {
     }
 
     /// Issues and waits for one execution with `state` and its stream-ordered `scratch`;
-    /// returns the state to the pool after a success. The scratch is freed (in its stream's
-    /// order) once the streams are drained.
+    /// returns the state to the pool after a success. The scratch is freed in its stream's
+    /// order once everything is issued, or after the streams are drained when issuing failed.
     fn run(
         &self,
         run: &mut Run<'_>,
