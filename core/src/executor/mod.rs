@@ -43,6 +43,8 @@ mod progress;
 mod run;
 mod schedule;
 mod scratch;
+#[cfg(test)]
+mod scratch_tests;
 pub mod spmd;
 mod state;
 mod temps;
