@@ -1,8 +1,10 @@
 //! Stream-ordered scratch on emulated CUDA and ROCm (tests/emulator): the transformer
 //! example (many temps) executed repeatedly takes its temp arenas from the device's memory
-//! pool (the capability is on, the executable says so), makes no driver allocator call after
-//! its first execution, leaves the memory in the pool for a second executable, and gives
-//! the host backend's results; on devices without memory pools (`XTHUNK_EMU_MEMORY_POOLS=0`)
+//! pool (the capability is on, the executable says so), on two streams, on one, and as an
+//! implicit command buffer (recorded once with the pool's addresses, then replayed), makes no
+//! driver allocator call after its first execution, leaves the memory in the pool for a
+//! second executable (which holds none of it between executions), and gives the host
+//! backend's results; on devices without memory pools (`XTHUNK_EMU_MEMORY_POOLS=0`)
 //! the executor takes the fallback (arenas kept with the pooled state), with the same
 //! results and no pool memory at all.
 //!
@@ -15,7 +17,9 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Arc;
 use xthunk::core::executor::{ExecutorConfig, ScratchPath};
+use xthunk::core::trace::{CommandBufferNote, TraceConfig, Tracer};
 use xthunk::{BackendChoice, ExecuteOptions, LoadedExecutable, Runtime};
 
 fn root() -> &'static Path {
@@ -235,7 +239,17 @@ fn child() {
     let device = b.device(0).unwrap();
     assert!(device.info().emulated);
     assert_eq!(device.capabilities().stream_ordered_alloc, pools);
-    for config in [ExecutorConfig::default(), ExecutorConfig::in_order()] {
+    // Two streams (the transformer's schedule is not a chain), one stream, and one stream as
+    // an implicit command buffer (recorded with the pool's addresses, then replayed).
+    let recorded = ExecutorConfig {
+        auto_command_buffer: true,
+        ..ExecutorConfig::in_order()
+    };
+    for config in [
+        ExecutorConfig::default(),
+        ExecutorConfig::in_order(),
+        recorded,
+    ] {
         let exe = LoadedExecutable::load_with(device.clone(), program.clone(), &config).unwrap();
         let want = if pools {
             ScratchPath::StreamOrdered
@@ -253,9 +267,15 @@ fn child() {
         let outputs = exe.allocate_outputs().unwrap();
         let pr: Vec<&dyn xthunk::DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
         let or: Vec<&dyn xthunk::DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+        let info = exe.schedule_info();
+        let tracer = Arc::new(Tracer::new(TraceConfig::default()));
+        let opts = ExecuteOptions {
+            trace: Some(tracer.clone()),
+            ..Default::default()
+        };
         let mut calls = vec![];
         for _ in 0..5 {
-            exe.execute(&pr, &or, &ExecuteOptions::default()).unwrap();
+            exe.execute(&pr, &or, &opts).unwrap();
             calls.push(counters.allocator_calls());
             let mut got = vec![0u8; outputs[0].size() as usize];
             device.copy_to_host(outputs[0].ptr(), &mut got).unwrap();
@@ -272,6 +292,24 @@ fn child() {
             calls.windows(2).all(|w| w[0] == w[1]),
             "{backend} {config:?}: allocator calls after each execution: {calls:?}"
         );
+        if info.implicit_command_buffer {
+            // Recorded once with the pool's addresses, then replayed: the pool hands the same
+            // memory back, so no execution had to re-record (or fell back to direct).
+            let notes: Vec<CommandBufferNote> = tracer
+                .executions()
+                .iter()
+                .map(|e| e.thunks[0].command_buffer)
+                .collect();
+            println!("{backend}: implicit command buffer: {notes:?}");
+            assert_eq!(notes.len(), 5);
+            assert_eq!(notes[0], CommandBufferNote::Recorded, "{notes:?}");
+            assert!(
+                notes[1..].iter().all(|n| *n == CommandBufferNote::Replayed),
+                "{notes:?}"
+            );
+        } else {
+            assert!(!info.sequential || !config.auto_command_buffer, "{info:?}");
+        }
         let (held, used) = counters.pool_bytes();
         println!(
             "{backend} {config:?}: allocator calls after each of 5 executions {calls:?}; \
