@@ -1,6 +1,7 @@
 //! Tests of stream-ordered scratch on the host backend: a host device wrapped to declare
 //! `stream_ordered_alloc`, whose streams allocate with the host's allocator and free in
-//! stream order (the free runs on the stream, after the work queued before it). A program
+//! stream order (the free runs on the stream, after the work queued before it, and fills the
+//! memory with NaN first, so that a free before other streams are done shows in results). A program
 //! on several streams gives the plain host's results, allocates its arenas at every
 //! execution, and has freed them all once the device is idle; the fallback keeps them.
 
@@ -70,7 +71,13 @@ impl Drop for Ordered {
     fn drop(&mut self) {
         let (buf, counts) = (self.buf.clone(), self.counts.clone());
         let free: HostWork = Arc::new(move || {
-            if buf.lock().take().is_some() {
+            if let Some(b) = buf.lock().take() {
+                // Freed memory reads as NaN: work of another stream still using it (a free
+                // before the executor joined the streams) gives wrong results.
+                let n = usize::try_from(b.size()).unwrap_or(0);
+                // SAFETY: `b` is a live host allocation of `n` bytes at this address, owned
+                // here; once freed nothing may touch it (what the test checks).
+                unsafe { std::ptr::write_bytes(b.ptr().0 as usize as *mut u8, 0xff, n) };
                 counts.live.fetch_sub(1, Ordering::SeqCst);
             }
             Ok(())
@@ -207,8 +214,8 @@ fn input(n: u64) -> Vec<u8> {
 
 #[test]
 fn arenas_come_from_the_pool_at_every_execution_on_several_streams() {
-    let n = 4096u64;
-    let program = crate::bench::wide_dag(n, 4).unwrap();
+    let n = 1u64 << 16;
+    let program = crate::bench::wide_dag(n, 64).unwrap();
     let x = input(n * crate::bench::WIDE_CHAINS);
     let host = HostBackend::new().device(0).unwrap();
     let plain = LoadedExecutable::load(host, program.clone()).unwrap();
