@@ -324,11 +324,13 @@ pub(crate) fn capture(
     }
     // SAFETY: the driver's array of `size` = 1 body graph, valid while the node lives.
     let body_graph = unsafe { *out };
+    // A capturing body stream: never allocates in stream order (no pool).
     let child = CudaStream::new(
         s.ctx.clone(),
         s.memory.clone(),
         s.blas.clone(),
         s.conditional.clone(),
+        None,
     )?;
     let craw = child.raw;
     // SAFETY: the new stream is live and idle; the body graph is live and empty.

@@ -22,6 +22,7 @@ use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::memory::{CudaBuffer, MemoryRegistry};
 use crate::module::StandardModule;
+use crate::pool::MemPool;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
 use crate::stream::{CudaEvent, CudaStream};
 use crate::sys::{self, CUdevice_attribute, CUresult};
@@ -47,6 +48,8 @@ struct DeviceProps {
     cc: (i32, i32),
     warp_size: u32,
     managed: bool,
+    /// The driver reports stream-ordered memory pools for the device.
+    memory_pools: bool,
     launch_limits: LaunchLimits,
 }
 
@@ -194,6 +197,9 @@ fn query_devices() -> Result<Vec<DeviceProps>> {
         let sms = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?;
         let warp = attribute(dev, A::CU_DEVICE_ATTRIBUTE_WARP_SIZE)?;
         let managed = attribute(dev, A::CU_DEVICE_ATTRIBUTE_MANAGED_MEMORY)? != 0;
+        // An attribute older drivers may not know: not an error, just no pools.
+        let memory_pools =
+            attribute(dev, A::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED).is_ok_and(|v| v != 0);
         out.push(DeviceProps {
             dev,
             info: DeviceInfo {
@@ -208,6 +214,7 @@ fn query_devices() -> Result<Vec<DeviceProps>> {
             cc: (major, minor),
             warp_size: warp.max(1) as u32,
             managed,
+            memory_pools,
             launch_limits: launch_limits(dev)?,
         });
     }
@@ -297,6 +304,8 @@ pub struct CudaDevice {
     standard: StandardModule,
     /// The set-condition kernels (conditional graph nodes), built on first use.
     conditional: Arc<ConditionalSlot>,
+    /// The device's memory pool for stream-ordered allocation, where it has one.
+    pool: Option<Arc<MemPool>>,
 }
 
 impl CudaDevice {
@@ -331,6 +340,16 @@ impl CudaDevice {
         if props.managed {
             memory_spaces.push(MemorySpace::Unified);
         }
+        let pool = match MemPool::create(&ctx, props.dev, props.memory_pools) {
+            Ok(p) => Some(p),
+            Err(why) => {
+                tracing::info!(
+                    device = %props.info.name,
+                    "no stream-ordered allocation: {why}"
+                );
+                None
+            }
+        };
         Ok(CudaDevice {
             caps: Capabilities {
                 memory_spaces,
@@ -338,6 +357,7 @@ impl CudaDevice {
                 supports_graphs: true,
                 warp_size: props.warp_size,
                 launch_limits: props.launch_limits,
+                stream_ordered_alloc: pool.is_some(),
             },
             memory: Arc::new(MemoryRegistry::default()),
             blas: Arc::new(BlasSlot::new(blas_lib, ctx.clone(), props.cc)),
@@ -345,6 +365,7 @@ impl CudaDevice {
             info: props.info,
             standard: StandardModule::default(),
             conditional: Arc::default(),
+            pool,
         })
     }
 
@@ -397,6 +418,7 @@ impl Device for CudaDevice {
             self.memory.clone(),
             self.blas.clone(),
             self.conditional.clone(),
+            self.pool.clone(),
         )?))
     }
 

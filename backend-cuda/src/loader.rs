@@ -477,6 +477,11 @@ mod tests {
         "cuStreamBeginCaptureToGraph",
         "cuGraphConditionalHandleCreate",
         "cuGraphAddNode",
+        "cuMemPoolCreate",
+        "cuMemPoolDestroy",
+        "cuMemPoolSetAttribute",
+        "cuMemAllocFromPoolAsync",
+        "cuMemFreeAsync",
     ];
 
     /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
@@ -493,6 +498,7 @@ mod tests {
             include_str!("module.rs"),
             include_str!("blas.rs"),
             include_str!("conditional.rs"),
+            include_str!("pool.rs"),
         ];
         let mut used = std::collections::BTreeSet::new();
         for s in sources {
@@ -516,6 +522,12 @@ mod tests {
                 .iter()
                 .all(|s| GUARDED_DRIVER_SYMBOLS.contains(s)),
             "a conditional-node symbol is not listed as guarded"
+        );
+        assert!(
+            crate::pool::POOL_DRIVER_SYMBOLS
+                .iter()
+                .all(|s| GUARDED_DRIVER_SYMBOLS.contains(s)),
+            "a memory-pool symbol is not listed as guarded"
         );
         assert!(
             GUARDED_DRIVER_SYMBOLS

@@ -7,11 +7,15 @@
 //! address, equal to the host address under unified addressing); `Unified` ->
 //! `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; `Collective` -> `cuMemAlloc` (plain device
 //! memory is valid for NCCL; symmetric-window registration belongs to the collectives
-//! layer). Alignment: the driver's own (256 bytes for device memory, a page for pinned) when
+//! layer); stream-ordered device memory -> `cuMemAllocFromPoolAsync` from the device's pool
+//! ([`crate::pool`]), freed with `cuMemFreeAsync` on the stream it was allocated on (the
+//! allocation keeps that stream alive). Alignment: the driver's own (256 bytes for device memory, a page for pinned) when
 //! it suffices, else the allocation is padded and the returned address rounded up.
 
 use crate::context::DeviceContext;
+use crate::pool::MemPool;
 use crate::result::{cu, cu_error};
+use crate::stream::RawStream;
 use crate::sys::{self, CUresult};
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -25,6 +29,12 @@ use xthunk_core::{Error, Result};
 enum Raw {
     Device(sys::CUdeviceptr),
     Pinned(*mut c_void),
+    /// From `pool`, in the order of `stream`.
+    Pooled {
+        ptr: sys::CUdeviceptr,
+        stream: Arc<RawStream>,
+        _pool: Arc<MemPool>,
+    },
 }
 
 /// One allocation; freed when the last reference goes (the owner's [`CudaBuffer`] and any
@@ -50,13 +60,7 @@ unsafe impl Sync for Allocation {}
 impl Drop for Allocation {
     fn drop(&mut self) {
         // The free functions synchronize with work still using the memory.
-        let r = self.ctx.bind().and_then(|()| match self.raw {
-            // SAFETY: `p` came from cuMemAlloc_v2 / cuMemAllocManaged in this context and is
-            // freed exactly once, here.
-            Raw::Device(p) => cu("cuMemFree_v2", unsafe { sys::cuMemFree_v2(p) }),
-            // SAFETY: `p` came from cuMemAllocHost_v2 in this context, freed once, here.
-            Raw::Pinned(p) => cu("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) }),
-        });
+        let r = self.ctx.bind().and_then(|()| free(&self.raw));
         if let Err(e) = r {
             tracing::error!("freeing {} bytes of {} memory: {e}", self.size, self.space);
         }
@@ -87,6 +91,10 @@ impl Region {
     }
 }
 
+/// One driver allocation of the byte count asked (the out-of-memory error given): what to
+/// free, and its address.
+type RawAlloc<'a> = dyn Fn(u64, &dyn Fn() -> Error) -> Result<(Raw, u64)> + 'a;
+
 /// The live allocations of one device, by base address.
 #[derive(Debug, Default)]
 pub(crate) struct MemoryRegistry {
@@ -108,6 +116,42 @@ impl MemoryRegistry {
         alignment: u64,
         space: MemorySpace,
     ) -> Result<Arc<Allocation>> {
+        self.allocate_with(ctx, size, alignment, space, &|n, oom| {
+            raw_alloc(space, n, oom)
+        })
+    }
+
+    /// Allocates `size` bytes of device memory from `pool` in the order of `stream`.
+    pub(crate) fn allocate_pooled(
+        &self,
+        ctx: &Arc<DeviceContext>,
+        size: u64,
+        alignment: u64,
+        pool: &Arc<MemPool>,
+        stream: &Arc<RawStream>,
+    ) -> Result<Arc<Allocation>> {
+        self.allocate_with(ctx, size, alignment, MemorySpace::Device, &|n, oom| {
+            let bytes = usize::try_from(n).map_err(|_| oom())?;
+            let ptr = pool.allocate(bytes, stream.raw, oom)?;
+            let raw = Raw::Pooled {
+                ptr,
+                stream: stream.clone(),
+                _pool: pool.clone(),
+            };
+            Ok((raw, ptr))
+        })
+    }
+
+    /// Allocates `size` bytes of `space` with `alloc` (which takes the byte count to ask the
+    /// driver for), aligned, registered and counted.
+    fn allocate_with(
+        &self,
+        ctx: &Arc<DeviceContext>,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+        alloc: &RawAlloc<'_>,
+    ) -> Result<Arc<Allocation>> {
         let align = alignment.max(1);
         if !align.is_power_of_two() {
             return Err(Error::InvalidArgument(format!(
@@ -121,14 +165,14 @@ impl MemoryRegistry {
         };
         ctx.bind()?;
         let want = size.max(1);
-        let (raw, addr) = raw_alloc(space, want, oom)?;
+        let (raw, addr) = alloc(want, &oom)?;
         let (raw, base) = if addr % align == 0 {
             (raw, addr)
         } else {
             // Pad and round up.
             free_raw(&raw);
             let padded = want.checked_add(align).ok_or_else(oom)?;
-            let (raw, addr) = raw_alloc(space, padded, oom)?;
+            let (raw, addr) = alloc(padded, &oom)?;
             match align_up(addr, align) {
                 Some(base) => (raw, base),
                 None => {
@@ -171,7 +215,7 @@ impl MemoryRegistry {
 }
 
 /// One driver allocation of `size` bytes in `space`: what to free, and its device address.
-fn raw_alloc(space: MemorySpace, size: u64, oom: impl Fn() -> Error) -> Result<(Raw, u64)> {
+fn raw_alloc(space: MemorySpace, size: u64, oom: &dyn Fn() -> Error) -> Result<(Raw, u64)> {
     let bytes = usize::try_from(size).map_err(|_| oom())?;
     let check = |call: &str, r: CUresult| -> Result<()> {
         match r {
@@ -216,15 +260,22 @@ fn raw_alloc(space: MemorySpace, size: u64, oom: impl Fn() -> Error) -> Result<(
     }
 }
 
-/// Frees a raw allocation made by [`raw_alloc`] that was never registered.
+/// Gives a driver allocation back (the context is current): device and pinned memory after
+/// the work using it (the free functions synchronize), pool memory in its stream's order.
+fn free(raw: &Raw) -> Result<()> {
+    match raw {
+        // SAFETY: `p` came from cuMemAlloc_v2 / cuMemAllocManaged in this context and is
+        // freed exactly once (by the allocation that owns it, or unregistered, right away).
+        Raw::Device(p) => cu("cuMemFree_v2", unsafe { sys::cuMemFree_v2(*p) }),
+        // SAFETY: `p` came from cuMemAllocHost_v2 in this context, freed once, as above.
+        Raw::Pinned(p) => cu("cuMemFreeHost", unsafe { sys::cuMemFreeHost(*p) }),
+        Raw::Pooled { ptr, stream, .. } => crate::pool::free(*ptr, stream.raw),
+    }
+}
+
+/// Frees a raw allocation that was never registered.
 fn free_raw(raw: &Raw) {
-    let r = match *raw {
-        // SAFETY: `p` came from the driver's allocator and is freed once, here.
-        Raw::Device(p) => cu("cuMemFree_v2", unsafe { sys::cuMemFree_v2(p) }),
-        // SAFETY: as above, for pinned memory.
-        Raw::Pinned(p) => cu("cuMemFreeHost", unsafe { sys::cuMemFreeHost(p) }),
-    };
-    if let Err(e) = r {
+    if let Err(e) = free(raw) {
         tracing::error!("{e}");
     }
 }

@@ -11,15 +11,17 @@ use crate::blas::BlasSlot;
 use crate::conditional::{self, ConditionalSlot};
 use crate::context::DeviceContext;
 use crate::graph::CudaGraph;
+use crate::memory::CudaBuffer;
 use crate::memory::MemoryRegistry;
 use crate::module::{self, CudaKernel};
+use crate::pool::MemPool;
 use crate::result::{cu, cu_error};
 use crate::sys::{self, CUresult, CUstreamCaptureMode};
 use std::any::Any;
 use std::sync::Arc;
 use xthunk_core::backend::{
-    ConditionHandle, ConditionalKind, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg,
-    LaunchDims, SetCondition, Stream,
+    Buffer, ConditionHandle, ConditionalKind, DevicePtr, Event, GemmLaunch, Graph, KernelHandle,
+    LaunchArg, LaunchDims, SetCondition, Stream,
 };
 use xthunk_core::ir::MemsetPattern;
 use xthunk_core::{Error, Result};
@@ -42,13 +44,46 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
     s.ctx.bind()
 }
 
+/// A `CUstream`, destroyed when the last owner goes: its [`CudaStream`] and the
+/// stream-ordered allocations made on it (freed in its order).
+#[derive(Debug)]
+pub(crate) struct RawStream {
+    pub(crate) raw: sys::CUstream,
+    ctx: Arc<DeviceContext>,
+}
+
+// SAFETY: a CUstream may be used from any thread once its context is current; the handle is
+// immutable after creation and destroyed once, in `drop`.
+unsafe impl Send for RawStream {}
+// SAFETY: as above; the driver serializes concurrent submissions to one stream.
+unsafe impl Sync for RawStream {}
+
+impl Drop for RawStream {
+    fn drop(&mut self) {
+        // Work already queued still completes after cuStreamDestroy.
+        let r = self.ctx.bind().and_then(|()| {
+            // SAFETY: `raw` was created by cuStreamCreate and is destroyed once, here.
+            cu("cuStreamDestroy_v2", unsafe {
+                sys::cuStreamDestroy_v2(self.raw)
+            })
+        });
+        if let Err(e) = r {
+            tracing::error!("{e}");
+        }
+    }
+}
+
 /// A CUDA stream.
 pub struct CudaStream {
     pub(crate) ctx: Arc<DeviceContext>,
+    /// `owner.raw`.
     pub(crate) raw: sys::CUstream,
+    owner: Arc<RawStream>,
     pub(crate) memory: Arc<MemoryRegistry>,
     pub(crate) blas: Arc<BlasSlot>,
     pub(crate) conditional: Arc<ConditionalSlot>,
+    /// The device's memory pool, where it has one (stream-ordered allocation).
+    pool: Option<Arc<MemPool>>,
 }
 
 // SAFETY: a CUstream may be used from any thread once its context is made current, which
@@ -65,21 +100,6 @@ impl std::fmt::Debug for CudaStream {
     }
 }
 
-impl Drop for CudaStream {
-    fn drop(&mut self) {
-        // Work already queued still completes after cuStreamDestroy.
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `raw` was created by cuStreamCreate and is destroyed once, here.
-            cu("cuStreamDestroy_v2", unsafe {
-                sys::cuStreamDestroy_v2(self.raw)
-            })
-        });
-        if let Err(e) = r {
-            tracing::error!("{e}");
-        }
-    }
-}
-
 fn cuda_event(event: &dyn Event) -> Result<&CudaEvent> {
     event
         .as_any()
@@ -93,6 +113,7 @@ impl CudaStream {
         memory: Arc<MemoryRegistry>,
         blas: Arc<BlasSlot>,
         conditional: Arc<ConditionalSlot>,
+        pool: Option<Arc<MemPool>>,
     ) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::CUstream = std::ptr::null_mut();
@@ -100,12 +121,18 @@ impl CudaStream {
         cu("cuStreamCreate", unsafe {
             sys::cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
         })?;
+        let owner = Arc::new(RawStream {
+            raw,
+            ctx: ctx.clone(),
+        });
         Ok(CudaStream {
             ctx,
             raw,
+            owner,
             memory,
             blas,
             conditional,
+            pool,
         })
     }
 
@@ -271,6 +298,22 @@ impl Stream for CudaStream {
             return Ok(Arc::new(CudaGraph::update(prev, graph)?));
         }
         Ok(Arc::new(CudaGraph::instantiate(self.ctx.clone(), graph)?))
+    }
+
+    fn allocate_ordered(&self, size: u64, alignment: u64) -> Result<Buffer> {
+        let Some(pool) = &self.pool else {
+            return Err(Error::Unsupported {
+                backend: crate::result::BACKEND.into(),
+                feature: format!("stream-ordered allocation on {}", self.ctx.name),
+            });
+        };
+        let alloc = self
+            .memory
+            .allocate_pooled(&self.ctx, size, alignment, pool, &self.owner)?;
+        Ok(Box::new(CudaBuffer {
+            alloc,
+            registry: self.memory.clone(),
+        }))
     }
 
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {

@@ -16,6 +16,7 @@ use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
 use crate::memory::{MemoryRegistry, RocmBuffer};
 use crate::module;
+use crate::pool::MemPool;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
 use crate::stream::{RocmEvent, RocmStream};
 use crate::sys;
@@ -136,6 +137,8 @@ struct Probed {
     arch: Target,
     warp_size: u32,
     managed_memory: bool,
+    /// The runtime reports stream-ordered memory pools for the device.
+    memory_pools: bool,
     launch_limits: LaunchLimits,
 }
 
@@ -257,6 +260,8 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
     };
     let warp_size = attr(sys::hipDeviceAttributeWarpSize)?;
     let managed = attr(sys::hipDeviceAttributeManagedMemory).unwrap_or(0) != 0;
+    // An attribute older runtimes may not know: not an error, just no pools.
+    let memory_pools = attr(sys::hipDeviceAttributeMemoryPoolsSupported).unwrap_or(0) != 0;
     let arch_name = gcn_arch_name(hip, ordinal)?;
     let arch = Target::parse(&arch_name).map_err(|e| e.to_string())?;
     // The driver emulator (tests/emulator) names its devices "… (xthunk emulated)", as the
@@ -279,6 +284,7 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
         arch,
         warp_size: warp_size.max(1) as u32,
         managed_memory: managed,
+        memory_pools,
         launch_limits,
     })
 }
@@ -382,6 +388,13 @@ impl Backend for RocmBackend {
             p.managed_memory,
             rt.compiler.clone(),
         ));
+        let pool = match MemPool::create(&ctx, p.memory_pools) {
+            Ok(pool) => Some(pool),
+            Err(why) => {
+                tracing::info!(device = %p.info.name, "no stream-ordered allocation: {why}");
+                None
+            }
+        };
         let d = Arc::new(RocmDevice {
             caps: Capabilities {
                 memory_spaces,
@@ -393,12 +406,14 @@ impl Backend for RocmBackend {
                 supports_graphs: rt.hip.api.has_graphs(),
                 warp_size: p.warp_size,
                 launch_limits: p.launch_limits,
+                stream_ordered_alloc: pool.is_some(),
             },
             info: p.info.clone(),
             ctx,
             memory: Arc::new(MemoryRegistry::default()),
             blas,
             streams: Mutex::new(Vec::new()),
+            pool,
         });
         if let Some(slot) = devs.get_mut(ordinal) {
             *slot = Some(d.clone());
@@ -416,6 +431,8 @@ pub struct RocmDevice {
     info: DeviceInfo,
     caps: Capabilities,
     streams: Mutex<Vec<Weak<RocmStream>>>,
+    /// The device's memory pool for stream-ordered allocation, where it has one.
+    pool: Option<Arc<MemPool>>,
 }
 
 impl RocmDevice {
@@ -455,6 +472,7 @@ impl Device for RocmDevice {
             self.ctx.clone(),
             self.memory.clone(),
             self.blas.clone(),
+            self.pool.clone(),
         )?);
         let mut streams = self.streams.lock();
         streams.retain(|w| w.strong_count() > 0);

@@ -18,6 +18,7 @@
 //! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
 //! - [`device`]: the backend (probing) and its devices;
 //! - [`memory`]: allocations and the registry every pointer range is checked against;
+//! - `pool`: the device's memory pool for stream-ordered allocation (`hipMallocFromPoolAsync`);
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
 //! - [`compile`]: the runtime compiler (hipRTC, comgr's ISA list) and its disk cache;
@@ -43,6 +44,7 @@ pub mod image;
 pub mod loader;
 pub mod memory;
 pub mod module;
+mod pool;
 pub mod result;
 pub mod stream;
 pub mod sys;

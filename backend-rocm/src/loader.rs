@@ -153,6 +153,12 @@ symbol_table! {
             hipGraphGetNodes: sys::hipGraphGetNodes_t,
             hipGraphDestroy: sys::hipGraphDestroy_t,
             hipGraphExecDestroy: sys::hipGraphExecDestroy_t,
+            // Stream-ordered allocation (ROCm >= 5.1): without them, no memory pools.
+            hipMemPoolCreate: sys::hipMemPoolCreate_t,
+            hipMemPoolDestroy: sys::hipMemPoolDestroy_t,
+            hipMemPoolSetAttribute: sys::hipMemPoolSetAttribute_t,
+            hipMallocFromPoolAsync: sys::hipMallocFromPoolAsync_t,
+            hipFreeAsync: sys::hipFreeAsync_t,
             // Exported only by xthunk's driver emulator (tests/emulator, its control API):
             // its devices are labelled emulated everywhere.
             xthunk_emu_version: sys::xthunk_emu_version_t,

@@ -4,10 +4,14 @@
 //!
 //! Alignment: HIP returns device and managed memory aligned to at least 256 bytes and pinned
 //! host memory to a page; a larger requested alignment is met by over-allocating and handing
-//! out the aligned address inside.
+//! out the aligned address inside. Stream-ordered device memory comes from the device's pool
+//! ([`crate::pool`], `hipMallocFromPoolAsync`) and goes back with `hipFreeAsync` on the
+//! stream it was allocated on (the allocation keeps that stream alive).
 
 use crate::context::DeviceContext;
-use crate::result::{hip_describe, unsupported};
+use crate::pool::MemPool;
+use crate::result::{self, hip_describe, unsupported};
+use crate::stream::RawStream;
 use crate::sys;
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -22,12 +26,17 @@ const DEVICE_ALIGNMENT: u64 = 256;
 const HOST_ALIGNMENT: u64 = 4096;
 
 /// How an allocation is released.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum Release {
     /// `hipFree` (device and managed memory).
     Free,
     /// `hipHostFree`.
     HostFree,
+    /// `hipFreeAsync` on `stream`, back into `pool`.
+    Pooled {
+        stream: Arc<RawStream>,
+        pool: Arc<MemPool>,
+    },
 }
 
 /// One live HIP allocation, freed when the last reference goes.
@@ -67,20 +76,21 @@ impl Drop for Allocation {
             tracing::warn!("freeing memory: {e}");
         }
         // SAFETY: `raw` came from the matching HIP allocator and is freed exactly once, here.
-        // hipFree/hipHostFree wait for work still using the memory to finish.
-        let rc = unsafe {
-            match self.release {
-                Release::Free => (api.hipFree)(self.raw),
-                Release::HostFree => (api.hipHostFree)(self.raw),
+        // hipFree/hipHostFree wait for work still using the memory to finish; hipFreeAsync
+        // frees after the work queued on its stream.
+        let freed = unsafe {
+            match &self.release {
+                Release::Free => result::hip("hipFree", (api.hipFree)(self.raw)),
+                Release::HostFree => result::hip("hipHostFree", (api.hipHostFree)(self.raw)),
+                Release::Pooled { stream, pool } => pool.free(self.raw, stream.raw),
             }
         };
-        if rc != sys::hipSuccess {
+        if let Err(e) = freed {
             tracing::warn!(
-                "freeing {} bytes of {} memory at {:#x}: {}",
+                "freeing {} bytes of {} memory at {:#x}: {e}",
                 self.size,
                 self.space,
                 self.addr,
-                hip_describe(rc)
             );
         }
         self.accounting.sub(self.space, self.size);
@@ -177,7 +187,7 @@ impl MemoryRegistry {
         // Pinned host memory: the address the device uses (the same one with unified
         // addressing, which ROCm always has).
         let mut base = raw as u64;
-        if release == Release::HostFree {
+        if matches!(release, Release::HostFree) {
             let mut dev: *mut c_void = std::ptr::null_mut();
             // SAFETY: `raw` is a live mapped pinned allocation; writes one pointer.
             let rc = unsafe { (api.hipHostGetDevicePointer)(&mut dev, raw, 0) };
@@ -200,6 +210,55 @@ impl MemoryRegistry {
             space,
             raw,
             release,
+            ctx: ctx.clone(),
+            accounting: self.accounting.clone(),
+        });
+        self.allocations.insert(addr, size, a.clone());
+        Ok(a)
+    }
+
+    /// Allocates `size` bytes of device memory aligned to `alignment` from `pool`, in the
+    /// order of `stream`.
+    pub(crate) fn allocate_pooled(
+        &self,
+        ctx: &Arc<DeviceContext>,
+        size: u64,
+        alignment: u64,
+        pool: &Arc<MemPool>,
+        stream: &Arc<RawStream>,
+    ) -> Result<Arc<Allocation>> {
+        let space = MemorySpace::Device;
+        let oom = || Error::OutOfMemory {
+            device: ctx.name.clone(),
+            requested: size,
+            space,
+        };
+        let alignment = alignment.max(1);
+        if !alignment.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "alignment {alignment} is not a power of two"
+            )));
+        }
+        let extra = if alignment > DEVICE_ALIGNMENT {
+            alignment
+        } else {
+            0
+        };
+        let bytes = size.max(1).checked_add(extra).ok_or_else(oom)?;
+        let bytes = usize::try_from(bytes).map_err(|_| oom())?;
+        ctx.bind()?;
+        let raw = pool.allocate(bytes, stream.raw, oom)?;
+        let addr = (raw as u64).next_multiple_of(alignment);
+        self.accounting.add(space, size);
+        let a = Arc::new(Allocation {
+            addr,
+            size,
+            space,
+            raw,
+            release: Release::Pooled {
+                stream: stream.clone(),
+                pool: pool.clone(),
+            },
             ctx: ctx.clone(),
             accounting: self.accounting.clone(),
         });

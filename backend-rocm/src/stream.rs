@@ -9,9 +9,9 @@
 use crate::blas::{self, BlasHandle, BlasLibrary};
 use crate::context::DeviceContext;
 use crate::graph::{Capture, Op, RocmGraph, Segment};
-use crate::memory::MemoryRegistry;
-use crate::memory::Region;
+use crate::memory::{MemoryRegistry, Region, RocmBuffer};
 use crate::module::{self, RocmKernel};
+use crate::pool::MemPool;
 use crate::result::{self, hip_describe, unsupported};
 use crate::sys;
 use parking_lot::Mutex;
@@ -19,7 +19,7 @@ use std::any::Any;
 use std::ffi::c_int;
 use std::sync::Arc;
 use xthunk_core::backend::{
-    DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
+    Buffer, DevicePtr, Event, GemmLaunch, Graph, KernelHandle, LaunchArg, LaunchDims, Stream,
 };
 use xthunk_core::ir::{MemorySpace, MemsetPattern};
 use xthunk_core::{Error, Result};
@@ -41,11 +41,47 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
     s.ctx.bind()
 }
 
+/// A `hipStream_t`, destroyed when the last owner goes: its [`RocmStream`] and the
+/// stream-ordered allocations made on it (freed in its order).
+pub(crate) struct RawStream {
+    pub(crate) raw: sys::hipStream_t,
+    ctx: Arc<DeviceContext>,
+}
+
+impl std::fmt::Debug for RawStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RawStream")
+            .field("raw", &self.raw)
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: a hipStream_t may be used from any thread; the handle is immutable after creation
+// and destroyed once, in `drop`.
+unsafe impl Send for RawStream {}
+// SAFETY: as above.
+unsafe impl Sync for RawStream {}
+
+impl Drop for RawStream {
+    fn drop(&mut self) {
+        let _ = self.ctx.bind();
+        // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
+        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
+        if rc != sys::hipSuccess {
+            tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
+        }
+    }
+}
+
 /// A HIP stream.
 pub struct RocmStream {
     pub(crate) ctx: Arc<DeviceContext>,
+    /// `owner.raw`.
     pub(crate) raw: sys::hipStream_t,
+    owner: Arc<RawStream>,
     memory: Arc<MemoryRegistry>,
+    /// The device's memory pool, where it has one (stream-ordered allocation).
+    pool: Option<Arc<MemPool>>,
     /// The device's rocBLAS, or why it is absent.
     rocblas: std::result::Result<Arc<BlasLibrary>, String>,
     capture: Mutex<Option<Capture>>,
@@ -63,6 +99,7 @@ impl RocmStream {
         ctx: Arc<DeviceContext>,
         memory: Arc<MemoryRegistry>,
         rocblas: std::result::Result<Arc<BlasLibrary>, String>,
+        pool: Option<Arc<MemPool>>,
     ) -> Result<Self> {
         ctx.bind()?;
         let mut raw: sys::hipStream_t = std::ptr::null_mut();
@@ -70,10 +107,16 @@ impl RocmStream {
         let rc =
             unsafe { (ctx.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
         result::hip("hipStreamCreateWithFlags", rc)?;
+        let owner = Arc::new(RawStream {
+            raw,
+            ctx: ctx.clone(),
+        });
         Ok(RocmStream {
             ctx,
             raw,
+            owner,
             memory,
+            pool,
             rocblas,
             capture: Mutex::new(None),
             blas: Mutex::new(None),
@@ -263,14 +306,9 @@ impl Drop for RocmStream {
         if let Some(mut c) = self.capture.lock().take() {
             c.abort_native(&self.ctx, self.raw);
         }
-        // The rocBLAS handle goes before its stream.
+        // The rocBLAS handle goes before its stream (`owner`, destroyed after the last
+        // stream-ordered allocation made on it).
         self.blas.lock().take();
-        let _ = self.ctx.bind();
-        // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
-        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
-        if rc != sys::hipSuccess {
-            tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
-        }
     }
 }
 
@@ -375,6 +413,27 @@ impl Stream for RocmStream {
             "recorded a HIP graph"
         );
         Ok(Arc::new(g))
+    }
+
+    fn allocate_ordered(&self, size: u64, alignment: u64) -> Result<Buffer> {
+        let Some(pool) = &self.pool else {
+            return Err(unsupported(format!(
+                "stream-ordered allocation on {}",
+                self.ctx.name
+            )));
+        };
+        if self.capture.lock().is_some() {
+            return Err(Error::InvalidArgument(
+                "stream-ordered allocation while the stream records a graph".into(),
+            ));
+        }
+        let alloc = self
+            .memory
+            .allocate_pooled(&self.ctx, size, alignment, pool, &self.owner)?;
+        Ok(Box::new(RocmBuffer {
+            alloc,
+            registry: self.memory.clone(),
+        }))
     }
 
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {

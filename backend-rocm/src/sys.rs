@@ -78,6 +78,8 @@ pub const hipDeviceAttributeManagedMemory: hipDeviceAttribute_t = 24;
 pub const hipDeviceAttributeMultiprocessorCount: hipDeviceAttribute_t = 63;
 /// `hipDeviceAttributeWarpSize`.
 pub const hipDeviceAttributeWarpSize: hipDeviceAttribute_t = 87;
+/// `hipDeviceAttributeMemoryPoolsSupported` (the same value in ROCm 5.2 and ≥ 6).
+pub const hipDeviceAttributeMemoryPoolsSupported: hipDeviceAttribute_t = 88;
 
 /// Layout of the ROCm 5 `hipDeviceProp_t` (filled by `hipGetDeviceProperties`).
 pub mod props_r0000 {
@@ -130,6 +132,48 @@ pub type hipGetDeviceProperties_t =
     unsafe extern "C" fn(prop: *mut c_void, device: c_int) -> hipError_t;
 
 pub type hipMalloc_t = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> hipError_t;
+
+// ---- stream-ordered allocation (ROCm >= 5.1) ------------------------------------------------
+
+/// `hipMemPool_t` (`struct ihipMemPoolHandle_t*`).
+pub type hipMemPool_t = *mut c_void;
+/// `hipMemPoolAttr`.
+pub type hipMemPoolAttr = c_int;
+/// `hipMemPoolAttrReleaseThreshold` (value type `uint64_t`).
+pub const hipMemPoolAttrReleaseThreshold: hipMemPoolAttr = 0x4;
+/// `hipMemAllocationTypePinned`.
+pub const hipMemAllocationTypePinned: c_int = 0x1;
+/// `hipMemLocationTypeDevice`.
+pub const hipMemLocationTypeDevice: c_int = 1;
+
+/// `hipMemPoolProps`: allocation type, handle types (0: none), location (type, device id),
+/// the Windows security attributes, and 64 reserved bytes (ROCm ≥ 6 names the first 8
+/// `maxSize`, where 0 means no limit).
+#[repr(C)]
+pub struct hipMemPoolProps {
+    pub alloc_type: c_int,
+    pub handle_types: c_int,
+    pub location_type: c_int,
+    pub location_id: c_int,
+    pub win32_security_attributes: *mut c_void,
+    pub reserved: [u8; 64],
+}
+
+pub type hipMemPoolCreate_t =
+    unsafe extern "C" fn(pool: *mut hipMemPool_t, props: *const hipMemPoolProps) -> hipError_t;
+pub type hipMemPoolDestroy_t = unsafe extern "C" fn(pool: hipMemPool_t) -> hipError_t;
+pub type hipMemPoolSetAttribute_t = unsafe extern "C" fn(
+    pool: hipMemPool_t,
+    attr: hipMemPoolAttr,
+    value: *mut c_void,
+) -> hipError_t;
+pub type hipMallocFromPoolAsync_t = unsafe extern "C" fn(
+    ptr: *mut *mut c_void,
+    size: usize,
+    pool: hipMemPool_t,
+    stream: hipStream_t,
+) -> hipError_t;
+pub type hipFreeAsync_t = unsafe extern "C" fn(ptr: *mut c_void, stream: hipStream_t) -> hipError_t;
 pub type hipFree_t = unsafe extern "C" fn(ptr: *mut c_void) -> hipError_t;
 pub type hipHostMalloc_t =
     unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize, flags: c_uint) -> hipError_t;

@@ -129,6 +129,12 @@ fn temp_plan(s: &mut String, exe: &Executable) {
         }
     };
     let _ = writeln!(s, "  {}", plan.summary());
+    let _ = writeln!(
+        s,
+        "  scratch: on a device with a stream-ordered memory pool, the device arenas are taken \
+         from it when each execution starts and given back when it ends; elsewhere they stay \
+         with the pooled execution state"
+    );
     let rows: Vec<[String; 3]> = plan
         .placements
         .iter()

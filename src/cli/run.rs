@@ -329,6 +329,12 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         device.info().ordinal,
         device.info().name
     )?;
+    writeln!(
+        out,
+        "temp memory: {}; scratch: {}",
+        exe.temp_plan().summary(),
+        exe.scratch_path()
+    )?;
     print_outputs(out, "", &sig.outputs, &results)?;
     print_times(out, "time per iteration", &times)?;
     if let Some(plan) = plan {

@@ -95,6 +95,11 @@ pub struct Capabilities {
     /// What one kernel launch may ask (from the driver on GPUs; [`LaunchLimits::PORTABLE`]
     /// on the host), checked for every kernel thunk at load ([`check_launch_limits`]).
     pub launch_limits: LaunchLimits,
+    /// Device memory can be allocated and freed in stream order from a memory pool that
+    /// keeps freed memory for reuse ([`Stream::allocate_ordered`]: `cuMemAllocAsync`,
+    /// `hipMallocAsync`), decided from what the driver reports for the device. The executor
+    /// takes each execution's temp arenas from it.
+    pub stream_ordered_alloc: bool,
 }
 
 /// Live bytes per memory space (allocated and not yet freed).
@@ -341,6 +346,23 @@ pub trait Stream: Send + Sync {
         Err(crate::Error::Unsupported {
             backend: "this backend".into(),
             feature: "conditional graph nodes".into(),
+        })
+    }
+    /// Allocates `size` bytes of device memory (0 is allowed), aligned to at least
+    /// `alignment`, in this stream's order from the device's memory pool (where
+    /// [`Capabilities::stream_ordered_alloc`]; `Unsupported` by default). Work queued on this
+    /// stream after the call may use it; work on another stream, after waiting for an event
+    /// recorded here after the call. Dropping the buffer frees it in this stream's order:
+    /// work queued on this stream before the drop still runs on it, and work of other
+    /// streams that uses it must be ordered before the drop by the caller. The pool keeps
+    /// freed memory for later allocations (its release threshold is the largest), so a
+    /// repeated allocation of a size it has held makes no call to the driver's allocator.
+    /// Not while capturing.
+    fn allocate_ordered(&self, size: u64, alignment: u64) -> Result<Buffer> {
+        let _ = (size, alignment);
+        Err(crate::Error::Unsupported {
+            backend: "this backend".into(),
+            feature: "stream-ordered allocation".into(),
         })
     }
     /// Runs a recorded graph on this stream, in order with the stream's other work.

@@ -26,6 +26,12 @@ pub struct ExecutorConfig {
     /// Share memory between temps whose live ranges cannot overlap (see
     /// [`TempPlan`](super::TempPlan)); off, every temp has a buffer of its own.
     pub plan_temps: bool,
+    /// Take each execution's device temp arenas from the device's memory pool in stream
+    /// order (allocated when the execution starts, freed when it ends) where the device has
+    /// one ([`Capabilities::stream_ordered_alloc`](crate::backend::Capabilities)); off, or
+    /// without one, the arenas are allocated once per pooled execution state and kept with
+    /// it. See [`ScratchPath`](super::ScratchPath).
+    pub stream_ordered_scratch: bool,
 }
 
 /// The smallest sequential program that [`ExecutorConfig::auto_command_buffer`] records.
@@ -39,6 +45,7 @@ impl Default for ExecutorConfig {
             force_sequential: false,
             auto_command_buffer: true,
             plan_temps: true,
+            stream_ordered_scratch: true,
         }
     }
 }
@@ -52,6 +59,7 @@ impl ExecutorConfig {
             force_sequential: true,
             auto_command_buffer: false,
             plan_temps: true,
+            stream_ordered_scratch: true,
         }
     }
 

@@ -6,6 +6,7 @@ use super::plan::Planner;
 use super::progress::Progress;
 use super::run::Run;
 use super::schedule::{Schedule, ScheduleInfo, schedule};
+use super::scratch::{OrderedScratch, ScratchPath};
 use super::state::ExecState;
 use super::temps::TempPlan;
 use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
@@ -23,6 +24,8 @@ pub struct LoadedExecutable {
     pub(super) device: Arc<dyn Device>,
     modules: BTreeMap<String, Arc<dyn LoadedModule>>,
     pub(super) schedule: Schedule,
+    /// Where each execution's temp arenas come from.
+    pub(super) scratch_path: ScratchPath,
     constants: BTreeMap<u32, Buffer>,
     pool: Mutex<Vec<ExecState>>,
     /// The progress record of executions given none, when their clique provider needs one
@@ -106,6 +109,7 @@ impl LoadedExecutable {
         );
         tracing::debug!(plan = %schedule.temps.summary(), "planned temps");
         check_memory(device.as_ref(), &exe, Some(schedule.temps.planned_bytes))?;
+        let scratch_path = super::scratch::choose(device.as_ref(), config);
         let mut constants = BTreeMap::new();
         for a in &exe.allocations {
             if let AllocationKind::Constant(bytes) = &a.kind {
@@ -126,6 +130,7 @@ impl LoadedExecutable {
             device,
             modules,
             schedule,
+            scratch_path,
             constants,
             pool: Mutex::new(vec![]),
             own_progress: std::sync::OnceLock::new(),
@@ -157,6 +162,12 @@ impl LoadedExecutable {
     /// Where the temps live: the arenas, each temp's offset, peak bytes against the sum.
     pub fn temp_plan(&self) -> &TempPlan {
         &self.schedule.temps
+    }
+
+    /// Where each execution's temp arenas come from: the device's memory pool in stream
+    /// order, or the pooled execution state.
+    pub fn scratch_path(&self) -> ScratchPath {
+        self.scratch_path
     }
 
     /// Frees pooled per-execution state (temporaries, streams, recordings).
@@ -257,6 +268,14 @@ impl LoadedExecutable {
         for (i, p) in &state.temps {
             table[*i as usize] = *p;
         }
+        let scratch = match super::scratch::allocate(self, &state, &mut table) {
+            Ok(s) => s,
+            Err(e) => {
+                // Nothing was issued with the state: it stays reusable.
+                self.pool.lock().push(state);
+                return Err(e);
+            }
+        };
         let deadline = opts.deadline.map(|d| (d, start + d));
         let own;
         let progress = match (opts.progress.as_deref(), &opts.collectives) {
@@ -294,7 +313,7 @@ impl LoadedExecutable {
         if let Some((p, rank)) = run.progress {
             p.start(rank);
         }
-        let result = self.run(&mut run, state);
+        let result = self.run(&mut run, state, scratch);
         if let Some((p, rank)) = run.progress {
             p.end(rank, result.is_ok());
         }
@@ -302,10 +321,20 @@ impl LoadedExecutable {
         result
     }
 
-    /// Issues and waits for one execution with `state`; returns the state to the pool after
-    /// a success.
-    fn run(&self, run: &mut Run<'_>, mut state: ExecState) -> Result<()> {
-        let issued = run.issue_all(&mut state);
+    /// Issues and waits for one execution with `state` and its stream-ordered `scratch`;
+    /// returns the state to the pool after a success. The scratch is freed in its stream's
+    /// order once everything is issued, or after the streams are drained when issuing failed.
+    fn run(
+        &self,
+        run: &mut Run<'_>,
+        mut state: ExecState,
+        mut scratch: OrderedScratch,
+    ) -> Result<()> {
+        // Everything issued: the scratch goes back to the pool in stream order, so that the
+        // pool has it again once the execution completes.
+        let issued = run
+            .issue_all(&mut state)
+            .and_then(|()| scratch.free(&state));
         if let Err(e) = &issued {
             run.freeze_progress();
             // Peers waiting for this rank in a collective must not wait for the timeout.
@@ -331,6 +360,7 @@ impl LoadedExecutable {
                     for s in &state.streams {
                         let _ = s.synchronize();
                     }
+                    drop(scratch);
                     drop(state);
                 });
             if let Err(spawn) = reaper {
@@ -348,6 +378,7 @@ impl LoadedExecutable {
             }
         }
         let result = result.and(drained);
+        drop(scratch);
         if let Some(t) = run.trace.take() {
             t.finish(&state, result.is_ok());
         }

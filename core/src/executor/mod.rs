@@ -21,6 +21,8 @@
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources;
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
+//! - `scratch`: where each execution's temp arenas come from (the device's stream-ordered
+//!   memory pool, or the pooled state);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
 //! - `run`: one execution issuing and waiting for its steps, with `collective` (the
 //!   communication steps), `command_buffer` (recording and replaying command buffers) and
@@ -40,6 +42,9 @@ mod plan;
 mod progress;
 mod run;
 mod schedule;
+mod scratch;
+#[cfg(test)]
+mod scratch_tests;
 pub mod spmd;
 mod state;
 mod temps;
@@ -55,4 +60,5 @@ pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, Exe
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;
+pub use scratch::ScratchPath;
 pub use temps::{PAIR_BUDGET, TempArena, TempPlacement, TempPlan, plan_temps};

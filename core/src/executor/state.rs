@@ -15,11 +15,18 @@ pub(super) struct ExecState {
     pub(super) streams: Vec<Arc<dyn Stream>>,
     /// The events of the nodes that record one (by node index).
     pub(super) events: HashMap<usize, Arc<dyn Event>>,
-    /// The address of every temp (by allocation index), in `arenas`.
+    /// The address of every temp (by allocation index) in `arenas`; the temps of
+    /// stream-ordered arenas are placed by each execution (see `scratch`).
     pub(super) temps: Vec<(u32, DevicePtr)>,
-    /// The memory of the [temp plan](super::TempPlan)'s arenas, held while `temps` point
-    /// into it.
-    _arenas: Vec<Buffer>,
+    /// The memory of the [temp plan](super::TempPlan)'s arenas that are not stream-ordered,
+    /// held while `temps` point into it (`None` for the stream-ordered ones).
+    _arenas: Vec<Option<Buffer>>,
+    /// Recorded on the first stream after each execution's stream-ordered arenas are
+    /// allocated there, for the other streams to wait for (with several streams).
+    pub(super) scratch_ready: Option<Arc<dyn Event>>,
+    /// One per stream after the first, recorded at its end and waited for by the first
+    /// before the stream-ordered arenas are freed there.
+    pub(super) scratch_done: Vec<Arc<dyn Event>>,
     /// 8 bytes the host reads predicates and branch indices through.
     pub(super) scratch: Buffer,
     /// Command-buffer recordings by command-buffer id.
@@ -45,23 +52,39 @@ impl ExecState {
             }
         }
         let plan = &exe.schedule.temps;
-        let arenas = plan
-            .arenas
-            .iter()
-            .map(|a| exe.device.allocate(a.size, a.alignment, a.memory_space))
-            .collect::<Result<Vec<_>>>()?;
+        let path = exe.scratch_path;
+        let mut arenas = Vec::with_capacity(plan.arenas.len());
+        for a in &plan.arenas {
+            arenas.push(if super::scratch::is_ordered(path, a) {
+                None
+            } else {
+                Some(exe.device.allocate(a.size, a.alignment, a.memory_space)?)
+            });
+        }
         let mut temps = vec![];
         for p in &plan.placements {
-            let Some(arena) = arenas.get(p.arena) else {
-                return Err(Error::InvalidArgument(format!(
-                    "internal: temp %{} placed in arena {} of {}",
-                    p.allocation,
-                    p.arena,
-                    arenas.len()
-                )));
-            };
-            temps.push((p.allocation, arena.ptr().offset(p.offset)));
+            match arenas.get(p.arena) {
+                Some(Some(arena)) => temps.push((p.allocation, arena.ptr().offset(p.offset))),
+                Some(None) => {}
+                None => {
+                    return Err(Error::InvalidArgument(format!(
+                        "internal: temp %{} placed in arena {} of {}",
+                        p.allocation,
+                        p.arena,
+                        arenas.len()
+                    )));
+                }
+            }
         }
+        let ordered = arenas.iter().any(Option::is_none);
+        let (scratch_ready, scratch_done) = if ordered && streams.len() > 1 {
+            let done = (1..streams.len())
+                .map(|_| exe.device.create_event())
+                .collect::<Result<Vec<_>>>()?;
+            (Some(exe.device.create_event()?), done)
+        } else {
+            (None, vec![])
+        };
         let space = if exe
             .device
             .capabilities()
@@ -78,6 +101,8 @@ impl ExecState {
             events,
             temps,
             _arenas: arenas,
+            scratch_ready,
+            scratch_done,
             scratch,
             recordings: HashMap::new(),
             tracking: vec![],

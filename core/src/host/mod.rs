@@ -168,6 +168,8 @@ impl Backend for HostBackend {
                 // The lanes of a warp of kernels compiled from portable source.
                 warp_size: self.cpu_warp_size,
                 launch_limits: crate::backend::LaunchLimits::PORTABLE,
+                // No memory pool: the executor keeps temp arenas with its pooled state.
+                stream_ordered_alloc: false,
             },
             memory: Arc::new(MemoryRegistry::default()),
             streams: Mutex::new(vec![]),

@@ -9,6 +9,7 @@
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` / rocBLAS `rocblas_gemm_ex` called directly, same shapes | ≥ 0.95× of the vendor BLAS / none |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
+//! | `stream_ordered_scratch` | 64 `add_f32` kernels, each writing a temp of its own, repeated, the temp arenas from the device's stream-ordered memory pool per execution | the same with the arenas kept in the pooled execution state | same | none (informational: the cost per execution, and in a note the memory held between executions) |
 //! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
 //! The GPU baselines are the device's raw vendor baselines
@@ -29,7 +30,7 @@
 //! Modules: [`stats`] (goals, spreads, interleaved rounds), [`report`] (rows, the table, the
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
 //! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
-//! [`graph`], [`device_loop`].
+//! [`graph`], [`device_loop`], [`scratch`].
 
 mod copy;
 mod device_loop;
@@ -40,6 +41,7 @@ mod overhead;
 mod program;
 mod replay;
 mod report;
+mod scratch;
 mod stats;
 mod trace;
 mod wide;
@@ -64,7 +66,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 10] = [
+pub const NAMES: [&str; 11] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -74,6 +76,7 @@ pub const NAMES: [&str; 10] = [
     "wide_dag",
     "graph_build",
     "device_loop",
+    "stream_ordered_scratch",
     "trace_overhead",
 ];
 
@@ -274,6 +277,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         "device_loop",
         filter,
         || device_loop::device_loop(&setup),
+        &mut rows,
+    );
+    one(
+        "stream_ordered_scratch",
+        filter,
+        || scratch::stream_ordered_scratch(&setup),
         &mut rows,
     );
     one(

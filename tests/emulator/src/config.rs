@@ -15,6 +15,7 @@
 //! | `XTHUNK_EMU_REPORT` | - | append every diagnostic to this file |
 //! | `XTHUNK_EMU_LEAK_CHECK` | 1 | report allocations still live at context destruction and exit |
 //! | `XTHUNK_EMU_NCCL_TIMEOUT` | 60 | seconds an NCCL rank waits for the others (at least 1) |
+//! | `XTHUNK_EMU_MEMORY_POOLS` | 1 | the devices have stream-ordered memory pools (0: the attribute says no, the pool calls fail with `NOT_SUPPORTED`) |
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -34,6 +35,8 @@ pub struct Config {
     pub leak_check: bool,
     /// Seconds an NCCL rank waits for the others.
     pub nccl_timeout: u64,
+    /// The devices have stream-ordered memory pools.
+    pub memory_pools: bool,
 }
 
 impl Default for Config {
@@ -50,6 +53,7 @@ impl Default for Config {
             report: None,
             leak_check: true,
             nccl_timeout: 60,
+            memory_pools: true,
         }
     }
 }
@@ -99,6 +103,7 @@ impl Config {
                 self.devices = n;
             }
             "STRICT" => self.strict = parse_bool(value).ok_or_else(bad)?,
+            "MEMORY_POOLS" => self.memory_pools = parse_bool(value).ok_or_else(bad)?,
             "FAIL_ALLOC" => {
                 self.fail_alloc = opt_count(value)?;
                 ALLOC_COUNT.store(0, Ordering::SeqCst);
@@ -147,6 +152,7 @@ impl Config {
             "REPORT",
             "LEAK_CHECK",
             "NCCL_TIMEOUT",
+            "MEMORY_POOLS",
         ] {
             if let Ok(v) = std::env::var(format!("XTHUNK_EMU_{key}")) {
                 if let Err(e) = c.set(key, &v) {

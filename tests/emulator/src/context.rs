@@ -123,10 +123,19 @@ impl Ctx {
         }
     }
 
-    /// Waits for all work of the context (`cuCtxSynchronize`, `hipDeviceSynchronize`).
+    /// Streams of this context still running queued work: the live user streams, and
+    /// destroyed ones whose work has not finished (a destroyed stream's work still runs).
+    fn draining_streams(&self) -> Vec<Arc<StreamCore>> {
+        let mut g = self.streams.lock();
+        g.retain(|w| w.strong_count() > 0);
+        g.iter().filter_map(Weak::upgrade).collect()
+    }
+
+    /// Waits for all work of the context (`cuCtxSynchronize`, `hipDeviceSynchronize`),
+    /// destroyed streams' queued work included.
     pub fn synchronize(&self) -> EmuResult<()> {
         let mut first = None;
-        for s in std::iter::once(self.legacy.clone()).chain(self.user_streams()) {
+        for s in std::iter::once(self.legacy.clone()).chain(self.draining_streams()) {
             if let Err(e) = s.wait_all() {
                 first.get_or_insert(e);
             }
@@ -156,6 +165,7 @@ impl Ctx {
         }
         crate::stream::destroy_context_objects(self.id);
         crate::memory::release_context(self.id, call);
+        crate::pool::release_context(self.id, call);
         for s in self.user_streams() {
             s.shutdown();
         }

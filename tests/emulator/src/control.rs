@@ -87,3 +87,24 @@ pub unsafe extern "C" fn xthunk_emu_live_allocations(bytes: *mut u64) -> u64 {
     }
     live.len() as u64
 }
+
+/// Calls that took memory from the host allocator for an emulated device since the process
+/// started: plain allocations (`cuMemAlloc*`, `hipMalloc*`, pinned and managed too) and every
+/// block a stream-ordered memory pool reserved; an allocation a pool served from memory it
+/// held is not one (see [`crate::memory::allocator_calls`]).
+#[unsafe(no_mangle)]
+pub extern "C" fn xthunk_emu_allocator_calls() -> u64 {
+    crate::memory::allocator_calls()
+}
+
+/// Bytes the stream-ordered memory pools of every emulated device hold (reserved blocks,
+/// used or not); the bytes of those in use by live allocations go to `used` (when not null).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xthunk_emu_pool_bytes(used: *mut u64) -> u64 {
+    let (reserved, in_use) = crate::pool::held_bytes();
+    if !used.is_null() {
+        // SAFETY: the caller's out-pointer.
+        unsafe { *used = in_use };
+    }
+    reserved
+}

@@ -16,7 +16,7 @@
 use crate::context::Ctx;
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
-use crate::memory::{MemKind, Place};
+use crate::memory::Place;
 use crate::stream::{Op, StreamCore, Work};
 use std::sync::Arc;
 
@@ -57,7 +57,7 @@ fn side(ptr: usize, len: usize, want: Option<bool>, what: &str, call: &str) -> E
         }
         Some(false) => match crate::memory::locate(ptr, len, what, call, Code::InvalidValue)? {
             Place::Host => Ok(false),
-            Place::Device(i) if i.kind != MemKind::Device => Ok(true),
+            Place::Device(i) if !i.kind.device_only() => Ok(true),
             Place::Device(i) => Err(EmuError::new(
                 Code::InvalidValue,
                 Kind::InvalidValue,

@@ -24,6 +24,7 @@ pub enum HandleKind {
     GraphNode = 0x18,
     Blas = 0x19,
     Comm = 0x1a,
+    MemPool = 0x1b,
 }
 
 impl HandleKind {
@@ -39,6 +40,7 @@ impl HandleKind {
             HandleKind::GraphNode => "graph node",
             HandleKind::Blas => "BLAS handle",
             HandleKind::Comm => "communicator",
+            HandleKind::MemPool => "memory pool",
         }
     }
 
@@ -46,6 +48,7 @@ impl HandleKind {
         use HandleKind::*;
         [
             Context, Stream, Event, Module, Function, Graph, GraphExec, GraphNode, Blas, Comm,
+            MemPool,
         ]
         .into_iter()
         .find(|k| *k as usize == tag)

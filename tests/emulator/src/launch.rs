@@ -30,7 +30,7 @@ use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
 use crate::image::{Image, Target};
 use crate::kernel_info::{self, KernelInfo, Kernels, ParamSlot};
-use crate::memory::{AllocInfo, MemKind};
+use crate::memory::AllocInfo;
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -523,7 +523,7 @@ unsafe fn raw_params(
 /// another CUDA context of the same device) is not mapped there. Pinned and managed memory
 /// are reachable from every context.
 fn check_owner(info: &AllocInfo, ctx_id: u64, what: &str, call: &str) -> EmuResult<()> {
-    if info.kind != MemKind::Device || info.ctx == ctx_id {
+    if !info.kind.device_only() || info.ctx == ctx_id {
         return Ok(());
     }
     let name = |id: u64| {

@@ -27,6 +27,9 @@
 //!   by core's CPU execution (`xthunk_core::host::cpu`); the standard library's kernels decode
 //!   and check their raw parameters by their signatures. An image without carried source runs
 //!   nothing.
+//! - Stream-ordered pools ([`pool`]): `cuMemAllocAsync` / `hipMallocAsync` from pools with a
+//!   release threshold, frees in stream order; [`memory::allocator_calls`] counts what really
+//!   took memory from the host allocator.
 //! - Gemm ([`gemm`]) and collectives ([`nccl`]) run on the host.
 //! - Settings and error injection: [`config`].
 //! - The C APIs ([`cuda`], [`hip`], [`cublas`], [`rocblas`], [`nccl`]) are thin shims; what the
@@ -59,5 +62,6 @@ pub mod limits;
 pub mod memory;
 pub mod msgpack;
 pub mod nccl;
+pub mod pool;
 pub mod rocblas;
 pub mod stream;

@@ -8,12 +8,19 @@
 //! - Freed memory is poisoned with `0xDD` and kept in a quarantine (up to 256 MiB / 4096
 //!   blocks, oldest released first), so that a use after free or a double free is recognised
 //!   as such instead of hitting a newer allocation at the same address.
+//! - Stream-ordered pools ([`crate::pool`]) reserve blocks here ([`reserve`], counted as
+//!   allocator calls) and open and close allocations inside them ([`open_pooled`],
+//!   [`close_pooled`]): a closed pool allocation is poisoned and known as freed (a use after
+//!   free is recognised) while the pool keeps its memory.
+//! - [`allocator_calls`] counts the calls that took memory from the host allocator for a
+//!   device (plain allocations and pool growth), so tests can tell pool reuse from growth.
 
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
 use parking_lot::Mutex;
 use std::alloc::Layout;
 use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The byte fresh allocations are filled with.
 pub const POISON: u8 = 0xCD;
@@ -34,14 +41,23 @@ pub enum MemKind {
     Pinned,
     /// `cuMemAllocManaged`, `hipMallocManaged`.
     Managed,
+    /// `cuMemAllocAsync`, `hipMallocAsync`: an allocation inside a block of a stream-ordered
+    /// memory pool ([`crate::pool`]), which owns the memory.
+    Pooled,
 }
 
 impl MemKind {
+    /// Device memory proper (plain or from a pool): not accessible from the host.
+    pub fn device_only(self) -> bool {
+        matches!(self, MemKind::Device | MemKind::Pooled)
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             MemKind::Device => "device",
             MemKind::Pinned => "pinned host",
             MemKind::Managed => "managed",
+            MemKind::Pooled => "stream-ordered pool",
         }
     }
 }
@@ -90,6 +106,17 @@ struct Registry {
 }
 
 static REGISTRY: Mutex<Option<Registry>> = Mutex::new(None);
+
+/// Calls that took memory from the host allocator for a device (see [`allocator_calls`]).
+static ALLOCATOR_CALLS: AtomicU64 = AtomicU64::new(0);
+
+/// How many times the emulator took memory from the host allocator for a device since the
+/// process started: every successful plain allocation (`cuMemAlloc`, `hipMalloc`, pinned,
+/// managed) and every block a stream-ordered pool reserved; never an allocation a pool
+/// served from memory it already held.
+pub fn allocator_calls() -> u64 {
+    ALLOCATOR_CALLS.load(Ordering::SeqCst)
+}
 
 fn with<R>(f: impl FnOnce(&mut Registry) -> R) -> R {
     let mut g = REGISTRY.lock();
@@ -146,6 +173,7 @@ pub fn allocate(
         std::ptr::write_bytes(p.add(size), RED_ZONE, cap - size);
     }
     let base = p as usize;
+    ALLOCATOR_CALLS.fetch_add(1, Ordering::SeqCst);
     with(|r| {
         r.next_id += 1;
         let info = AllocInfo {
@@ -422,11 +450,134 @@ pub fn release_context(ctx: u64, call: &str) {
         for b in bases {
             if let Some(mut info) = r.live.remove(&b) {
                 info.free_call = Some(format!("{call} (context destroyed)"));
-                quarantine(r, info);
+                if info.kind == MemKind::Pooled {
+                    // The pool owns the memory (released with the pool).
+                    r.freed.insert(info.base, info);
+                } else {
+                    quarantine(r, info);
+                }
             }
         }
         r.live_bytes.remove(&ctx);
     });
+}
+
+// ---- stream-ordered pools -------------------------------------------------------------------
+
+/// Reserves a pool block able to hold `size` bytes for context `ctx` (whose device has
+/// `limit` bytes): host memory counted against the device, one allocator call, the
+/// injected-failure counter included. Returns its base and reserved size (a red zone of at
+/// least 256 bytes included). Nothing may access it until [`open_pooled`].
+pub fn reserve(ctx: u64, limit: u64, size: usize, call: &'static str) -> EmuResult<(usize, usize)> {
+    if crate::config::allocation_fails() {
+        return Err(EmuError::new(
+            Code::OutOfMemory,
+            Kind::Injected,
+            call,
+            format!("injected out-of-memory for {size} bytes (XTHUNK_EMU_FAIL_ALLOC)"),
+        ));
+    }
+    let oom = |why: String| EmuError::new(Code::OutOfMemory, Kind::OutOfMemory, call, why);
+    let cap = size
+        .checked_add(255)
+        .map(|v| v & !255)
+        .and_then(|v| v.checked_add(256))
+        .ok_or_else(|| oom(format!("{size} bytes cannot be allocated")))?;
+    let used = with(|r| r.live_bytes.get(&ctx).copied().unwrap_or(0));
+    if used.saturating_add(cap as u64) > limit {
+        return Err(oom(format!(
+            "out of memory: a pool block of {cap} bytes requested, {used} of {limit} bytes in use"
+        )));
+    }
+    let Some(l) = layout(cap, 256) else {
+        return Err(oom(format!("{size} bytes cannot be allocated")));
+    };
+    // SAFETY: `l` has a non-zero size (at least the 256-byte red zone).
+    let p = unsafe { std::alloc::alloc(l) };
+    if p.is_null() {
+        return Err(oom(format!("the host could not provide {size} bytes")));
+    }
+    // SAFETY: `p` points to `cap` freshly allocated bytes.
+    unsafe { std::ptr::write_bytes(p, FREED, cap) };
+    ALLOCATOR_CALLS.fetch_add(1, Ordering::SeqCst);
+    with(|r| *r.live_bytes.entry(ctx).or_default() += cap as u64);
+    Ok((p as usize, cap))
+}
+
+/// Gives a block [`reserve`] returned back to the host allocator. No allocation may be open
+/// in it.
+pub fn unreserve(ctx: u64, base: usize, cap: usize) {
+    with(|r| {
+        if r.freed
+            .get(&base)
+            .is_some_and(|i| i.kind == MemKind::Pooled)
+        {
+            r.freed.remove(&base);
+        }
+        if let Some(b) = r.live_bytes.get_mut(&ctx) {
+            *b = b.saturating_sub(cap as u64);
+        }
+    });
+    if let Some(l) = layout(cap, 256) {
+        // SAFETY: `base` came from `std::alloc::alloc` with this layout in `reserve` and is
+        // released once (its pool forgets it now); nothing is open in it.
+        unsafe { std::alloc::dealloc(base as *mut u8, l) };
+    }
+}
+
+/// Opens an allocation of `size` bytes at the start of the pool block at `base` (`cap` bytes
+/// reserved): it is live from now on (for checks made when work is queued). Returns its id.
+pub fn open_pooled(ctx: u64, base: usize, size: usize, cap: usize, call: &'static str) -> u64 {
+    with(|r| {
+        if r.freed
+            .get(&base)
+            .is_some_and(|i| i.kind == MemKind::Pooled)
+        {
+            r.freed.remove(&base);
+        }
+        r.next_id += 1;
+        let info = AllocInfo {
+            id: r.next_id,
+            base,
+            size,
+            cap,
+            align: 256,
+            kind: MemKind::Pooled,
+            ctx,
+            alloc_call: call,
+            free_call: None,
+        };
+        r.live.insert(base, info);
+        r.next_id
+    })
+}
+
+/// Fills pool allocation `id` at `base` with [`POISON`] (fresh memory), if it is still open.
+pub fn poison_pooled(base: usize, id: u64) {
+    with(|r| {
+        if let Some(info) = r.live.get(&base).filter(|i| i.id == id) {
+            // SAFETY: the allocation's `size` bytes lie in its pool's live block.
+            unsafe { std::ptr::write_bytes(base as *mut u8, POISON, info.size) };
+        }
+    });
+}
+
+/// Closes pool allocation `id` at `base` (poisoned, known as freed by `call`); false when it
+/// is not open (already closed, or the block serves a newer allocation).
+pub fn close_pooled(base: usize, id: u64, call: &str) -> bool {
+    with(|r| {
+        if r.live.get(&base).is_none_or(|i| i.id != id) {
+            return false;
+        }
+        let Some(mut info) = r.live.remove(&base) else {
+            return false;
+        };
+        // SAFETY: the allocation's bytes lie in its pool's block, which stays reserved.
+        unsafe { std::ptr::write_bytes(base as *mut u8, FREED, info.size) };
+        info.free_call = Some(call.to_string());
+        r.freed.insert(base, info);
+        true
+    })
 }
 
 #[cfg(test)]

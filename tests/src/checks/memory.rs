@@ -1,5 +1,6 @@
 //! `memory/`: allocation in every memory space the device lists, host round trips, alignment,
-//! accounting, and errors of the synchronous host copies.
+//! accounting, errors of the synchronous host copies, and stream-ordered allocation where the
+//! device declares it (`Unsupported` where it does not).
 
 use super::{seeded, seeded_exclusive};
 use crate::Check;
@@ -31,7 +32,71 @@ pub fn checks() -> Vec<Check> {
         "memory/oversized_allocation_fails",
         oversized,
     ));
+    v.push(seeded("memory/stream_ordered", stream_ordered));
     v
+}
+
+/// Stream-ordered allocation: where the capabilities declare it, buffers from
+/// [`Stream::allocate_ordered`](xthunk_core::backend::Stream::allocate_ordered) are aligned,
+/// counted, usable in the stream's order (written, copied out, read back), freed in that
+/// order when dropped, and a second round of the same sizes works too; elsewhere the call is
+/// `Unsupported`.
+fn stream_ordered(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
+    let stream = device.create_stream()?;
+    if !device.capabilities().stream_ordered_alloc {
+        return match stream.allocate_ordered(64, 256) {
+            Err(xthunk_core::Error::Unsupported { .. }) => Ok(()),
+            Err(e) => Err(fail(format!(
+                "without the capability, allocate_ordered fails with {e}, not Unsupported"
+            ))),
+            Ok(_) => Err(fail(
+                "allocate_ordered succeeded on a device that does not declare it",
+            )),
+        };
+    }
+    device.synchronize()?;
+    let before = device.memory_stats();
+    for round in 0..2 {
+        let sizes = [1u64, 4099, 1 << 20];
+        let out = device.allocate(sizes.iter().sum(), 256, MemorySpace::Device)?;
+        let mut wrote = vec![];
+        let mut at = 0u64;
+        let mut live = vec![];
+        for (i, size) in sizes.iter().enumerate() {
+            let align = [256u64, 512, 4096][i];
+            let buf = stream.allocate_ordered(*size, align)?;
+            ensure(buf.ptr().0 % align == 0 && buf.size() == *size, || {
+                format!(
+                    "round {round}: {size} bytes aligned to {align}: {} bytes at {}",
+                    buf.size(),
+                    buf.ptr()
+                )
+            })?;
+            let data = random_bytes(rng, *size as usize);
+            let staged = device.allocate(*size, 256, MemorySpace::Device)?;
+            device.copy_from_host(&data, staged.ptr())?;
+            stream.copy(staged.ptr(), buf.ptr(), *size)?;
+            stream.copy(buf.ptr(), out.ptr().offset(at), *size)?;
+            stream.synchronize()?;
+            wrote.extend_from_slice(&data);
+            at += size;
+            live.push(buf);
+        }
+        let during = device.memory_stats();
+        ensure(during.live_bytes >= before.live_bytes + at, || {
+            format!("round {round}: accounting {during:?} does not count {at} ordered bytes")
+        })?;
+        // Freed in the stream's order, after the copies queued before.
+        drop(live);
+        let back = download_all(device, out.as_ref())?;
+        compare_bytes(&format!("round {round}: ordered buffers"), &back, &wrote)?;
+        stream.synchronize()?;
+    }
+    expect_live_bytes(
+        device,
+        before.live_bytes,
+        "after the ordered buffers were freed",
+    )
 }
 
 pub(crate) fn spaces(device: &Arc<dyn Device>) -> CheckResult<Vec<MemorySpace>> {

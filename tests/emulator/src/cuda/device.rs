@@ -111,6 +111,8 @@ fn attribute(attr: c_int, dev: c_int) -> Option<c_int> {
         96 => 0,
         97 => 227 * 1024,
         106 => 32,
+        // CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED
+        115 => c_int::from(crate::config::get().memory_pools),
         a if (1..120).contains(&a) => 0,
         _ => return None,
     })

@@ -285,9 +285,7 @@ pub unsafe extern "C" fn cuPointerGetAttribute(
                     C,
                 ),
                 3 => put(data.cast::<DevPtr>(), ptr, "data", C),
-                4 if a.kind != MemKind::Device => {
-                    put(data.cast::<usize>(), ptr as usize, "data", C)
-                }
+                4 if !a.kind.device_only() => put(data.cast::<usize>(), ptr as usize, "data", C),
                 8 => put(
                     data.cast::<c_uint>(),
                     (a.kind == MemKind::Managed) as c_uint,

@@ -9,7 +9,7 @@
 //! `context` (primary and created contexts), `memory` (allocation, copies, memsets, pointer
 //! attributes), `stream` (streams and events), `module` (modules, functions, launches),
 //! `graph` (graphs and executable graphs), `conditional` (conditional graph nodes and the
-//! set-condition kernels), `error` (error names and the export table).
+//! set-condition kernels), `pool` (stream-ordered allocation and memory pools), `error` (error names and the export table).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -20,6 +20,7 @@ mod error;
 mod graph;
 mod memory;
 mod module;
+mod pool;
 mod stream;
 
 pub use conditional::{
@@ -32,6 +33,7 @@ pub use error::*;
 pub use graph::*;
 pub use memory::*;
 pub use module::*;
+pub use pool::*;
 pub use stream::*;
 
 use crate::context::{Api, Ctx};

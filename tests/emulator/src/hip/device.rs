@@ -113,6 +113,7 @@ pub unsafe extern "C" fn hipDeviceGetName(name: *mut c_char, len: c_int, dev: c_
 /// `hipDeviceGetAttribute` values (hipDeviceAttribute_t, the same in ROCm 5.2 and 6).
 fn attribute(attr: c_int, dev: c_int) -> Option<c_int> {
     let l = &crate::limits::HIP;
+    let pools = || c_int::from(crate::config::get().memory_pools);
     let int = |v: u32| c_int::try_from(v).unwrap_or(c_int::MAX);
     Some(match attr {
         3 => 1,                                        // CanMapHostMemory
@@ -146,6 +147,7 @@ fn attribute(attr: c_int, dev: c_int) -> Option<c_int> {
         }
         85 => 1,            // UnifiedAddressing
         87 => 64,           // WarpSize
+        88 => pools(),      // MemoryPoolsSupported
         10000 => 1_700_000, // ClockInstructionRate
         10002 => 64 * 1024, // MaxSharedMemoryPerMultiprocessor
         10003 => 910,       // GcnArch

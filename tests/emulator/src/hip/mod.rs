@@ -8,7 +8,8 @@
 //! Files, one per part of the API, named as in [`crate::cuda`]: `device` (initialization,
 //! devices, attributes, property structs), `memory` (allocation, copies, memsets), `stream`
 //! (streams, events, capture), `module` (modules, functions, launches), `graph` (graphs and
-//! executable graphs), `error` (error names, the last error).
+//! executable graphs), `pool` (stream-ordered allocation and memory pools), `error` (error
+//! names, the last error).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -17,6 +18,7 @@ mod error;
 mod graph;
 mod memory;
 mod module;
+mod pool;
 mod stream;
 
 pub use device::*;
@@ -24,6 +26,7 @@ pub use error::*;
 pub use graph::*;
 pub use memory::*;
 pub use module::*;
+pub use pool::*;
 pub use stream::*;
 
 use crate::context::{Api, Ctx};

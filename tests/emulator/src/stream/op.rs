@@ -58,6 +58,9 @@ pub enum Work {
         data: usize,
     },
     Host(HostWork),
+    /// Bookkeeping that takes effect in stream order even after the stream failed (a
+    /// stream-ordered free: the program gave the memory back, whatever its work did).
+    Release(HostWork),
 }
 
 impl Work {
@@ -67,7 +70,7 @@ impl Work {
             Work::Kernel(_) | Work::Gemm(_) => 0,
             Work::Copy { .. } | Work::Upload { .. } => 1,
             Work::Memset { .. } => 2,
-            Work::HostFn { .. } | Work::Host(_) => 3,
+            Work::HostFn { .. } | Work::Host(_) | Work::Release(_) => 3,
             Work::Graph(_) => 4,
             Work::Wait { .. } => 6,
             Work::Stamp { .. } => 7,
@@ -176,7 +179,7 @@ impl Op {
                 unsafe { f(*data as *mut c_void) };
                 Ok(())
             }
-            Work::Host(f) => f(call),
+            Work::Host(f) | Work::Release(f) => f(call),
         }
     }
 }

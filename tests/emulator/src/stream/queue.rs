@@ -134,7 +134,8 @@ impl StreamCore {
                 let Some(item) = g.queue.pop_front() else {
                     continue;
                 };
-                let skip = g.error.is_some();
+                // After a failure the stream's work is skipped, but for releases.
+                let skip = g.error.is_some() && !matches!(item.op.work, Work::Release(_));
                 (item, skip)
             };
             let (item, skip) = item;
