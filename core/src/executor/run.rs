@@ -148,6 +148,8 @@ impl<'a> Run<'a> {
     fn issue_nodes<const TRACED: bool>(&mut self, state: &mut ExecState) -> Result<()> {
         let nodes = &self.exe.schedule.nodes;
         let tracking = self.deadline.is_some();
+        // Timing events around every node (device times).
+        let timed = TRACED && self.trace.as_ref().is_some_and(|t| t.timed());
         for (i, node) in nodes.iter().enumerate() {
             if tracking {
                 self.check_deadline(state)?;
@@ -164,12 +166,12 @@ impl<'a> Run<'a> {
                     stream.wait(e.as_ref())?;
                 }
             }
-            if let Some(t) = self.recorder::<TRACED>() {
+            if let (true, Some(t)) = (timed, &self.trace) {
                 t.before(i, stream.as_ref(), state)?;
             }
             self.step(&node.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
-            if let Some(t) = self.recorder::<TRACED>() {
+            if let (true, Some(t)) = (timed, &self.trace) {
                 t.after(i, stream.as_ref(), state)?;
             }
             if node.record {

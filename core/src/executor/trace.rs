@@ -194,9 +194,11 @@ pub(super) struct Recorder<'a> {
     /// The anchor is the reference's completion as the backend took it.
     exact_anchor: bool,
     /// Set by the command-buffer step of the node being issued.
-    pub(super) command_buffer: Cell<CommandBufferNote>,
+    command_buffer: Cell<CommandBufferNote>,
     /// Added to by communicator acquisitions of the node being issued.
-    pub(super) clique_wait_ns: Cell<u64>,
+    clique_wait_ns: Cell<u64>,
+    /// One of the two above was set since the last mark's notes were taken.
+    noted: Cell<bool>,
 }
 
 impl<'a> Recorder<'a> {
@@ -224,11 +226,31 @@ impl<'a> Recorder<'a> {
             exact_anchor: false,
             command_buffer: Cell::new(CommandBufferNote::None),
             clique_wait_ns: Cell::new(0),
+            noted: Cell::new(false),
         }
     }
 
     pub(super) fn device_times(&self) -> bool {
         self.tracer.config().device_times
+    }
+
+    /// Whether this execution records timing events around its nodes (device times were
+    /// asked for and the backend has timing events; known after [`Self::begin`]).
+    pub(super) fn timed(&self) -> bool {
+        self.reference.is_some()
+    }
+
+    /// What the command-buffer step of the node being issued did.
+    pub(super) fn note_command_buffer(&self, note: CommandBufferNote) {
+        self.command_buffer.set(note);
+        self.noted.set(true);
+    }
+
+    /// Time the node being issued spent acquiring communicators.
+    pub(super) fn add_clique_wait(&self, ns: u64) {
+        self.clique_wait_ns
+            .set(self.clique_wait_ns.get().saturating_add(ns));
+        self.noted.set(true);
     }
 
     /// With device times: makes sure `state` has timing events for `nodes` nodes, and records
@@ -328,6 +350,7 @@ impl<'a> Recorder<'a> {
             // No node is being issued: the notes go with the first.
             return;
         };
+        self.noted.set(false);
         self.notes.push(MarkNote {
             mark: u32::try_from(last).unwrap_or(u32::MAX),
             command_buffer: self.command_buffer.take(),

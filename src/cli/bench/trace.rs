@@ -11,7 +11,7 @@ use super::{Res, Setup};
 use std::sync::Arc;
 use xthunk::ExecuteOptions;
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::core::trace::{TraceConfig, Tracer};
+use xthunk::core::trace::{ClockSource, TraceConfig, Tracer};
 
 const CHAIN: usize = 10_000;
 
@@ -75,6 +75,13 @@ pub fn trace_overhead(s: &Setup) -> Res<Row> {
     row.value = Some(Spread::of(&times[0]).map(per));
     row.baseline = Some(Spread::of(&times[1]).map(per));
     row.ratio = Some(Spread::of(&ratios(&times[0], &times[1])));
+    row.notes.push(format!(
+        "per-thunk marks read from {} (one read per thunk)",
+        match Tracer::new(TraceConfig::default()).clock().source() {
+            ClockSource::Tsc => "the TSC",
+            ClockSource::Instant => "Instant (the TSC is not reliable here)",
+        }
+    ));
     let dt = ratio_of(s, &p, true, 20)?;
     row.notes.push(format!(
         "with device timing on (two timing events per thunk): ratio {:.3} (p25 {:.3}, p75 {:.3})",
