@@ -48,16 +48,26 @@ fn main() {
     };
     let which = match mode.as_str() {
         "none" => None,
-        "trace" => Some(false),
+        "trace" | "persist" => Some(false),
         "timed" => Some(true),
-        m => panic!("mode `{m}`: none, trace or timed"),
+        m => panic!("mode `{m}`: none, trace, persist or timed"),
     };
     let clock = Tracer::new(TraceConfig::default()).clock().source();
     eprintln!("trace_cost: {mode} x {n}, marks from {clock:?}");
     // Warm-up: the pooled state, the trace's node names.
     exe.execute(&p, &o, &options(None)).unwrap();
     exe.execute(&p, &o, &options(Some(false))).unwrap();
+    let one = options(which);
+    let start = std::time::Instant::now();
     for _ in 0..n {
-        exe.execute(&p, &o, &options(which)).unwrap();
+        if mode == "persist" {
+            exe.execute(&p, &o, &one).unwrap();
+        } else {
+            exe.execute(&p, &o, &options(which)).unwrap();
+        }
     }
+    eprintln!(
+        "trace_cost: {:.1} ns per thunk",
+        start.elapsed().as_nanos() as f64 / (n as f64 * 10_000.0)
+    );
 }

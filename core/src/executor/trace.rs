@@ -4,8 +4,8 @@
 //! the trace calls each node ([`node_infos`], computed once per loaded executable).
 //!
 //! Only executions given `ExecuteOptions::trace` build a recorder: without one, the run loop
-//! checks an `Option` per node and allocates nothing. With one, a node costs one read of the
-//! tracer's clock (the TSC where reliable) and one 16-byte mark.
+//! has no trace hooks and allocates nothing. With one, a node costs one read of the tracer's
+//! clock (the TSC where reliable) and one four-byte mark.
 
 use super::plan::{Op, Step};
 use super::schedule::{Node, Schedule};
@@ -13,7 +13,7 @@ use super::state::ExecState;
 use crate::backend::{Device, Event, Stream};
 use crate::error::{Error, Result};
 use crate::ir::Thunk;
-use crate::trace::{Clock, CommandBufferNote, Mark, MarkNote, NodeInfo, Recording, Tracer};
+use crate::trace::{Clock, CommandBufferNote, MarkNote, Marks, NodeInfo, Recording, Tracer};
 use serde_json::{Map, Value, json};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -172,9 +172,9 @@ fn describe(step: &Step, args: &mut Map<String, Value>) -> (u64, u64, bool) {
 }
 
 /// One execution's trace in progress. Per node it reads the tracer's clock once and appends
-/// one fixed-size [`Mark`] to a buffer allocated for every node at the start: no formatting,
-/// no allocation, no lock (names and arguments are the [`NodeInfo`]s, made once per loaded
-/// executable; ticks become nanoseconds when the trace is read).
+/// one four-byte mark ([`Marks`]) to a buffer allocated for every node at the start: no
+/// formatting, no allocation, no lock (names and arguments are the [`NodeInfo`]s, made once
+/// per loaded executable; ticks become nanoseconds when the trace is read).
 pub(super) struct Recorder<'a> {
     tracer: &'a Tracer,
     clock: Clock,
@@ -184,7 +184,7 @@ pub(super) struct Recorder<'a> {
     start: Instant,
     /// The clock's ticks at an instant before the first mark.
     anchor: (u64, Instant),
-    marks: Vec<Mark>,
+    marks: Marks,
     /// Where the last node's issue ended (set once: issuing is over).
     end_mark: Option<u64>,
     notes: Vec<MarkNote>,
@@ -211,6 +211,7 @@ impl<'a> Recorder<'a> {
         capacity: usize,
     ) -> Self {
         let clock = *tracer.clock();
+        let anchor = clock.anchor();
         Recorder {
             tracer,
             clock,
@@ -218,8 +219,8 @@ impl<'a> Recorder<'a> {
             rank,
             program,
             start,
-            anchor: clock.anchor(),
-            marks: Vec::with_capacity(capacity),
+            anchor,
+            marks: Marks::with_capacity(capacity, anchor.0),
             end_mark: None,
             notes: vec![],
             reference: None,
@@ -321,7 +322,7 @@ impl<'a> Recorder<'a> {
     /// Node `node`'s issue starts now (before its event waits); the previous node's ends.
     /// One clock read per node: a node's issue span runs to the start of the next one's (all
     /// that lies between is the node's own event records).
-    #[inline]
+    #[inline(always)]
     pub(super) fn start_node(&mut self, node: usize) {
         let at = self.clock.ticks();
         debug_assert!(
@@ -329,19 +330,15 @@ impl<'a> Recorder<'a> {
             "a node started after issuing ended"
         );
         self.take_notes();
-        self.marks.push(Mark {
-            node: u32::try_from(node).unwrap_or(u32::MAX),
-            at,
-        });
+        self.marks.push(node, at);
     }
 
     /// What the steps of the node being issued noted goes with its mark (rarely anything).
-    #[inline]
+    #[inline(always)]
     fn take_notes(&mut self) {
-        if self.command_buffer.get() == CommandBufferNote::None && self.clique_wait_ns.get() == 0 {
-            return;
+        if self.noted.get() {
+            self.note_last();
         }
-        self.note_last();
     }
 
     #[cold]
@@ -363,7 +360,7 @@ impl<'a> Recorder<'a> {
         if self.end_mark.is_some() || self.marks.is_empty() {
             return;
         }
-        self.end_mark = Some(self.clock.ticks());
+        self.end_mark = Some(self.clock.ticks().max(self.marks.last()));
         self.take_notes();
     }
 
@@ -388,7 +385,7 @@ impl<'a> Recorder<'a> {
         if let (true, Some((reference, at))) = (ok, &self.reference) {
             let base = self.tracer.ns(*at);
             device.reserve_exact(self.marks.len());
-            for m in &self.marks {
+            for m in self.marks.iter() {
                 let Some([b, e]) = state.timing.get(m.node as usize) else {
                     device.push(None);
                     continue;

@@ -52,7 +52,7 @@ impl Clock {
     }
 
     /// Now, in ticks.
-    #[inline]
+    #[inline(always)]
     pub fn ticks(&self) -> u64 {
         #[cfg(target_arch = "x86_64")]
         if self.source == ClockSource::Tsc {

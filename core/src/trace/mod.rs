@@ -10,8 +10,10 @@
 
 pub mod chrome;
 pub mod clock;
+pub mod marks;
 
 pub use clock::{Clock, ClockSource, TickMap};
+pub use marks::{Mark, Marks};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -95,26 +97,18 @@ pub struct ThunkTimes {
     pub clique_wait_ns: u64,
 }
 
-/// Where a top-level node's issue started in one execution, in ticks of the tracer's
-/// [`Clock`] (it ends where the next node's starts: one clock read per node).
-#[derive(Clone, Copy, Debug)]
-pub struct Mark {
-    /// Index into the execution's nodes.
-    pub node: u32,
-    pub at: u64,
-}
-
 /// What a node's steps noted in one execution (rare: kept apart from the marks).
 #[derive(Clone, Copy, Debug)]
 pub struct MarkNote {
-    /// Index into [`Recording::marks`].
+    /// The mark's index in [`Recording::marks`].
     pub mark: u32,
     pub command_buffer: CommandBufferNote,
     pub clique_wait_ns: u64,
 }
 
-/// One execution of one rank as recorded: fixed-size marks in raw clock ticks, turned into
-/// an [`Execution`] (nanoseconds, one [`ThunkTimes`] per node) only when the trace is read.
+/// One execution of one rank as recorded: packed marks in raw clock ticks (a node's issue
+/// starts at its mark and ends at the next one's), turned into an [`Execution`] (nanoseconds,
+/// one [`ThunkTimes`] per node) only when the trace is read.
 #[derive(Clone, Debug)]
 pub struct Recording {
     pub rank: u32,
@@ -127,7 +121,7 @@ pub struct Recording {
     pub clock: &'static str,
     pub nodes: Arc<[NodeInfo]>,
     /// In issue order.
-    pub marks: Vec<Mark>,
+    pub marks: Marks,
     /// The tick the last node's issue ended at.
     pub end_mark: u64,
     /// This execution's ticks to the tracer's nanoseconds.
@@ -142,12 +136,12 @@ impl Recording {
     /// The execution in nanoseconds, one record per mark.
     pub fn expand(&self) -> Execution {
         let mut notes = self.notes.iter().peekable();
-        let thunks = self
-            .marks
+        let marks: Vec<Mark> = self.marks.iter().collect();
+        let thunks = marks
             .iter()
             .enumerate()
             .map(|(i, m)| {
-                let end = self.marks.get(i + 1).map_or(self.end_mark, |n| n.at);
+                let end = marks.get(i + 1).map_or(self.end_mark, |n| n.at);
                 let mut t = ThunkTimes {
                     node: m.node,
                     issue: (self.map.ns(m.at), self.map.ns(end)),
