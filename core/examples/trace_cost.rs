@@ -10,7 +10,7 @@
 //! valgrind --tool=callgrind --callgrind-out-file=/dev/null target/release/examples/trace_cost trace 11
 //! ```
 //!
-//! (`docs/observability.md`, "What a trace costs").
+//! (`docs/observability.md`, "Cost").
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
