@@ -36,8 +36,7 @@ impl Run<'_> {
         let comm = ctx.cliques.acquire(&key, rank as usize)?;
         if let (Some(tr), Some(t)) = (&self.trace, t) {
             let ns = u64::try_from(t.elapsed().as_nanos()).unwrap_or(u64::MAX);
-            tr.clique_wait_ns
-                .set(tr.clique_wait_ns.get().saturating_add(ns));
+            tr.add_clique_wait(ns);
         }
         let mut used = self.used.borrow_mut();
         if !used.iter().any(|c| Arc::ptr_eq(c, &comm)) {

@@ -97,7 +97,7 @@ impl Run<'_> {
         let graph = state.recordings.get(&id).and_then(|r| r.graph.clone());
         if let Some(t) = &self.trace {
             use crate::trace::CommandBufferNote as N;
-            t.command_buffer.set(match (&graph, reuse, rerecorded) {
+            t.note_command_buffer(match (&graph, reuse, rerecorded) {
                 (None, _, _) => N::Direct,
                 (Some(_), true, _) => N::Replayed,
                 (Some(_), false, true) => N::Updated,

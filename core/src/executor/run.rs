@@ -76,7 +76,7 @@ impl<'a> Run<'a> {
     }
 }
 
-impl Run<'_> {
+impl<'a> Run<'a> {
     /// At a failure: keeps where every rank of the SPMD run is now, before this failure's
     /// aborts move them (see [`Progress::freeze`]).
     pub(super) fn freeze_progress(&self) {
@@ -130,11 +130,31 @@ impl Run<'_> {
             }
             return Ok(());
         }
+        // Without a trace, a loop with no trace hooks at all.
+        if self.trace.is_some() {
+            self.issue_nodes::<true>(state)
+        } else {
+            self.issue_nodes::<false>(state)
+        }
+    }
+
+    /// The trace's recorder in a loop compiled with (`TRACED`) or without trace hooks.
+    #[inline(always)]
+    fn recorder<const TRACED: bool>(&mut self) -> Option<&mut super::trace::Recorder<'a>> {
+        if TRACED { self.trace.as_mut() } else { None }
+    }
+
+    /// Issues every node in order (not as the implicit command buffer).
+    fn issue_nodes<const TRACED: bool>(&mut self, state: &mut ExecState) -> Result<()> {
+        let nodes = &self.exe.schedule.nodes;
+        let tracking = self.deadline.is_some();
+        // Timing events around every node (device times).
+        let timed = TRACED && self.trace.as_ref().is_some_and(|t| t.timed());
         for (i, node) in nodes.iter().enumerate() {
             if tracking {
                 self.check_deadline(state)?;
             }
-            if let Some(t) = &mut self.trace {
+            if let Some(t) = self.recorder::<TRACED>() {
                 t.start_node(i);
             }
             let _thunk =
@@ -146,12 +166,12 @@ impl Run<'_> {
                     stream.wait(e.as_ref())?;
                 }
             }
-            if let Some(t) = &self.trace {
+            if let (true, Some(t)) = (timed, &self.trace) {
                 t.before(i, stream.as_ref(), state)?;
             }
             self.step(&node.step, stream.as_ref(), state)
                 .map_err(|e| e.at_thunk(&node.step.path, node.step.kind))?;
-            if let Some(t) = &self.trace {
+            if let (true, Some(t)) = (timed, &self.trace) {
                 t.after(i, stream.as_ref(), state)?;
             }
             if node.record {
@@ -164,7 +184,7 @@ impl Run<'_> {
                 self.issued_nodes.set(i + 1);
             }
         }
-        if let Some(t) = &mut self.trace {
+        if let Some(t) = self.recorder::<TRACED>() {
             t.close();
         }
         Ok(())

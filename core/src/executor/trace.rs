@@ -4,7 +4,8 @@
 //! the trace calls each node ([`node_infos`], computed once per loaded executable).
 //!
 //! Only executions given `ExecuteOptions::trace` build a recorder: without one, the run loop
-//! checks an `Option` per node and allocates nothing.
+//! has no trace hooks and allocates nothing. With one, a node costs one read of the tracer's
+//! clock (the TSC where reliable) and one four-byte mark.
 
 use super::plan::{Op, Step};
 use super::schedule::{Node, Schedule};
@@ -12,7 +13,7 @@ use super::state::ExecState;
 use crate::backend::{Device, Event, Stream};
 use crate::error::{Error, Result};
 use crate::ir::Thunk;
-use crate::trace::{CommandBufferNote, Execution, NodeInfo, ThunkTimes, Tracer};
+use crate::trace::{Clock, CommandBufferNote, MarkNote, Marks, NodeInfo, Recording, Tracer};
 use serde_json::{Map, Value, json};
 use std::cell::Cell;
 use std::sync::Arc;
@@ -170,25 +171,34 @@ fn describe(step: &Step, args: &mut Map<String, Value>) -> (u64, u64, bool) {
     }
 }
 
-/// One execution's trace in progress.
+/// One execution's trace in progress. Per node it reads the tracer's clock once and appends
+/// one four-byte mark ([`Marks`]) to a buffer allocated for every node at the start: no
+/// formatting, no allocation, no lock (names and arguments are the [`NodeInfo`]s, made once
+/// per loaded executable; ticks become nanoseconds when the trace is read).
 pub(super) struct Recorder<'a> {
     tracer: &'a Tracer,
+    clock: Clock,
     nodes: Arc<[NodeInfo]>,
     rank: u32,
     program: &'a str,
     start: Instant,
-    thunks: Vec<ThunkTimes>,
+    /// The clock's ticks at an instant before the first mark.
+    anchor: (u64, Instant),
+    marks: Marks,
+    /// Where the last node's issue ended (set once: issuing is over).
+    end_mark: Option<u64>,
+    notes: Vec<MarkNote>,
     /// With device times: the reference event (recorded on stream 0 at the start) and the
     /// host time it was seen complete at.
     reference: Option<(Arc<dyn Event>, Instant)>,
-    /// The last node pushed is still being issued.
-    open: bool,
     /// The anchor is the reference's completion as the backend took it.
     exact_anchor: bool,
     /// Set by the command-buffer step of the node being issued.
-    pub(super) command_buffer: Cell<CommandBufferNote>,
+    command_buffer: Cell<CommandBufferNote>,
     /// Added to by communicator acquisitions of the node being issued.
-    pub(super) clique_wait_ns: Cell<u64>,
+    clique_wait_ns: Cell<u64>,
+    /// One of the two above was set since the last mark's notes were taken.
+    noted: Cell<bool>,
 }
 
 impl<'a> Recorder<'a> {
@@ -200,23 +210,48 @@ impl<'a> Recorder<'a> {
         start: Instant,
         capacity: usize,
     ) -> Self {
+        let clock = *tracer.clock();
+        let anchor = clock.anchor();
         Recorder {
             tracer,
+            clock,
             nodes,
             rank,
             program,
             start,
-            thunks: Vec::with_capacity(capacity),
+            anchor,
+            marks: Marks::with_capacity(capacity, anchor.0),
+            end_mark: None,
+            notes: vec![],
             reference: None,
-            open: false,
             exact_anchor: false,
             command_buffer: Cell::new(CommandBufferNote::None),
             clique_wait_ns: Cell::new(0),
+            noted: Cell::new(false),
         }
     }
 
     pub(super) fn device_times(&self) -> bool {
         self.tracer.config().device_times
+    }
+
+    /// Whether this execution records timing events around its nodes (device times were
+    /// asked for and the backend has timing events; known after [`Self::begin`]).
+    pub(super) fn timed(&self) -> bool {
+        self.reference.is_some()
+    }
+
+    /// What the command-buffer step of the node being issued did.
+    pub(super) fn note_command_buffer(&self, note: CommandBufferNote) {
+        self.command_buffer.set(note);
+        self.noted.set(true);
+    }
+
+    /// Time the node being issued spent acquiring communicators.
+    pub(super) fn add_clique_wait(&self, ns: u64) {
+        self.clique_wait_ns
+            .set(self.clique_wait_ns.get().saturating_add(ns));
+        self.noted.set(true);
     }
 
     /// With device times: makes sure `state` has timing events for `nodes` nodes, and records
@@ -273,50 +308,71 @@ impl<'a> Recorder<'a> {
     }
 
     /// Before node `node`'s work on `stream` (after its waits).
+    #[inline]
     pub(super) fn before(&self, node: usize, stream: &dyn Stream, state: &ExecState) -> Result<()> {
-        match (&self.reference, state.timing.get(node)) {
-            (Some(_), Some([b, _])) => stream.record(b.as_ref()),
-            _ => Ok(()),
+        if self.reference.is_none() {
+            return Ok(());
+        }
+        match state.timing.get(node) {
+            Some([b, _]) => stream.record(b.as_ref()),
+            None => Ok(()),
         }
     }
 
     /// Node `node`'s issue starts now (before its event waits); the previous node's ends.
     /// One clock read per node: a node's issue span runs to the start of the next one's (all
     /// that lies between is the node's own event records).
+    #[inline(always)]
     pub(super) fn start_node(&mut self, node: usize) {
-        let now = self.tracer.ns(Instant::now());
-        self.end_last(now);
-        self.thunks.push(ThunkTimes {
-            node: u32::try_from(node).unwrap_or(u32::MAX),
-            issue: (now, now),
-            ..Default::default()
-        });
-        self.open = true;
+        let at = self.clock.ticks();
+        debug_assert!(
+            self.end_mark.is_none(),
+            "a node started after issuing ended"
+        );
+        self.take_notes();
+        self.marks.push(node, at);
     }
 
-    /// The last node's issue ends at `now`, with what its steps noted.
-    fn end_last(&mut self, now: u64) {
-        if !std::mem::take(&mut self.open) {
+    /// What the steps of the node being issued noted goes with its mark (rarely anything).
+    #[inline(always)]
+    fn take_notes(&mut self) {
+        if self.noted.get() {
+            self.note_last();
+        }
+    }
+
+    #[cold]
+    fn note_last(&mut self) {
+        let Some(last) = self.marks.len().checked_sub(1) else {
+            // No node is being issued: the notes go with the first.
+            return;
+        };
+        self.noted.set(false);
+        self.notes.push(MarkNote {
+            mark: u32::try_from(last).unwrap_or(u32::MAX),
+            command_buffer: self.command_buffer.take(),
+            clique_wait_ns: self.clique_wait_ns.take(),
+        });
+    }
+
+    /// The last node's issue ends now (once: later calls change nothing).
+    pub(super) fn close(&mut self) {
+        if self.end_mark.is_some() || self.marks.is_empty() {
             return;
         }
-        if let Some(last) = self.thunks.last_mut() {
-            last.issue.1 = now;
-            last.command_buffer = self.command_buffer.take();
-            last.clique_wait_ns = self.clique_wait_ns.take();
-        }
-    }
-
-    /// The last node's issue ends now.
-    pub(super) fn close(&mut self) {
-        let now = self.tracer.ns(Instant::now());
-        self.end_last(now);
+        self.end_mark = Some(self.clock.ticks().max(self.marks.last()));
+        self.take_notes();
     }
 
     /// After node `node`'s work on `stream`: with device times, its end event.
+    #[inline]
     pub(super) fn after(&self, node: usize, stream: &dyn Stream, state: &ExecState) -> Result<()> {
-        match (&self.reference, state.timing.get(node)) {
-            (Some(_), Some([_, e])) => stream.record(e.as_ref()),
-            _ => Ok(()),
+        if self.reference.is_none() {
+            return Ok(());
+        }
+        match state.timing.get(node) {
+            Some([_, e]) => stream.record(e.as_ref()),
+            None => Ok(()),
         }
     }
 
@@ -325,10 +381,13 @@ impl<'a> Recorder<'a> {
     pub(super) fn finish(mut self, state: &ExecState, ok: bool) {
         // Issuing failed part-way: the failed node's issue ended now.
         self.close();
+        let mut device = vec![];
         if let (true, Some((reference, at))) = (ok, &self.reference) {
             let base = self.tracer.ns(*at);
-            for t in &mut self.thunks {
-                let Some([b, e]) = state.timing.get(t.node as usize) else {
+            device.reserve_exact(self.marks.len());
+            for m in self.marks.iter() {
+                let Some([b, e]) = state.timing.get(m.node as usize) else {
+                    device.push(None);
                     continue;
                 };
                 let since = |x: &Arc<dyn Event>| {
@@ -336,7 +395,7 @@ impl<'a> Recorder<'a> {
                         .map(|d| base.saturating_add(u64::try_from(d.as_nanos()).unwrap_or(0)))
                 };
                 match (since(b), since(e)) {
-                    (Ok(s), Ok(f)) => t.device = Some((s, f.max(s))),
+                    (Ok(s), Ok(f)) => device.push(Some((s, f.max(s)))),
                     (Err(err), _) | (_, Err(err)) => {
                         tracing::warn!("trace: no device time for a thunk: {err}");
                         break;
@@ -345,20 +404,26 @@ impl<'a> Recorder<'a> {
             }
         }
         let index = self.tracer.next_index(self.rank);
-        self.tracer.push_execution(Execution {
+        let end = self.clock.anchor();
+        let end_mark = self.end_mark.unwrap_or(end.0);
+        self.tracer.push_recording(Recording {
             rank: self.rank,
             program: self.program.to_string(),
             index,
             start_ns: self.tracer.ns(self.start),
-            end_ns: self.tracer.ns(Instant::now()),
+            end_ns: self.tracer.ns(end.1),
             ok,
             clock: match (&self.reference, self.exact_anchor) {
                 (None, _) => "host",
                 (Some(_), true) => "device, anchored exactly",
                 (Some(_), false) => "device, anchored at the reference's record",
             },
+            map: self.tracer.tick_map(self.anchor, end),
             nodes: self.nodes,
-            thunks: self.thunks,
+            marks: self.marks,
+            end_mark,
+            notes: self.notes,
+            device,
         });
     }
 }

@@ -153,3 +153,33 @@ fn the_chrome_document_has_a_slice_per_record() {
     let executions = events.iter().filter(|e| e["cat"] == "execution").count();
     assert_eq!(executions, 2);
 }
+
+#[test]
+fn issue_spans_tile_the_execution_on_either_clock() {
+    use crate::trace::ClockSource;
+    let exe = LoadedExecutable::load_with(
+        device(),
+        tiny_chain("chain", 50, false).unwrap(),
+        &ExecutorConfig::in_order(),
+    )
+    .unwrap();
+    for source in [ClockSource::Tsc, ClockSource::Instant] {
+        let tracer = Arc::new(Tracer::with_clock(TraceConfig::default(), source));
+        run(&exe, Some(&tracer), 2);
+        let e = tracer.executions();
+        assert_eq!(e.len(), 2);
+        for x in &e {
+            assert_eq!(x.thunks.len(), 50, "{source:?}");
+            let first = x.thunks[0].issue.0;
+            let last = x.thunks[49].issue.1;
+            assert!(x.start_ns <= first && last <= x.end_ns, "{source:?}: {x:?}");
+            for (i, w) in x.thunks.windows(2).enumerate() {
+                assert_eq!(w[0].node as usize, i);
+                assert!(w[0].issue.0 <= w[0].issue.1, "{source:?}: {:?}", w[0]);
+                // A node's issue ends where the next one's starts.
+                assert_eq!(w[0].issue.1, w[1].issue.0, "{source:?}");
+            }
+        }
+        assert!(e[0].end_ns <= e[1].start_ns, "{source:?}");
+    }
+}

@@ -5,7 +5,7 @@
 //! cross-stream event waits. Times are microseconds since the tracer's origin, whose wall-clock
 //! time is in `otherData.origin_unix_ns`; [`merge`] aligns several documents by it.
 
-use super::{Execution, ThunkTimes, Tracer};
+use super::{Execution, Recording, ThunkTimes, Tracer};
 use serde_json::{Map, Value, json};
 use std::io::{self, Write};
 
@@ -128,16 +128,12 @@ impl Tracer {
     fn each_event(&self, sink: &mut dyn FnMut(Value) -> io::Result<()>) -> io::Result<()> {
         let labels = self.rank_labels();
         let spans = self.spans();
-        self.with_executions(|executions| {
+        self.with_recordings(|executions| {
             let mut ranks: std::collections::BTreeSet<u32> = labels.keys().copied().collect();
             let mut streams: std::collections::BTreeSet<(u32, u32)> = Default::default();
             for e in executions {
                 ranks.insert(e.rank);
-                for t in &e.thunks {
-                    if let Some(n) = e.nodes.get(t.node as usize) {
-                        streams.insert((e.rank, n.stream));
-                    }
-                }
+                streams.extend(e.streams().map(|s| (e.rank, s)));
             }
             ranks.extend(spans.iter().map(|s| s.rank));
             for r in &ranks {
@@ -165,12 +161,13 @@ impl Tracer {
                     s.args.clone(),
                 ))?;
             }
-            let mut order: Vec<&Execution> = executions.iter().collect();
+            let mut order: Vec<&Recording> = executions.iter().collect();
             order.sort_by_key(|e| (e.rank, e.start_ns));
             let mut flow_id = 0u64;
             let mut buf = vec![];
             for e in order {
-                execution_events(e, &mut flow_id, &mut buf);
+                // In nanoseconds one at a time: the trace's memory stays the compact marks.
+                execution_events(&e.expand(), &mut flow_id, &mut buf);
                 for v in buf.drain(..) {
                     sink(v)?;
                 }
@@ -184,6 +181,10 @@ impl Tracer {
             "producer": "xthunk",
             "origin_unix_ns": self.origin_unix_ns(),
             "device_times": self.config().device_times,
+            "thunk_clock": match self.clock().source() {
+                super::ClockSource::Tsc => "tsc",
+                super::ClockSource::Instant => "instant",
+            },
             "dropped_executions": self.dropped_executions(),
         })
     }

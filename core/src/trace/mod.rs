@@ -9,7 +9,11 @@
 //! (`ExecuteOptions::trace` is an `Option`).
 
 pub mod chrome;
+pub mod clock;
+pub mod marks;
 
+pub use clock::{Clock, ClockSource, TickMap};
+pub use marks::{Mark, Marks};
 use parking_lot::Mutex;
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -93,6 +97,87 @@ pub struct ThunkTimes {
     pub clique_wait_ns: u64,
 }
 
+/// What a node's steps noted in one execution (rare: kept apart from the marks).
+#[derive(Clone, Copy, Debug)]
+pub struct MarkNote {
+    /// The mark's index in [`Recording::marks`].
+    pub mark: u32,
+    pub command_buffer: CommandBufferNote,
+    pub clique_wait_ns: u64,
+}
+
+/// One execution of one rank as recorded: packed marks in raw clock ticks (a node's issue
+/// starts at its mark and ends at the next one's), turned into an [`Execution`] (nanoseconds,
+/// one [`ThunkTimes`] per node) only when the trace is read.
+#[derive(Clone, Debug)]
+pub struct Recording {
+    pub rank: u32,
+    pub program: String,
+    pub index: u64,
+    pub start_ns: u64,
+    pub end_ns: u64,
+    pub ok: bool,
+    /// As [`Execution::clock`].
+    pub clock: &'static str,
+    pub nodes: Arc<[NodeInfo]>,
+    /// In issue order.
+    pub marks: Marks,
+    /// The tick the last node's issue ended at.
+    pub end_mark: u64,
+    /// This execution's ticks to the tracer's nanoseconds.
+    pub map: TickMap,
+    /// By mark, ascending; at most one per mark.
+    pub notes: Vec<MarkNote>,
+    /// Empty (no device times), else each mark's stream span (nanoseconds).
+    pub device: Vec<Option<(u64, u64)>>,
+}
+
+impl Recording {
+    /// The execution in nanoseconds, one record per mark.
+    pub fn expand(&self) -> Execution {
+        let mut notes = self.notes.iter().peekable();
+        let marks: Vec<Mark> = self.marks.iter().collect();
+        let thunks = marks
+            .iter()
+            .enumerate()
+            .map(|(i, m)| {
+                let end = marks.get(i + 1).map_or(self.end_mark, |n| n.at);
+                let mut t = ThunkTimes {
+                    node: m.node,
+                    issue: (self.map.ns(m.at), self.map.ns(end)),
+                    device: self.device.get(i).copied().flatten(),
+                    ..Default::default()
+                };
+                while let Some(n) = notes.next_if(|n| n.mark as usize <= i) {
+                    if n.mark as usize == i {
+                        t.command_buffer = n.command_buffer;
+                        t.clique_wait_ns = n.clique_wait_ns;
+                    }
+                }
+                t
+            })
+            .collect();
+        Execution {
+            rank: self.rank,
+            program: self.program.clone(),
+            index: self.index,
+            start_ns: self.start_ns,
+            end_ns: self.end_ns,
+            ok: self.ok,
+            clock: self.clock,
+            nodes: self.nodes.clone(),
+            thunks,
+        }
+    }
+
+    /// The streams its records are on.
+    fn streams(&self) -> impl Iterator<Item = u32> + '_ {
+        self.marks
+            .iter()
+            .filter_map(|m| self.nodes.get(m.node as usize).map(|n| n.stream))
+    }
+}
+
 /// One execution of one rank.
 #[derive(Clone, Debug)]
 pub struct Execution {
@@ -127,7 +212,7 @@ pub struct Span {
 
 #[derive(Default)]
 struct Records {
-    executions: Vec<Execution>,
+    executions: Vec<Recording>,
     spans: Vec<Span>,
     /// Per rank: its label (device) and how many executions it traced.
     ranks: BTreeMap<u32, (String, u64)>,
@@ -139,6 +224,8 @@ struct Records {
 pub struct Tracer {
     config: TraceConfig,
     origin: Instant,
+    /// What per-thunk marks are read from (ticks since `origin` or the TSC).
+    clock: Clock,
     /// The wall-clock time of `origin`, so that traces of several processes can be aligned.
     origin_unix_ns: u64,
     records: Mutex<Records>,
@@ -154,13 +241,20 @@ impl std::fmt::Debug for Tracer {
 
 impl Tracer {
     pub fn new(config: TraceConfig) -> Self {
+        Self::with_clock(config, ClockSource::Tsc)
+    }
+
+    /// [`Tracer::new`] with marks from `source` (the TSC only where it is reliable).
+    pub fn with_clock(config: TraceConfig, source: ClockSource) -> Self {
         let origin_unix_ns = SystemTime::now()
             .duration_since(SystemTime::UNIX_EPOCH)
             .map(|d| u64::try_from(d.as_nanos()).unwrap_or(u64::MAX))
             .unwrap_or(0);
+        let origin = Instant::now();
         Tracer {
             config,
-            origin: Instant::now(),
+            origin,
+            clock: Clock::of(source, origin),
             origin_unix_ns,
             records: Mutex::new(Records::default()),
         }
@@ -168,6 +262,23 @@ impl Tracer {
 
     pub fn config(&self) -> TraceConfig {
         self.config
+    }
+
+    /// What per-thunk marks are read from.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
+    }
+
+    /// The map of ticks read between the anchors `from` and `to` (each a [`Clock::anchor`])
+    /// to nanoseconds from the origin.
+    pub fn tick_map(&self, from: (u64, Instant), to: (u64, Instant)) -> TickMap {
+        match self.clock.source() {
+            ClockSource::Instant => TickMap::IDENTITY,
+            ClockSource::Tsc => TickMap {
+                ticks: (from.0, to.0),
+                ns: (self.ns(from.1), self.ns(to.1)),
+            },
+        }
     }
 
     /// Nanoseconds from the origin to `t` (0 before it).
@@ -194,13 +305,13 @@ impl Tracer {
     }
 
     /// Adds one execution (dropped, and counted, past [`MAX_THUNK_RECORDS`]).
-    pub fn push_execution(&self, e: Execution) {
+    pub fn push_recording(&self, e: Recording) {
         let mut r = self.records.lock();
-        if r.thunk_records.saturating_add(e.thunks.len()) > MAX_THUNK_RECORDS {
+        if r.thunk_records.saturating_add(e.marks.len()) > MAX_THUNK_RECORDS {
             r.dropped_executions += 1;
             return;
         }
-        r.thunk_records += e.thunks.len();
+        r.thunk_records += e.marks.len();
         r.executions.push(e);
     }
 
@@ -227,13 +338,14 @@ impl Tracer {
 
     /// Runs `f` on every execution recorded so far (in the order they ended), under the
     /// tracer's lock.
-    pub fn with_executions<R>(&self, f: impl FnOnce(&[Execution]) -> R) -> R {
+    fn with_recordings<R>(&self, f: impl FnOnce(&[Recording]) -> R) -> R {
         f(&self.records.lock().executions)
     }
 
-    /// Every execution recorded so far (by rank, then start), copied.
+    /// Every execution recorded so far (by rank, then start), in nanoseconds.
     pub fn executions(&self) -> Vec<Execution> {
-        let mut v = self.records.lock().executions.clone();
+        let mut v: Vec<Execution> =
+            self.with_recordings(|r| r.iter().map(Recording::expand).collect());
         v.sort_by_key(|e| (e.rank, e.start_ns));
         v
     }

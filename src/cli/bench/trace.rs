@@ -1,8 +1,9 @@
 //! Benchmark `trace_overhead`: what `--trace` costs. The `executor_overhead` chain of 10,000
 //! tiny `add_f32` kernels run thunk by thunk (no implicit command buffer, so every thunk gets
-//! its own trace record) with a trace (host issue spans, device timing off) against the same
-//! executions without one; notes give the default configuration (one implicit command buffer:
-//! one record per execution) and device timing on.
+//! its own trace record) with a trace (host issue spans, device timing off; one tracer keeps
+//! every traced execution, as `run --trace --iterations N`) against the same executions
+//! without one; notes give a fresh tracer per execution, the default configuration (one
+//! implicit command buffer: one record per execution) and device timing on.
 
 use super::program::{Prepared, TINY, check_chain, f32_bytes, f32s, tiny_chain};
 use super::report::{Row, thousands};
@@ -11,7 +12,7 @@ use super::{Res, Setup};
 use std::sync::Arc;
 use xthunk::ExecuteOptions;
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::core::trace::{TraceConfig, Tracer};
+use xthunk::core::trace::{ClockSource, TraceConfig, Tracer};
 
 const CHAIN: usize = 10_000;
 
@@ -23,7 +24,8 @@ fn traced(device_times: bool) -> ExecuteOptions {
     }
 }
 
-/// The median ratio of `p` traced (`device_times` or not) to untraced, over `plan` rounds.
+/// The median ratio of `p` traced (`device_times` or not, a fresh tracer per execution) to
+/// untraced, over `plan` rounds.
 fn ratio_of(s: &Setup, p: &Prepared, device_times: bool, rounds: usize) -> Res<Spread> {
     let plan = s.rounds(rounds, rounds / 4 + 3, 10);
     let t = interleaved(
@@ -63,11 +65,19 @@ pub fn trace_overhead(s: &Setup) -> Res<Row> {
         CHAIN,
         0.5,
     )?;
+    // One tracer keeps every traced execution, as `run --trace --iterations N` does: each
+    // execution's marks take new memory, part of what tracing costs (at most 101 x 10,000
+    // records, under the tracer's limit: none dropped).
+    let kept = Arc::new(Tracer::new(TraceConfig::default()));
+    let keep = ExecuteOptions {
+        trace: Some(kept.clone()),
+        ..Default::default()
+    };
     let plan = s.rounds(100, 20, 15);
     let per = |v: f64| v / CHAIN as f64 * 1e9;
     let times = interleaved(
         plan,
-        &mut [&mut || p.run_with(&traced(false)), &mut || {
+        &mut [&mut || p.run_with(&keep), &mut || {
             p.run_with(&ExecuteOptions::default())
         }],
     )?;
@@ -75,6 +85,21 @@ pub fn trace_overhead(s: &Setup) -> Res<Row> {
     row.value = Some(Spread::of(&times[0]).map(per));
     row.baseline = Some(Spread::of(&times[1]).map(per));
     row.ratio = Some(Spread::of(&ratios(&times[0], &times[1])));
+    row.notes.push(format!(
+        "one tracer for every traced execution ({} dropped); per-thunk marks read from {} \
+         (one read per thunk)",
+        kept.dropped_executions(),
+        match kept.clock().source() {
+            ClockSource::Tsc => "the TSC",
+            ClockSource::Instant => "Instant (the TSC is not reliable here)",
+        }
+    ));
+    let fresh = ratio_of(s, &p, false, 40)?;
+    row.notes.push(format!(
+        "a fresh tracer per execution (made before the timer starts; the freed records' memory \
+         is reused): ratio {:.3} (p25 {:.3}, p75 {:.3})",
+        fresh.median, fresh.p25, fresh.p75
+    ));
     let dt = ratio_of(s, &p, true, 20)?;
     row.notes.push(format!(
         "with device timing on (two timing events per thunk): ratio {:.3} (p25 {:.3}, p75 {:.3})",
