@@ -194,9 +194,15 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
         "use xt_f32_bits, xt_bits_f32, xt_f64_bits or xt_bits_f64"
     } else if matches!(id, "min" | "max" | "umin" | "umax" | "llmin" | "llmax") {
         "use xt_min / xt_max (every numeric type), or fminf / fmaxf"
-    } else if matches!(id, "__ldg" | "__ldcg" | "__ldca" | "__ldcs" | "__stcg" | "__stcs") {
+    } else if matches!(
+        id,
+        "__ldg" | "__ldcg" | "__ldca" | "__ldcs" | "__stcg" | "__stcs"
+    ) {
         "read and write through the pointer (`const T* __restrict__` lets the compiler use the read-only path)"
-    } else if matches!(id, "printf" | "clock" | "clock64" | "__trap" | "assert" | "__brkpt") {
+    } else if matches!(
+        id,
+        "printf" | "clock" | "clock64" | "__trap" | "assert" | "__brkpt"
+    ) {
         "no printing, clocks or traps in portable kernels: write to an output buffer"
     } else if is_rounded_intrinsic(id) {
         "explicitly rounded arithmetic is vendor-specific: write the operation (contraction is off everywhere)"
@@ -204,8 +210,18 @@ fn vendor_hint(id: &str) -> Option<&'static str> {
         "vector types differ between the vendors' headers and the CPU: use arrays or separate values"
     } else if matches!(
         id,
-        "erfinvf" | "erfinv" | "erfcinvf" | "erfcinv" | "normcdff" | "normcdf" | "normcdfinvf"
-            | "normcdfinv" | "rcbrtf" | "rcbrt" | "sincospif" | "sincospi"
+        "erfinvf"
+            | "erfinv"
+            | "erfcinvf"
+            | "erfcinv"
+            | "normcdff"
+            | "normcdf"
+            | "normcdfinvf"
+            | "normcdfinv"
+            | "rcbrtf"
+            | "rcbrt"
+            | "sincospif"
+            | "sincospi"
     ) {
         "not a C math function: the portable subset has the C library's float and double math"
     } else if id.starts_with("__builtin_") || id.starts_with("__nvvm") {
@@ -244,8 +260,20 @@ fn is_vector_type(id: &str) -> bool {
     matches!(n, '1'..='4')
         && matches!(
             stem,
-            "float" | "double" | "int" | "uint" | "short" | "ushort" | "char" | "uchar" | "long"
-                | "ulong" | "longlong" | "ulonglong" | "half" | "bfloat16"
+            "float"
+                | "double"
+                | "int"
+                | "uint"
+                | "short"
+                | "ushort"
+                | "char"
+                | "uchar"
+                | "long"
+                | "ulong"
+                | "longlong"
+                | "ulonglong"
+                | "half"
+                | "bfloat16"
         )
 }
 
@@ -322,30 +350,50 @@ const MAX_INCLUDE_DEPTH: usize = 16;
 /// carried header replaced by the header's code, between `#line` directives so messages name
 /// the header and the including file's lines. Headers may include headers (to a depth of 16;
 /// a header including itself, directly or not, is left as the `#include` line, which the
-/// compiler then reports). Other lines are kept as they are.
+/// compiler then reports). A header with a `#pragma once` line is inlined at its first include
+/// only (the pragma itself becomes an empty line: in one inlined file it would mean nothing).
+/// Other lines are kept as they are.
 pub fn inline_headers(code: &str, file: &str, headers: &[HeaderSource]) -> String {
-    fn go(
-        code: &str,
-        file: &str,
-        headers: &[HeaderSource],
-        stack: &mut Vec<String>,
-        out: &mut String,
-    ) {
+    struct Walk<'h> {
+        headers: &'h [HeaderSource],
+        stack: Vec<String>,
+        /// Headers with `#pragma once` inlined already.
+        once: Vec<String>,
+        out: String,
+    }
+    fn is_pragma_once(line: &str) -> bool {
+        let mut words = line.trim_start().trim_start_matches('#').split_whitespace();
+        line.trim_start().starts_with('#')
+            && words.next() == Some("pragma")
+            && words.next() == Some("once")
+    }
+    fn go(w: &mut Walk<'_>, code: &str, file: &str) {
         for (i, line) in code.lines().enumerate() {
+            if w.stack.len() > 1 && is_pragma_once(line) {
+                w.out.push('\n');
+                continue;
+            }
             let found = quoted_include(line)
-                .filter(|n| stack.len() < MAX_INCLUDE_DEPTH && !stack.iter().any(|s| s == n))
-                .and_then(|n| headers.iter().find(|h| h.name == n));
+                .filter(|n| w.stack.len() < MAX_INCLUDE_DEPTH && !w.stack.iter().any(|s| s == n))
+                .and_then(|n| w.headers.iter().find(|h| h.name == n));
             match found {
+                Some(h) if w.once.contains(&h.name) => {
+                    // Already inlined, and marked `#pragma once`: the include is empty.
+                    w.out.push('\n');
+                }
                 Some(h) => {
-                    out.push_str(&format!("#line 1 \"{}\"\n", h.name));
-                    stack.push(h.name.clone());
-                    go(&h.code, &h.name, headers, stack, out);
-                    stack.pop();
-                    out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
+                    if h.code.lines().any(is_pragma_once) {
+                        w.once.push(h.name.clone());
+                    }
+                    w.out.push_str(&format!("#line 1 \"{}\"\n", h.name));
+                    w.stack.push(h.name.clone());
+                    go(w, &h.code, &h.name);
+                    w.stack.pop();
+                    w.out.push_str(&format!("#line {} \"{file}\"\n", i + 2));
                 }
                 None => {
-                    out.push_str(line);
-                    out.push('\n');
+                    w.out.push_str(line);
+                    w.out.push('\n');
                 }
             }
         }
@@ -353,9 +401,14 @@ pub fn inline_headers(code: &str, file: &str, headers: &[HeaderSource]) -> Strin
     if headers.is_empty() {
         return code.to_string();
     }
-    let mut out = String::with_capacity(code.len());
-    go(code, file, headers, &mut vec![file.to_string()], &mut out);
-    out
+    let mut w = Walk {
+        headers,
+        stack: vec![file.to_string()],
+        once: vec![],
+        out: String::with_capacity(code.len()),
+    };
+    go(&mut w, code, file);
+    w.out
 }
 
 /// A `__global__` function of the source: its name and where its declaration starts.
@@ -524,11 +577,7 @@ pub fn kernel_findings(code: &str) -> Vec<Finding> {
                 construct: format!("kernel `{}`", d.name),
                 hint,
             });
-        } else if d.defines
-            && decls[..i]
-                .iter()
-                .any(|e| e.defines && e.name == d.name)
-        {
+        } else if d.defines && decls[..i].iter().any(|e| e.defines && e.name == d.name) {
             out.push(Finding {
                 line: d.line,
                 construct: format!("a second definition of kernel `{}`", d.name),
@@ -652,6 +701,30 @@ mod tests {
             ],
             "{got:?}"
         );
+    }
+
+    #[test]
+    fn pragma_once_headers_are_inlined_once() {
+        let h = |name: &str, code: &str| HeaderSource {
+            name: name.into(),
+            code: code.into(),
+        };
+        let headers = [
+            h("a.h", "#pragma once\nint a;\n"),
+            h("b.h", "#include \"a.h\"\nint b;\n"),
+        ];
+        let out = inline_headers(
+            "#include \"a.h\"\n#include \"b.h\"\nint c;\n",
+            "m",
+            &headers,
+        );
+        assert_eq!(out.matches("int a;").count(), 1, "{out}");
+        assert!(!out.contains("pragma"), "{out}");
+        assert!(out.contains("int b;") && out.contains("int c;"), "{out}");
+        // Without the pragma, each include inlines the header.
+        let headers = [h("a.h", "int a;\n"), h("b.h", "#include \"a.h\"\nint b;\n")];
+        let out = inline_headers("#include \"a.h\"\n#include \"b.h\"\n", "m", &headers);
+        assert_eq!(out.matches("int a;").count(), 2, "{out}");
     }
 
     #[test]
