@@ -18,24 +18,16 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
+
+#[path = "common/emulator.rs"]
+mod emulator;
+use emulator::emulator_lib;
 use xthunk::core::executor::{ExecutorConfig, ScratchPath};
 use xthunk::core::trace::{CommandBufferNote, TraceConfig, Tracer};
 use xthunk::{BackendChoice, ExecuteOptions, LoadedExecutable, Runtime};
 
 fn root() -> &'static Path {
     Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
-/// only in `deps/`.
-fn emulator_lib() -> Option<PathBuf> {
-    let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
-    [
-        dir.join("libxthunk_emulator.so"),
-        dir.join("deps/libxthunk_emulator.so"),
-    ]
-    .into_iter()
-    .find(|p| p.exists())
 }
 
 /// The emulator library, or `None` after printing why the test `name` is skipped.

@@ -14,7 +14,7 @@ pub fn repo_root() -> &'static Path {
 }
 
 /// The emulator library: `cargo build` puts it beside the binary, `cargo test --workspace`
-/// only in `deps/`.
+/// only in `deps/`; where both exist, the newer (the other may be left from an older build).
 pub fn emulator_lib() -> Option<PathBuf> {
     let dir = Path::new(env!("CARGO_BIN_EXE_xthunk")).parent()?;
     [
@@ -22,7 +22,9 @@ pub fn emulator_lib() -> Option<PathBuf> {
         dir.join("deps/libxthunk_emulator.so"),
     ]
     .into_iter()
-    .find(|p| p.exists())
+    .filter_map(|p| Some((std::fs::metadata(&p).ok()?.modified().ok()?, p)))
+    .max_by_key(|(t, _)| *t)
+    .map(|(_, p)| p)
 }
 
 /// Whether `test` can use the emulator: false (printed as SKIPPED with why) when its library
