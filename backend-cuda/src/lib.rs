@@ -31,6 +31,7 @@
 //! - [`memory`]: allocations and the registry every pointer range is checked against;
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
+//! - [`params`]: kernel parameters as the driver lays them out, and the launch check;
 //! - [`compile`]: the runtime compiler (NVRTC) and its disk cache;
 //! - [`target`]: `sm_XX` / `compute_XX` target names;
 //! - [`image`]: reading cubins;
@@ -68,6 +69,7 @@ pub mod image;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod params;
 pub mod result;
 pub mod stream;
 pub mod sys;

@@ -12,8 +12,12 @@
 //!
 //! - checks its shape against the device's limits and the function's own (its launch bound,
 //!   its static shared memory: [`crate::limits`]);
-//! - takes the parameters from `kernelParams` (one pointer per parameter) or from `extra`'s
-//!   packed buffer, whose size must be the kernel's parameter buffer size;
+//! - takes the parameters from `kernelParams` (one pointer per parameter: the array has no
+//!   count, so a shorter one is read past its end, as a real driver would; null with a null
+//!   `extra` is refused when the kernel has parameters, where a real driver would crash) or
+//!   from `extra`'s packed buffer, whose size must be the kernel's parameter buffer size; the
+//!   layout of that buffer (the image's, else the C ABI's: each parameter aligned to its
+//!   size, up to 8 bytes) is what `cuFuncGetParamInfo` reports;
 //! - for the standard library's source, decodes them by the kernel's declared signature
 //!   (buffers are device pointers; immediates by their C type: f16/bf16 as 2 raw bytes, i64
 //!   as 8, pred as 1) and computes every buffer's length from the signature's extents; for
@@ -84,6 +88,11 @@ impl FunctionCore {
     /// The size of the kernel's parameter buffer.
     pub fn param_buffer_size(&self) -> usize {
         kernel_info::buffer_end(&self.params)
+    }
+
+    /// Where each parameter lies in the parameter buffer (what `cuFuncGetParamInfo` answers).
+    pub fn params(&self) -> &[ParamSlot] {
+        &self.params
     }
 }
 
@@ -296,7 +305,10 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
                 ),
             ));
         }
-        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+        None => {
+            kernel_info::natural_layout(sizes.iter().map(|&s| (s, kernel_info::natural_align(s))))
+                .unwrap_or_default()
+        }
     };
     let f = FUNCTIONS.insert(Arc::new(FunctionCore {
         ctx_id: m.ctx_id,
@@ -347,7 +359,10 @@ fn set_condition_function(
                 ),
             ));
         }
-        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+        None => {
+            kernel_info::natural_layout(sizes.iter().map(|&s| (s, kernel_info::natural_align(s))))
+                .unwrap_or_default()
+        }
     };
     let f = FUNCTIONS.insert(Arc::new(FunctionCore {
         ctx_id: m.ctx_id,
@@ -454,9 +469,14 @@ unsafe fn raw_params(
         if f.params.is_empty() {
             return Ok(vec![]);
         }
+        // A real driver would read the parameters through the null array and crash.
         return Err(crate::error::invalid(
             call,
-            "both kernelParams and extra are null, but the kernel has parameters",
+            format!(
+                "both kernelParams and extra are null, but `{}` has {} parameters",
+                f.name,
+                f.params.len()
+            ),
         ));
     }
     let (mut buf, mut len): (*const u8, Option<usize>) = (std::ptr::null(), None);
