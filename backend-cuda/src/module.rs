@@ -469,6 +469,8 @@ fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
 pub(crate) struct KernelArgs {
     slots: Vec<u64>,
     _regions: Vec<Region>,
+    /// Added to a launch refused with an illegal address ([`params::pointer_hint`]).
+    hint: Option<String>,
 }
 
 impl KernelArgs {
@@ -502,6 +504,7 @@ pub(crate) fn marshal(
     Ok(KernelArgs {
         slots: args.iter().map(arg_slot).collect(),
         _regions: regions,
+        hint: params::pointer_hint(args),
     })
 }
 
@@ -536,9 +539,15 @@ pub(crate) fn launch(
             std::ptr::null_mut(),
         )
     };
-    cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
-        kernel: kernel.name().to_string(),
-        message: e.to_string(),
+    cu("cuLaunchKernel", r).map_err(|e| {
+        let mut message = e.to_string();
+        if let (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, Some(hint)) = (r, &args.hint) {
+            message.push_str(&format!(" ({hint})"));
+        }
+        Error::Kernel {
+            kernel: kernel.name().to_string(),
+            message,
+        }
     })
 }
 

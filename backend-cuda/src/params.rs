@@ -145,6 +145,28 @@ pub(crate) fn check(kernel: &str, params: &[ParamLayout], args: &[LaunchArg]) ->
     Ok(())
 }
 
+/// What to add to a launch refused with an illegal address: the 8-byte immediates passed
+/// (which the layout cannot tell from pointers: a kernel taking a pointer there reads the
+/// immediate as an address). `None` when there is none.
+pub(crate) fn pointer_hint(args: &[LaunchArg]) -> Option<String> {
+    let wide: Vec<String> = args
+        .iter()
+        .enumerate()
+        .filter_map(|(i, a)| match a {
+            LaunchArg::Scalar(s) if s.dtype().size() == 8 => Some(format!("argument {i} ({s})")),
+            _ => None,
+        })
+        .collect();
+    if wide.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{} {} an 8-byte immediate: if the kernel takes a pointer there, pass a buffer",
+        wide.join(", "),
+        if wide.len() == 1 { "is" } else { "are" }
+    ))
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
@@ -227,5 +249,25 @@ mod tests {
         );
         let m = msg(&[LaunchArg::Scalar(Scalar::I32(1)), buf(), i32a, f32a]);
         assert!(m.contains("argument 0: i32:1 (4 bytes)"), "{m}");
+    }
+
+    #[test]
+    fn an_illegal_address_names_the_wide_immediates() {
+        let i64a = LaunchArg::Scalar(Scalar::I64(4096));
+        assert_eq!(
+            pointer_hint(&[i64a, buf(), LaunchArg::Scalar(Scalar::I32(7))]).as_deref(),
+            Some(
+                "argument 0 (i64:4096) is an 8-byte immediate: if the kernel takes a pointer there, pass a buffer"
+            )
+        );
+        let two = pointer_hint(&[i64a, LaunchArg::Scalar(Scalar::F64(0.5))]).unwrap();
+        assert!(
+            two.starts_with("argument 0 (i64:4096), argument 1 (f64:0.5) are"),
+            "{two}"
+        );
+        assert_eq!(
+            pointer_hint(&[buf(), LaunchArg::Scalar(Scalar::F32(1.0))]),
+            None
+        );
     }
 }

@@ -22,7 +22,8 @@
 //!   (buffers are device pointers; immediates by their C type: f16/bf16 as 2 raw bytes, i64
 //!   as 8, pred as 1) and computes every buffer's length from the signature's extents; for
 //!   other source, a pointer parameter may reach the rest of the allocation it points into
-//!   (the extents are the kernel's own); and checks each range against the live allocations
+//!   (the extents are the kernel's own; a null one is refused, since the CPU execution would
+//!   crash on dereferencing it where a GPU faults); and checks each range against the live allocations
 //!   — at launch and again when the kernel runs: inside one allocation, of the launch's own
 //!   context when it is device memory (pinned and managed memory are reachable from every
 //!   context), and aligned to its element type (AMD hardware tolerates some misaligned
@@ -638,9 +639,11 @@ pub unsafe fn prepare(
     })
 }
 
-/// The arguments of a kernel of no standard signature: a pointer parameter (non-null) must
-/// point into a live allocation of the launch's context and may reach the rest of it;
-/// immediates are passed as their bytes.
+/// The arguments of a kernel of no standard signature: a pointer parameter must point into a
+/// live allocation of the launch's context and may reach the rest of it; immediates are
+/// passed as their bytes. A null pointer parameter is refused: a GPU faults only if the kernel
+/// dereferences it, but the kernel runs on the CPU here, where a dereference would crash the
+/// process (stricter than a GPU, for a kernel that takes an optional pointer).
 fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<RawArg>> {
     let Runner::Cpu { entry, .. } = &f.run else {
         return Err(crate::error::invalid(
@@ -657,21 +660,29 @@ fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<R
         let ptr =
             usize::from_le_bytes(b.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
         let what = format!("pointer parameter {i} of `{}`", f.name);
-        let len = if ptr == 0 {
-            0
-        } else {
-            let Some(info) = crate::memory::allocation_containing(ptr) else {
-                return Err(EmuError::new(
-                    Code::IllegalAddress,
-                    Kind::InvalidValue,
-                    call,
-                    format!("{what} ({ptr:#x}) points into no live allocation"),
-                ));
-            };
-            check_owner(&info, f.ctx_id, &what, call)?;
-            check_aligned_to(ptr, p.align as usize, &what, call)?;
-            info.base + info.size - ptr
+        if ptr == 0 {
+            return Err(EmuError::new(
+                Code::IllegalAddress,
+                Kind::InvalidValue,
+                call,
+                format!(
+                    "{what} is null: the emulator runs the kernel on the CPU, where a dereference \
+                     would crash the process, so it refuses a null pointer parameter (a GPU \
+                     faults when the kernel dereferences it)"
+                ),
+            ));
+        }
+        let Some(info) = crate::memory::allocation_containing(ptr) else {
+            return Err(EmuError::new(
+                Code::IllegalAddress,
+                Kind::InvalidValue,
+                call,
+                format!("{what} ({ptr:#x}) points into no live allocation"),
+            ));
         };
+        check_owner(&info, f.ctx_id, &what, call)?;
+        check_aligned_to(ptr, p.align as usize, &what, call)?;
+        let len = info.base + info.size - ptr;
         args.push(RawArg::Buffer {
             ptr,
             len,

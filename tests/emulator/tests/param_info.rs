@@ -148,3 +148,45 @@ fn a_launch_without_parameters_is_refused_when_the_kernel_has_some() {
     );
     c.unload(m);
 }
+
+#[test]
+fn a_null_pointer_parameter_of_a_user_kernel_is_refused() {
+    let _g = serial();
+    let c = Cuda::new();
+    let code = "extern \"C\" __global__ void k(const double* x, float* y, int n, float s) {\n  XT_FOR(i, n) y[i] = (float)x[i] * s;\n}\n";
+    let m = c
+        .load(image("k", &[".u64", ".u64", ".u32", ".f32"], code).as_bytes())
+        .unwrap();
+    let f = c.function(m, "k").unwrap();
+    let (x, y) = (c.alloc(8 * 4), c.alloc(4 * 4));
+    let (n, s) = (4u64, u64::from(2.0f32.to_bits()));
+    // The CPU execution would crash on it (a GPU faults): refused, naming the parameter.
+    assert_eq!(c.launch(f, &[0, y, n, s], 0), cu::ILLEGAL_ADDRESS);
+    let d = take(Kind::InvalidValue);
+    assert!(
+        d.len() == 1 && d[0].message.contains("pointer parameter 0 of `k` is null"),
+        "{d:?}"
+    );
+    assert_eq!(c.launch(f, &[x, 0x1000, n, s], 0), cu::ILLEGAL_ADDRESS);
+    let d = take(Kind::InvalidValue);
+    assert!(
+        d.len() == 1
+            && d[0]
+                .message
+                .contains("pointer parameter 1 of `k` (0x1000) points into no live allocation"),
+        "{d:?}"
+    );
+    // With both pointers live, it runs.
+    let xs: Vec<u8> = [1.0f64, -2.0, 0.5, 8.0]
+        .iter()
+        .flat_map(|v| v.to_le_bytes())
+        .collect();
+    ok(c.htod(x, &xs), "htod");
+    ok(c.launch(f, &[x, y, n, s], 0), "launch");
+    ok(c.sync(0), "sync");
+    assert_eq!(c.read_f32(y, 4), [2.0, -4.0, 1.0, 16.0]);
+    for p in [x, y] {
+        ok(c.free(p), "free");
+    }
+    c.unload(m);
+}
