@@ -32,6 +32,7 @@
 //! - `pool`: the device's memory pool for stream-ordered allocation (`cuMemAllocFromPoolAsync`);
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
+//! - [`params`]: kernel parameters as the driver lays them out, and the launch check;
 //! - [`compile`]: the runtime compiler (NVRTC) and its disk cache;
 //! - [`target`]: `sm_XX` / `compute_XX` target names;
 //! - [`image`]: reading cubins;
@@ -69,6 +70,7 @@ pub mod image;
 pub mod loader;
 pub mod memory;
 pub mod module;
+pub mod params;
 mod pool;
 pub mod result;
 pub mod stream;

@@ -468,8 +468,8 @@ mod tests {
     }
 
     /// Driver entry points this crate calls only inside [`guarded`], with a fallback when they
-    /// are missing (`cuGraphExecUpdate_v2` in `graph.rs`): not checked at probe, so a driver
-    /// without them still works.
+    /// are missing (`cuGraphExecUpdate_v2` in `graph.rs`; `cuFuncGetParamInfo` in `params.rs`:
+    /// launches unchecked): not checked at probe, so a driver without them still works.
     const GUARDED_DRIVER_SYMBOLS: &[&str] = &[
         "cuGraphExecUpdate_v2",
         "cuStreamGetCaptureInfo_v2",
@@ -482,6 +482,7 @@ mod tests {
         "cuMemPoolSetAttribute",
         "cuMemAllocFromPoolAsync",
         "cuMemFreeAsync",
+        "cuFuncGetParamInfo",
     ];
 
     /// Every `sys::cu*` function this crate's source calls is in [`DRIVER_SYMBOLS`] (so the
@@ -499,6 +500,7 @@ mod tests {
             include_str!("blas.rs"),
             include_str!("conditional.rs"),
             include_str!("pool.rs"),
+            include_str!("params.rs"),
         ];
         let mut used = std::collections::BTreeSet::new();
         for s in sources {
@@ -528,6 +530,10 @@ mod tests {
                 .iter()
                 .all(|s| GUARDED_DRIVER_SYMBOLS.contains(s)),
             "a memory-pool symbol is not listed as guarded"
+        );
+        assert!(
+            GUARDED_DRIVER_SYMBOLS.contains(&crate::params::PARAM_INFO_SYMBOL),
+            "the parameter-layout symbol is not listed as guarded"
         );
         assert!(
             GUARDED_DRIVER_SYMBOLS

@@ -11,13 +11,16 @@
 //!
 //! Arguments: each is marshalled into one 8-byte slot (buffers as `CUdeviceptr`, immediates
 //! as their C type's little-endian bytes), checked first against the kernel's signature when
-//! it is a standard kernel and against the device's live allocations, and passed to
+//! it is a standard kernel, else against its parameters as the driver lays them out (count
+//! and sizes, [`crate::params`]; unchecked on a driver that cannot say), and against the
+//! device's live allocations, and passed to
 //! `cuLaunchKernel` as the `kernelParams` array of pointers to the slots; the driver copies
 //! the values at launch (and at capture), so the slots live only for the call.
 
 use crate::context::DeviceContext;
 use crate::image;
 use crate::memory::{MemoryRegistry, Region};
+use crate::params::{self, ParamLayout};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
 use parking_lot::Mutex;
@@ -344,11 +347,16 @@ impl LoadedModule for CudaModule {
         } else {
             None
         };
+        let layout = match &signature {
+            Some(_) => None,
+            None => params::query(f, name),
+        };
         let k = Arc::new(CudaKernel {
             name: name.to_string(),
             func: f,
             _module: self.raw.clone(),
             signature,
+            layout,
         });
         kernels.insert(name.to_string(), k.clone());
         Ok(k)
@@ -361,6 +369,9 @@ pub struct CudaKernel {
     func: sys::CUfunction,
     _module: Arc<ModuleRaw>,
     signature: Option<KernelSignature>,
+    /// The parameters as the driver lays them out, for kernels without a known signature
+    /// (when the driver can say).
+    layout: Option<Vec<ParamLayout>>,
 }
 
 // SAFETY: a CUfunction is an immutable handle into a loaded module (kept alive by
@@ -376,6 +387,11 @@ impl CudaKernel {
     /// The declared signature, for standard kernels.
     pub fn signature(&self) -> Option<&KernelSignature> {
         self.signature.as_ref()
+    }
+    /// The parameters as the driver lays them out (kernels without a known signature, on a
+    /// driver with `cuFuncGetParamInfo`).
+    pub fn param_layout(&self) -> Option<&[ParamLayout]> {
+        self.layout.as_deref()
     }
 }
 
@@ -453,6 +469,8 @@ fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
 pub(crate) struct KernelArgs {
     slots: Vec<u64>,
     _regions: Vec<Region>,
+    /// Added to a launch refused with an illegal address ([`params::pointer_hint`]).
+    hint: Option<String>,
 }
 
 impl KernelArgs {
@@ -465,14 +483,18 @@ impl KernelArgs {
     }
 }
 
-/// Checks `args` against the kernel's signature (when known) and the device's live
-/// allocations, and lays them out for the launch.
+/// Checks `args` against the kernel's signature (when known) or its parameters as the
+/// driver lays them out (when it can say), and the device's live allocations, and lays them
+/// out for the launch.
 pub(crate) fn marshal(
     kernel: &CudaKernel,
     args: &[LaunchArg],
     memory: &MemoryRegistry,
 ) -> Result<KernelArgs> {
     check_signature(kernel, args)?;
+    if let Some(layout) = kernel.param_layout() {
+        params::check(kernel.name(), layout, args)?;
+    }
     let mut regions = Vec::new();
     for a in args {
         if let LaunchArg::Buffer { ptr, len } = *a {
@@ -482,6 +504,7 @@ pub(crate) fn marshal(
     Ok(KernelArgs {
         slots: args.iter().map(arg_slot).collect(),
         _regions: regions,
+        hint: params::pointer_hint(args),
     })
 }
 
@@ -497,9 +520,10 @@ pub(crate) fn launch(
     ctx.bind()?;
     // SAFETY: `kernel.function()` is a live function of a loaded module (kept alive by the
     // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot of
-    // `args` holding the value in the parameter's C type (checked against the signature when
-    // known); buffer ranges were checked by `marshal`; the driver copies the values before
-    // returning.
+    // `args` holding the value in the parameter's C type (count and types checked against the
+    // signature when known, count and sizes against the driver's layout otherwise, unchecked
+    // on a driver without `cuFuncGetParamInfo`); buffer ranges were checked by `marshal`; the
+    // driver copies the values before returning.
     let r = unsafe {
         sys::cuLaunchKernel(
             kernel.function(),
@@ -515,9 +539,15 @@ pub(crate) fn launch(
             std::ptr::null_mut(),
         )
     };
-    cu("cuLaunchKernel", r).map_err(|e| Error::Kernel {
-        kernel: kernel.name().to_string(),
-        message: e.to_string(),
+    cu("cuLaunchKernel", r).map_err(|e| {
+        let mut message = e.to_string();
+        if let (CUresult::CUDA_ERROR_ILLEGAL_ADDRESS, Some(hint)) = (r, &args.hint) {
+            message.push_str(&format!(" ({hint})"));
+        }
+        Error::Kernel {
+            kernel: kernel.name().to_string(),
+            message,
+        }
     })
 }
 

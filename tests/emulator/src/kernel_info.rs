@@ -38,6 +38,15 @@ pub struct KernelInfo {
 /// The kernels of an image, by name.
 pub type Kernels = Vec<(String, KernelInfo)>;
 
+/// The alignment the C ABI gives a parameter of `size` bytes: its size for the scalar sizes,
+/// at most 8 (the largest power of two dividing a struct's size, up to 8).
+pub fn natural_align(size: usize) -> usize {
+    if size == 0 {
+        return 1;
+    }
+    1 << size.trailing_zeros().min(3)
+}
+
 /// Lays out parameters of `(size, alignment)` one after the other, each at the next multiple
 /// of its alignment (as C packs a struct, and as the drivers pack a parameter buffer).
 pub fn natural_layout(params: impl IntoIterator<Item = (usize, usize)>) -> Option<Vec<ParamSlot>> {

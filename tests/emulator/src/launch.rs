@@ -12,13 +12,18 @@
 //!
 //! - checks its shape against the device's limits and the function's own (its launch bound,
 //!   its static shared memory: [`crate::limits`]);
-//! - takes the parameters from `kernelParams` (one pointer per parameter) or from `extra`'s
-//!   packed buffer, whose size must be the kernel's parameter buffer size;
+//! - takes the parameters from `kernelParams` (one pointer per parameter: the array has no
+//!   count, so a shorter one is read past its end, as a real driver would; null with a null
+//!   `extra` is refused when the kernel has parameters, where a real driver would crash) or
+//!   from `extra`'s packed buffer, whose size must be the kernel's parameter buffer size; the
+//!   layout of that buffer (the image's, else the C ABI's: each parameter aligned to its
+//!   size, up to 8 bytes) is what `cuFuncGetParamInfo` reports;
 //! - for the standard library's source, decodes them by the kernel's declared signature
 //!   (buffers are device pointers; immediates by their C type: f16/bf16 as 2 raw bytes, i64
 //!   as 8, pred as 1) and computes every buffer's length from the signature's extents; for
 //!   other source, a pointer parameter may reach the rest of the allocation it points into
-//!   (the extents are the kernel's own); and checks each range against the live allocations
+//!   (the extents are the kernel's own; a null one is refused, since the CPU execution would
+//!   crash on dereferencing it where a GPU faults); and checks each range against the live allocations
 //!   — at launch and again when the kernel runs: inside one allocation, of the launch's own
 //!   context when it is device memory (pinned and managed memory are reachable from every
 //!   context), and aligned to its element type (AMD hardware tolerates some misaligned
@@ -84,6 +89,11 @@ impl FunctionCore {
     /// The size of the kernel's parameter buffer.
     pub fn param_buffer_size(&self) -> usize {
         kernel_info::buffer_end(&self.params)
+    }
+
+    /// Where each parameter lies in the parameter buffer (what `cuFuncGetParamInfo` answers).
+    pub fn params(&self) -> &[ParamSlot] {
+        &self.params
     }
 }
 
@@ -296,7 +306,10 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
                 ),
             ));
         }
-        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+        None => {
+            kernel_info::natural_layout(sizes.iter().map(|&s| (s, kernel_info::natural_align(s))))
+                .unwrap_or_default()
+        }
     };
     let f = FUNCTIONS.insert(Arc::new(FunctionCore {
         ctx_id: m.ctx_id,
@@ -347,7 +360,10 @@ fn set_condition_function(
                 ),
             ));
         }
-        None => kernel_info::natural_layout(sizes.iter().map(|&s| (s, s))).unwrap_or_default(),
+        None => {
+            kernel_info::natural_layout(sizes.iter().map(|&s| (s, kernel_info::natural_align(s))))
+                .unwrap_or_default()
+        }
     };
     let f = FUNCTIONS.insert(Arc::new(FunctionCore {
         ctx_id: m.ctx_id,
@@ -454,9 +470,14 @@ unsafe fn raw_params(
         if f.params.is_empty() {
             return Ok(vec![]);
         }
+        // A real driver would read the parameters through the null array and crash.
         return Err(crate::error::invalid(
             call,
-            "both kernelParams and extra are null, but the kernel has parameters",
+            format!(
+                "both kernelParams and extra are null, but `{}` has {} parameters",
+                f.name,
+                f.params.len()
+            ),
         ));
     }
     let (mut buf, mut len): (*const u8, Option<usize>) = (std::ptr::null(), None);
@@ -618,9 +639,11 @@ pub unsafe fn prepare(
     })
 }
 
-/// The arguments of a kernel of no standard signature: a pointer parameter (non-null) must
-/// point into a live allocation of the launch's context and may reach the rest of it;
-/// immediates are passed as their bytes.
+/// The arguments of a kernel of no standard signature: a pointer parameter must point into a
+/// live allocation of the launch's context and may reach the rest of it; immediates are
+/// passed as their bytes. A null pointer parameter is refused: a GPU faults only if the kernel
+/// dereferences it, but the kernel runs on the CPU here, where a dereference would crash the
+/// process (stricter than a GPU, for a kernel that takes an optional pointer).
 fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<RawArg>> {
     let Runner::Cpu { entry, .. } = &f.run else {
         return Err(crate::error::invalid(
@@ -637,21 +660,29 @@ fn source_args(f: &FunctionCore, raw: &[Vec<u8>], call: &str) -> EmuResult<Vec<R
         let ptr =
             usize::from_le_bytes(b.get(..8).and_then(|s| s.try_into().ok()).unwrap_or([0; 8]));
         let what = format!("pointer parameter {i} of `{}`", f.name);
-        let len = if ptr == 0 {
-            0
-        } else {
-            let Some(info) = crate::memory::allocation_containing(ptr) else {
-                return Err(EmuError::new(
-                    Code::IllegalAddress,
-                    Kind::InvalidValue,
-                    call,
-                    format!("{what} ({ptr:#x}) points into no live allocation"),
-                ));
-            };
-            check_owner(&info, f.ctx_id, &what, call)?;
-            check_aligned_to(ptr, p.align as usize, &what, call)?;
-            info.base + info.size - ptr
+        if ptr == 0 {
+            return Err(EmuError::new(
+                Code::IllegalAddress,
+                Kind::InvalidValue,
+                call,
+                format!(
+                    "{what} is null: the emulator runs the kernel on the CPU, where a dereference \
+                     would crash the process, so it refuses a null pointer parameter (a GPU \
+                     faults when the kernel dereferences it)"
+                ),
+            ));
+        }
+        let Some(info) = crate::memory::allocation_containing(ptr) else {
+            return Err(EmuError::new(
+                Code::IllegalAddress,
+                Kind::InvalidValue,
+                call,
+                format!("{what} ({ptr:#x}) points into no live allocation"),
+            ));
         };
+        check_owner(&info, f.ctx_id, &what, call)?;
+        check_aligned_to(ptr, p.align as usize, &what, call)?;
+        let len = info.base + info.size - ptr;
         args.push(RawArg::Buffer {
             ptr,
             len,

@@ -323,6 +323,9 @@ fn launch_bounds_of_the_image_limit_the_block() {
     let cubin = common::nvrtc_compile(&nvrtc, &with_prelude(&src), "sm_90").unwrap();
     let m = c.load(&cubin).unwrap();
     let f = c.function(m, "add_f32").unwrap();
+    // A user kernel's pointer parameters must be live (the emulator refuses null ones).
+    let live = [c.alloc(4), c.alloc(4), c.alloc(4)];
+    let args = [live[0], live[1], live[2], 0];
     assert_eq!(func_attr(f, 0), 128);
     let static_shared = func_attr(f, 1);
     assert!(static_shared >= 4096, "{static_shared}");
@@ -350,10 +353,13 @@ fn launch_bounds_of_the_image_limit_the_block() {
         .unwrap();
     let f = c.function(m, "add_f32").unwrap();
     ok(
-        c.launch_with(f, ([1, 1, 1], [32, 1, 1], 0), &[0, 0, 0, 0], 0),
+        c.launch_with(f, ([1, 1, 1], [32, 1, 1], 0), &args, 0),
         "int n",
     );
     c.unload(m);
+    for p in live {
+        ok(c.free(p), "free");
+    }
 }
 
 #[test]
@@ -493,7 +499,8 @@ fn hip_faults_and_limits() {
         (hip_attr(28), hip_attr(56), hip_attr(74)),
         (1024, 1024, 64 * 1024)
     );
-    let none = [0u64; 4];
+    // No work (n = 0), but live pointers (the emulator refuses null ones of a user kernel).
+    let none = [a, a, out, 0];
     hok(
         hip_launch(f, (one, [1, 1, 1024], 64 * 1024), &none),
         "AMD-sized block",

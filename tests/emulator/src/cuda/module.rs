@@ -1,10 +1,10 @@
 //! Modules and launches: loading images (with the JIT log options), functions, their
-//! attributes, kernel launches.
+//! attributes and parameter layouts, kernel launches.
 
 use super::{CUresult, Cuda, Handle, api};
 use crate::context;
 use crate::driver;
-use crate::error::{cu, guard, invalid};
+use crate::error::{Code, EmuError, cu, guard, invalid};
 use crate::ffi::put;
 use std::ffi::{c_char, c_int, c_uint, c_void};
 
@@ -148,6 +148,38 @@ pub unsafe extern "C" fn cuFuncGetAttribute(pi: *mut c_int, attrib: c_int, f: Ha
         };
         // SAFETY: the caller's out-pointer.
         unsafe { put(pi, v, "pi", C) }
+    })
+}
+
+/// `cuFuncGetParamInfo` (CUDA 12.4): the offset and size of parameter `index` of `f` in its
+/// parameter buffer (the image's layout, else the C ABI's from the sizes of the carried
+/// source's parameters); `CUDA_ERROR_INVALID_VALUE` past the last one, as the driver answers
+/// (how a caller finds the count: no diagnostic then). `paramSize` may be null.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn cuFuncGetParamInfo(
+    f: Handle,
+    index: usize,
+    offset: *mut usize,
+    size: *mut usize,
+) -> CUresult {
+    const C: &str = "cuFuncGetParamInfo";
+    api(C, || {
+        context::cuda_initialized(C)?;
+        let func = crate::launch::FUNCTIONS.get(f, C)?;
+        let Some(p) = func.params().get(index) else {
+            return Err(EmuError::quiet(
+                Code::InvalidValue,
+                format!("`{}` has {} parameters", func.name, func.params().len()),
+            ));
+        };
+        // SAFETY: the caller's out-pointers (`size` optional).
+        unsafe {
+            put(offset, p.offset, "paramOffset", C)?;
+            if !size.is_null() {
+                put(size, p.size, "paramSize", C)?;
+            }
+        }
+        Ok(())
     })
 }
 
