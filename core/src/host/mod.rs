@@ -276,6 +276,13 @@ impl Device for HostDevice {
                             backend: "host (CPU execution of source modules)".to_string(),
                             reason,
                         },
+                        // The module is named once, by `Error::Module`.
+                        cpu::CpuError::Compile { compiler, log, .. } => Error::Module {
+                            module: module.name.clone(),
+                            message: format!(
+                                "`{compiler}` failed to compile the portable source:\n{log}"
+                            ),
+                        },
                         other => Error::Module {
                             module: module.name.clone(),
                             message: other.to_string(),

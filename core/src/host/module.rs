@@ -104,6 +104,8 @@ impl LoadedModule for CpuModule {
                     .entries()
                     .iter()
                     .map(|e| e.name.as_str())
+                    // The source stamp every compiled unit carries is not the user's kernel.
+                    .filter(|n| !n.starts_with(crate::kernels::portable::stamp::STAMP_PREFIX))
                     .collect();
                 Err(Error::Module {
                     module: self.name.clone(),

@@ -211,6 +211,9 @@ pub fn build(module: &str, tu: &str) -> Result<Built, CpuError> {
             log,
         });
     }
+    if !log.trim().is_empty() {
+        tracing::info!(module, "C++ compiler warnings for the CPU:\n{log}");
+    }
     let image =
         std::fs::read(&so).map_err(|e| CpuError::Io(format!("cannot read the library: {e}")))?;
     if let Some(c) = &cache {
