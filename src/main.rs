@@ -148,7 +148,7 @@ fn main() -> ExitCode {
         Err(e) if e.is_broken_pipe() => ExitCode::SUCCESS,
         Err(e) => {
             cli::logging::log_failure(log_format, &one_line(&e), &e);
-            eprintln!("error: {}", one_line(&e));
+            cli::logging::print_error_line(&one_line(&e));
             ExitCode::from(e.exit_code())
         }
     }

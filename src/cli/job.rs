@@ -463,9 +463,11 @@ fn on_rank_failure(
     };
     match root {
         Some(root) if root != text => {
-            eprintln!("error: {root}; this rank aborts because of it ({text})");
+            super::logging::print_error_line(&format!(
+                "{root}; this rank aborts because of it ({text})"
+            ));
         }
-        _ => eprintln!("error: {text} (job {job})"),
+        _ => super::logging::print_error_line(&format!("{text} (job {job})")),
     }
     if let Some(cause) = cause {
         eprintln!("xthunk: the collectives of this rank had already failed: {cause}");

@@ -67,3 +67,13 @@ pub fn log_failure(format: LogFormat, message: &str, e: &(dyn std::error::Error 
     let causes = serde_json::to_string(&cause_chain(e)).unwrap_or_default();
     tracing::error!(target: "xthunk", error = message, causes = %causes, "command failed");
 }
+
+/// Prints `error: {text}` as one line on stderr in a single write, so that a line another
+/// writer of the process prints at the same moment (the driver emulator's diagnostics, which
+/// have their own standard library and lock) cannot land inside it; `eprintln!` would write
+/// the pieces one by one.
+pub fn print_error_line(text: &str) {
+    use std::io::Write as _;
+    let line = format!("error: {text}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}

@@ -120,7 +120,11 @@ pub fn record(kind: Kind, call: impl Into<String>, message: impl Into<String>) {
     let line = format!("xthunk-emulator: {d}");
     let cfg = crate::config::get();
     if !cfg.quiet {
-        let _ = writeln!(std::io::stderr().lock(), "{line}");
+        // One write for the whole line: the host program's own stderr writes (another
+        // standard library's lock) cannot land inside it.
+        let _ = std::io::stderr()
+            .lock()
+            .write_all(format!("{line}\n").as_bytes());
     }
     if let Some(path) = &cfg.report {
         if let Ok(mut f) = std::fs::OpenOptions::new()
