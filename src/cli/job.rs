@@ -194,15 +194,39 @@ fn local_coordinator_error(config: &DistributedConfig) -> String {
 }
 
 /// Who ends the process after a failure: the failure handler or the main thread, whichever
-/// claims it first.
+/// claims it first; and whether the main thread has let go of the job's device resources
+/// (its run returned), which the failure handler waits for, briefly, before it exits.
 #[derive(Default)]
-struct ExitClaim(AtomicBool);
+struct ExitClaim {
+    claimed: AtomicBool,
+    released: AtomicBool,
+}
 
 impl ExitClaim {
     fn claim(&self) -> bool {
-        !self.0.swap(true, Ordering::SeqCst)
+        !self.claimed.swap(true, Ordering::SeqCst)
+    }
+
+    /// The main thread's run has returned: its buffers, streams and modules are freed.
+    fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits at most `limit` for [`ExitClaim::release`]: the communicators are aborted by
+    /// then, so a main thread inside a collective returns at once; one stuck elsewhere is
+    /// not waited for longer.
+    fn wait_released(&self, limit: Duration) {
+        let since = Instant::now();
+        while !self.released.load(Ordering::SeqCst) && since.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
+
+/// How long the failure handler waits for the main thread to free the job's device
+/// resources before it exits anyway (exiting with them live leaks nothing on a real driver,
+/// which frees a process's memory when it ends, but skips the driver's orderly teardown).
+const RELEASE_WAIT: Duration = Duration::from_secs(2);
 
 /// The global ranks of this process in the job `config` when it drives `devices` devices:
 /// process `p` holds `p·devices .. p·devices + devices`.
@@ -472,6 +496,7 @@ fn on_rank_failure(
     if let Some(cause) = cause {
         eprintln!("xthunk: the collectives of this rank had already failed: {cause}");
     }
+    exit.wait_released(RELEASE_WAIT);
     // Leave the coordinator (its shutdown fails fast once a rank is known dead, then revokes
     // this rank's lease), but never wait long for it: exiting promptly matters more. A lost
     // coordinator cannot be left.
@@ -580,6 +605,7 @@ fn fail(
     provider: Arc<dyn CliqueProvider>,
     coordinator: Arc<dyn Coordinator>,
 ) -> CliError {
+    exit.release();
     if !exit.claim() {
         // The failure handler exits the process (it names the dead rank); let it.
         let since = Instant::now();
