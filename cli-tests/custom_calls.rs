@@ -25,7 +25,10 @@ use std::sync::OnceLock;
 mod emulator;
 use emulator::{emulated_command, emulator_lib};
 use xthunk::builder::ExecutableBuilder;
-use xthunk::ir::{Attributes, CustomCallThunk, DType, Executable, MemsetPattern, Thunk};
+use xthunk::ir::{
+    Attributes, CommandBufferThunk, CopyThunk, CustomCallThunk, DType, Executable, MemsetPattern,
+    MemsetThunk, Thunk,
+};
 
 const N: u64 = 1000;
 const ROWS: u64 = 7;
@@ -119,20 +122,20 @@ fn program() -> Executable {
                 .attr("scale", scale),
         )
     };
-    b.push(Thunk::CommandBuffer {
+    b.push(Thunk::CommandBuffer(CommandBufferThunk {
         body: vec![
-            Thunk::Memset {
+            Thunk::Memset(MemsetThunk {
                 dst: t.slice(),
                 pattern: MemsetPattern::U32(0),
-            },
+            }),
             add("test.scaled_add", &t, SCALE),
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: t.slice(),
                 dst: out.slice(),
-            },
+            }),
             add("test.scaled_add_split", &out2, SCALE2),
         ],
-    });
+    }));
     b.push(Thunk::CustomCall(
         CustomCallThunk::new("test.top_k")
             .operand(m.buffer())

@@ -316,8 +316,8 @@ fn a_rank_that_never_arrives_is_named_at_the_timeout() {
     let x = b.parameter("x", DType::F32, &[16]);
     let y = b.output("y", DType::F32, &[16]);
     let id = b.temp(DType::I32, &[1]);
-    b.push(Thunk::RankId { dst: id.slice() });
-    b.push(Thunk::Conditional {
+    b.push(Thunk::RankId(RankIdThunk { dst: id.slice() }));
+    b.push(Thunk::Conditional(ConditionalThunk {
         index: id.slice(),
         index_type: DType::I32,
         branches: vec![
@@ -330,7 +330,7 @@ fn a_rank_that_never_arrives_is_named_at_the_timeout() {
             })],
             vec![],
         ],
-    });
+    }));
     let exe = b.build().unwrap();
     let inputs: Vec<Vec<Vec<u8>>> = (0..3).map(|_| vec![vec![0u8; 64]]).collect();
     let start = Instant::now();

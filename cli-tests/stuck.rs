@@ -28,28 +28,28 @@ pub fn build_stuck_rank() -> Executable {
         })
     };
     b.push(all_reduce(&x, &y));
-    b.push(Thunk::RankId { dst: id.slice() });
-    let busy = Thunk::While {
+    b.push(Thunk::RankId(RankIdThunk { dst: id.slice() }));
+    let busy = Thunk::While(WhileThunk {
         cond: vec![],
         pred: pred.slice(),
         // The copy into y makes the second all-reduce depend on the loop.
         body: vec![
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: big_a.slice(),
                 dst: big_b.slice(),
-            },
-            Thunk::Copy {
+            }),
+            Thunk::Copy(CopyThunk {
                 src: x.slice(),
                 dst: y.slice(),
-            },
+            }),
         ],
         trip_count: Some(BUSY_TRIPS),
-    };
-    b.push(Thunk::Conditional {
+    });
+    b.push(Thunk::Conditional(ConditionalThunk {
         index: id.slice(),
         index_type: DType::I32,
         branches: vec![vec![], vec![], vec![], vec![busy]],
-    });
+    }));
     b.push(all_reduce(&y, &y));
     b.build().expect("the stuck-rank program is valid")
 }

@@ -35,8 +35,9 @@
 
 use xthunk::builder::ExecutableBuilder;
 use xthunk::ir::{
-    AsyncKind, CollectiveOp, CollectiveThunk, DType, Executable, GemmThunk, ReduceOp, Thunk,
-    ValidationError,
+    AsyncDoneThunk, AsyncKind, AsyncStartThunk, CollectiveOp, CollectivePermuteThunk,
+    CollectiveThunk, ConditionalThunk, DType, Executable, GemmThunk, RankIdThunk, RecvThunk,
+    ReduceOp, SendThunk, ValidationError,
 };
 
 pub const RANKS: u32 = 4;
@@ -65,13 +66,16 @@ pub fn build_dp_step() -> Result<Executable, ValidationError> {
     let local = b.temp(DType::F32, &[FEATURES, TARGETS]);
     let std = b.standard_module();
     // Every rank starts from rank 0's weights.
-    b.push(Thunk::Collective(CollectiveThunk {
-        op: CollectiveOp::Broadcast { root: 0 },
-        src: w0.slice(),
-        dst: w.slice(),
-        dtype: DType::F32,
-        groups: vec![],
-    }));
+    b.push(
+        CollectiveThunk {
+            op: CollectiveOp::Broadcast { root: 0 },
+            src: w0.slice(),
+            dst: w.slice(),
+            dtype: DType::F32,
+            groups: vec![],
+        }
+        .into(),
+    );
     // pred = x @ w; diff = pred - y.
     b.matmul(&x, &w, &pred, 1.0, 0.0);
     let n = (BATCH * TARGETS) as i64;
@@ -82,39 +86,48 @@ pub fn build_dp_step() -> Result<Executable, ValidationError> {
         vec![pred.r(), y.r(), diff.w(), n.into()],
     );
     // local = x^T @ diff (x is stored [batch, features]: op(A) = x^T).
-    b.push(Thunk::Gemm(GemmThunk {
-        a: x.slice(),
-        b: diff.slice(),
-        c: local.slice(),
-        m: FEATURES,
-        n: TARGETS,
-        k: BATCH,
-        lda: FEATURES,
-        ldb: TARGETS,
-        ldc: TARGETS,
-        trans_a: true,
-        trans_b: false,
-        alpha: 1.0,
-        beta: 0.0,
-        dtype: DType::F32,
-        batch: 1,
-        stride_a: 0,
-        stride_b: 0,
-        stride_c: 0,
-    }));
-    // grad = sum over ranks of local, on the communication stream.
-    b.push(Thunk::AsyncStart {
-        id: 1,
-        kind: AsyncKind::Communication,
-        body: vec![Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
-            src: local.slice(),
-            dst: grad.slice(),
+    b.push(
+        GemmThunk {
+            a: x.slice(),
+            b: diff.slice(),
+            c: local.slice(),
+            m: FEATURES,
+            n: TARGETS,
+            k: BATCH,
+            lda: FEATURES,
+            ldb: TARGETS,
+            ldc: TARGETS,
+            trans_a: true,
+            trans_b: false,
+            alpha: 1.0,
+            beta: 0.0,
             dtype: DType::F32,
-            groups: vec![],
-        })],
-    });
-    b.push(Thunk::AsyncDone { id: 1 });
+            batch: 1,
+            stride_a: 0,
+            stride_b: 0,
+            stride_c: 0,
+        }
+        .into(),
+    );
+    // grad = sum over ranks of local, on the communication stream.
+    b.push(
+        AsyncStartThunk {
+            id: 1,
+            kind: AsyncKind::Communication,
+            body: vec![
+                CollectiveThunk {
+                    op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+                    src: local.slice(),
+                    dst: grad.slice(),
+                    dtype: DType::F32,
+                    groups: vec![],
+                }
+                .into(),
+            ],
+        }
+        .into(),
+    );
+    b.push(AsyncDoneThunk { id: 1 }.into());
     // w -= lr / (batch * ranks) * grad.
     let scale = -LR / (BATCH as f32 * RANKS as f32);
     b.kernel(
@@ -141,25 +154,31 @@ pub fn build_permute_ring() -> Result<Executable, ValidationError> {
     let idf = b.temp(DType::F32, &[1]);
     let std = b.standard_module();
     let pairs: Vec<(u32, u32)> = (0..RANKS).map(|r| (r, (r + 1) % RANKS)).collect();
-    b.push(Thunk::RankId { dst: id.slice() });
+    b.push(RankIdThunk { dst: id.slice() }.into());
     b.kernel(
         &std,
         "convert_i32_f32",
         1,
         vec![id.r(), idf.w(), 1i64.into()],
     );
-    b.push(Thunk::CollectivePermute {
-        src: x.slice(),
-        dst: shifted.slice(),
-        dtype: DType::F32,
-        pairs: pairs.clone(),
-    });
-    b.push(Thunk::CollectivePermute {
-        src: idf.slice(),
-        dst: from.slice(),
-        dtype: DType::F32,
-        pairs,
-    });
+    b.push(
+        CollectivePermuteThunk {
+            src: x.slice(),
+            dst: shifted.slice(),
+            dtype: DType::F32,
+            pairs: pairs.clone(),
+        }
+        .into(),
+    );
+    b.push(
+        CollectivePermuteThunk {
+            src: idf.slice(),
+            dst: from.slice(),
+            dtype: DType::F32,
+            pairs,
+        }
+        .into(),
+    );
     b.build()
 }
 
@@ -183,13 +202,14 @@ pub fn build_exchange() -> Result<Executable, ValidationError> {
     let id = b.temp(DType::I32, &[1]);
     let std = b.standard_module();
     let collective = |op, src: &xthunk::builder::Tensor, dst: &xthunk::builder::Tensor| {
-        Thunk::Collective(CollectiveThunk {
+        CollectiveThunk {
             op,
             src: src.slice(),
             dst: dst.slice(),
             dtype: DType::F32,
             groups: vec![],
-        })
+        }
+        .into()
     };
     b.push(collective(CollectiveOp::AllGather, &x, &gathered));
     b.kernel(
@@ -215,19 +235,21 @@ pub fn build_exchange() -> Result<Executable, ValidationError> {
         &scattered,
     ));
     // The ring: branch r is rank r's (Send and Recv name a fixed peer).
-    b.push(Thunk::RankId { dst: id.slice() });
+    b.push(RankIdThunk { dst: id.slice() }.into());
     let branches = (0..RANKS)
         .map(|r| {
-            let send = Thunk::Send {
+            let send = SendThunk {
                 src: scattered.slice(),
                 dtype: DType::F32,
                 peer: (r + 1) % RANKS,
-            };
-            let recv = Thunk::Recv {
+            }
+            .into();
+            let recv = RecvThunk {
                 dst: received.slice(),
                 dtype: DType::F32,
                 peer: (r + RANKS - 1) % RANKS,
-            };
+            }
+            .into();
             if r % 2 == 0 {
                 vec![send, recv]
             } else {
@@ -235,11 +257,14 @@ pub fn build_exchange() -> Result<Executable, ValidationError> {
             }
         })
         .collect();
-    b.push(Thunk::Conditional {
-        index: id.slice(),
-        index_type: DType::I32,
-        branches,
-    });
+    b.push(
+        ConditionalThunk {
+            index: id.slice(),
+            index_type: DType::I32,
+            branches,
+        }
+        .into(),
+    );
     b.kernel(
         &std,
         "add_f32",
@@ -247,13 +272,16 @@ pub fn build_exchange() -> Result<Executable, ValidationError> {
         vec![received.r(), scattered.r(), ring.w(), (a as i64).into()],
     );
     b.push(collective(CollectiveOp::AllToAll, &z, &exchanged));
-    b.push(Thunk::Collective(CollectiveThunk {
-        op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
-        src: exchanged.slice(),
-        dst: pair_sum.slice(),
-        dtype: DType::F32,
-        groups: PAIR_GROUPS.iter().map(|g| g.to_vec()).collect(),
-    }));
+    b.push(
+        CollectiveThunk {
+            op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+            src: exchanged.slice(),
+            dst: pair_sum.slice(),
+            dtype: DType::F32,
+            groups: PAIR_GROUPS.iter().map(|g| g.to_vec()).collect(),
+        }
+        .into(),
+    );
     b.build()
 }
 

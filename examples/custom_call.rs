@@ -21,7 +21,10 @@ use xthunk::core::backend::{KernelHandle, LaunchArg, LaunchDims};
 use xthunk::core::custom_call::{
     AttrType, Call, Handler, HandlerError, HandlerSignature, Traits, registry,
 };
-use xthunk::ir::{CustomCallThunk, DType, Dim3, Module, ModuleImage, Scalar, Thunk, ThunkPath};
+use xthunk::ir::{
+    CommandBufferThunk, CopyThunk, CustomCallThunk, DType, Dim3, Module, ModuleImage, Scalar,
+    Thunk, ThunkPath,
+};
 use xthunk::{BackendChoice, Device, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// A device: its backend's name and its ordinal.
@@ -148,21 +151,25 @@ fn run(backend: &str) -> Result<(), Box<dyn std::error::Error>> {
     let y = b.parameter("y", DType::F32, &[N]);
     let out = b.output("out", DType::F32, &[N]);
     let t = b.temp(DType::F32, &[N]);
-    b.push(Thunk::CommandBuffer {
-        body: vec![
-            Thunk::CustomCall(
-                CustomCallThunk::new("example.scaled_add")
-                    .operand(x.buffer())
-                    .operand(y.buffer())
-                    .result(t.buffer())
-                    .attr("scale", SCALE),
-            ),
-            Thunk::Copy {
-                src: t.slice(),
-                dst: out.slice(),
-            },
-        ],
-    });
+    b.push(
+        CommandBufferThunk {
+            body: vec![
+                Thunk::from(
+                    CustomCallThunk::new("example.scaled_add")
+                        .operand(x.buffer())
+                        .operand(y.buffer())
+                        .result(t.buffer())
+                        .attr("scale", SCALE),
+                ),
+                CopyThunk {
+                    src: t.slice(),
+                    dst: out.slice(),
+                }
+                .into(),
+            ],
+        }
+        .into(),
+    );
     let program = b.build()?;
 
     let rt = Runtime::new();

@@ -20,7 +20,8 @@ use xthunk_core::backend::{Backend, DevicePtr, DeviceRange, GemmLaunch, LaunchAr
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
 use xthunk_core::ir::{
-    DType, Dim3, KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar, Thunk,
+    CommandBufferThunk, DType, Dim3, KernelArg, MemorySpace, MemsetPattern, MemsetThunk, Module,
+    ModuleImage, Scalar, Thunk,
 };
 use xthunk_rocm::RocmBackend;
 use xthunk_rocm::graph::RocmGraph;
@@ -449,12 +450,12 @@ fn child() {
         ]
     };
     bld.kernel(&module, "fill_f32", n, fill(0.25, &t));
-    bld.push(Thunk::CommandBuffer {
+    bld.push(Thunk::CommandBuffer(CommandBufferThunk {
         body: vec![
-            Thunk::Memset {
+            Thunk::Memset(MemsetThunk {
                 dst: u.slice(),
                 pattern: MemsetPattern::U16(0x3f80), // not capturable in the stand-in
-            },
+            }),
             Thunk::Kernel(xthunk_core::ir::KernelThunk {
                 module: module.clone(),
                 name: "add_f32".into(),
@@ -469,7 +470,7 @@ fn child() {
                 ],
             }),
         ],
-    });
+    }));
     bld.kernel(
         &module,
         "add_f32",

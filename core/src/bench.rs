@@ -7,7 +7,8 @@
 use crate::builder::ExecutableBuilder;
 use crate::error::{Error, Result};
 use crate::ir::{
-    Access, DType, Dim3, Executable, KernelArg, KernelThunk, MemsetPattern, Scalar, Slice, Thunk,
+    Access, CommandBufferThunk, DType, Dim3, Executable, KernelArg, KernelThunk, MemsetPattern,
+    Scalar, Slice, Thunk,
 };
 use crate::kernels::{HostArg, HostKernelFn};
 use std::hint::black_box;
@@ -18,7 +19,7 @@ pub const TINY: u64 = 16;
 /// `out = a + b` over `n` f32 with the standard `add_f32`, grid 1 x block 32.
 fn add_kernel(a: Slice, b: Slice, out: Slice, n: u64) -> Thunk {
     let buffer = |slice, access| KernelArg::Buffer { slice, access };
-    Thunk::Kernel(KernelThunk {
+    KernelThunk {
         module: "std".into(),
         name: "add_f32".into(),
         grid: Dim3::x(1),
@@ -30,7 +31,8 @@ fn add_kernel(a: Slice, b: Slice, out: Slice, n: u64) -> Thunk {
             buffer(out, Access::Write),
             KernelArg::Scalar(Scalar::I64(n as i64)),
         ],
-    })
+    }
+    .into()
 }
 
 /// A chain of `len` `add_f32` kernels on [`TINY`] f32 (parameter `x`, output `y`):
@@ -51,7 +53,7 @@ pub fn tiny_chain(name: &str, len: usize, command_buffer: bool) -> Result<Execut
         })
         .collect();
     if command_buffer {
-        b.push(Thunk::CommandBuffer { body: thunks });
+        b.push(CommandBufferThunk { body: thunks }.into());
     } else {
         for th in thunks {
             b.push(th);
@@ -133,24 +135,27 @@ pub fn wide_dag(n: u64, grid: u32) -> Result<Executable> {
         let mut prev = xs;
         for i in 0..WIDE_LEN {
             let out = if i % 2 == 0 { ts } else { ys };
-            b.push(Thunk::Kernel(KernelThunk {
-                module: "std".into(),
-                name: if i % 2 == 0 { "exp_f32" } else { "tanh_f32" }.into(),
-                grid: Dim3::x(grid),
-                block: Dim3::x(256),
-                shared_mem: 0,
-                args: vec![
-                    KernelArg::Buffer {
-                        slice: prev,
-                        access: Access::Read,
-                    },
-                    KernelArg::Buffer {
-                        slice: out,
-                        access: Access::Write,
-                    },
-                    KernelArg::Scalar(Scalar::I64(n as i64)),
-                ],
-            }));
+            b.push(
+                KernelThunk {
+                    module: "std".into(),
+                    name: if i % 2 == 0 { "exp_f32" } else { "tanh_f32" }.into(),
+                    grid: Dim3::x(grid),
+                    block: Dim3::x(256),
+                    shared_mem: 0,
+                    args: vec![
+                        KernelArg::Buffer {
+                            slice: prev,
+                            access: Access::Read,
+                        },
+                        KernelArg::Buffer {
+                            slice: out,
+                            access: Access::Write,
+                        },
+                        KernelArg::Scalar(Scalar::I64(n as i64)),
+                    ],
+                }
+                .into(),
+            );
             prev = out;
         }
     }
@@ -256,7 +261,9 @@ mod tests {
         assert_eq!(bufs[1], vec![5.5; TINY as usize]);
         assert!(plain_chain(add, &x[..4], &mut bufs, 10).is_err());
         let exe = tiny_chain("chain", 10, true)?;
-        assert!(matches!(&exe.entry[..], [Thunk::CommandBuffer { body }] if body.len() == 10));
+        assert_eq!(exe.entry.len(), 1);
+        assert_eq!(exe.entry[0].kind(), "command_buffer");
+        assert_eq!(exe.entry[0].nested()[0].1.len(), 10);
         let wide = wide_dag(64, 1)?;
         assert_eq!(wide.entry.len(), WIDE_CHAINS as usize * WIDE_LEN);
         Ok(())

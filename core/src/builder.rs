@@ -219,25 +219,28 @@ impl ExecutableBuilder {
     }
 
     pub fn copy(&mut self, src: Slice, dst: Slice) {
-        self.push(Thunk::Copy { src, dst });
+        self.push(CopyThunk { src, dst }.into());
     }
 
     pub fn memset(&mut self, dst: Slice, pattern: MemsetPattern) {
-        self.push(Thunk::Memset { dst, pattern });
+        self.push(MemsetThunk { dst, pattern }.into());
     }
 
     /// Launches `name` from `module` over `threads` work items with the default block size
     /// (the grid is capped at 65535 blocks; portable kernels use grid-stride loops).
     pub fn kernel(&mut self, module: &str, name: &str, threads: u64, args: Vec<KernelArg>) {
         let blocks = threads.div_ceil(DEFAULT_BLOCK as u64).clamp(1, 65535) as u32;
-        self.push(Thunk::Kernel(KernelThunk {
-            module: module.into(),
-            name: name.into(),
-            grid: Dim3::x(blocks),
-            block: Dim3::x(DEFAULT_BLOCK),
-            shared_mem: 0,
-            args,
-        }));
+        self.push(
+            KernelThunk {
+                module: module.into(),
+                name: name.into(),
+                grid: Dim3::x(blocks),
+                block: Dim3::x(DEFAULT_BLOCK),
+                shared_mem: 0,
+                args,
+            }
+            .into(),
+        );
     }
 
     /// Row-major `c = alpha * a @ b + beta * c` on whole tensors of shapes `[m,k]`, `[k,n]`,
@@ -249,26 +252,29 @@ impl ExecutableBuilder {
             _ => (1, 0, 0),
         };
         let n = *b.dims.last().unwrap_or(&0);
-        self.push(Thunk::Gemm(GemmThunk {
-            a: a.slice,
-            b: b.slice,
-            c: c.slice,
-            m,
-            n,
-            k,
-            lda: k,
-            ldb: n,
-            ldc: n,
-            trans_a: false,
-            trans_b: false,
-            alpha,
-            beta,
-            dtype: a.dtype,
-            batch,
-            stride_a: m * k,
-            stride_b: k * n,
-            stride_c: m * n,
-        }));
+        self.push(
+            GemmThunk {
+                a: a.slice,
+                b: b.slice,
+                c: c.slice,
+                m,
+                n,
+                k,
+                lda: k,
+                ldb: n,
+                ldc: n,
+                trans_a: false,
+                trans_b: false,
+                alpha,
+                beta,
+                dtype: a.dtype,
+                batch,
+                stride_a: m * k,
+                stride_b: k * n,
+                stride_c: m * n,
+            }
+            .into(),
+        );
     }
 
     /// Opens a nested sequence; thunks pushed until [`Self::end_sequence`] go into it.
@@ -280,7 +286,7 @@ impl ExecutableBuilder {
     pub fn end_sequence(&mut self) {
         if self.stack.len() > 1 {
             if let Some(body) = self.stack.pop() {
-                self.push(Thunk::Sequence(body));
+                self.push(Thunk::from(body));
             }
         }
     }

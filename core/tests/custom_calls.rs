@@ -15,7 +15,7 @@ use xthunk_core::custom_call::{
 };
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, LoadedExecutable};
 use xthunk_core::host::HostBackend;
-use xthunk_core::ir::{CustomCallThunk, DType, Thunk};
+use xthunk_core::ir::{CommandBufferThunk, CopyThunk, CustomCallThunk, DType, Thunk};
 
 fn device() -> Arc<dyn Device> {
     HostBackend::new().device(0).unwrap()
@@ -113,14 +113,14 @@ fn program(target: &str, n: u64, scale: f32, in_cb: bool) -> xthunk_core::ir::Ex
             .result(t.buffer())
             .attr("scale", scale),
     );
-    let copy = Thunk::Copy {
+    let copy = Thunk::Copy(CopyThunk {
         src: t.slice(),
         dst: out.slice(),
-    };
+    });
     if in_cb {
-        b.push(Thunk::CommandBuffer {
+        b.push(Thunk::CommandBuffer(CommandBufferThunk {
             body: vec![call, copy],
-        });
+        }));
     } else {
         b.push(call);
         b.push(copy);
@@ -362,11 +362,11 @@ fn a_compatible_handler_joins_the_implicit_command_buffer() {
     let build = |target: &str| {
         let mut exe = program(target, 64, 0.5, false);
         // Enough plain work after the call for an implicit command buffer.
-        let Thunk::Copy { src, dst } = exe.entry[1].clone() else {
+        let Thunk::Copy(CopyThunk { src, dst }) = exe.entry[1].clone() else {
             panic!()
         };
         for _ in 0..AUTO_COMMAND_BUFFER_MIN {
-            exe.entry.push(Thunk::Copy { src, dst });
+            exe.entry.push(Thunk::Copy(CopyThunk { src, dst }));
         }
         exe
     };

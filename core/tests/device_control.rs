@@ -51,20 +51,20 @@ fn program(outer: u64, pad: usize, wrap: bool) -> Executable {
             vec![y.rw(), KernelArg::Scalar(Scalar::F32(v)), n8],
         )
     };
-    let inner = Thunk::While {
+    let inner = Thunk::While(WhileThunk {
         cond: vec![
             k("max_i32", vec![c.r(), zero.r(), t.w(), n1]),
             k("min_i32", vec![t.r(), one.r(), t.w(), n1]),
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: Slice::new(t.slice().allocation, 0, 1),
                 dst: pred.slice(),
-            },
+            }),
         ],
         pred: pred.slice(),
         body: vec![scale(1.5), k("add_i32", vec![c.r(), neg1.r(), c.w(), n1])],
         trip_count: None,
-    };
-    let branch = Thunk::Conditional {
+    });
+    let branch = Thunk::Conditional(ConditionalThunk {
         index: sel.slice(),
         index_type: DType::I32,
         branches: vec![
@@ -74,29 +74,29 @@ fn program(outer: u64, pad: usize, wrap: bool) -> Executable {
             )],
             vec![scale(0.5)],
         ],
-    };
+    });
     let mut all = vec![
-        Thunk::Copy {
+        Thunk::Copy(CopyThunk {
             src: x.slice(),
             dst: y.slice(),
-        },
-        Thunk::While {
+        }),
+        Thunk::While(WhileThunk {
             cond: vec![],
             pred: pred.slice(),
             body: vec![
-                Thunk::Copy {
+                Thunk::Copy(CopyThunk {
                     src: count.slice(),
                     dst: c.slice(),
-                },
+                }),
                 inner,
                 branch,
             ],
             trip_count: Some(outer),
-        },
+        }),
     ];
     all.extend((0..pad).map(|_| scale(1.0)));
     if wrap {
-        b.push(Thunk::CommandBuffer { body: all });
+        b.push(Thunk::CommandBuffer(CommandBufferThunk { body: all }));
     } else {
         for t in all {
             b.push(t);

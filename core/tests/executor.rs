@@ -101,7 +101,7 @@ fn lower(g: &Gen, next_id: &mut u32, out: &mut Vec<Thunk>) {
             let (src, n) = sl(*x, *o, *n);
             let (dst, _) = sl(*y, *p, n);
             if !src.overlaps(&dst) {
-                out.push(Thunk::Copy { src, dst });
+                out.push(Thunk::Copy(CopyThunk { src, dst }));
             }
         }
         Gen::Memset(x, o, n, w) => {
@@ -111,7 +111,7 @@ fn lower(g: &Gen, next_id: &mut u32, out: &mut Vec<Thunk>) {
                 1 => MemsetPattern::U16(0x4000),
                 _ => MemsetPattern::U32(0x3f80_0000 + *o as u32),
             };
-            out.push(Thunk::Memset { dst, pattern });
+            out.push(Thunk::Memset(MemsetThunk { dst, pattern }));
         }
         Gen::Add(x, o, y, p, z, q, n) => {
             let (a, n) = sl(*x, *o, *n);
@@ -160,7 +160,7 @@ fn lower(g: &Gen, next_id: &mut u32, out: &mut Vec<Thunk>) {
             }
             let id = *next_id;
             *next_id += 1;
-            out.push(Thunk::AsyncStart {
+            out.push(Thunk::AsyncStart(AsyncStartThunk {
                 id,
                 kind: if *comm {
                     AsyncKind::Communication
@@ -168,8 +168,8 @@ fn lower(g: &Gen, next_id: &mut u32, out: &mut Vec<Thunk>) {
                     AsyncKind::Compute
                 },
                 body: v,
-            });
-            out.push(Thunk::AsyncDone { id });
+            }));
+            out.push(Thunk::AsyncDone(AsyncDoneThunk { id }));
         }
     }
 }
@@ -293,10 +293,10 @@ fn while_program(trip_count: Option<u64>, iterations: i32) -> Executable {
     let cond = vec![
         k("max_i32", vec![counter.r(), zero.r(), tmp.w(), 1i64.into()]),
         k("min_i32", vec![tmp.r(), one.r(), tmp.w(), 1i64.into()]),
-        Thunk::Copy {
+        Thunk::Copy(CopyThunk {
             src: Slice::new(tmp.slice.allocation, 0, 1),
             dst: pred.slice(),
-        },
+        }),
     ];
     let body = vec![
         scale(&y, 2.0),
@@ -305,12 +305,12 @@ fn while_program(trip_count: Option<u64>, iterations: i32) -> Executable {
             vec![counter.r(), neg1.r(), counter.w(), 1i64.into()],
         ),
     ];
-    b.push(Thunk::While {
+    b.push(Thunk::While(WhileThunk {
         cond,
         pred: pred.slice(),
         body,
         trip_count,
-    });
+    }));
     b.build().unwrap()
 }
 
@@ -353,11 +353,11 @@ fn conditional_program(index_type: DType) -> Executable {
             vec![fill(2.0)],
         ]
     };
-    b.push(Thunk::Conditional {
+    b.push(Thunk::Conditional(ConditionalThunk {
         index: idx.slice(),
         index_type,
         branches,
-    });
+    }));
     b.build().unwrap()
 }
 
@@ -393,19 +393,19 @@ fn chain_program(n: usize, command_buffer: bool) -> Executable {
     let y = b.output("y", DType::F32, &[16]);
     let t = b.temp(DType::F32, &[16]);
     b.standard_module();
-    let mut body = vec![Thunk::Copy {
+    let mut body = vec![Thunk::Copy(CopyThunk {
         src: x.slice(),
         dst: t.slice(),
-    }];
+    })];
     for i in 0..n {
         body.push(scale(&t, 1.0 + (i % 3) as f32 * 0.25));
     }
-    body.push(Thunk::Copy {
+    body.push(Thunk::Copy(CopyThunk {
         src: t.slice(),
         dst: y.slice(),
-    });
+    }));
     if command_buffer {
-        b.push(Thunk::CommandBuffer { body });
+        b.push(Thunk::CommandBuffer(CommandBufferThunk { body }));
     } else {
         for t in body {
             b.push(t);

@@ -106,10 +106,10 @@ impl Lower {
         for &a in allocs {
             if a >= OUTPUTS && !self.written[a as usize] {
                 self.written[a as usize] = true;
-                out.push(Thunk::Memset {
+                out.push(Thunk::Memset(MemsetThunk {
                     dst: Slice::new(a, 0, size_of(a)),
                     pattern: MemsetPattern::U32(0x3f00_0000 + a),
-                });
+                }));
             }
         }
     }
@@ -134,7 +134,7 @@ impl Lower {
                 let (src, _) = sl(*x, *o, m);
                 if !src.overlaps(&dst) {
                     self.touch(&[*x, *y], out);
-                    out.push(Thunk::Copy { src, dst });
+                    out.push(Thunk::Copy(CopyThunk { src, dst }));
                 }
             }
             Gen::Memset(x, o, n, w) => {
@@ -145,7 +145,7 @@ impl Lower {
                     _ => MemsetPattern::U32(0x3f80_0000 + *o as u32),
                 };
                 self.touch(&[*x], out);
-                out.push(Thunk::Memset { dst, pattern });
+                out.push(Thunk::Memset(MemsetThunk { dst, pattern }));
             }
             Gen::Add(x, o, y, p, z, q, n) => {
                 let n = [*x, *y, *z].iter().fold(*n, |n, &a| n.min(size_of(a) / 4));
@@ -190,12 +190,12 @@ impl Lower {
                 for c in body {
                     self.lower(c, &mut v);
                 }
-                out.push(Thunk::While {
+                out.push(Thunk::While(WhileThunk {
                     cond: vec![],
                     pred: Slice::new(0, 0, 1),
                     body: v,
                     trip_count: Some(*n),
-                });
+                }));
             }
             Gen::Cmd(body) => {
                 let mut v = vec![];
@@ -204,7 +204,7 @@ impl Lower {
                     self.lower(c, &mut v);
                 }
                 self.in_cmd = false;
-                out.push(Thunk::CommandBuffer { body: v });
+                out.push(Thunk::CommandBuffer(CommandBufferThunk { body: v }));
             }
             Gen::Async(comm, body) => {
                 let mut v = vec![];
@@ -213,7 +213,7 @@ impl Lower {
                 }
                 let id = self.next_id;
                 self.next_id += 1;
-                out.push(Thunk::AsyncStart {
+                out.push(Thunk::AsyncStart(AsyncStartThunk {
                     id,
                     kind: if *comm {
                         AsyncKind::Communication
@@ -221,8 +221,8 @@ impl Lower {
                         AsyncKind::Compute
                     },
                     body: v,
-                });
-                out.push(Thunk::AsyncDone { id });
+                }));
+                out.push(Thunk::AsyncDone(AsyncDoneThunk { id }));
             }
         }
     }

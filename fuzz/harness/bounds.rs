@@ -3,7 +3,7 @@
 //! gemm multiply-adds, multiplied by the trip counts of the enclosing loops). Programs outside them
 //! are skipped, not run: they belong to the decode target, where nothing is allocated.
 
-use xthunk_core::ir::{Executable, Thunk};
+use xthunk_core::ir::{Executable, Thunk, WhileThunk};
 
 /// Largest allocation the host target runs.
 pub const MAX_ALLOCATION: u64 = 4 << 20;
@@ -73,7 +73,7 @@ fn list(thunks: &[Thunk], trips: u64, work: &mut Work) {
         // A loop without a trip count runs until its predicate is false or the deadline
         // passes; it counts as 16 trips here.
         let inner = match t {
-            Thunk::While { trip_count, .. } => {
+            Thunk::While(WhileThunk { trip_count, .. }) => {
                 let n = trips.saturating_mul(trip_count.unwrap_or(16).max(1));
                 // Every trip is a step, even of an empty body.
                 work.steps = work.steps.saturating_add(n);

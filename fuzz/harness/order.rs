@@ -5,17 +5,20 @@
 
 use super::rng::Rng;
 use xthunk_core::ir::{
-    AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable, KernelArg, KernelThunk,
-    MemorySpace, MemsetPattern, Scalar, Slice, Thunk,
+    AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk, BufferAllocation,
+    CommandBufferThunk, ConditionalThunk, CopyThunk, DType, Dim3, Executable, KernelArg,
+    KernelThunk, MemorySpace, MemsetPattern, MemsetThunk, RankIdThunk, Scalar, Slice, Thunk,
+    WhileThunk,
 };
 
 /// The thunk lists nested directly in `t`.
 pub fn nested_mut(t: &mut Thunk) -> Vec<&mut Vec<Thunk>> {
     match t {
         Thunk::Sequence(v) => vec![v],
-        Thunk::While { cond, body, .. } => vec![cond, body],
-        Thunk::Conditional { branches, .. } => branches.iter_mut().collect(),
-        Thunk::AsyncStart { body, .. } | Thunk::CommandBuffer { body } => vec![body],
+        Thunk::While(WhileThunk { cond, body, .. }) => vec![cond, body],
+        Thunk::Conditional(ConditionalThunk { branches, .. }) => branches.iter_mut().collect(),
+        Thunk::AsyncStart(AsyncStartThunk { body, .. })
+        | Thunk::CommandBuffer(CommandBufferThunk { body }) => vec![body],
         _ => vec![],
     }
 }
@@ -67,7 +70,8 @@ fn max_async_id(exe: &Executable) -> u32 {
     all_thunks(exe, 4096)
         .iter()
         .filter_map(|t| match t {
-            Thunk::AsyncStart { id, .. } | Thunk::AsyncDone { id } => Some(*id),
+            Thunk::AsyncStart(AsyncStartThunk { id, .. })
+            | Thunk::AsyncDone(AsyncDoneThunk { id }) => Some(*id),
             _ => None,
         })
         .max()
@@ -84,20 +88,20 @@ fn fresh_thunk(rng: &mut Rng, exe: &Executable) -> Thunk {
     let (a, size) = pick(rng);
     let (b, size_b) = pick(rng);
     match rng.below(6) {
-        0 => Thunk::Memset {
+        0 => Thunk::Memset(MemsetThunk {
             dst: Slice::new(a, 0, size),
             pattern: MemsetPattern::U8(rng.byte()),
-        },
+        }),
         1 => {
             let n = size.min(size_b);
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: Slice::new(a, 0, n),
                 dst: Slice::new(b, 0, n),
-            }
+            })
         }
-        2 => Thunk::RankId {
+        2 => Thunk::RankId(RankIdThunk {
             dst: Slice::new(a, 0, 4),
-        },
+        }),
         3 => Thunk::Kernel(KernelThunk {
             module: exe
                 .modules
@@ -117,14 +121,14 @@ fn fresh_thunk(rng: &mut Rng, exe: &Executable) -> Thunk {
                 KernelArg::Scalar(Scalar::I64((size / 4) as i64)),
             ],
         }),
-        4 => Thunk::Memset {
+        4 => Thunk::Memset(MemsetThunk {
             dst: Slice::new(a, 0, size / 4 * 4),
             pattern: MemsetPattern::U32(rng.next_u64() as u32),
-        },
-        _ => Thunk::Memset {
+        }),
+        _ => Thunk::Memset(MemsetThunk {
             dst: Slice::new(a, 0, size / 2 * 2),
             pattern: MemsetPattern::U16(rng.next_u64() as u16),
-        },
+        }),
     }
 }
 
@@ -137,14 +141,14 @@ fn wrap(rng: &mut Rng, t: Thunk, exe: &Executable) -> Vec<Thunk> {
         .unwrap_or(0) as u32;
     match rng.below(6) {
         0 => vec![Thunk::Sequence(vec![t])],
-        1 => vec![Thunk::CommandBuffer { body: vec![t] }],
-        2 => vec![Thunk::While {
+        1 => vec![Thunk::CommandBuffer(CommandBufferThunk { body: vec![t] })],
+        2 => vec![Thunk::While(WhileThunk {
             cond: vec![],
             pred: Slice::new(one, 0, 1),
             body: vec![t],
             trip_count: Some(rng.range(0, 3) as u64),
-        }],
-        3 => vec![Thunk::Conditional {
+        })],
+        3 => vec![Thunk::Conditional(ConditionalThunk {
             index: Slice::new(one, 0, if rng.chance(1, 2) { 1 } else { 4 }),
             index_type: if rng.chance(1, 2) {
                 DType::Pred
@@ -152,11 +156,11 @@ fn wrap(rng: &mut Rng, t: Thunk, exe: &Executable) -> Vec<Thunk> {
                 DType::I32
             },
             branches: vec![vec![t], vec![]],
-        }],
+        })],
         4 => {
             let id = max_async_id(exe).wrapping_add(1);
             vec![
-                Thunk::AsyncStart {
+                Thunk::AsyncStart(AsyncStartThunk {
                     id,
                     kind: if rng.chance(1, 2) {
                         AsyncKind::Compute
@@ -164,8 +168,8 @@ fn wrap(rng: &mut Rng, t: Thunk, exe: &Executable) -> Vec<Thunk> {
                         AsyncKind::Communication
                     },
                     body: vec![t],
-                },
-                Thunk::AsyncDone { id },
+                }),
+                Thunk::AsyncDone(AsyncDoneThunk { id }),
             ]
         }
         _ => {

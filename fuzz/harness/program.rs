@@ -7,8 +7,10 @@
 use super::rng::{INTERESTING_U64, Rng, mutate_u32, mutate_u64};
 use std::sync::OnceLock;
 use xthunk_core::ir::{
-    Access, AllocationKind, AsyncKind, CollectiveOp, DType, Dim3, Executable, KernelArg,
-    MemorySpace, MemsetPattern, ModuleImage, ReduceOp, Scalar, Slice, Thunk,
+    Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk, CollectiveOp,
+    CollectivePermuteThunk, CommandBufferThunk, ConditionalThunk, CopyThunk, DType, Dim3,
+    Executable, KernelArg, MemorySpace, MemsetPattern, MemsetThunk, ModuleImage, RankIdThunk,
+    RecvThunk, ReduceOp, Scalar, SendThunk, Slice, Thunk, WhileThunk,
 };
 
 /// One mutable field of a program.
@@ -77,11 +79,11 @@ fn slice(s: &mut Slice, f: &mut dyn FnMut(Knob<'_>)) {
 
 fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
     match t {
-        Thunk::Copy { src, dst } => {
+        Thunk::Copy(CopyThunk { src, dst }) => {
             slice(src, f);
             slice(dst, f);
         }
-        Thunk::Memset { dst, pattern } => {
+        Thunk::Memset(MemsetThunk { dst, pattern }) => {
             slice(dst, f);
             f(Knob::Pattern(pattern));
         }
@@ -126,42 +128,42 @@ fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
             f(Knob::Real(&mut g.beta));
             f(Knob::DType(&mut g.dtype));
         }
-        Thunk::Sequence(v) | Thunk::CommandBuffer { body: v } => {
+        Thunk::Sequence(v) | Thunk::CommandBuffer(CommandBufferThunk { body: v }) => {
             for t in v {
                 visit_thunk(t, f);
             }
         }
-        Thunk::While {
+        Thunk::While(WhileThunk {
             cond,
             pred,
             body,
             trip_count,
-        } => {
+        }) => {
             slice(pred, f);
             f(Knob::TripCount(trip_count));
             for t in cond.iter_mut().chain(body.iter_mut()) {
                 visit_thunk(t, f);
             }
         }
-        Thunk::Conditional {
+        Thunk::Conditional(ConditionalThunk {
             index,
             index_type,
             branches,
-        } => {
+        }) => {
             slice(index, f);
             f(Knob::DType(index_type));
             for t in branches.iter_mut().flatten() {
                 visit_thunk(t, f);
             }
         }
-        Thunk::AsyncStart { id, kind, body } => {
+        Thunk::AsyncStart(AsyncStartThunk { id, kind, body }) => {
             f(Knob::Index(id));
             f(Knob::AsyncKind(kind));
             for t in body {
                 visit_thunk(t, f);
             }
         }
-        Thunk::AsyncDone { id } => f(Knob::Index(id)),
+        Thunk::AsyncDone(AsyncDoneThunk { id }) => f(Knob::Index(id)),
         Thunk::Collective(c) => {
             match &mut c.op {
                 CollectiveOp::AllReduce { op } | CollectiveOp::ReduceScatter { op } => {
@@ -175,32 +177,32 @@ fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
             f(Knob::DType(&mut c.dtype));
             f(Knob::Groups(&mut c.groups));
         }
-        Thunk::CollectivePermute {
+        Thunk::CollectivePermute(CollectivePermuteThunk {
             src,
             dst,
             dtype,
             pairs,
-        } => {
+        }) => {
             slice(src, f);
             slice(dst, f);
             f(Knob::DType(dtype));
             f(Knob::Pairs(pairs));
         }
-        Thunk::Send {
+        Thunk::Send(SendThunk {
             src: s,
             dtype,
             peer,
-        }
-        | Thunk::Recv {
+        })
+        | Thunk::Recv(RecvThunk {
             dst: s,
             dtype,
             peer,
-        } => {
+        }) => {
             slice(s, f);
             f(Knob::DType(dtype));
             f(Knob::Index(peer));
         }
-        Thunk::RankId { dst } => slice(dst, f),
+        Thunk::RankId(RankIdThunk { dst }) => slice(dst, f),
         Thunk::CustomCall(c) => {
             for b in c.operands.iter_mut().chain(c.results.iter_mut()) {
                 slice(&mut b.slice, f);

@@ -8,9 +8,9 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use prost::Message;
 use std::hint::black_box;
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, BufferAllocation, DType, Dim3, Executable, KernelArg,
-    KernelThunk, MemorySpace, MemsetPattern, Module, ModuleImage, Scalar, Signature, Slice,
-    TensorSpec, Thunk,
+    ABI_VERSION, Access, AllocationKind, BufferAllocation, CopyThunk, DType, Dim3, Executable,
+    KernelArg, KernelThunk, MemorySpace, MemsetPattern, MemsetThunk, Module, ModuleImage, Scalar,
+    Signature, Slice, TensorSpec, Thunk,
 };
 
 const ALLOCS: u32 = 4;
@@ -45,15 +45,17 @@ fn program(n: usize) -> Executable {
         let a = 1 + (i as u32 % (ALLOCS - 1));
         let off = (i as u64 * 4096) % (ALLOC_SIZE / 2);
         match i % 3 {
-            0 => Thunk::Copy {
+            0 => CopyThunk {
                 src: Slice::new(0, off, 4096),
                 dst: Slice::new(a, off, 4096),
-            },
-            1 => Thunk::Memset {
+            }
+            .into(),
+            1 => MemsetThunk {
                 dst: Slice::new(a, off, 4096),
                 pattern: MemsetPattern::U32(i as u32),
-            },
-            _ => Thunk::Kernel(KernelThunk {
+            }
+            .into(),
+            _ => KernelThunk {
                 module: "kernels".into(),
                 name: "scale_f32".into(),
                 grid: Dim3::x(4),
@@ -67,14 +69,17 @@ fn program(n: usize) -> Executable {
                     KernelArg::Scalar(Scalar::F32(2.0)),
                     KernelArg::Scalar(Scalar::I64(1024)),
                 ],
-            }),
+            }
+            .into(),
         }
     };
     let mut entry = Vec::new();
     let mut count = 0;
     while count < n {
         if count % 64 == 0 && n - count >= 9 {
-            entry.push(Thunk::Sequence((count..count + 8).map(leaf).collect()));
+            entry.push(Thunk::from(
+                (count..count + 8).map(leaf).collect::<Vec<_>>(),
+            ));
             count += 9;
         } else {
             entry.push(leaf(count));

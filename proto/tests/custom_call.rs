@@ -6,7 +6,9 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::ir::{AttrValue, Attributes, CustomCallThunk, DType, Executable, Thunk};
+use xthunk_core::ir::{
+    AttrValue, Attributes, CommandBufferThunk, CustomCallThunk, DType, Executable, Thunk,
+};
 use xthunk_proto::{ProtoError, decode, encode, parse_text, to_text};
 
 fn with_call(c: impl FnOnce(CustomCallThunk) -> CustomCallThunk) -> Executable {
@@ -16,9 +18,9 @@ fn with_call(c: impl FnOnce(CustomCallThunk) -> CustomCallThunk) -> Executable {
     let call = CustomCallThunk::new("fw.op")
         .operand(x.buffer())
         .result(y.buffer());
-    b.push(Thunk::CommandBuffer {
+    b.push(Thunk::CommandBuffer(CommandBufferThunk {
         body: vec![Thunk::CustomCall(c(call))],
-    });
+    }));
     b.build_unchecked()
 }
 
@@ -52,7 +54,7 @@ fn every_type(c: CustomCallThunk) -> CustomCallThunk {
 fn same(a: &Executable, b: &Executable) {
     assert_eq!(format!("{a:?}"), format!("{b:?}"));
     let bits = |e: &Executable| {
-        let Thunk::CommandBuffer { body } = &e.entry[0] else {
+        let Thunk::CommandBuffer(CommandBufferThunk { body }) = &e.entry[0] else {
             panic!()
         };
         let Thunk::CustomCall(c) = &body[0] else {
@@ -108,7 +110,7 @@ fn an_attribute_of_unknown_type_is_refused_naming_it() {
 #[test]
 fn dims_that_do_not_match_the_slice_are_refused() {
     let mut exe = with_call(|c| c);
-    let Thunk::CommandBuffer { body } = &mut exe.entry[0] else {
+    let Thunk::CommandBuffer(CommandBufferThunk { body }) = &mut exe.entry[0] else {
         panic!()
     };
     let Thunk::CustomCall(c) = &mut body[0] else {

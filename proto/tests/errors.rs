@@ -5,7 +5,9 @@
 use proptest::prelude::*;
 use prost::Message;
 use xthunk_core::ir::{
-    ABI_VERSION, AllocationKind, BufferAllocation, Executable, MemorySpace, Signature, Slice, Thunk,
+    ABI_VERSION, AllocationKind, AsyncDoneThunk, AsyncStartThunk, BufferAllocation,
+    CommandBufferThunk, ConditionalThunk, CopyThunk, Executable, MemorySpace, Signature, Slice,
+    Thunk, WhileThunk,
 };
 use xthunk_proto::{ProtoError, decode, encode, from_proto, parse_text, pb, to_proto, to_text};
 
@@ -588,10 +590,10 @@ fn to_proto_of_an_invalid_program_is_rejected_on_the_way_back() {
         kind: AllocationKind::Temp,
         memory_space: MemorySpace::Device,
     });
-    exe.entry.push(Thunk::Copy {
+    exe.entry.push(Thunk::Copy(CopyThunk {
         src: Slice::new(0, 0, 4),
         dst: Slice::new(0, 4, 4),
-    });
+    }));
     let e = decode(&encode(&exe)).unwrap_err();
     assert_eq!(e.field(), Some("allocations[0].alignment"));
 }
@@ -677,37 +679,39 @@ fn control_flow_base_is_valid() {
     assert_eq!(exe.thunk_count(), 15);
     assert_eq!(decode(&encode(&exe)).unwrap(), exe);
     assert_eq!(parse_text(&to_text(&exe)).unwrap(), exe);
-    let Thunk::AsyncStart { id: 7, kind, body } = &exe.entry[1] else {
+    let Thunk::AsyncStart(AsyncStartThunk { id: 7, kind, body }) = &exe.entry[1] else {
         panic!("{:?}", exe.entry[1])
     };
     assert_eq!((*kind, body.len()), (AsyncKind::Compute, 1));
-    let Thunk::While {
+    let Thunk::While(WhileThunk {
         cond,
         pred,
         body,
         trip_count,
-    } = &exe.entry[2]
+    }) = &exe.entry[2]
     else {
         panic!("{:?}", exe.entry[2])
     };
     assert_eq!((cond.len(), body.len(), *trip_count), (2, 1, Some(3)));
     assert_eq!(*pred, Slice::new(2, 0, 1));
-    let Thunk::Conditional {
+    let Thunk::Conditional(ConditionalThunk {
         index_type,
         branches,
         ..
-    } = &exe.entry[3]
+    }) = &exe.entry[3]
     else {
         panic!("{:?}", exe.entry[3])
     };
     assert_eq!((*index_type, branches.len()), (DType::I32, 2));
-    assert_eq!(exe.entry[4], Thunk::AsyncDone { id: 7 });
-    assert!(matches!(&exe.entry[5], Thunk::CommandBuffer { body } if body.len() == 2));
+    assert_eq!(exe.entry[4], Thunk::AsyncDone(AsyncDoneThunk { id: 7 }));
+    assert!(
+        matches!(&exe.entry[5], Thunk::CommandBuffer(CommandBufferThunk { body }) if body.len() == 2)
+    );
 
     // Without a trip count the field is absent, not 0; 0 is kept as 0.
     for (edit, want) in [("", None), ("\n    trip_count: 0", Some(0))] {
         let exe = parse_text(&cf(&[("\n    trip_count: 3", edit)])).unwrap();
-        let Thunk::While { trip_count, .. } = &exe.entry[2] else {
+        let Thunk::While(WhileThunk { trip_count, .. }) = &exe.entry[2] else {
             panic!()
         };
         assert_eq!(*trip_count, want);
@@ -1014,7 +1018,7 @@ fn negative_trip_count() {
     assert_eq!(e.field(), Some("trip_count"));
     // The largest count the schema can hold is accepted.
     let exe = parse_text(&cf(&[("trip_count: 3", "trip_count: 9223372036854775807")])).unwrap();
-    let Thunk::While { trip_count, .. } = &exe.entry[2] else {
+    let Thunk::While(WhileThunk { trip_count, .. }) = &exe.entry[2] else {
         panic!()
     };
     assert_eq!(*trip_count, Some(i64::MAX as u64));

@@ -6,8 +6,8 @@
 use std::fs;
 use std::path::{Path, PathBuf};
 use xthunk_core::ir::{
-    ABI_VERSION, AllocationKind, BufferAllocation, Executable, MemorySpace, MemsetPattern,
-    Signature, Slice, Thunk,
+    ABI_VERSION, AllocationKind, AsyncDoneThunk, AsyncStartThunk, BufferAllocation, CopyThunk,
+    Executable, MemorySpace, MemsetPattern, MemsetThunk, Signature, Slice, Thunk, WhileThunk,
 };
 use xthunk_proto::{Format, ProtoError, load_file, save_file};
 
@@ -24,14 +24,14 @@ fn program() -> Executable {
         }],
         modules: vec![],
         entry: vec![
-            Thunk::Memset {
+            Thunk::Memset(MemsetThunk {
                 dst: Slice::new(0, 0, 128),
                 pattern: MemsetPattern::U16(0xBEEF),
-            },
-            Thunk::Sequence(vec![Thunk::Copy {
+            }),
+            Thunk::Sequence(vec![Thunk::Copy(CopyThunk {
                 src: Slice::new(0, 0, 128),
                 dst: Slice::new(0, 128, 128),
-            }]),
+            })]),
         ],
         signature: Signature::default(),
     }
@@ -237,17 +237,17 @@ fn while_async_example_loads_and_validates() {
         kinds,
         ["copy", "memset", "async_start", "while", "async_done"]
     );
-    let Thunk::AsyncStart { id, kind, body } = &exe.entry[2] else {
+    let Thunk::AsyncStart(AsyncStartThunk { id, kind, body }) = &exe.entry[2] else {
         panic!()
     };
     assert_eq!((*id, *kind, body.len()), (1, AsyncKind::Compute, 2));
-    assert_eq!(exe.entry[4], Thunk::AsyncDone { id: 1 });
-    let Thunk::While {
+    assert_eq!(exe.entry[4], Thunk::AsyncDone(AsyncDoneThunk { id: 1 }));
+    let Thunk::While(WhileThunk {
         cond,
         pred,
         body,
         trip_count,
-    } = &exe.entry[3]
+    }) = &exe.entry[3]
     else {
         panic!()
     };
@@ -273,7 +273,7 @@ fn while_async_example_computes_sgd_steps() {
     use xthunk_core::host::HostBackend;
     let exe = load_file(while_async_path()).unwrap();
     let mut no_trip = exe.clone();
-    let Thunk::While { trip_count, .. } = &mut no_trip.entry[3] else {
+    let Thunk::While(WhileThunk { trip_count, .. }) = &mut no_trip.entry[3] else {
         panic!()
     };
     *trip_count = None;
@@ -308,10 +308,10 @@ fn while_async_example_computes_sgd_steps() {
                     w[i],
                     matches!(
                         &program.entry[3],
-                        Thunk::While {
+                        Thunk::While(WhileThunk {
                             trip_count: Some(_),
                             ..
-                        }
+                        })
                     )
                 );
                 let want_y = 2.0 * (x[i] as f64).tanh();

@@ -13,9 +13,10 @@ use proptest::prelude::*;
 use std::cell::RefCell;
 use std::collections::BTreeSet;
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, DType, Dim3, Executable,
-    GEMM_DTYPES, GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, Module,
-    ModuleImage, Scalar, Signature, Slice, TensorSpec, Thunk,
+    ABI_VERSION, Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk,
+    BufferAllocation, CommandBufferThunk, ConditionalThunk, CopyThunk, DType, Dim3, Executable,
+    GEMM_DTYPES, GemmThunk, KernelArg, KernelThunk, MemorySpace, MemsetPattern, MemsetThunk,
+    Module, ModuleImage, Scalar, Signature, Slice, TensorSpec, Thunk, WhileThunk,
 };
 use xthunk_core::verify;
 use xthunk_proto::{decode, encode, from_proto, parse_text, to_proto, to_text};
@@ -488,18 +489,18 @@ impl Ctx<'_> {
                     } else {
                         AsyncKind::Compute
                     };
-                    out.push(Thunk::AsyncStart {
+                    out.push(Thunk::AsyncStart(AsyncStartThunk {
                         id,
                         kind,
                         body: self.list(body, false),
-                    });
+                    }));
                     open.push((i + span, id));
                 }
                 _ => out.push(self.thunk(raw, in_cb)),
             }
             open.retain(|&(at, id)| {
                 if at <= i {
-                    out.push(Thunk::AsyncDone { id });
+                    out.push(Thunk::AsyncDone(AsyncDoneThunk { id }));
                     false
                 } else {
                     true
@@ -508,7 +509,7 @@ impl Ctx<'_> {
         }
         // Scopes still open close at the end of the list, innermost first.
         for (_, id) in open.into_iter().rev() {
-            out.push(Thunk::AsyncDone { id });
+            out.push(Thunk::AsyncDone(AsyncDoneThunk { id }));
         }
         out
     }
@@ -531,7 +532,7 @@ impl Ctx<'_> {
                         dst.size = 0;
                     }
                 }
-                Thunk::Copy { src, dst }
+                Thunk::Copy(CopyThunk { src, dst })
             }
             RawThunk::Memset(a, x, y, w, v) => {
                 let pattern = match w {
@@ -540,7 +541,7 @@ impl Ctx<'_> {
                     _ => MemsetPattern::U32(*v),
                 };
                 let dst = self.slice(self.writable_alloc(*a), *x, *y, pattern.width());
-                Thunk::Memset { dst, pattern }
+                Thunk::Memset(MemsetThunk { dst, pattern })
             }
             RawThunk::Kernel {
                 module,
@@ -581,12 +582,12 @@ impl Ctx<'_> {
                 pred,
                 body,
                 trip_count,
-            } => Thunk::While {
+            } => Thunk::While(WhileThunk {
                 cond: self.list(cond, false),
                 pred: self.small_slice(*pred, 1),
                 body: self.list(body, false),
                 trip_count: *trip_count,
-            },
+            }),
             RawThunk::Conditional { branches, .. } if in_cb => {
                 Thunk::Sequence(self.list(branches.first().map_or(&[][..], |b| b), true))
             }
@@ -606,18 +607,18 @@ impl Ctx<'_> {
                     }
                     (DType::I32, 4)
                 };
-                Thunk::Conditional {
+                Thunk::Conditional(ConditionalThunk {
                     index: self.small_slice(*index, size),
                     index_type,
                     branches,
-                }
+                })
             }
             // Only reached inside a command buffer (`list` handles async scopes elsewhere).
             RawThunk::Async { body, .. } => Thunk::Sequence(self.list(body, true)),
             RawThunk::CommandBuffer(body) if in_cb => Thunk::Sequence(self.list(body, true)),
-            RawThunk::CommandBuffer(body) => Thunk::CommandBuffer {
+            RawThunk::CommandBuffer(body) => Thunk::CommandBuffer(CommandBufferThunk {
                 body: self.list(body, true),
-            },
+            }),
         }
     }
 
@@ -773,7 +774,7 @@ fn every_kind_is_generated() {
                     }
                 }
             }
-            Thunk::While { trip_count, .. } => {
+            Thunk::While(WhileThunk { trip_count, .. }) => {
                 seen.insert(
                     match trip_count {
                         None => "while:no_trip_count",
@@ -783,17 +784,17 @@ fn every_kind_is_generated() {
                     .into(),
                 );
             }
-            Thunk::Conditional {
+            Thunk::Conditional(ConditionalThunk {
                 index_type,
                 branches,
                 ..
-            } => {
+            }) => {
                 seen.insert(format!("conditional:{index_type}"));
                 if branches.len() > 2 {
                     seen.insert("conditional:3+_branches".into());
                 }
             }
-            Thunk::AsyncStart { kind, .. } => {
+            Thunk::AsyncStart(AsyncStartThunk { kind, .. }) => {
                 seen.insert(format!("async:{}", kind.name()));
             }
             _ => {}
@@ -805,13 +806,13 @@ fn every_kind_is_generated() {
             let mut open = 0;
             for c in list {
                 match c {
-                    Thunk::AsyncStart { .. } => {
+                    Thunk::AsyncStart(AsyncStartThunk { .. }) => {
                         open += 1;
                         if open > 1 {
                             seen.insert("overlapping async scopes".into());
                         }
                     }
-                    Thunk::AsyncDone { .. } => open -= 1,
+                    Thunk::AsyncDone(AsyncDoneThunk { .. }) => open -= 1,
                     _ => {}
                 }
                 walk(c, &inner, seen);

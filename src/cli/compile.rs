@@ -31,7 +31,7 @@ pub struct CompileArgs {
 /// Every (module, kernel) a list of thunks launches, nested lists included.
 fn launches<'a>(thunks: &'a [xthunk::ir::Thunk], out: &mut Vec<(&'a str, &'a str)>) {
     for t in thunks {
-        if let xthunk::ir::Thunk::Kernel(k) = t {
+        if let Some(k) = t.as_kernel() {
             out.push((k.module.as_str(), k.name.as_str()));
         }
         for (_, list) in t.nested() {

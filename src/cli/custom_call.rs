@@ -3,16 +3,10 @@
 //! the handler is captured into its command buffer or splits it.
 
 use xthunk::core::custom_call::registry;
-use xthunk::ir::CustomCallThunk;
+use xthunk::ir::{CustomCallThunk, ThunkKind};
 
 /// One line for `c`; `in_command_buffer` when it sits in a command buffer's body.
 pub fn describe(c: &CustomCallThunk, in_command_buffer: bool) -> String {
-    let bufs = |l: &[xthunk::ir::CustomCallBuffer]| {
-        l.iter()
-            .map(|b| b.describe())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
     let mut handlers = vec![];
     for (backend, target, traits, _) in registry().list() {
         if target != c.target {
@@ -32,12 +26,5 @@ pub fn describe(c: &CustomCallThunk, in_command_buffer: bool) -> String {
     } else {
         handlers.join("; ")
     };
-    format!(
-        "custom_call {} operands=[{}] results=[{}] attributes={}{} [{handlers}]",
-        c.target,
-        bufs(&c.operands),
-        bufs(&c.results),
-        c.attributes,
-        if c.side_effect { " side_effect" } else { "" },
-    )
+    format!("{} [{handlers}]", c.describe())
 }

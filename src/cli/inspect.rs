@@ -1,16 +1,14 @@
 //! `xthunk inspect`: a readable listing of a program.
 //!
 //! The thunk tree is walked generically ([`Thunk::nested`] gives the children of any kind,
-//! with the field name used in paths); only the one-line description of a thunk is per kind,
-//! in [`describe`]. A new thunk kind needs one arm there; until it has one, it is listed with
-//! its kind and buffer uses.
+//! with the field name used in paths); the one-line description of a thunk is its kind's
+//! ([`xthunk::ir::ThunkKind::describe`], in the kind's home in the IR), to which custom calls
+//! add what each registered handler does with them.
 
 use super::error::{CliError, CliResult};
 use std::fmt::Write as _;
 use std::path::PathBuf;
-use xthunk::ir::{
-    AllocationKind, Executable, GemmThunk, KernelArg, KernelThunk, MemsetPattern, Thunk, ThunkPath,
-};
+use xthunk::ir::{AllocationKind, Executable, Thunk, ThunkPath};
 
 /// `xthunk inspect` as parsed (its command-line arguments).
 #[derive(Debug, clap::Args)]
@@ -178,12 +176,12 @@ fn table<const N: usize>(s: &mut String, rows: &[[String; N]]) {
 }
 
 fn tree(s: &mut String, t: &Thunk, path: &ThunkPath, depth: usize, in_cb: bool) {
-    let line = match t {
-        Thunk::CustomCall(c) => super::custom_call::describe(c, in_cb),
-        t => describe(t),
+    let line = match t.as_custom_call() {
+        Some(c) => super::custom_call::describe(c, in_cb),
+        None => t.as_kind().describe(),
     };
     let _ = writeln!(s, "{}{path}  {line}", "  ".repeat(depth));
-    let in_cb = in_cb || matches!(t, Thunk::CommandBuffer { .. });
+    let in_cb = in_cb || t.as_kind().records();
     for (name, list) in t.nested() {
         for (i, c) in list.iter().enumerate() {
             tree(s, c, &path.in_list(&name, i), depth + 1, in_cb);
@@ -191,136 +189,14 @@ fn tree(s: &mut String, t: &Thunk, path: &ThunkPath, depth: usize, in_cb: bool) 
     }
 }
 
-/// One line describing a thunk (without its nested thunks), e.g.
-/// `kernel std.add_row_f32 grid=(256,1,1) block=(256,1,1) args=[%2[0..+4096] r, i64:64]`.
-///
-/// The last arm lists kinds this function does not know yet (added to the IR later).
-#[allow(unreachable_patterns)]
-pub fn describe(t: &Thunk) -> String {
-    match t {
-        Thunk::Copy { src, dst } => format!("copy {src} -> {dst}"),
-        Thunk::Memset { dst, pattern } => {
-            let p = match pattern {
-                MemsetPattern::U8(v) => format!("u8:{v:#04x}"),
-                MemsetPattern::U16(v) => format!("u16:{v:#06x}"),
-                MemsetPattern::U32(v) => format!("u32:{v:#010x}"),
-            };
-            format!("memset {dst} pattern={p}")
-        }
-        Thunk::Kernel(k) => kernel(k),
-        Thunk::Gemm(g) => gemm(g),
-        Thunk::Sequence(body) => format!("sequence ({} thunks)", body.len()),
-        Thunk::While {
-            cond,
-            pred,
-            body,
-            trip_count,
-        } => match trip_count {
-            Some(n) => format!(
-                "while trip_count={n} pred={pred} r (body {} thunks)",
-                body.len()
-            ),
-            None => format!(
-                "while pred={pred} r (cond {} thunks, body {} thunks)",
-                cond.len(),
-                body.len()
-            ),
-        },
-        Thunk::Conditional {
-            index,
-            index_type,
-            branches,
-        } => format!(
-            "conditional index={index} r ({index_type}) ({} branches)",
-            branches.len()
-        ),
-        Thunk::AsyncStart { id, kind, body } => format!(
-            "async_start id={id} on {} stream ({} thunks)",
-            kind.name(),
-            body.len()
-        ),
-        Thunk::AsyncDone { id } => format!("async_done id={id}"),
-        Thunk::CommandBuffer { body } => format!("command_buffer ({} thunks)", body.len()),
-        Thunk::CustomCall(c) => super::custom_call::describe(c, false),
-        other => {
-            let uses: Vec<String> = other
-                .buffer_uses()
-                .iter()
-                .map(|u| format!("{} {}", u.slice, access(u.access)))
-                .collect();
-            format!("{} uses=[{}]", other.kind(), uses.join(", "))
-        }
-    }
-}
-
-fn access(a: xthunk::ir::Access) -> &'static str {
-    match a {
-        xthunk::ir::Access::Read => "r",
-        xthunk::ir::Access::Write => "w",
-        xthunk::ir::Access::ReadWrite => "rw",
-    }
-}
-
-fn kernel(k: &KernelThunk) -> String {
-    let args: Vec<String> = k
-        .args
-        .iter()
-        .map(|a| match a {
-            KernelArg::Buffer { slice, access: acc } => format!("{slice} {}", access(*acc)),
-            KernelArg::Scalar(v) => v.to_string(),
-        })
-        .collect();
-    let shared = if k.shared_mem > 0 {
-        format!(" shared={}", k.shared_mem)
-    } else {
-        String::new()
-    };
-    format!(
-        "kernel {}.{} grid={} block={}{shared} args=[{}]",
-        k.module,
-        k.name,
-        k.grid,
-        k.block,
-        args.join(", ")
-    )
-}
-
-fn gemm(g: &GemmThunk) -> String {
-    let t = |b: bool| if b { "T" } else { "N" };
-    let batch = if g.batch != 1 {
-        format!(
-            " batch={} strides=({},{},{})",
-            g.batch, g.stride_a, g.stride_b, g.stride_c
-        )
-    } else {
-        String::new()
-    };
-    format!(
-        "gemm {} {}{} m={} n={} k={} a={} r (ld {}) b={} r (ld {}) c={} {} (ld {}) alpha={} beta={}{batch}",
-        g.dtype,
-        t(g.trans_a),
-        t(g.trans_b),
-        g.m,
-        g.n,
-        g.k,
-        g.a,
-        g.lda,
-        g.b,
-        g.ldb,
-        g.c,
-        if g.beta != 0.0 { "rw" } else { "w" },
-        g.ldc,
-        g.alpha,
-        g.beta
-    )
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use xthunk::builder::ExecutableBuilder;
-    use xthunk::ir::DType;
+    use xthunk::ir::{
+        AsyncDoneThunk, AsyncStartThunk, ConditionalThunk, DType, MemsetThunk, WhileThunk,
+    };
 
     #[test]
     fn lists_every_section_and_nested_paths() {
@@ -358,27 +234,27 @@ mod tests {
         use xthunk::ir::{AsyncKind, MemsetPattern, Slice};
         let mut b = ExecutableBuilder::new("cf");
         let x = b.output("x", DType::I32, &[4]);
-        let set = Thunk::Memset {
+        let set = Thunk::Memset(MemsetThunk {
             dst: x.slice(),
             pattern: MemsetPattern::U32(1),
-        };
-        b.push(Thunk::While {
+        });
+        b.push(Thunk::While(WhileThunk {
             cond: vec![],
             pred: Slice::new(0, 0, 1),
             body: vec![set.clone()],
             trip_count: Some(3),
-        });
-        b.push(Thunk::Conditional {
+        }));
+        b.push(Thunk::Conditional(ConditionalThunk {
             index: Slice::new(0, 0, 4),
             index_type: DType::I32,
             branches: vec![vec![], vec![set.clone()]],
-        });
-        b.push(Thunk::AsyncStart {
+        }));
+        b.push(Thunk::AsyncStart(AsyncStartThunk {
             id: 7,
             kind: AsyncKind::Communication,
             body: vec![set],
-        });
-        b.push(Thunk::AsyncDone { id: 7 });
+        }));
+        b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 7 }));
         let l = listing(&b.build_unchecked());
         for needle in [
             "entry[0]  while trip_count=3 pred=%0[0..+1] r (body 1 thunks)",

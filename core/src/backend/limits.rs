@@ -144,7 +144,7 @@ fn walk(
     path: &ThunkPath,
     f: &mut dyn FnMut(&KernelThunk, &ThunkPath) -> Result<(), ValidationError>,
 ) -> Result<(), ValidationError> {
-    if let Thunk::Kernel(k) = t {
+    if let Some(k) = t.as_kernel() {
         f(k, path)?;
     }
     for (list, thunks) in t.nested() {

@@ -49,7 +49,7 @@ pub(super) fn resolve(
 /// a side-effecting custom call is in it.
 pub(super) fn resources(t: &Thunk) -> Vec<u64> {
     fn has(t: &Thunk) -> bool {
-        matches!(t, Thunk::CustomCall(c) if c.side_effect)
+        t.as_custom_call().is_some_and(|c| c.side_effect)
             || t.nested().iter().any(|(_, l)| l.iter().any(has))
     }
     if has(t) {

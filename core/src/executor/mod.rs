@@ -16,7 +16,9 @@
 //! The modules, in the order a program goes through them:
 //! - `config`: how a program is scheduled and how one execution runs (options, the SPMD
 //!   rank's collective context);
-//! - `plan`: thunks resolved into steps at load;
+//! - `plan`: thunks resolved into steps at load, each kind's step made by `dispatch` (the
+//!   executor's one table over thunk kinds: planning, and the issue of thunks run as
+//!   written);
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources;
@@ -35,6 +37,7 @@ mod command_buffer;
 mod config;
 mod custom_call;
 mod device_control;
+mod dispatch;
 pub use device_control::recorded_conditional_nodes;
 pub mod graph;
 mod loaded;

@@ -5,8 +5,8 @@
 use crate::backend::{Device, KernelHandle, LaunchDims, LoadedModule};
 use crate::collectives::StreamKind;
 use crate::error::{Error, Result};
-use crate::ir::{AsyncKind, DType, KernelArg, Slice, Thunk, ThunkPath};
-use std::collections::{BTreeMap, BTreeSet};
+use crate::ir::{AsyncKind, DType, KernelThunk, Scope, Slice, Thunk, ThunkPath};
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// One operation, as the executor runs it.
@@ -19,7 +19,7 @@ pub(super) enum Op {
     Kernel {
         handle: Arc<dyn KernelHandle>,
         dims: LaunchDims,
-        args: Vec<KernelArg>,
+        kernel: KernelThunk,
     },
     While {
         cond: Vec<Step>,
@@ -74,6 +74,28 @@ impl<'a> Planner<'a> {
         }
     }
 
+    /// The device the program is planned for.
+    pub(super) fn device(&self) -> &'a dyn Device {
+        self.device
+    }
+
+    /// Kernel `name` of the loaded module `module`.
+    pub(super) fn kernel(
+        &self,
+        module: &str,
+        name: &str,
+        path: &ThunkPath,
+    ) -> Result<Arc<dyn KernelHandle>> {
+        let Some(m) = self.modules.get(module) else {
+            return Err(Error::Module {
+                module: module.to_string(),
+                message: "not loaded".into(),
+            }
+            .at_thunk(path, "kernel"));
+        };
+        m.kernel(name).map_err(|e| e.at_thunk(path, "kernel"))
+    }
+
     /// A new command-buffer id.
     pub(super) fn command_buffer_id(&mut self) -> usize {
         let id = self.next_cmd;
@@ -82,113 +104,19 @@ impl<'a> Planner<'a> {
     }
 
     fn step(&mut self, t: &Thunk, path: &ThunkPath) -> Result<Step> {
-        let mut label = t.kind().to_string();
-        let op = match t {
-            Thunk::Copy { .. }
-            | Thunk::Memset { .. }
-            | Thunk::CollectivePermute { .. }
-            | Thunk::RankId { .. } => Op::Direct(t.clone()),
-            Thunk::Kernel(k) => {
-                label = format!("kernel {}.{}", k.module, k.name);
-                let Some(m) = self.modules.get(&k.module) else {
-                    return Err(Error::Module {
-                        module: k.module.clone(),
-                        message: "not loaded".into(),
-                    }
-                    .at_thunk(path, "kernel"));
-                };
-                let handle = m.kernel(&k.name).map_err(|e| e.at_thunk(path, "kernel"))?;
-                Op::Kernel {
-                    handle,
-                    dims: LaunchDims {
-                        grid: k.grid,
-                        block: k.block,
-                        shared_mem: k.shared_mem,
-                    },
-                    args: k.args.clone(),
-                }
-            }
-            Thunk::Gemm(g) => {
-                label = format!("gemm {} {}x{}x{}", g.dtype, g.m, g.n, g.k);
-                if !self.device.capabilities().gemm_dtypes.contains(&g.dtype) {
-                    return Err(Error::Unsupported {
-                        backend: self.device.backend_name().into(),
-                        feature: format!("{} gemm", g.dtype),
-                    }
-                    .at_thunk(path, "gemm"));
-                }
-                Op::Direct(t.clone())
-            }
-            Thunk::While {
-                cond,
-                pred,
-                body,
-                trip_count,
-            } => Op::While {
-                cond: self.list(cond, path, t, 0)?,
-                pred: *pred,
-                body: self.list(body, path, t, 1)?,
-                trip_count: *trip_count,
-            },
-            Thunk::Conditional {
-                index,
-                index_type,
-                branches,
-            } => Op::Conditional {
-                index: *index,
-                index_type: *index_type,
-                branches: (0..branches.len())
-                    .map(|b| self.list(&branches[b], path, t, b))
-                    .collect::<Result<_>>()?,
-            },
-            Thunk::CommandBuffer { body } => {
-                let id = self.command_buffer_id();
-                let bindings: BTreeSet<u32> = t
-                    .all_buffer_uses()
-                    .iter()
-                    .map(|u| u.slice.allocation)
-                    .collect();
-                Op::CommandBuffer {
-                    id,
-                    body: self.list(body, path, t, 0)?,
-                    bindings: bindings.into_iter().collect(),
-                }
-            }
-            Thunk::Collective(c) => {
-                label = format!("{} {} {}", c.op.name(), c.dtype, c.src);
-                Op::Direct(t.clone())
-            }
-            Thunk::Send { peer, .. } => {
-                label = format!("send to rank {peer}");
-                Op::Direct(t.clone())
-            }
-            Thunk::Recv { peer, .. } => {
-                label = format!("recv from rank {peer}");
-                Op::Direct(t.clone())
-            }
-            Thunk::CustomCall(c) => {
-                label = format!("custom_call {}", c.target);
-                Op::CustomCall(super::custom_call::resolve(self.device, c, path)?)
-            }
-            Thunk::Sequence(_) | Thunk::AsyncStart { .. } | Thunk::AsyncDone { .. } => {
-                return Err(Error::InvalidArgument(format!(
-                    "internal: {} at {path} is not a schedulable step",
-                    t.kind()
-                )));
-            }
-        };
+        let kind = t.as_kind();
         Ok(Step {
             path: path.clone(),
-            kind: t.kind(),
-            label,
-            op,
+            kind: kind.name(),
+            label: kind.label(),
+            op: self.op(t, path)?,
             stream_kind: StreamKind::Compute,
         })
     }
 
     /// Plans the `which`-th nested list of `parent`, flattening sequences and async scopes
     /// into program order (inside composite thunks everything runs in order on one stream).
-    fn list(
+    pub(super) fn list(
         &mut self,
         list: &[Thunk],
         path: &ThunkPath,
@@ -253,12 +181,12 @@ pub(super) fn for_each_step(
     class: Option<AsyncKind>,
     f: &mut StepVisitor<'_>,
 ) -> Result<()> {
-    let inner = match t {
-        Thunk::Sequence(_) => class,
-        Thunk::AsyncStart { kind, .. } => Some(*kind),
+    let inner = match t.scope() {
+        Scope::Sequence => class,
+        Scope::AsyncStart { kind, .. } => Some(kind),
         // Ordering after an async scope comes from the buffer uses of its body.
-        Thunk::AsyncDone { .. } => return Ok(()),
-        _ => return f(t, path, class),
+        Scope::AsyncDone { .. } => return Ok(()),
+        Scope::Step => return f(t, path, class),
     };
     for (name, list) in t.nested() {
         for (i, c) in list.iter().enumerate() {

@@ -11,9 +11,9 @@ use super::plan::{Op, Step};
 use super::progress::Progress;
 use super::state::ExecState;
 use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
-use crate::collectives::{Communicator, StreamKind};
+use crate::collectives::Communicator;
 use crate::error::{Error, Result};
-use crate::ir::{DType, KernelArg, MemsetPattern, Slice, Thunk};
+use crate::ir::{KernelArg, Slice, select_branch};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -89,7 +89,7 @@ impl<'a> Run<'a> {
         self.table[s.allocation as usize].offset(s.offset)
     }
 
-    fn range(&self, s: &Slice) -> DeviceRange {
+    pub(super) fn range(&self, s: &Slice) -> DeviceRange {
         DeviceRange {
             ptr: self.ptr(s),
             len: s.size,
@@ -344,7 +344,7 @@ impl<'a> Run<'a> {
 
     fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
         match &step.op {
-            Op::Direct(t) => match (self.progress, communicates(t) && self.numbering.get()) {
+            Op::Direct(t) => match (self.progress, t.is_collective() && self.numbering.get()) {
                 (Some((p, rank)), true) => {
                     p.issue(
                         rank,
@@ -358,8 +358,13 @@ impl<'a> Run<'a> {
                 }
                 _ => self.direct(t, step.stream_kind, stream),
             },
-            Op::Kernel { handle, dims, args } => {
-                let la: smallvec::SmallVec<[LaunchArg; 8]> = args
+            Op::Kernel {
+                handle,
+                dims,
+                kernel,
+            } => {
+                let la: smallvec::SmallVec<[LaunchArg; 8]> = kernel
+                    .args
                     .iter()
                     .map(|a| match a {
                         KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {
@@ -430,17 +435,7 @@ impl<'a> Run<'a> {
                 branches,
             } => {
                 let b = self.read_back(index, stream, state)?;
-                let last = branches.len().saturating_sub(1);
-                let which = if *index_type == DType::Pred {
-                    if b[0] != 0 { 0 } else { 1 }
-                } else {
-                    let i = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
-                    if i < 0 || i as usize > last {
-                        last
-                    } else {
-                        i as usize
-                    }
-                };
+                let which = select_branch(*index_type, branches.len().saturating_sub(1), b);
                 match branches.get(which) {
                     Some(br) => self.steps(br, stream, state),
                     None => Ok(()),
@@ -460,40 +455,6 @@ impl<'a> Run<'a> {
     pub(super) fn keep(&self, b: crate::backend::Buffer) {
         self.kept.borrow_mut().push(b);
     }
-
-    /// Runs a thunk the planner left as written ([`Op::Direct`]).
-    fn direct(&self, t: &Thunk, kind: StreamKind, stream: &dyn Stream) -> Result<()> {
-        match t {
-            Thunk::Copy { src, dst } => stream.copy(self.ptr(src), self.ptr(dst), src.size),
-            Thunk::Memset { dst, pattern } => stream.memset(self.ptr(dst), dst.size, *pattern),
-            Thunk::Gemm(g) => {
-                stream.gemm(&g.with_operands(self.range(&g.a), self.range(&g.b), self.range(&g.c)))
-            }
-            Thunk::Collective(c) => self.collective(c, kind, stream),
-            Thunk::CollectivePermute {
-                src,
-                dst,
-                dtype,
-                pairs,
-            } => self.permute(*src, *dst, *dtype, pairs, kind, stream),
-            Thunk::Send { src, dtype, peer } => self.send(src, *dtype, *peer, kind, stream),
-            Thunk::Recv { dst, dtype, peer } => self.recv(dst, *dtype, *peer, kind, stream),
-            Thunk::RankId { dst } => {
-                stream.memset(self.ptr(dst), 4, MemsetPattern::U32(self.rank_world().0))
-            }
-            Thunk::Kernel(_)
-            | Thunk::While { .. }
-            | Thunk::Conditional { .. }
-            | Thunk::CommandBuffer { .. }
-            | Thunk::CustomCall(_)
-            | Thunk::Sequence(_)
-            | Thunk::AsyncStart { .. }
-            | Thunk::AsyncDone { .. } => Err(Error::InvalidArgument(format!(
-                "internal: a {} thunk is planned, not run as written",
-                t.kind()
-            ))),
-        }
-    }
 }
 
 /// Adds `note` to the pending-thunk text of a deadline error, also when thunk paths wrap it;
@@ -511,15 +472,4 @@ fn note_deadline(e: Error, note: impl FnOnce() -> String) -> Error {
         },
         e => e,
     }
-}
-
-/// Whether `t` is a communication step (numbered in the [`Progress`] record).
-fn communicates(t: &Thunk) -> bool {
-    matches!(
-        t,
-        Thunk::Collective(_)
-            | Thunk::CollectivePermute { .. }
-            | Thunk::Send { .. }
-            | Thunk::Recv { .. }
-    )
 }

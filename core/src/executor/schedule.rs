@@ -172,10 +172,7 @@ pub(super) fn schedule(
 fn recordable(s: &Step) -> bool {
     match &s.op {
         Op::Kernel { .. } => true,
-        Op::Direct(t) => matches!(
-            t,
-            Thunk::Copy { .. } | Thunk::Memset { .. } | Thunk::Gemm(_)
-        ),
+        Op::Direct(t) => super::dispatch::recordable_as_written(t),
         Op::While { cond, body, .. } => cond.iter().chain(body).all(recordable),
         Op::Conditional { branches, .. } => branches.iter().flatten().all(recordable),
         Op::CustomCall(r) => r.capturable,

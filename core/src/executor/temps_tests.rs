@@ -12,8 +12,9 @@ use crate::backend::{Backend, Device};
 use crate::builder::ExecutableBuilder;
 use crate::host::HostBackend;
 use crate::ir::{
-    Access, AllocationKind, AsyncKind, DType, Dim3, Executable, KernelArg, KernelThunk,
-    MemsetPattern, Scalar, Slice, Thunk, ThunkPath,
+    Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk, CopyThunk, DType, Dim3,
+    Executable, KernelArg, KernelThunk, MemsetPattern, MemsetThunk, Scalar, Slice, Thunk,
+    ThunkPath,
 };
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -36,19 +37,19 @@ fn thunk(rng: &mut ChaCha8Rng) -> Thunk {
         Slice::new(a, 0, 64)
     };
     match rng.random_range(0..3) {
-        0 => Thunk::Memset {
+        0 => Thunk::Memset(MemsetThunk {
             dst: pick(rng),
             pattern: MemsetPattern::U32(7),
-        },
+        }),
         1 => {
             let (src, dst) = (pick(rng), pick(rng));
             if src.allocation == dst.allocation {
-                Thunk::Memset {
+                Thunk::Memset(MemsetThunk {
                     dst,
                     pattern: MemsetPattern::U8(1),
-                }
+                })
             } else {
-                Thunk::Copy { src, dst }
+                Thunk::Copy(CopyThunk { src, dst })
             }
         }
         _ => {
@@ -88,8 +89,8 @@ fn program(rng: &mut ChaCha8Rng) -> Executable {
             } else {
                 AsyncKind::Compute
             };
-            b.push(Thunk::AsyncStart { id, kind, body });
-            b.push(Thunk::AsyncDone { id });
+            b.push(Thunk::AsyncStart(AsyncStartThunk { id, kind, body }));
+            b.push(Thunk::AsyncDone(AsyncDoneThunk { id }));
             id += 1;
         } else {
             b.push(thunk(rng));

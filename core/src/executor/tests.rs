@@ -9,7 +9,7 @@ use crate::bench::memsets_then_copies;
 use crate::builder::ExecutableBuilder;
 use crate::error::Error;
 use crate::host::HostBackend;
-use crate::ir::{DType, Executable, MemsetPattern, Thunk};
+use crate::ir::{DType, Executable, MemsetPattern, MemsetThunk, Thunk, WhileThunk};
 use std::sync::Arc;
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
@@ -91,22 +91,22 @@ fn nested_loops(outer: u64, inner: u64) -> Executable {
     let mut b = ExecutableBuilder::new("nested_loops");
     let y = b.output("y", DType::I32, &[16]);
     let pred = b.temp(DType::Pred, &[1]);
-    let body = vec![Thunk::Memset {
+    let body = vec![Thunk::Memset(MemsetThunk {
         dst: y.slice(),
         pattern: MemsetPattern::U32(7),
-    }];
-    let inner = Thunk::While {
+    })];
+    let inner = Thunk::While(WhileThunk {
         cond: vec![],
         pred: pred.slice(),
         body,
         trip_count: Some(inner),
-    };
-    b.push(Thunk::While {
+    });
+    b.push(Thunk::While(WhileThunk {
         cond: vec![],
         pred: pred.slice(),
         body: vec![inner],
         trip_count: Some(outer),
-    });
+    }));
     b.build().unwrap()
 }
 
@@ -162,18 +162,18 @@ fn the_deadline_stops_a_loop_without_trip_count() {
     let mut b = ExecutableBuilder::new("endless");
     let y = b.output("y", DType::I32, &[16]);
     let pred = b.temp(DType::Pred, &[1]);
-    b.push(Thunk::While {
-        cond: vec![Thunk::Memset {
+    b.push(Thunk::While(WhileThunk {
+        cond: vec![Thunk::Memset(MemsetThunk {
             dst: pred.slice(),
             pattern: MemsetPattern::U8(1),
-        }],
+        })],
         pred: pred.slice(),
-        body: vec![Thunk::Memset {
+        body: vec![Thunk::Memset(MemsetThunk {
             dst: y.slice(),
             pattern: MemsetPattern::U32(7),
-        }],
+        })],
         trip_count: None,
-    });
+    }));
     let l = LoadedExecutable::load(device(), b.build().unwrap()).unwrap();
     let opts = ExecuteOptions {
         deadline: Some(Duration::from_millis(200)),

@@ -12,7 +12,7 @@ use super::schedule::{Node, Schedule};
 use super::state::ExecState;
 use crate::backend::{Device, Event, Stream};
 use crate::error::{Error, Result};
-use crate::ir::Thunk;
+use crate::ir::{ThunkKind, TraceCost};
 use crate::trace::{Clock, CommandBufferNote, MarkNote, Marks, NodeInfo, Recording, Tracer};
 use serde_json::{Map, Value, json};
 use std::cell::Cell;
@@ -51,7 +51,11 @@ fn node_info(node: &Node, waits_for: Vec<String>) -> NodeInfo {
     let mut args = Map::new();
     args.insert("path".into(), json!(path));
     args.insert("stream".into(), json!(node.stream));
-    let (bytes, flops, communicates) = describe(step, &mut args);
+    let TraceCost {
+        bytes,
+        flops,
+        communicates,
+    } = describe(step, &mut args);
     if bytes > 0 {
         args.insert("bytes".into(), json!(bytes));
     }
@@ -78,95 +82,28 @@ fn node_info(node: &Node, waits_for: Vec<String>) -> NodeInfo {
 }
 
 /// Adds a step's arguments; returns its bytes, flops and whether it communicates.
-fn describe(step: &Step, args: &mut Map<String, Value>) -> (u64, u64, bool) {
+fn describe(step: &Step, args: &mut Map<String, Value>) -> TraceCost {
     match &step.op {
-        Op::Kernel { dims, args: ka, .. } => {
-            let g = dims.grid;
-            let b = dims.block;
-            args.insert("grid".into(), json!([g.x, g.y, g.z]));
-            args.insert("block".into(), json!([b.x, b.y, b.z]));
-            args.insert("shared_mem".into(), json!(dims.shared_mem));
-            let bytes = ka
-                .iter()
-                .map(|a| match a {
-                    crate::ir::KernelArg::Buffer { slice, .. } => slice.size,
-                    crate::ir::KernelArg::Scalar(_) => 0,
-                })
-                .fold(0u64, u64::saturating_add);
-            (bytes, 0, false)
-        }
-        Op::Direct(t) => match t {
-            Thunk::Copy { src, .. } => (src.size.saturating_mul(2), 0, false),
-            Thunk::Memset { dst, .. } => (dst.size, 0, false),
-            Thunk::Gemm(g) => {
-                args.insert("dtype".into(), json!(g.dtype.to_string()));
-                args.insert("m".into(), json!(g.m));
-                args.insert("n".into(), json!(g.n));
-                args.insert("k".into(), json!(g.k));
-                args.insert("batch".into(), json!(g.batch.max(1)));
-                let flops = 2u64
-                    .saturating_mul(g.m)
-                    .saturating_mul(g.n)
-                    .saturating_mul(g.k)
-                    .saturating_mul(g.batch.max(1));
-                let bytes = g.a.size.saturating_add(g.b.size).saturating_add(g.c.size);
-                (bytes, flops, false)
-            }
-            Thunk::Collective(c) => {
-                args.insert("dtype".into(), json!(c.dtype.to_string()));
-                args.insert("op".into(), json!(c.op.name()));
-                let peers = if c.groups.is_empty() {
-                    json!("all ranks")
-                } else {
-                    json!(c.groups)
-                };
-                args.insert("peers".into(), peers);
-                (c.src.size, 0, true)
-            }
-            Thunk::CollectivePermute {
-                src, dtype, pairs, ..
-            } => {
-                args.insert("dtype".into(), json!(dtype.to_string()));
-                args.insert("peers".into(), json!(pairs));
-                (src.size, 0, true)
-            }
-            Thunk::Send { src, dtype, peer } => {
-                args.insert("dtype".into(), json!(dtype.to_string()));
-                args.insert("peers".into(), json!([peer]));
-                (src.size, 0, true)
-            }
-            Thunk::Recv { dst, dtype, peer } => {
-                args.insert("dtype".into(), json!(dtype.to_string()));
-                args.insert("peers".into(), json!([peer]));
-                (dst.size, 0, true)
-            }
-            _ => (0, 0, false),
-        },
+        Op::Kernel { kernel, .. } => kernel.trace(args),
+        Op::Direct(t) => t.as_kind().trace(args),
         Op::CommandBuffer { body, .. } => {
             args.insert("thunks".into(), json!(body.len()));
-            (0, 0, false)
+            TraceCost::default()
         }
         Op::While { trip_count, .. } => {
             if let Some(n) = trip_count {
                 args.insert("trip_count".into(), json!(n));
             }
-            (0, 0, false)
+            TraceCost::default()
         }
         Op::Conditional { branches, .. } => {
             args.insert("branches".into(), json!(branches.len()));
-            (0, 0, false)
+            TraceCost::default()
         }
         Op::CustomCall(r) => {
-            args.insert("target".into(), json!(r.call.target));
+            let cost = r.call.trace(args);
             args.insert("captured".into(), json!(r.capturable));
-            let bytes = r
-                .call
-                .operands
-                .iter()
-                .chain(&r.call.results)
-                .map(|b| b.slice.size)
-                .fold(0u64, u64::saturating_add);
-            (bytes, 0, false)
+            cost
         }
     }
 }

@@ -3,7 +3,8 @@
 //! kernels up in (the standard library implements it; the IR does not know any library).
 
 use super::dtype::DType;
-use super::types::{Access, KernelArg};
+use super::thunk::KernelArg;
+use super::types::Access;
 
 /// How many elements a buffer parameter holds: a constant, or the product of integer scalar
 /// parameters (by index in the parameter list).

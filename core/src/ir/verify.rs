@@ -19,9 +19,9 @@
 //! (`backend::check_launch_limits`).
 
 use super::dtype::DType;
-use super::gemm::{GEMM_DTYPES, GemmError, GemmMatrix, GemmThunk};
 use super::path::ThunkPath;
 use super::signature::KernelCatalog;
+use super::thunk::{COLLECTIVE_DTYPES, Scope, Thunk};
 use super::types::*;
 use std::collections::{BTreeMap, BTreeSet};
 use std::fmt;
@@ -55,7 +55,12 @@ impl fmt::Display for ValidationError {
 /// libraries (pointer offsets are signed).
 pub const MAX_ALLOCATION_SIZE: u64 = i64::MAX as u64;
 
-fn err(path: &ThunkPath, field: impl Into<String>, message: impl Into<String>) -> ValidationError {
+/// A validation error at `path`, in `field`.
+pub(crate) fn err(
+    path: &ThunkPath,
+    field: impl Into<String>,
+    message: impl Into<String>,
+) -> ValidationError {
     ValidationError {
         path: path.clone(),
         field: field.into(),
@@ -203,7 +208,7 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
         }
     }
 
-    let mut v = Verifier {
+    let mut v = ThunkChecker {
         exe,
         catalog,
         async_ids: BTreeSet::new(),
@@ -211,79 +216,6 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
     };
     let paths: Vec<ThunkPath> = (0..exe.entry.len()).map(ThunkPath::entry).collect();
     v.list(&exe.entry, &paths)?;
-    Ok(())
-}
-
-/// Checks the size relations of a collective for a group of `n` ranks; returns the field and
-/// the message on failure. Every product is checked: a size that would overflow fails like any
-/// other mismatch.
-pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'static str, String)> {
-    if n == 0 {
-        return Err(("groups", "a group of 0 ranks".to_string()));
-    }
-    let es = c.dtype.size() as u64;
-    // `what` over `n` ranks: `times` · n bytes, or a message when that overflows.
-    let times_n = |times: u64| {
-        times
-            .checked_mul(n)
-            .ok_or_else(|| format!("{times} bytes times {n} ranks overflows"))
-    };
-    match &c.op {
-        CollectiveOp::AllReduce { .. } | CollectiveOp::Broadcast { .. } => {
-            if c.src.size != c.dst.size {
-                return Err((
-                    "dst",
-                    format!("{} bytes, src has {}", c.dst.size, c.src.size),
-                ));
-            }
-        }
-        CollectiveOp::AllGather => {
-            let need = times_n(c.src.size).map_err(|m| ("dst", m))?;
-            if c.dst.size != need {
-                return Err((
-                    "dst",
-                    format!(
-                        "all_gather over {n} ranks needs {need} bytes, dst has {}",
-                        c.dst.size
-                    ),
-                ));
-            }
-        }
-        CollectiveOp::ReduceScatter { .. } => {
-            let need = times_n(c.dst.size).map_err(|m| ("src", m))?;
-            if c.src.size != need {
-                return Err((
-                    "src",
-                    format!(
-                        "reduce_scatter over {n} ranks needs {need} bytes, src has {}",
-                        c.src.size
-                    ),
-                ));
-            }
-        }
-        CollectiveOp::AllToAll => {
-            // n blocks of whole elements: n · es bytes must divide the size (a block size that
-            // overflows cannot).
-            let divides = n.checked_mul(es).is_some_and(|unit| c.src.size % unit == 0);
-            if c.src.size != c.dst.size || !divides {
-                return Err((
-                    "src",
-                    format!(
-                        "all_to_all over {n} ranks needs equal src and dst sizes divisible into {n} blocks of {}",
-                        c.dtype
-                    ),
-                ));
-            }
-        }
-    }
-    if let CollectiveOp::Broadcast { root } = c.op {
-        if u64::from(root) >= n {
-            return Err((
-                "root",
-                format!("root position {root} is outside a group of {n}"),
-            ));
-        }
-    }
     Ok(())
 }
 
@@ -363,15 +295,34 @@ fn check_signature(
     Ok(())
 }
 
-struct Verifier<'a> {
+/// What each kind's validation ([`crate::ir::ThunkKind::validate`]) checks its fields with:
+/// the program, the kernel catalog, and the state of the walk (async ids seen, whether it is
+/// inside a command buffer).
+pub struct ThunkChecker<'a> {
     exe: &'a Executable,
     catalog: &'a dyn KernelCatalog,
     async_ids: BTreeSet<u32>,
     in_command_buffer: bool,
 }
 
-impl Verifier<'_> {
-    fn slice(
+impl ThunkChecker<'_> {
+    /// The program being validated.
+    pub fn executable(&self) -> &Executable {
+        self.exe
+    }
+
+    /// The kernel catalog standard-library launches are checked against.
+    pub fn catalog(&self) -> &dyn KernelCatalog {
+        self.catalog
+    }
+
+    /// Records an async id; false when it was seen before.
+    pub fn new_async_id(&mut self, id: u32) -> bool {
+        self.async_ids.insert(id)
+    }
+
+    /// A slice inside its allocation (and not a constant's, when written).
+    pub fn slice(
         &self,
         s: &Slice,
         path: &ThunkPath,
@@ -420,183 +371,10 @@ impl Verifier<'_> {
     }
 
     fn thunk(&mut self, t: &Thunk, path: &ThunkPath) -> Result<(), ValidationError> {
-        match t {
-            Thunk::Copy { src, dst } => {
-                self.slice(src, path, "src", false)?;
-                self.slice(dst, path, "dst", true)?;
-                if src.size != dst.size {
-                    return Err(err(
-                        path,
-                        "dst",
-                        format!("copy of {} bytes into a slice of {}", src.size, dst.size),
-                    ));
-                }
-                if src.overlaps(dst) {
-                    return Err(err(path, "dst", format!("overlaps the source {src}")));
-                }
-            }
-            Thunk::Memset { dst, pattern } => {
-                self.slice(dst, path, "dst", true)?;
-                let w = pattern.width();
-                if dst.size % w != 0 || dst.offset % w != 0 {
-                    return Err(err(
-                        path,
-                        "dst",
-                        format!("{dst} is not aligned to the {w}-byte pattern width"),
-                    ));
-                }
-            }
-            Thunk::Kernel(k) => self.kernel(k, path)?,
-            Thunk::Gemm(g) => self.gemm(g, path)?,
-            Thunk::Sequence(_) => {}
-            Thunk::AsyncDone { .. } => self.no_control_flow(path, "async_done")?,
-            Thunk::While {
-                pred, trip_count, ..
-            } => {
-                if let Some(n) = trip_count {
-                    if *n > i64::MAX as u64 {
-                        return Err(err(
-                            path,
-                            "trip_count",
-                            format!(
-                                "{n} is larger than the largest supported count {}",
-                                i64::MAX
-                            ),
-                        ));
-                    }
-                }
-                self.slice(pred, path, "pred", false)?;
-                if pred.size != 1 {
-                    return Err(err(
-                        path,
-                        "pred",
-                        format!("must be a 1-byte pred, the slice has {} bytes", pred.size),
-                    ));
-                }
-            }
-            Thunk::Conditional {
-                index,
-                index_type,
-                branches,
-            } => {
-                self.slice(index, path, "index", false)?;
-                let want = match index_type {
-                    DType::I32 => 4,
-                    DType::Pred => 1,
-                    other => {
-                        return Err(err(
-                            path,
-                            "index_type",
-                            format!("must be i32 or pred, got {other}"),
-                        ));
-                    }
-                };
-                if index.size != want {
-                    return Err(err(
-                        path,
-                        "index",
-                        format!(
-                            "a {index_type} index is {want} bytes, the slice has {}",
-                            index.size
-                        ),
-                    ));
-                }
-                if branches.is_empty() {
-                    return Err(err(
-                        path,
-                        "branches",
-                        "a conditional needs at least one branch",
-                    ));
-                }
-                if *index_type == DType::Pred && branches.len() != 2 {
-                    return Err(err(
-                        path,
-                        "branches",
-                        format!(
-                            "a pred index selects between 2 branches, found {}",
-                            branches.len()
-                        ),
-                    ));
-                }
-            }
-            Thunk::AsyncStart { id, .. } => {
-                self.no_control_flow(path, "async_start")?;
-                if !self.async_ids.insert(*id) {
-                    return Err(err(path, "id", format!("async id {id} is used twice")));
-                }
-            }
-            Thunk::CommandBuffer { .. } => {
-                self.no_control_flow(path, "command_buffer")?;
-            }
-            Thunk::Collective(c) => {
-                self.no_control_flow(path, c.op.name())?;
-                self.collective(c, path)?;
-            }
-            Thunk::CollectivePermute {
-                src,
-                dst,
-                dtype,
-                pairs,
-            } => {
-                self.no_control_flow(path, "collective_permute")?;
-                self.typed_slice(src, *dtype, path, "src", false)?;
-                self.typed_slice(dst, *dtype, path, "dst", true)?;
-                if src.size != dst.size {
-                    return Err(err(
-                        path,
-                        "dst",
-                        format!("{} bytes, src has {}", dst.size, src.size),
-                    ));
-                }
-                if src.overlaps(dst) {
-                    return Err(err(path, "dst", "overlaps src"));
-                }
-                let mut sources = BTreeSet::new();
-                let mut targets = BTreeSet::new();
-                for (i, (a, b)) in pairs.iter().enumerate() {
-                    if !sources.insert(*a) {
-                        return Err(err(
-                            path,
-                            format!("pairs[{i}]"),
-                            format!("rank {a} sends twice"),
-                        ));
-                    }
-                    if !targets.insert(*b) {
-                        return Err(err(
-                            path,
-                            format!("pairs[{i}]"),
-                            format!("rank {b} receives twice"),
-                        ));
-                    }
-                }
-            }
-            Thunk::Send { src, dtype, .. } => {
-                self.no_control_flow(path, "send")?;
-                self.typed_slice(src, *dtype, path, "src", false)?;
-            }
-            Thunk::Recv { dst, dtype, .. } => {
-                self.no_control_flow(path, "recv")?;
-                self.typed_slice(dst, *dtype, path, "dst", true)?;
-            }
-            Thunk::RankId { dst } => {
-                self.slice(dst, path, "dst", true)?;
-                if dst.size != 4 {
-                    return Err(err(
-                        path,
-                        "dst",
-                        format!(
-                            "rank_id writes an i32 (4 bytes), the slice has {}",
-                            dst.size
-                        ),
-                    ));
-                }
-            }
-            Thunk::CustomCall(c) => {
-                super::custom_call::verify(c, path, &|s, f, w| self.slice(s, path, f, w))?
-            }
-        }
+        let kind = t.as_kind();
+        kind.validate(self, path)?;
         let was = self.in_command_buffer;
-        if matches!(t, Thunk::CommandBuffer { .. }) {
+        if kind.records() {
             self.in_command_buffer = true;
         }
         for (name, list) in t.nested() {
@@ -608,7 +386,7 @@ impl Verifier<'_> {
     }
 
     /// A slice holding whole elements of a collective dtype.
-    fn typed_slice(
+    pub fn typed_slice(
         &self,
         s: &Slice,
         dtype: DType,
@@ -634,49 +412,8 @@ impl Verifier<'_> {
         Ok(())
     }
 
-    fn collective(&self, c: &CollectiveThunk, path: &ThunkPath) -> Result<(), ValidationError> {
-        self.typed_slice(&c.src, c.dtype, path, "src", false)?;
-        self.typed_slice(&c.dst, c.dtype, path, "dst", true)?;
-        let in_place = c.src == c.dst;
-        if c.src.overlaps(&c.dst) && !(in_place && matches!(c.op, CollectiveOp::AllReduce { .. })) {
-            return Err(err(
-                path,
-                "dst",
-                "overlaps src (only an all_reduce may work in place, on the identical slice)",
-            ));
-        }
-        let mut seen = BTreeSet::new();
-        let mut size = None;
-        for (i, g) in c.groups.iter().enumerate() {
-            if g.is_empty() {
-                return Err(err(path, format!("groups[{i}]"), "empty replica group"));
-            }
-            for r in g {
-                if !seen.insert(*r) {
-                    return Err(err(
-                        path,
-                        format!("groups[{i}]"),
-                        format!("rank {r} is in two groups or twice in one"),
-                    ));
-                }
-            }
-            if *size.get_or_insert(g.len()) != g.len() {
-                return Err(err(
-                    path,
-                    format!("groups[{i}]"),
-                    "replica groups must all have the same size",
-                ));
-            }
-        }
-        // With explicit groups, sizes can be checked now; otherwise at run time.
-        if let Some(n) = size {
-            let n = u64::try_from(n).unwrap_or(u64::MAX);
-            check_collective_sizes(c, n).map_err(|(f, m)| err(path, f, m))?;
-        }
-        Ok(())
-    }
-
-    fn no_control_flow(&self, path: &ThunkPath, kind: &str) -> Result<(), ValidationError> {
+    /// Refuses `kind` inside a command buffer.
+    pub fn no_control_flow(&self, path: &ThunkPath, kind: &str) -> Result<(), ValidationError> {
         if self.in_command_buffer {
             return Err(err(
                 path,
@@ -695,11 +432,11 @@ impl Verifier<'_> {
         let mut open: BTreeMap<u32, usize> = BTreeMap::new();
         for (t, path) in list.iter().zip(paths) {
             self.thunk(t, path)?;
-            match t {
-                Thunk::AsyncStart { id, .. } => {
-                    open.insert(*id, 0);
+            match t.scope() {
+                Scope::AsyncStart { id, .. } => {
+                    open.insert(id, 0);
                 }
-                Thunk::AsyncDone { id } if open.remove(id).is_none() => {
+                Scope::AsyncDone { id } if open.remove(&id).is_none() => {
                     return Err(err(
                         path,
                         "id",
@@ -715,7 +452,7 @@ impl Verifier<'_> {
             let at = list
                 .iter()
                 .zip(paths)
-                .find(|(t, _)| matches!(t, Thunk::AsyncStart { id: i, .. } if *i == id))
+                .find(|(t, _)| matches!(t.scope(), Scope::AsyncStart { id: i, .. } if i == id))
                 .map(|(_, p)| p.clone())
                 .unwrap_or_default();
             return Err(err(
@@ -725,81 +462,6 @@ impl Verifier<'_> {
             ));
         }
         Ok(())
-    }
-
-    fn kernel(&self, k: &KernelThunk, path: &ThunkPath) -> Result<(), ValidationError> {
-        for (i, a) in k.args.iter().enumerate() {
-            if let KernelArg::Buffer { slice, access } = a {
-                self.slice(slice, path, &format!("args[{i}]"), access.writes())?;
-            }
-        }
-        for (f, d) in [("grid", k.grid), ("block", k.block)] {
-            if d.x == 0 || d.y == 0 || d.z == 0 {
-                return Err(err(path, f, format!("{d} has a zero extent")));
-            }
-        }
-        if k.block.count() > 1024 {
-            return Err(err(
-                path,
-                "block",
-                format!("{} threads per block exceeds 1024", k.block.count()),
-            ));
-        }
-        let Some(m) = self.exe.module(&k.module) else {
-            let have: Vec<&str> = self.exe.modules.iter().map(|m| m.name.as_str()).collect();
-            return Err(err(
-                path,
-                "module",
-                format!(
-                    "unknown module `{}` (the program has: {})",
-                    k.module,
-                    have.join(", ")
-                ),
-            ));
-        };
-        if m.images.iter().any(|i| matches!(i, ModuleImage::Standard)) {
-            let Some(signature) = self.catalog.signature(&k.name) else {
-                return Err(err(
-                    path,
-                    "name",
-                    format!(
-                        "unknown kernel `{}` in module `{}` ({} has no such kernel)",
-                        k.name,
-                        k.module,
-                        self.catalog.catalog_name()
-                    ),
-                ));
-            };
-            let allocs = &self.exe.allocations;
-            let alignment_of = |a: u32| Some(allocs.get(usize::try_from(a).ok()?)?.alignment);
-            if let Err((i, msg)) = signature
-                .check_args(&k.args)
-                .and_then(|()| signature.check_alignment(&k.args, &alignment_of))
-            {
-                return Err(err(path, format!("args[{i}]"), msg));
-            }
-        }
-        Ok(())
-    }
-
-    fn gemm(&self, g: &GemmThunk, path: &ThunkPath) -> Result<(), ValidationError> {
-        if !GEMM_DTYPES.contains(&g.dtype) {
-            return Err(err(
-                path,
-                "dtype",
-                format!("gemm does not support {}", g.dtype),
-            ));
-        }
-        let shape = |e: GemmError| err(path, e.field, e.message);
-        g.check_batch().map_err(shape)?;
-        if !g.alpha.is_finite() || !g.beta.is_finite() {
-            return Err(err(path, "alpha", "alpha and beta must be finite"));
-        }
-        for m in GemmMatrix::ALL {
-            self.slice(&g.operand(m), path, m.name(), m == GemmMatrix::C)?;
-            g.check_operand(m).map_err(shape)?;
-        }
-        g.check_disjoint().map_err(shape)
     }
 }
 

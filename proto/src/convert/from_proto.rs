@@ -3,10 +3,12 @@
 
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
-    CollectiveThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg, KernelThunk,
-    MemorySpace, MemsetPattern, Module, ModuleImage, ModuleOptions, PathSegment, ReduceOp, Scalar,
-    Signature, Slice, TensorSpec, Thunk, ThunkPath,
+    ABI_VERSION, Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk,
+    BufferAllocation, CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBufferThunk,
+    ConditionalThunk, CopyThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg,
+    KernelThunk, MemorySpace, MemsetPattern, MemsetThunk, Module, ModuleImage, ModuleOptions,
+    PathSegment, RankIdThunk, RecvThunk, ReduceOp, Scalar, SendThunk, Signature, Slice, TensorSpec,
+    Thunk, ThunkPath, WhileThunk,
 };
 use xthunk_core::verify;
 
@@ -407,7 +409,7 @@ fn memset_from(m: &pb::MemsetThunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> 
             return Err(loc.invalid("width", format!("unknown pattern width value {}", m.width)));
         }
     };
-    Ok(Thunk::Memset { dst, pattern })
+    Ok(Thunk::Memset(MemsetThunk { dst, pattern }))
 }
 
 fn reduce_from(v: i32, loc: &Loc<'_>) -> Result<ReduceOp, ProtoError> {
@@ -450,15 +452,15 @@ fn list_from(
 fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
     use pb::thunk::Kind;
     Ok(match &t.kind {
-        Some(Kind::Copy(c)) => Thunk::Copy {
+        Some(Kind::Copy(c)) => Thunk::Copy(CopyThunk {
             src: slice_from(&c.src, loc, "src")?,
             dst: slice_from(&c.dst, loc, "dst")?,
-        },
+        }),
         Some(Kind::Memset(m)) => memset_from(m, loc)?,
         Some(Kind::Kernel(k)) => Thunk::Kernel(kernel_from(k, loc)?),
         Some(Kind::Gemm(g)) => Thunk::Gemm(gemm_from(g, loc)?),
         Some(Kind::Sequence(s)) => Thunk::Sequence(list_from(&s.thunks, loc, "thunks")?),
-        Some(Kind::While(w)) => Thunk::While {
+        Some(Kind::While(w)) => Thunk::While(WhileThunk {
             cond: list_from(&w.cond, loc, "cond")?,
             pred: slice_from(&w.pred, loc, "pred")?,
             body: list_from(&w.body, loc, "body")?,
@@ -469,8 +471,8 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
                     return Err(loc.invalid("trip_count", format!("{n} is negative")));
                 }
             },
-        },
-        Some(Kind::Conditional(c)) => Thunk::Conditional {
+        }),
+        Some(Kind::Conditional(c)) => Thunk::Conditional(ConditionalThunk {
             index: slice_from(&c.index, loc, "index")?,
             index_type: dtype_from(c.index_type, loc, "index_type")?,
             branches: c
@@ -489,8 +491,8 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
                     )
                 })
                 .collect::<Result<Vec<_>, _>>()?,
-        },
-        Some(Kind::AsyncStart(a)) => Thunk::AsyncStart {
+        }),
+        Some(Kind::AsyncStart(a)) => Thunk::AsyncStart(AsyncStartThunk {
             id: a.id,
             kind: match pb::AsyncKind::try_from(a.kind) {
                 Ok(pb::AsyncKind::Compute) => AsyncKind::Compute,
@@ -503,11 +505,11 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
                 }
             },
             body: list_from(&a.body, loc, "body")?,
-        },
-        Some(Kind::AsyncDone(d)) => Thunk::AsyncDone { id: d.id },
-        Some(Kind::CommandBuffer(c)) => Thunk::CommandBuffer {
+        }),
+        Some(Kind::AsyncDone(d)) => Thunk::AsyncDone(AsyncDoneThunk { id: d.id }),
+        Some(Kind::CommandBuffer(c)) => Thunk::CommandBuffer(CommandBufferThunk {
             body: list_from(&c.body, loc, "body")?,
-        },
+        }),
         Some(Kind::AllReduce(c)) => Thunk::Collective(CollectiveThunk {
             op: CollectiveOp::AllReduce {
                 op: reduce_from(c.op, loc)?,
@@ -547,25 +549,25 @@ fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
             dtype: dtype_from(c.dtype, loc, "dtype")?,
             groups: groups_from(&c.groups),
         }),
-        Some(Kind::CollectivePermute(c)) => Thunk::CollectivePermute {
+        Some(Kind::CollectivePermute(c)) => Thunk::CollectivePermute(CollectivePermuteThunk {
             src: slice_from(&c.src, loc, "src")?,
             dst: slice_from(&c.dst, loc, "dst")?,
             dtype: dtype_from(c.dtype, loc, "dtype")?,
             pairs: c.pairs.iter().map(|p| (p.source, p.target)).collect(),
-        },
-        Some(Kind::Send(c)) => Thunk::Send {
+        }),
+        Some(Kind::Send(c)) => Thunk::Send(SendThunk {
             src: slice_from(&c.src, loc, "src")?,
             dtype: dtype_from(c.dtype, loc, "dtype")?,
             peer: c.peer,
-        },
-        Some(Kind::Recv(c)) => Thunk::Recv {
+        }),
+        Some(Kind::Recv(c)) => Thunk::Recv(RecvThunk {
             dst: slice_from(&c.dst, loc, "dst")?,
             dtype: dtype_from(c.dtype, loc, "dtype")?,
             peer: c.peer,
-        },
-        Some(Kind::RankId(c)) => Thunk::RankId {
+        }),
+        Some(Kind::RankId(c)) => Thunk::RankId(RankIdThunk {
             dst: slice_from(&c.dst, loc, "dst")?,
-        },
+        }),
         Some(Kind::CustomCall(c)) => Thunk::CustomCall(super::custom_call::from(c, loc)?),
         None => {
             return Err(loc.invalid(

@@ -2,9 +2,11 @@
 
 use crate::pb;
 use xthunk_core::ir::{
-    Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp, DType, Dim3, Executable,
-    KernelArg, MemorySpace, MemsetPattern, Module, ModuleImage, ModuleOptions, ReduceOp, Scalar,
-    Slice, TensorSpec, Thunk,
+    Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk, BufferAllocation,
+    CollectiveOp, CollectivePermuteThunk, CommandBufferThunk, ConditionalThunk, CopyThunk, DType,
+    Dim3, Executable, KernelArg, MemorySpace, MemsetPattern, MemsetThunk, Module, ModuleImage,
+    ModuleOptions, RankIdThunk, RecvThunk, ReduceOp, Scalar, SendThunk, Slice, TensorSpec, Thunk,
+    WhileThunk,
 };
 
 /// Converts a program to its protobuf message. Total: every IR value has a message.
@@ -192,11 +194,11 @@ pub(crate) fn decimal_is_exact_f64(v: f64) -> bool {
 fn thunk_to(t: &Thunk) -> pb::Thunk {
     use pb::thunk::Kind;
     let kind = match t {
-        Thunk::Copy { src, dst } => Kind::Copy(pb::CopyThunk {
+        Thunk::Copy(CopyThunk { src, dst }) => Kind::Copy(pb::CopyThunk {
             src: slice_to(src),
             dst: slice_to(dst),
         }),
-        Thunk::Memset { dst, pattern } => {
+        Thunk::Memset(MemsetThunk { dst, pattern }) => {
             let (width, value) = match *pattern {
                 MemsetPattern::U8(v) => (pb::MemsetWidth::U8, u32::from(v)),
                 MemsetPattern::U16(v) => (pb::MemsetWidth::U16, u32::from(v)),
@@ -253,22 +255,22 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
         Thunk::Sequence(body) => Kind::Sequence(pb::SequenceThunk {
             thunks: body.iter().map(thunk_to).collect(),
         }),
-        Thunk::While {
+        Thunk::While(WhileThunk {
             cond,
             pred,
             body,
             trip_count,
-        } => Kind::While(pb::WhileThunk {
+        }) => Kind::While(pb::WhileThunk {
             cond: cond.iter().map(thunk_to).collect(),
             pred: slice_to(pred),
             body: body.iter().map(thunk_to).collect(),
             trip_count: trip_count.map(|n| n.min(i64::MAX as u64) as i64),
         }),
-        Thunk::Conditional {
+        Thunk::Conditional(ConditionalThunk {
             index,
             index_type,
             branches,
-        } => Kind::Conditional(pb::ConditionalThunk {
+        }) => Kind::Conditional(pb::ConditionalThunk {
             index: slice_to(index),
             index_type: dtype_to(*index_type) as i32,
             branches: branches
@@ -278,18 +280,22 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
                 })
                 .collect(),
         }),
-        Thunk::AsyncStart { id, kind, body } => Kind::AsyncStart(pb::AsyncStartThunk {
-            id: *id,
-            kind: match kind {
-                AsyncKind::Compute => pb::AsyncKind::Compute,
-                AsyncKind::Communication => pb::AsyncKind::Communication,
-            } as i32,
-            body: body.iter().map(thunk_to).collect(),
-        }),
-        Thunk::AsyncDone { id } => Kind::AsyncDone(pb::AsyncDoneThunk { id: *id }),
-        Thunk::CommandBuffer { body } => Kind::CommandBuffer(pb::CommandBufferThunk {
-            body: body.iter().map(thunk_to).collect(),
-        }),
+        Thunk::AsyncStart(AsyncStartThunk { id, kind, body }) => {
+            Kind::AsyncStart(pb::AsyncStartThunk {
+                id: *id,
+                kind: match kind {
+                    AsyncKind::Compute => pb::AsyncKind::Compute,
+                    AsyncKind::Communication => pb::AsyncKind::Communication,
+                } as i32,
+                body: body.iter().map(thunk_to).collect(),
+            })
+        }
+        Thunk::AsyncDone(AsyncDoneThunk { id }) => Kind::AsyncDone(pb::AsyncDoneThunk { id: *id }),
+        Thunk::CommandBuffer(CommandBufferThunk { body }) => {
+            Kind::CommandBuffer(pb::CommandBufferThunk {
+                body: body.iter().map(thunk_to).collect(),
+            })
+        }
         Thunk::Collective(c) => {
             let groups: Vec<pb::ReplicaGroup> = c
                 .groups
@@ -333,12 +339,12 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
                 }),
             }
         }
-        Thunk::CollectivePermute {
+        Thunk::CollectivePermute(CollectivePermuteThunk {
             src,
             dst,
             dtype,
             pairs,
-        } => Kind::CollectivePermute(pb::CollectivePermuteThunk {
+        }) => Kind::CollectivePermute(pb::CollectivePermuteThunk {
             src: slice_to(src),
             dst: slice_to(dst),
             dtype: dtype_to(*dtype) as i32,
@@ -350,17 +356,17 @@ fn thunk_to(t: &Thunk) -> pb::Thunk {
                 })
                 .collect(),
         }),
-        Thunk::Send { src, dtype, peer } => Kind::Send(pb::SendThunk {
+        Thunk::Send(SendThunk { src, dtype, peer }) => Kind::Send(pb::SendThunk {
             src: slice_to(src),
             dtype: dtype_to(*dtype) as i32,
             peer: *peer,
         }),
-        Thunk::Recv { dst, dtype, peer } => Kind::Recv(pb::RecvThunk {
+        Thunk::Recv(RecvThunk { dst, dtype, peer }) => Kind::Recv(pb::RecvThunk {
             dst: slice_to(dst),
             dtype: dtype_to(*dtype) as i32,
             peer: *peer,
         }),
-        Thunk::RankId { dst } => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
+        Thunk::RankId(RankIdThunk { dst }) => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
         Thunk::CustomCall(c) => Kind::CustomCall(super::custom_call::to(c)),
     };
     pb::Thunk { kind: Some(kind) }

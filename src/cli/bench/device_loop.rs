@@ -9,21 +9,25 @@ use super::stats::{Goal, Spread, interleaved, ratios};
 use super::{Res, Setup};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::ir::{DType, Executable, KernelArg, KernelThunk, MemsetPattern, Slice, Thunk};
+use xthunk::ir::{
+    CommandBufferThunk, CopyThunk, DType, Executable, KernelArg, KernelThunk, MemsetPattern,
+    MemsetThunk, Slice, Thunk, WhileThunk,
+};
 use xthunk::ir::{Dim3, Scalar};
 
 const TRIPS: i32 = 1_000;
 const N: u64 = 16;
 
 fn kernel(name: &str, args: Vec<KernelArg>) -> Thunk {
-    Thunk::Kernel(KernelThunk {
+    KernelThunk {
         module: "std".into(),
         name: name.into(),
         grid: Dim3::x(1),
         block: Dim3::x(32),
         shared_mem: 0,
         args,
-    })
+    }
+    .into()
 }
 
 /// `y = 0; counter = count; while counter > 0 { y += x; counter -= 1 }`, the loop in one
@@ -44,10 +48,11 @@ fn program(device: bool) -> Res<Executable> {
     let cond = vec![
         kernel("max_i32", vec![counter.r(), zero.r(), tmp.w(), one_i]),
         kernel("min_i32", vec![tmp.r(), one.r(), tmp.w(), one_i]),
-        Thunk::Copy {
+        CopyThunk {
             src: Slice::new(tmp.slice().allocation, 0, 1),
             dst: pred.slice(),
-        },
+        }
+        .into(),
     ];
     let body = vec![
         kernel(
@@ -62,23 +67,26 @@ fn program(device: bool) -> Res<Executable> {
         kernel("add_i32", vec![counter.r(), neg1.r(), counter.w(), one_i]),
     ];
     let all = vec![
-        Thunk::Memset {
+        MemsetThunk {
             dst: y.slice(),
             pattern: MemsetPattern::U32(0),
-        },
-        Thunk::Copy {
+        }
+        .into(),
+        CopyThunk {
             src: count.slice(),
             dst: counter.slice(),
-        },
-        Thunk::While {
+        }
+        .into(),
+        WhileThunk {
             cond,
             pred: pred.slice(),
             body,
             trip_count: None,
-        },
+        }
+        .into(),
     ];
     if device {
-        b.push(Thunk::CommandBuffer { body: all });
+        b.push(CommandBufferThunk { body: all }.into());
     } else {
         for t in all {
             b.push(t);

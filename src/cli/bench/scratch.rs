@@ -12,7 +12,7 @@ use super::stats::{Spread, interleaved, ratios};
 use super::{Res, Setup};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::core::executor::{ExecutorConfig, ScratchPath};
-use xthunk::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar, Thunk};
+use xthunk::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar};
 
 /// Kernels (and temps) of the chain.
 const LEN: usize = 64;
@@ -26,7 +26,7 @@ fn program(n: u64) -> Res<Executable> {
     let temps: Vec<_> = (0..LEN).map(|_| b.temp(DType::F32, &[n])).collect();
     let add = |a, out| {
         let buffer = |slice, access| KernelArg::Buffer { slice, access };
-        Thunk::Kernel(KernelThunk {
+        KernelThunk {
             module: "std".into(),
             name: "add_f32".into(),
             grid: Dim3::x(n.div_ceil(256).max(1) as u32),
@@ -38,7 +38,8 @@ fn program(n: u64) -> Res<Executable> {
                 buffer(out, Access::Write),
                 KernelArg::Scalar(Scalar::I64(n as i64)),
             ],
-        })
+        }
+        .into()
     };
     let mut prev = x.slice();
     for t in &temps {

@@ -22,7 +22,10 @@ use xthunk_core::custom_call::{
     AttrType, Call, Handler, HandlerError, HandlerSignature, Traits, registry,
 };
 use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
-use xthunk_core::ir::{Attributes, CustomCallThunk, DType, MemorySpace, MemsetPattern, Thunk};
+use xthunk_core::ir::{
+    Attributes, CommandBufferThunk, CopyThunk, CustomCallThunk, DType, MemorySpace, MemsetPattern,
+    MemsetThunk, Thunk,
+};
 
 pub fn checks() -> Vec<Check> {
     vec![
@@ -258,23 +261,23 @@ fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng, captured: bool) 
     let x = b.parameter("x", DType::I32, &[n]);
     let out = b.output("out", DType::I32, &[n]);
     let t = b.temp(DType::I32, &[n]);
-    b.push(Thunk::CommandBuffer {
+    b.push(Thunk::CommandBuffer(CommandBufferThunk {
         body: vec![
-            Thunk::Memset {
+            Thunk::Memset(MemsetThunk {
                 dst: t.slice(),
                 pattern: MemsetPattern::U32(0xDEAD_BEEF),
-            },
+            }),
             Thunk::CustomCall(
                 CustomCallThunk::new(target)
                     .operand(x.buffer())
                     .result(t.buffer()),
             ),
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: t.slice(),
                 dst: out.slice(),
-            },
+            }),
         ],
-    });
+    }));
     let exe = LoadedExecutable::load(device.clone(), b.build().map_err(xthunk_core::Error::from)?)?;
     // Split: [command buffer(memset), the call, command buffer(copy)].
     let nodes = exe.schedule_info().nodes;

@@ -8,7 +8,10 @@ use crate::util::{CheckResult, compare_bytes, encode, ensure, fail, poison_byte,
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::spmd::run_spmd;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
-use xthunk_core::ir::{AsyncKind, CollectiveOp, CollectiveThunk, DType, ReduceOp, Thunk};
+use xthunk_core::ir::{
+    AsyncDoneThunk, AsyncKind, AsyncStartThunk, CollectiveOp, CollectiveThunk, DType, RankIdThunk,
+    ReduceOp, Thunk,
+};
 
 /// The core SPMD driver (`run_spmd`), 3 iterations: `RankId`, an all-gather of the ids and an
 /// f64 all-reduce.
@@ -22,7 +25,7 @@ pub(super) fn spmd_driver(n: usize) -> Check {
         let id = b.output("id", DType::I32, &[1]);
         let ids = b.output("ids", DType::I32, &[n as u64]);
         let y = b.output("y", DType::F64, &[COUNT as u64]);
-        b.push(Thunk::RankId { dst: id.slice() });
+        b.push(Thunk::RankId(RankIdThunk { dst: id.slice() }));
         b.push(Thunk::Collective(CollectiveThunk {
             op: CollectiveOp::AllGather,
             src: id.slice(),
@@ -114,7 +117,7 @@ pub(super) fn schedules(n: usize) -> Check {
         let w = b.output("w", DType::U8, &[c]);
         let g = b.output("g", DType::F32, &[n as u64 * c]);
         let s = b.output("s", DType::I32, &[c]);
-        b.push(Thunk::AsyncStart {
+        b.push(Thunk::AsyncStart(AsyncStartThunk {
             id: 1,
             kind: AsyncKind::Communication,
             body: vec![Thunk::Collective(CollectiveThunk {
@@ -124,9 +127,9 @@ pub(super) fn schedules(n: usize) -> Check {
                 dtype: DType::F32,
                 groups: vec![],
             })],
-        });
+        }));
         b.copy(z.slice(), w.slice());
-        b.push(Thunk::AsyncDone { id: 1 });
+        b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 1 }));
         b.push(Thunk::Collective(CollectiveThunk {
             op: CollectiveOp::AllGather,
             src: y.slice(),

@@ -6,7 +6,7 @@ use crate::Check;
 use crate::util::{compare_bytes, fail, poison_byte, random_bytes};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::ExecutorConfig;
-use xthunk_core::ir::{DType, Thunk};
+use xthunk_core::ir::{CollectivePermuteThunk, DType, RecvThunk, SendThunk, Thunk};
 
 /// The messages of the permute and send/receive checks: (dtype, elements).
 pub(super) const MESSAGES: [(DType, usize); 3] = [
@@ -33,12 +33,12 @@ pub(super) fn permute(n: usize, partial: bool) -> Check {
         for (i, (dtype, count)) in MESSAGES.into_iter().enumerate() {
             let x = b.parameter(&format!("x{i}"), dtype, &[count as u64]);
             let y = b.output(&format!("y{i}"), dtype, &[count as u64]);
-            b.push(Thunk::CollectivePermute {
+            b.push(Thunk::CollectivePermute(CollectivePermuteThunk {
                 src: x.slice(),
                 dst: y.slice(),
                 dtype,
                 pairs: pairs.clone(),
-            });
+            }));
         }
         let exe = b
             .build()
@@ -119,18 +119,22 @@ pub(super) fn send_recv(n: usize) -> Check {
             if let Some(p) = peer(r) {
                 let sends: Vec<Thunk> = xs
                     .iter()
-                    .map(|(x, dtype)| Thunk::Send {
-                        src: x.slice(),
-                        dtype: *dtype,
-                        peer: p as u32,
+                    .map(|(x, dtype)| {
+                        Thunk::Send(SendThunk {
+                            src: x.slice(),
+                            dtype: *dtype,
+                            peer: p as u32,
+                        })
                     })
                     .collect();
                 let recvs: Vec<Thunk> = ys
                     .iter()
-                    .map(|(y, dtype)| Thunk::Recv {
-                        dst: y.slice(),
-                        dtype: *dtype,
-                        peer: p as u32,
+                    .map(|(y, dtype)| {
+                        Thunk::Recv(RecvThunk {
+                            dst: y.slice(),
+                            dtype: *dtype,
+                            peer: p as u32,
+                        })
                     })
                     .collect();
                 let (first, second) = if r % 2 == 0 {

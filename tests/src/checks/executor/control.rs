@@ -11,7 +11,10 @@ use xthunk_core::Error;
 use xthunk_core::backend::Device;
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
-use xthunk_core::ir::{AsyncKind, DType, Executable, MemorySpace, MemsetPattern, Slice, Thunk};
+use xthunk_core::ir::{
+    AsyncDoneThunk, AsyncKind, AsyncStartThunk, CommandBufferThunk, ConditionalThunk, CopyThunk,
+    DType, Executable, MemorySpace, MemsetPattern, MemsetThunk, Slice, Thunk, WhileThunk,
+};
 
 /// `y = x * 2^iterations`: a `While` whose `cond` computes `pred = counter > 0` on the device
 /// (from an i32 counter parameter copied into a temporary) and whose body doubles `y` and
@@ -46,10 +49,10 @@ pub(super) fn while_loop(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckR
                 vec![counter.r(), zero.r(), tmp.w(), 1i64.into()],
             ),
             std_kernel("min_i32", 1, vec![tmp.r(), one.r(), tmp.w(), 1i64.into()]),
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: Slice::new(tmp.slice().allocation, 0, 1),
                 dst: pred.slice(),
-            },
+            }),
         ];
         let body = vec![
             std_kernel(
@@ -63,12 +66,12 @@ pub(super) fn while_loop(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckR
                 vec![counter.r(), neg1.r(), counter.w(), 1i64.into()],
             ),
         ];
-        b.push(Thunk::While {
+        b.push(Thunk::While(WhileThunk {
             cond,
             pred: pred.slice(),
             body,
             trip_count: trip,
-        });
+        }));
         let exe = b.build().map_err(Error::from)?;
         let out = run_all_schedules(
             device,
@@ -118,11 +121,11 @@ pub(super) fn conditional(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Check
                 vec![fill(vals[2])],
             ]
         };
-        b.push(Thunk::Conditional {
+        b.push(Thunk::Conditional(ConditionalThunk {
             index: idx.slice(),
             index_type,
             branches,
-        });
+        }));
         let exe = b.build().map_err(Error::from)?;
         let cases: Vec<(Vec<u8>, usize)> = if index_type == DType::Pred {
             vec![(vec![1], 0), (vec![0], 1)]
@@ -173,27 +176,27 @@ pub(super) fn async_scope(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Check
     let e = b.temp(DType::F32, &[n as u64]);
     let g = b.temp(DType::F32, &[n as u64]);
     let nn = (n as i64).into();
-    b.push(Thunk::AsyncStart {
+    b.push(Thunk::AsyncStart(AsyncStartThunk {
         id: 0,
         kind: AsyncKind::Compute,
         body: vec![std_kernel("exp_f32", n as u64, vec![xp.r(), e.w(), nn])],
-    });
-    b.push(Thunk::AsyncStart {
+    }));
+    b.push(Thunk::AsyncStart(AsyncStartThunk {
         id: 1,
         kind: AsyncKind::Communication,
-        body: vec![Thunk::Copy {
+        body: vec![Thunk::Copy(CopyThunk {
             src: xp.slice(),
             dst: c.slice(),
-        }],
-    });
+        })],
+    }));
     b.push(std_kernel("neg_f32", n as u64, vec![xp.r(), g.w(), nn]));
-    b.push(Thunk::AsyncDone { id: 0 });
+    b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 0 }));
     b.push(std_kernel(
         "add_f32",
         n as u64,
         vec![e.r(), g.r(), y.w(), nn],
     ));
-    b.push(Thunk::AsyncDone { id: 1 });
+    b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 1 }));
     let exe = b.build().map_err(Error::from)?;
     let out = run_all_schedules(
         device,
@@ -230,10 +233,10 @@ pub(super) fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Ch
         let y = b.output("y", DType::F32, &[m as u64, k as u64]);
         let t = b.temp(DType::F32, &[m as u64, k as u64]);
         let mk = ((m * k) as i64).into();
-        let mut body = vec![Thunk::Copy {
+        let mut body = vec![Thunk::Copy(CopyThunk {
             src: x.slice(),
             dst: t.slice(),
-        }];
+        })];
         for i in 0..6 {
             body.push(std_kernel(
                 "scale_f32",
@@ -261,12 +264,12 @@ pub(super) fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Ch
             stride_b: (k * k) as u64,
             stride_c: (m * k) as u64,
         }));
-        body.push(Thunk::Memset {
+        body.push(Thunk::Memset(MemsetThunk {
             dst: Slice::new(y.slice().allocation, 0, (k * 4) as u64),
             pattern: MemsetPattern::U32(0),
-        });
+        }));
         if wrap {
-            b.push(Thunk::CommandBuffer { body });
+            b.push(Thunk::CommandBuffer(CommandBufferThunk { body }));
         } else {
             for t in body {
                 b.push(t);

@@ -19,7 +19,9 @@ use xthunk_core::backend::Device;
 use xthunk_core::backend::{ConditionalKind, SetCondition};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, recorded_conditional_nodes};
-use xthunk_core::ir::{DType, Executable, Slice, Thunk};
+use xthunk_core::ir::{
+    CommandBufferThunk, ConditionalThunk, CopyThunk, DType, Executable, Slice, Thunk, WhileThunk,
+};
 
 const N: usize = 23;
 
@@ -52,10 +54,10 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
                 N as u64,
                 vec![y.r(), c.r(), sum.w(), (N as i64).into(), 1i64.into()],
             ),
-            Thunk::Copy {
+            Thunk::Copy(CopyThunk {
                 src: sum.slice(),
                 dst: y.slice(),
-            },
+            }),
         ])
     };
     let half = b.constant(DType::F32, &[1], 0.5f32.to_le_bytes().to_vec());
@@ -63,14 +65,14 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
     let onef = b.constant(DType::F32, &[1], 1.0f32.to_le_bytes().to_vec());
     let five = b.constant(DType::F32, &[1], 5.0f32.to_le_bytes().to_vec());
     let mut cmd = vec![
-        Thunk::Copy {
+        Thunk::Copy(CopyThunk {
             src: x.slice(),
             dst: y.slice(),
-        },
-        Thunk::Copy {
+        }),
+        Thunk::Copy(CopyThunk {
             src: cp.slice(),
             dst: counter.slice(),
-        },
+        }),
     ];
     let cond = vec![
         std_kernel(
@@ -79,10 +81,10 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
             vec![counter.r(), zero.r(), tmp.w(), 1i64.into()],
         ),
         std_kernel("min_i32", 1, vec![tmp.r(), one.r(), tmp.w(), 1i64.into()]),
-        Thunk::Copy {
+        Thunk::Copy(CopyThunk {
             src: Slice::new(tmp.slice().allocation, 0, 1),
             dst: pred.slice(),
-        },
+        }),
     ];
     let mut body = vec![
         scale(2.0),
@@ -100,7 +102,7 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
         }
     };
     if nested {
-        body.push(Thunk::Conditional {
+        body.push(Thunk::Conditional(ConditionalThunk {
             index: sp.slice(),
             index_type: sel,
             branches: branches(
@@ -108,15 +110,15 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
                 vec![Thunk::Sequence(vec![scale(3.0)])],
                 vec![plus(&five)],
             ),
-        });
+        }));
     }
-    cmd.push(Thunk::While {
+    cmd.push(Thunk::While(WhileThunk {
         cond: if trips.is_some() { vec![] } else { cond },
         pred: pred.slice(),
         body,
         trip_count: trips,
-    });
-    cmd.push(Thunk::Conditional {
+    }));
+    cmd.push(Thunk::Conditional(ConditionalThunk {
         index: sp.slice(),
         index_type: sel,
         branches: branches(
@@ -124,9 +126,9 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
             vec![plus(&quarter)],
             vec![plus(&quarter)],
         ),
-    });
+    }));
     if wrap {
-        b.push(Thunk::CommandBuffer { body: cmd });
+        b.push(Thunk::CommandBuffer(CommandBufferThunk { body: cmd }));
     } else {
         for t in cmd {
             b.push(t);

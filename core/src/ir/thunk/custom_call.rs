@@ -2,10 +2,10 @@
 //! own library call), with typed buffers (slice, element type, dims) and typed attributes,
 //! and its validation.
 
-use super::dtype::DType;
-use super::path::ThunkPath;
-use super::types::{Access, BufferUse, Slice};
-use super::verify::ValidationError;
+use super::{ThunkKind, TraceCost};
+use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use crate::ir::{Access, BufferUse, DType, Slice, ThunkPath};
+use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
 use std::fmt;
 
@@ -260,19 +260,11 @@ impl CustomCallThunk {
     }
 }
 
-fn err(path: &ThunkPath, field: impl Into<String>, message: impl Into<String>) -> ValidationError {
-    ValidationError {
-        path: path.clone(),
-        field: field.into(),
-        message: message.into(),
-    }
-}
-
 /// Validates a custom call: the target, the API version, every buffer (inside its allocation
 /// through `slice`, which is the verifier's one slice check: `(slice, field, writes)`), dims
 /// against sizes, no overlapping results, and the attributes (unique names, bounded nesting,
 /// finite floats are not required: NaN and infinities are values a handler may want).
-pub(super) fn verify(
+fn verify(
     c: &CustomCallThunk,
     path: &ThunkPath,
     slice: &dyn Fn(&Slice, &str, bool) -> Result<(), ValidationError>,
@@ -432,5 +424,56 @@ impl From<Vec<&str>> for AttrValue {
 impl From<Attributes> for AttrValue {
     fn from(v: Attributes) -> Self {
         AttrValue::Dict(v)
+    }
+}
+
+impl ThunkKind for CustomCallThunk {
+    fn name(&self) -> &'static str {
+        "custom_call"
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        CustomCallThunk::buffer_uses(self)
+    }
+
+    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+        verify(self, path, &|s, f, w| cx.slice(s, path, f, w))
+    }
+
+    fn label(&self) -> String {
+        format!("custom_call {}", self.target)
+    }
+
+    /// The call without its handlers (`xthunk inspect` adds what each registered handler
+    /// does with it).
+    fn describe(&self) -> String {
+        let bufs = |l: &[CustomCallBuffer]| {
+            l.iter()
+                .map(|b| b.describe())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        format!(
+            "custom_call {} operands=[{}] results=[{}] attributes={}{}",
+            self.target,
+            bufs(&self.operands),
+            bufs(&self.results),
+            self.attributes,
+            if self.side_effect { " side_effect" } else { "" },
+        )
+    }
+
+    fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
+        args.insert("target".into(), json!(self.target));
+        let bytes = self
+            .operands
+            .iter()
+            .chain(&self.results)
+            .map(|b| b.slice.size)
+            .fold(0u64, u64::saturating_add);
+        TraceCost {
+            bytes,
+            ..TraceCost::default()
+        }
     }
 }

@@ -1,0 +1,108 @@
+//! `conditional`: runs one branch chosen by an i32 or pred index.
+
+use super::{ListName, Thunk, ThunkKind, read};
+use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use crate::ir::{BufferUse, DType, Slice, ThunkPath};
+
+/// Runs one branch chosen by `index`: an i32 (branch `index`; an index out of range,
+/// negative or too large, runs the last branch, as XLA does) or a pred (true runs
+/// branch 0, false branch 1).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ConditionalThunk {
+    pub index: Slice,
+    pub index_type: DType,
+    pub branches: Vec<Vec<Thunk>>,
+}
+
+/// The branch of `0..=last` an index of `index_type` read back as `bytes` selects.
+pub fn select_branch(index_type: DType, last: usize, b: [u8; 8]) -> usize {
+    if index_type == DType::Pred {
+        if b[0] != 0 { 0 } else { 1 }
+    } else {
+        let i = i32::from_le_bytes([b[0], b[1], b[2], b[3]]);
+        if i < 0 || i as usize > last {
+            last
+        } else {
+            i as usize
+        }
+    }
+}
+
+impl ThunkKind for ConditionalThunk {
+    fn name(&self) -> &'static str {
+        "conditional"
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        vec![read(self.index)]
+    }
+
+    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
+        self.branches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                (
+                    ListName {
+                        field: "branches",
+                        index: Some(i),
+                    },
+                    b.as_slice(),
+                )
+            })
+            .collect()
+    }
+
+    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+        let (index, index_type, branches) = (&self.index, self.index_type, &self.branches);
+        cx.slice(index, path, "index", false)?;
+        let want = match index_type {
+            DType::I32 => 4,
+            DType::Pred => 1,
+            other => {
+                return Err(err(
+                    path,
+                    "index_type",
+                    format!("must be i32 or pred, got {other}"),
+                ));
+            }
+        };
+        if index.size != want {
+            return Err(err(
+                path,
+                "index",
+                format!(
+                    "a {index_type} index is {want} bytes, the slice has {}",
+                    index.size
+                ),
+            ));
+        }
+        if branches.is_empty() {
+            return Err(err(
+                path,
+                "branches",
+                "a conditional needs at least one branch",
+            ));
+        }
+        if index_type == DType::Pred && branches.len() != 2 {
+            return Err(err(
+                path,
+                "branches",
+                format!(
+                    "a pred index selects between 2 branches, found {}",
+                    branches.len()
+                ),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!(
+            "conditional index={} r ({}) ({} branches)",
+            self.index,
+            self.index_type,
+            self.branches.len()
+        )
+    }
+}

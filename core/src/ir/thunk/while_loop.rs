@@ -1,0 +1,74 @@
+//! `while`: `loop { cond; if !pred { break }; body }`, or a body run a promised number of times.
+
+use super::{ListName, Thunk, ThunkKind, read};
+use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use crate::ir::{BufferUse, Slice, ThunkPath};
+
+/// `loop { cond; if !pred { break }; body }`. `pred` is a 1-byte pred written by `cond`.
+/// With `trip_count`, the body runs exactly that many times and `cond` is not run (the
+/// count is a promise the producer makes, as in XLA), so the host never waits on the
+/// device; without it, `pred` is copied to pinned host memory after every `cond`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WhileThunk {
+    pub cond: Vec<Thunk>,
+    pub pred: Slice,
+    pub body: Vec<Thunk>,
+    pub trip_count: Option<u64>,
+}
+
+impl ThunkKind for WhileThunk {
+    fn name(&self) -> &'static str {
+        "while"
+    }
+
+    fn buffer_uses(&self) -> Vec<BufferUse> {
+        vec![read(self.pred)]
+    }
+
+    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
+        vec![
+            (ListName::field("cond"), self.cond.as_slice()),
+            (ListName::field("body"), self.body.as_slice()),
+        ]
+    }
+
+    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+        if let Some(n) = self.trip_count {
+            if n > i64::MAX as u64 {
+                return Err(err(
+                    path,
+                    "trip_count",
+                    format!(
+                        "{n} is larger than the largest supported count {}",
+                        i64::MAX
+                    ),
+                ));
+            }
+        }
+        let pred = &self.pred;
+        cx.slice(pred, path, "pred", false)?;
+        if pred.size != 1 {
+            return Err(err(
+                path,
+                "pred",
+                format!("must be a 1-byte pred, the slice has {} bytes", pred.size),
+            ));
+        }
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        let pred = self.pred;
+        match self.trip_count {
+            Some(n) => format!(
+                "while trip_count={n} pred={pred} r (body {} thunks)",
+                self.body.len()
+            ),
+            None => format!(
+                "while pred={pred} r (cond {} thunks, body {} thunks)",
+                self.cond.len(),
+                self.body.len()
+            ),
+        }
+    }
+}
