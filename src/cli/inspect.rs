@@ -234,27 +234,37 @@ mod tests {
         use xthunk::ir::{AsyncKind, MemsetPattern, Slice};
         let mut b = ExecutableBuilder::new("cf");
         let x = b.output("x", DType::I32, &[4]);
-        let set = Thunk::Memset(MemsetThunk {
+        let set: Thunk = MemsetThunk {
             dst: x.slice(),
             pattern: MemsetPattern::U32(1),
-        });
-        b.push(Thunk::While(WhileThunk {
-            cond: vec![],
-            pred: Slice::new(0, 0, 1),
-            body: vec![set.clone()],
-            trip_count: Some(3),
-        }));
-        b.push(Thunk::Conditional(ConditionalThunk {
-            index: Slice::new(0, 0, 4),
-            index_type: DType::I32,
-            branches: vec![vec![], vec![set.clone()]],
-        }));
-        b.push(Thunk::AsyncStart(AsyncStartThunk {
-            id: 7,
-            kind: AsyncKind::Communication,
-            body: vec![set],
-        }));
-        b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 7 }));
+        }
+        .into();
+        b.push(
+            WhileThunk {
+                cond: vec![],
+                pred: Slice::new(0, 0, 1),
+                body: vec![set.clone()],
+                trip_count: Some(3),
+            }
+            .into(),
+        );
+        b.push(
+            ConditionalThunk {
+                index: Slice::new(0, 0, 4),
+                index_type: DType::I32,
+                branches: vec![vec![], vec![set.clone()]],
+            }
+            .into(),
+        );
+        b.push(
+            AsyncStartThunk {
+                id: 7,
+                kind: AsyncKind::Communication,
+                body: vec![set],
+            }
+            .into(),
+        );
+        b.push(AsyncDoneThunk { id: 7 }.into());
         let l = listing(&b.build_unchecked());
         for needle in [
             "entry[0]  while trip_count=3 pred=%0[0..+1] r (body 1 thunks)",

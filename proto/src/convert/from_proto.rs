@@ -3,12 +3,9 @@
 
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
-    ABI_VERSION, Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk,
-    BufferAllocation, CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBufferThunk,
-    ConditionalThunk, CopyThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg,
-    KernelThunk, MemorySpace, MemsetPattern, MemsetThunk, Module, ModuleImage, ModuleOptions,
-    PathSegment, RankIdThunk, RecvThunk, ReduceOp, Scalar, SendThunk, Signature, Slice, TensorSpec,
-    Thunk, ThunkPath, WhileThunk,
+    ABI_VERSION, AllocationKind, BufferAllocation, DType, Dim3, Executable, HeaderSource,
+    MemorySpace, Module, ModuleImage, ModuleOptions, PathSegment, Scalar, Signature, Slice,
+    TensorSpec, ThunkPath,
 };
 use xthunk_core::verify;
 
@@ -98,21 +95,7 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
             outputs: tensors_from(&s.outputs, "outputs")?,
         },
     };
-    let entry = msg
-        .entry
-        .iter()
-        .enumerate()
-        .map(|(i, t)| {
-            thunk_from(
-                t,
-                &Loc::Step {
-                    parent: &root,
-                    field: "entry",
-                    index: i,
-                },
-            )
-        })
-        .collect::<Result<Vec<_>, _>>()?;
+    let entry = super::thunk::list_from(&msg.entry, &root, "entry")?;
 
     let exe = Executable {
         abi_version: msg.abi_version,
@@ -125,9 +108,6 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
     verify(&exe)?;
     Ok(exe)
 }
-
-/// Names of the planned/known oneof members, for "nothing is set" messages.
-const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id or custom_call";
 
 pub(super) fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, ProtoError> {
     match pb::DType::try_from(v) {
@@ -267,14 +247,22 @@ pub(super) fn slice_from(
     }
 }
 
-fn dim3_from(d: &Option<pb::Dim3>, loc: &Loc<'_>, field: &str) -> Result<Dim3, ProtoError> {
+pub(super) fn dim3_from(
+    d: &Option<pb::Dim3>,
+    loc: &Loc<'_>,
+    field: &str,
+) -> Result<Dim3, ProtoError> {
     match d {
         Some(d) => Ok(Dim3::new(d.x, d.y, d.z)),
         None => Err(loc.invalid(field, "the launch dimension is missing")),
     }
 }
 
-fn scalar_from(s: &pb::Scalar, loc: &Loc<'_>, field: &str) -> Result<Scalar, ProtoError> {
+pub(super) fn scalar_from(
+    s: &pb::Scalar,
+    loc: &Loc<'_>,
+    field: &str,
+) -> Result<Scalar, ProtoError> {
     use pb::scalar::Value;
     let range = |name: &str, v: i64, lo: i64, hi: i64| {
         loc.invalid(
@@ -307,274 +295,6 @@ fn scalar_from(s: &pb::Scalar, loc: &Loc<'_>, field: &str) -> Result<Scalar, Pro
                 field,
                 "no scalar value is set (expected pred, i8, u8, i32, i64, f16, bf16, f32, f64, \
                  f32_bits or f64_bits)",
-            ));
-        }
-    })
-}
-
-fn kernel_from(k: &pb::KernelThunk, loc: &Loc<'_>) -> Result<KernelThunk, ProtoError> {
-    use pb::kernel_arg::Kind;
-    let mut args = Vec::with_capacity(k.args.len());
-    for (i, a) in k.args.iter().enumerate() {
-        let arg = match &a.kind {
-            Some(Kind::Buffer(b)) => {
-                let slice = slice_from(&b.slice, loc, &format!("args[{i}].slice"))?;
-                let access = match pb::Access::try_from(b.access) {
-                    Ok(pb::Access::Read) => Access::Read,
-                    Ok(pb::Access::Write) => Access::Write,
-                    Ok(pb::Access::ReadWrite) => Access::ReadWrite,
-                    Ok(pb::Access::Unspecified) => {
-                        return Err(loc.invalid(
-                            format!("args[{i}].access"),
-                            "the access is unspecified (expected ACCESS_READ, ACCESS_WRITE or ACCESS_READ_WRITE)",
-                        ));
-                    }
-                    Err(_) => {
-                        return Err(loc.invalid(
-                            format!("args[{i}].access"),
-                            format!("unknown access value {}", b.access),
-                        ));
-                    }
-                };
-                KernelArg::Buffer { slice, access }
-            }
-            Some(Kind::Scalar(s)) => {
-                KernelArg::Scalar(scalar_from(s, loc, &format!("args[{i}].scalar"))?)
-            }
-            None => {
-                return Err(loc.invalid(
-                    format!("args[{i}]"),
-                    "no argument kind is set (expected buffer or scalar)",
-                ));
-            }
-        };
-        args.push(arg);
-    }
-    Ok(KernelThunk {
-        module: k.module.clone(),
-        name: k.name.clone(),
-        grid: dim3_from(&k.grid, loc, "grid")?,
-        block: dim3_from(&k.block, loc, "block")?,
-        shared_mem: k.shared_mem,
-        args,
-    })
-}
-
-fn gemm_from(g: &pb::GemmThunk, loc: &Loc<'_>) -> Result<GemmThunk, ProtoError> {
-    Ok(GemmThunk {
-        a: slice_from(&g.a, loc, "a")?,
-        b: slice_from(&g.b, loc, "b")?,
-        c: slice_from(&g.c, loc, "c")?,
-        m: g.m,
-        n: g.n,
-        k: g.k,
-        lda: g.lda,
-        ldb: g.ldb,
-        ldc: g.ldc,
-        trans_a: g.trans_a,
-        trans_b: g.trans_b,
-        alpha: g.alpha.unwrap_or(1.0),
-        beta: g.beta,
-        dtype: dtype_from(g.dtype, loc, "dtype")?,
-        batch: g.batch.unwrap_or(1),
-        stride_a: g.stride_a,
-        stride_b: g.stride_b,
-        stride_c: g.stride_c,
-    })
-}
-
-fn memset_from(m: &pb::MemsetThunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
-    let dst = slice_from(&m.dst, loc, "dst")?;
-    let too_wide = |bits: u32| {
-        loc.invalid(
-            "value",
-            format!("{:#x} does not fit the {bits}-bit pattern", m.value),
-        )
-    };
-    let pattern = match pb::MemsetWidth::try_from(m.width) {
-        Ok(pb::MemsetWidth::U8) => {
-            MemsetPattern::U8(u8::try_from(m.value).map_err(|_| too_wide(8))?)
-        }
-        Ok(pb::MemsetWidth::U16) => {
-            MemsetPattern::U16(u16::try_from(m.value).map_err(|_| too_wide(16))?)
-        }
-        Ok(pb::MemsetWidth::U32) => MemsetPattern::U32(m.value),
-        Ok(pb::MemsetWidth::Unspecified) => {
-            return Err(loc.invalid(
-                "width",
-                "the pattern width is unspecified (expected MEMSET_WIDTH_U8, MEMSET_WIDTH_U16 or MEMSET_WIDTH_U32)",
-            ));
-        }
-        Err(_) => {
-            return Err(loc.invalid("width", format!("unknown pattern width value {}", m.width)));
-        }
-    };
-    Ok(Thunk::Memset(MemsetThunk { dst, pattern }))
-}
-
-fn reduce_from(v: i32, loc: &Loc<'_>) -> Result<ReduceOp, ProtoError> {
-    match pb::ReduceOp::try_from(v) {
-        Ok(pb::ReduceOp::Sum) => Ok(ReduceOp::Sum),
-        Ok(pb::ReduceOp::Prod) => Ok(ReduceOp::Prod),
-        Ok(pb::ReduceOp::Min) => Ok(ReduceOp::Min),
-        Ok(pb::ReduceOp::Max) => Ok(ReduceOp::Max),
-        Ok(pb::ReduceOp::Unspecified) => {
-            Err(loc.invalid("op", "reduction operator is unspecified"))
-        }
-        Err(_) => Err(loc.invalid("op", format!("unknown reduction operator {v}"))),
-    }
-}
-
-fn groups_from(groups: &[pb::ReplicaGroup]) -> Vec<Vec<u32>> {
-    groups.iter().map(|g| g.ranks.clone()).collect()
-}
-
-fn list_from(
-    list: &[pb::Thunk],
-    loc: &Loc<'_>,
-    field: &'static str,
-) -> Result<Vec<Thunk>, ProtoError> {
-    list.iter()
-        .enumerate()
-        .map(|(i, c)| {
-            thunk_from(
-                c,
-                &Loc::Step {
-                    parent: loc,
-                    field,
-                    index: i,
-                },
-            )
-        })
-        .collect()
-}
-
-fn thunk_from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
-    use pb::thunk::Kind;
-    Ok(match &t.kind {
-        Some(Kind::Copy(c)) => Thunk::Copy(CopyThunk {
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-        }),
-        Some(Kind::Memset(m)) => memset_from(m, loc)?,
-        Some(Kind::Kernel(k)) => Thunk::Kernel(kernel_from(k, loc)?),
-        Some(Kind::Gemm(g)) => Thunk::Gemm(gemm_from(g, loc)?),
-        Some(Kind::Sequence(s)) => Thunk::Sequence(list_from(&s.thunks, loc, "thunks")?),
-        Some(Kind::While(w)) => Thunk::While(WhileThunk {
-            cond: list_from(&w.cond, loc, "cond")?,
-            pred: slice_from(&w.pred, loc, "pred")?,
-            body: list_from(&w.body, loc, "body")?,
-            trip_count: match w.trip_count {
-                None => None,
-                Some(n) if n >= 0 => Some(n as u64),
-                Some(n) => {
-                    return Err(loc.invalid("trip_count", format!("{n} is negative")));
-                }
-            },
-        }),
-        Some(Kind::Conditional(c)) => Thunk::Conditional(ConditionalThunk {
-            index: slice_from(&c.index, loc, "index")?,
-            index_type: dtype_from(c.index_type, loc, "index_type")?,
-            branches: c
-                .branches
-                .iter()
-                .enumerate()
-                .map(|(b, br)| {
-                    list_from(
-                        &br.thunks,
-                        &Loc::Step {
-                            parent: loc,
-                            field: "branches",
-                            index: b,
-                        },
-                        "thunks",
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()?,
-        }),
-        Some(Kind::AsyncStart(a)) => Thunk::AsyncStart(AsyncStartThunk {
-            id: a.id,
-            kind: match pb::AsyncKind::try_from(a.kind) {
-                Ok(pb::AsyncKind::Compute) => AsyncKind::Compute,
-                Ok(pb::AsyncKind::Communication) => AsyncKind::Communication,
-                Ok(pb::AsyncKind::Unspecified) => {
-                    return Err(loc.invalid("kind", "async kind is unspecified"));
-                }
-                Err(_) => {
-                    return Err(loc.invalid("kind", format!("unknown async kind {}", a.kind)));
-                }
-            },
-            body: list_from(&a.body, loc, "body")?,
-        }),
-        Some(Kind::AsyncDone(d)) => Thunk::AsyncDone(AsyncDoneThunk { id: d.id }),
-        Some(Kind::CommandBuffer(c)) => Thunk::CommandBuffer(CommandBufferThunk {
-            body: list_from(&c.body, loc, "body")?,
-        }),
-        Some(Kind::AllReduce(c)) => Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllReduce {
-                op: reduce_from(c.op, loc)?,
-            },
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            groups: groups_from(&c.groups),
-        }),
-        Some(Kind::AllGather(c)) => Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllGather,
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            groups: groups_from(&c.groups),
-        }),
-        Some(Kind::ReduceScatter(c)) => Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::ReduceScatter {
-                op: reduce_from(c.op, loc)?,
-            },
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            groups: groups_from(&c.groups),
-        }),
-        Some(Kind::AllToAll(c)) => Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllToAll,
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            groups: groups_from(&c.groups),
-        }),
-        Some(Kind::Broadcast(c)) => Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::Broadcast { root: c.root },
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            groups: groups_from(&c.groups),
-        }),
-        Some(Kind::CollectivePermute(c)) => Thunk::CollectivePermute(CollectivePermuteThunk {
-            src: slice_from(&c.src, loc, "src")?,
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            pairs: c.pairs.iter().map(|p| (p.source, p.target)).collect(),
-        }),
-        Some(Kind::Send(c)) => Thunk::Send(SendThunk {
-            src: slice_from(&c.src, loc, "src")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            peer: c.peer,
-        }),
-        Some(Kind::Recv(c)) => Thunk::Recv(RecvThunk {
-            dst: slice_from(&c.dst, loc, "dst")?,
-            dtype: dtype_from(c.dtype, loc, "dtype")?,
-            peer: c.peer,
-        }),
-        Some(Kind::RankId(c)) => Thunk::RankId(RankIdThunk {
-            dst: slice_from(&c.dst, loc, "dst")?,
-        }),
-        Some(Kind::CustomCall(c)) => Thunk::CustomCall(super::custom_call::from(c, loc)?),
-        None => {
-            return Err(loc.invalid(
-                "kind",
-                format!(
-                    "no thunk kind is set, or it is one this build does not know (expected {THUNK_KINDS})"
-                ),
             ));
         }
     })

@@ -5,8 +5,8 @@
 //! [`xthunk_core::verify`]. The thunk path of an error is built only when the error
 //! happens, so converting a large program costs O(number of thunks).
 
-mod custom_call;
 mod from_proto;
+mod thunk;
 mod to_proto;
 
 pub use from_proto::from_proto;

@@ -2,11 +2,8 @@
 
 use crate::pb;
 use xthunk_core::ir::{
-    Access, AllocationKind, AsyncDoneThunk, AsyncKind, AsyncStartThunk, BufferAllocation,
-    CollectiveOp, CollectivePermuteThunk, CommandBufferThunk, ConditionalThunk, CopyThunk, DType,
-    Dim3, Executable, KernelArg, MemorySpace, MemsetPattern, MemsetThunk, Module, ModuleImage,
-    ModuleOptions, RankIdThunk, RecvThunk, ReduceOp, Scalar, SendThunk, Slice, TensorSpec, Thunk,
-    WhileThunk,
+    Access, AllocationKind, BufferAllocation, DType, Dim3, Executable, MemorySpace, Module,
+    ModuleImage, ModuleOptions, Scalar, Slice, TensorSpec,
 };
 
 /// Converts a program to its protobuf message. Total: every IR value has a message.
@@ -24,7 +21,7 @@ pub fn to_proto(exe: &Executable) -> pb::Executable {
         name: exe.name.clone(),
         allocations: exe.allocations.iter().map(allocation_to).collect(),
         modules: exe.modules.iter().map(module_to).collect(),
-        entry: exe.entry.iter().map(thunk_to).collect(),
+        entry: super::thunk::list_to(&exe.entry),
         signature,
     }
 }
@@ -131,7 +128,7 @@ pub(super) fn slice_to(s: &Slice) -> Option<pb::Slice> {
     })
 }
 
-fn dim3_to(d: &Dim3) -> Option<pb::Dim3> {
+pub(super) fn dim3_to(d: &Dim3) -> Option<pb::Dim3> {
     Some(pb::Dim3 {
         x: d.x,
         y: d.y,
@@ -139,7 +136,7 @@ fn dim3_to(d: &Dim3) -> Option<pb::Dim3> {
     })
 }
 
-fn access_to(a: Access) -> pb::Access {
+pub(super) fn access_to(a: Access) -> pb::Access {
     match a {
         Access::Read => pb::Access::Read,
         Access::Write => pb::Access::Write,
@@ -147,7 +144,7 @@ fn access_to(a: Access) -> pb::Access {
     }
 }
 
-fn scalar_to(s: &Scalar) -> pb::Scalar {
+pub(super) fn scalar_to(s: &Scalar) -> pb::Scalar {
     use pb::scalar::Value;
     let value = match *s {
         Scalar::Pred(v) => Value::Pred(v),
@@ -189,194 +186,4 @@ pub(crate) fn decimal_is_exact_f32(v: f32) -> bool {
 /// of an f64 reads back as the same f64).
 pub(crate) fn decimal_is_exact_f64(v: f64) -> bool {
     !v.is_nan()
-}
-
-fn thunk_to(t: &Thunk) -> pb::Thunk {
-    use pb::thunk::Kind;
-    let kind = match t {
-        Thunk::Copy(CopyThunk { src, dst }) => Kind::Copy(pb::CopyThunk {
-            src: slice_to(src),
-            dst: slice_to(dst),
-        }),
-        Thunk::Memset(MemsetThunk { dst, pattern }) => {
-            let (width, value) = match *pattern {
-                MemsetPattern::U8(v) => (pb::MemsetWidth::U8, u32::from(v)),
-                MemsetPattern::U16(v) => (pb::MemsetWidth::U16, u32::from(v)),
-                MemsetPattern::U32(v) => (pb::MemsetWidth::U32, v),
-            };
-            Kind::Memset(pb::MemsetThunk {
-                dst: slice_to(dst),
-                width: width as i32,
-                value,
-            })
-        }
-        Thunk::Kernel(k) => Kind::Kernel(pb::KernelThunk {
-            module: k.module.clone(),
-            name: k.name.clone(),
-            grid: dim3_to(&k.grid),
-            block: dim3_to(&k.block),
-            shared_mem: k.shared_mem,
-            args: k
-                .args
-                .iter()
-                .map(|a| {
-                    use pb::kernel_arg::Kind as ArgKind;
-                    let kind = match a {
-                        KernelArg::Buffer { slice, access } => ArgKind::Buffer(pb::BufferArg {
-                            slice: slice_to(slice),
-                            access: access_to(*access) as i32,
-                        }),
-                        KernelArg::Scalar(s) => ArgKind::Scalar(scalar_to(s)),
-                    };
-                    pb::KernelArg { kind: Some(kind) }
-                })
-                .collect(),
-        }),
-        Thunk::Gemm(g) => Kind::Gemm(pb::GemmThunk {
-            a: slice_to(&g.a),
-            b: slice_to(&g.b),
-            c: slice_to(&g.c),
-            m: g.m,
-            n: g.n,
-            k: g.k,
-            lda: g.lda,
-            ldb: g.ldb,
-            ldc: g.ldc,
-            trans_a: g.trans_a,
-            trans_b: g.trans_b,
-            alpha: Some(g.alpha),
-            beta: g.beta,
-            dtype: dtype_to(g.dtype) as i32,
-            batch: Some(g.batch),
-            stride_a: g.stride_a,
-            stride_b: g.stride_b,
-            stride_c: g.stride_c,
-        }),
-        Thunk::Sequence(body) => Kind::Sequence(pb::SequenceThunk {
-            thunks: body.iter().map(thunk_to).collect(),
-        }),
-        Thunk::While(WhileThunk {
-            cond,
-            pred,
-            body,
-            trip_count,
-        }) => Kind::While(pb::WhileThunk {
-            cond: cond.iter().map(thunk_to).collect(),
-            pred: slice_to(pred),
-            body: body.iter().map(thunk_to).collect(),
-            trip_count: trip_count.map(|n| n.min(i64::MAX as u64) as i64),
-        }),
-        Thunk::Conditional(ConditionalThunk {
-            index,
-            index_type,
-            branches,
-        }) => Kind::Conditional(pb::ConditionalThunk {
-            index: slice_to(index),
-            index_type: dtype_to(*index_type) as i32,
-            branches: branches
-                .iter()
-                .map(|b| pb::Branch {
-                    thunks: b.iter().map(thunk_to).collect(),
-                })
-                .collect(),
-        }),
-        Thunk::AsyncStart(AsyncStartThunk { id, kind, body }) => {
-            Kind::AsyncStart(pb::AsyncStartThunk {
-                id: *id,
-                kind: match kind {
-                    AsyncKind::Compute => pb::AsyncKind::Compute,
-                    AsyncKind::Communication => pb::AsyncKind::Communication,
-                } as i32,
-                body: body.iter().map(thunk_to).collect(),
-            })
-        }
-        Thunk::AsyncDone(AsyncDoneThunk { id }) => Kind::AsyncDone(pb::AsyncDoneThunk { id: *id }),
-        Thunk::CommandBuffer(CommandBufferThunk { body }) => {
-            Kind::CommandBuffer(pb::CommandBufferThunk {
-                body: body.iter().map(thunk_to).collect(),
-            })
-        }
-        Thunk::Collective(c) => {
-            let groups: Vec<pb::ReplicaGroup> = c
-                .groups
-                .iter()
-                .map(|g| pb::ReplicaGroup { ranks: g.clone() })
-                .collect();
-            let (src, dst, dtype) = (slice_to(&c.src), slice_to(&c.dst), dtype_to(c.dtype) as i32);
-            match c.op {
-                CollectiveOp::AllReduce { op } => Kind::AllReduce(pb::AllReduceThunk {
-                    src,
-                    dst,
-                    dtype,
-                    op: reduce_to(op) as i32,
-                    groups,
-                }),
-                CollectiveOp::AllGather => Kind::AllGather(pb::AllGatherThunk {
-                    src,
-                    dst,
-                    dtype,
-                    groups,
-                }),
-                CollectiveOp::ReduceScatter { op } => Kind::ReduceScatter(pb::ReduceScatterThunk {
-                    src,
-                    dst,
-                    dtype,
-                    op: reduce_to(op) as i32,
-                    groups,
-                }),
-                CollectiveOp::AllToAll => Kind::AllToAll(pb::AllToAllThunk {
-                    src,
-                    dst,
-                    dtype,
-                    groups,
-                }),
-                CollectiveOp::Broadcast { root } => Kind::Broadcast(pb::BroadcastThunk {
-                    src,
-                    dst,
-                    dtype,
-                    root,
-                    groups,
-                }),
-            }
-        }
-        Thunk::CollectivePermute(CollectivePermuteThunk {
-            src,
-            dst,
-            dtype,
-            pairs,
-        }) => Kind::CollectivePermute(pb::CollectivePermuteThunk {
-            src: slice_to(src),
-            dst: slice_to(dst),
-            dtype: dtype_to(*dtype) as i32,
-            pairs: pairs
-                .iter()
-                .map(|(s, t)| pb::SourceTargetPair {
-                    source: *s,
-                    target: *t,
-                })
-                .collect(),
-        }),
-        Thunk::Send(SendThunk { src, dtype, peer }) => Kind::Send(pb::SendThunk {
-            src: slice_to(src),
-            dtype: dtype_to(*dtype) as i32,
-            peer: *peer,
-        }),
-        Thunk::Recv(RecvThunk { dst, dtype, peer }) => Kind::Recv(pb::RecvThunk {
-            dst: slice_to(dst),
-            dtype: dtype_to(*dtype) as i32,
-            peer: *peer,
-        }),
-        Thunk::RankId(RankIdThunk { dst }) => Kind::RankId(pb::RankIdThunk { dst: slice_to(dst) }),
-        Thunk::CustomCall(c) => Kind::CustomCall(super::custom_call::to(c)),
-    };
-    pb::Thunk { kind: Some(kind) }
-}
-
-fn reduce_to(op: ReduceOp) -> pb::ReduceOp {
-    match op {
-        ReduceOp::Sum => pb::ReduceOp::Sum,
-        ReduceOp::Prod => pb::ReduceOp::Prod,
-        ReduceOp::Min => pb::ReduceOp::Min,
-        ReduceOp::Max => pb::ReduceOp::Max,
-    }
 }
