@@ -97,7 +97,7 @@ step smoke cargo run --release -- run examples/mlp.txtpb
 # labelled as such; never reported as GPU results).
 step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
 step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
-# The conformance area kernels/user/ (tests/kernels/user/checked_set.cu) on emulated CUDA (32-lane
+# The conformance area kernels/user/ (conformance/kernels/user/checked_set.cu) on emulated CUDA (32-lane
 # warps) and ROCm (64): the source NVRTC and hipRTC compiled, executed; and broken copies of a
 # standard and of a user kernel failing their checks there.
 step emu-user-kernels env XTHUNK_USER_KERNELS_REQUIRE_DEVICES=1 ci/with-emulator.sh cargo test -q --all-features -p xthunk --test user_kernels

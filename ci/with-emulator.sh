@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Runs a command with xthunk's driver emulator (tests/emulator, crate xthunk-emulator) standing in
+# Runs a command with xthunk's driver emulator (emulator/, crate xthunk-emulator) standing in
 # for the GPU libraries, so the CUDA and ROCm backends' execution paths run without a GPU:
 #
 #   ci/with-emulator.sh target/debug/xthunk conformance --backend cuda
@@ -37,7 +37,7 @@
 # XTHUNK_EMU_NO_NCCL=1 leaves NCCL and RCCL out (no libnccl/librccl in the folder, and the
 # backends' default searches for them off): collectives are then unavailable.
 #
-# Emulator settings (see tests/emulator/src/config.rs): XTHUNK_EMU_DEVICES (1), XTHUNK_EMU_STRICT (1),
+# Emulator settings (see emulator/src/config.rs): XTHUNK_EMU_DEVICES (1), XTHUNK_EMU_STRICT (1),
 # XTHUNK_EMU_FAIL_ALLOC=N, XTHUNK_EMU_FAIL_LAUNCH=N, XTHUNK_EMU_MEMORY, XTHUNK_EMU_SM (90),
 # XTHUNK_EMU_GFX (gfx90a), XTHUNK_EMU_QUIET, XTHUNK_EMU_LEAK_CHECK, XTHUNK_EMU_MEMORY_POOLS (1).
 set -euo pipefail

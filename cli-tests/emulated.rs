@@ -1,4 +1,4 @@
-//! The CUDA and ROCm backends end to end through the driver emulator (tests/emulator): the MLP
+//! The CUDA and ROCm backends end to end through the driver emulator (emulator/): the MLP
 //! example's outputs on emulated devices equal the host backend's within tolerance, and the
 //! emulated devices are labelled as such. Needs the emulator library, which
 //! `cargo test --workspace` builds; without it the test is skipped with the reason, unless

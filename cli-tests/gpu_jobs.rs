@@ -1,4 +1,4 @@
-//! GPU jobs of several processes, through the driver emulator (tests/emulator: CUDA, HIP,
+//! GPU jobs of several processes, through the driver emulator (emulator/: CUDA, HIP,
 //! NCCL and RCCL on host memory, labelled EMULATED; its NCCL/RCCL joins the ranks of several
 //! processes by their unique id): `xthunk launch -n P -- run --backend cuda|rocm --devices D`
 //! with NCCL/RCCL communicators made across the processes through the job's coordinator.

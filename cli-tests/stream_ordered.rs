@@ -1,4 +1,4 @@
-//! Stream-ordered scratch on emulated CUDA and ROCm (tests/emulator): the transformer
+//! Stream-ordered scratch on emulated CUDA and ROCm (emulator/): the transformer
 //! example (many temps) executed repeatedly takes its temp arenas from the device's memory
 //! pool (the capability is on, the executable says so), on two streams, on one, and as an
 //! implicit command buffer (recorded once with the pool's addresses, then replayed), makes no
@@ -149,7 +149,7 @@ impl Counters {
     fn open() -> Counters {
         let path = std::env::var_os("XTHUNK_EMULATOR_LIB").expect("run under ci/with-emulator.sh");
         // SAFETY: the emulator runs no initializer with preconditions; the symbols have the
-        // signatures of its control API (tests/emulator/src/control.rs).
+        // signatures of its control API (emulator/src/control.rs).
         unsafe {
             let lib = libloading::Library::new(path).unwrap();
             let allocator_calls = *lib

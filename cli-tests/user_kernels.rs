@@ -1,5 +1,5 @@
 //! Portable kernel source on emulated GPUs, through the conformance suite: the `kernels/user/`
-//! area (the checked set `tests/kernels/user/checked_set.cu`, compiled by the real NVRTC and
+//! area (the checked set `conformance/kernels/user/checked_set.cu`, compiled by the real NVRTC and
 //! hipRTC, the image's carried source executed by the driver emulator) with warps of 32 lanes
 //! on the CUDA backend and 64 on the ROCm backend; and deliberately broken copies of a
 //! standard kernel's and of a user kernel's source failing their checks there, which shows

@@ -264,7 +264,7 @@ fn probe_device(hip: &Hip, ordinal: c_int) -> std::result::Result<Probed, String
     let memory_pools = attr(sys::hipDeviceAttributeMemoryPoolsSupported).unwrap_or(0) != 0;
     let arch_name = gcn_arch_name(hip, ordinal)?;
     let arch = Target::parse(&arch_name).map_err(|e| e.to_string())?;
-    // The driver emulator (tests/emulator) names its devices "… (xthunk emulated)", as the
+    // The driver emulator (emulator/) names its devices "… (xthunk emulated)", as the
     // CUDA backend expects; its control API's `xthunk_emu_version` export marks it too.
     let emulated = name.contains("xthunk emulated") || api.xthunk_emu_version.is_some();
     Ok(Probed {

@@ -159,7 +159,7 @@ symbol_table! {
             hipMemPoolSetAttribute: sys::hipMemPoolSetAttribute_t,
             hipMallocFromPoolAsync: sys::hipMallocFromPoolAsync_t,
             hipFreeAsync: sys::hipFreeAsync_t,
-            // Exported only by xthunk's driver emulator (tests/emulator, its control API):
+            // Exported only by xthunk's driver emulator (emulator/, its control API):
             // its devices are labelled emulated everywhere.
             xthunk_emu_version: sys::xthunk_emu_version_t,
         }

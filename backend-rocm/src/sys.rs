@@ -286,7 +286,7 @@ pub type hipGraphDestroy_t = unsafe extern "C" fn(graph: hipGraph_t) -> hipError
 pub type hipGraphExecDestroy_t = unsafe extern "C" fn(exec: hipGraphExec_t) -> hipError_t;
 
 /// `int xthunk_emu_version(void)`: the version of the control API of xthunk's driver emulator
-/// (`tests/emulator/src/control.rs`); present only there.
+/// (`emulator/src/control.rs`); present only there.
 pub type xthunk_emu_version_t = unsafe extern "C" fn() -> c_int;
 
 // ---- hipRTC (libhiprtc.so on ROCm >= 6, inside libamdhip64 on ROCm 5) -------------------

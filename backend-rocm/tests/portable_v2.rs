@@ -1,5 +1,5 @@
 //! The portable subset v2 (docs/kernels.md) with the real hipRTC, without a GPU: a source using
-//! every name of the subset, and the user kernel set of `tests/kernels/user/`, compile
+//! every name of the subset, and the user kernel set of `conformance/kernels/user/`, compile
 //! unmodified for gfx90a (64-lane wavefronts), every kernel found by its plain name in the
 //! code object (C linkage applied by default), and compile errors point at the user's line.
 //!
@@ -13,20 +13,20 @@ use common::{TempDir, compiler_or_skip, note};
 use xthunk_core::kernels::portable::{self, scan};
 use xthunk_rocm::image::CodeObject;
 
-/// The user kernel sources of `tests/kernels/user/`, by module name.
+/// The user kernel sources of `conformance/kernels/user/`, by module name.
 const USER: &[(&str, &str)] = &[
     (
         "subset_v2",
-        include_str!("../../tests/kernels/user/subset_v2.cu"),
+        include_str!("../../conformance/kernels/user/subset_v2.cu"),
     ),
     (
         "training",
-        include_str!("../../tests/kernels/user/training.cu"),
+        include_str!("../../conformance/kernels/user/training.cu"),
     ),
     ("docs_example", include_str!("../../docs/kernels.md")),
     (
         "checked_set",
-        include_str!("../../tests/kernels/user/checked_set.cu"),
+        include_str!("../../conformance/kernels/user/checked_set.cu"),
     ),
 ];
 

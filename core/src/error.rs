@@ -55,9 +55,11 @@ pub enum Error {
     /// Coordination with the other processes of a job failed (a dead rank, a timeout).
     #[error(transparent)]
     Distributed(#[from] crate::distributed::DistributedError),
-    /// A custom call could not be resolved, loaded or run.
+    /// A custom call could not be resolved, loaded or run: the custom-call layer's
+    /// `CustomCallError` (`xthunk_core::custom_call`), boxed as a plain error so that this row
+    /// names nothing above it (`downcast_ref` recovers the type).
     #[error(transparent)]
-    CustomCall(Box<crate::custom_call::CustomCallError>),
+    CustomCall(Box<dyn std::error::Error + Send + Sync>),
     /// A thunk failed; `path` names it.
     #[error("thunk {path} ({kind}): {source}")]
     Thunk {

@@ -1,8 +1,8 @@
 //! The host backend's CPU execution of portable source, beyond numbers: launch errors that
 //! name what is wrong, deadlocks reported as failed launches, and kernels the preprocessor
-//! removes. The numerical checks of the portable kernel set (`tests/kernels/user/
+//! removes. The numerical checks of the portable kernel set (`conformance/kernels/user/
 //! checked_set.cu`) against f64 references are the conformance suite's `kernels/user/` area
-//! (`tests/src/checks/kernels/user.rs`), run on the host with 32- and 64-lane warps by its
+//! (`conformance/src/checks/kernels/user.rs`), run on the host with 32- and 64-lane warps by its
 //! tests. Without a C++ compiler every test is reported SKIPPED with the reason (and fails when
 //! `XTHUNK_REQUIRE_CXX=1`).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -12,7 +12,7 @@ use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims, LoadedModule}
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::{Dim3, MemorySpace, Module, ModuleImage, Scalar};
 
-const SOURCE: &str = include_str!("../../tests/kernels/user/checked_set.cu");
+const SOURCE: &str = include_str!("../../conformance/kernels/user/checked_set.cu");
 
 /// A host device and `code` loaded on it; `None` (reported SKIPPED) without a C++ compiler.
 fn load(name: &str, code: &str) -> Option<(Arc<dyn Device>, Arc<dyn LoadedModule>)> {
@@ -137,7 +137,7 @@ fn kernels_the_preprocessor_removes_are_not_in_the_table() {
 #[test]
 fn every_name_of_the_subset_compiles_on_the_cpu() {
     // The file the backends' portable_v2 tests compile for sm_80, sm_90 and gfx90a.
-    let code = include_str!("../../tests/kernels/user/subset_v2.cu");
+    let code = include_str!("../../conformance/kernels/user/subset_v2.cu");
     let Some((_, m)) = load("subset_v2", code) else {
         return;
     };

@@ -1,5 +1,5 @@
 //! [`NcclCliqueProvider`] end to end: NCCL on CUDA devices and RCCL on ROCm devices, through
-//! the driver emulator (tests/emulator: the CUDA driver, cuBLAS, NCCL, HIP, rocBLAS and RCCL
+//! the driver emulator (emulator/: the CUDA driver, cuBLAS, NCCL, HIP, rocBLAS and RCCL
 //! on host memory, among the emulated devices of one process). The checked-in SPMD examples
 //! (`examples/dp_step.txtpb`, `examples/permute_ring.txtpb`, built for 4 ranks) and an
 //! all-reduce on 2 and 4 ranks, run by the executor with NCCL/RCCL cliques, match the host

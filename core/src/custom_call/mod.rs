@@ -130,8 +130,35 @@ pub enum CustomCallError {
     Plugin { file: PathBuf, message: String },
 }
 
+/// The core error carries a custom-call error boxed as a plain error (the error row imports
+/// nothing of this one); its message and causes are this error's own.
 impl From<CustomCallError> for crate::Error {
     fn from(e: CustomCallError) -> Self {
         crate::Error::CustomCall(Box::new(e))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::CustomCallError;
+    use std::error::Error as _;
+
+    #[test]
+    fn a_custom_call_error_in_the_core_error_keeps_its_message_causes_and_type() {
+        let e: crate::Error = CustomCallError::Failed {
+            target: "t".into(),
+            source: Box::new(super::HandlerError::failed("boom")),
+        }
+        .into();
+        assert_eq!(e.to_string(), "custom call `t` failed: boom");
+        assert_eq!(e.source().map(|s| s.to_string()).as_deref(), Some("boom"));
+        let inner = match &e {
+            crate::Error::CustomCall(inner) => inner.downcast_ref::<CustomCallError>(),
+            _ => None,
+        };
+        assert!(
+            matches!(inner, Some(CustomCallError::Failed { .. })),
+            "{e:?}"
+        );
     }
 }

@@ -12,7 +12,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 /// The CPU prelude (GPU built-ins on the host compiler), prepended to the portable unit.
-pub const CPU_PRELUDE: &str = include_str!("../../kernels/portable/prelude_cpu.h");
+pub const CPU_PRELUDE: &str = include_str!("prelude_cpu.h");
 /// The fiber scheduler and the C interface, appended after the portable unit.
 pub const RUNTIME: &str = include_str!("runtime.cpp");
 

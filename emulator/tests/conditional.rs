@@ -16,7 +16,7 @@ use xthunk_emulator::diag::Kind;
 use xthunk_emulator::error::cu;
 use xthunk_emulator::stream::conditional::{COND_IF, COND_SWITCH, COND_WHILE, NODE_TYPE};
 
-const SET_CONDITION: &str = include_str!("../../../backend-cuda/src/set_condition.cu");
+const SET_CONDITION: &str = include_str!("../../backend-cuda/src/set_condition.cu");
 const THREAD_LOCAL: u32 = 1;
 
 /// The set-condition module compiled for sm_90, or `None` (skipped) without NVRTC.

@@ -165,7 +165,7 @@ struct Declared {
 }
 
 fn declared() -> Declared {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let cuda = read_sources(&root.join("backend-cuda/src"));
     let mut cuda_driver = listed(&cuda, "pub const DRIVER_SYMBOLS");
     cuda_driver.extend(driver_calls(&cuda));

@@ -1,5 +1,5 @@
 //! `kernels/user/`: a set of non-trivial kernels written in the portable subset
-//! (`tests/kernels/user/checked_set.cu`: the training kernels, warp shuffles with segment
+//! (`conformance/kernels/user/checked_set.cu`: the training kernels, warp shuffles with segment
 //! widths, ballots, block reductions, atomics with CAS and exchange, dynamic and static shared
 //! memory, f16 and bf16) compiled from source by the device under test, on fresh random
 //! inputs and NaN-poisoned outputs. Every output is compared with an independent f64
