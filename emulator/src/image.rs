@@ -8,6 +8,7 @@
 //! never a panic.
 
 use crate::kernel_info::{self, Kernels};
+pub use crate::section::Section;
 use xthunk_core::kernels::portable::{EMBEDDED_SOURCE_SYMBOL, embedded_unit};
 
 /// `EM_CUDA`.
@@ -40,27 +41,6 @@ pub struct Image {
     /// The portable unit the image was compiled from, when it carries one (the device array
     /// `xt_portable_source`, see `xthunk_core::kernels::portable::embed_source`).
     pub source: Option<String>,
-}
-
-/// One section of an ELF image.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Section {
-    pub name: String,
-    /// `sh_type`.
-    pub ty: u32,
-    offset: usize,
-    /// `sh_size` (for `SHT_NOBITS` sections too, which occupy no bytes of the file).
-    pub size: usize,
-}
-
-impl Section {
-    /// The section's bytes in the file (`None` for `SHT_NOBITS` or out of bounds).
-    pub fn bytes<'a>(&self, data: &'a [u8]) -> Option<&'a [u8]> {
-        if self.ty == 8 {
-            return None;
-        }
-        data.get(self.offset..self.offset.checked_add(self.size)?)
-    }
 }
 
 fn u16_at(d: &[u8], o: usize) -> Option<u16> {

@@ -14,8 +14,8 @@
 //! parameters, the device's limits for the rest. A malformed entry is skipped (`None` too),
 //! never a panic.
 
-use crate::image::Section;
 use crate::msgpack::{self, Value};
+use crate::section::Section;
 
 /// Where one parameter lies in the kernel's parameter buffer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -64,4 +64,5 @@ pub mod msgpack;
 pub mod nccl;
 pub mod pool;
 pub mod rocblas;
+pub mod section;
 pub mod stream;

@@ -442,6 +442,29 @@ fn c_string(p: *const std::ffi::c_char) -> Option<String> {
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
+impl Nccl {
+    /// `Ok` for `ncclSuccess`; otherwise an [`Error::Backend`] naming the library, `call`, the
+    /// code (name, number, meaning), and the library's own messages.
+    pub(crate) fn check(&self, call: &str, rc: sys::ncclResult_t) -> Result<()> {
+        if rc == sys::ncclSuccess {
+            return Ok(());
+        }
+        Err(self.error(call, rc))
+    }
+
+    /// The error for a failed `call` (see [`Nccl::check`]).
+    pub(crate) fn error(&self, call: &str, rc: sys::ncclResult_t) -> Error {
+        let mut message = describe_result(rc);
+        if let Some(s) = self.error_string(rc) {
+            message.push_str(&format!(" [{s}]"));
+        }
+        if let Some(s) = self.last_error() {
+            message.push_str(&format!("; last error: {}", s.trim()));
+        }
+        Error::backend(self.flavor().name(), call, message)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,9 +2,7 @@
 //! names the library (`nccl` or `rccl`), the call, the code's symbolic name and its number, and
 //! the library's own description of the last error when it has one.
 
-use crate::loader::Nccl;
 use crate::sys;
-use xthunk_core::{Error, Result};
 
 /// The symbolic name and a short description of an `ncclResult_t` (values from `nccl.h`; RCCL
 /// uses the same ones). A code a newer library adds is reported by number.
@@ -58,29 +56,6 @@ pub fn is_fatal(code: sys::ncclResult_t) -> bool {
         code,
         sys::ncclSuccess | sys::ncclInProgress | sys::ncclInvalidArgument
     )
-}
-
-impl Nccl {
-    /// `Ok` for `ncclSuccess`; otherwise an [`Error::Backend`] naming the library, `call`, the
-    /// code (name, number, meaning), and the library's own messages.
-    pub(crate) fn check(&self, call: &str, rc: sys::ncclResult_t) -> Result<()> {
-        if rc == sys::ncclSuccess {
-            return Ok(());
-        }
-        Err(self.error(call, rc))
-    }
-
-    /// The error for a failed `call` (see [`Nccl::check`]).
-    pub(crate) fn error(&self, call: &str, rc: sys::ncclResult_t) -> Error {
-        let mut message = describe_result(rc);
-        if let Some(s) = self.error_string(rc) {
-            message.push_str(&format!(" [{s}]"));
-        }
-        if let Some(s) = self.last_error() {
-            message.push_str(&format!("; last error: {}", s.trim()));
-        }
-        Error::backend(self.flavor().name(), call, message)
-    }
 }
 
 #[cfg(test)]
