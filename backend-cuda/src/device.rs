@@ -20,12 +20,11 @@ use crate::compile::Compiler;
 use crate::conditional::ConditionalSlot;
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
-use crate::memory::{CudaBuffer, MemoryRegistry};
 use crate::module::StandardModule;
-use crate::pool::MemPool;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
-use crate::stream::{CudaEvent, CudaStream};
+use crate::stream::CudaStream;
 use crate::sys::{self, CUdevice_attribute, CUresult};
+use crate::vendor::{CudaEvent, MemPool, MemoryRegistry};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_char;
@@ -340,7 +339,7 @@ impl CudaDevice {
         if props.managed {
             memory_spaces.push(MemorySpace::Unified);
         }
-        let pool = match MemPool::create(&ctx, props.dev, props.memory_pools) {
+        let pool = match MemPool::create(&ctx, props.memory_pools) {
             Ok(p) => Some(p),
             Err(why) => {
                 tracing::info!(
@@ -401,11 +400,8 @@ impl Device for CudaDevice {
                 feature: format!("{space} memory on {}", self.info.name),
             });
         }
-        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
-        Ok(Box::new(CudaBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        let buffer = self.memory.allocate(&self.ctx, size, alignment, space)?;
+        Ok(Box::new(buffer))
     }
 
     fn memory_stats(&self) -> MemoryStats {
@@ -465,9 +461,8 @@ impl Device for CudaDevice {
 
     #[cfg(feature = "bench")]
     fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
-        Some(Arc::new(crate::bench::CudaBaseline::new(
-            self.ctx.clone(),
-            self.blas.library().cloned(),
+        Some(Arc::new(xthunk_gpu::bench::Baseline(
+            crate::bench::CudaBaseline::new(self.ctx.clone(), self.blas.library().cloned()),
         )))
     }
 }

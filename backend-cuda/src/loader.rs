@@ -494,7 +494,7 @@ mod tests {
             include_str!("context.rs"),
             include_str!("device.rs"),
             include_str!("graph.rs"),
-            include_str!("memory.rs"),
+            include_str!("vendor.rs"),
             include_str!("stream.rs"),
             include_str!("module.rs"),
             include_str!("blas.rs"),

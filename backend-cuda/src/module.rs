@@ -19,10 +19,10 @@
 
 use crate::context::DeviceContext;
 use crate::image;
-use crate::memory::{MemoryRegistry, Region};
 use crate::params::{self, ParamLayout};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
+use crate::vendor::{MemoryRegistry, Region};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;

@@ -14,13 +14,12 @@ use crate::blas::BlasLibrary;
 use crate::compile::{Compiler, KernelCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
-use crate::memory::{MemoryRegistry, RocmBuffer};
 use crate::module;
-use crate::pool::MemPool;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
-use crate::stream::{RocmEvent, RocmStream};
+use crate::stream::RocmStream;
 use crate::sys;
 use crate::target::Target;
+use crate::vendor::{MemPool, MemoryRegistry, RocmEvent};
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
@@ -456,11 +455,8 @@ impl Device for RocmDevice {
     }
 
     fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
-        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
-        Ok(Box::new(RocmBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        let buffer = self.memory.allocate(&self.ctx, size, alignment, space)?;
+        Ok(Box::new(buffer))
     }
 
     fn memory_stats(&self) -> MemoryStats {
@@ -538,9 +534,8 @@ impl Device for RocmDevice {
 
     #[cfg(feature = "bench")]
     fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
-        Some(Arc::new(crate::bench::RocmBaseline::new(
-            self.ctx.clone(),
-            self.blas.clone(),
+        Some(Arc::new(xthunk_gpu::bench::Baseline(
+            crate::bench::RocmBaseline::new(self.ctx.clone(), self.blas.clone()),
         )))
     }
 }

@@ -19,10 +19,10 @@
 use crate::compile::{CacheStatus, check_code_object};
 use crate::context::DeviceContext;
 use crate::image::{ArgInfo, CodeObject, unbundle};
-use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
 use crate::target::Target;
+use crate::vendor::{MemoryRegistry, Region};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;

@@ -9,11 +9,10 @@
 use crate::blas::{self, BlasHandle, BlasLibrary};
 use crate::context::DeviceContext;
 use crate::graph::{Capture, Op, RocmGraph, Segment};
-use crate::memory::{MemoryRegistry, Region, RocmBuffer};
 use crate::module::{self, RocmKernel};
-use crate::pool::MemPool;
-use crate::result::{self, hip_describe, unsupported};
+use crate::result::{self, unsupported};
 use crate::sys;
+use crate::vendor::{MemPool, MemoryRegistry, RawStream, Region, RocmEvent};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_int;
@@ -39,38 +38,6 @@ pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
         )));
     };
     s.ctx.bind()
-}
-
-/// A `hipStream_t`, destroyed when the last owner goes: its [`RocmStream`] and the
-/// stream-ordered allocations made on it (freed in its order).
-pub(crate) struct RawStream {
-    pub(crate) raw: sys::hipStream_t,
-    ctx: Arc<DeviceContext>,
-}
-
-impl std::fmt::Debug for RawStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawStream")
-            .field("raw", &self.raw)
-            .finish_non_exhaustive()
-    }
-}
-
-// SAFETY: a hipStream_t may be used from any thread; the handle is immutable after creation
-// and destroyed once, in `drop`.
-unsafe impl Send for RawStream {}
-// SAFETY: as above.
-unsafe impl Sync for RawStream {}
-
-impl Drop for RawStream {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind();
-        // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
-        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
-        if rc != sys::hipSuccess {
-            tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
-        }
-    }
 }
 
 /// A HIP stream.
@@ -107,10 +74,8 @@ impl RocmStream {
         let rc =
             unsafe { (ctx.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
         result::hip("hipStreamCreateWithFlags", rc)?;
-        let owner = Arc::new(RawStream {
-            raw,
-            ctx: ctx.clone(),
-        });
+        // SAFETY: `raw` was just created for this device and is owned by `owner` alone.
+        let owner = Arc::new(unsafe { RawStream::new(ctx.clone(), raw) });
         Ok(RocmStream {
             ctx,
             raw,
@@ -134,11 +99,7 @@ impl RocmStream {
             Op::Copy { src, dst, size } => {
                 let s = self.region(*src, *size)?;
                 let d = self.region(*dst, *size)?;
-                if *size > 0
-                    && Arc::ptr_eq(&s.alloc, &d.alloc)
-                    && src.0 < dst.0.saturating_add(*size)
-                    && dst.0 < src.0.saturating_add(*size)
-                {
+                if s.overlaps(&d) {
                     return Err(Error::InvalidArgument(format!(
                         "copy of {size} bytes from {src} to {dst}: the ranges overlap"
                     )));
@@ -149,7 +110,9 @@ impl RocmStream {
                 let n = usize::try_from(*size)
                     .map_err(|_| Error::InvalidArgument("copy too large".into()))?;
                 self.ctx.bind()?;
-                if s.alloc.space == MemorySpace::Device && d.alloc.space == MemorySpace::Device {
+                if s.allocation().space() == MemorySpace::Device
+                    && d.allocation().space() == MemorySpace::Device
+                {
                     // SAFETY: both ranges lie inside live device allocations of this device
                     // (kept alive by `s`/`d` until the call returns; a free waits for queued
                     // work) and do not overlap.
@@ -343,7 +306,7 @@ impl Stream for RocmStream {
         let e = RocmEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: the event and stream are live handles.
-        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw, self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw(), self.raw) };
         result::hip("hipEventRecord", rc)
     }
 
@@ -352,7 +315,7 @@ impl Stream for RocmStream {
         let e = RocmEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: the event and stream are live handles; flags must be 0.
-        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw(), 0) };
         result::hip("hipStreamWaitEvent", rc)
     }
 
@@ -427,13 +390,10 @@ impl Stream for RocmStream {
                 "stream-ordered allocation while the stream records a graph".into(),
             ));
         }
-        let alloc = self
+        let buffer = self
             .memory
             .allocate_pooled(&self.ctx, size, alignment, pool, &self.owner)?;
-        Ok(Box::new(RocmBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        Ok(Box::new(buffer))
     }
 
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
@@ -465,86 +425,6 @@ impl Stream for RocmStream {
     /// The `hipStream_t` (for NCCL/RCCL and other vendor libraries that take one).
     fn native_handle(&self) -> Option<usize> {
         Some(self.raw.expose_provenance())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// A HIP event (timing disabled).
-pub struct RocmEvent {
-    ctx: Arc<DeviceContext>,
-    raw: sys::hipEvent_t,
-}
-
-// SAFETY: a hipEvent_t may be used from any thread; destroyed once, in `drop`.
-unsafe impl Send for RocmEvent {}
-// SAFETY: as above.
-unsafe impl Sync for RocmEvent {}
-
-impl RocmEvent {
-    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, sys::hipEventDisableTiming)
-    }
-
-    /// An event with timing (for [`Event::elapsed_since`]).
-    pub(crate) fn timing(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, 0)
-    }
-
-    fn with_flags(ctx: Arc<DeviceContext>, flags: std::ffi::c_uint) -> Result<Self> {
-        ctx.bind()?;
-        let mut raw: sys::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: writes one event handle.
-        let rc = unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, flags) };
-        result::hip("hipEventCreateWithFlags", rc)?;
-        Ok(RocmEvent { ctx, raw })
-    }
-
-    fn downcast(e: &dyn Event) -> Result<&RocmEvent> {
-        e.as_any().downcast_ref::<RocmEvent>().ok_or_else(|| {
-            Error::InvalidArgument("the event was not created by the ROCm backend".into())
-        })
-    }
-}
-
-impl Drop for RocmEvent {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is a live event, destroyed once here.
-        let rc = unsafe { (self.ctx.hip.api.hipEventDestroy)(self.raw) };
-        if rc != sys::hipSuccess {
-            tracing::warn!("hipEventDestroy: {}", hip_describe(rc));
-        }
-    }
-}
-
-impl Event for RocmEvent {
-    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
-        let start = RocmEvent::downcast(start)?;
-        let mut ms = 0f32;
-        // SAFETY: both events are live; writes one float.
-        let rc = unsafe { (self.ctx.hip.api.hipEventElapsedTime)(&mut ms, start.raw, self.raw) };
-        result::hip("hipEventElapsedTime", rc)?;
-        Ok(std::time::Duration::from_secs_f64(
-            f64::from(ms.max(0.0)) / 1e3,
-        ))
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        // SAFETY: the event is live.
-        let rc = unsafe { (self.ctx.hip.api.hipEventSynchronize)(self.raw) };
-        result::hip("hipEventSynchronize", rc)
-    }
-
-    fn query(&self) -> Result<bool> {
-        // SAFETY: the event is live.
-        let rc = unsafe { (self.ctx.hip.api.hipEventQuery)(self.raw) };
-        match rc {
-            sys::hipSuccess => Ok(true),
-            sys::hipErrorNotReady => Ok(false),
-            _ => Err(result::hip_error("hipEventQuery", rc)),
-        }
     }
 
     fn as_any(&self) -> &dyn Any {
