@@ -12,33 +12,21 @@
 use crate::blas::BlasLibrary;
 use crate::context::DeviceContext;
 use crate::loader::guarded;
-use crate::module::{CudaKernel, arg_slot};
-use crate::result::{BACKEND, cu, cublas, unsupported};
+use crate::module::CudaKernel;
+use crate::result::{BACKEND, cu, cublas};
 use crate::stream::CudaStream;
 use crate::sys::{
     self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUDA_R_16BF,
     CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
 };
+use crate::vendor::Cuda;
 use std::ffi::{c_int, c_void};
 use std::sync::{Arc, OnceLock};
-use xthunk_core::backend::baseline::BaselineCalls;
-use xthunk_core::backend::{DeviceMemory, LaunchArg, LaunchDims};
+use xthunk_core::backend::baseline::{BaselineCalls, RawGemmCall};
+use xthunk_core::backend::{DeviceMemory, GemmLaunch, LaunchDims};
 use xthunk_core::ir::DType;
 use xthunk_core::{Error, Result};
 use xthunk_gpu::bench::BaselineVendor;
-
-/// One CUDA device's raw baselines.
-pub(crate) struct CudaBaseline {
-    ctx: Arc<DeviceContext>,
-    /// The device's cuBLAS, if it found one.
-    blas: Option<Arc<BlasLibrary>>,
-}
-
-impl CudaBaseline {
-    pub(crate) fn new(ctx: Arc<DeviceContext>, blas: Option<Arc<BlasLibrary>>) -> Self {
-        CudaBaseline { ctx, blas }
-    }
-}
 
 /// Whether `cuMemcpyDtoDAsync_v2` is present (checked once, with cudarc's panic on a missing
 /// symbol caught).
@@ -67,15 +55,17 @@ impl Drop for CublasHandle {
     }
 }
 
-impl BaselineVendor for CudaBaseline {
+/// The device's raw calls for the baselines, as [`xthunk_gpu::bench::Baseline`] takes them.
+pub(crate) struct CudaBaselines;
+
+impl BaselineVendor for CudaBaselines {
+    type Vendor = Cuda;
     type Stream = CudaStream;
     type Kernel = CudaKernel;
     type BlasLibrary = BlasLibrary;
     type BlasHandle = CublasHandle;
-    type GemmTypes = (c_int, c_int);
+    type GemmCall = CublasGemm;
 
-    const NAME: &'static str = "CUDA";
-    const BACKEND: &'static str = BACKEND;
     const CALLS: BaselineCalls = BaselineCalls {
         launch: "cuLaunchKernel",
         synchronize: "cuStreamSynchronize",
@@ -85,17 +75,8 @@ impl BaselineVendor for CudaBaseline {
         gemm: "cublasGemmEx",
     };
 
-    fn device_name(&self) -> &str {
-        &self.ctx.name
-    }
-
-    fn owns(&self, stream: &CudaStream) -> bool {
-        Arc::ptr_eq(&stream.ctx, &self.ctx)
-    }
-
-    /// The checked synchronize already made the stream's context current.
-    fn bind(_stream: &CudaStream) -> Result<()> {
-        Ok(())
+    fn stream_context(stream: &CudaStream) -> &Arc<DeviceContext> {
+        &stream.ctx
     }
 
     fn raw_sync(stream: &CudaStream) -> Result<()> {
@@ -105,12 +86,7 @@ impl BaselineVendor for CudaBaseline {
         })
     }
 
-    fn arg_slot(arg: &LaunchArg) -> u64 {
-        arg_slot(arg)
-    }
-
     fn prepare_copy(
-        &self,
         stream: &CudaStream,
         src: &dyn DeviceMemory,
         dst: &dyn DeviceMemory,
@@ -174,12 +150,6 @@ impl BaselineVendor for CudaBaseline {
         cu("cuLaunchKernel", r)
     }
 
-    fn blas_library(&self) -> Result<Arc<BlasLibrary>> {
-        self.blas.clone().ok_or_else(|| {
-            unsupported("raw cuBLAS gemm: cuBLAS (libcublas.so.13/.12) was not found")
-        })
-    }
-
     fn blas_path(library: &BlasLibrary) -> String {
         library.path.display().to_string()
     }
@@ -201,35 +171,39 @@ impl BaselineVendor for CudaBaseline {
         Ok(me)
     }
 
-    fn gemm_types(dtype: DType) -> Option<(c_int, c_int)> {
-        Some(match dtype {
+    /// `C = A B` column-major with no transposes (`lda = m`, `ldb = k`, `ldc = m`).
+    fn prepare_gemm(g: &RawGemmCall<'_>, _checked: &GemmLaunch) -> Result<CublasGemm> {
+        let (ty, compute) = match g.dtype {
             DType::F32 => (CUDA_R_32F, CUBLAS_COMPUTE_32F),
             DType::F16 => (CUDA_R_16F, CUBLAS_COMPUTE_32F),
             DType::BF16 => (CUDA_R_16BF, CUBLAS_COMPUTE_32F),
             DType::F64 => (CUDA_R_64F, CUBLAS_COMPUTE_64F),
-            _ => return None,
+            other => {
+                return Err(Error::Unsupported {
+                    backend: BACKEND.into(),
+                    feature: format!("raw cuBLAS gemm of {other}"),
+                });
+            }
+        };
+        Ok(CublasGemm {
+            ty,
+            compute,
+            mnk: g.dims_i32("cuBLAS")?,
+            abc: [g.a.ptr().0, g.b.ptr().0, g.c.ptr().0],
         })
     }
 
     /// Through `cublasGemmEx`, f32 compute (f64 for f64), the default algorithm.
-    unsafe fn raw_gemm(
-        h: &CublasHandle,
-        (ty, compute): (c_int, c_int),
-        [m, n, k]: [i32; 3],
-        [a, b, c]: [u64; 3],
-    ) -> Result<()> {
+    unsafe fn raw_gemm(h: &CublasHandle, g: &CublasGemm) -> Result<()> {
+        let [m, n, k] = g.mnk;
         let (alpha32, beta32) = (1.0f32, 0.0f32);
         let (alpha64, beta64) = (1.0f64, 0.0f64);
-        let (alpha, beta): (*const c_void, *const c_void) = if compute == CUBLAS_COMPUTE_64F {
+        let (alpha, beta): (*const c_void, *const c_void) = if g.compute == CUBLAS_COMPUTE_64F {
             ((&raw const alpha64).cast(), (&raw const beta64).cast())
         } else {
             ((&raw const alpha32).cast(), (&raw const beta32).cast())
         };
-        let (pa, pb, pc) = (
-            a as usize as *const c_void,
-            b as usize as *const c_void,
-            c as usize as *mut c_void,
-        );
+        let [a, b, c] = g.abc.map(|p| p as usize as *mut c_void);
         // SAFETY: the caller's contract (live handle bound to a live stream of the current
         // context, A, B and C inside live buffers, C disjoint from the inputs); alpha and
         // beta are host scalars of the compute type that outlive the call.
@@ -242,19 +216,27 @@ impl BaselineVendor for CudaBaseline {
                 n,
                 k,
                 alpha,
-                pa,
-                ty,
+                a,
+                g.ty,
                 m,
-                pb,
-                ty,
+                b,
+                g.ty,
                 k,
                 beta,
-                pc,
-                ty,
+                c,
+                g.ty,
                 m,
-                compute,
+                g.compute,
                 CUBLAS_GEMM_DEFAULT,
             )
         })
     }
+}
+
+/// One `cublasGemmEx` call: data and compute types, `m`, `n`, `k`, and A, B, C.
+pub(crate) struct CublasGemm {
+    ty: c_int,
+    compute: c_int,
+    mnk: [i32; 3],
+    abc: [u64; 3],
 }

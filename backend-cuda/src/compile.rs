@@ -509,12 +509,7 @@ pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> 
 /// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
 /// give `None` (they need no compiling).
 pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
-    let module = Module {
-        name: "source".into(),
-        images: vec![],
-        options: Default::default(),
-    };
-    precompile_module(&module, image, target)
+    precompile_module(&xthunk_gpu::image::bare_module(), image, target)
 }
 
 /// [`precompile`] of an image of `module`: compiled with the module's options, messages name

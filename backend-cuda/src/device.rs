@@ -24,7 +24,7 @@ use crate::module::StandardModule;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
 use crate::stream::CudaStream;
 use crate::sys::{self, CUdevice_attribute, CUresult};
-use crate::vendor::{CudaEvent, MemPool, MemoryRegistry};
+use crate::vendor::{Cuda, CudaEvent, MemPool, MemoryRegistry};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_char;
@@ -35,6 +35,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{DType, Dim3, MemorySpace, Module};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::Vendor as _;
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
@@ -382,7 +383,7 @@ impl CudaDevice {
 
 impl Device for CudaDevice {
     fn backend_name(&self) -> &'static str {
-        BACKEND
+        Cuda::BACKEND
     }
 
     fn info(&self) -> &DeviceInfo {
@@ -461,8 +462,14 @@ impl Device for CudaDevice {
 
     #[cfg(feature = "bench")]
     fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
-        Some(Arc::new(xthunk_gpu::bench::Baseline(
-            crate::bench::CudaBaseline::new(self.ctx.clone(), self.blas.library().cloned()),
+        Some(Arc::new(xthunk_gpu::bench::Baseline::<
+            crate::bench::CudaBaselines,
+        >::new(
+            self.ctx.clone(),
+            self.blas
+                .library()
+                .cloned()
+                .ok_or_else(|| "libcublas.so.13/.12 was not found".to_string()),
         )))
     }
 }

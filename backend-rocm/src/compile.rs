@@ -634,12 +634,7 @@ pub fn compile_for_target(source: &str, target: &str) -> xthunk_core::Result<Vec
 /// For `xthunk compile --target gfx…` (the CUDA backend's `precompile` does the same for
 /// `sm_XX`).
 pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Option<ModuleImage>> {
-    let module = Module {
-        name: "source".into(),
-        images: vec![],
-        options: Default::default(),
-    };
-    precompile_module(&module, image, target)
+    precompile_module(&xthunk_gpu::image::bare_module(), image, target)
 }
 
 /// [`precompile`] of an image of `module`: compiled with the module's options, messages name

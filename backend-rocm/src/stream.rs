@@ -12,7 +12,7 @@ use crate::graph::{Capture, Op, RocmGraph, Segment};
 use crate::module::{self, RocmKernel};
 use crate::result::{self, unsupported};
 use crate::sys;
-use crate::vendor::{MemPool, MemoryRegistry, RawStream, Region, RocmEvent};
+use crate::vendor::{MemPool, MemoryRegistry, RawStream, Region, Rocm, RocmEvent};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_int;
@@ -29,15 +29,7 @@ use xthunk_core::{Error, Result};
 /// provider calls on each rank's thread. (`Device` has no downcast, so the device is reached
 /// through a short-lived stream of it.)
 pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
-    let stream = device.create_stream()?;
-    let Some(s) = stream.as_any().downcast_ref::<RocmStream>() else {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a ROCm device (backend `{}`)",
-            device.info().name,
-            device.backend_name()
-        )));
-    };
-    s.ctx.bind()
+    xthunk_gpu::stream::bind_current::<Rocm, RocmStream>(device, |s| &s.ctx)
 }
 
 /// A HIP stream.

@@ -12,8 +12,8 @@
 //! Each takes a stream the device created and memory it allocated; the checks before anything
 //! raw is issued are core's ([`xthunk_core::backend::baseline`]), and the same work goes once
 //! through the backend's checked path first (validation and untimed warm-up). Every raw call
-//! relies on the stream's device being current, which [`BaselineVendor::bind`] makes it after
-//! the checked path's synchronize.
+//! relies on the stream's device being current, which [`Vendor::bind`] makes it after the
+//! checked path's synchronize.
 
 use std::ffi::c_void;
 use std::sync::Arc;
@@ -22,45 +22,39 @@ use xthunk_core::backend::baseline::{
     BaselineCalls, MAX_LAUNCH_ARGS, RawBaseline, RawGemm, RawGemmCall, RawLaunches, check_copy,
     launch_slots,
 };
-use xthunk_core::backend::{DeviceMemory, KernelHandle, LaunchArg, LaunchDims, Stream};
-use xthunk_core::ir::DType;
+use xthunk_core::backend::{DeviceMemory, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
 use xthunk_core::{Error, Result};
 
-/// A device's raw calls for the baselines. The implementing value is one device's baseline
-/// state (its context, its BLAS library if any).
+use crate::args::arg_slot;
+use crate::errors;
+use crate::vendor::Vendor;
+
+/// A vendor's raw calls for the baselines (beside its [`Vendor`] calls). Implemented on a
+/// marker of the vendor crate's bench module, so that its BLAS types stay private.
 pub trait BaselineVendor: Send + Sync + 'static {
+    /// The vendor.
+    type Vendor: Vendor;
     /// The vendor's stream.
     type Stream: Stream + 'static;
     /// The vendor's kernel handle.
     type Kernel: KernelHandle + 'static;
-    /// The BLAS library the device loaded.
-    type BlasLibrary: Send + Sync;
+    /// The BLAS library a device loaded.
+    type BlasLibrary: Send + Sync + 'static;
     /// A BLAS handle of the baseline's own, bound to one stream; dropping it destroys it.
-    type BlasHandle: Send + Sync;
-    /// The BLAS data and compute types of a gemm.
-    type GemmTypes: Copy;
+    type BlasHandle: Send + 'static;
+    /// One gemm ready for the vendor's gemm call (types, shapes, addresses, scalars).
+    type GemmCall;
 
-    /// How messages name the vendor (`CUDA`, `ROCm`).
-    const NAME: &'static str;
-    /// The backend name in errors (`cuda`, `rocm`).
-    const BACKEND: &'static str;
     /// The vendor calls made.
     const CALLS: BaselineCalls;
 
-    /// The device's name, for messages.
-    fn device_name(&self) -> &str;
-    /// Whether `stream` belongs to this device.
-    fn owns(&self, stream: &Self::Stream) -> bool;
-    /// Makes `stream`'s device current on this thread (after the checked synchronize).
-    fn bind(stream: &Self::Stream) -> Result<()>;
+    /// The state of the device `stream` belongs to.
+    fn stream_context(stream: &Self::Stream) -> &Arc<Ctx<Self>>;
     /// Waits for `stream` with the raw call (its device current).
     fn raw_sync(stream: &Self::Stream) -> Result<()>;
-    /// A launch argument's 8-byte slot, as the backend marshals it.
-    fn arg_slot(arg: &LaunchArg) -> u64;
     /// What must hold before raw copies from `src` to `dst` on `stream` (whose device is
     /// current): the vendor's own limits, its entry point present.
     fn prepare_copy(
-        &self,
         stream: &Self::Stream,
         src: &dyn DeviceMemory,
         dst: &dyn DeviceMemory,
@@ -83,8 +77,6 @@ pub trait BaselineVendor: Send + Sync + 'static {
         dims: LaunchDims,
         params: *mut *mut c_void,
     ) -> Result<()>;
-    /// The device's BLAS library, or `Unsupported` saying why it has none.
-    fn blas_library(&self) -> Result<Arc<Self::BlasLibrary>>;
     /// The library's file, as the report names it.
     fn blas_path(library: &Self::BlasLibrary) -> String;
     /// A handle of `library` bound to `stream` (its device current).
@@ -92,36 +84,42 @@ pub trait BaselineVendor: Send + Sync + 'static {
         library: &Arc<Self::BlasLibrary>,
         stream: &Self::Stream,
     ) -> Result<Self::BlasHandle>;
-    /// The BLAS types of a gemm of `dtype`, when the baseline supports it.
-    fn gemm_types(dtype: DType) -> Option<Self::GemmTypes>;
-    /// One raw gemm `C = A B`, column-major, no transposes (`lda = m`, `ldb = k`, `ldc = m`),
-    /// alpha 1 and beta 0.
+    /// `g` (checked: `checked` is the same gemm as the backend's checked path runs it) as
+    /// the vendor's gemm call, or `Unsupported`.
+    fn prepare_gemm(g: &RawGemmCall<'_>, checked: &GemmLaunch) -> Result<Self::GemmCall>;
+    /// One raw gemm.
     ///
     /// # Safety
-    /// The handle is live and bound to a live stream whose device is current; A (m x k),
-    /// B (k x n) and C (m x n) lie inside live allocations, C overlapping neither input.
-    unsafe fn raw_gemm(
-        handle: &Self::BlasHandle,
-        types: Self::GemmTypes,
-        dims: [i32; 3],
-        abc: [u64; 3],
-    ) -> Result<()>;
+    /// The handle is live and bound to a live stream whose device is current; the call's
+    /// operands lie inside live allocations, C overlapping neither input.
+    unsafe fn raw_gemm(handle: &Self::BlasHandle, call: &Self::GemmCall) -> Result<()>;
 }
 
+/// The device state of a baseline vendor.
+type Ctx<V> = <<V as BaselineVendor>::Vendor as Vendor>::Context;
+
 /// One device's raw baselines over its vendor's calls.
-pub struct Baseline<V>(pub V);
+pub struct Baseline<V: BaselineVendor> {
+    ctx: Arc<Ctx<V>>,
+    /// The device's BLAS library, or why it has none.
+    blas: std::result::Result<Arc<V::BlasLibrary>, String>,
+}
 
 impl<V: BaselineVendor> Baseline<V> {
+    pub fn new(ctx: Arc<Ctx<V>>, blas: std::result::Result<Arc<V::BlasLibrary>, String>) -> Self {
+        Baseline { ctx, blas }
+    }
+
     /// `stream` as a stream of this device.
     fn stream<'s>(&self, stream: &'s dyn Stream) -> Result<&'s V::Stream> {
         let s = vendor_stream::<V>(stream)?;
-        if self.0.owns(s) {
+        if Arc::ptr_eq(V::stream_context(s), &self.ctx) {
             Ok(s)
         } else {
             Err(Error::InvalidArgument(format!(
                 "the stream belongs to another {} device than {}",
-                V::NAME,
-                self.0.device_name()
+                V::Vendor::NAME,
+                V::Vendor::device_name(&self.ctx)
             )))
         }
     }
@@ -131,7 +129,7 @@ fn vendor_stream<V: BaselineVendor>(stream: &dyn Stream) -> Result<&V::Stream> {
     stream.as_any().downcast_ref::<V::Stream>().ok_or_else(|| {
         Error::InvalidArgument(format!(
             "the stream does not belong to the {} backend",
-            V::NAME
+            V::Vendor::NAME
         ))
     })
 }
@@ -140,7 +138,7 @@ fn vendor_stream<V: BaselineVendor>(stream: &dyn Stream) -> Result<&V::Stream> {
 /// thread (every raw call relies on that).
 fn sync<V: BaselineVendor>(stream: &V::Stream) -> Result<()> {
     Stream::synchronize(stream)?;
-    V::bind(stream)
+    V::Vendor::bind(V::stream_context(stream))
 }
 
 impl<V: BaselineVendor> RawBaseline for Baseline<V> {
@@ -161,10 +159,10 @@ impl<V: BaselineVendor> RawBaseline for Baseline<V> {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}` was not loaded by the {} backend",
                 kernel.name(),
-                V::NAME
+                V::Vendor::NAME
             )));
         };
-        let slots = launch_slots(launches, buffers, V::arg_slot)?;
+        let slots = launch_slots(launches, buffers, arg_slot)?;
         for args in launches {
             stream.launch(kernel, dims, args)?;
         }
@@ -190,7 +188,7 @@ impl<V: BaselineVendor> RawBaseline for Baseline<V> {
         let n = check_copy(src, dst, bytes)?;
         stream.copy(src.ptr(), dst.ptr(), bytes)?;
         sync::<V>(s)?;
-        self.0.prepare_copy(s, src, dst)?;
+        V::prepare_copy(s, src, dst)?;
         let (a, b) = (src.ptr().0, dst.ptr().0);
         let start = Instant::now();
         for _ in 0..times {
@@ -206,7 +204,15 @@ impl<V: BaselineVendor> RawBaseline for Baseline<V> {
 
     fn blas(&self, stream: Arc<dyn Stream>) -> Result<Box<dyn RawGemm>> {
         let s = self.stream(stream.as_ref())?;
-        let library = self.0.blas_library()?;
+        let library = match &self.blas {
+            Ok(lib) => lib.clone(),
+            Err(why) => {
+                return Err(errors::unsupported(
+                    V::Vendor::BACKEND,
+                    format!("raw {0} gemm: {0} is unavailable ({why})", V::CALLS.blas),
+                ));
+            }
+        };
         sync::<V>(s)?;
         let handle = V::blas_handle(&library, s)?;
         let path = V::blas_path(&library);
@@ -276,30 +282,23 @@ impl<V: BaselineVendor> RawGemm for Gemm<V> {
         &self.path
     }
 
-    /// `C = A B` column-major with no transposes, f32 compute (f64 for f64).
+    /// `C = A B`, alpha 1 and beta 0, as the vendor's gemm call prepared it.
     fn gemm_loop(&self, g: &RawGemmCall<'_>, reps: usize) -> Result<Duration> {
         let s = vendor_stream::<V>(self.stream.as_ref())?;
-        let Some(types) = V::gemm_types(g.dtype) else {
-            return Err(Error::Unsupported {
-                backend: V::BACKEND.into(),
-                feature: format!("raw {} gemm of {}", V::CALLS.blas, g.dtype),
-            });
-        };
         let Some(handle) = &self.handle else {
             return Err(Error::InvalidArgument("the BLAS handle is gone".into()));
         };
         let checked = g.checked_launch()?;
-        let dims = g.dims_i32(V::CALLS.blas)?;
+        let call = V::prepare_gemm(g, &checked)?;
         self.stream.gemm(&checked)?;
         sync::<V>(s)?;
-        let abc = [g.a.ptr().0, g.b.ptr().0, g.c.ptr().0];
         let start = Instant::now();
         for _ in 0..reps {
             // SAFETY: the handle is live and bound to this live stream, whose device is
             // current (bound by `sync`); A, B and C lie inside the borrowed, live buffers with
             // the leading dimensions given, C overlaps neither input (checked by
             // `checked_launch` and by the backend's checked gemm).
-            unsafe { V::raw_gemm(handle, types, dims, abc) }?;
+            unsafe { V::raw_gemm(handle, &call) }?;
         }
         V::raw_sync(s)?;
         Ok(start.elapsed())

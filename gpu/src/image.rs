@@ -1,7 +1,8 @@
 //! What both vendors check on a device-code image before loading it: its source stamp
-//! against the module's source ([`stamp`]). (Reading the images is the vendors' business,
+//! against the module's source ([`stamp`]); and the module a bare image is compiled as. (Reading the images is the vendors' business,
 //! with the one ELF reader, [`crate::elf`].)
 
+use xthunk_core::ir::Module;
 use xthunk_core::kernels::portable::stamp;
 
 /// Whether a compiled image whose symbols are `symbols` may be used for `module`: `Err` with
@@ -26,5 +27,15 @@ pub fn check_stamp<'a>(
         stamp::Stamp::Differs { found } => {
             Err(stamp::stale_message(module, image, expected, &found))
         }
+    }
+}
+
+/// The module a bare image is compiled as (`xthunk compile` of one image, with no module
+/// around it): named `source`, default options.
+pub fn bare_module() -> Module {
+    Module {
+        name: "source".into(),
+        images: vec![],
+        options: Default::default(),
     }
 }

@@ -17,6 +17,7 @@
 //! - [`stream`]: the raw stream handle that streams and stream-ordered allocations share;
 //! - [`event`]: events (timing, waits, queries);
 //! - [`image`]: the source-stamp check of device-code images;
+//! - [`args`]: kernel-argument marshalling (8-byte slots, checked buffer regions);
 //! - [`errors`]: the `Unavailable` / `Unsupported` errors of a backend.
 //!
 //! Each vendor trait is small: associated types for the vendor's raw handles and one
@@ -24,6 +25,7 @@
 //! a marker type (`xthunk_cuda::Cuda`, `xthunk_rocm::Rocm`, in their `vendor.rs` and
 //! `pool.rs`) and [`bench::BaselineVendor`] on a device's baseline state.
 
+pub mod args;
 pub mod bench;
 pub mod elf;
 pub mod errors;

@@ -1,9 +1,11 @@
 //! What every vendor's streams share: [`RawStream`], a raw stream handle destroyed when its
 //! last owner goes (the vendor's stream, and the stream-ordered allocations made on it, which
-//! are freed in its order and so keep it alive).
+//! are freed in its order and so keep it alive), and [`bind_current`].
 
 use crate::vendor::Vendor;
 use std::sync::Arc;
+use xthunk_core::backend::{Device, Stream};
+use xthunk_core::{Error, Result};
 
 /// A raw stream, destroyed when the last owner goes.
 pub struct RawStream<V: Vendor> {
@@ -49,4 +51,25 @@ impl<V: Vendor> Drop for RawStream<V> {
             tracing::error!("{e}");
         }
     }
+}
+
+/// Makes `device` (a device of vendor `V` whose streams are `S`) current on the calling
+/// thread, as libraries built on the vendor's runtime expect of a thread that creates their
+/// objects (NCCL's and RCCL's communicators bind to the current device). `Device` has no
+/// downcast, so the device is reached through a short-lived stream of it, whose state
+/// `context` gives.
+pub fn bind_current<V: Vendor, S: Stream + 'static>(
+    device: &dyn Device,
+    context: impl Fn(&S) -> &V::Context,
+) -> Result<()> {
+    let stream = device.create_stream()?;
+    let Some(s) = stream.as_any().downcast_ref::<S>() else {
+        return Err(Error::InvalidArgument(format!(
+            "{} is not a {} device (backend `{}`)",
+            device.info().name,
+            V::NAME,
+            device.backend_name()
+        )));
+    };
+    V::bind(context(s))
 }

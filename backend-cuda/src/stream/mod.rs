@@ -7,14 +7,16 @@
 //! `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` capture, [`Stream::end_capture`] ends it and hands
 //! the recording to [`crate::graph`].
 
+mod conditional;
+
 use crate::blas::BlasSlot;
-use crate::conditional::{self, ConditionalSlot};
+use crate::conditional::ConditionalSlot;
 use crate::context::DeviceContext;
 use crate::graph::CudaGraph;
 use crate::module::{self, CudaKernel};
 use crate::result::cu;
 use crate::sys::{self, CUstreamCaptureMode};
-use crate::vendor::{self, CudaEvent, MemPool, MemoryRegistry, RawStream};
+use crate::vendor::{self, Cuda, CudaEvent, MemPool, MemoryRegistry, RawStream};
 use std::any::Any;
 use std::sync::Arc;
 use xthunk_core::backend::{
@@ -31,15 +33,7 @@ use xthunk_core::{Error, Result};
 /// calls on each rank's thread. (`Device` has no downcast, so the context is reached through
 /// a short-lived stream of the device.)
 pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
-    let stream = device.create_stream()?;
-    let Some(s) = stream.as_any().downcast_ref::<CudaStream>() else {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a CUDA device (backend `{}`)",
-            device.info().name,
-            device.backend_name()
-        )));
-    };
-    s.ctx.bind()
+    xthunk_gpu::stream::bind_current::<Cuda, CudaStream>(device, |s| &s.ctx)
 }
 
 /// A CUDA stream.
@@ -273,7 +267,7 @@ impl Stream for CudaStream {
         g.launch(self.raw)
     }
 
-    /// Conditional graph nodes (CUDA 12.4+; see [`crate::conditional`]).
+    /// Conditional graph nodes (CUDA 12.4+; see [`crate::conditional`] and `conditional`).
     fn create_condition(&self) -> Result<ConditionHandle> {
         conditional::create(self)
     }
