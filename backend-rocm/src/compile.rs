@@ -599,17 +599,12 @@ impl Compiler {
         image: &ModuleImage,
         target: &str,
     ) -> Result<CompileOutput, Error> {
-        match image {
-            ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
-            ModuleImage::Source { code } => {
-                let unit = portable::module_source_with(&module.name, code, &module.options);
-                Ok(self.compile(&unit, target)?)
-            }
-            other => Err(Error::InvalidArgument(format!(
-                "a {} image is not portable source; only `standard` and `source` images are compiled",
-                other.describe()
-            ))),
-        }
+        let Some(unit) = xthunk_gpu::image::portable_source(module, image) else {
+            return Err(Error::InvalidArgument(xthunk_gpu::image::not_portable(
+                image,
+            )));
+        };
+        Ok(self.compile(&unit, target)?)
     }
 }
 

@@ -1,9 +1,10 @@
 //! What both vendors check on a device-code image before loading it: its source stamp
-//! against the module's source ([`stamp`]); and the module a bare image is compiled as. (Reading the images is the vendors' business,
+//! against the module's source ([`stamp`]); and what a portable image compiles as (its
+//! translation unit; the module a bare image is compiled in). (Reading the images is the vendors' business,
 //! with the one ELF reader, [`crate::elf`].)
 
-use xthunk_core::ir::Module;
-use xthunk_core::kernels::portable::stamp;
+use xthunk_core::ir::{Module, ModuleImage};
+use xthunk_core::kernels::portable::{self, stamp};
 
 /// Whether a compiled image whose symbols are `symbols` may be used for `module`: `Err` with
 /// the message when its source stamp differs from `expected` (the module's source); an image
@@ -38,4 +39,27 @@ pub fn bare_module() -> Module {
         images: vec![],
         options: Default::default(),
     }
+}
+
+/// The translation unit a portable image of `module` compiles as: the standard library for
+/// `standard`, the module's code with its options (and the prelude) for `source`; `None` for
+/// an image that is not portable source.
+pub fn portable_source(module: &Module, image: &ModuleImage) -> Option<String> {
+    match image {
+        ModuleImage::Standard => Some(portable::standard_source().to_string()),
+        ModuleImage::Source { code } => Some(portable::module_source_with(
+            &module.name,
+            code,
+            &module.options,
+        )),
+        _ => None,
+    }
+}
+
+/// Why `image` is not compiled: it is not portable source.
+pub fn not_portable(image: &ModuleImage) -> String {
+    format!(
+        "a {} image is not portable source; only `standard` and `source` images are compiled",
+        image.describe()
+    )
 }
