@@ -22,6 +22,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{MemorySpace, MemsetPattern};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::args::vendor_kernel;
 
 /// Makes `device` (a device of this backend) current on the calling thread (`hipSetDevice`,
 /// per thread), as RCCL's `ncclCommInitRank` and `ncclCommSplit` need: they bind the new
@@ -89,13 +90,7 @@ impl RocmStream {
         let api = &self.ctx.hip.api;
         match op {
             Op::Copy { src, dst, size } => {
-                let s = self.region(*src, *size)?;
-                let d = self.region(*dst, *size)?;
-                if s.overlaps(&d) {
-                    return Err(Error::InvalidArgument(format!(
-                        "copy of {size} bytes from {src} to {dst}: the ranges overlap"
-                    )));
-                }
+                let (s, d) = self.memory.copy_regions(*src, *dst, *size)?;
                 if dry || *size == 0 {
                     return Ok(());
                 }
@@ -155,12 +150,7 @@ impl RocmStream {
                 result::hip(call, rc)
             }
             Op::Launch { kernel, dims, args } => {
-                let Some(k) = kernel.as_any().downcast_ref::<RocmKernel>() else {
-                    return Err(Error::InvalidArgument(format!(
-                        "kernel `{}` was not loaded by the ROCm backend",
-                        kernel.name()
-                    )));
-                };
+                let k = vendor_kernel::<Rocm, RocmKernel>(kernel)?;
                 if k.ordinal != self.ctx.ordinal {
                     return Err(Error::InvalidArgument(format!(
                         "kernel `{}` was loaded on rocm:{}, the stream is on rocm:{}",

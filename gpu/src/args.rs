@@ -7,9 +7,23 @@
 use crate::memory::{MemoryRegistry, Region};
 use crate::vendor::Vendor;
 use std::ffi::c_void;
-use xthunk_core::backend::LaunchArg;
+use std::sync::Arc;
+use xthunk_core::backend::{KernelHandle, LaunchArg};
 use xthunk_core::ir::Scalar;
 use xthunk_core::{Error, Result};
+
+/// `kernel` as a kernel of vendor `V` (whose kernels are `K`).
+pub fn vendor_kernel<V: Vendor, K: KernelHandle + 'static>(
+    kernel: &Arc<dyn KernelHandle>,
+) -> Result<&K> {
+    kernel.as_any().downcast_ref::<K>().ok_or_else(|| {
+        Error::InvalidArgument(format!(
+            "kernel `{}` was not loaded by the {} backend",
+            kernel.name(),
+            V::NAME
+        ))
+    })
+}
 
 /// An immediate's slot: the bytes of its C type first (little-endian, as the device reads
 /// them), zeros after.

@@ -25,7 +25,7 @@ use xthunk_core::backend::baseline::{
 use xthunk_core::backend::{DeviceMemory, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
 use xthunk_core::{Error, Result};
 
-use crate::args::arg_slot;
+use crate::args::{arg_slot, vendor_kernel};
 use crate::errors;
 use crate::vendor::Vendor;
 
@@ -155,13 +155,7 @@ impl<V: BaselineVendor> RawBaseline for Baseline<V> {
         buffers: &'a [&'a dyn DeviceMemory],
     ) -> Result<Box<dyn RawLaunches + 'a>> {
         let s = self.stream(stream)?;
-        let Some(k) = kernel.as_any().downcast_ref::<V::Kernel>() else {
-            return Err(Error::InvalidArgument(format!(
-                "kernel `{}` was not loaded by the {} backend",
-                kernel.name(),
-                V::Vendor::NAME
-            )));
-        };
+        let k = vendor_kernel::<V::Vendor, V::Kernel>(kernel)?;
         let slots = launch_slots(launches, buffers, arg_slot)?;
         for args in launches {
             stream.launch(kernel, dims, args)?;

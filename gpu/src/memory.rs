@@ -241,6 +241,23 @@ impl<V: Vendor> MemoryRegistry<V> {
         })
     }
 
+    /// The source and destination regions of a copy of `size` bytes, which must not overlap.
+    pub fn copy_regions(
+        &self,
+        src: DevicePtr,
+        dst: DevicePtr,
+        size: u64,
+    ) -> Result<(Region<V>, Region<V>)> {
+        let s = self.region(src, size)?;
+        let d = self.region(dst, size)?;
+        if s.overlaps(&d) {
+            return Err(Error::InvalidArgument(format!(
+                "copy of {size} bytes from {src} to {dst}: the ranges overlap"
+            )));
+        }
+        Ok((s, d))
+    }
+
     pub fn stats(&self) -> MemoryStats {
         self.accounting.stats()
     }

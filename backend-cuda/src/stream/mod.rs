@@ -25,6 +25,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::MemsetPattern;
 use xthunk_core::{Error, Result};
+use xthunk_gpu::args::vendor_kernel;
 
 /// Makes `device` (a device of this backend) current on the calling thread: its primary
 /// context becomes the thread's current context (`cuCtxSetCurrent`), which is what libraries
@@ -93,13 +94,7 @@ impl CudaStream {
 
 impl Stream for CudaStream {
     fn copy(&self, src: DevicePtr, dst: DevicePtr, size: u64) -> Result<()> {
-        let s = self.memory.region(src, size)?;
-        let d = self.memory.region(dst, size)?;
-        if s.overlaps(&d) {
-            return Err(Error::InvalidArgument(format!(
-                "copy of {size} bytes from {src} to {dst}: the ranges overlap"
-            )));
-        }
+        let (s, d) = self.memory.copy_regions(src, dst, size)?;
         if size == 0 {
             return Ok(());
         }
@@ -157,12 +152,7 @@ impl Stream for CudaStream {
         dims: LaunchDims,
         args: &[LaunchArg],
     ) -> Result<()> {
-        let Some(k) = kernel.as_any().downcast_ref::<CudaKernel>() else {
-            return Err(Error::InvalidArgument(format!(
-                "kernel `{}` was not loaded by the CUDA backend",
-                kernel.name()
-            )));
-        };
+        let k = vendor_kernel::<Cuda, CudaKernel>(kernel)?;
         if dims.grid.count() == 0 || dims.block.count() == 0 {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}`: empty launch (grid {}, block {})",
