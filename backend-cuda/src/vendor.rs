@@ -1,6 +1,6 @@
 //! The CUDA driver's raw calls behind the shared GPU layer ([`xthunk_gpu`]): [`Cuda`]
 //! implements [`Vendor`] (memory, streams, events; the pool's calls are in
-//! [`crate::pool`]), and the shared types are named here for this crate.
+//! `pool.rs`), and the shared types are named here for this crate.
 //!
 //! Memory spaces: `Device` -> `cuMemAlloc`; `HostPinned` -> `cuMemAllocHost` (its device
 //! address, equal to the host address under unified addressing); `Unified` ->

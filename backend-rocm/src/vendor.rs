@@ -1,6 +1,6 @@
 //! The HIP runtime's raw calls behind the shared GPU layer ([`xthunk_gpu`]): [`Rocm`]
 //! implements [`Vendor`] (memory, streams, events; the pool's calls are in
-//! [`crate::pool`]), and the shared types are named here for this crate.
+//! `pool.rs`), and the shared types are named here for this crate.
 //!
 //! Memory: `hipMalloc` (device), `hipMallocManaged` (unified, where the device has managed
 //! memory), `hipHostMalloc` mapped and portable (pinned host memory, used by the device at

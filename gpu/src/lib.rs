@@ -7,7 +7,7 @@
 //!
 //! - [`elf`]: the one ELF reader (cubins, AMD code objects): header, symbols, notes;
 //! - [`msgpack`]: the one MessagePack reader (AMD code-object metadata);
-//! - [`bench`]: the raw vendor baselines' loops for `xthunk bench`, over
+//! - [`bench`](mod@bench): the raw vendor baselines' loops for `xthunk bench`, over
 //!   [`bench::BaselineVendor`];
 //! - [`vendor`]: the [`Vendor`] trait, a vendor's raw calls and handle types;
 //! - [`memory`]: allocations, the registry every pointer range is checked against, checked
