@@ -297,8 +297,133 @@ impl<V: Vendor> Drop for Buffer<V> {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used, clippy::panic)]
 mod tests {
     use super::*;
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    /// A vendor whose allocator hands out addresses from a counter (`next`), records every
+    /// allocation size asked and every free, and guarantees `GUARANTEE` alignment when it is
+    /// not 0.
+    #[derive(Debug)]
+    struct Fake<const GUARANTEE: u64>;
+
+    #[derive(Debug, Default)]
+    struct Ctx {
+        next: AtomicU64,
+        asked: Mutex<Vec<u64>>,
+        freed: Mutex<Vec<u64>>,
+    }
+
+    impl<const G: u64> Vendor for Fake<G> {
+        const NAME: &'static str = "Fake";
+        const BACKEND: &'static str = "fake";
+        const DEVICE: &'static str = "fake device";
+        type Context = Ctx;
+        type RawStream = ();
+        type RawEvent = ();
+        type RawMemory = u64;
+        fn bind(_: &Ctx) -> Result<()> {
+            Ok(())
+        }
+        fn device_name(_: &Ctx) -> &str {
+            "fake:0"
+        }
+        fn guaranteed_alignment(_: MemorySpace) -> Option<u64> {
+            (G > 0).then_some(G)
+        }
+        fn allocate(
+            ctx: &Ctx,
+            _: MemorySpace,
+            bytes: u64,
+            _: &dyn Fn() -> Error,
+        ) -> Result<(u64, u64)> {
+            ctx.asked.lock().unwrap().push(bytes);
+            let addr = ctx.next.fetch_add(bytes, Ordering::Relaxed);
+            Ok((addr, addr))
+        }
+        unsafe fn free(ctx: &Ctx, raw: &u64) -> Result<()> {
+            ctx.freed.lock().unwrap().push(*raw);
+            Ok(())
+        }
+        unsafe fn destroy_stream(_: &Ctx, _: ()) -> Result<()> {
+            Ok(())
+        }
+        fn create_event(_: &Ctx, _: bool) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn destroy_event(_: &Ctx, _: ()) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn event_elapsed_ms(_: &Ctx, _: (), _: ()) -> Result<f32> {
+            Ok(0.0)
+        }
+        unsafe fn event_synchronize(_: &Ctx, _: ()) -> Result<()> {
+            Ok(())
+        }
+        unsafe fn event_query(_: &Ctx, _: ()) -> Result<bool> {
+            Ok(true)
+        }
+    }
+
+    fn setup<const G: u64>(start: u64) -> (Arc<MemoryRegistry<Fake<G>>>, Arc<Ctx>) {
+        let ctx = Arc::new(Ctx::default());
+        ctx.next.store(start, Ordering::Relaxed);
+        (Arc::new(MemoryRegistry::default()), ctx)
+    }
+
+    #[test]
+    fn without_a_guarantee_a_misaligned_address_is_padded_on_a_second_try() {
+        let (reg, ctx) = setup::<0>(0x1010);
+        let b = reg.allocate(&ctx, 100, 256, MemorySpace::Device).unwrap();
+        assert_eq!(b.ptr().0 % 256, 0);
+        assert_eq!(*ctx.asked.lock().unwrap(), [100, 356]);
+        assert_eq!(*ctx.freed.lock().unwrap(), [0x1010]);
+        // Aligned at once: one allocation.
+        let (reg, ctx) = setup::<0>(0x1000);
+        let b = reg.allocate(&ctx, 0, 256, MemorySpace::Device).unwrap();
+        assert_eq!((b.ptr().0, b.size()), (0x1000, 0));
+        assert_eq!(*ctx.asked.lock().unwrap(), [1]);
+    }
+
+    #[test]
+    fn with_a_guarantee_a_larger_alignment_is_padded_up_front() {
+        let (reg, ctx) = setup::<256>(0x1100);
+        let b = reg.allocate(&ctx, 100, 4096, MemorySpace::Device).unwrap();
+        assert_eq!(b.ptr().0, 0x2000);
+        assert_eq!(*ctx.asked.lock().unwrap(), [4196]);
+        let c = reg.allocate(&ctx, 100, 64, MemorySpace::Device).unwrap();
+        assert_eq!(ctx.asked.lock().unwrap()[1], 100);
+        assert!(reg.allocate(&ctx, 1, 3, MemorySpace::Device).is_err());
+        drop((b, c));
+        assert_eq!(ctx.freed.lock().unwrap().len(), 2);
+        let stats = reg.stats();
+        assert_eq!(
+            (stats.live_bytes, stats.live_allocations, stats.peak_bytes),
+            (0, 0, 200)
+        );
+    }
+
+    #[test]
+    fn ranges_are_checked_and_regions_keep_the_memory() {
+        let (reg, ctx) = setup::<256>(0x1000);
+        let b = reg.allocate(&ctx, 64, 1, MemorySpace::Device).unwrap();
+        let p = b.ptr();
+        assert!(reg.region(p, 64).is_ok());
+        assert!(reg.region(p, 65).is_err());
+        assert!(reg.region(DevicePtr(p.0 + 64), 1).is_err());
+        let (s, d) = reg.copy_regions(p, DevicePtr(p.0 + 32), 32).unwrap();
+        assert!(!s.overlaps(&d));
+        assert!(reg.copy_regions(p, DevicePtr(p.0 + 16), 32).is_err());
+        let held = reg.region(p, 8).unwrap();
+        drop((s, d, b));
+        // Unregistered with the buffer, freed with the last region.
+        assert!(reg.region(p, 8).is_err());
+        assert!(ctx.freed.lock().unwrap().is_empty());
+        drop(held);
+        assert_eq!(*ctx.freed.lock().unwrap(), [0x1000]);
+    }
 
     #[test]
     fn rounding() {
