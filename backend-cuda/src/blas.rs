@@ -13,12 +13,12 @@
 
 use crate::context::DeviceContext;
 use crate::loader::{CUBLAS_LIBRARY_NAMES, CUBLAS_WHEEL_DIRS, CublasApi, NotFound, SearchConfig};
-use crate::memory::MemoryRegistry;
 use crate::result::{BACKEND, cublas, unsupported};
 use crate::sys::{
     self, CUBLAS_COMPUTE_32F, CUBLAS_COMPUTE_64F, CUBLAS_GEMM_DEFAULT, CUBLAS_OP_N, CUBLAS_OP_T,
     CUDA_R_16BF, CUDA_R_16F, CUDA_R_32F, CUDA_R_64F, cublasHandle_t,
 };
+use crate::vendor::MemoryRegistry;
 use parking_lot::Mutex;
 use std::ffi::{c_int, c_longlong, c_void};
 use std::path::PathBuf;

@@ -424,6 +424,23 @@ impl Compiler {
         self.compile(source, t)
     }
 
+    /// Compiles a module image that needs compiling (`Standard`, `Source`) for a device of
+    /// architecture `sm` (as ROCm's `Compiler::compile_image` does for a gfx target).
+    /// Messages name the module `module` and point at the user's lines.
+    pub fn compile_image(
+        &self,
+        module: &Module,
+        image: &ModuleImage,
+        sm: u32,
+    ) -> Result<CompileOutput, Error> {
+        let Some(unit) = xthunk_gpu::image::portable_source(module, image) else {
+            return Err(Error::InvalidArgument(xthunk_gpu::image::not_portable(
+                image,
+            )));
+        };
+        self.compile_for_device(&unit, sm)
+    }
+
     /// Compiles a complete translation unit (prelude included) for `target`, through the
     /// disk cache. A compile error is `Error::Module` carrying NVRTC's log.
     pub fn compile(&self, source: &str, target: Target) -> Result<CompileOutput, Error> {
@@ -509,12 +526,7 @@ pub fn compile_for_target(source: &str, target: &str) -> Result<Vec<u8>, Error> 
 /// become `Cubin { arch, data }` (for `sm_XX`) or `Ptx` (for `compute_XX`); other images
 /// give `None` (they need no compiling).
 pub fn precompile(image: &ModuleImage, target: &str) -> Result<Option<ModuleImage>, Error> {
-    let module = Module {
-        name: "source".into(),
-        images: vec![],
-        options: Default::default(),
-    };
-    precompile_module(&module, image, target)
+    precompile_module(&xthunk_gpu::image::bare_module(), image, target)
 }
 
 /// [`precompile`] of an image of `module`: compiled with the module's options, messages name
@@ -524,12 +536,8 @@ pub fn precompile_module(
     image: &ModuleImage,
     target: &str,
 ) -> Result<Option<ModuleImage>, Error> {
-    let source = match image {
-        ModuleImage::Standard => portable::standard_source().to_string(),
-        ModuleImage::Source { code } => {
-            portable::module_source_with(&module.name, code, &module.options)
-        }
-        _ => return Ok(None),
+    let Some(source) = xthunk_gpu::image::portable_source(module, image) else {
+        return Ok(None);
     };
     let t = Target::parse(target)?;
     let data = compile_for_target(&source, target)?;

@@ -48,8 +48,8 @@ impl CompilerSlot {
 
 /// What every object of one CUDA device shares; the primary context is retained for as long
 /// as this lives.
-pub(crate) struct DeviceContext {
-    dev: sys::CUdevice,
+pub struct DeviceContext {
+    pub(crate) dev: sys::CUdevice,
     raw: sys::CUcontext,
     /// The device's name (`NVIDIA H100 80GB HBM3`).
     pub(crate) name: String,

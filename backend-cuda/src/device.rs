@@ -20,12 +20,11 @@ use crate::compile::Compiler;
 use crate::conditional::ConditionalSlot;
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
-use crate::memory::{CudaBuffer, MemoryRegistry};
 use crate::module::StandardModule;
-use crate::pool::MemPool;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
-use crate::stream::{CudaEvent, CudaStream};
+use crate::stream::CudaStream;
 use crate::sys::{self, CUdevice_attribute, CUresult};
+use crate::vendor::{Cuda, CudaEvent, MemPool, MemoryRegistry};
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::c_char;
@@ -36,6 +35,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{DType, Dim3, MemorySpace, Module};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::Vendor as _;
 
 /// The oldest driver supported: CUDA 12.0 (`cuDriverGetVersion` encoding).
 pub const MIN_DRIVER_VERSION: i32 = 12000;
@@ -340,7 +340,7 @@ impl CudaDevice {
         if props.managed {
             memory_spaces.push(MemorySpace::Unified);
         }
-        let pool = match MemPool::create(&ctx, props.dev, props.memory_pools) {
+        let pool = match MemPool::create(&ctx, props.memory_pools) {
             Ok(p) => Some(p),
             Err(why) => {
                 tracing::info!(
@@ -383,7 +383,7 @@ impl CudaDevice {
 
 impl Device for CudaDevice {
     fn backend_name(&self) -> &'static str {
-        BACKEND
+        Cuda::BACKEND
     }
 
     fn info(&self) -> &DeviceInfo {
@@ -401,11 +401,8 @@ impl Device for CudaDevice {
                 feature: format!("{space} memory on {}", self.info.name),
             });
         }
-        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
-        Ok(Box::new(CudaBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        let buffer = self.memory.allocate(&self.ctx, size, alignment, space)?;
+        Ok(Box::new(buffer))
     }
 
     fn memory_stats(&self) -> MemoryStats {
@@ -465,9 +462,14 @@ impl Device for CudaDevice {
 
     #[cfg(feature = "bench")]
     fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
-        Some(Arc::new(crate::bench::CudaBaseline::new(
+        Some(Arc::new(xthunk_gpu::bench::Baseline::<
+            crate::bench::CudaBaselines,
+        >::new(
             self.ctx.clone(),
-            self.blas.library().cloned(),
+            self.blas
+                .library()
+                .cloned()
+                .ok_or_else(|| "libcublas.so.13/.12 was not found".to_string()),
         )))
     }
 }

@@ -7,6 +7,8 @@
 //! number is `e_flags & 0xff` and the virtual architecture `(e_flags >> 16) & 0xff`; with ABI
 //! version 8 (CUDA 12.8+ for sm_100 and later) the SM number is `(e_flags >> 8) & 0xff`.
 
+use xthunk_gpu::elf::{Elf, SHT_SYMTAB};
+
 /// `EM_CUDA`.
 pub const EM_CUDA: u16 = 190;
 
@@ -23,19 +25,6 @@ pub struct CubinInfo {
     pub functions: Vec<String>,
 }
 
-fn u16_at(d: &[u8], o: usize) -> Option<u16> {
-    Some(u16::from_le_bytes(d.get(o..o + 2)?.try_into().ok()?))
-}
-fn u32_at(d: &[u8], o: usize) -> Option<u32> {
-    Some(u32::from_le_bytes(d.get(o..o + 4)?.try_into().ok()?))
-}
-fn u64_at(d: &[u8], o: usize) -> Option<u64> {
-    Some(u64::from_le_bytes(d.get(o..o + 8)?.try_into().ok()?))
-}
-fn usize_at(d: &[u8], o: usize) -> Option<usize> {
-    usize::try_from(u64_at(d, o)?).ok()
-}
-
 /// The SM number encoded in `e_flags` for an ELF ABI version.
 pub fn sm_from_flags(abi_version: u8, e_flags: u32) -> u32 {
     if abi_version >= 8 {
@@ -45,67 +34,28 @@ pub fn sm_from_flags(abi_version: u8, e_flags: u32) -> u32 {
     }
 }
 
-/// Parses a 64-bit little-endian CUDA ELF. Errors say what is wrong.
+/// Parses a 64-bit little-endian CUDA ELF (with the GPU layer's one ELF reader,
+/// [`xthunk_gpu::elf`]). Errors say what is wrong.
 pub fn inspect(data: &[u8]) -> Result<CubinInfo, String> {
-    if data.len() < 64 || &data[..4] != b"\x7fELF" {
-        return Err("not an ELF file".into());
-    }
-    if data[4] != 2 || data[5] != 1 {
-        return Err("not a 64-bit little-endian ELF".into());
-    }
-    let bad = || "truncated or malformed ELF".to_string();
-    let machine = u16_at(data, 18).ok_or_else(bad)?;
-    if machine != EM_CUDA {
+    let elf = Elf::parse(data).map_err(|e| e.to_string())?;
+    if elf.machine != EM_CUDA {
         return Err(format!(
-            "ELF machine {machine}, not EM_CUDA ({EM_CUDA}): not a cubin"
+            "ELF machine {}, not EM_CUDA ({EM_CUDA}): not a cubin",
+            elf.machine
         ));
     }
-    let abi_version = data[8];
-    let e_flags = u32_at(data, 48).ok_or_else(bad)?;
-    let shoff = usize_at(data, 40).ok_or_else(bad)?;
-    let shentsize = u16_at(data, 58).ok_or_else(bad)? as usize;
-    let shnum = u16_at(data, 60).ok_or_else(bad)? as usize;
-    if shentsize < 64 {
-        return Err(bad());
-    }
-    let section = |i: usize| -> Option<(u32, usize, usize, u32, usize)> {
-        let o = shoff.checked_add(i.checked_mul(shentsize)?)?;
-        Some((
-            u32_at(data, o + 4)?,    // sh_type
-            usize_at(data, o + 24)?, // sh_offset
-            usize_at(data, o + 32)?, // sh_size
-            u32_at(data, o + 40)?,   // sh_link
-            usize_at(data, o + 56)?, // sh_entsize
-        ))
-    };
-    let mut functions = vec![];
-    for i in 0..shnum {
-        let (ty, off, size, link, entsize) = section(i).ok_or_else(bad)?;
-        if ty != 2 {
-            continue; // SHT_SYMTAB only
-        }
-        let (_, str_off, str_size, _, _) = section(link as usize).ok_or_else(bad)?;
-        let strtab = data
-            .get(str_off..str_off.checked_add(str_size).ok_or_else(bad)?)
-            .ok_or_else(bad)?;
-        let entsize = entsize.max(24);
-        for s in 0..size / entsize {
-            let o = off.checked_add(s * entsize).ok_or_else(bad)?;
-            let name_off = u32_at(data, o).ok_or_else(bad)? as usize;
-            let info = *data.get(o + 4).ok_or_else(bad)?;
-            if info & 0xf != 2 {
-                continue; // STT_FUNC only
-            }
-            let name = strtab.get(name_off..).ok_or_else(bad)?;
-            let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
-            functions.push(String::from_utf8_lossy(&name[..end]).into_owned());
-        }
-    }
+    let functions = elf
+        .symbols(&[SHT_SYMTAB])
+        .map_err(|e| e.to_string())?
+        .into_iter()
+        .filter(|s| s.is_function())
+        .map(|s| s.name)
+        .collect();
     Ok(CubinInfo {
-        machine,
-        abi_version,
-        e_flags,
-        sm: sm_from_flags(abi_version, e_flags),
+        machine: elf.machine,
+        abi_version: elf.abi_version,
+        e_flags: elf.flags,
+        sm: sm_from_flags(elf.abi_version, elf.flags),
         functions,
     })
 }

@@ -28,8 +28,10 @@
 //! - [`result`]: vendor result codes as errors, `unsupported`, `unavailable`;
 //! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
 //! - [`device`]: the backend (probing) and its devices;
-//! - [`memory`]: allocations and the registry every pointer range is checked against;
-//! - `pool`: the device's memory pool for stream-ordered allocation (`cuMemAllocFromPoolAsync`);
+//! - [`vendor`]: the driver's raw calls behind the shared GPU layer (`xthunk-gpu`: memory,
+//!   streams, events), and the shared types named for this crate;
+//! - `pool`: the driver calls of the device's memory pool for stream-ordered allocation
+//!   (`cuMemAllocFromPoolAsync`);
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
 //! - [`params`]: kernel parameters as the driver lays them out, and the launch check;
@@ -68,7 +70,6 @@ pub mod device;
 pub mod graph;
 pub mod image;
 pub mod loader;
-pub mod memory;
 pub mod module;
 pub mod params;
 mod pool;
@@ -76,6 +77,7 @@ pub mod result;
 pub mod stream;
 pub mod sys;
 pub mod target;
+pub mod vendor;
 
 pub use compile::{
     CacheStatus, CompileOutput, Compiler, KernelCache, compile_for_target, default_cache,
@@ -84,7 +86,7 @@ pub use compile::{
 pub use device::{CudaBackend, CudaDevice};
 pub use graph::CudaGraph;
 pub use loader::SearchConfig;
-pub use memory::CudaBuffer;
 pub use module::{CudaKernel, CudaModule};
-pub use stream::{CudaEvent, CudaStream, bind_current};
+pub use stream::{CudaStream, bind_current};
 pub use target::Target;
+pub use vendor::{Cuda, CudaBuffer, CudaEvent};

@@ -19,10 +19,10 @@
 
 use crate::context::DeviceContext;
 use crate::image;
-use crate::memory::{MemoryRegistry, Region};
 use crate::params::{self, ParamLayout};
 use crate::result::{cu, cu_describe};
 use crate::sys::{self, CUjit_option, CUresult};
+use crate::vendor::{Cuda, MemoryRegistry};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
@@ -33,6 +33,9 @@ use xthunk_core::ir::{Module, ModuleImage};
 use xthunk_core::kernels::portable::stamp;
 use xthunk_core::kernels::{KernelSignature, ParamKind, portable, standard_library};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::args::KernelArgs;
+#[cfg(test)]
+use xthunk_gpu::args::arg_slot;
 
 /// A loaded `CUmodule`, unloaded on drop (after every kernel handle of it is gone).
 #[derive(Debug)]
@@ -115,7 +118,7 @@ fn load_image(ctx: &Arc<DeviceContext>, image: &[u8]) -> Result<ModuleRaw> {
 
 /// A candidate image, in the order tried.
 #[derive(Debug, PartialEq, Eq)]
-pub(crate) enum Choice<'a> {
+pub(crate) enum ImageChoice<'a> {
     Cubin(&'a [u8]),
     Standard,
     Source(&'a str),
@@ -123,38 +126,38 @@ pub(crate) enum Choice<'a> {
 }
 
 /// The images of `images` a device of architecture `sm` can use, best first.
-pub(crate) fn plan(images: &[ModuleImage], sm: u32) -> Vec<Choice<'_>> {
+pub(crate) fn select_images(images: &[ModuleImage], sm: u32) -> Vec<ImageChoice<'_>> {
     let arch = format!("sm_{sm}");
     let mut out = vec![];
     for img in images {
         if let ModuleImage::Cubin { arch: a, data } = img {
             if *a == arch {
-                out.push(Choice::Cubin(data));
+                out.push(ImageChoice::Cubin(data));
             }
         }
     }
     if images.iter().any(|i| matches!(i, ModuleImage::Standard)) {
-        out.push(Choice::Standard);
+        out.push(ImageChoice::Standard);
     }
     for img in images {
         if let ModuleImage::Source { code } = img {
-            out.push(Choice::Source(code));
+            out.push(ImageChoice::Source(code));
         }
     }
     for img in images {
         if let ModuleImage::Ptx { code } = img {
-            out.push(Choice::Ptx(code));
+            out.push(ImageChoice::Ptx(code));
         }
     }
     out
 }
 
-fn describe(c: &Choice<'_>, sm: u32) -> String {
+fn describe(c: &ImageChoice<'_>, sm: u32) -> String {
     match c {
-        Choice::Cubin(_) => format!("cubin(sm_{sm})"),
-        Choice::Standard => "standard".into(),
-        Choice::Source(_) => "source".into(),
-        Choice::Ptx(_) => "ptx".into(),
+        ImageChoice::Cubin(_) => format!("cubin(sm_{sm})"),
+        ImageChoice::Standard => "standard".into(),
+        ImageChoice::Source(_) => "source".into(),
+        ImageChoice::Ptx(_) => "ptx".into(),
     }
 }
 
@@ -178,7 +181,8 @@ pub(crate) fn compile_and_load(
 }
 
 /// Refuses a compiled image whose source stamp differs from the module's source
-/// ([`portable::stamp`]); an image without a stamp is used with a warning.
+/// ([`portable::stamp`], checked by [`xthunk_gpu::image::check_stamp`]); an image without a
+/// stamp is used with a warning.
 fn check_stamp<'a>(
     module: &str,
     expected: Option<&str>,
@@ -188,20 +192,12 @@ fn check_stamp<'a>(
     let Some(expected) = expected else {
         return Ok(());
     };
-    match stamp::check_stamp(expected, symbols) {
-        stamp::Stamp::Matches => Ok(()),
-        stamp::Stamp::Missing => {
-            tracing::warn!(
-                module,
-                "the {image} image records no source stamp: it cannot be checked against the module's source"
-            );
-            Ok(())
-        }
-        stamp::Stamp::Differs { found } => Err(Error::Module {
+    xthunk_gpu::image::check_stamp(module, expected, image, symbols).map_err(|message| {
+        Error::Module {
             module: module.to_string(),
-            message: stamp::stale_message(module, image, expected, &found),
-        }),
-    }
+            message,
+        }
+    })
 }
 
 fn try_choice(
@@ -209,11 +205,11 @@ fn try_choice(
     standard: &StandardModule,
     m: &Module,
     expected: Option<&str>,
-    c: &Choice<'_>,
+    c: &ImageChoice<'_>,
 ) -> Result<(Arc<ModuleRaw>, String, bool)> {
     let module = m.name.as_str();
     match *c {
-        Choice::Cubin(data) => {
+        ImageChoice::Cubin(data) => {
             let info = image::inspect(data).map_err(|e| Error::Module {
                 module: String::new(),
                 message: format!("cubin: {e}"),
@@ -234,7 +230,7 @@ fn try_choice(
             let m = load_image(ctx, data)?;
             Ok((Arc::new(m), format!("cubin(sm_{})", ctx.sm), false))
         }
-        Choice::Standard => {
+        ImageChoice::Standard => {
             let mut cached = standard.0.lock();
             if let Some((m, d)) = cached.as_ref() {
                 return Ok((m.clone(), d.clone(), true));
@@ -245,12 +241,12 @@ fn try_choice(
             *cached = Some((m.clone(), d.clone()));
             Ok((m, d, true))
         }
-        Choice::Source(code) => {
+        ImageChoice::Source(code) => {
             let unit = portable::module_source_with(module, code, &m.options);
             let (m, d) = compile_and_load(ctx, &unit)?;
             Ok((Arc::new(m), format!("source ({d})"), false))
         }
-        Choice::Ptx(code) => {
+        ImageChoice::Ptx(code) => {
             check_stamp(module, expected, "ptx", stamp::ptx_entries(code))?;
             let text = CString::new(code)
                 .map_err(|_| Error::InvalidArgument("PTX image contains a NUL byte".into()))?;
@@ -270,7 +266,7 @@ pub(crate) fn load(
     let sm = ctx.sm;
     let mut failures = vec![];
     let expected = stamp::expected_stamp(module);
-    for c in plan(&module.images, sm) {
+    for c in select_images(&module.images, sm) {
         match try_choice(ctx, standard, module, expected.as_deref(), &c) {
             Ok((raw, image, standard)) => {
                 tracing::debug!(module = %module.name, "loaded {image}");
@@ -404,20 +400,6 @@ impl KernelHandle for CudaKernel {
     }
 }
 
-/// One kernel argument as the driver reads it: the bytes of its C type, at the start of an
-/// 8-byte-aligned slot.
-pub(crate) fn arg_slot(arg: &LaunchArg) -> u64 {
-    match *arg {
-        LaunchArg::Buffer { ptr, .. } => ptr.0,
-        LaunchArg::Scalar(s) => {
-            let mut b = [0u8; 8];
-            let v = s.to_le_bytes();
-            b[..v.len()].copy_from_slice(&v);
-            u64::from_le_bytes(b)
-        }
-    }
-}
-
 /// Checks `args` against a known kernel signature: count, buffer/immediate kinds and
 /// immediate types (a wrong immediate type would make the kernel read the wrong bytes).
 fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
@@ -464,23 +446,11 @@ fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
     Ok(())
 }
 
-/// Launch arguments ready for `cuLaunchKernel`: one 8-byte slot per argument, and the
-/// checked regions of the buffers (kept alive until the launch is queued).
-pub(crate) struct KernelArgs {
-    slots: Vec<u64>,
-    _regions: Vec<Region>,
-    /// Added to a launch refused with an illegal address ([`params::pointer_hint`]).
+/// Launch arguments ready for `cuLaunchKernel`, with what to add to a launch refused with an
+/// illegal address ([`params::pointer_hint`]).
+pub(crate) struct LaunchArgs {
+    args: KernelArgs<Cuda>,
     hint: Option<String>,
-}
-
-impl KernelArgs {
-    /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
-    fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots
-            .iter_mut()
-            .map(|s| (s as *mut u64).cast::<c_void>())
-            .collect()
-    }
 }
 
 /// Checks `args` against the kernel's signature (when known) or its parameters as the
@@ -490,20 +460,13 @@ pub(crate) fn marshal(
     kernel: &CudaKernel,
     args: &[LaunchArg],
     memory: &MemoryRegistry,
-) -> Result<KernelArgs> {
+) -> Result<LaunchArgs> {
     check_signature(kernel, args)?;
     if let Some(layout) = kernel.param_layout() {
         params::check(kernel.name(), layout, args)?;
     }
-    let mut regions = Vec::new();
-    for a in args {
-        if let LaunchArg::Buffer { ptr, len } = *a {
-            regions.push(memory.region(ptr, len)?);
-        }
-    }
-    Ok(KernelArgs {
-        slots: args.iter().map(arg_slot).collect(),
-        _regions: regions,
+    Ok(LaunchArgs {
+        args: KernelArgs::marshal(args, memory, |e| e)?,
         hint: params::pointer_hint(args),
     })
 }
@@ -513,10 +476,10 @@ pub(crate) fn launch(
     ctx: &DeviceContext,
     kernel: &CudaKernel,
     dims: &LaunchDims,
-    args: &mut KernelArgs,
+    args: &mut LaunchArgs,
     stream: sys::CUstream,
 ) -> Result<()> {
-    let mut params = args.pointers();
+    let mut params = args.args.pointers();
     ctx.bind()?;
     // SAFETY: `kernel.function()` is a live function of a loaded module (kept alive by the
     // handle); `params` holds one pointer per kernel parameter, each to an 8-byte slot of
@@ -597,19 +560,23 @@ mod tests {
             },
         ];
         assert_eq!(
-            plan(&images, 90),
-            vec![Choice::Cubin(&[2]), Choice::Standard, Choice::Ptx("ptx")]
+            select_images(&images, 90),
+            vec![
+                ImageChoice::Cubin(&[2]),
+                ImageChoice::Standard,
+                ImageChoice::Ptx("ptx")
+            ]
         );
         // sm_86 does not take an sm_80 cubin (only exact matches are picked).
         assert_eq!(
-            plan(&images, 86),
-            vec![Choice::Standard, Choice::Ptx("ptx")]
+            select_images(&images, 86),
+            vec![ImageChoice::Standard, ImageChoice::Ptx("ptx")]
         );
         let hsaco_only = vec![ModuleImage::Hsaco {
             arch: "gfx90a".into(),
             data: vec![],
         }];
-        assert!(plan(&hsaco_only, 90).is_empty());
+        assert!(select_images(&hsaco_only, 90).is_empty());
     }
 
     #[test]

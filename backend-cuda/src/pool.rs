@@ -1,9 +1,8 @@
-//! Stream-ordered allocation (`Stream::allocate_ordered`): a memory pool of the device's own
-//! (`cuMemPoolCreate`, pinned device memory on this device), whose release threshold is the
-//! largest (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`), so that memory freed with `cuMemFreeAsync`
-//! stays in the pool and a repeated `cuMemAllocFromPoolAsync` of a size it held calls no
-//! allocator. A pool of its own (not the device's default pool) leaves the threshold of
-//! other users of the default pool alone.
+//! Stream-ordered allocation's driver calls (the pool itself is [`xthunk_gpu::pool`]'s): a
+//! memory pool of the device's own (`cuMemPoolCreate`, pinned device memory on this device)
+//! whose release threshold is the largest (`CU_MEMPOOL_ATTR_RELEASE_THRESHOLD`), so that
+//! memory freed with `cuMemFreeAsync` stays in the pool and a repeated
+//! `cuMemAllocFromPoolAsync` of a size it held calls no allocator.
 //!
 //! The device has the capability when the driver says so
 //! (`CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED`), has the entry points (looked up under
@@ -12,11 +11,13 @@
 
 use crate::context::DeviceContext;
 use crate::loader::{check_symbols, guarded};
-use crate::result::{cu, cu_error};
+use crate::result::{BACKEND, cu_error};
 use crate::sys::{self, CUresult};
+use crate::vendor::{Cuda, MemPool, RawMemory, RawStream, guarded_call};
 use cudarc::driver::sys as drv;
 use std::sync::Arc;
 use xthunk_core::{Error, Result};
+use xthunk_gpu::pool::PoolVendor;
 
 /// The driver entry points of stream-ordered allocation.
 pub(crate) const POOL_DRIVER_SYMBOLS: [&str; 5] = [
@@ -27,55 +28,14 @@ pub(crate) const POOL_DRIVER_SYMBOLS: [&str; 5] = [
     "cuMemFreeAsync",
 ];
 
-/// A device's memory pool.
-pub(crate) struct MemPool {
-    raw: sys::CUmemoryPool,
-    ctx: Arc<DeviceContext>,
-}
+impl PoolVendor for Cuda {
+    type RawPool = sys::CUmemoryPool;
 
-// SAFETY: a CUmemoryPool may be used from any thread; the handle is immutable after creation
-// and destroyed once, in `drop`.
-unsafe impl Send for MemPool {}
-// SAFETY: as above; the driver serializes use of the pool.
-unsafe impl Sync for MemPool {}
-
-impl std::fmt::Debug for MemPool {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("MemPool")
-            .field("raw", &self.raw)
-            .finish_non_exhaustive()
-    }
-}
-
-impl Drop for MemPool {
-    fn drop(&mut self) {
-        // Allocations hold the pool, so none is live; frees still queued complete first
-        // (the driver releases the pool after them).
-        let raw = self.raw;
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `raw` came from cuMemPoolCreate and is destroyed once, here.
-            call("cuMemPoolDestroy", || unsafe { sys::cuMemPoolDestroy(raw) })
-        });
-        if let Err(e) = r {
-            tracing::warn!("destroying the memory pool: {e}");
-        }
-    }
-}
-
-/// Runs a driver call that may be missing (cudarc panics then) and checks its result.
-fn call(what: &str, f: impl FnOnce() -> CUresult) -> Result<()> {
-    let r = guarded(what, f).map_err(|e| Error::backend("cuda", what, e))?;
-    cu(what, r)
-}
-
-impl MemPool {
-    /// The pool of device `dev` (whose driver reports `supported` for the memory-pools
-    /// attribute), or why there is none.
-    pub(crate) fn create(
-        ctx: &Arc<DeviceContext>,
-        dev: sys::CUdevice,
+    fn create_pool(
+        ctx: &DeviceContext,
         supported: bool,
-    ) -> std::result::Result<Arc<MemPool>, String> {
+        made: &mut dyn FnMut(sys::CUmemoryPool),
+    ) -> std::result::Result<(), String> {
         if !supported {
             return Err("the driver reports no memory pools for the device".into());
         }
@@ -88,7 +48,7 @@ impl MemPool {
             handleTypes: sys::CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_NONE,
             location: sys::CUmemLocation {
                 type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
-                id: dev,
+                id: ctx.dev,
             },
             win32SecurityAttributes: std::ptr::null_mut(),
             maxSize: 0,
@@ -97,53 +57,52 @@ impl MemPool {
         let mut raw: sys::CUmemoryPool = std::ptr::null_mut();
         ctx.bind().map_err(|e| e.to_string())?;
         // SAFETY: `props` is a complete CUmemPoolProps; writes one pool handle.
-        call("cuMemPoolCreate", || unsafe {
+        guarded_call("cuMemPoolCreate", || unsafe {
             sys::cuMemPoolCreate(&mut raw, &props)
         })
         .map_err(|e| e.to_string())?;
-        let pool = Arc::new(MemPool {
-            raw,
-            ctx: ctx.clone(),
-        });
+        made(raw);
         let mut threshold = u64::MAX;
         // SAFETY: the pool is live; the release threshold is a cuuint64_t read from `threshold`.
-        call("cuMemPoolSetAttribute", || unsafe {
+        guarded_call("cuMemPoolSetAttribute", || unsafe {
             sys::cuMemPoolSetAttribute(
                 raw,
                 sys::CUmemPool_attribute::CU_MEMPOOL_ATTR_RELEASE_THRESHOLD,
                 (&mut threshold as *mut u64).cast(),
             )
         })
-        .map_err(|e| e.to_string())?;
-        Ok(pool)
+        .map_err(|e| e.to_string())
     }
 
-    /// `bytes` bytes from the pool in the order of `stream` (the context is current).
-    pub(crate) fn allocate(
-        &self,
-        bytes: usize,
+    unsafe fn destroy_pool(_ctx: &DeviceContext, raw: sys::CUmemoryPool) -> Result<()> {
+        // SAFETY: `raw` came from cuMemPoolCreate and is destroyed once (the caller's
+        // contract); the driver releases it after the frees still queued.
+        guarded_call("cuMemPoolDestroy", || unsafe { sys::cuMemPoolDestroy(raw) })
+    }
+
+    unsafe fn pool_allocate(
+        _ctx: &DeviceContext,
+        pool: sys::CUmemoryPool,
+        bytes: u64,
         stream: sys::CUstream,
-        oom: impl Fn() -> Error,
-    ) -> Result<sys::CUdeviceptr> {
+        oom: &dyn Fn() -> Error,
+    ) -> Result<u64> {
+        let bytes = usize::try_from(bytes).map_err(|_| oom())?;
         let mut p: sys::CUdeviceptr = 0;
-        let raw = self.raw;
-        // SAFETY: the pool and the stream are live; writes one device pointer.
+        // SAFETY: the pool and the stream are live (the caller's contract); writes one device
+        // pointer.
         let r = guarded("cuMemAllocFromPoolAsync", || unsafe {
-            sys::cuMemAllocFromPoolAsync(&mut p, bytes, raw, stream)
+            sys::cuMemAllocFromPoolAsync(&mut p, bytes, pool, stream)
         })
-        .map_err(|e| Error::backend("cuda", "cuMemAllocFromPoolAsync", e))?;
+        .map_err(|e| Error::backend(BACKEND, "cuMemAllocFromPoolAsync", e))?;
         match r {
             CUresult::CUDA_SUCCESS => Ok(p),
             CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(oom()),
             other => Err(cu_error("cuMemAllocFromPoolAsync", other)),
         }
     }
-}
 
-/// Frees a pool allocation in the order of `stream` (the context is current).
-pub(crate) fn free(p: sys::CUdeviceptr, stream: sys::CUstream) -> Result<()> {
-    // SAFETY: `p` came from cuMemAllocFromPoolAsync and is freed once; the stream is live.
-    call("cuMemFreeAsync", || unsafe {
-        sys::cuMemFreeAsync(p, stream)
-    })
+    fn pooled(ptr: u64, stream: Arc<RawStream>, pool: Arc<MemPool>) -> RawMemory {
+        RawMemory::Pooled { ptr, stream, pool }
+    }
 }

@@ -86,18 +86,12 @@ pub(crate) fn cublas(call: &str, code: i32) -> Result<(), Error> {
 
 /// `Unavailable { backend: "cuda", reason }`.
 pub(crate) fn unavailable(reason: impl Into<String>) -> Error {
-    Error::Unavailable {
-        backend: BACKEND.into(),
-        reason: reason.into(),
-    }
+    xthunk_gpu::errors::unavailable(BACKEND, reason)
 }
 
 /// `Unsupported { backend: "cuda", feature }`.
 pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
-    Error::Unsupported {
-        backend: BACKEND.into(),
-        feature: feature.into(),
-    }
+    xthunk_gpu::errors::unsupported(BACKEND, feature)
 }
 
 #[cfg(test)]

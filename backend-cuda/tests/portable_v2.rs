@@ -8,34 +8,13 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::sync::Arc;
-use xthunk_core::kernels::portable::{self, scan};
+use xthunk_core::kernels::portable;
+
+#[path = "../../gpu/tests/fixtures/portable_v2.rs"]
+mod fixtures;
 use xthunk_cuda::compile::Nvrtc;
 use xthunk_cuda::image;
 use xthunk_cuda::{Compiler, KernelCache, SearchConfig, Target};
-
-/// The user kernel sources of `conformance/kernels/user/`, by module name.
-const USER: &[(&str, &str)] = &[
-    (
-        "subset_v2",
-        include_str!("../../conformance/kernels/user/subset_v2.cu"),
-    ),
-    (
-        "training",
-        include_str!("../../conformance/kernels/user/training.cu"),
-    ),
-    ("docs_example", include_str!("../../docs/kernels.md")),
-    (
-        "checked_set",
-        include_str!("../../conformance/kernels/user/checked_set.cu"),
-    ),
-];
-
-/// The code of the first ```cuda block of `doc` (the complete example of docs/kernels.md).
-fn cuda_block(doc: &str) -> &str {
-    doc.split_once("```cuda\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map_or("", |(code, _)| code)
-}
 
 fn nvrtc_or_skip(test: &str) -> Option<Arc<Nvrtc>> {
     match Nvrtc::load(&SearchConfig::from_env()) {
@@ -57,16 +36,12 @@ fn user_kernels_compile_unmodified_for_sm80_and_sm90() {
     };
     let dir = tempfile::tempdir().unwrap();
     let c = Compiler::new(nvrtc, Some(KernelCache::new(dir.path())));
-    for &(module, code) in USER {
-        let code = if module == "docs_example" {
-            cuda_block(code)
-        } else {
-            code
-        };
-        assert_eq!(scan::vendor_constructs(code), [], "{module}");
-        let names = scan::kernel_names(code);
-        assert!(!names.is_empty(), "{module}");
-        let src = portable::module_source(module, code);
+    for fixtures::UserModule {
+        name: module,
+        source: src,
+        kernels: names,
+    } in fixtures::user_modules()
+    {
         for sm in [80, 90] {
             let out = c
                 .compile(&src, Target::Sm(sm))
@@ -110,17 +85,7 @@ fn images_record_their_source() {
     if nvrtc_or_skip("images_record_their_source").is_none() {
         return;
     }
-    let module = |code: &str| xthunk_core::ir::Module {
-        name: "m".into(),
-        images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
-        options: Default::default(),
-    };
-    let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
-    let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
-    let (want_old, want_new) = (
-        portable::stamp::expected_stamp(&old).unwrap(),
-        portable::stamp::expected_stamp(&new).unwrap(),
-    );
+    let ((old, want_old), (_, want_new)) = fixtures::stamp_modules();
     assert_ne!(want_old, want_new);
     let src = &old.images[0];
     match xthunk_cuda::precompile_module(&old, src, "sm_80").unwrap() {
@@ -160,18 +125,8 @@ fn module_options_reach_nvrtc() {
     let Some(nvrtc) = nvrtc_or_skip("module_options_reach_nvrtc") else {
         return;
     };
-    use xthunk_core::ir::{HeaderSource, ModuleOptions};
     let c = Compiler::new(nvrtc, None);
-    let code =
-        "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice(x[0]) / (float)N; }\n";
-    let options = ModuleOptions {
-        defines: vec!["N=4".into()],
-        fast_math: true,
-        headers: vec![HeaderSource {
-            name: "util.h".into(),
-            code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
-        }],
-    };
+    let (code, options) = fixtures::needs_options();
     let out = c
         .compile(
             &portable::module_source_with("m", code, &options),

@@ -599,17 +599,12 @@ impl Compiler {
         image: &ModuleImage,
         target: &str,
     ) -> Result<CompileOutput, Error> {
-        match image {
-            ModuleImage::Standard => Ok(self.compile(portable::standard_source(), target)?),
-            ModuleImage::Source { code } => {
-                let unit = portable::module_source_with(&module.name, code, &module.options);
-                Ok(self.compile(&unit, target)?)
-            }
-            other => Err(Error::InvalidArgument(format!(
-                "a {} image is not portable source; only `standard` and `source` images are compiled",
-                other.describe()
-            ))),
-        }
+        let Some(unit) = xthunk_gpu::image::portable_source(module, image) else {
+            return Err(Error::InvalidArgument(xthunk_gpu::image::not_portable(
+                image,
+            )));
+        };
+        Ok(self.compile(&unit, target)?)
     }
 }
 
@@ -634,12 +629,7 @@ pub fn compile_for_target(source: &str, target: &str) -> xthunk_core::Result<Vec
 /// For `xthunk compile --target gfx…` (the CUDA backend's `precompile` does the same for
 /// `sm_XX`).
 pub fn precompile(image: &ModuleImage, target: &str) -> xthunk_core::Result<Option<ModuleImage>> {
-    let module = Module {
-        name: "source".into(),
-        images: vec![],
-        options: Default::default(),
-    };
-    precompile_module(&module, image, target)
+    precompile_module(&xthunk_gpu::image::bare_module(), image, target)
 }
 
 /// [`precompile`] of an image of `module`: compiled with the module's options, messages name

@@ -47,7 +47,7 @@ impl CompilerSlot {
 }
 
 /// What every object of one device shares.
-pub(crate) struct DeviceContext {
+pub struct DeviceContext {
     pub(crate) hip: Arc<Hip>,
     pub(crate) ordinal: c_int,
     /// `rocm:0 (AMD Instinct MI210)`.
@@ -56,6 +56,15 @@ pub(crate) struct DeviceContext {
     pub(crate) arch: Target,
     pub(crate) managed_memory: bool,
     compiler: Arc<CompilerSlot>,
+}
+
+impl std::fmt::Debug for DeviceContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceContext")
+            .field("ordinal", &self.ordinal)
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
 }
 
 impl DeviceContext {

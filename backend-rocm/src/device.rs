@@ -14,13 +14,12 @@ use crate::blas::BlasLibrary;
 use crate::compile::{Compiler, KernelCache};
 use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{Hip, SearchConfig, format_hip_version};
-use crate::memory::{MemoryRegistry, RocmBuffer};
 use crate::module;
-use crate::pool::MemPool;
 use crate::result::{self, BACKEND, hip_describe, means_no_device, unavailable};
-use crate::stream::{RocmEvent, RocmStream};
+use crate::stream::RocmStream;
 use crate::sys;
 use crate::target::Target;
+use crate::vendor::{MemPool, MemoryRegistry, Rocm, RocmEvent};
 use parking_lot::Mutex;
 use std::ffi::{c_char, c_int};
 use std::path::PathBuf;
@@ -31,6 +30,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{DType, Dim3, MemorySpace, Module};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::Vendor as _;
 
 /// The HIP runtime library this backend loaded (no GPU needed to get it).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -444,7 +444,7 @@ impl RocmDevice {
 
 impl Device for RocmDevice {
     fn backend_name(&self) -> &'static str {
-        BACKEND
+        Rocm::BACKEND
     }
 
     fn info(&self) -> &DeviceInfo {
@@ -456,11 +456,8 @@ impl Device for RocmDevice {
     }
 
     fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer> {
-        let alloc = self.memory.allocate(&self.ctx, size, alignment, space)?;
-        Ok(Box::new(RocmBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        let buffer = self.memory.allocate(&self.ctx, size, alignment, space)?;
+        Ok(Box::new(buffer))
     }
 
     fn memory_stats(&self) -> MemoryStats {
@@ -538,10 +535,9 @@ impl Device for RocmDevice {
 
     #[cfg(feature = "bench")]
     fn raw_baseline(&self) -> Option<Arc<dyn xthunk_core::backend::baseline::RawBaseline>> {
-        Some(Arc::new(crate::bench::RocmBaseline::new(
-            self.ctx.clone(),
-            self.blas.clone(),
-        )))
+        Some(Arc::new(xthunk_gpu::bench::Baseline::<
+            crate::bench::RocmBaselines,
+        >::new(self.ctx.clone(), self.blas.clone())))
     }
 }
 

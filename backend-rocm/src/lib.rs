@@ -17,8 +17,10 @@
 //! - [`result`]: vendor result codes as errors, `unsupported`, `unavailable`, [`CompileError`];
 //! - [`context`]: the per-device state every object of a device shares (`DeviceContext`);
 //! - [`device`]: the backend (probing) and its devices;
-//! - [`memory`]: allocations and the registry every pointer range is checked against;
-//! - `pool`: the device's memory pool for stream-ordered allocation (`hipMallocFromPoolAsync`);
+//! - [`vendor`]: the HIP runtime's raw calls behind the shared GPU layer (`xthunk-gpu`:
+//!   memory, streams, events), and the shared types named for this crate;
+//! - `pool`: the HIP calls of the device's memory pool for stream-ordered allocation
+//!   (`hipMallocFromPoolAsync`);
 //! - [`stream`]: streams and events;
 //! - [`module`]: image choice, loading, kernel lookup and argument marshalling;
 //! - [`compile`]: the runtime compiler (hipRTC, comgr's ISA list) and its disk cache;
@@ -42,13 +44,13 @@ pub mod device;
 pub mod graph;
 pub mod image;
 pub mod loader;
-pub mod memory;
 pub mod module;
 mod pool;
 pub mod result;
 pub mod stream;
 pub mod sys;
 pub mod target;
+pub mod vendor;
 
 pub use compile::{
     CacheStatus, CompileOutput, Compiler, KernelCache, compile_for_target, default_cache,
@@ -57,8 +59,8 @@ pub use compile::{
 pub use device::{RocmBackend, RocmDevice, RuntimeLibrary};
 pub use graph::RocmGraph;
 pub use loader::SearchConfig;
-pub use memory::RocmBuffer;
 pub use module::{RocmKernel, RocmModule};
 pub use result::CompileError;
-pub use stream::{RocmEvent, RocmStream, bind_current};
+pub use stream::{RocmStream, bind_current};
 pub use target::Target;
+pub use vendor::{Rocm, RocmBuffer, RocmEvent};

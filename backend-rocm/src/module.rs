@@ -19,19 +19,21 @@
 use crate::compile::{CacheStatus, check_code_object};
 use crate::context::DeviceContext;
 use crate::image::{ArgInfo, CodeObject, unbundle};
-use crate::memory::{MemoryRegistry, Region};
 use crate::result::{self, hip_describe};
 use crate::sys;
 use crate::target::Target;
+use crate::vendor::{MemoryRegistry, Rocm};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::collections::HashMap;
-use std::ffi::{CString, c_void};
+use std::ffi::CString;
 use std::sync::Arc;
 use xthunk_core::backend::{KernelHandle, LaunchArg, LoadedModule};
 use xthunk_core::ir::{Module, ModuleImage, Scalar};
 use xthunk_core::kernels::portable::stamp;
 use xthunk_core::{Error, Result};
+#[cfg(test)]
+use xthunk_gpu::args::scalar_slot;
 
 /// The image a device will use.
 #[derive(Debug, PartialEq, Eq)]
@@ -147,9 +149,9 @@ pub(crate) fn load(ctx: &Arc<DeviceContext>, module: &Module) -> Result<Arc<dyn 
                     label.full
                 ))
             })?;
-            match stale_hsaco(module, arch, &co) {
-                None => (Arc::new(code.to_vec()), format!("hsaco({arch})")),
-                Some(why) => match portable {
+            match check_stamp(module, arch, &co) {
+                Ok(()) => (Arc::new(code.to_vec()), format!("hsaco({arch})")),
+                Err(why) => match portable {
                     Some(img) => {
                         tracing::warn!(module = %module.name, "{why}: compiling the module's {} instead", img.kind());
                         compile_portable(ctx, module, img)?
@@ -213,21 +215,19 @@ fn compile_portable(
     ))
 }
 
-/// Why an HSACO image must not be used for `module` (its source stamp differs from the
-/// module's source, [`stamp`]), or `None`. An image without a stamp is used with a warning.
-fn stale_hsaco(module: &Module, arch: &str, co: &CodeObject) -> Option<String> {
-    let expected = stamp::expected_stamp(module)?;
-    let what = format!("hsaco({arch})");
-    match stamp::check_stamp(&expected, co.kernels.iter().map(String::as_str)) {
-        stamp::Stamp::Matches => None,
-        stamp::Stamp::Missing => {
-            tracing::warn!(module = %module.name, "the {what} image records no source stamp: it cannot be checked against the module's source");
-            None
-        }
-        stamp::Stamp::Differs { found } => {
-            Some(stamp::stale_message(&module.name, &what, &expected, &found))
-        }
-    }
+/// Refuses an HSACO image for `module` whose source stamp differs from the module's source
+/// ([`stamp`], checked by [`xthunk_gpu::image::check_stamp`]): why, or `Ok`. An image without
+/// a stamp is used with a warning.
+fn check_stamp(module: &Module, arch: &str, co: &CodeObject) -> std::result::Result<(), String> {
+    let Some(expected) = stamp::expected_stamp(module) else {
+        return Ok(());
+    };
+    xthunk_gpu::image::check_stamp(
+        &module.name,
+        &expected,
+        &format!("hsaco({arch})"),
+        co.kernels.iter().map(String::as_str),
+    )
 }
 
 /// A HIP module, unloaded on drop (after every kernel of it is gone).
@@ -362,22 +362,8 @@ impl KernelHandle for RocmKernel {
     }
 }
 
-/// Launch arguments ready for `hipModuleLaunchKernel`: one 8-byte slot per argument, and the
-/// checked regions of the buffers (kept alive until the launch is queued).
-pub(crate) struct KernelArgs {
-    slots: Box<[u64]>,
-    _regions: Vec<Region>,
-}
-
-impl KernelArgs {
-    /// The `kernelParams` array: a pointer to each slot. Valid while `self` is borrowed.
-    fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots
-            .iter_mut()
-            .map(|s| (s as *mut u64).cast::<c_void>())
-            .collect()
-    }
-}
+/// Launch arguments ready for `hipModuleLaunchKernel`.
+pub(crate) type KernelArgs = xthunk_gpu::args::KernelArgs<Rocm>;
 
 /// The C size of a scalar argument.
 pub(crate) fn scalar_size(s: &Scalar) -> u64 {
@@ -387,23 +373,6 @@ pub(crate) fn scalar_size(s: &Scalar) -> u64 {
         Scalar::I32(_) | Scalar::F32(_) => 4,
         Scalar::I64(_) | Scalar::F64(_) => 8,
     }
-}
-
-/// A scalar's slot: its C representation in the first bytes (host byte order, as the GPU
-/// reads it), zeros after.
-pub(crate) fn scalar_slot(s: &Scalar) -> u64 {
-    let mut b = [0u8; 8];
-    match *s {
-        Scalar::Pred(v) => b[0] = v as u8,
-        Scalar::I8(v) => b[..1].copy_from_slice(&v.to_ne_bytes()),
-        Scalar::U8(v) => b[0] = v,
-        Scalar::I32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
-        Scalar::I64(v) => b.copy_from_slice(&v.to_ne_bytes()),
-        Scalar::F16(v) | Scalar::BF16(v) => b[..2].copy_from_slice(&v.to_ne_bytes()),
-        Scalar::F32(v) => b[..4].copy_from_slice(&v.to_ne_bytes()),
-        Scalar::F64(v) => b.copy_from_slice(&v.to_ne_bytes()),
-    }
-    u64::from_ne_bytes(b)
 }
 
 /// Checks `args` against the kernel's parameters and the device's live allocations, and lays
@@ -416,24 +385,9 @@ pub(crate) fn marshal(
     if let Some(params) = &kernel.params {
         check_against_metadata(&kernel.name, params, args)?;
     }
-    let mut slots = Vec::with_capacity(args.len());
-    let mut regions = Vec::new();
-    for a in args {
-        match a {
-            LaunchArg::Buffer { ptr, len } => {
-                let r = memory.region(*ptr, *len).map_err(|e| Error::Kernel {
-                    kernel: kernel.name.clone(),
-                    message: e.to_string(),
-                })?;
-                slots.push(ptr.0);
-                regions.push(r);
-            }
-            LaunchArg::Scalar(s) => slots.push(scalar_slot(s)),
-        }
-    }
-    Ok(KernelArgs {
-        slots: slots.into_boxed_slice(),
-        _regions: regions,
+    KernelArgs::marshal(args, memory, |e| Error::Kernel {
+        kernel: kernel.name.clone(),
+        message: e.to_string(),
     })
 }
 
@@ -552,9 +506,14 @@ mod tests {
         };
         let want = stamp::stamp_name(&stamp::source_hash("new"));
         let old = stamp::stamp_name(&stamp::source_hash("old"));
-        assert_eq!(stale_hsaco(&m, "gfx90a", &co(&["k".into(), want])), None);
-        assert_eq!(stale_hsaco(&m, "gfx90a", &co(&["k".into()])), None);
-        let why = stale_hsaco(&m, "gfx90a", &co(&["k".into(), old.clone()])).unwrap_or_default();
+        assert_eq!(
+            check_stamp(&m, "gfx90a", &co(&["k".into(), want])).err(),
+            None
+        );
+        assert_eq!(check_stamp(&m, "gfx90a", &co(&["k".into()])).err(), None);
+        let why = check_stamp(&m, "gfx90a", &co(&["k".into(), old.clone()]))
+            .err()
+            .unwrap_or_default();
         assert!(
             why.contains("the hsaco(gfx90a) image was compiled from other source")
                 && why.contains(&old),

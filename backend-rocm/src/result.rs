@@ -261,18 +261,12 @@ pub(crate) fn rocblas(call: &str, code: sys::rocblas_status) -> Result<(), Error
 
 /// `Unavailable { backend: "rocm", reason }`.
 pub(crate) fn unavailable(reason: impl Into<String>) -> Error {
-    Error::Unavailable {
-        backend: BACKEND.into(),
-        reason: reason.into(),
-    }
+    xthunk_gpu::errors::unavailable(BACKEND, reason)
 }
 
 /// `Unsupported { backend: "rocm", feature }`.
 pub(crate) fn unsupported(feature: impl Into<String>) -> Error {
-    Error::Unsupported {
-        backend: BACKEND.into(),
-        feature: feature.into(),
-    }
+    xthunk_gpu::errors::unsupported(BACKEND, feature)
 }
 
 /// Why a compilation did not produce a code object.

@@ -9,11 +9,10 @@
 use crate::blas::{self, BlasHandle, BlasLibrary};
 use crate::context::DeviceContext;
 use crate::graph::{Capture, Op, RocmGraph, Segment};
-use crate::memory::{MemoryRegistry, Region, RocmBuffer};
 use crate::module::{self, RocmKernel};
-use crate::pool::MemPool;
-use crate::result::{self, hip_describe, unsupported};
+use crate::result::{self, unsupported};
 use crate::sys;
+use crate::vendor::{MemPool, MemoryRegistry, RawStream, Region, Rocm, RocmEvent};
 use parking_lot::Mutex;
 use std::any::Any;
 use std::ffi::c_int;
@@ -23,6 +22,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::{MemorySpace, MemsetPattern};
 use xthunk_core::{Error, Result};
+use xthunk_gpu::args::vendor_kernel;
 
 /// Makes `device` (a device of this backend) current on the calling thread (`hipSetDevice`,
 /// per thread), as RCCL's `ncclCommInitRank` and `ncclCommSplit` need: they bind the new
@@ -30,47 +30,7 @@ use xthunk_core::{Error, Result};
 /// provider calls on each rank's thread. (`Device` has no downcast, so the device is reached
 /// through a short-lived stream of it.)
 pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
-    let stream = device.create_stream()?;
-    let Some(s) = stream.as_any().downcast_ref::<RocmStream>() else {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a ROCm device (backend `{}`)",
-            device.info().name,
-            device.backend_name()
-        )));
-    };
-    s.ctx.bind()
-}
-
-/// A `hipStream_t`, destroyed when the last owner goes: its [`RocmStream`] and the
-/// stream-ordered allocations made on it (freed in its order).
-pub(crate) struct RawStream {
-    pub(crate) raw: sys::hipStream_t,
-    ctx: Arc<DeviceContext>,
-}
-
-impl std::fmt::Debug for RawStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("RawStream")
-            .field("raw", &self.raw)
-            .finish_non_exhaustive()
-    }
-}
-
-// SAFETY: a hipStream_t may be used from any thread; the handle is immutable after creation
-// and destroyed once, in `drop`.
-unsafe impl Send for RawStream {}
-// SAFETY: as above.
-unsafe impl Sync for RawStream {}
-
-impl Drop for RawStream {
-    fn drop(&mut self) {
-        let _ = self.ctx.bind();
-        // SAFETY: `raw` is a live stream destroyed once here; HIP finishes its queued work.
-        let rc = unsafe { (self.ctx.hip.api.hipStreamDestroy)(self.raw) };
-        if rc != sys::hipSuccess {
-            tracing::warn!("hipStreamDestroy: {}", hip_describe(rc));
-        }
-    }
+    xthunk_gpu::stream::bind_current::<Rocm, RocmStream>(device, |s| &s.ctx)
 }
 
 /// A HIP stream.
@@ -107,10 +67,8 @@ impl RocmStream {
         let rc =
             unsafe { (ctx.hip.api.hipStreamCreateWithFlags)(&mut raw, sys::hipStreamNonBlocking) };
         result::hip("hipStreamCreateWithFlags", rc)?;
-        let owner = Arc::new(RawStream {
-            raw,
-            ctx: ctx.clone(),
-        });
+        // SAFETY: `raw` was just created for this device and is owned by `owner` alone.
+        let owner = Arc::new(unsafe { RawStream::new(ctx.clone(), raw) });
         Ok(RocmStream {
             ctx,
             raw,
@@ -132,24 +90,16 @@ impl RocmStream {
         let api = &self.ctx.hip.api;
         match op {
             Op::Copy { src, dst, size } => {
-                let s = self.region(*src, *size)?;
-                let d = self.region(*dst, *size)?;
-                if *size > 0
-                    && Arc::ptr_eq(&s.alloc, &d.alloc)
-                    && src.0 < dst.0.saturating_add(*size)
-                    && dst.0 < src.0.saturating_add(*size)
-                {
-                    return Err(Error::InvalidArgument(format!(
-                        "copy of {size} bytes from {src} to {dst}: the ranges overlap"
-                    )));
-                }
+                let (s, d) = self.memory.copy_regions(*src, *dst, *size)?;
                 if dry || *size == 0 {
                     return Ok(());
                 }
                 let n = usize::try_from(*size)
                     .map_err(|_| Error::InvalidArgument("copy too large".into()))?;
                 self.ctx.bind()?;
-                if s.alloc.space == MemorySpace::Device && d.alloc.space == MemorySpace::Device {
+                if s.allocation().space() == MemorySpace::Device
+                    && d.allocation().space() == MemorySpace::Device
+                {
                     // SAFETY: both ranges lie inside live device allocations of this device
                     // (kept alive by `s`/`d` until the call returns; a free waits for queued
                     // work) and do not overlap.
@@ -200,12 +150,7 @@ impl RocmStream {
                 result::hip(call, rc)
             }
             Op::Launch { kernel, dims, args } => {
-                let Some(k) = kernel.as_any().downcast_ref::<RocmKernel>() else {
-                    return Err(Error::InvalidArgument(format!(
-                        "kernel `{}` was not loaded by the ROCm backend",
-                        kernel.name()
-                    )));
-                };
+                let k = vendor_kernel::<Rocm, RocmKernel>(kernel)?;
                 if k.ordinal != self.ctx.ordinal {
                     return Err(Error::InvalidArgument(format!(
                         "kernel `{}` was loaded on rocm:{}, the stream is on rocm:{}",
@@ -343,7 +288,7 @@ impl Stream for RocmStream {
         let e = RocmEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: the event and stream are live handles.
-        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw, self.raw) };
+        let rc = unsafe { (self.ctx.hip.api.hipEventRecord)(e.raw(), self.raw) };
         result::hip("hipEventRecord", rc)
     }
 
@@ -352,7 +297,7 @@ impl Stream for RocmStream {
         let e = RocmEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: the event and stream are live handles; flags must be 0.
-        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw, 0) };
+        let rc = unsafe { (self.ctx.hip.api.hipStreamWaitEvent)(self.raw, e.raw(), 0) };
         result::hip("hipStreamWaitEvent", rc)
     }
 
@@ -427,13 +372,10 @@ impl Stream for RocmStream {
                 "stream-ordered allocation while the stream records a graph".into(),
             ));
         }
-        let alloc = self
+        let buffer = self
             .memory
             .allocate_pooled(&self.ctx, size, alignment, pool, &self.owner)?;
-        Ok(Box::new(RocmBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        Ok(Box::new(buffer))
     }
 
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
@@ -465,86 +407,6 @@ impl Stream for RocmStream {
     /// The `hipStream_t` (for NCCL/RCCL and other vendor libraries that take one).
     fn native_handle(&self) -> Option<usize> {
         Some(self.raw.expose_provenance())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// A HIP event (timing disabled).
-pub struct RocmEvent {
-    ctx: Arc<DeviceContext>,
-    raw: sys::hipEvent_t,
-}
-
-// SAFETY: a hipEvent_t may be used from any thread; destroyed once, in `drop`.
-unsafe impl Send for RocmEvent {}
-// SAFETY: as above.
-unsafe impl Sync for RocmEvent {}
-
-impl RocmEvent {
-    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, sys::hipEventDisableTiming)
-    }
-
-    /// An event with timing (for [`Event::elapsed_since`]).
-    pub(crate) fn timing(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, 0)
-    }
-
-    fn with_flags(ctx: Arc<DeviceContext>, flags: std::ffi::c_uint) -> Result<Self> {
-        ctx.bind()?;
-        let mut raw: sys::hipEvent_t = std::ptr::null_mut();
-        // SAFETY: writes one event handle.
-        let rc = unsafe { (ctx.hip.api.hipEventCreateWithFlags)(&mut raw, flags) };
-        result::hip("hipEventCreateWithFlags", rc)?;
-        Ok(RocmEvent { ctx, raw })
-    }
-
-    fn downcast(e: &dyn Event) -> Result<&RocmEvent> {
-        e.as_any().downcast_ref::<RocmEvent>().ok_or_else(|| {
-            Error::InvalidArgument("the event was not created by the ROCm backend".into())
-        })
-    }
-}
-
-impl Drop for RocmEvent {
-    fn drop(&mut self) {
-        // SAFETY: `raw` is a live event, destroyed once here.
-        let rc = unsafe { (self.ctx.hip.api.hipEventDestroy)(self.raw) };
-        if rc != sys::hipSuccess {
-            tracing::warn!("hipEventDestroy: {}", hip_describe(rc));
-        }
-    }
-}
-
-impl Event for RocmEvent {
-    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
-        let start = RocmEvent::downcast(start)?;
-        let mut ms = 0f32;
-        // SAFETY: both events are live; writes one float.
-        let rc = unsafe { (self.ctx.hip.api.hipEventElapsedTime)(&mut ms, start.raw, self.raw) };
-        result::hip("hipEventElapsedTime", rc)?;
-        Ok(std::time::Duration::from_secs_f64(
-            f64::from(ms.max(0.0)) / 1e3,
-        ))
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        // SAFETY: the event is live.
-        let rc = unsafe { (self.ctx.hip.api.hipEventSynchronize)(self.raw) };
-        result::hip("hipEventSynchronize", rc)
-    }
-
-    fn query(&self) -> Result<bool> {
-        // SAFETY: the event is live.
-        let rc = unsafe { (self.ctx.hip.api.hipEventQuery)(self.raw) };
-        match rc {
-            sys::hipSuccess => Ok(true),
-            sys::hipErrorNotReady => Ok(false),
-            _ => Err(result::hip_error("hipEventQuery", rc)),
-        }
     }
 
     fn as_any(&self) -> &dyn Any {

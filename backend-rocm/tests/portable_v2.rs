@@ -10,32 +10,11 @@
 mod common;
 
 use common::{TempDir, compiler_or_skip, note};
-use xthunk_core::kernels::portable::{self, scan};
+use xthunk_core::kernels::portable;
+
+#[path = "../../gpu/tests/fixtures/portable_v2.rs"]
+mod fixtures;
 use xthunk_rocm::image::CodeObject;
-
-/// The user kernel sources of `conformance/kernels/user/`, by module name.
-const USER: &[(&str, &str)] = &[
-    (
-        "subset_v2",
-        include_str!("../../conformance/kernels/user/subset_v2.cu"),
-    ),
-    (
-        "training",
-        include_str!("../../conformance/kernels/user/training.cu"),
-    ),
-    ("docs_example", include_str!("../../docs/kernels.md")),
-    (
-        "checked_set",
-        include_str!("../../conformance/kernels/user/checked_set.cu"),
-    ),
-];
-
-/// The code of the first ```cuda block of `doc` (the complete example of docs/kernels.md).
-fn cuda_block(doc: &str) -> &str {
-    doc.split_once("```cuda\n")
-        .and_then(|(_, rest)| rest.split_once("```"))
-        .map_or("", |(code, _)| code)
-}
 
 #[test]
 fn user_kernels_compile_unmodified_for_gfx90a() {
@@ -43,16 +22,12 @@ fn user_kernels_compile_unmodified_for_gfx90a() {
     let Some(c) = compiler_or_skip("user_kernels_compile_unmodified_for_gfx90a", dir.path()) else {
         return;
     };
-    for &(module, code) in USER {
-        let code = if module == "docs_example" {
-            cuda_block(code)
-        } else {
-            code
-        };
-        assert_eq!(scan::vendor_constructs(code), [], "{module}");
-        let names = scan::kernel_names(code);
-        assert!(!names.is_empty(), "{module}");
-        let src = portable::module_source(module, code);
+    for fixtures::UserModule {
+        name: module,
+        source: src,
+        kernels: names,
+    } in fixtures::user_modules()
+    {
         let out = c
             .compile(&src, "gfx90a")
             .unwrap_or_else(|e| panic!("{module} for gfx90a: {e}"));
@@ -120,15 +95,7 @@ fn code_objects_record_their_source() {
     let Some(c) = compiler_or_skip("code_objects_record_their_source", dir.path()) else {
         return;
     };
-    let module = |code: &str| xthunk_core::ir::Module {
-        name: "m".into(),
-        images: vec![xthunk_core::ir::ModuleImage::Source { code: code.into() }],
-        options: Default::default(),
-    };
-    let old = module("__global__ void k(float* x) { x[0] = 1.0f; }");
-    let new = module("__global__ void k(float* x) { x[0] = 2.0f; }");
-    let want_old = portable::stamp::expected_stamp(&old).unwrap();
-    let want_new = portable::stamp::expected_stamp(&new).unwrap();
+    let ((old, want_old), (_, want_new)) = fixtures::stamp_modules();
     let out = c.compile_image(&old, &old.images[0], "gfx90a").unwrap();
     let co = CodeObject::parse(&out.image).unwrap();
     let names = || co.kernels.iter().map(String::as_str);
@@ -150,17 +117,7 @@ fn module_options_reach_hiprtc() {
     let Some(c) = compiler_or_skip("module_options_reach_hiprtc", dir.path()) else {
         return;
     };
-    use xthunk_core::ir::{HeaderSource, ModuleOptions};
-    let code =
-        "#include \"util.h\"\n__global__ void k(float* x) { x[0] = twice(x[0]) / (float)N; }\n";
-    let options = ModuleOptions {
-        defines: vec!["N=4".into()],
-        fast_math: true,
-        headers: vec![HeaderSource {
-            name: "util.h".into(),
-            code: "__device__ float twice(float x) { return 2.0f * x; }".into(),
-        }],
-    };
+    let (code, options) = fixtures::needs_options();
     let out = c
         .compile(&portable::module_source_with("m", code, &options), "gfx90a")
         .unwrap();

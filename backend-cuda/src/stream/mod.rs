@@ -7,16 +7,16 @@
 //! `CU_STREAM_CAPTURE_MODE_THREAD_LOCAL` capture, [`Stream::end_capture`] ends it and hands
 //! the recording to [`crate::graph`].
 
+mod conditional;
+
 use crate::blas::BlasSlot;
-use crate::conditional::{self, ConditionalSlot};
+use crate::conditional::ConditionalSlot;
 use crate::context::DeviceContext;
 use crate::graph::CudaGraph;
-use crate::memory::CudaBuffer;
-use crate::memory::MemoryRegistry;
 use crate::module::{self, CudaKernel};
-use crate::pool::MemPool;
-use crate::result::{cu, cu_error};
-use crate::sys::{self, CUresult, CUstreamCaptureMode};
+use crate::result::cu;
+use crate::sys::{self, CUstreamCaptureMode};
+use crate::vendor::{self, Cuda, CudaEvent, MemPool, MemoryRegistry, RawStream};
 use std::any::Any;
 use std::sync::Arc;
 use xthunk_core::backend::{
@@ -25,6 +25,7 @@ use xthunk_core::backend::{
 };
 use xthunk_core::ir::MemsetPattern;
 use xthunk_core::{Error, Result};
+use xthunk_gpu::args::vendor_kernel;
 
 /// Makes `device` (a device of this backend) current on the calling thread: its primary
 /// context becomes the thread's current context (`cuCtxSetCurrent`), which is what libraries
@@ -33,44 +34,7 @@ use xthunk_core::{Error, Result};
 /// calls on each rank's thread. (`Device` has no downcast, so the context is reached through
 /// a short-lived stream of the device.)
 pub fn bind_current(device: &dyn xthunk_core::backend::Device) -> Result<()> {
-    let stream = device.create_stream()?;
-    let Some(s) = stream.as_any().downcast_ref::<CudaStream>() else {
-        return Err(Error::InvalidArgument(format!(
-            "{} is not a CUDA device (backend `{}`)",
-            device.info().name,
-            device.backend_name()
-        )));
-    };
-    s.ctx.bind()
-}
-
-/// A `CUstream`, destroyed when the last owner goes: its [`CudaStream`] and the
-/// stream-ordered allocations made on it (freed in its order).
-#[derive(Debug)]
-pub(crate) struct RawStream {
-    pub(crate) raw: sys::CUstream,
-    ctx: Arc<DeviceContext>,
-}
-
-// SAFETY: a CUstream may be used from any thread once its context is current; the handle is
-// immutable after creation and destroyed once, in `drop`.
-unsafe impl Send for RawStream {}
-// SAFETY: as above; the driver serializes concurrent submissions to one stream.
-unsafe impl Sync for RawStream {}
-
-impl Drop for RawStream {
-    fn drop(&mut self) {
-        // Work already queued still completes after cuStreamDestroy.
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: `raw` was created by cuStreamCreate and is destroyed once, here.
-            cu("cuStreamDestroy_v2", unsafe {
-                sys::cuStreamDestroy_v2(self.raw)
-            })
-        });
-        if let Err(e) = r {
-            tracing::error!("{e}");
-        }
-    }
+    xthunk_gpu::stream::bind_current::<Cuda, CudaStream>(device, |s| &s.ctx)
 }
 
 /// A CUDA stream.
@@ -100,13 +64,6 @@ impl std::fmt::Debug for CudaStream {
     }
 }
 
-fn cuda_event(event: &dyn Event) -> Result<&CudaEvent> {
-    event
-        .as_any()
-        .downcast_ref::<CudaEvent>()
-        .ok_or_else(|| Error::InvalidArgument("event does not belong to the CUDA backend".into()))
-}
-
 impl CudaStream {
     pub(crate) fn new(
         ctx: Arc<DeviceContext>,
@@ -121,10 +78,8 @@ impl CudaStream {
         cu("cuStreamCreate", unsafe {
             sys::cuStreamCreate(&mut raw, sys::CU_STREAM_NON_BLOCKING)
         })?;
-        let owner = Arc::new(RawStream {
-            raw,
-            ctx: ctx.clone(),
-        });
+        // SAFETY: `raw` was just created for this context and is owned by `owner` alone.
+        let owner = Arc::new(unsafe { RawStream::new(ctx.clone(), raw) });
         Ok(CudaStream {
             ctx,
             raw,
@@ -135,26 +90,11 @@ impl CudaStream {
             pool,
         })
     }
-
-    /// `true` when done, `false` when work is pending, for `cuStreamQuery`/`cuEventQuery`.
-    fn ready(call: &str, r: CUresult) -> Result<bool> {
-        match r {
-            CUresult::CUDA_SUCCESS => Ok(true),
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => Err(cu_error(call, other)),
-        }
-    }
 }
 
 impl Stream for CudaStream {
     fn copy(&self, src: DevicePtr, dst: DevicePtr, size: u64) -> Result<()> {
-        let s = self.memory.region(src, size)?;
-        let d = self.memory.region(dst, size)?;
-        if s.overlaps(&d) {
-            return Err(Error::InvalidArgument(format!(
-                "copy of {size} bytes from {src} to {dst}: the ranges overlap"
-            )));
-        }
+        let (s, d) = self.memory.copy_regions(src, dst, size)?;
         if size == 0 {
             return Ok(());
         }
@@ -212,12 +152,7 @@ impl Stream for CudaStream {
         dims: LaunchDims,
         args: &[LaunchArg],
     ) -> Result<()> {
-        let Some(k) = kernel.as_any().downcast_ref::<CudaKernel>() else {
-            return Err(Error::InvalidArgument(format!(
-                "kernel `{}` was not loaded by the CUDA backend",
-                kernel.name()
-            )));
-        };
+        let k = vendor_kernel::<Cuda, CudaKernel>(kernel)?;
         if dims.grid.count() == 0 || dims.block.count() == 0 {
             return Err(Error::InvalidArgument(format!(
                 "kernel `{}`: empty launch (grid {}, block {})",
@@ -235,20 +170,20 @@ impl Stream for CudaStream {
     }
 
     fn record(&self, event: &dyn Event) -> Result<()> {
-        let e = cuda_event(event)?;
+        let e = CudaEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: both handles are live and of this context.
         cu("cuEventRecord", unsafe {
-            sys::cuEventRecord(e.raw, self.raw)
+            sys::cuEventRecord(e.raw(), self.raw)
         })
     }
 
     fn wait(&self, event: &dyn Event) -> Result<()> {
-        let e = cuda_event(event)?;
+        let e = CudaEvent::downcast(event)?;
         self.ctx.bind()?;
         // SAFETY: both handles are live.
         cu("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(self.raw, e.raw, 0)
+            sys::cuStreamWaitEvent(self.raw, e.raw(), 0)
         })
     }
 
@@ -263,7 +198,7 @@ impl Stream for CudaStream {
     fn query(&self) -> Result<bool> {
         self.ctx.bind()?;
         // SAFETY: the stream is live.
-        Self::ready("cuStreamQuery", unsafe { sys::cuStreamQuery(self.raw) })
+        vendor::ready("cuStreamQuery", unsafe { sys::cuStreamQuery(self.raw) })
     }
 
     fn begin_capture(&self) -> Result<()> {
@@ -307,13 +242,10 @@ impl Stream for CudaStream {
                 feature: format!("stream-ordered allocation on {}", self.ctx.name),
             });
         };
-        let alloc = self
+        let buffer = self
             .memory
             .allocate_pooled(&self.ctx, size, alignment, pool, &self.owner)?;
-        Ok(Box::new(CudaBuffer {
-            alloc,
-            registry: self.memory.clone(),
-        }))
+        Ok(Box::new(buffer))
     }
 
     fn launch_graph(&self, graph: &Arc<dyn Graph>) -> Result<()> {
@@ -325,7 +257,7 @@ impl Stream for CudaStream {
         g.launch(self.raw)
     }
 
-    /// Conditional graph nodes (CUDA 12.4+; see [`crate::conditional`]).
+    /// Conditional graph nodes (CUDA 12.4+; see [`crate::conditional`] and `conditional`).
     fn create_condition(&self) -> Result<ConditionHandle> {
         conditional::create(self)
     }
@@ -346,90 +278,6 @@ impl Stream for CudaStream {
     /// The `CUstream` (for NCCL/RCCL and other vendor libraries that take one).
     fn native_handle(&self) -> Option<usize> {
         Some(self.raw.expose_provenance())
-    }
-
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
-/// A CUDA event (timing disabled).
-pub struct CudaEvent {
-    ctx: Arc<DeviceContext>,
-    raw: sys::CUevent,
-}
-
-// SAFETY: an event handle is usable from any thread with its context current (done before
-// every call); it is immutable after creation.
-unsafe impl Send for CudaEvent {}
-// SAFETY: as above.
-unsafe impl Sync for CudaEvent {}
-
-impl CudaEvent {
-    pub(crate) fn new(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, sys::CU_EVENT_DISABLE_TIMING)
-    }
-
-    /// An event with timing (for [`Event::elapsed_since`]).
-    pub(crate) fn timing(ctx: Arc<DeviceContext>) -> Result<Self> {
-        Self::with_flags(ctx, 0)
-    }
-
-    fn with_flags(ctx: Arc<DeviceContext>, flags: u32) -> Result<Self> {
-        ctx.bind()?;
-        let mut raw: sys::CUevent = std::ptr::null_mut();
-        // SAFETY: writes one event handle; the context is current.
-        cu("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut raw, flags)
-        })?;
-        Ok(CudaEvent { ctx, raw })
-    }
-}
-
-impl Drop for CudaEvent {
-    fn drop(&mut self) {
-        let r = self.ctx.bind().and_then(|()| {
-            // SAFETY: created by cuEventCreate, destroyed once.
-            cu("cuEventDestroy_v2", unsafe {
-                sys::cuEventDestroy_v2(self.raw)
-            })
-        });
-        if let Err(e) = r {
-            tracing::error!("{e}");
-        }
-    }
-}
-
-impl Event for CudaEvent {
-    fn elapsed_since(&self, start: &dyn Event) -> Result<std::time::Duration> {
-        let start = start.as_any().downcast_ref::<CudaEvent>().ok_or_else(|| {
-            xthunk_core::Error::InvalidArgument(
-                "the event was not created by the CUDA backend".into(),
-            )
-        })?;
-        self.ctx.bind()?;
-        let mut ms = 0f32;
-        // SAFETY: both events are live; writes one float.
-        cu("cuEventElapsedTime", unsafe {
-            sys::cuEventElapsedTime(&mut ms, start.raw, self.raw)
-        })?;
-        Ok(std::time::Duration::from_secs_f64(
-            f64::from(ms.max(0.0)) / 1e3,
-        ))
-    }
-
-    fn synchronize(&self) -> Result<()> {
-        self.ctx.bind()?;
-        // SAFETY: the event is live.
-        cu("cuEventSynchronize", unsafe {
-            sys::cuEventSynchronize(self.raw)
-        })
-    }
-
-    fn query(&self) -> Result<bool> {
-        self.ctx.bind()?;
-        // SAFETY: the event is live.
-        CudaStream::ready("cuEventQuery", unsafe { sys::cuEventQuery(self.raw) })
     }
 
     fn as_any(&self) -> &dyn Any {
