@@ -1,8 +1,9 @@
 //! Admin helpers for launchers and tests: list and delete the keys of a job.
 
 use crate::client::with_client;
+use crate::config::job_prefix;
 use crate::keys::listing;
-use crate::{EtcdSecurity, job_prefix};
+use crate::security::EtcdSecurity;
 use etcd_client::DeleteOptions;
 use xthunk_core::distributed::{DistributedResult, validate_job_id};
 

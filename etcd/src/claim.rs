@@ -11,8 +11,8 @@
 use crate::EtcdSecurity;
 use crate::cause::put_if_absent;
 use crate::client::{connect_client, coordinator_url, not_in_async, runtime, unreachable, within};
+use crate::config::{job_prefix, store_error};
 use crate::keys::Keys;
-use crate::{job_prefix, store_error};
 use etcd_client::{
     Client, Compare, CompareOp, DeleteOptions, PutOptions, Txn, TxnOp, TxnOpResponse,
 };

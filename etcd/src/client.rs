@@ -2,8 +2,8 @@
 //! connecting to the endpoints (with the [`EtcdSecurity`] options), and a throwaway client for
 //! one-off requests.
 
+use crate::config::store_error;
 use crate::security::EtcdSecurity;
-use crate::store_error;
 use etcd_client::{Client, ConnectOptions};
 use std::fmt;
 use std::future::Future;

@@ -2,9 +2,9 @@
 //! private runtime and background tasks; connecting, shutting down, dropping.
 
 use crate::client::{connect_client, coordinator_url, not_in_async, runtime};
+use crate::config::{BACKEND, EtcdConfig, job_prefix, store_error};
 use crate::keys::Keys;
 use crate::session::{Ctx, register};
-use crate::{BACKEND, EtcdConfig, job_prefix, store_error};
 use crossbeam_channel::Receiver;
 use etcd_client::PutOptions;
 use parking_lot::Mutex;

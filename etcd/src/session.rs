@@ -3,8 +3,8 @@
 //! registration as alive) and leaving it.
 
 use crate::client::unreachable;
+use crate::config::store_error;
 use crate::keys::{Keys, listing};
-use crate::store_error;
 use etcd_client::{Client, Compare, CompareOp, PutOptions, Txn, TxnOp, WatchResponse, WatchStream};
 use std::collections::{BTreeSet, HashSet};
 use std::fmt;
