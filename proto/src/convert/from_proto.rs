@@ -1,58 +1,13 @@
 //! Protobuf → IR: [`from_proto`], which checks what the IR's types cannot express, then
 //! validates.
 
+use super::fields::{Loc, dtype_from};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
-    ABI_VERSION, AllocationKind, BufferAllocation, DType, Dim3, Executable, HeaderSource,
-    MemorySpace, Module, ModuleImage, ModuleOptions, PathSegment, Scalar, Signature, Slice,
-    TensorSpec, ThunkPath,
+    ABI_VERSION, AllocationKind, BufferAllocation, Executable, HeaderSource, MemorySpace, Module,
+    ModuleImage, ModuleOptions, Signature, TensorSpec,
 };
 use xthunk_core::verify;
-
-/// Where a thunk is, as a chain of borrowed steps: the [`ThunkPath`] is materialized only for
-/// an error.
-#[derive(Clone, Copy)]
-pub(super) enum Loc<'a> {
-    Root,
-    Step {
-        parent: &'a Loc<'a>,
-        field: &'static str,
-        index: usize,
-    },
-}
-
-impl Loc<'_> {
-    fn path(&self) -> ThunkPath {
-        let mut steps = Vec::new();
-        let mut cur = self;
-        while let Loc::Step {
-            parent,
-            field,
-            index,
-        } = cur
-        {
-            steps.push(PathSegment {
-                field,
-                index: *index,
-            });
-            cur = parent;
-        }
-        steps.reverse();
-        ThunkPath(steps)
-    }
-
-    pub(super) fn invalid(
-        &self,
-        field: impl Into<String>,
-        message: impl Into<String>,
-    ) -> ProtoError {
-        ProtoError::Invalid {
-            path: self.path(),
-            field: field.into(),
-            message: message.into(),
-        }
-    }
-}
 
 /// Converts a protobuf message to a program and validates it (field presence, enum values and
 /// ranges here, then [`verify`]).
@@ -107,24 +62,6 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
     };
     verify(&exe)?;
     Ok(exe)
-}
-
-pub(super) fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, ProtoError> {
-    match pb::DType::try_from(v) {
-        Ok(pb::DType::DtypeUnspecified) => {
-            Err(loc.invalid(field, "the element type is unspecified"))
-        }
-        Ok(pb::DType::DtypePred) => Ok(DType::Pred),
-        Ok(pb::DType::DtypeI8) => Ok(DType::I8),
-        Ok(pb::DType::DtypeU8) => Ok(DType::U8),
-        Ok(pb::DType::DtypeI32) => Ok(DType::I32),
-        Ok(pb::DType::DtypeI64) => Ok(DType::I64),
-        Ok(pb::DType::DtypeF16) => Ok(DType::F16),
-        Ok(pb::DType::DtypeBf16) => Ok(DType::BF16),
-        Ok(pb::DType::DtypeF32) => Ok(DType::F32),
-        Ok(pb::DType::DtypeF64) => Ok(DType::F64),
-        Err(_) => Err(loc.invalid(field, format!("unknown element type value {v}"))),
-    }
 }
 
 fn tensors_from(specs: &[pb::TensorSpec], list: &str) -> Result<Vec<TensorSpec>, ProtoError> {
@@ -233,69 +170,5 @@ fn module_from(m: &pb::Module, i: usize) -> Result<Module, ProtoError> {
         name: m.name.clone(),
         images,
         options,
-    })
-}
-
-pub(super) fn slice_from(
-    s: &Option<pb::Slice>,
-    loc: &Loc<'_>,
-    field: &str,
-) -> Result<Slice, ProtoError> {
-    match s {
-        Some(s) => Ok(Slice::new(s.allocation, s.offset, s.size)),
-        None => Err(loc.invalid(field, "the slice is missing")),
-    }
-}
-
-pub(super) fn dim3_from(
-    d: &Option<pb::Dim3>,
-    loc: &Loc<'_>,
-    field: &str,
-) -> Result<Dim3, ProtoError> {
-    match d {
-        Some(d) => Ok(Dim3::new(d.x, d.y, d.z)),
-        None => Err(loc.invalid(field, "the launch dimension is missing")),
-    }
-}
-
-pub(super) fn scalar_from(
-    s: &pb::Scalar,
-    loc: &Loc<'_>,
-    field: &str,
-) -> Result<Scalar, ProtoError> {
-    use pb::scalar::Value;
-    let range = |name: &str, v: i64, lo: i64, hi: i64| {
-        loc.invalid(
-            format!("{field}.{name}"),
-            format!("{v} is out of range ({lo}..={hi})"),
-        )
-    };
-    Ok(match s.value {
-        Some(Value::Pred(v)) => Scalar::Pred(v),
-        Some(Value::I8(v)) => {
-            Scalar::I8(i8::try_from(v).map_err(|_| range("i8", v.into(), -128, 127))?)
-        }
-        Some(Value::U8(v)) => {
-            Scalar::U8(u8::try_from(v).map_err(|_| range("u8", v.into(), 0, 255))?)
-        }
-        Some(Value::I32(v)) => Scalar::I32(v),
-        Some(Value::I64(v)) => Scalar::I64(v),
-        Some(Value::F16(v)) => {
-            Scalar::F16(u16::try_from(v).map_err(|_| range("f16", v.into(), 0, 0xFFFF))?)
-        }
-        Some(Value::Bf16(v)) => {
-            Scalar::BF16(u16::try_from(v).map_err(|_| range("bf16", v.into(), 0, 0xFFFF))?)
-        }
-        Some(Value::F32(v)) => Scalar::F32(v),
-        Some(Value::F64(v)) => Scalar::F64(v),
-        Some(Value::F32Bits(bits)) => Scalar::F32(f32::from_bits(bits)),
-        Some(Value::F64Bits(bits)) => Scalar::F64(f64::from_bits(bits)),
-        None => {
-            return Err(loc.invalid(
-                field,
-                "no scalar value is set (expected pred, i8, u8, i32, i64, f16, bf16, f32, f64, \
-                 f32_bits or f64_bits)",
-            ));
-        }
     })
 }

@@ -5,6 +5,7 @@
 //! [`xthunk_core::verify`]. The thunk path of an error is built only when the error
 //! happens, so converting a large program costs O(number of thunks).
 
+mod fields;
 mod from_proto;
 mod thunk;
 mod to_proto;

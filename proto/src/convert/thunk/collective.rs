@@ -1,8 +1,8 @@
 //! The collectives ↔ their five messages (`all_reduce`, `all_gather`, `reduce_scatter`,
 //! `all_to_all`, `broadcast`), one IR type with the operation a field.
 
-use super::super::from_proto::{Loc, dtype_from, slice_from};
-use super::super::to_proto::{dtype_to, slice_to};
+use super::super::fields::{Loc, dtype_from, slice_from};
+use super::super::fields::{dtype_to, slice_to};
 use crate::{ProtoError, pb};
 use pb::thunk::Kind;
 use xthunk_core::ir::{CollectiveOp, CollectiveThunk, ReduceOp};

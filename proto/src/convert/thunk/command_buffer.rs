@@ -1,6 +1,6 @@
 //! `command_buffer` ↔ `CommandBufferThunk`.
 
-use super::super::from_proto::Loc;
+use super::super::fields::Loc;
 use super::{list_from, list_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::CommandBufferThunk;

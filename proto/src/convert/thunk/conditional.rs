@@ -1,8 +1,8 @@
 //! `conditional` ↔ `ConditionalThunk`: branches as messages of their own, so each branch's
 //! thunks sit at `branches[i].thunks[j]`.
 
-use super::super::from_proto::{Loc, dtype_from, slice_from};
-use super::super::to_proto::{dtype_to, slice_to};
+use super::super::fields::{Loc, dtype_from, slice_from};
+use super::super::fields::{dtype_to, slice_to};
 use super::{list_from, list_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::ConditionalThunk;

@@ -1,7 +1,7 @@
 //! The `CustomCall` thunk and its typed attributes, in both directions (protobuf ↔ IR).
 
-use super::super::from_proto::{Loc, dtype_from, slice_from};
-use super::super::to_proto::{decimal_is_exact_f32, decimal_is_exact_f64, dtype_to, slice_to};
+use super::super::fields::{Loc, dtype_from, slice_from};
+use super::super::fields::{decimal_is_exact_f32, decimal_is_exact_f64, dtype_to, slice_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{
     AttrArray, AttrValue, Attributes, CustomCallBuffer, CustomCallThunk, MAX_ATTRIBUTE_DEPTH,

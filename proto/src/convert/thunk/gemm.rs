@@ -1,7 +1,7 @@
 //! `gemm` ↔ `GemmThunk` (alpha 1 and batch 1 when the message leaves them out).
 
-use super::super::from_proto::{Loc, dtype_from, slice_from};
-use super::super::to_proto::{dtype_to, slice_to};
+use super::super::fields::{Loc, dtype_from, slice_from};
+use super::super::fields::{dtype_to, slice_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::GemmThunk;
 

@@ -1,8 +1,8 @@
 //! `kernel` ↔ `KernelThunk`: launch shape and arguments (buffers with their access, typed
 //! immediates).
 
-use super::super::from_proto::{Loc, dim3_from, scalar_from, slice_from};
-use super::super::to_proto::{access_to, dim3_to, scalar_to, slice_to};
+use super::super::fields::{Loc, dim3_from, scalar_from, slice_from};
+use super::super::fields::{access_to, dim3_to, scalar_to, slice_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{Access, KernelArg, KernelThunk};
 

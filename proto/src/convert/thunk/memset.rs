@@ -1,7 +1,7 @@
 //! `memset` ↔ `MemsetThunk`: the pattern as a width and a value that must fit it.
 
-use super::super::from_proto::{Loc, slice_from};
-use super::super::to_proto::slice_to;
+use super::super::fields::slice_to;
+use super::super::fields::{Loc, slice_from};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{MemsetPattern, MemsetThunk};
 

@@ -17,7 +17,7 @@ mod permute;
 mod rank_id;
 mod while_loop;
 
-use super::from_proto::Loc;
+use super::fields::Loc;
 use crate::{ProtoError, pb};
 use pb::thunk::Kind;
 use xthunk_core::ir::Thunk;

@@ -1,7 +1,7 @@
 //! `rank_id` ↔ `RankIdThunk`.
 
-use super::super::from_proto::{Loc, slice_from};
-use super::super::to_proto::slice_to;
+use super::super::fields::slice_to;
+use super::super::fields::{Loc, slice_from};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::RankIdThunk;
 

@@ -1,7 +1,7 @@
 //! `while` ↔ `WhileThunk`: a trip count is a non-negative i64 in the schema.
 
-use super::super::from_proto::{Loc, slice_from};
-use super::super::to_proto::slice_to;
+use super::super::fields::slice_to;
+use super::super::fields::{Loc, slice_from};
 use super::{list_from, list_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::WhileThunk;
