@@ -2,10 +2,24 @@
 //! under test in rank order and the clique providers over them, made by the [`CliqueFactory`]
 //! the harness was given (the `xthunk` facade registers one with each backend).
 
-use crate::{CHECK_TIMEOUTS, CheckFailure, FAILURE_TIMEOUTS, MAX_RANKS, Outcome};
+use crate::failure::CheckFailure;
+use crate::report::Outcome;
 use std::sync::Arc;
+use std::time::Duration;
 use xthunk_core::backend::{Backend, Device};
 use xthunk_core::collectives::{CliqueFactory, CliqueProvider, Timeouts, Undetected};
+
+/// The most devices (ranks) a collective check uses.
+pub const MAX_RANKS: usize = 4;
+
+/// Rendezvous timeouts of the communicators of ordinary collective checks: generous, so that a
+/// loaded machine never fails a correct run (a hang still fails, after `terminate_after`).
+pub const CHECK_TIMEOUTS: Timeouts = Timeouts::new(Duration::from_secs(2), Duration::from_secs(30));
+
+/// Rendezvous timeouts of the communicators of the checks that make collectives fail on
+/// purpose (mismatched operations, a rank that never arrives).
+pub const FAILURE_TIMEOUTS: Timeouts =
+    Timeouts::new(Duration::from_millis(300), Duration::from_secs(2));
 
 /// The clique provider `factory` makes for collectives among `devices` of `backend` (global
 /// rank = index in `devices`), with `timeouts` on every rendezvous; or why there is none (no

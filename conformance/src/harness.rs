@@ -4,9 +4,8 @@
 
 use crate::context::collectives_context;
 use crate::expect::{self, Expectation, Expectations};
-use crate::{
-    Check, CheckBody, CheckFailure, CheckReport, Collectives, Outcome, Report, all_checks,
-};
+use crate::util::panic_message;
+use crate::{Check, CheckBody, CheckFailure, CheckReport, Collectives, Outcome, Report};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Device};
@@ -56,14 +55,6 @@ fn guarded(
         c.evict_aborted();
     }
     result
-}
-
-/// The message of a panic payload.
-pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
-    p.downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| p.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "non-string panic payload".into())
 }
 
 /// What the suite runs on: a backend, the [`CliqueFactory`] of its devices (none: its
@@ -213,7 +204,7 @@ pub fn run_observed(
     filter: Option<&str>,
     seen: &mut dyn FnMut(usize, usize),
 ) -> Report {
-    let checks: Vec<Check> = all_checks()
+    let checks: Vec<Check> = crate::checks::all()
         .into_iter()
         .filter(|c| filter.is_none_or(|f| c.name.contains(f)))
         .collect();
@@ -275,7 +266,7 @@ fn run_checks_observed(
 /// 0: an unavailable backend yields ignored trials whose kind carries the reason; so do checks
 /// that cannot run here (unsupported, too few devices). A failure or an XPASS fails the trial.
 pub fn trials(subject: Subject) -> Vec<libtest_mimic::Trial> {
-    trials_of(subject, all_checks())
+    trials_of(subject, crate::checks::all())
 }
 
 /// [`trials`] of these checks.
@@ -508,7 +499,7 @@ mod tests {
 
     #[test]
     fn failures_the_provider_does_not_detect_are_not_provoked() {
-        let provoking: Vec<Check> = crate::all_checks()
+        let provoking: Vec<Check> = crate::checks::all()
             .into_iter()
             .filter(|c| c.provokes.is_some())
             .collect();

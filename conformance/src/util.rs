@@ -43,6 +43,14 @@ pub fn fail(msg: impl Into<String>) -> CheckFailure {
     CheckFailure::Mismatch(msg.into())
 }
 
+/// The message of a panic payload.
+pub fn panic_message(p: &(dyn std::any::Any + Send)) -> String {
+    p.downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| p.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "non-string panic payload".into())
+}
+
 /// Fails with `msg()` unless `cond`.
 pub fn ensure(cond: bool, msg: impl FnOnce() -> String) -> CheckResult {
     if cond { Ok(()) } else { Err(fail(msg())) }
