@@ -3,7 +3,7 @@
 //! copies (their semantics are not part of the interface).
 
 use super::memory::spaces;
-use super::seeded;
+use super::seed::seeded;
 use crate::Check;
 use crate::util::{CheckResult, CheckRng, compare_bytes, download_all, random_bytes, upload};
 use rand::Rng;

@@ -10,7 +10,7 @@
 //!   handler does not take fails the load (nothing issued), a failing handler fails the
 //!   execution naming the thunk and the target.
 
-use super::seeded;
+use super::seed::seeded;
 use crate::Check;
 use crate::util::{CheckResult, CheckRng, compare_bytes, ensure, fail, random_bytes, upload};
 use rand::Rng;

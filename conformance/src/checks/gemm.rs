@@ -12,7 +12,7 @@
 //! f16/bf16/f32, f64 for f64) and `s = |α|·Σ|a||b| + |β|·|c|` (the standard dot-product error
 //! bound, doubled).
 
-use super::seeded;
+use super::seed::seeded;
 use crate::Check;
 use crate::reference::{self, GemmShape};
 use crate::util::{

@@ -13,7 +13,7 @@
 //! cols), softmax `cols·ε·|expected|` (and every row sums to 1 within `2u + 2·cols·ε`, u the
 //! output's unit roundoff), layer norm `4(cols+2)ε(|γ|·max|z| + |β|)` per row.
 
-use super::seeded;
+use super::seed::seeded;
 use crate::reference::{self, BinaryOp, KernelId, Op, UnaryOp};
 use crate::util::{
     CheckResult, CheckRng, Tol, Values, compare_floats, compare_ints, compute_eps, decode, encode,

@@ -2,7 +2,7 @@
 //! accounting, errors of the synchronous host copies, and stream-ordered allocation where the
 //! device declares it (`Unsupported` where it does not).
 
-use super::{seeded, seeded_exclusive};
+use super::seed::{seeded, seeded_exclusive};
 use crate::Check;
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, download, download_all, ensure, expect_live_bytes, fail,

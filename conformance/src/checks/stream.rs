@@ -2,7 +2,7 @@
 //! and stream queries, device-wide synchronization, and errors for bad addresses.
 
 use super::memory::BOGUS;
-use super::{seeded, seeded_exclusive};
+use super::seed::{seeded, seeded_exclusive};
 use crate::Check;
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, download, download_all, ensure, fail, random_bytes,

@@ -21,7 +21,7 @@ mod errors;
 mod program;
 mod state;
 
-use super::{seeded, seeded_exclusive};
+use super::seed::{seeded, seeded_exclusive};
 use crate::Check;
 use crate::util::{CheckResult, Values, compare_bytes, encode, execute_loaded, fail};
 use control::{async_scope, command_buffer, conditional, while_loop};
