@@ -1,7 +1,7 @@
 //! `executor/while_loop`, `executor/conditional`, `executor/async_scope` and
 //! `executor/command_buffer`: control flow, async scopes and command buffers.
 
-use super::{f32_bytes, load, run_all_schedules, std_kernel};
+use super::common::{f32_bytes, load, run_all_schedules, std_kernel};
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, compare_floats, decode, execute_loaded, poison_byte,
     uniform, upload,

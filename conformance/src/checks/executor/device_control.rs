@@ -8,7 +8,7 @@
 //! (`recorded_conditional_nodes`); where it has none the executor says so once, runs them
 //! host-driven, and no conditional node is counted. Runs alone (the count is per process).
 
-use super::{f32_bytes, load, std_kernel};
+use super::common::{f32_bytes, load, std_kernel};
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, compare_floats, decode, execute_loaded, fail,
     poison_byte, uniform,

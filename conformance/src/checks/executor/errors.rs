@@ -1,8 +1,8 @@
 //! `executor/error_names_thunk` and `executor/argument_errors`: a failing thunk is reported
 //! with its path (and its state freed), and bad arguments are rejected.
 
+use super::common::{configs, load};
 use super::program::{K, M, N, inputs, params, program};
-use super::{configs, load};
 use crate::util::{
     CheckResult, CheckRng, Values, compare_floats, decode, encode, ensure, expect_live_bytes, fail,
     uniform, upload,

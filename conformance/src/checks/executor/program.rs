@@ -2,7 +2,7 @@
 //! memset, with a nested sequence, temporaries, a constant and an independent branch), its
 //! inputs and its check against the f64 reference, under every schedule.
 
-use super::{load, run_all_schedules};
+use super::common::{load, run_all_schedules};
 use crate::reference;
 use crate::util::{
     CheckResult, CheckRng, Values, compare_bytes, compare_floats, decode, encode, ensure,

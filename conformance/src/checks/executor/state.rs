@@ -1,8 +1,8 @@
 //! `executor/temps_freed` and `executor/concurrent_executions`: per-execution state is pooled
 //! and freed, and one loaded executable runs from several threads at once.
 
+use super::common::{configs, load};
 use super::program::{Inputs, K, M, N, inputs, params, poisoned_y, program, verify};
-use super::{configs, load};
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, ensure, execute_loaded, expect_live_bytes, fail, upload,
 };
