@@ -14,16 +14,18 @@
 //! output's unit roundoff), layer norm `4(cols+2)ε(|γ|·max|z| + |β|)` per row.
 
 use super::seed::seeded;
+use crate::Check;
 use crate::reference::{self, BinaryOp, KernelId, Op, UnaryOp};
 use crate::util::{
     CheckResult, CheckRng, Tol, Values, compare_floats, compare_ints, compute_eps, decode, encode,
     ensure, fail, log_uniform, poison_byte, random_ints, run_program, scalar_f, scalar_i,
     sprinkle_nan, uniform, uniform_signed, unit_roundoff,
 };
-use crate::{Check, CheckFailure};
 
+mod case;
 mod training;
 mod user;
+use case::{Case, Shape, no_reference, unary_tol};
 use rand::Rng;
 use std::sync::Arc;
 use xthunk_core::backend::Device;
@@ -71,22 +73,6 @@ pub fn standard_kernel_checks(module: Module) -> Vec<Check> {
 
 pub use user::{checks_of as user_kernel_checks, module as user_kernels_module};
 
-/// One kernel problem size.
-#[derive(Clone, Copy, Debug)]
-enum Shape {
-    N(usize),
-    Rows(usize, usize),
-}
-
-impl Shape {
-    fn describe(&self) -> String {
-        match self {
-            Shape::N(n) => format!("n={n}"),
-            Shape::Rows(r, c) => format!("{r}x{c}"),
-        }
-    }
-}
-
 fn shapes(op: Op) -> Vec<Shape> {
     if op.is_row() {
         let mut v = vec![Shape::Rows(1, 1), Shape::Rows(33, 65), Shape::Rows(2, 1007)];
@@ -97,80 +83,6 @@ fn shapes(op: Op) -> Vec<Shape> {
     } else {
         vec![Shape::N(1), Shape::N(1007)]
     }
-}
-
-/// What one output must hold.
-struct Expect {
-    param: &'static str,
-    values: Values,
-    /// Absolute tolerance per element (floats only; integers are exact).
-    tol: Vec<f64>,
-    /// Columns, for messages (0 for 1-D).
-    cols: usize,
-}
-
-/// Inputs, immediates and expected outputs of one kernel run.
-struct Case {
-    inputs: Vec<(&'static str, Values)>,
-    scalars: Vec<(&'static str, Scalar)>,
-    expect: Vec<Expect>,
-    /// Softmax: `(rows, cols, tolerance)` of the rows-sum-to-one check.
-    row_sums_one: Option<(usize, usize, f64)>,
-}
-
-impl Case {
-    fn new(shape: Shape) -> Case {
-        let scalars = match shape {
-            Shape::N(n) => vec![("n", Scalar::I64(n as i64))],
-            Shape::Rows(r, c) => vec![
-                ("rows", Scalar::I64(r as i64)),
-                ("cols", Scalar::I64(c as i64)),
-            ],
-        };
-        Case {
-            inputs: vec![],
-            scalars,
-            expect: vec![],
-            row_sums_one: None,
-        }
-    }
-
-    fn input(&self, name: &str) -> Option<&Values> {
-        self.inputs.iter().find(|(n, _)| *n == name).map(|(_, v)| v)
-    }
-
-    fn scalar(&self, name: &str) -> Option<Scalar> {
-        self.scalars
-            .iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, s)| *s)
-    }
-
-    fn exact(&mut self, param: &'static str, values: Values, cols: usize) {
-        let tol = vec![0.0; values.len()];
-        self.expect.push(Expect {
-            param,
-            values,
-            tol,
-            cols,
-        });
-    }
-
-    fn floats(&mut self, param: &'static str, values: Vec<f64>, tol: Vec<f64>, cols: usize) {
-        self.expect.push(Expect {
-            param,
-            values: Values::F(values),
-            tol,
-            cols,
-        });
-    }
-}
-
-fn no_reference(id: &KernelId) -> CheckFailure {
-    fail(format!(
-        "no reference for {:?} on {} (the conformance suite needs one)",
-        id.op, id.dtype
-    ))
 }
 
 /// Random inputs of a float unary op, in its domain.
@@ -210,26 +122,6 @@ fn binary_inputs(
         sprinkle_nan(rng, &mut b, 16);
     }
     (a, b)
-}
-
-fn unary_tol(op: UnaryOp, t: DType, x: &[f64], exp: &[f64]) -> Vec<f64> {
-    let base = if op.transcendental() {
-        Tol::transcendental(t)
-    } else {
-        Tol::of(t)
-    };
-    let eps = compute_eps(t);
-    exp.iter()
-        .zip(x)
-        .map(|(&e, &xi)| {
-            base.bound(e)
-                + if matches!(op, UnaryOp::Gelu | UnaryOp::GeluErf) {
-                    4.0 * eps * xi.abs()
-                } else {
-                    0.0
-                }
-        })
-        .collect()
 }
 
 fn elementwise_tol(t: DType, exp: &[f64]) -> Vec<f64> {

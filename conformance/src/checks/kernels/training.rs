@@ -1,7 +1,7 @@
 //! Cases of the training kernels (fused bias + GELU, cross-entropy, AdamW, embedding gather):
 //! random inputs, f64 references from `reference`, explicit tolerances.
 
-use super::{Case, Shape, no_reference, unary_tol};
+use super::case::{Case, Shape, no_reference, unary_tol};
 use crate::reference::{self, KernelId, Op};
 use crate::util::{CheckResult, CheckRng, Tol, Values, compute_eps, round_to, uniform};
 use rand::Rng;
