@@ -24,7 +24,7 @@ use crate::util::{
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device, LaunchArg, LaunchDims};
 use xthunk_core::host::HostBackend;
-use xthunk_core::ir::{DType, Dim3, MemorySpace, Module, ModuleImage, Scalar};
+use xthunk_core::ir::{Dim3, MemorySpace, Module, ModuleImage};
 
 /// The source of the set.
 pub const SOURCE: &str = include_str!("../../../kernels/user/checked_set.cu");
@@ -41,6 +41,9 @@ pub fn module() -> Module {
 }
 
 mod cases;
+mod types;
+
+use types::{Arg, Case, Expect};
 
 type CaseFn = fn(&mut CheckRng, u32) -> CheckResult<Vec<Case>>;
 
@@ -94,44 +97,6 @@ fn cpu_execution_available() -> Result<(), String> {
     xthunk_core::host::cpu::build::compiler()
         .map(|_| ())
         .map_err(|e| format!("the CPU execution these checks compare with is unavailable: {e}"))
-}
-
-/// A launch argument.
-pub(super) enum Arg {
-    Buf(Vec<u8>),
-    S(Scalar),
-}
-
-/// What one output buffer (argument `arg`) must hold.
-pub(super) enum Expect {
-    Floats {
-        arg: usize,
-        dtype: DType,
-        values: Vec<f64>,
-        tol: Vec<f64>,
-        cols: usize,
-    },
-    Ints {
-        arg: usize,
-        dtype: DType,
-        values: Vec<i64>,
-    },
-    /// A property of the raw bytes (e.g. a permutation), `Err` saying what is wrong.
-    Holds { arg: usize, check: Box<Property> },
-}
-
-/// A property of an output's bytes, given every argument's bytes too.
-type Property = dyn Fn(&[u8], &[Vec<u8>]) -> Result<(), String>;
-
-/// One launch and what its outputs must hold.
-pub(super) struct Case {
-    pub(super) what: String,
-    pub(super) kernel: &'static str,
-    pub(super) grid: u32,
-    pub(super) block: u32,
-    pub(super) shared: u32,
-    pub(super) args: Vec<Arg>,
-    pub(super) expect: Vec<Expect>,
 }
 
 /// Loads `module` on `device`, runs each case, and compares it with the reference and with the

@@ -1,7 +1,7 @@
 //! The cases of the `kernels/user/` checks: random inputs, the launch, and f64 references with
 //! their tolerances (see the parent module).
 
-use super::{Arg, Case, Expect};
+use super::types::{Arg, Case, Expect};
 use crate::reference::{self, AdamW};
 use crate::util::{
     CheckResult, CheckRng, Tol, Values, compute_eps, encode, f16_bits, round_to, uniform,
