@@ -1,8 +1,8 @@
 //! The SPMD driver (`run_spmd`) and schedules of several collectives on both stream kinds.
 
+use super::common::{RUN_LIMIT, check};
 use super::inputs::{Mix, compare_reduced, reduce_values};
 use super::runner::{RankRun, all_ok, spmd, within};
-use super::{RUN_LIMIT, check};
 use crate::Check;
 use crate::util::{CheckResult, compare_bytes, encode, ensure, fail, poison_byte, random_bytes};
 use xthunk_core::builder::ExecutableBuilder;

@@ -1,7 +1,7 @@
 //! Collectives that fail on purpose: mismatched operations and a missing rank must be reported,
 //! naming the ranks, instead of hanging.
 
-use super::FAILURE_RUN_LIMIT;
+use super::common::FAILURE_RUN_LIMIT;
 use super::inputs::{Mix, compare_reduced, reduce_values};
 use super::program::{Coll, program};
 use super::runner::{RankRun, all_ok, spmd};

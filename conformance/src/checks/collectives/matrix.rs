@@ -1,6 +1,6 @@
 //! The matrix: every operation × dtype × size on 1 to 4 ranks, group shapes, in-place all-reduce.
 
-use super::check;
+use super::common::check;
 use super::program::{Coll, counts, op_name};
 use super::runner::run_case;
 use crate::Check;

@@ -1,6 +1,6 @@
 //! `collectives/`: collective thunks on 1 to 4 ranks of the backend under test (rank `r` on
-//! device `r` of the [`Collectives`] context, each on its own thread with its own loaded
-//! executable), compared with references computed here from every rank's inputs.
+//! device `r` of the [`Collectives`](crate::Collectives) context, each on its own thread with
+//! its own loaded executable), compared with references computed here from every rank's inputs.
 //!
 //! # What is covered
 //!
@@ -25,7 +25,7 @@
 //! - **Failures**: rank 0 all-reduces while rank 1 all-gathers the same data — an error on
 //!   every rank, not a hang; the provider then gives a fresh clique that works. A rank that
 //!   never reaches a collective: the other fails at the terminate timeout naming it. These use
-//!   the context's [`FAILURE_TIMEOUTS`] provider.
+//!   the context's [`FAILURE_TIMEOUTS`](crate::FAILURE_TIMEOUTS) provider.
 //!
 //! Every run is watched: a rank that has not returned well after the terminate timeout fails
 //! the check as a hang (its thread is left behind) instead of hanging the suite.
@@ -61,6 +61,7 @@
 //! as NCCL does for f16 and bf16) plus the reference's rounding and its own f64 error: it grows
 //! with the number of ranks. Min and max are exact.
 
+mod common;
 mod drivers;
 mod failures;
 mod inputs;
@@ -69,21 +70,13 @@ mod p2p;
 mod program;
 mod runner;
 
-use crate::util::{CheckResult, CheckRng, rng_from, seed_for};
-use crate::{CHECK_TIMEOUTS, Check, CheckFailure, Collectives, FAILURE_TIMEOUTS, Provoked};
+use crate::{Check, Provoked};
+use common::check;
 use drivers::{schedules, spmd_driver};
 use failures::{mismatch, missing_rank};
 use matrix::{groups_check, in_place, matrix};
 use p2p::{permute, send_recv};
-use std::time::Duration;
 use xthunk_core::ir::{COLLECTIVE_DTYPES, CollectiveOp, DType, ReduceOp};
-
-/// How long a run may take before it counts as hung: well past the terminate timeout, after
-/// which a stuck collective must have failed.
-const RUN_LIMIT: Duration = Duration::from_secs(CHECK_TIMEOUTS.terminate_after.as_secs() + 30);
-/// The same for runs on the [`FAILURE_TIMEOUTS`] provider.
-const FAILURE_RUN_LIMIT: Duration =
-    Duration::from_secs(FAILURE_TIMEOUTS.terminate_after.as_secs() + 8);
 
 pub fn checks() -> Vec<Check> {
     let mut v = Vec::new();
@@ -129,21 +122,4 @@ pub fn checks() -> Vec<Check> {
     v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
     v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
     v
-}
-
-/// A check `collectives/{name}` on `ranks` devices, with a generator seeded by its name.
-fn check(
-    name: impl Into<String>,
-    ranks: usize,
-    f: impl Fn(&Collectives, &mut CheckRng) -> CheckResult + Send + Sync + 'static,
-) -> Check {
-    let name = format!("collectives/{}", name.into());
-    let seed = seed_for(&name);
-    Check::collective(name, ranks, move |ctx| {
-        let mut rng = rng_from(seed);
-        f(ctx, &mut rng).map_err(|e| match e {
-            CheckFailure::Mismatch(m) => CheckFailure::Mismatch(format!("{m} [seed {seed:#x}]")),
-            other => other,
-        })
-    })
 }

@@ -1,7 +1,7 @@
 //! Point to point: collective permutes (rings, partial) and send/receive pairs.
 
+use super::common::{RUN_LIMIT, check};
 use super::runner::{RankRun, all_ok, spmd};
-use super::{RUN_LIMIT, check};
 use crate::Check;
 use crate::util::{compare_bytes, fail, poison_byte, random_bytes};
 use xthunk_core::builder::ExecutableBuilder;

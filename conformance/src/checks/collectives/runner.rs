@@ -1,11 +1,12 @@
 //! Running a program on every rank: one thread per rank, each with its own loaded executable, under
 //! a time limit, and checking the outputs of a case.
 
-use super::RUN_LIMIT;
+use super::common::RUN_LIMIT;
 use super::inputs::{input, verify};
 use super::program::{Coll, program};
+use crate::Collectives;
+use crate::util::panic_message;
 use crate::util::{CheckResult, CheckRng, ensure, execute_loaded, fail, poison_byte};
-use crate::{Collectives, panic_message};
 use std::sync::{Arc, mpsc};
 use std::time::{Duration, Instant};
 use xthunk_core::collectives::CliqueProvider;
