@@ -4,7 +4,7 @@
 //! generator seeded by its name (see [`crate::util::seed_for`]); a failure message ends with
 //! the seed.
 
-use crate::Check;
+use crate::check::Check;
 
 mod collectives;
 mod copy;

@@ -3,7 +3,8 @@
 //! says of itself (its [`Undetected`](xthunk_core::collectives::Undetected) failures) — never
 //! from the backend's name, so a gap of one clique provider never disables a check on another.
 
-use crate::{Check, Collectives, Provoked};
+use crate::check::{Check, Provoked};
+use crate::context::Collectives;
 
 /// What is declared about a check.
 #[derive(Clone, Debug, PartialEq, Eq)]

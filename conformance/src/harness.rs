@@ -2,10 +2,13 @@
 //! run where, one check's outcome, the whole suite ([`run`]) and its `libtest-mimic` trials
 //! ([`trials`]).
 
+use crate::check::{Check, CheckBody};
+use crate::context::Collectives;
 use crate::context::collectives_context;
 use crate::expect::{self, Expectation, Expectations};
+use crate::failure::CheckFailure;
+use crate::report::{CheckReport, Outcome, Report};
 use crate::util::panic_message;
-use crate::{Check, CheckBody, CheckFailure, CheckReport, Collectives, Outcome, Report};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Backend, Device};

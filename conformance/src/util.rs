@@ -22,7 +22,7 @@
 //! rounding and keep their base tolerance). Integers, conversions, fills, transposes and maxima
 //! are compared exactly.
 
-use crate::CheckFailure;
+use crate::failure::CheckFailure;
 use half::{bf16, f16};
 use rand::{Rng, RngCore, SeedableRng};
 use rand_chacha::ChaCha8Rng;

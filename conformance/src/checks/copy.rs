@@ -4,7 +4,7 @@
 
 use super::memory::spaces;
 use super::seed::seeded;
-use crate::Check;
+use crate::check::Check;
 use crate::util::{CheckResult, CheckRng, compare_bytes, download_all, random_bytes, upload};
 use rand::Rng;
 use std::sync::Arc;

@@ -11,7 +11,7 @@
 //!   execution naming the thunk and the target.
 
 use super::seed::seeded;
-use crate::Check;
+use crate::check::Check;
 use crate::util::{CheckResult, CheckRng, compare_bytes, ensure, fail, random_bytes, upload};
 use rand::Rng;
 use std::sync::atomic::{AtomicU64, Ordering};

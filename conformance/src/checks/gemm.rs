@@ -13,7 +13,7 @@
 //! bound, doubled).
 
 use super::seed::seeded;
-use crate::Check;
+use crate::check::Check;
 use crate::reference::{self, GemmShape};
 use crate::util::{
     CheckResult, CheckRng, Values, compare_bytes, compare_floats, compute_eps, decode,

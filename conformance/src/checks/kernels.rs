@@ -14,7 +14,7 @@
 //! output's unit roundoff), layer norm `4(cols+2)ε(|γ|·max|z| + |β|)` per row.
 
 use super::seed::seeded;
-use crate::Check;
+use crate::check::Check;
 use crate::reference::{self, BinaryOp, KernelId, Op, UnaryOp};
 use crate::util::{
     CheckResult, CheckRng, Tol, Values, compare_floats, compare_ints, compute_eps, decode, encode,

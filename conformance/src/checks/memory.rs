@@ -3,7 +3,7 @@
 //! device declares it (`Unsupported` where it does not).
 
 use super::seed::{seeded, seeded_exclusive};
-use crate::Check;
+use crate::check::Check;
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, download, download_all, ensure, expect_live_bytes, fail,
     random_bytes, upload,

@@ -1,8 +1,9 @@
 //! Checks with a random generator seeded by their name ([`seeded`], [`seeded_exclusive`]): a
 //! mismatch's message ends with the seed.
 
+use crate::check::Check;
+use crate::failure::CheckFailure;
 use crate::util::{CheckResult, CheckRng, rng_from, seed_for};
-use crate::{Check, CheckFailure};
 use std::sync::Arc;
 use xthunk_core::backend::Device;
 

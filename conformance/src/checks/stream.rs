@@ -3,7 +3,7 @@
 
 use super::memory::BOGUS;
 use super::seed::{seeded, seeded_exclusive};
-use crate::Check;
+use crate::check::Check;
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, download, download_all, ensure, fail, random_bytes,
     upload,

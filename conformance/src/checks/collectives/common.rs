@@ -1,8 +1,10 @@
 //! What the collective checks share: their time limits ([`RUN_LIMIT`], [`FAILURE_RUN_LIMIT`])
 //! and [`check`], a collective check with a generator seeded by its name.
 
+use crate::check::Check;
+use crate::context::{CHECK_TIMEOUTS, Collectives, FAILURE_TIMEOUTS};
+use crate::failure::CheckFailure;
 use crate::util::{CheckResult, CheckRng, rng_from, seed_for};
-use crate::{CHECK_TIMEOUTS, Check, CheckFailure, Collectives, FAILURE_TIMEOUTS};
 use std::time::Duration;
 
 /// How long a run may take before it counts as hung: well past the terminate timeout, after

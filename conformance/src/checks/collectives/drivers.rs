@@ -3,7 +3,7 @@
 use super::common::{RUN_LIMIT, check};
 use super::inputs::{Mix, compare_reduced, reduce_values};
 use super::runner::{RankRun, all_ok, spmd, within};
-use crate::Check;
+use crate::check::Check;
 use crate::util::{CheckResult, compare_bytes, encode, ensure, fail, poison_byte, random_bytes};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::spmd::run_spmd;

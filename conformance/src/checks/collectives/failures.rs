@@ -5,7 +5,7 @@ use super::common::FAILURE_RUN_LIMIT;
 use super::inputs::{Mix, compare_reduced, reduce_values};
 use super::program::{Coll, program};
 use super::runner::{RankRun, all_ok, spmd};
-use crate::Collectives;
+use crate::context::Collectives;
 use crate::util::{CheckResult, CheckRng, encode, ensure, fail, poison_byte, random_bytes};
 use std::time::Instant;
 use xthunk_core::builder::ExecutableBuilder;

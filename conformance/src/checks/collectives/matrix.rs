@@ -3,7 +3,7 @@
 use super::common::check;
 use super::program::{Coll, counts, op_name};
 use super::runner::run_case;
-use crate::Check;
+use crate::check::Check;
 use xthunk_core::ir::{COLLECTIVE_DTYPES, CollectiveOp, DType, ReduceOp};
 
 /// `op` of `dtype` over every rank of `n`, at every size (broadcast: from every root).

@@ -70,7 +70,7 @@ mod p2p;
 mod program;
 mod runner;
 
-use crate::{Check, Provoked};
+use crate::check::{Check, Provoked};
 use common::check;
 use drivers::{schedules, spmd_driver};
 use failures::{mismatch, missing_rank};

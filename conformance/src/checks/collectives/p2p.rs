@@ -2,7 +2,7 @@
 
 use super::common::{RUN_LIMIT, check};
 use super::runner::{RankRun, all_ok, spmd};
-use crate::Check;
+use crate::check::Check;
 use crate::util::{compare_bytes, fail, poison_byte, random_bytes};
 use xthunk_core::builder::ExecutableBuilder;
 use xthunk_core::executor::ExecutorConfig;

@@ -4,7 +4,7 @@
 use super::common::RUN_LIMIT;
 use super::inputs::{input, verify};
 use super::program::{Coll, program};
-use crate::Collectives;
+use crate::context::Collectives;
 use crate::util::panic_message;
 use crate::util::{CheckResult, CheckRng, ensure, execute_loaded, fail, poison_byte};
 use std::sync::{Arc, mpsc};

@@ -24,7 +24,7 @@ mod program;
 mod state;
 
 use super::seed::{seeded, seeded_exclusive};
-use crate::Check;
+use crate::check::Check;
 use control::{async_scope, command_buffer, conditional, while_loop};
 use device_control::control_in_command_buffer;
 use errors::{argument_errors, error_names_thunk};

@@ -1,7 +1,7 @@
 //! One kernel run of the `kernels/` checks ([`Case`]): its problem size ([`Shape`]), inputs,
 //! immediates and expected outputs with their tolerances ([`Expect`], [`unary_tol`]).
 
-use crate::CheckFailure;
+use crate::failure::CheckFailure;
 use crate::reference::{KernelId, UnaryOp};
 use crate::util::{Tol, Values, compute_eps, fail};
 use xthunk_core::ir::{DType, Scalar};

@@ -15,7 +15,7 @@
 //! more; layer norm `4(cols+2)ε(|γ|·max|z| + |β|)`; row and warp sums `n·ε·Σ|x|`;
 //! cross-entropy `cols·ε·(1 + |max|)` more; AdamW `1e-6` relative + `1e-7`.
 
-use crate::Check;
+use crate::check::Check;
 use crate::checks::seed::seeded;
 use crate::util::{
     CheckResult, CheckRng, compare_bytes, compare_floats, compare_ints, decode, download, fail,
