@@ -2,6 +2,7 @@
 //! validates.
 
 use crate::{ProtoError, pb};
+use xthunk_core::executor::Program;
 use xthunk_core::ir::{
     ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
     CollectiveThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg, KernelThunk,
@@ -58,6 +59,18 @@ impl Loc<'_> {
 /// Converts a protobuf message to a program and validates it (field presence, enum values and
 /// ranges here, then [`verify`]).
 pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
+    let exe = convert(msg)?;
+    verify(&exe)?;
+    Ok(exe)
+}
+
+/// [`from_proto`] as a [`Program`]: verified once, by [`Program::new`].
+pub fn program_from_proto(msg: &pb::Executable) -> Result<Program, ProtoError> {
+    Ok(Program::new(convert(msg)?)?)
+}
+
+/// The conversion of [`from_proto`], without [`verify`].
+fn convert(msg: &pb::Executable) -> Result<Executable, ProtoError> {
     let root = Loc::Root;
     // Checked first: a program of another ABI version may use thunk kinds this build does not
     // know, and the version is the error to report.
@@ -120,7 +133,6 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
         entry,
         signature,
     };
-    verify(&exe)?;
     Ok(exe)
 }
 

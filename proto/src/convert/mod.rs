@@ -9,5 +9,5 @@ mod custom_call;
 mod from_proto;
 mod to_proto;
 
-pub use from_proto::from_proto;
+pub use from_proto::{from_proto, program_from_proto};
 pub use to_proto::to_proto;
