@@ -6,7 +6,8 @@ use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
-use xthunk::{BackendChoice, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
+use xthunk::core::executor::{Program, Session};
+use xthunk::{BackendChoice, ExecuteOptions, LoadedExecutable, Runtime};
 
 /// Everything `xthunk run` was asked to do (its command-line arguments).
 #[derive(Debug, clap::Args)]
@@ -61,7 +62,7 @@ pub struct RunArgs {
 
 impl RunArgs {
     /// The executor configuration the options ask for.
-    fn config(&self) -> xthunk::core::executor::ExecutorConfig {
+    pub(super) fn config(&self) -> xthunk::core::executor::ExecutorConfig {
         xthunk::core::executor::ExecutorConfig {
             plan_temps: !self.no_temp_plan,
             ..Default::default()
@@ -96,14 +97,13 @@ const SHOWN_VALUES: usize = 8;
 /// `auto` or a backend name.
 pub use xthunk::embed::backend_choice;
 
-/// Picks the backend and opens the device, telling stderr which one and why others were
-/// skipped.
+/// Picks the backend (its name checked by [`check_backend_name`]) and opens the device,
+/// telling stderr which one and why others were skipped.
 pub fn open_device(
     rt: &Runtime,
     backend: &str,
     ordinal: usize,
 ) -> CliResult<std::sync::Arc<dyn xthunk::Device>> {
-    check_backend_name(rt, backend)?;
     let choice = backend_choice(backend);
     let (b, skipped) = rt.select(&choice)?;
     check_device_count(
@@ -135,7 +135,7 @@ pub fn open_device(
 }
 
 /// `--backend NAME` names a backend of this build (or is `auto`): a usage error otherwise.
-fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
+pub(super) fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
     let names = rt.registry().names();
     if name != "auto" && !names.contains(&name) {
         return Err(CliError::CommandLine(format!(
@@ -195,10 +195,13 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     if let Some(dir) = &args.output_dir {
         outfiles::check_dir(dir)?;
     }
-    check_backend_name(&Runtime::new(), &args.backend)?;
+    // One runtime, its backend name checked once: its host backend has a device per rank
+    // (one in a job's process, whose host jobs take one device per process).
+    let rt = Runtime::with_host_devices(args.devices.max(1) as usize);
+    check_backend_name(&rt, &args.backend)?;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let program =
-        xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
+    let program = xthunk::proto::load_program(&args.program)
+        .map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
 
     // Check every input file (name, dtype, shape) before touching a device.
@@ -253,70 +256,54 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         rank_inputs.push(host_inputs);
     }
     if let Some(config) = &job {
-        return super::job::run_job(args, config, program, rank_inputs, out);
+        return super::job::run_job(args, &rt, config, program, rank_inputs, out);
     }
     if ranks > 1 {
-        return run_spmd(args, program, rank_inputs, out);
+        return run_spmd(args, &rt, program, rank_inputs, out);
     }
     let host_inputs = rank_inputs.pop().unwrap_or_default();
 
-    let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
     let tracer = args.trace.tracer();
     if let Some(t) = &tracer {
         t.name_rank(0, device.info().name.clone());
     }
     let t = Instant::now();
-    let exe = LoadedExecutable::load_traced(
+    let session = Session::load(
         device.clone(),
-        program,
+        &program,
         &args.config(),
         tracer.as_deref().map(|t| (t, 0)),
     )?;
+    let exe = session.loaded();
     tracing::debug!(plan = %exe.temp_plan().summary(), "temps");
     tracing::info!(
         elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
         "loaded `{}`",
         exe.executable().name
     );
-
-    let params = exe.allocate_parameters()?;
-    for (buf, bytes) in params.iter().zip(&host_inputs) {
-        device.copy_from_host(bytes, buf.ptr())?;
-    }
-    let outputs = exe.allocate_outputs()?;
-    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+    session.bind(&host_inputs)?;
     let opts = ExecuteOptions {
         deadline: args.deadline,
         trace: tracer.clone(),
         ..Default::default()
     };
-    let mut times = Vec::with_capacity(args.iterations as usize);
     // A bar for long runs only.
     let bar = if args.iterations >= 100 {
         super::progress::bar(u64::from(args.iterations), "iterations")
     } else {
         indicatif::ProgressBar::hidden()
     };
-    for i in 0..args.iterations {
-        bar.inc(1);
-        let t = Instant::now();
-        if let Err(e) = exe.execute(&pr, &or, &opts) {
+    let times = match session.execute_iterations(args.iterations, &opts, |_, _| bar.inc(1)) {
+        Ok(times) => times,
+        Err(e) => {
             // The trace of a failed run shows how far it got.
             args.trace.save(tracer.as_deref(), 0)?;
             return Err(e.into());
         }
-        let dt = t.elapsed();
-        tracing::debug!(
-            iteration = i,
-            elapsed_us = dt.as_micros() as u64,
-            "executed"
-        );
-        times.push(dt);
-    }
+    };
     bar.finish_and_clear();
-    let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
+    let results = tensor::read_back(&session)?;
     args.trace.save(tracer.as_deref(), 0)?;
 
     let e = exe.executable();
@@ -329,12 +316,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         device.info().ordinal,
         device.info().name
     )?;
-    writeln!(
-        out,
-        "temp memory: {}; scratch: {}",
-        exe.temp_plan().summary(),
-        exe.scratch_path()
-    )?;
+    print_temp_memory(out, exe)?;
     print_outputs(out, "", &sig.outputs, &results)?;
     print_times(out, "time per iteration", &times)?;
     if let Some(plan) = plan {
@@ -351,7 +333,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
 /// `DIR/rank<R>/NAME.npy`.
 fn run_spmd(
     args: &RunArgs,
-    program: xthunk::ir::Executable,
+    rt: &Runtime,
+    program: Program,
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
@@ -366,7 +349,6 @@ fn run_spmd(
         ),
         None => None,
     };
-    let rt = Runtime::with_host_devices(n);
     let choice = backend_choice(&args.backend);
     let (backend, skipped) = rt.select(&choice)?;
     for s in skipped {
@@ -378,7 +360,7 @@ fn run_spmd(
         .collect::<xthunk::Result<Vec<_>>>()?;
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
     // The clique provider registered with the backend (host, NCCL on CUDA, RCCL on ROCm).
-    let (cliques, off) = xthunk::embed::spmd_cliques(&rt, backend.as_ref(), &devices, timeouts)?;
+    let (cliques, off) = xthunk::embed::spmd_cliques(rt, backend.as_ref(), &devices, timeouts)?;
     if let Some(why) = off {
         eprintln!(
             "xthunk: collectives are off on backend {}: {why}",
@@ -402,7 +384,7 @@ fn run_spmd(
         trace: tracer.clone(),
         ..Default::default()
     };
-    let results = xthunk::core::executor::spmd::run_spmd(
+    let results = xthunk::core::executor::spmd::run_program(
         &program,
         &devices,
         cliques,
@@ -450,6 +432,19 @@ fn run_spmd(
         }
     }
     Ok(())
+}
+
+/// Prints `temp memory: PLAN; scratch: PATH` of a loaded program.
+pub(super) fn print_temp_memory(
+    out: &mut dyn Write,
+    exe: &LoadedExecutable,
+) -> std::io::Result<()> {
+    writeln!(
+        out,
+        "temp memory: {}; scratch: {}",
+        exe.temp_plan().summary(),
+        exe.scratch_path()
+    )
 }
 
 /// Prints each output's name, type, sum, hash and first values, each line behind `prefix`
