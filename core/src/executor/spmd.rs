@@ -175,26 +175,23 @@ pub fn run_spmd(
     config: &ExecutorConfig,
     opts: &ExecuteOptions,
 ) -> Result<Vec<RankOutput>> {
-    let world = devices.len();
+    check_inputs(devices.len(), inputs)?;
+    match Program::new(exe.clone()) {
+        Ok(program) => run_program(&program, devices, cliques, inputs, iterations, config, opts),
+        // Reported as the ranks' loads reported it before the program was verified once.
+        Err(e) => first_failure(vec![Err(e.into())], devices.len(), &Progress::new(1)),
+    }
+}
+
+/// One list of parameters per device.
+fn check_inputs(world: usize, inputs: &[Vec<Vec<u8>>]) -> Result<()> {
     if inputs.len() != world {
         return Err(Error::InvalidArgument(format!(
             "{world} devices but inputs for {} ranks",
             inputs.len()
         )));
     }
-    // Every rank's progress in its communication steps, for the message of a hang (a given
-    // record is kept, so the caller can read it too).
-    let mut opts = opts.clone();
-    let progress = opts
-        .progress
-        .get_or_insert_with(|| Arc::new(Progress::new(world)))
-        .clone();
-    match Program::new(exe.clone()) {
-        Ok(program) => run_program(
-            &program, devices, cliques, inputs, iterations, config, &opts,
-        ),
-        Err(e) => first_failure(vec![Err(e.into())], world, &progress),
-    }
+    Ok(())
 }
 
 /// [`run_spmd`] of a verified program (not verified again).
@@ -208,6 +205,9 @@ pub fn run_program(
     opts: &ExecuteOptions,
 ) -> Result<Vec<RankOutput>> {
     let world = devices.len();
+    check_inputs(world, inputs)?;
+    // Every rank's progress in its communication steps, for the message of a hang (a given
+    // record is kept, so the caller can read it too).
     let mut opts = opts.clone();
     let progress = opts
         .progress
