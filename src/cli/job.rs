@@ -52,7 +52,8 @@
 
 use super::error::{CliError, CliResult};
 use super::outfiles;
-use super::run::{RunArgs, backend_choice};
+use super::run_args::RunArgs;
+use super::summary::{print_outputs, print_temp_memory, print_times};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -335,7 +336,7 @@ pub fn run_job(
         )));
     }
     let job = config.job_id.clone();
-    let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
+    let (backend, skipped) = rt.select(&xthunk::embed::backend_choice(&args.backend))?;
     for s in skipped {
         tracing::info!("skipped {s}");
     }
@@ -838,9 +839,9 @@ fn run_ranks(
             device.info().name,
             coordinator.job_id()
         )?;
-        super::run::print_temp_memory(out, exe)?;
-        super::run::print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
-        super::run::print_times(out, &format!("time per iteration (rank {rank})"), &r.times)?;
+        print_temp_memory(out, exe)?;
+        print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
+        print_times(out, &format!("time per iteration (rank {rank})"), &r.times)?;
         if let Some(plan) = plan {
             for p in plan.write(&r.outputs)? {
                 writeln!(out, "wrote {}", p.display())?;

@@ -1,98 +1,16 @@
 //! `xthunk run`: load a program, bind inputs, execute, summarise (and save) the outputs.
 
 use super::error::{CliError, CliResult};
+use super::summary::{print_outputs, print_temp_memory, print_times};
 use super::{npy, outfiles, tensor};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
 use xthunk::core::executor::{Program, Session};
-use xthunk::{BackendChoice, ExecuteOptions, LoadedExecutable, Runtime};
+use xthunk::{BackendChoice, ExecuteOptions, Runtime};
 
-/// Everything `xthunk run` was asked to do (its command-line arguments).
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    /// The program file (.txtpb text or .pb binary).
-    pub program: PathBuf,
-    /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// Device ordinal within the backend (default 0; in a job of several processes, the
-    /// first device of this process, by default its local rank times --devices).
-    #[arg(long)]
-    pub device: Option<usize>,
-    /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable). `{rank}` in FILE
-    /// is replaced by each rank's number (`x=shard{rank}.npy`: rank 2 reads shard2.npy), with
-    /// --devices N and in the ranks of a job.
-    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
-    pub inputs: Vec<(String, PathBuf)>,
-    /// Write NAME.npy for every output into this directory (created if missing).
-    #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
-    /// Seed of the random values of parameters without --input.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// How many times to execute (the outputs are those of the last execution).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iterations: u32,
-    /// Fail if one execution takes longer than this many seconds.
-    #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
-    pub deadline: Option<Duration>,
-    /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
-    /// collectives among them; parameters without --input get per-rank random values. In a
-    /// job of P processes, each process drives N devices: P·N ranks in all.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub devices: u32,
-    /// A collective whose peers have not all arrived after this many seconds fails,
-    /// naming the missing ranks (a warning names them after a sixth of it).
-    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
-    #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
-    pub collective_timeout: Duration,
-    /// Give every temp a buffer of its own instead of sharing memory between temps whose
-    /// live ranges cannot overlap (the temp plan `xthunk inspect` prints).
-    #[arg(long)]
-    pub no_temp_plan: bool,
-    /// A custom-call plugin to load (a shared library exporting `xthunk_ffi_register`, see
-    /// docs/custom-calls.md); repeatable. `XTHUNK_PLUGINS` (`:`-separated) adds more.
-    #[arg(long = "plugin", value_name = "PATH")]
-    pub plugins: Vec<PathBuf>,
-    #[command(flatten)]
-    pub trace: super::trace::TraceArgs,
-}
-
-impl RunArgs {
-    /// The executor configuration the options ask for.
-    pub(super) fn config(&self) -> xthunk::core::executor::ExecutorConfig {
-        xthunk::core::executor::ExecutorConfig {
-            plan_temps: !self.no_temp_plan,
-            ..Default::default()
-        }
-    }
-}
-
-/// clap value parser of `--input`: `NAME=FILE.npy`.
-pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-            Ok((name.to_string(), PathBuf::from(file)))
-        }
-        _ => Err(format!("expected NAME=FILE.npy, got `{s}`")),
-    }
-}
-
-/// clap value parser of `--deadline` and `--collective-timeout`: positive seconds.
-pub fn parse_deadline(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
-    if secs <= 0.0 {
-        return Err(format!("the deadline must be positive, got {s}"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("deadline {s}: {e}"))
-}
-
-/// How many leading values of each output are printed.
-const SHOWN_VALUES: usize = 8;
+pub use super::run_args::RunArgs;
 
 /// `auto` or a backend name.
 pub use xthunk::embed::backend_choice;
@@ -432,82 +350,4 @@ fn run_spmd(
         }
     }
     Ok(())
-}
-
-/// Prints `temp memory: PLAN; scratch: PATH` of a loaded program.
-pub(super) fn print_temp_memory(
-    out: &mut dyn Write,
-    exe: &LoadedExecutable,
-) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "temp memory: {}; scratch: {}",
-        exe.temp_plan().summary(),
-        exe.scratch_path()
-    )
-}
-
-/// Prints each output's name, type, sum, hash and first values, each line behind `prefix`
-/// (e.g. `rank 2 `).
-pub(super) fn print_outputs(
-    out: &mut dyn Write,
-    prefix: &str,
-    outputs: &[xthunk::ir::TensorSpec],
-    results: &[Vec<u8>],
-) -> std::io::Result<()> {
-    for (spec, bytes) in outputs.iter().zip(results) {
-        writeln!(
-            out,
-            "{prefix}output {}: {}  sum={}  fnv1a={:016x}",
-            spec.name,
-            tensor::type_text(spec.dtype, &spec.dims),
-            tensor::float_text(tensor::sum(spec.dtype, bytes)),
-            tensor::fnv1a(bytes)
-        )?;
-        writeln!(
-            out,
-            "  first values: {}",
-            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
-        )?;
-    }
-    Ok(())
-}
-
-/// Prints `what: mean X ms, min Y ms (N iterations)`.
-pub(super) fn print_times(
-    out: &mut dyn Write,
-    what: &str,
-    times: &[Duration],
-) -> std::io::Result<()> {
-    let total: Duration = times.iter().sum();
-    let mean = total / times.len().max(1) as u32;
-    let min = times.iter().min().copied().unwrap_or_default();
-    writeln!(
-        out,
-        "{what}: mean {:.3} ms, min {:.3} ms ({} iteration{})",
-        mean.as_secs_f64() * 1e3,
-        min.as_secs_f64() * 1e3,
-        times.len(),
-        if times.len() == 1 { "" } else { "s" }
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn input_and_deadline_parsers() {
-        assert_eq!(
-            parse_input("x=a=b.npy"),
-            Ok(("x".to_string(), PathBuf::from("a=b.npy")))
-        );
-        assert!(parse_input("x").is_err());
-        assert!(parse_input("=f.npy").is_err());
-        assert_eq!(parse_deadline("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_deadline("0").is_err());
-        assert!(parse_deadline("-1").is_err());
-        assert!(parse_deadline("nan").is_err());
-        assert!(parse_deadline("inf").is_err());
-    }
 }
