@@ -4,7 +4,7 @@ use crate::text::{line_col, parse_text_message, try_to_text};
 use crate::{ProtoError, decode_message, encode, from_proto, pb, program_from_proto};
 use std::fs;
 use std::path::Path;
-use xthunk_core::executor::Program;
+use xthunk_core::Program;
 use xthunk_core::files::{MODE_PUBLIC, write_atomic};
 use xthunk_core::ir::Executable;
 

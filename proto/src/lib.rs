@@ -153,9 +153,9 @@ pub fn decode(bytes: &[u8]) -> Result<Executable, ProtoError> {
     from_proto(&decode_message(bytes)?)
 }
 
-/// [`decode`] as a [`Program`](xthunk_core::executor::Program), what the executor loads
+/// [`decode`] as a [`Program`](xthunk_core::Program), what the executor loads
 /// (verified once, here).
-pub fn decode_program(bytes: &[u8]) -> Result<xthunk_core::executor::Program, ProtoError> {
+pub fn decode_program(bytes: &[u8]) -> Result<xthunk_core::Program, ProtoError> {
     program_from_proto(&decode_message(bytes)?)
 }
 

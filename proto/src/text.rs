@@ -27,9 +27,9 @@ pub fn parse_text(input: &str) -> Result<Executable, ProtoError> {
     from_proto(&parse_text_message(input)?)
 }
 
-/// [`parse_text`] as a [`Program`](xthunk_core::executor::Program), what the executor loads
+/// [`parse_text`] as a [`Program`](xthunk_core::Program), what the executor loads
 /// (verified once, here).
-pub fn parse_program(input: &str) -> Result<xthunk_core::executor::Program, ProtoError> {
+pub fn parse_program(input: &str) -> Result<xthunk_core::Program, ProtoError> {
     crate::program_from_proto(&parse_text_message(input)?)
 }
 

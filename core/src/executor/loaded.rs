@@ -3,7 +3,6 @@
 
 use super::config::{ExecuteOptions, ExecutorConfig};
 use super::plan::Planner;
-use super::program::Program;
 use super::progress::Progress;
 use super::run::Run;
 use super::schedule::{Schedule, ScheduleInfo, schedule};
@@ -13,6 +12,7 @@ use super::temps::TempPlan;
 use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
 use crate::error::{Error, Result};
 use crate::ir::{AllocationKind, Executable};
+use crate::program::Program;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;

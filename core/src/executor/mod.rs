@@ -15,7 +15,7 @@
 //!
 //! The modules, in the order a program goes through them:
 //! - [`session`]: [`Session`], the one way to run a program on a device (load, bind inputs,
-//!   execute, read outputs), over a [`Program`] (`program`: verified once, loaded anywhere);
+//!   execute, read outputs), over a [`Program`] (`crate::program`: verified once, loaded anywhere);
 //! - `config`: how a program is scheduled and how one execution runs (options, the SPMD
 //!   rank's collective context);
 //! - `plan`: thunks resolved into steps at load;
@@ -42,7 +42,6 @@ pub use device_control::recorded_conditional_nodes;
 pub mod graph;
 mod loaded;
 mod plan;
-mod program;
 mod progress;
 mod run;
 mod schedule;
@@ -61,9 +60,9 @@ mod trace;
 #[cfg(test)]
 mod trace_tests;
 
+pub use crate::program::Program;
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
-pub use program::Program;
 pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;
 pub use scratch::ScratchPath;

@@ -7,10 +7,10 @@
 
 use super::config::{ExecuteOptions, ExecutorConfig};
 use super::loaded::LoadedExecutable;
-use super::program::Program;
 use crate::backend::{Buffer, Device, DeviceMemory};
 use crate::error::{Error, Result};
 use crate::ir::TensorSpec;
+use crate::program::Program;
 use crate::trace::Tracer;
 use std::sync::Arc;
 use std::time::{Duration, Instant};

@@ -4,13 +4,13 @@
 //! ranks).
 
 use super::config::{CollectiveContext, ExecuteOptions, ExecutorConfig};
-use super::program::Program;
 use super::progress::Progress;
 use super::session::{HostAlloc, Session, zeroed};
 use crate::backend::Device;
 use crate::collectives::CliqueProvider;
 use crate::error::{Error, Result};
 use crate::ir::Executable;
+use crate::program::Program;
 use crate::trace::Tracer;
 use std::sync::Arc;
 use std::time::Duration;

@@ -2,7 +2,7 @@
 //! validates.
 
 use crate::{ProtoError, pb};
-use xthunk_core::executor::Program;
+use xthunk_core::Program;
 use xthunk_core::ir::{
     ABI_VERSION, Access, AllocationKind, AsyncKind, BufferAllocation, CollectiveOp,
     CollectiveThunk, DType, Dim3, Executable, GemmThunk, HeaderSource, KernelArg, KernelThunk,

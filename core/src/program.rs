@@ -1,5 +1,7 @@
-//! [`Program`]: an executable that passed verification, shared: what a load takes, so that a
-//! program is verified once however many devices (ranks) it is loaded on.
+//! [`Program`]: an executable that passed verification ([`crate::verify`]), shared: what the
+//! executor loads, so that a program is verified once however many devices (ranks) it is
+//! loaded on. Beside `verify` (IR + kernel catalog), below the executor: the proto crate
+//! makes them without depending on the executor.
 
 use crate::ir::{Executable, ValidationError};
 use std::sync::Arc;
