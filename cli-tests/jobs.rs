@@ -11,6 +11,7 @@
 //! - ranks whose peer never starts fail at the start timeout naming it, after a warning (one
 //!   with a longer start timeout reports the cause the first one published);
 //! - `launch --collective-timeout` is every rank's collective timeout;
+//! - a launched rank honours `run --no-temp-plan` and prints `run`'s temp-memory line;
 //! - a rank without a reachable coordinator says what to start;
 //! - ranks read per-rank inputs (`--input x=DIR/x{rank}.npy`), and one whose file is
 //!   missing names it and fails the job;
@@ -179,6 +180,47 @@ fn four_processes_without_etcd_compute_what_one_process_computes() {
         let (pids, _) = launch.pids();
         assert_eq!(pids.len(), WORLD);
         assert_nothing_left(&text, &job, &pids);
+    }
+}
+
+/// A launched rank honours every option of `run` and prints what `run` prints: with
+/// `--no-temp-plan` each rank plans no temps and prints the temp-memory line that
+/// `run --no-temp-plan` prints.
+#[test]
+fn launched_ranks_honour_no_temp_plan_and_print_run_s_temp_memory_line() {
+    let mlp = example("mlp");
+    let run = Command::new(BIN)
+        .args(["run", "--backend", "host", "--no-temp-plan"])
+        .arg(&mlp)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(run.status.success(), "{run:?}");
+    let stdout = String::from_utf8_lossy(&run.stdout);
+    let want: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.starts_with("temp memory: "))
+        .collect();
+    assert_eq!(want.len(), 1, "{stdout}");
+    assert!(want[0].contains("one buffer per temp"), "{stdout}");
+    let job = job_id("no-temp-plan");
+    let mut cmd = Command::new(BIN);
+    cmd.args(["launch", "-n", "2", "--job-id", &job])
+        .args(["--", "run", "--backend", "host", "--no-temp-plan"])
+        .arg(&mlp)
+        .env_remove("RUST_LOG")
+        .env_remove("XTHUNK_LEASE_TTL")
+        .env_remove("XTHUNK_START_TIMEOUT")
+        .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
+        .current_dir(repo());
+    let mut launch = Launch::spawn(cmd);
+    let (status, _) = launch.wait(Duration::from_secs(120));
+    let text = launch.text();
+    assert!(status.success(), "{text}");
+    for rank in 0..2 {
+        let line = format!("[rank {rank}] {}", want[0]);
+        let n = text.lines().filter(|l| *l == line).count();
+        assert_eq!(n, 1, "rank {rank} does not print {:?}:\n{text}", want[0]);
     }
 }
 

@@ -1,10 +1,11 @@
 //! What the language bindings share (the C ABI in `capi/`, the Python package in `python/`):
-//! programs from bytes of either encoding, the checks of a caller's array against a signature
+//! programs from bytes of either encoding (as a verified [`Program`] too), the checks of a caller's array against a signature
 //! entry, the clique provider of an SPMD run, and an error's cause chain as text.
 
 use crate::{Backend, BackendChoice, Device, Error, Result, Runtime};
 use std::sync::Arc;
 use xthunk_core::collectives::{CliqueProvider, Timeouts, UnavailableCliques};
+use xthunk_core::executor::Program;
 use xthunk_core::ir::{DType, Executable, TensorSpec};
 use xthunk_proto::ProtoError;
 
@@ -25,6 +26,14 @@ pub fn program_from_bytes(bytes: &[u8]) -> Result<Executable, ProtoError> {
     match std::str::from_utf8(bytes) {
         Ok(text) if looks_like_text(text) => xthunk_proto::parse_text(text),
         _ => xthunk_proto::decode(bytes),
+    }
+}
+
+/// [`program_from_bytes`] as a [`Program`], what the executor loads (verified once, here).
+pub fn load_program_bytes(bytes: &[u8]) -> Result<Program, ProtoError> {
+    match std::str::from_utf8(bytes) {
+        Ok(text) if looks_like_text(text) => xthunk_proto::parse_program(text),
+        _ => xthunk_proto::decode_program(bytes),
     }
 }
 

@@ -18,6 +18,8 @@ mod cli {
     pub mod profile;
     pub mod progress;
     pub mod run;
+    pub mod run_args;
+    pub mod summary;
     pub mod tensor;
     pub mod trace;
 }

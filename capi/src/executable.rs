@@ -5,7 +5,8 @@ use crate::error::{Result, XthunkError, arg, guard, guard_value, str_arg, write_
 use crate::handles::{XthunkBuffer, XthunkDevice, XthunkDtype, host_slice, host_slice_mut};
 use std::ffi::{CString, c_char};
 use std::sync::Arc;
-use xthunk::ir::{Executable, TensorSpec};
+use xthunk::core::executor::{ExecutorConfig, Program};
+use xthunk::ir::TensorSpec;
 use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable};
 
 /// A parameter or output of an executable. Pointers are valid while the executable lives.
@@ -57,10 +58,15 @@ fn names(specs: &[TensorSpec]) -> Result<Vec<(CString, u64)>> {
         .collect()
 }
 
-fn load(device: &XthunkDevice, exe: Executable) -> Result<*mut XthunkExecutable> {
-    let params = names(&exe.signature.parameters)?;
-    let outputs = names(&exe.signature.outputs)?;
-    let loaded = Arc::new(LoadedExecutable::load(device.device.clone(), exe)?);
+fn load(device: &XthunkDevice, program: Program) -> Result<*mut XthunkExecutable> {
+    let params = names(&program.signature.parameters)?;
+    let outputs = names(&program.signature.outputs)?;
+    let loaded = Arc::new(LoadedExecutable::load_program(
+        device.device.clone(),
+        &program,
+        &ExecutorConfig::default(),
+        None,
+    )?);
     Ok(Box::into_raw(Box::new(XthunkExecutable {
         loaded,
         params,
@@ -80,7 +86,7 @@ pub unsafe extern "C" fn xthunk_executable_load_file(
         unsafe {
             let d = arg(device, "device")?;
             let path = str_arg(path, "path")?;
-            write_out(out, "out", || load(d, xthunk::proto::load_file(path)?))
+            write_out(out, "out", || load(d, xthunk::proto::load_program(path)?))
         }
     })
 }
@@ -99,7 +105,7 @@ pub unsafe extern "C" fn xthunk_executable_load_bytes(
             let d = arg(device, "device")?;
             let bytes = host_slice(data, size)?;
             write_out(out, "out", || {
-                load(d, xthunk::embed::program_from_bytes(bytes)?)
+                load(d, xthunk::embed::load_program_bytes(bytes)?)
             })
         }
     })

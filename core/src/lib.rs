@@ -14,9 +14,11 @@ pub mod hash;
 pub mod host;
 pub mod ir;
 pub mod kernels;
+pub mod program;
 pub mod trace;
 
 pub use error::{Error, Result};
+pub use program::Program;
 
 /// Validates an executable against the standard kernel library (see [`ir::verify_with`]).
 pub fn verify(exe: &ir::Executable) -> std::result::Result<(), ir::ValidationError> {

@@ -1,9 +1,10 @@
 //! Program files: the format follows the extension.
 
-use crate::text::{line_col, try_to_text};
-use crate::{ProtoError, decode, encode, parse_text};
+use crate::text::{line_col, parse_text_message, try_to_text};
+use crate::{ProtoError, decode_message, encode, from_proto, pb, program_from_proto};
 use std::fs;
 use std::path::Path;
+use xthunk_core::Program;
 use xthunk_core::files::{MODE_PUBLIC, write_atomic};
 use xthunk_core::ir::Executable;
 
@@ -36,14 +37,23 @@ impl Format {
 /// Reads, converts and validates a program file; the format follows the extension (see
 /// [`Format::from_path`]).
 pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
-    let path = path.as_ref();
+    from_proto(&read_message(path.as_ref())?)
+}
+
+/// [`load_file`] as a [`Program`], what the executor loads (verified once, here).
+pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
+    program_from_proto(&read_message(path.as_ref())?)
+}
+
+/// The message of a program file.
+fn read_message(path: &Path) -> Result<pb::Executable, ProtoError> {
     let format = Format::from_path(path)?;
     let bytes = fs::read(path).map_err(|source| ProtoError::Io {
         path: path.to_path_buf(),
         source,
     })?;
     match format {
-        Format::Binary => decode(&bytes),
+        Format::Binary => decode_message(&bytes),
         Format::Text => {
             let text = std::str::from_utf8(&bytes).map_err(|e| {
                 let (line, col) = line_col(&bytes, e.valid_up_to());
@@ -53,7 +63,7 @@ pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
                     message: "the file is not valid UTF-8".into(),
                 }
             })?;
-            parse_text(text)
+            parse_text_message(text)
         }
     }
 }

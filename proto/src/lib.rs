@@ -31,10 +31,10 @@ use prost_reflect::{DescriptorPool, MessageDescriptor};
 use std::sync::OnceLock;
 use xthunk_core::ir::Executable;
 
-pub use convert::{from_proto, to_proto};
+pub use convert::{from_proto, program_from_proto, to_proto};
 pub use error::ProtoError;
-pub use file::{Format, load_file, save_file};
-pub use text::{parse_text, to_text};
+pub use file::{Format, load_file, load_program, save_file};
+pub use text::{parse_program, parse_text, to_text};
 
 /// The Rust types generated from `xthunk.proto` (package `xthunk.v1`).
 #[allow(
@@ -79,8 +79,18 @@ pub(crate) fn executable_descriptor() -> MessageDescriptor {
 
 /// Decodes a binary (`.pb`) program, converts and validates it.
 pub fn decode(bytes: &[u8]) -> Result<Executable, ProtoError> {
-    let msg = pb::Executable::decode(bytes).map_err(|source| ProtoError::Decode { source })?;
-    from_proto(&msg)
+    from_proto(&decode_message(bytes)?)
+}
+
+/// [`decode`] as a [`Program`](xthunk_core::Program), what the executor loads
+/// (verified once, here).
+pub fn decode_program(bytes: &[u8]) -> Result<xthunk_core::Program, ProtoError> {
+    program_from_proto(&decode_message(bytes)?)
+}
+
+/// The message of a binary (`.pb`) program.
+fn decode_message(bytes: &[u8]) -> Result<pb::Executable, ProtoError> {
+    pb::Executable::decode(bytes).map_err(|source| ProtoError::Decode { source })
 }
 
 /// Encodes a program in the binary (`.pb`) format. Does not validate.

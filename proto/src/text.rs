@@ -24,6 +24,17 @@ fn header() -> String {
 
 /// Parses a text (`.txtpb`) program, converts and validates it.
 pub fn parse_text(input: &str) -> Result<Executable, ProtoError> {
+    from_proto(&parse_text_message(input)?)
+}
+
+/// [`parse_text`] as a [`Program`](xthunk_core::Program), what the executor loads
+/// (verified once, here).
+pub fn parse_program(input: &str) -> Result<xthunk_core::Program, ProtoError> {
+    crate::program_from_proto(&parse_text_message(input)?)
+}
+
+/// The message of a text (`.txtpb`) program.
+pub(crate) fn parse_text_message(input: &str) -> Result<pb::Executable, ProtoError> {
     let depth = check_depth(input)?;
     let msg = if depth <= INLINE_DEPTH {
         parse_message(input)?
@@ -34,7 +45,7 @@ pub fn parse_text(input: &str) -> Result<Executable, ProtoError> {
             message: format!("cannot start a parser thread for this deeply nested program: {e}"),
         })??
     };
-    from_proto(&msg)
+    Ok(msg)
 }
 
 fn parse_message(input: &str) -> Result<pb::Executable, ProtoError> {

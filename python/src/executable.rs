@@ -314,10 +314,10 @@ impl Executable {
             let category = py.get_type::<pyo3::exceptions::PyRuntimeWarning>();
             PyErr::warn(py, &category, &msg, 1)?;
         }
-        let exe = self.loaded.executable();
+        let program = self.loaded.program();
         let results = py.detach(|| {
-            xthunk::core::executor::spmd::run_spmd(
-                exe,
+            xthunk::core::executor::spmd::run_program(
+                program,
                 &devices,
                 cliques,
                 &per_rank,

@@ -9,6 +9,7 @@ use crate::executable::Executable;
 use pyo3::prelude::*;
 use pyo3::types::{PyByteArray, PyBytes, PyDict};
 use std::sync::Arc;
+use xthunk::core::executor::{ExecutorConfig, Program as VerifiedProgram};
 use xthunk::ir::MemorySpace;
 use xthunk::{Backend, LoadedExecutable};
 
@@ -77,14 +78,15 @@ impl Runtime {
         device: usize,
     ) -> XResult<Executable> {
         let py = slf.py();
+        // Verified once, here; loaded without verifying again.
         let exe = if let Ok(p) = program.cast::<Program>() {
-            p.get().exe.clone()
+            VerifiedProgram::new(p.get().exe.clone()).map_err(xthunk::Error::from)?
         } else if let Ok(b) = program.cast::<PyBytes>() {
-            xthunk::embed::program_from_bytes(b.as_bytes())?
+            xthunk::embed::load_program_bytes(b.as_bytes())?
         } else if let Ok(b) = program.cast::<PyByteArray>() {
-            xthunk::embed::program_from_bytes(&b.to_vec())?
+            xthunk::embed::load_program_bytes(&b.to_vec())?
         } else if let Ok(path) = program.extract::<std::path::PathBuf>() {
-            py.detach(|| xthunk::proto::load_file(&path))?
+            py.detach(|| xthunk::proto::load_program(&path))?
         } else {
             return Err(invalid(format!(
                 "load takes a path, bytes or a Program, not {}",
@@ -94,7 +96,9 @@ impl Runtime {
         };
         let this = slf.get();
         let dev = this.backend.device(device)?;
-        let loaded = py.detach(|| LoadedExecutable::load(dev, exe))?;
+        let loaded = py.detach(|| {
+            LoadedExecutable::load_program(dev, &exe, &ExecutorConfig::default(), None)
+        })?;
         Ok(Executable {
             loaded: Arc::new(loaded),
             rt: this.rt.clone(),

@@ -52,7 +52,8 @@
 
 use super::error::{CliError, CliResult};
 use super::outfiles;
-use super::run::{RunArgs, backend_choice};
+use super::run_args::RunArgs;
+use super::summary::{print_outputs, print_temp_memory, print_times};
 use std::io::Write;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
@@ -62,9 +63,10 @@ use xthunk::core::distributed::{
     Coordinator, CoordinatorSpec, DEFAULT_LEASE_TTL, DistributedConfig, DistributedError,
     EmbeddedCoordinator, Overrides, RankFailure, list_ranks, spawn_failure_handler,
 };
-use xthunk::core::executor::{CollectiveContext, Progress, RankPosition, describe_positions};
+use xthunk::core::executor::spmd::Ranks;
+use xthunk::core::executor::{Program, Progress, RankPosition, describe_positions};
 use xthunk::core::host::remove_job_segments;
-use xthunk::{DeviceMemory, ExecuteOptions, JobCliques, LoadedExecutable, Runtime};
+use xthunk::{ExecuteOptions, JobCliques, Runtime};
 
 /// The lease TTL variable (seconds).
 pub const XTHUNK_LEASE_TTL: &str = "XTHUNK_LEASE_TTL";
@@ -318,8 +320,9 @@ fn place(
 /// compute the same).
 pub fn run_job(
     args: &RunArgs,
+    rt: &Runtime,
     config: &DistributedConfig,
-    program: xthunk::ir::Executable,
+    program: Program,
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
@@ -333,8 +336,7 @@ pub fn run_job(
         )));
     }
     let job = config.job_id.clone();
-    let rt = Runtime::new();
-    let (backend, skipped) = rt.select(&backend_choice(&args.backend))?;
+    let (backend, skipped) = rt.select(&xthunk::embed::backend_choice(&args.backend))?;
     for s in skipped {
         tracing::info!("skipped {s}");
     }
@@ -428,7 +430,7 @@ pub fn run_job(
         args,
         &coordinator,
         &provider,
-        Ranks {
+        Placed {
             first: ranks.start,
             world,
             devices,
@@ -735,18 +737,12 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
 
 /// This process's ranks: the global rank of the first, the job's number of ranks, and per
 /// rank its device, inputs and output files.
-struct Ranks {
+struct Placed {
     first: usize,
     world: usize,
     devices: Vec<Arc<dyn xthunk::Device>>,
     inputs: Vec<Vec<Vec<u8>>>,
     plans: Vec<Option<outfiles::Plan>>,
-}
-
-/// What one rank of this process produced.
-struct RankResult {
-    outputs: Vec<Vec<u8>>,
-    times: Vec<Duration>,
 }
 
 /// The process's work between the coordinator's start and shutdown: loads the program on
@@ -757,60 +753,33 @@ fn run_ranks(
     args: &RunArgs,
     coordinator: &Arc<dyn Coordinator>,
     provider: &Arc<dyn CliqueProvider>,
-    ranks: Ranks,
-    program: xthunk::ir::Executable,
+    placed: Placed,
+    program: Program,
     out: &mut dyn Write,
 ) -> CliResult<()> {
-    let Ranks {
+    let Placed {
         first,
         world,
         devices,
         inputs,
         plans,
-    } = ranks;
-    if inputs.len() != devices.len() {
-        return Err(CliError::Usage(format!(
-            "{} devices but inputs for {} ranks",
-            devices.len(),
-            inputs.len()
-        )));
-    }
+    } = placed;
     let sig = program.signature.clone();
     let tracer = args.trace.tracer();
-    let mut loaded = Vec::with_capacity(devices.len());
-    for (i, (device, inputs)) in devices.iter().zip(&inputs).enumerate() {
-        let rank = first + i;
-        let t = Instant::now();
-        let trace = tracer.as_deref().map(|tr| {
-            tr.name_rank(rank as u32, device.info().name.clone());
-            (tr, rank as u32)
-        });
-        let exe = LoadedExecutable::load_traced(
-            device.clone(),
-            program.clone(),
-            &xthunk::core::executor::ExecutorConfig::default(),
-            trace,
-        )?;
-        tracing::info!(
-            rank,
-            elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
-            "loaded `{}`",
-            exe.executable().name
-        );
-        let params = exe.allocate_parameters()?;
-        if params.len() != inputs.len() {
-            return Err(CliError::Usage(format!(
-                "rank {rank}: {} parameters but {} inputs",
-                params.len(),
-                inputs.len()
-            )));
-        }
-        for (buf, bytes) in params.iter().zip(inputs) {
-            device.copy_from_host(bytes, buf.ptr())?;
-        }
-        let outputs = exe.allocate_outputs()?;
-        loaded.push((exe, params, outputs));
-    }
+    // Every option of `run` reaches the ranks: the executor's configuration included.
+    let sessions = Ranks::load(
+        &program,
+        &devices,
+        &inputs,
+        first,
+        &args.config(),
+        tracer.as_deref(),
+    );
+    let ranks = Ranks::new(
+        first,
+        world,
+        sessions.into_iter().collect::<xthunk::Result<Vec<_>>>()?,
+    );
     start_barrier(coordinator.as_ref(), start_timeout()?)?;
     let names = if devices.len() == 1 {
         format!("rank {first}")
@@ -825,86 +794,30 @@ fn run_ranks(
     let local_ranks = &(first..first + devices.len());
     let every =
         (args.collective_timeout / 6).clamp(Duration::from_millis(50), Duration::from_secs(2));
-    let results: Vec<xthunk::Result<RankResult>> =
-        publishing_progress(coordinator.as_ref(), &progress, local_ranks, every, || {
-            std::thread::scope(|scope| {
-                let handles: Vec<_> = loaded
-                    .iter()
-                    .enumerate()
-                    .map(|(i, (exe, params, outputs))| {
-                        let rank = first + i;
-                        let progress = progress.clone();
-                        let cliques = provider.clone();
-                        let tracer = tracer.clone();
-                        let work = move || {
-                            let opts = ExecuteOptions {
-                                deadline: args.deadline,
-                                collectives: Some(CollectiveContext {
-                                    rank: rank as u32,
-                                    world: world as u32,
-                                    cliques,
-                                }),
-                                progress: Some(progress.clone()),
-                                trace: tracer.clone(),
-                            };
-                            let pr: Vec<&dyn DeviceMemory> =
-                                params.iter().map(|b| b.as_ref() as _).collect();
-                            let or: Vec<&dyn DeviceMemory> =
-                                outputs.iter().map(|b| b.as_ref() as _).collect();
-                            let mut times = Vec::with_capacity(args.iterations as usize);
-                            for it in 0..args.iterations {
-                                let t = Instant::now();
-                                exe.execute(&pr, &or, &opts).map_err(|e| {
-                                    with_positions(
-                                        e,
-                                        rank,
-                                        coordinator.as_ref(),
-                                        &progress,
-                                        (world, local_ranks),
-                                    )
-                                })?;
-                                let dt = t.elapsed();
-                                tracing::debug!(
-                                    rank,
-                                    iteration = it,
-                                    elapsed_us = dt.as_micros() as u64,
-                                    "executed"
-                                );
-                                times.push(dt);
-                            }
-                            let device = exe.device();
-                            let outputs_spec = &exe.executable().signature.outputs;
-                            let results =
-                                super::tensor::read_back(device.as_ref(), outputs_spec, outputs)?;
-                            Ok(RankResult {
-                                outputs: results,
-                                times,
-                            })
-                        };
-                        std::thread::Builder::new()
-                            .name(format!("xthunk-rank-{rank}"))
-                            .spawn_scoped(scope, work)
-                    })
-                    .collect();
-                handles
-                    .into_iter()
-                    .enumerate()
-                    .map(|(i, h)| match h {
-                        Ok(h) => h.join().unwrap_or_else(|_| {
-                            Err(xthunk::Error::InvalidArgument(format!(
-                                "rank {}: its thread panicked",
-                                first + i
-                            )))
-                        }),
-                        Err(e) => Err(xthunk::Error::backend(
-                            "job",
-                            "spawn rank thread",
-                            format!("rank {}: {e}", first + i),
-                        )),
-                    })
-                    .collect()
-            })
-        });
+    let opts = ExecuteOptions {
+        deadline: args.deadline,
+        progress: Some(progress.clone()),
+        trace: tracer.clone(),
+        ..Default::default()
+    };
+    let with_positions = |rank: usize, e: xthunk::Error| {
+        with_positions(
+            e,
+            rank,
+            coordinator.as_ref(),
+            &progress,
+            (world, local_ranks),
+        )
+    };
+    let results = publishing_progress(coordinator.as_ref(), &progress, local_ranks, every, || {
+        ranks.execute(
+            provider,
+            args.iterations,
+            &opts,
+            &with_positions,
+            &super::tensor::host_output,
+        )
+    });
     // A failed run's trace is written too: it shows how far each rank got.
     args.trace.save(tracer.as_deref(), first)?;
     let mut done = Vec::with_capacity(results.len());
@@ -914,7 +827,8 @@ fn run_ranks(
     for (i, (r, plan)) in done.iter().zip(plans).enumerate() {
         let rank = first + i;
         let device = &devices[i];
-        let e = loaded[i].0.executable();
+        let exe = ranks.sessions()[i].loaded();
+        let e = exe.executable();
         writeln!(
             out,
             "program {} ({} thunks) as rank {rank} of {world} on {}:{} {} (job {})",
@@ -925,8 +839,9 @@ fn run_ranks(
             device.info().name,
             coordinator.job_id()
         )?;
-        super::run::print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
-        super::run::print_times(out, &format!("time per iteration (rank {rank})"), &r.times)?;
+        print_temp_memory(out, exe)?;
+        print_outputs(out, &format!("rank {rank} "), &sig.outputs, &r.outputs)?;
+        print_times(out, &format!("time per iteration (rank {rank})"), &r.times)?;
         if let Some(plan) = plan {
             for p in plan.write(&r.outputs)? {
                 writeln!(out, "wrote {}", p.display())?;

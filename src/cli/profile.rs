@@ -5,15 +5,15 @@
 //! cross-stream waits) against the measured step time.
 
 use super::error::{CliError, CliResult};
-use super::run::{open_device, random_input};
+use super::run::{check_backend_name, open_device, random_input};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
-use xthunk::core::executor::ExecutorConfig;
+use std::time::Duration;
+use xthunk::core::executor::{ExecutorConfig, Session};
 use xthunk::core::trace::{Execution, NodeInfo, TraceConfig, Tracer};
-use xthunk::{DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
+use xthunk::{ExecuteOptions, Runtime};
 
 /// `xthunk profile` as parsed.
 #[derive(Debug, clap::Args)]
@@ -106,8 +106,8 @@ fn ms(d: Duration) -> f64 {
 }
 
 pub fn profile(args: &ProfileArgs, out: &mut dyn Write) -> CliResult<()> {
-    let program =
-        xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
+    let program = xthunk::proto::load_program(&args.program)
+        .map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
     let inputs = sig
         .parameters
@@ -116,39 +116,32 @@ pub fn profile(args: &ProfileArgs, out: &mut dyn Write) -> CliResult<()> {
         .map(|(i, p)| random_input(p, args.seed, i as u64))
         .collect::<CliResult<Vec<_>>>()?;
     let rt = Runtime::new();
+    check_backend_name(&rt, &args.backend)?;
     let device = open_device(&rt, &args.backend, args.device)?;
-    let exe = LoadedExecutable::load_with(device.clone(), program, &ExecutorConfig::default())?;
-    let params = exe.allocate_parameters()?;
-    for (buf, bytes) in params.iter().zip(&inputs) {
-        device.copy_from_host(bytes, buf.ptr())?;
-    }
-    let outputs = exe.allocate_outputs()?;
-    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+    let session = Session::load(device.clone(), &program, &ExecutorConfig::default(), None)?;
+    session.bind(&inputs)?;
     let config = TraceConfig { device_times: true };
     // One warm-up execution (pooled state, recordings, caches), not measured.
     let warm = ExecuteOptions {
         trace: Some(Arc::new(Tracer::new(config))),
         ..Default::default()
     };
-    exe.execute(&pr, &or, &warm)?;
+    session.execute(&warm)?;
     let tracer = Arc::new(Tracer::new(config));
     tracer.name_rank(0, device.info().name.clone());
     let opts = ExecuteOptions {
         trace: Some(tracer.clone()),
         ..Default::default()
     };
-    let mut steps = Duration::ZERO;
-    for _ in 0..args.iterations {
-        let t = Instant::now();
-        exe.execute(&pr, &or, &opts)?;
-        steps += t.elapsed();
-    }
+    let steps: Duration = session
+        .execute_iterations(args.iterations, &opts, |_, _| {})?
+        .into_iter()
+        .sum();
     if let Some(path) = &args.trace {
         tracer.save(path).map_err(|e| CliError::io(path, e))?;
     }
     let executions = tracer.executions();
-    let e = exe.executable();
+    let e = session.loaded().executable();
     writeln!(
         out,
         "profile of {} ({} thunks) on {}:{} {}{}",

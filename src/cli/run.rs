@@ -1,109 +1,27 @@
 //! `xthunk run`: load a program, bind inputs, execute, summarise (and save) the outputs.
 
 use super::error::{CliError, CliResult};
+use super::summary::{print_outputs, print_temp_memory, print_times};
 use super::{npy, outfiles, tensor};
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::{Duration, Instant};
-use xthunk::{BackendChoice, DeviceMemory, ExecuteOptions, LoadedExecutable, Runtime};
+use xthunk::core::executor::{Program, Session};
+use xthunk::{BackendChoice, ExecuteOptions, Runtime};
 
-/// Everything `xthunk run` was asked to do (its command-line arguments).
-#[derive(Debug, clap::Args)]
-pub struct RunArgs {
-    /// The program file (.txtpb text or .pb binary).
-    pub program: PathBuf,
-    /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
-    #[arg(long, default_value = "auto")]
-    pub backend: String,
-    /// Device ordinal within the backend (default 0; in a job of several processes, the
-    /// first device of this process, by default its local rank times --devices).
-    #[arg(long)]
-    pub device: Option<usize>,
-    /// A parameter's value from a .npy file, as NAME=FILE.npy (repeatable). `{rank}` in FILE
-    /// is replaced by each rank's number (`x=shard{rank}.npy`: rank 2 reads shard2.npy), with
-    /// --devices N and in the ranks of a job.
-    #[arg(long = "input", value_name = "NAME=FILE.npy", value_parser = parse_input)]
-    pub inputs: Vec<(String, PathBuf)>,
-    /// Write NAME.npy for every output into this directory (created if missing).
-    #[arg(long, value_name = "DIR")]
-    pub output_dir: Option<PathBuf>,
-    /// Seed of the random values of parameters without --input.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// How many times to execute (the outputs are those of the last execution).
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub iterations: u32,
-    /// Fail if one execution takes longer than this many seconds.
-    #[arg(long, value_name = "SECS", value_parser = parse_deadline)]
-    pub deadline: Option<Duration>,
-    /// Run the program SPMD on this many devices (ranks 0..N-1, one thread each), with
-    /// collectives among them; parameters without --input get per-rank random values. In a
-    /// job of P processes, each process drives N devices: P·N ranks in all.
-    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..))]
-    pub devices: u32,
-    /// A collective whose peers have not all arrived after this many seconds fails,
-    /// naming the missing ranks (a warning names them after a sixth of it).
-    #[arg(long, value_name = "SECS", default_value = "60", value_parser = parse_deadline)]
-    #[arg(env = "XTHUNK_COLLECTIVE_TIMEOUT")]
-    pub collective_timeout: Duration,
-    /// Give every temp a buffer of its own instead of sharing memory between temps whose
-    /// live ranges cannot overlap (the temp plan `xthunk inspect` prints).
-    #[arg(long)]
-    pub no_temp_plan: bool,
-    /// A custom-call plugin to load (a shared library exporting `xthunk_ffi_register`, see
-    /// docs/custom-calls.md); repeatable. `XTHUNK_PLUGINS` (`:`-separated) adds more.
-    #[arg(long = "plugin", value_name = "PATH")]
-    pub plugins: Vec<PathBuf>,
-    #[command(flatten)]
-    pub trace: super::trace::TraceArgs,
-}
-
-impl RunArgs {
-    /// The executor configuration the options ask for.
-    fn config(&self) -> xthunk::core::executor::ExecutorConfig {
-        xthunk::core::executor::ExecutorConfig {
-            plan_temps: !self.no_temp_plan,
-            ..Default::default()
-        }
-    }
-}
-
-/// clap value parser of `--input`: `NAME=FILE.npy`.
-pub fn parse_input(s: &str) -> Result<(String, PathBuf), String> {
-    match s.split_once('=') {
-        Some((name, file)) if !name.is_empty() && !file.is_empty() => {
-            Ok((name.to_string(), PathBuf::from(file)))
-        }
-        _ => Err(format!("expected NAME=FILE.npy, got `{s}`")),
-    }
-}
-
-/// clap value parser of `--deadline` and `--collective-timeout`: positive seconds.
-pub fn parse_deadline(s: &str) -> Result<Duration, String> {
-    let secs: f64 = s
-        .parse()
-        .map_err(|_| format!("expected a number of seconds, got `{s}`"))?;
-    if secs <= 0.0 {
-        return Err(format!("the deadline must be positive, got {s}"));
-    }
-    Duration::try_from_secs_f64(secs).map_err(|e| format!("deadline {s}: {e}"))
-}
-
-/// How many leading values of each output are printed.
-const SHOWN_VALUES: usize = 8;
+pub use super::run_args::RunArgs;
 
 /// `auto` or a backend name.
 pub use xthunk::embed::backend_choice;
 
-/// Picks the backend and opens the device, telling stderr which one and why others were
-/// skipped.
+/// Picks the backend (its name checked by [`check_backend_name`]) and opens the device,
+/// telling stderr which one and why others were skipped.
 pub fn open_device(
     rt: &Runtime,
     backend: &str,
     ordinal: usize,
 ) -> CliResult<std::sync::Arc<dyn xthunk::Device>> {
-    check_backend_name(rt, backend)?;
     let choice = backend_choice(backend);
     let (b, skipped) = rt.select(&choice)?;
     check_device_count(
@@ -135,7 +53,7 @@ pub fn open_device(
 }
 
 /// `--backend NAME` names a backend of this build (or is `auto`): a usage error otherwise.
-fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
+pub(super) fn check_backend_name(rt: &Runtime, name: &str) -> CliResult<()> {
     let names = rt.registry().names();
     if name != "auto" && !names.contains(&name) {
         return Err(CliError::CommandLine(format!(
@@ -195,10 +113,13 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     if let Some(dir) = &args.output_dir {
         outfiles::check_dir(dir)?;
     }
-    check_backend_name(&Runtime::new(), &args.backend)?;
+    // One runtime, its backend name checked once: its host backend has a device per rank
+    // (one in a job's process, whose host jobs take one device per process).
+    let rt = Runtime::with_host_devices(args.devices.max(1) as usize);
+    check_backend_name(&rt, &args.backend)?;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let program =
-        xthunk::proto::load_file(&args.program).map_err(|e| CliError::program(&args.program, e))?;
+    let program = xthunk::proto::load_program(&args.program)
+        .map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
 
     // Check every input file (name, dtype, shape) before touching a device.
@@ -253,70 +174,54 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         rank_inputs.push(host_inputs);
     }
     if let Some(config) = &job {
-        return super::job::run_job(args, config, program, rank_inputs, out);
+        return super::job::run_job(args, &rt, config, program, rank_inputs, out);
     }
     if ranks > 1 {
-        return run_spmd(args, program, rank_inputs, out);
+        return run_spmd(args, &rt, program, rank_inputs, out);
     }
     let host_inputs = rank_inputs.pop().unwrap_or_default();
 
-    let rt = Runtime::new();
     let device = open_device(&rt, &args.backend, args.device.unwrap_or(0))?;
     let tracer = args.trace.tracer();
     if let Some(t) = &tracer {
         t.name_rank(0, device.info().name.clone());
     }
     let t = Instant::now();
-    let exe = LoadedExecutable::load_traced(
+    let session = Session::load(
         device.clone(),
-        program,
+        &program,
         &args.config(),
         tracer.as_deref().map(|t| (t, 0)),
     )?;
+    let exe = session.loaded();
     tracing::debug!(plan = %exe.temp_plan().summary(), "temps");
     tracing::info!(
         elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
         "loaded `{}`",
         exe.executable().name
     );
-
-    let params = exe.allocate_parameters()?;
-    for (buf, bytes) in params.iter().zip(&host_inputs) {
-        device.copy_from_host(bytes, buf.ptr())?;
-    }
-    let outputs = exe.allocate_outputs()?;
-    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
+    session.bind(&host_inputs)?;
     let opts = ExecuteOptions {
         deadline: args.deadline,
         trace: tracer.clone(),
         ..Default::default()
     };
-    let mut times = Vec::with_capacity(args.iterations as usize);
     // A bar for long runs only.
     let bar = if args.iterations >= 100 {
         super::progress::bar(u64::from(args.iterations), "iterations")
     } else {
         indicatif::ProgressBar::hidden()
     };
-    for i in 0..args.iterations {
-        bar.inc(1);
-        let t = Instant::now();
-        if let Err(e) = exe.execute(&pr, &or, &opts) {
+    let times = match session.execute_iterations(args.iterations, &opts, |_, _| bar.inc(1)) {
+        Ok(times) => times,
+        Err(e) => {
             // The trace of a failed run shows how far it got.
             args.trace.save(tracer.as_deref(), 0)?;
             return Err(e.into());
         }
-        let dt = t.elapsed();
-        tracing::debug!(
-            iteration = i,
-            elapsed_us = dt.as_micros() as u64,
-            "executed"
-        );
-        times.push(dt);
-    }
+    };
     bar.finish_and_clear();
-    let results = tensor::read_back(device.as_ref(), &sig.outputs, &outputs)?;
+    let results = tensor::read_back(&session)?;
     args.trace.save(tracer.as_deref(), 0)?;
 
     let e = exe.executable();
@@ -329,12 +234,7 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         device.info().ordinal,
         device.info().name
     )?;
-    writeln!(
-        out,
-        "temp memory: {}; scratch: {}",
-        exe.temp_plan().summary(),
-        exe.scratch_path()
-    )?;
+    print_temp_memory(out, exe)?;
     print_outputs(out, "", &sig.outputs, &results)?;
     print_times(out, "time per iteration", &times)?;
     if let Some(plan) = plan {
@@ -351,7 +251,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
 /// `DIR/rank<R>/NAME.npy`.
 fn run_spmd(
     args: &RunArgs,
-    program: xthunk::ir::Executable,
+    rt: &Runtime,
+    program: Program,
     inputs: Vec<Vec<Vec<u8>>>,
     out: &mut dyn Write,
 ) -> CliResult<()> {
@@ -366,7 +267,6 @@ fn run_spmd(
         ),
         None => None,
     };
-    let rt = Runtime::with_host_devices(n);
     let choice = backend_choice(&args.backend);
     let (backend, skipped) = rt.select(&choice)?;
     for s in skipped {
@@ -378,7 +278,7 @@ fn run_spmd(
         .collect::<xthunk::Result<Vec<_>>>()?;
     let timeouts = Timeouts::new(args.collective_timeout / 6, args.collective_timeout);
     // The clique provider registered with the backend (host, NCCL on CUDA, RCCL on ROCm).
-    let (cliques, off) = xthunk::embed::spmd_cliques(&rt, backend.as_ref(), &devices, timeouts)?;
+    let (cliques, off) = xthunk::embed::spmd_cliques(rt, backend.as_ref(), &devices, timeouts)?;
     if let Some(why) = off {
         eprintln!(
             "xthunk: collectives are off on backend {}: {why}",
@@ -402,7 +302,7 @@ fn run_spmd(
         trace: tracer.clone(),
         ..Default::default()
     };
-    let results = xthunk::core::executor::spmd::run_spmd(
+    let results = xthunk::core::executor::spmd::run_program(
         &program,
         &devices,
         cliques,
@@ -450,69 +350,4 @@ fn run_spmd(
         }
     }
     Ok(())
-}
-
-/// Prints each output's name, type, sum, hash and first values, each line behind `prefix`
-/// (e.g. `rank 2 `).
-pub(super) fn print_outputs(
-    out: &mut dyn Write,
-    prefix: &str,
-    outputs: &[xthunk::ir::TensorSpec],
-    results: &[Vec<u8>],
-) -> std::io::Result<()> {
-    for (spec, bytes) in outputs.iter().zip(results) {
-        writeln!(
-            out,
-            "{prefix}output {}: {}  sum={}  fnv1a={:016x}",
-            spec.name,
-            tensor::type_text(spec.dtype, &spec.dims),
-            tensor::float_text(tensor::sum(spec.dtype, bytes)),
-            tensor::fnv1a(bytes)
-        )?;
-        writeln!(
-            out,
-            "  first values: {}",
-            tensor::first_values(spec.dtype, bytes, SHOWN_VALUES)
-        )?;
-    }
-    Ok(())
-}
-
-/// Prints `what: mean X ms, min Y ms (N iterations)`.
-pub(super) fn print_times(
-    out: &mut dyn Write,
-    what: &str,
-    times: &[Duration],
-) -> std::io::Result<()> {
-    let total: Duration = times.iter().sum();
-    let mean = total / times.len().max(1) as u32;
-    let min = times.iter().min().copied().unwrap_or_default();
-    writeln!(
-        out,
-        "{what}: mean {:.3} ms, min {:.3} ms ({} iteration{})",
-        mean.as_secs_f64() * 1e3,
-        min.as_secs_f64() * 1e3,
-        times.len(),
-        if times.len() == 1 { "" } else { "s" }
-    )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn input_and_deadline_parsers() {
-        assert_eq!(
-            parse_input("x=a=b.npy"),
-            Ok(("x".to_string(), PathBuf::from("a=b.npy")))
-        );
-        assert!(parse_input("x").is_err());
-        assert!(parse_input("=f.npy").is_err());
-        assert_eq!(parse_deadline("1.5"), Ok(Duration::from_millis(1500)));
-        assert!(parse_deadline("0").is_err());
-        assert!(parse_deadline("-1").is_err());
-        assert!(parse_deadline("nan").is_err());
-        assert!(parse_deadline("inf").is_err());
-    }
 }

@@ -70,28 +70,22 @@ pub fn host_buffer(size: u64) -> Result<Vec<u8>, HostAllocError> {
     Ok(v)
 }
 
-/// Copies every output of an execution to the host, each into a [`host_buffer`]; a buffer
-/// that cannot be had fails the read-back with an error naming the output (`specs` are the
-/// signature's outputs, in the order of `outputs`).
-pub fn read_back(
-    device: &dyn xthunk::Device,
-    specs: &[TensorSpec],
-    outputs: &[xthunk::Buffer],
-) -> xthunk::Result<Vec<Vec<u8>>> {
-    let mut results = Vec::with_capacity(outputs.len());
-    for (i, o) in outputs.iter().enumerate() {
-        let mut v = host_buffer(o.size()).map_err(|e| {
-            let name = specs.get(i).map_or("?", |s| s.name.as_str());
-            xthunk::Error::backend(
-                "host",
-                &format!("reading back output `{name}` ({} bytes)", o.size()),
-                e.to_string(),
-            )
-        })?;
-        device.copy_to_host(o.ptr(), &mut v)?;
-        results.push(v);
-    }
-    Ok(results)
+/// Copies every output of a session's last execution to the host, each into a
+/// [`host_buffer`]; a buffer that cannot be had fails the read-back with an error naming the
+/// output.
+pub fn read_back(session: &xthunk::core::executor::Session) -> xthunk::Result<Vec<Vec<u8>>> {
+    session.read_outputs_with(&host_output)
+}
+
+/// The [`host_buffer`] of an output's read-back (see [`read_back`]).
+pub fn host_output(spec: &TensorSpec, size: u64) -> xthunk::Result<Vec<u8>> {
+    host_buffer(size).map_err(|e| {
+        xthunk::Error::backend(
+            "host",
+            &format!("reading back output `{}` ({size} bytes)", spec.name),
+            e.to_string(),
+        )
+    })
 }
 
 /// Seeded random bytes for a tensor of `count` elements: floats uniform in [-1, 1), signed
@@ -249,21 +243,18 @@ mod tests {
 
     #[test]
     fn read_back_copies_every_output() {
+        use xthunk::core::executor::{ExecutorConfig, Program, Session};
         let backend = xthunk::core::host::HostBackend::new();
         let device = xthunk::Backend::device(&backend, 0).unwrap();
-        let buf = device
-            .allocate(8, 8, xthunk::ir::MemorySpace::Device)
-            .unwrap();
-        device
-            .copy_from_host(&[1, 2, 3, 4, 5, 6, 7, 8], buf.ptr())
-            .unwrap();
-        let spec = TensorSpec {
-            name: "y".into(),
-            dtype: DType::U8,
-            dims: vec![8],
-            allocation: 0,
-        };
-        let back = read_back(device.as_ref(), &[spec], &[buf]).unwrap();
+        let mut b = xthunk::builder::ExecutableBuilder::new("read_back");
+        let x = b.parameter("x", DType::U8, &[8]);
+        let y = b.output("y", DType::U8, &[8]);
+        b.copy(x.slice(), y.slice());
+        let program = Program::new(b.build().unwrap()).unwrap();
+        let session = Session::load(device, &program, &ExecutorConfig::default(), None).unwrap();
+        session.bind(&[[1u8, 2, 3, 4, 5, 6, 7, 8]]).unwrap();
+        session.execute(&Default::default()).unwrap();
+        let back = read_back(&session).unwrap();
         assert_eq!(back, vec![vec![1, 2, 3, 4, 5, 6, 7, 8]]);
     }
 

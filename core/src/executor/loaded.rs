@@ -12,7 +12,7 @@ use super::temps::TempPlan;
 use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
 use crate::error::{Error, Result};
 use crate::ir::{AllocationKind, Executable};
-use crate::verify;
+use crate::program::Program;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -20,7 +20,7 @@ use std::time::Instant;
 
 /// An executable loaded onto one device.
 pub struct LoadedExecutable {
-    pub(super) exe: Arc<Executable>,
+    pub(super) exe: Program,
     pub(super) device: Arc<dyn Device>,
     modules: BTreeMap<String, Arc<dyn LoadedModule>>,
     pub(super) schedule: Schedule,
@@ -69,9 +69,33 @@ impl LoadedExecutable {
         trace: Option<(&crate::trace::Tracer, u32)>,
     ) -> Result<Self> {
         let started = Instant::now();
-        verify(&exe)?;
-        crate::backend::check_launch_limits(&exe, device.as_ref())?;
-        check_memory(device.as_ref(), &exe, None)?;
+        let program = Program::new(exe)?;
+        Self::load_verified(device, &program, config, trace, started)
+    }
+
+    /// Loads a verified `program` (not verified again): checks the device supports what it
+    /// needs, loads its modules, resolves every kernel, uploads constants and builds the
+    /// schedule; the module loads and the whole load are spans of `trace`, as in
+    /// [`Self::load_traced`].
+    pub fn load_program(
+        device: Arc<dyn Device>,
+        program: &Program,
+        config: &ExecutorConfig,
+        trace: Option<(&crate::trace::Tracer, u32)>,
+    ) -> Result<Self> {
+        Self::load_verified(device, program, config, trace, Instant::now())
+    }
+
+    fn load_verified(
+        device: Arc<dyn Device>,
+        program: &Program,
+        config: &ExecutorConfig,
+        trace: Option<(&crate::trace::Tracer, u32)>,
+        started: Instant,
+    ) -> Result<Self> {
+        let exe = program.executable();
+        crate::backend::check_launch_limits(exe, device.as_ref())?;
+        check_memory(device.as_ref(), exe, None)?;
         let caps = device.capabilities();
         for a in &exe.allocations {
             if !caps.memory_spaces.contains(&a.memory_space) {
@@ -97,7 +121,7 @@ impl LoadedExecutable {
             modules.insert(m.name.clone(), lm);
         }
         let mut planner = Planner::new(&modules, device.as_ref());
-        let schedule = schedule(&exe, &mut planner, config)?;
+        let schedule = schedule(exe, &mut planner, config)?;
         tracing::debug!(
             nodes = schedule.nodes.len(),
             edges = schedule.graph_edges,
@@ -108,7 +132,7 @@ impl LoadedExecutable {
             "scheduled"
         );
         tracing::debug!(plan = %schedule.temps.summary(), "planned temps");
-        check_memory(device.as_ref(), &exe, Some(schedule.temps.planned_bytes))?;
+        check_memory(device.as_ref(), exe, Some(schedule.temps.planned_bytes))?;
         let scratch_path = super::scratch::choose(device.as_ref(), config);
         let mut constants = BTreeMap::new();
         for a in &exe.allocations {
@@ -126,7 +150,7 @@ impl LoadedExecutable {
             tracer.span(rank, "load", name, started, Instant::now(), args);
         }
         Ok(LoadedExecutable {
-            exe: Arc::new(exe),
+            exe: program.clone(),
             device,
             modules,
             schedule,
@@ -139,6 +163,11 @@ impl LoadedExecutable {
     }
 
     pub fn executable(&self) -> &Executable {
+        &self.exe
+    }
+
+    /// The verified program (to load again elsewhere without verifying it again).
+    pub fn program(&self) -> &Program {
         &self.exe
     }
 
@@ -387,47 +416,6 @@ impl LoadedExecutable {
             self.pool.lock().push(state);
         }
         result
-    }
-
-    /// Convenience: uploads host bytes for every parameter, runs, and downloads every output.
-    pub fn run_with_host_data(
-        &self,
-        inputs: &[&[u8]],
-        opts: &ExecuteOptions,
-    ) -> Result<Vec<Vec<u8>>> {
-        let sig = &self.exe.signature;
-        if inputs.len() != sig.parameters.len() {
-            return Err(Error::InvalidArgument(format!(
-                "`{}` takes {} parameters, got {}",
-                self.exe.name,
-                sig.parameters.len(),
-                inputs.len()
-            )));
-        }
-        let params = self.allocate_parameters()?;
-        for ((p, data), spec) in params.iter().zip(inputs).zip(&sig.parameters) {
-            if data.len() as u64 != p.size() {
-                return Err(Error::InvalidArgument(format!(
-                    "parameter `{}` needs {} bytes, got {}",
-                    spec.name,
-                    p.size(),
-                    data.len()
-                )));
-            }
-            self.device.copy_from_host(data, p.ptr())?;
-        }
-        let outputs = self.allocate_outputs()?;
-        let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-        let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
-        self.execute(&pr, &or, opts)?;
-        outputs
-            .iter()
-            .map(|o| {
-                let mut v = vec![0u8; o.size() as usize];
-                self.device.copy_to_host(o.ptr(), &mut v)?;
-                Ok(v)
-            })
-            .collect()
     }
 }
 

@@ -14,6 +14,8 @@
 //! from a pool, so one [`LoadedExecutable`] can be executed from many threads at once.
 //!
 //! The modules, in the order a program goes through them:
+//! - [`session`]: [`Session`], the one way to run a program on a device (load, bind inputs,
+//!   execute, read outputs), over a [`Program`] (`crate::program`: verified once, loaded anywhere);
 //! - `config`: how a program is scheduled and how one execution runs (options, the SPMD
 //!   rank's collective context);
 //! - `plan`: thunks resolved into steps at load, each kind's step made by `dispatch` (the
@@ -30,7 +32,8 @@
 //!   communication steps), `command_buffer` (recording and replaying command buffers) and
 //!   `device_control` (`while` and `conditional` recorded as conditional graph nodes);
 //! - [`graph`]: the dependency graph of the steps' buffer uses;
-//! - [`spmd`]: one program on several devices of one process.
+//! - [`spmd`]: one program on several devices of one process, a session and a thread per
+//!   rank ([`spmd::Ranks`]: all the ranks of an SPMD run, or a launched process's share).
 
 mod collective;
 mod command_buffer;
@@ -48,6 +51,7 @@ mod schedule;
 mod scratch;
 #[cfg(test)]
 mod scratch_tests;
+pub mod session;
 pub mod spmd;
 mod state;
 mod temps;
@@ -59,9 +63,11 @@ mod trace;
 #[cfg(test)]
 mod trace_tests;
 
+pub use crate::program::Program;
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions};
 pub use schedule::ScheduleInfo;
 pub use scratch::ScratchPath;
+pub use session::Session;
 pub use temps::{PAIR_BUDGET, TempArena, TempPlacement, TempPlan, plan_temps};

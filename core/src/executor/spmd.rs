@@ -1,13 +1,19 @@
-//! SPMD execution: one program on N devices of one process, one thread per device, with
-//! collectives among them.
+//! SPMD execution: one program on the devices of one process, one [`Session`] and one thread
+//! per rank, with collectives among them ([`Ranks`]); the ranks may be all of the run
+//! ([`run_spmd`]) or this process's share of a job of several processes (the CLI's launched
+//! ranks).
 
-use super::{CollectiveContext, ExecuteOptions, ExecutorConfig, LoadedExecutable, Progress};
-use crate::backend::{Device, DeviceMemory};
+use super::config::{CollectiveContext, ExecuteOptions, ExecutorConfig};
+use super::progress::Progress;
+use super::session::{HostAlloc, Session, zeroed};
+use crate::backend::Device;
 use crate::collectives::CliqueProvider;
 use crate::error::{Error, Result};
 use crate::ir::Executable;
+use crate::program::Program;
+use crate::trace::Tracer;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 /// What one rank produced.
 #[derive(Clone, Debug, Default)]
@@ -18,13 +24,148 @@ pub struct RankOutput {
     pub times: Vec<Duration>,
 }
 
+/// The ranks of an SPMD run that this process drives: rank `first + i` runs on
+/// `sessions[i]`, of `world` ranks in all.
+#[derive(Debug)]
+pub struct Ranks {
+    first: usize,
+    world: usize,
+    sessions: Vec<Session>,
+}
+
+/// Runs `f(i)` for `i` in `0..n`, each on its own scoped thread named after rank
+/// `first + i` (inside a `rank` tracing span); returns the results by rank, a panicked or
+/// unspawnable thread as an error naming its rank.
+fn on_rank_threads<T: Send>(
+    n: usize,
+    first: usize,
+    f: &(dyn Fn(usize) -> Result<T> + Sync),
+) -> Vec<Result<T>> {
+    std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..n)
+            .map(|i| {
+                let rank = first + i;
+                std::thread::Builder::new()
+                    .name(format!("xthunk-rank-{rank}"))
+                    .spawn_scoped(scope, move || {
+                        let span = tracing::info_span!("rank", rank);
+                        let _g = span.enter();
+                        f(i)
+                    })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .enumerate()
+            .map(|(i, h)| match h {
+                Ok(h) => h.join().unwrap_or_else(|_| {
+                    Err(Error::InvalidArgument(format!(
+                        "rank {}: its thread panicked",
+                        first + i
+                    )))
+                }),
+                Err(e) => Err(Error::backend(
+                    "executor",
+                    "spawn rank thread",
+                    format!("rank {}: {e}", first + i),
+                )),
+            })
+            .collect()
+    })
+}
+
+impl Ranks {
+    /// Loads `program` on every device (rank `first + i` on `devices[i]`, each on its own
+    /// thread, traced on its rank's track) with `config`, and binds `inputs[i]` (host bytes
+    /// in signature order) to it. Returns each rank's session or failure, by rank.
+    pub fn load(
+        program: &Program,
+        devices: &[Arc<dyn Device>],
+        inputs: &[Vec<Vec<u8>>],
+        first: usize,
+        config: &ExecutorConfig,
+        tracer: Option<&Tracer>,
+    ) -> Vec<Result<Session>> {
+        if inputs.len() != devices.len() {
+            let e = Error::InvalidArgument(format!(
+                "{} devices but inputs for {} ranks",
+                devices.len(),
+                inputs.len()
+            ));
+            return vec![Err(e)];
+        }
+        on_rank_threads(devices.len(), first, &|i| {
+            let (rank, device) = (first + i, &devices[i]);
+            let t = std::time::Instant::now();
+            let trace = tracer.map(|t| {
+                t.name_rank(rank as u32, device.info().name.clone());
+                (t, rank as u32)
+            });
+            let session = Session::load(device.clone(), program, config, trace)?;
+            tracing::info!(
+                rank,
+                elapsed_ms = t.elapsed().as_secs_f64() * 1e3,
+                "loaded `{}`",
+                program.name
+            );
+            session.bind(&inputs[i])?;
+            Ok(session)
+        })
+    }
+
+    /// This process's ranks `first..first + sessions.len()` of `world`.
+    pub fn new(first: usize, world: usize, sessions: Vec<Session>) -> Ranks {
+        Ranks {
+            first,
+            world,
+            sessions,
+        }
+    }
+
+    /// Each rank's session (rank `first + i` at `i`).
+    pub fn sessions(&self) -> &[Session] {
+        &self.sessions
+    }
+
+    /// Executes every rank on its own thread, `iterations` times, with `opts` and its place in
+    /// the run (its [`CollectiveContext`], communicators from `cliques`), then reads its
+    /// outputs (into vectors from `alloc`). An execution's failure goes through
+    /// `on_error(rank, error)` (which may say more, e.g. where the other ranks were). All
+    /// threads are joined before this returns; the results are by rank.
+    pub fn execute(
+        &self,
+        cliques: &Arc<dyn CliqueProvider>,
+        iterations: u32,
+        opts: &ExecuteOptions,
+        on_error: &(dyn Fn(usize, Error) -> Error + Sync),
+        alloc: HostAlloc<'_>,
+    ) -> Vec<Result<RankOutput>> {
+        on_rank_threads(self.sessions.len(), self.first, &|i| {
+            let rank = self.first + i;
+            let session = &self.sessions[i];
+            let mut opts = opts.clone();
+            opts.collectives = Some(CollectiveContext {
+                rank: rank as u32,
+                world: self.world as u32,
+                cliques: cliques.clone(),
+            });
+            let times = session
+                .execute_iterations(iterations, &opts, |_, _| {})
+                .map_err(|e| on_error(rank, e))?;
+            let outputs = session.read_outputs_with(alloc)?;
+            Ok(RankOutput { outputs, times })
+        })
+    }
+}
+
 /// Runs `exe` on every device (rank = position in `devices`), `iterations` times, with
-/// `inputs[rank]` as that rank's parameters (host bytes in signature order). Every rank runs
-/// on its own thread; all threads are joined before this returns, also on error. On failure
-/// the first error (by rank) is returned, naming the rank; the communicators of a failing
-/// rank are aborted so its peers fail promptly rather than at their terminate timeout, and
-/// the error says where every rank was at the first failure ([`Progress`]: which ranks wait
-/// in a collective, which is stuck before it).
+/// `inputs[rank]` as that rank's parameters (host bytes in signature order). The program is
+/// verified once; every rank loads it, then runs it, on its own thread; all threads are
+/// joined before this returns, also on error. On failure the first error (by rank) is
+/// returned, naming the rank; the communicators of a failing rank are aborted so its peers
+/// fail promptly rather than at their terminate timeout, and the error says where every rank
+/// was at the first failure ([`Progress`]: which ranks wait in a collective, which is stuck
+/// before it).
 pub fn run_spmd(
     exe: &Executable,
     devices: &[Arc<dyn Device>],
@@ -34,13 +175,37 @@ pub fn run_spmd(
     config: &ExecutorConfig,
     opts: &ExecuteOptions,
 ) -> Result<Vec<RankOutput>> {
-    let world = devices.len();
+    check_inputs(devices.len(), inputs)?;
+    match Program::new(exe.clone()) {
+        Ok(program) => run_program(&program, devices, cliques, inputs, iterations, config, opts),
+        // Reported as the ranks' loads reported it before the program was verified once.
+        Err(e) => first_failure(vec![Err(e.into())], devices.len(), &Progress::new(1)),
+    }
+}
+
+/// One list of parameters per device.
+fn check_inputs(world: usize, inputs: &[Vec<Vec<u8>>]) -> Result<()> {
     if inputs.len() != world {
         return Err(Error::InvalidArgument(format!(
             "{world} devices but inputs for {} ranks",
             inputs.len()
         )));
     }
+    Ok(())
+}
+
+/// [`run_spmd`] of a verified program (not verified again).
+pub fn run_program(
+    program: &Program,
+    devices: &[Arc<dyn Device>],
+    cliques: Arc<dyn CliqueProvider>,
+    inputs: &[Vec<Vec<u8>>],
+    iterations: u32,
+    config: &ExecutorConfig,
+    opts: &ExecuteOptions,
+) -> Result<Vec<RankOutput>> {
+    let world = devices.len();
+    check_inputs(world, inputs)?;
     // Every rank's progress in its communication steps, for the message of a hang (a given
     // record is kept, so the caller can read it too).
     let mut opts = opts.clone();
@@ -48,48 +213,16 @@ pub fn run_spmd(
         .progress
         .get_or_insert_with(|| Arc::new(Progress::new(world)))
         .clone();
-    let opts = &opts;
-    let results: Vec<Result<RankOutput>> = std::thread::scope(|scope| {
-        let handles: Vec<_> = devices
-            .iter()
-            .enumerate()
-            .map(|(rank, device)| {
-                let cliques = cliques.clone();
-                let rank_inputs = &inputs[rank];
-                let builder = std::thread::Builder::new().name(format!("xthunk-rank-{rank}"));
-                builder.spawn_scoped(scope, move || {
-                    run_rank(
-                        exe,
-                        device.clone(),
-                        cliques,
-                        rank,
-                        world,
-                        rank_inputs,
-                        iterations,
-                        config,
-                        opts,
-                    )
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .enumerate()
-            .map(|(rank, h)| match h {
-                Ok(h) => h.join().unwrap_or_else(|_| {
-                    Err(Error::InvalidArgument(format!(
-                        "rank {rank}: its thread panicked"
-                    )))
-                }),
-                Err(e) => Err(Error::backend(
-                    "executor",
-                    "spawn rank thread",
-                    format!("rank {rank}: {e}"),
-                )),
-            })
-            .collect()
-    });
-    let mut out = Vec::with_capacity(world);
+    let loaded = Ranks::load(program, devices, inputs, 0, config, opts.trace.as_deref());
+    let ranks = Ranks::new(0, world, first_failure(loaded, world, &progress)?);
+    let results = ranks.execute(&cliques, iterations.max(1), &opts, &|_, e| e, &zeroed);
+    first_failure(results, world, &progress)
+}
+
+/// The ranks' values, or the first failure (by rank) naming its rank and where every rank
+/// was; every failure is logged.
+fn first_failure<T>(results: Vec<Result<T>>, world: usize, progress: &Progress) -> Result<Vec<T>> {
+    let mut out = Vec::with_capacity(results.len());
     let mut first: Option<Error> = None;
     for (rank, r) in results.into_iter().enumerate() {
         match r {
@@ -114,67 +247,4 @@ pub fn run_spmd(
         Some(e) => Err(e),
         None => Ok(out),
     }
-}
-
-#[allow(clippy::too_many_arguments)]
-fn run_rank(
-    exe: &Executable,
-    device: Arc<dyn Device>,
-    cliques: Arc<dyn CliqueProvider>,
-    rank: usize,
-    world: usize,
-    inputs: &[Vec<u8>],
-    iterations: u32,
-    config: &ExecutorConfig,
-    opts: &ExecuteOptions,
-) -> Result<RankOutput> {
-    let span = tracing::info_span!("rank", rank);
-    let _g = span.enter();
-    let trace = opts.trace.as_deref().map(|t| {
-        t.name_rank(rank as u32, device.info().name.clone());
-        (t, rank as u32)
-    });
-    let loaded = LoadedExecutable::load_traced(device.clone(), exe.clone(), config, trace)?;
-    let params = loaded.allocate_parameters()?;
-    if params.len() != inputs.len() {
-        return Err(Error::InvalidArgument(format!(
-            "rank {rank}: {} parameters, {} inputs",
-            params.len(),
-            inputs.len()
-        )));
-    }
-    for (p, bytes) in params.iter().zip(inputs) {
-        if p.size() != bytes.len() as u64 {
-            return Err(Error::InvalidArgument(format!(
-                "rank {rank}: an input of {} bytes for a parameter of {}",
-                bytes.len(),
-                p.size()
-            )));
-        }
-        device.copy_from_host(bytes, p.ptr())?;
-    }
-    let outputs = loaded.allocate_outputs()?;
-    let pr: Vec<&dyn DeviceMemory> = params.iter().map(|b| b.as_ref() as _).collect();
-    let or: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref() as _).collect();
-    let mut opts = opts.clone();
-    opts.collectives = Some(CollectiveContext {
-        rank: rank as u32,
-        world: world as u32,
-        cliques,
-    });
-    let mut times = Vec::with_capacity(iterations as usize);
-    for _ in 0..iterations.max(1) {
-        let t = Instant::now();
-        loaded.execute(&pr, &or, &opts)?;
-        times.push(t.elapsed());
-    }
-    let outputs = outputs
-        .iter()
-        .map(|o| {
-            let mut v = vec![0u8; o.size() as usize];
-            device.copy_to_host(o.ptr(), &mut v)?;
-            Ok(v)
-        })
-        .collect::<Result<Vec<_>>>()?;
-    Ok(RankOutput { outputs, times })
 }

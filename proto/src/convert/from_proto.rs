@@ -3,6 +3,7 @@
 
 use super::fields::{Loc, dtype_from};
 use crate::{ProtoError, pb};
+use xthunk_core::Program;
 use xthunk_core::ir::{
     ABI_VERSION, AllocationKind, BufferAllocation, Executable, HeaderSource, MemorySpace, Module,
     ModuleImage, ModuleOptions, Signature, TensorSpec,
@@ -12,6 +13,18 @@ use xthunk_core::verify;
 /// Converts a protobuf message to a program and validates it (field presence, enum values and
 /// ranges here, then [`verify`]).
 pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
+    let exe = convert(msg)?;
+    verify(&exe)?;
+    Ok(exe)
+}
+
+/// [`from_proto`] as a [`Program`]: verified once, by [`Program::new`].
+pub fn program_from_proto(msg: &pb::Executable) -> Result<Program, ProtoError> {
+    Ok(Program::new(convert(msg)?)?)
+}
+
+/// The conversion of [`from_proto`], without [`verify`].
+fn convert(msg: &pb::Executable) -> Result<Executable, ProtoError> {
     let root = Loc::Root;
     // Checked first: a program of another ABI version may use thunk kinds this build does not
     // know, and the version is the error to report.
@@ -60,7 +73,6 @@ pub fn from_proto(msg: &pb::Executable) -> Result<Executable, ProtoError> {
         entry,
         signature,
     };
-    verify(&exe)?;
     Ok(exe)
 }
 

@@ -10,5 +10,5 @@ mod from_proto;
 mod thunk;
 mod to_proto;
 
-pub use from_proto::from_proto;
+pub use from_proto::{from_proto, program_from_proto};
 pub use to_proto::to_proto;

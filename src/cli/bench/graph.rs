@@ -54,7 +54,7 @@ pub fn graph_build(s: &Setup) -> Res<Row> {
         }
         if what == "worst shape" {
             row.notes
-                .push(format!("worst shape: {:?}", p.exe.schedule_info()));
+                .push(format!("worst shape: {:?}", p.loaded().schedule_info()));
         }
     }
     let load = |exe: &Executable| -> Res<f64> {

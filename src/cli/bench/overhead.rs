@@ -56,7 +56,7 @@ pub fn executor_overhead(s: &Setup) -> Res<Row> {
         0.5,
     )?;
     row.notes
-        .push(format!("schedule: {:?}", p.exe.schedule_info()));
+        .push(format!("schedule: {:?}", p.loaded().schedule_info()));
     let plan = s.rounds(200, 40, 20);
     let per = |v: f64| v / CHAIN as f64 * 1e9;
     let times = if s.is_host() {

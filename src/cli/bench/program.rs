@@ -4,50 +4,40 @@
 //! buffers.
 
 use super::Res;
-use super::stats::secs;
 use std::sync::Arc;
-use std::time::Instant;
 pub use xthunk::core::bench::{TINY, tiny_chain};
-use xthunk::core::executor::ExecutorConfig;
+use xthunk::core::executor::{ExecutorConfig, Program, Session};
 use xthunk::ir::Executable;
-use xthunk::{Buffer, Device, DeviceMemory, ExecuteOptions, LoadedExecutable};
+use xthunk::{Device, DeviceMemory, ExecuteOptions, LoadedExecutable};
 
-/// A loaded program with its parameter and output buffers.
+/// A loaded program with its parameter and output buffers: a [`Session`].
 pub struct Prepared {
-    pub exe: LoadedExecutable,
-    params: Vec<Buffer>,
-    outputs: Vec<Buffer>,
+    session: Session,
 }
 
 impl Prepared {
     pub fn new(dev: &Arc<dyn Device>, exe: Executable, cfg: &ExecutorConfig) -> Res<Prepared> {
-        let exe = LoadedExecutable::load_with(dev.clone(), exe, cfg)?;
-        let params = exe.allocate_parameters()?;
-        let outputs = exe.allocate_outputs()?;
+        let program = Program::new(exe)?;
         Ok(Prepared {
-            exe,
-            params,
-            outputs,
+            session: Session::load(dev.clone(), &program, cfg, None)?,
         })
     }
 
+    /// The loaded program.
+    pub fn loaded(&self) -> &LoadedExecutable {
+        self.session.loaded()
+    }
+
     pub fn set_param(&self, i: usize, bytes: &[u8]) -> Res<()> {
-        let p = self.param(i)?;
-        self.exe.device().copy_from_host(bytes, p.ptr())
+        self.session.bind_parameter(i, bytes)
     }
 
     pub fn param(&self, i: usize) -> Res<&dyn DeviceMemory> {
-        self.params
-            .get(i)
-            .map(|b| b.as_ref() as &dyn DeviceMemory)
-            .ok_or_else(|| xthunk::Error::InvalidArgument(format!("no parameter {i}")))
+        self.session.parameter(i)
     }
 
     pub fn output(&self, i: usize) -> Res<&dyn DeviceMemory> {
-        self.outputs
-            .get(i)
-            .map(|b| b.as_ref() as &dyn DeviceMemory)
-            .ok_or_else(|| xthunk::Error::InvalidArgument(format!("no output {i}")))
+        self.session.output(i)
     }
 
     /// Executes once; returns the seconds it took (issue to completion).
@@ -57,16 +47,12 @@ impl Prepared {
 
     /// [`Self::run`] with `opts`.
     pub fn run_with(&self, opts: &ExecuteOptions) -> Res<f64> {
-        let p: Vec<&dyn DeviceMemory> = self.params.iter().map(|b| b.as_ref() as _).collect();
-        let o: Vec<&dyn DeviceMemory> = self.outputs.iter().map(|b| b.as_ref() as _).collect();
-        let start = Instant::now();
-        self.exe.execute(&p, &o, opts)?;
-        Ok(secs(start))
+        Ok(self.session.execute(opts)?.as_secs_f64())
     }
 
     pub fn read(&self, buf: &dyn DeviceMemory, offset: u64, len: u64) -> Res<Vec<u8>> {
         let mut v = vec![0u8; len as usize];
-        self.exe
+        self.session
             .device()
             .copy_to_host(buf.ptr().offset(offset), &mut v)?;
         Ok(v)

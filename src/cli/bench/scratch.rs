@@ -87,8 +87,8 @@ pub fn stream_ordered_scratch(s: &Setup) -> Res<Row> {
             }
         }
     }
-    let planned = ordered.exe.temp_plan().planned_bytes;
-    if ordered.exe.scratch_path() != ScratchPath::StreamOrdered {
+    let planned = ordered.loaded().temp_plan().planned_bytes;
+    if ordered.loaded().scratch_path() != ScratchPath::StreamOrdered {
         row.notes.push(format!(
             "the device has no stream-ordered memory pool: both variants keep their arenas \
              in the pooled state ({planned} bytes each)"

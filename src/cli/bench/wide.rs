@@ -72,8 +72,8 @@ pub fn wide_dag(s: &Setup) -> Res<Row> {
     }
     row.notes.push(format!(
         "schedule: 2 streams {:?}; 1 stream {:?}",
-        two.exe.schedule_info(),
-        one.exe.schedule_info()
+        two.loaded().schedule_info(),
+        one.loaded().schedule_info()
     ));
     let t = interleaved(
         s.rounds(20, 5, 15),
