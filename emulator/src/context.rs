@@ -8,6 +8,7 @@
 //! Destroying a context waits for its work, then reports what it still owns (allocations,
 //! streams, events, modules, graphs, BLAS handles) as leaks and frees it.
 
+pub use crate::api::{Api, device_count};
 use crate::diag::{self, Kind};
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
@@ -17,40 +18,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
-
-/// Which vendor API a context belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Api {
-    Cuda,
-    Hip,
-}
-
-impl Api {
-    pub fn device_name(self) -> &'static str {
-        match self {
-            Api::Cuda => "xthunk emulated NVIDIA device",
-            Api::Hip => "xthunk emulated AMD device",
-        }
-    }
-
-    /// The name device `dev` reports: [`device_name`](Self::device_name), with the ordinal
-    /// when there are several devices.
-    pub fn device_label(self, dev: i32) -> String {
-        if device_count() > 1 {
-            format!("{} {dev}", self.device_name())
-        } else {
-            self.device_name().to_string()
-        }
-    }
-
-    /// What owns streams, events and functions in the API's messages.
-    pub fn owner(self) -> &'static str {
-        match self {
-            Api::Cuda => "context",
-            Api::Hip => "device",
-        }
-    }
-}
 
 /// A context: the owner of allocations, streams, events, modules.
 pub struct Ctx {
@@ -269,11 +236,6 @@ pub fn cuda_initialized(call: &str) -> EmuResult<()> {
             "cuInit has not been called",
         ))
     }
-}
-
-/// Number of devices of each API.
-pub fn device_count() -> i32 {
-    crate::config::get().devices as i32
 }
 
 /// Checks a device ordinal.
