@@ -32,7 +32,14 @@ pub struct Ctx {
     /// synchronization, as a real context is unusable after a device fault.
     pub sticky: Mutex<Option<EmuError>>,
     pub destroyed: AtomicBool,
+    /// What other modules registered to run when the context is destroyed ([`Ctx::on_destroy`]):
+    /// a module that keeps per-context state registers its release when it first makes some,
+    /// so this module names none of them.
+    cleanups: Mutex<Vec<(&'static str, Release)>>,
 }
+
+/// A release of per-context state: called with the context's id and the destroying call.
+pub type Release = fn(u64, &str);
 
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
@@ -51,6 +58,7 @@ impl Ctx {
             device,
             legacy,
             streams: Mutex::new(Vec::new()),
+            cleanups: Mutex::new(Vec::new()),
             sticky: Mutex::new(None),
             destroyed: AtomicBool::new(false),
         });
@@ -113,6 +121,15 @@ impl Ctx {
         }
     }
 
+    /// Registers `release` (once per `key`) to run with the context's id and the destroying
+    /// call when the context is destroyed, after its streams' objects and memory are released.
+    pub fn on_destroy(&self, key: &'static str, release: Release) {
+        let mut g = self.cleanups.lock();
+        if !g.iter().any(|(k, _)| *k == key) {
+            g.push((key, release));
+        }
+    }
+
     /// Destroys the context: waits for its work, reports and frees what it still owns.
     pub fn destroy(self: &Arc<Ctx>, handle: usize, call: &str) {
         if self.destroyed.swap(true, Ordering::SeqCst) {
@@ -132,7 +149,11 @@ impl Ctx {
         }
         crate::stream::destroy_context_objects(self.id);
         crate::memory::release_context(self.id, call);
-        crate::pool::release_context(self.id, call);
+        // Per-context state of other modules (memory pools: `pool::release_context`).
+        let cleanups = self.cleanups.lock().clone();
+        for (_, release) in cleanups {
+            release(self.id, call);
+        }
         for s in self.user_streams() {
             s.shutdown();
         }
