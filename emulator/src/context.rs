@@ -8,6 +8,7 @@
 //! Destroying a context waits for its work, then reports what it still owns (allocations,
 //! streams, events, modules, graphs, BLAS handles) as leaks and frees it.
 
+pub use crate::api::{Api, device_count};
 use crate::diag::{self, Kind};
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
@@ -17,40 +18,6 @@ use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Once, Weak};
-
-/// Which vendor API a context belongs to.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Api {
-    Cuda,
-    Hip,
-}
-
-impl Api {
-    pub fn device_name(self) -> &'static str {
-        match self {
-            Api::Cuda => "xthunk emulated NVIDIA device",
-            Api::Hip => "xthunk emulated AMD device",
-        }
-    }
-
-    /// The name device `dev` reports: [`device_name`](Self::device_name), with the ordinal
-    /// when there are several devices.
-    pub fn device_label(self, dev: i32) -> String {
-        if device_count() > 1 {
-            format!("{} {dev}", self.device_name())
-        } else {
-            self.device_name().to_string()
-        }
-    }
-
-    /// What owns streams, events and functions in the API's messages.
-    pub fn owner(self) -> &'static str {
-        match self {
-            Api::Cuda => "context",
-            Api::Hip => "device",
-        }
-    }
-}
 
 /// A context: the owner of allocations, streams, events, modules.
 pub struct Ctx {
@@ -65,7 +32,14 @@ pub struct Ctx {
     /// synchronization, as a real context is unusable after a device fault.
     pub sticky: Mutex<Option<EmuError>>,
     pub destroyed: AtomicBool,
+    /// What other modules registered to run when the context is destroyed ([`Ctx::on_destroy`]):
+    /// a module that keeps per-context state registers its release when it first makes some,
+    /// so this module names none of them.
+    cleanups: Mutex<Vec<(&'static str, Release)>>,
 }
+
+/// A release of per-context state: called with the context's id and the destroying call.
+pub type Release = fn(u64, &str);
 
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
@@ -84,6 +58,7 @@ impl Ctx {
             device,
             legacy,
             streams: Mutex::new(Vec::new()),
+            cleanups: Mutex::new(Vec::new()),
             sticky: Mutex::new(None),
             destroyed: AtomicBool::new(false),
         });
@@ -146,6 +121,15 @@ impl Ctx {
         }
     }
 
+    /// Registers `release` (once per `key`) to run with the context's id and the destroying
+    /// call when the context is destroyed, after its streams' objects and memory are released.
+    pub fn on_destroy(&self, key: &'static str, release: Release) {
+        let mut g = self.cleanups.lock();
+        if !g.iter().any(|(k, _)| *k == key) {
+            g.push((key, release));
+        }
+    }
+
     /// Destroys the context: waits for its work, reports and frees what it still owns.
     pub fn destroy(self: &Arc<Ctx>, handle: usize, call: &str) {
         if self.destroyed.swap(true, Ordering::SeqCst) {
@@ -165,7 +149,11 @@ impl Ctx {
         }
         crate::stream::destroy_context_objects(self.id);
         crate::memory::release_context(self.id, call);
-        crate::pool::release_context(self.id, call);
+        // Per-context state of other modules (memory pools: `pool::release_context`).
+        let cleanups = self.cleanups.lock().clone();
+        for (_, release) in cleanups {
+            release(self.id, call);
+        }
         for s in self.user_streams() {
             s.shutdown();
         }
@@ -269,11 +257,6 @@ pub fn cuda_initialized(call: &str) -> EmuResult<()> {
             "cuInit has not been called",
         ))
     }
-}
-
-/// Number of devices of each API.
-pub fn device_count() -> i32 {
-    crate::config::get().devices as i32
 }
 
 /// Checks a device ordinal.

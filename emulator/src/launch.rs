@@ -230,11 +230,11 @@ pub fn get_function(module: usize, name: &str, call: &str) -> EmuResult<usize> {
         ));
     }
     // xthunk's set-condition kernels, recognized by their module and run on the host
-    // (EMULATED; see `crate::cuda::conditional`): their `cudaGraphSetConditional` has no CPU
+    // (EMULATED; see `crate::cuda::set_condition`): their `cudaGraphSetConditional` has no CPU
     // counterpart.
     let set_kernel = crate::context::by_id(m.ctx_id)
         .filter(|c| c.api == Api::Cuda)
-        .and_then(|_| crate::cuda::conditional::set_kernel(&m.functions, name));
+        .and_then(|_| crate::cuda::set_condition::set_kernel(&m.functions, name));
     if let Some(k) = set_kernel {
         return set_condition_function(&m, module, name, k, call);
     }

@@ -41,6 +41,7 @@
 
 #![allow(clippy::missing_safety_doc)]
 
+pub mod api;
 pub mod blas;
 pub mod config;
 pub mod context;

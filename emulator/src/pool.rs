@@ -150,6 +150,8 @@ impl Pool {
 
 /// Creates a pool for `device` in context `c` and returns its handle.
 pub fn create(c: &Ctx, device: i32, default: bool) -> usize {
+    // Every pool of a context is made here: the context releases them when it is destroyed.
+    c.on_destroy("memory pools", release_context);
     POOLS.insert(Arc::new(Pool {
         ctx: c.id,
         device,

@@ -8,8 +8,8 @@
 //! Files, one per part of the API: `device` (initialization, devices and their attributes),
 //! `context` (primary and created contexts), `memory` (allocation, copies, memsets, pointer
 //! attributes), `stream` (streams and events), `module` (modules, functions, launches),
-//! `graph` (graphs and executable graphs), `conditional` (conditional graph nodes and the
-//! set-condition kernels), `pool` (stream-ordered allocation and memory pools), `error` (error names and the export table).
+//! `graph` (graphs and executable graphs), `conditional` (conditional graph nodes),
+//! `set_condition` (the set-condition kernels), `pool` (stream-ordered allocation and memory pools), `error` (error names and the export table).
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
@@ -21,6 +21,7 @@ mod graph;
 mod memory;
 mod module;
 mod pool;
+pub mod set_condition;
 mod stream;
 
 pub use conditional::{

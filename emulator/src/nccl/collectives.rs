@@ -2,9 +2,10 @@
 //! `ncclReduceScatter`): argument checks, and queuing (or deferring) each rank's part.
 
 use super::comm::{Comm, comm_of, ready_comm};
-use super::group::GROUP;
+use super::deferred::GROUP;
 use super::reduce::{Dt, Red};
-use super::slot::{Meta, OpKind, Part, SlotKey, issue};
+use super::slot::issue;
+use super::types::{Meta, OpKind, Part, SlotKey};
 use super::{INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use crate::error::Code;

@@ -1,10 +1,10 @@
-//! Cliques and communicators: their state, destruction, finalize, abort, asynchronous errors
-//! and queries.
+//! Cliques and communicators: their state (split rounds, the cliques being formed in this
+//! process), settling a clique's initialization, destruction, finalize, abort, asynchronous
+//! errors and queries.
 
-use super::init::settle;
-use super::net::{Net, id_hash};
-use super::slot::{Failure, Slot, SlotKey, rank_at, slot_size};
-use super::split::SplitRound;
+use super::link::{id_hash, made_here};
+use super::net::Net;
+use super::types::{Failure, Init, OpKind, Slot, SlotKey, rank_at, slot_size};
 use super::{
     IN_PROGRESS, INVALID_ARGUMENT, LAST_ERROR, NcclResult, REMOTE_ERROR, SUCCESS, api, fail,
 };
@@ -18,15 +18,6 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 
 pub static COMMS: Table<Comm> = Table::new(HandleKind::Comm);
-
-/// Where a clique's initialization stands.
-#[derive(Clone, Debug)]
-pub(super) enum Init {
-    /// Waiting for ranks to join.
-    Forming,
-    Ready,
-    Failed(Failure),
-}
 
 /// State shared by every rank of a communicator (in this process).
 pub struct Clique {
@@ -55,13 +46,65 @@ pub struct Clique {
     pub(super) live: AtomicUsize,
 }
 
+/// A local rank's context and whether its new communicator blocks.
+pub(super) type Local = (Arc<Ctx>, bool);
+/// A rank's new handle (0 for no color and for ranks in other processes), with its new
+/// clique and rank.
+pub(super) type NewComm = (usize, Option<(Arc<Clique>, usize)>);
+
+#[derive(Default)]
+pub(super) struct SplitRound {
+    /// Per rank: (color, key, the context when the rank is in this process).
+    pub(super) entries: Vec<Option<(c_int, c_int, Option<Local>)>>,
+    /// Per rank: its new communicator.
+    pub(super) result: Option<Vec<NewComm>>,
+    pub(super) failed: Option<Failure>,
+    pub(super) taken: usize,
+}
+
+/// A clique being formed in this process: who joined it here.
+pub(super) struct Pending {
+    pub(super) nranks: usize,
+    pub(super) clique: Arc<Clique>,
+    pub(super) joined: Vec<bool>,
+}
+
+pub(super) static PENDING: Mutex<Option<HashMap<[u8; 128], Pending>>> = Mutex::new(None);
+
+/// The clique's initialization is over (`Ok`: every rank joined): its waiters wake. A failure
+/// is told to the other processes.
+pub(super) fn settle(cl: &Clique, r: Result<(), Failure>) {
+    {
+        let mut st = cl.init.lock();
+        if !matches!(*st, Init::Forming) {
+            return;
+        }
+        *st = match &r {
+            Ok(()) => Init::Ready,
+            Err(f) => Init::Failed(f.clone()),
+        };
+        cl.init_cv.notify_all();
+    }
+    if let Some(uid) = cl.uid {
+        let mut g = PENDING.lock();
+        if let Some(map) = g.as_mut() {
+            if map.get(&uid).is_some_and(|p| std::ptr::eq(&*p.clique, cl)) {
+                map.remove(&uid);
+            }
+        }
+    }
+    if let (Err(f), Some(net)) = (&r, cl.net()) {
+        net.abort(&f.msg);
+    }
+}
+
 pub(super) static NEXT_CLIQUE: AtomicU64 = AtomicU64::new(1);
 
 pub(super) fn new_clique(nranks: usize, uid: Option<[u8; 128]>, ready: bool) -> Arc<Clique> {
     Arc::new(Clique {
         id: NEXT_CLIQUE.fetch_add(1, Ordering::SeqCst),
         nranks,
-        made_here: uid.is_some_and(|u| super::init::made_here(&u)),
+        made_here: uid.is_some_and(|u| made_here(&u)),
         uid,
         slots: Mutex::new(HashMap::new()),
         cv: Condvar::new(),
@@ -195,6 +238,16 @@ pub(super) fn ready_comm(h: usize, call: &str) -> Result<Arc<Comm>, NcclResult> 
                 c.rank, f.msg
             ),
         )),
+    }
+}
+
+/// A name for an operation in messages: the call, its position and the clique.
+pub(super) fn describe(cl: &Clique, key: SlotKey, kind: OpKind) -> String {
+    match key {
+        SlotKey::Coll(n) => format!("{} #{} of {}", kind.name(), n + 1, cl.label()),
+        SlotKey::P2p(s, r, n) => {
+            format!("message #{n} from rank {s} to rank {r} of {}", cl.label())
+        }
     }
 }
 

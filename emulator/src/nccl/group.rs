@@ -1,35 +1,16 @@
 //! Groups (`ncclGroupStart` / `ncclGroupEnd`): initializations and operations issued inside
 //! a group are deferred to its end, where each stream gets one operation holding its parts.
 //! Initializations in a group register their rank at once and are waited for at the end
-//! (non-blocking ones are not: the end then returns `ncclInProgress`).
+//! (non-blocking ones are not: the end then returns `ncclInProgress`). What an open group holds
+//! is in `deferred`.
 
-use super::comm::{Clique, Comm};
+use super::deferred::{GROUP, QueuedPart};
 use super::init::finish_group_inits;
-use super::slot::{Part, SlotKey, issue};
+use super::slot::issue;
 use super::{IN_PROGRESS, INVALID_USAGE, NcclResult, SUCCESS, api, fail};
 use crate::diag::Kind;
 use crate::stream::StreamCore;
-use std::cell::RefCell;
 use std::sync::Arc;
-
-thread_local! {
-    pub(super) static GROUP: RefCell<Group> = RefCell::new(Group::default());
-}
-
-/// An `ncclCommInitRank` waited for at the group's end: (out-pointer, handle, clique, rank,
-/// blocking).
-pub(super) type DeferredInit = (usize, usize, Arc<Clique>, usize, bool);
-/// One rank's part of a slot, as queued.
-pub(super) type QueuedPart = (Arc<Comm>, SlotKey, Part);
-
-#[derive(Default)]
-pub(super) struct Group {
-    pub(super) depth: usize,
-    /// Deferred stream operations: (comm, stream, slot, part).
-    pub(super) ops: Vec<(Arc<Comm>, Arc<StreamCore>, SlotKey, Part)>,
-    /// Initializations to wait for.
-    pub(super) inits: Vec<DeferredInit>,
-}
 
 #[unsafe(no_mangle)]
 pub extern "C" fn ncclGroupStart() -> NcclResult {

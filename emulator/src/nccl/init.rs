@@ -9,21 +9,23 @@
 //! ranks wait, and joins it once it exists. So a clique whose ranks are all in one process
 //! never touches the file system.
 
-use super::comm::{COMMS, Clique, Init, current_ctx, new_clique, new_comm, released};
-use super::group::GROUP;
-use super::net::{Net, rendezvous_dir};
-use super::slot::Failure;
+use super::comm::{
+    COMMS, Clique, PENDING, Pending, current_ctx, new_clique, new_comm, released, settle,
+};
+use super::deferred::{DeferredInit, GROUP};
+use super::link::{process_token, rendezvous_dir};
+use super::net::Net;
+use super::types::{Failure, Init};
 use super::{
     IN_PROGRESS, INVALID_ARGUMENT, INVALID_USAGE, LAST_ERROR, NcclResult, SUCCESS, SYSTEM_ERROR,
     UNHANDLED_CUDA_ERROR, api, fail, timeout,
 };
 use crate::context::{self, Ctx};
 use crate::diag::{self, Kind};
-use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 const ID_MAGIC: &[u8; 16] = b"xthunk-emu-nccl\0";
@@ -34,27 +36,6 @@ const ID_MAGIC: &[u8; 16] = b"xthunk-emu-nccl\0";
 #[derive(Clone, Copy)]
 pub struct UniqueId {
     pub internal: [u8; 128],
-}
-
-/// A value unique to this process (never zero): ids carry their maker's.
-fn process_token() -> [u8; 8] {
-    static T: OnceLock<[u8; 8]> = OnceLock::new();
-    *T.get_or_init(|| {
-        let local = 0u8;
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0);
-        let mix = t
-            ^ (u64::from(std::process::id()) << 32)
-            ^ (&local as *const u8 as u64).rotate_left(17);
-        (mix | 1).to_le_bytes()
-    })
-}
-
-/// Whether `uid` was made by this process's `ncclGetUniqueId`.
-pub(super) fn made_here(uid: &[u8; 128]) -> bool {
-    uid[36..44] == process_token()
 }
 
 /// The id of color `color` of split round `round` of the clique made from `parent`: the same
@@ -92,15 +73,6 @@ pub unsafe extern "C" fn ncclGetUniqueId(id: *mut UniqueId) -> NcclResult {
     unsafe { *id = UniqueId { internal: u } };
     SUCCESS
 }
-
-/// A clique being formed in this process: who joined it here.
-struct Pending {
-    nranks: usize,
-    clique: Arc<Clique>,
-    joined: Vec<bool>,
-}
-
-static PENDING: Mutex<Option<HashMap<[u8; 128], Pending>>> = Mutex::new(None);
 
 fn joined_ranks(p: &Pending) -> Vec<usize> {
     (0..p.nranks).filter(|r| p.joined[*r]).collect()
@@ -186,33 +158,6 @@ fn net_failed(cl: &Clique, call: &str, e: String) {
             msg,
         }),
     );
-}
-
-/// The clique's initialization is over (`Ok`: every rank joined): its waiters wake. A failure
-/// is told to the other processes.
-pub(super) fn settle(cl: &Clique, r: Result<(), Failure>) {
-    {
-        let mut st = cl.init.lock();
-        if !matches!(*st, Init::Forming) {
-            return;
-        }
-        *st = match &r {
-            Ok(()) => Init::Ready,
-            Err(f) => Init::Failed(f.clone()),
-        };
-        cl.init_cv.notify_all();
-    }
-    if let Some(uid) = cl.uid {
-        let mut g = PENDING.lock();
-        if let Some(map) = g.as_mut() {
-            if map.get(&uid).is_some_and(|p| std::ptr::eq(&*p.clique, cl)) {
-                map.remove(&uid);
-            }
-        }
-    }
-    if let (Err(f), Some(net)) = (&r, cl.net()) {
-        net.abort(&f.msg);
-    }
 }
 
 /// The creator of the id: when the rendezvous folder appeared (another process joined),
@@ -444,10 +389,7 @@ unsafe fn init_rank(
 
 /// Waits for the initializations deferred by a group (`ncclGroupEnd`): blocking ones get
 /// their handles; `IN_PROGRESS` when a non-blocking one is still forming.
-pub(super) fn finish_group_inits(
-    inits: Vec<super::group::DeferredInit>,
-    call: &'static str,
-) -> NcclResult {
+pub(super) fn finish_group_inits(inits: Vec<DeferredInit>, call: &'static str) -> NcclResult {
     let deadline = Instant::now() + timeout();
     let mut result = SUCCESS;
     let mut failed_at = None;

@@ -1,5 +1,5 @@
 //! The plumbing of a clique across processes: the rendezvous folder (its name, making and
-//! checking it), whether a peer process still runs, and an outgoing connection to a peer
+//! checking it), whether this process made a unique id, whether a peer process still runs, and an outgoing connection to a peer
 //! ([`Link`]) with its queue of posted messages.
 
 use super::wire::{self, Msg};
@@ -9,7 +9,7 @@ use std::net::Shutdown;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 unsafe extern "C" {
@@ -40,6 +40,27 @@ pub fn id_hash(uid: &[u8; 128]) -> String {
 /// The folder where the processes of the clique made from `uid` meet.
 pub fn rendezvous_dir(uid: &[u8; 128]) -> PathBuf {
     std::env::temp_dir().join(format!("xthunk-emu-nccl-{}", id_hash(uid)))
+}
+
+/// A value unique to this process (never zero): ids carry their maker's.
+pub(super) fn process_token() -> [u8; 8] {
+    static T: OnceLock<[u8; 8]> = OnceLock::new();
+    *T.get_or_init(|| {
+        let local = 0u8;
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_nanos() as u64)
+            .unwrap_or(0);
+        let mix = t
+            ^ (u64::from(std::process::id()) << 32)
+            ^ (&local as *const u8 as u64).rotate_left(17);
+        (mix | 1).to_le_bytes()
+    })
+}
+
+/// Whether `uid` was made by this process's `ncclGetUniqueId`.
+pub(super) fn made_here(uid: &[u8; 128]) -> bool {
+    uid[36..44] == process_token()
 }
 
 /// An outgoing connection: writes are whole messages, one at a time.

@@ -61,27 +61,36 @@
 //!   process, short enough for a socket path); the processes run as one user; a message's
 //!   input is at most `XTHUNK_EMU_MEMORY` bytes; no collectives in stream capture.
 //!
-//! Files: `comm` (cliques, communicators, destruction, abort, queries), `init` (unique ids,
-//! initialization, blocking or not), `split` (`ncclCommSplit`), `group` (`ncclGroupStart/End`,
-//! deferred work), `slot` (where the ranks' parts of one operation meet), `perform` (checking
-//! the parts and moving the data), `reduce` (element types and reduction), `collectives` (the
-//! collective calls), `p2p` (`ncclSend` / `ncclRecv`), `net` (the processes of a clique and
-//! their connections), `link` (the rendezvous folder, a connection's writing), `wire` (their messages), `remote` (what the messages do to slots).
+//! Files, from the bottom up: `types` (what an operation, its parts and its slot are; why it
+//! failed; where an initialization stands), `reduce` (element types and reduction), `wire` (the
+//! messages between processes), `link` (the rendezvous folder, which process made an id, a
+//! connection's writing), `net` (the processes of a clique and their connections; it reaches
+//! its clique through the `Owner` trait), `comm` (cliques, communicators, split rounds, the
+//! cliques being formed, settling an initialization, destruction, abort, queries), `deferred`
+//! (what an open group holds), `perform` (checking the parts and moving the data), `remote`
+//! (what the messages do to slots), `slot` (where the ranks' parts of one operation meet),
+//! `init` (unique ids, initialization, blocking or not), `split` (`ncclCommSplit`), `group`
+//! (`ncclGroupStart/End`), `collectives` (the collective calls), `p2p` (`ncclSend` /
+//! `ncclRecv`), `owner` (`Owner` for the clique: hands the messages to `remote` and `split`).
+//! No module names one above it.
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
 
 mod collectives;
 mod comm;
+mod deferred;
 mod group;
 mod init;
 mod link;
 mod net;
+mod owner;
 mod p2p;
 mod perform;
 mod reduce;
 mod remote;
 mod slot;
 mod split;
+mod types;
 mod wire;
 
 pub use collectives::*;

@@ -25,16 +25,14 @@
 //!   both wait for the other to read cannot deadlock. What is queued is written before the
 //!   process leaves the clique or exits.
 
-use super::comm::{Clique, Init};
-use super::init::settle;
-use super::link::{Link, MAX_SOCKET_PATH, alive, make_dir, send_once};
-pub use super::link::{id_hash, rendezvous_dir};
-use super::slot::Failure;
+use super::link::{Link, MAX_SOCKET_PATH, alive, make_dir, rendezvous_dir, send_once};
+use super::types::{Failure, Init, Meta, SlotKey};
 use super::wire::{self, Msg};
-use super::{INVALID_USAGE, REMOTE_ERROR, SYSTEM_ERROR, remote, split, timeout};
+use super::{INVALID_USAGE, REMOTE_ERROR, SYSTEM_ERROR, timeout};
 use crate::diag::{self, Kind};
 use parking_lot::{Condvar, Mutex};
 use std::collections::BTreeMap;
+use std::ffi::c_int;
 use std::io::{BufReader, ErrorKind};
 use std::net::Shutdown;
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -65,6 +63,55 @@ struct State {
     unlinked: bool,
 }
 
+/// What the net part needs of its clique: its state, settling its initialization, and what
+/// the other processes' messages do to it. The clique (`comm::Clique`) owns its net part, so
+/// the net part reaches it through this trait (implemented in `owner`) rather than by name.
+pub(super) trait Owner: Send + Sync {
+    fn nranks(&self) -> usize;
+    /// Gives the clique its net part (`false`: it already has one).
+    fn attach(&self, net: Arc<Net>) -> bool;
+    fn init_state(&self) -> Init;
+    fn is_forming(&self) -> bool;
+    fn init_failed(&self) -> bool;
+    /// The clique's name in messages.
+    fn label(&self) -> String;
+    /// The clique's initialization is over (`comm::settle`).
+    fn settle(&self, r: Result<(), Failure>);
+    /// Process `from` sent the part at `place` of `key` (`remote::on_data`).
+    fn on_data(
+        self: Arc<Self>,
+        net: &Arc<Net>,
+        from: u32,
+        key: SlotKey,
+        place: usize,
+        meta: Meta,
+        input: Result<Option<Vec<u8>>, String>,
+    ) -> Result<(), String>;
+    /// Process `from` performed (or failed) a message this process sent (`remote::on_done`).
+    fn on_done(
+        self: Arc<Self>,
+        net: &Arc<Net>,
+        from: u32,
+        key: SlotKey,
+        result: Result<(), (i32, String)>,
+    ) -> Result<(), String>;
+    /// A rank in process `from` entered split round `round` (`split::on_remote`).
+    fn on_split(
+        self: Arc<Self>,
+        net: &Net,
+        from: u32,
+        round: u64,
+        rank: usize,
+        color: c_int,
+        key: c_int,
+    ) -> Result<(), String>;
+    /// A peer process of the formed clique is gone: its communicators report `msg`.
+    fn set_remote_error(&self, msg: String);
+    /// A peer process is gone: what waits for it fails (`remote::fail_needing`,
+    /// `split::wake`).
+    fn peer_lost(&self, net: &Net);
+}
+
 /// The cross-process part of one clique.
 pub(super) struct Net {
     pub(super) pid: u32,
@@ -72,7 +119,7 @@ pub(super) struct Net {
     dir: PathBuf,
     sock: PathBuf,
     nranks: usize,
-    clique: Weak<Clique>,
+    clique: Weak<dyn Owner>,
     st: Mutex<State>,
     tick: Condvar,
     /// Set once the clique is complete: the process of each rank.
@@ -102,7 +149,11 @@ extern "C" fn at_exit() {
 impl Net {
     /// Joins the processes of `cl` (made from `uid`) with the local ranks `local`: binds this
     /// process's socket and starts the init thread.
-    pub(super) fn start(cl: &Arc<Clique>, uid: [u8; 128], local: &[usize]) -> Result<(), String> {
+    pub(super) fn start<C: Owner + 'static>(
+        cl: &Arc<C>,
+        uid: [u8; 128],
+        local: &[usize],
+    ) -> Result<(), String> {
         let pid = std::process::id();
         let dir = rendezvous_dir(&uid);
         let sock = dir.join(format!("{pid}.sock"));
@@ -117,7 +168,7 @@ impl Net {
         let listener = UnixListener::bind(&sock)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .map_err(|e| format!("cannot listen on {}: {e}", sock.display()))?;
-        let mut owners = vec![None; cl.nranks];
+        let mut owners = vec![None; cl.nranks()];
         for r in local {
             owners[*r] = Some(pid);
         }
@@ -126,8 +177,8 @@ impl Net {
             uid,
             dir,
             sock,
-            nranks: cl.nranks,
-            clique: Arc::downgrade(cl),
+            nranks: cl.nranks(),
+            clique: Arc::downgrade(cl) as Weak<dyn Owner>,
             st: Mutex::new(State {
                 owners,
                 local: local.to_vec(),
@@ -147,7 +198,7 @@ impl Net {
             all.retain(|w| w.strong_count() > 0);
             all.push(Arc::downgrade(&net));
         }
-        if cl.net.set(net.clone()).is_err() {
+        if !cl.attach(net.clone()) {
             net.unlink();
             return Err("the clique already has a net part".into());
         }
@@ -386,7 +437,7 @@ impl Net {
                     if self.all_joined_in() {
                         self.unlink();
                     }
-                    settle(&cl, Ok(()));
+                    cl.settle(Ok(()));
                 }
             }
             if !cl.is_forming() && self.all_joined_in() {
@@ -401,13 +452,10 @@ impl Net {
                         timeout().as_secs()
                     );
                     diag::record(Kind::InvalidState, "ncclCommInitRank", msg.clone());
-                    settle(
-                        &cl,
-                        Err(Failure {
-                            code: SYSTEM_ERROR,
-                            msg: msg.clone(),
-                        }),
-                    );
+                    cl.settle(Err(Failure {
+                        code: SYSTEM_ERROR,
+                        msg: msg.clone(),
+                    }));
                     self.abort(&msg);
                 }
                 break;
@@ -615,14 +663,18 @@ impl Net {
                     place,
                     meta,
                     input,
-                } => remote::on_data(&cl, &self, pid, key, place as usize, meta, input),
-                Msg::Done { key, result } => remote::on_done(&cl, &self, pid, key, result),
+                } => cl
+                    .clone()
+                    .on_data(&self, pid, key, place as usize, meta, input),
+                Msg::Done { key, result } => cl.clone().on_done(&self, pid, key, result),
                 Msg::Split {
                     round,
                     rank,
                     color,
                     key,
-                } => split::on_remote(&cl, &self, pid, round, rank as usize, color, key),
+                } => cl
+                    .clone()
+                    .on_split(&self, pid, round, rank as usize, color, key),
                 Msg::Abort { reason } => {
                     self.peer_gone(pid, &format!("aborted the clique: {reason}"));
                     break;
@@ -645,7 +697,7 @@ impl Net {
     #[allow(clippy::too_many_arguments)]
     fn on_join(
         &self,
-        cl: &Arc<Clique>,
+        cl: &Arc<dyn Owner>,
         pid: u32,
         version: u32,
         nranks: u32,
@@ -708,13 +760,10 @@ impl Net {
                 return Err(msg);
             }
             // Settling the failure tells every peer (Abort).
-            settle(
-                cl,
-                Err(Failure {
-                    code: INVALID_USAGE,
-                    msg,
-                }),
-            );
+            cl.settle(Err(Failure {
+                code: INVALID_USAGE,
+                msg,
+            }));
         }
         Ok(())
     }
@@ -778,16 +827,15 @@ impl Net {
         let state = cl.init_state();
         if matches!(state, Init::Forming) {
             diag::record(Kind::InvalidState, "ncclCommInitRank", failure.msg.clone());
-            settle(&cl, Err(failure.clone()));
+            cl.settle(Err(failure.clone()));
         } else if matches!(state, Init::Ready) && !left {
             diag::record(
                 Kind::InvalidState,
                 "ncclCommGetAsyncError",
                 format!("{}; its communicators report ncclRemoteError", failure.msg),
             );
-            *cl.remote_error.lock() = Some(failure.msg.clone());
+            cl.set_remote_error(failure.msg.clone());
         }
-        remote::fail_needing(&cl, self);
-        split::wake(&cl);
+        cl.peer_lost(self);
     }
 }

@@ -3,7 +3,7 @@
 use super::collectives::{part, submit_part, typed};
 use super::comm::{Comm, comm_of};
 use super::reduce::Red;
-use super::slot::{OpKind, SlotKey};
+use super::types::{OpKind, SlotKey};
 use super::{INVALID_ARGUMENT, NcclResult, api_try, fail};
 use crate::diag::Kind;
 use std::ffi::{c_int, c_void};

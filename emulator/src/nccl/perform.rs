@@ -7,9 +7,9 @@
 //! diagnostic naming the operation, its clique and the ranks.
 
 use super::SYSTEM_ERROR;
-use super::comm::Clique;
+use super::comm::{Clique, describe};
 use super::reduce::reduce;
-use super::slot::{Failure, Meta, OpKind, Slot, SlotKey, describe, rank_at, read, write};
+use super::types::{Failure, Meta, OpKind, Slot, SlotKey, rank_at, read, write};
 use crate::diag::{self, Kind};
 use crate::stream;
 use std::borrow::Cow;

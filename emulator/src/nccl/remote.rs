@@ -13,12 +13,10 @@
 //!   both sides as in one process.
 //! - Messages are sent after the slot lock is released ([`Outbox`]).
 
-use super::comm::Clique;
+use super::comm::{Clique, describe};
 use super::net::Net;
 use super::perform::perform;
-use super::slot::{
-    Failure, Meta, OpKind, Remote, Slot, SlotKey, describe, rank_at, read, slot_size,
-};
+use super::types::{Failure, Meta, OpKind, Remote, Slot, SlotKey, rank_at, read, slot_size};
 use super::wire::Msg;
 use crate::diag::{self, Kind};
 use crate::stream;

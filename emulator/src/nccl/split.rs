@@ -7,38 +7,23 @@
 //! round and the color (the same in every process), which its ranks join as
 //! `ncclCommInitRank` would.
 
-use super::comm::{Clique, Init, new_clique, new_comm, ready_comm};
-use super::group::GROUP;
+use super::comm::{
+    COMMS, Clique, Local, NewComm, SplitRound, new_clique, new_comm, ready_comm, released,
+};
+use super::deferred::GROUP;
 use super::init::{config_blocking, derived_id, join, wait_ready, watch};
 use super::net::Net;
-use super::slot::Failure;
+use super::types::{Failure, Init};
 use super::wire::Msg;
 use super::{
     IN_PROGRESS, INTERNAL_ERROR, INVALID_ARGUMENT, INVALID_USAGE, NcclResult, REMOTE_ERROR,
     SUCCESS, SYSTEM_ERROR, api, fail, timeout,
 };
-use crate::context::Ctx;
 use crate::diag::Kind;
 use std::ffi::{c_int, c_void};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
-
-/// A local rank's context and whether its new communicator blocks.
-type Local = (Arc<Ctx>, bool);
-/// A rank's new handle (0 for no color and for ranks in other processes), with its new
-/// clique and rank.
-type NewComm = (usize, Option<(Arc<Clique>, usize)>);
-
-#[derive(Default)]
-pub(super) struct SplitRound {
-    /// Per rank: (color, key, the context when the rank is in this process).
-    pub(super) entries: Vec<Option<(c_int, c_int, Option<Local>)>>,
-    /// Per rank: its new communicator.
-    pub(super) result: Option<Vec<NewComm>>,
-    pub(super) failed: Option<Failure>,
-    pub(super) taken: usize,
-}
 
 /// `NCCL_SPLIT_NOCOLOR`.
 const NOCOLOR: c_int = -1;
@@ -277,8 +262,8 @@ pub unsafe extern "C" fn ncclCommSplit(
             Err(r) => {
                 // SAFETY: as above.
                 unsafe { *newcomm = 0 };
-                if let Ok(x) = super::comm::COMMS.remove(h, C) {
-                    super::comm::released(&x);
+                if let Ok(x) = COMMS.remove(h, C) {
+                    released(&x);
                 }
                 r
             }

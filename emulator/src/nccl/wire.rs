@@ -8,7 +8,7 @@
 //! length and UTF-8 bytes (lossily decoded).
 
 use super::reduce::{Dt, Red};
-use super::slot::{Meta, OpKind, SlotKey};
+use super::types::{Meta, OpKind, SlotKey};
 use std::io::{self, Read, Write};
 
 /// The largest control message (everything but `Data`'s payload): a `Join` of many ranks, a

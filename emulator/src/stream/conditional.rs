@@ -14,7 +14,7 @@
 //!   zero); WHILE runs body 0 while it is nonzero, tested before every trip; SWITCH runs body
 //!   `value` when `value` < the body count. Bodies nest.
 //! - **Setting** a condition (`cudaGraphSetConditional` in a kernel, see
-//!   `crate::cuda::conditional`) is only possible from a kernel of the graph launch the
+//!   `crate::cuda::set_condition`) is only possible from a kernel of the graph launch the
 //!   condition's node runs in; anywhere else it fails the kernel.
 //! - Instantiation freezes the bodies as they are (later changes to a body graph do not reach
 //!   an executable graph, as with CUDA's instantiation copy); an exec update accepts a graph

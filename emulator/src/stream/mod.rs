@@ -29,11 +29,13 @@
 //!
 //! Files: `op` (what an operation does, and running it), `queue` (a stream, its worker and the
 //! legacy-stream ordering), `event`, `capture`, `graph`, `conditional` (conditional nodes), `teardown` (what a destroyed context
-//! still owns); this file holds the handle tables, the execution lock and stream resolution.
+//! still owns), `exec` (the execution lock); this file holds the handle tables and stream
+//! resolution.
 
 mod capture;
 pub mod conditional;
 mod event;
+mod exec;
 mod graph;
 mod op;
 mod queue;
@@ -47,6 +49,7 @@ pub use event::{
     EVENT_DISABLE_TIMING, EventCore, EventState, create_event, elapsed, query_event, record_event,
     synchronize_event, wait_event,
 };
+pub use exec::EXEC;
 pub use graph::{ExecCore, GraphCore, instantiate, launch_graph, node_handle, update_exec};
 pub use op::{HostFn, HostWork, Op, Work};
 pub use queue::{
@@ -59,11 +62,7 @@ use crate::context::Ctx;
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
-use parking_lot::Mutex;
 use std::sync::Arc;
-
-/// The global execution lock: every operation that touches emulated memory holds it.
-pub static EXEC: Mutex<()> = Mutex::new(());
 
 pub static STREAMS: Table<StreamCore> = Table::new(HandleKind::Stream);
 pub static EVENTS: Table<EventCore> = Table::new(HandleKind::Event);
