@@ -54,7 +54,7 @@ pub const CONDITIONAL_DRIVER_SYMBOLS: [&str; 5] = [
 /// The set-condition kernels (CUDA C in `set_condition.cu`, compiled by NVRTC). One thread
 /// sets the condition; the rules are
 /// [`SetCondition::value`](xthunk_core::backend::SetCondition::value)'s. The driver emulator
-/// runs exactly these kernels (see `emulator/src/cuda/conditional.rs`; its tests compile
+/// runs exactly these kernels (see `emulator/src/cuda/set_condition.rs`; its tests compile
 /// this file), so names and parameters stay in step.
 pub const SET_CONDITION_SOURCE: &str = include_str!("set_condition.cu");
 
