@@ -242,7 +242,7 @@ fn attributes(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
     expected.extend([1, 1]);
     let mut b = ExecutableBuilder::new("conformance_echo");
     let out = b.output("out", DType::I32, &[expected.len() as u64]);
-    b.push(Thunk::CustomCall(call.result(out.buffer())));
+    b.push(Thunk::from(call.result(out.buffer())));
     let exe = LoadedExecutable::load(device.clone(), b.build().map_err(xthunk_core::Error::from)?)?;
     let poison = vec![0xA5u8; expected.len() * 4];
     let got =
@@ -261,23 +261,28 @@ fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng, captured: bool) 
     let x = b.parameter("x", DType::I32, &[n]);
     let out = b.output("out", DType::I32, &[n]);
     let t = b.temp(DType::I32, &[n]);
-    b.push(Thunk::CommandBuffer(CommandBufferThunk {
-        body: vec![
-            Thunk::Memset(MemsetThunk {
-                dst: t.slice(),
-                pattern: MemsetPattern::U32(0xDEAD_BEEF),
-            }),
-            Thunk::CustomCall(
-                CustomCallThunk::new(target)
-                    .operand(x.buffer())
-                    .result(t.buffer()),
-            ),
-            Thunk::Copy(CopyThunk {
-                src: t.slice(),
-                dst: out.slice(),
-            }),
-        ],
-    }));
+    b.push(
+        CommandBufferThunk {
+            body: vec![
+                MemsetThunk {
+                    dst: t.slice(),
+                    pattern: MemsetPattern::U32(0xDEAD_BEEF),
+                }
+                .into(),
+                Thunk::from(
+                    CustomCallThunk::new(target)
+                        .operand(x.buffer())
+                        .result(t.buffer()),
+                ),
+                CopyThunk {
+                    src: t.slice(),
+                    dst: out.slice(),
+                }
+                .into(),
+            ],
+        }
+        .into(),
+    );
     let exe = LoadedExecutable::load(device.clone(), b.build().map_err(xthunk_core::Error::from)?)?;
     // Split: [command buffer(memset), the call, command buffer(copy)].
     let nodes = exe.schedule_info().nodes;
@@ -320,9 +325,7 @@ fn errors(device: &Arc<dyn Device>, _rng: &mut CheckRng) -> CheckResult {
         let x = b.parameter("x", DType::I32, &[4]);
         let out = b.output("out", DType::I32, &[4]);
         b.memset(out.slice(), MemsetPattern::U32(0));
-        b.push(Thunk::CustomCall(
-            call.operand(x.buffer()).result(out.buffer()),
-        ));
+        b.push(Thunk::from(call.operand(x.buffer()).result(out.buffer())));
         b.build().map_err(xthunk_core::Error::from)
     };
     let before = h.issued.load(Ordering::SeqCst);

@@ -22,7 +22,7 @@ use crate::util::{
 use std::sync::Arc;
 use xthunk_core::backend::{Device, DeviceRange, GemmLaunch};
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::ir::{DType, GemmThunk, MemorySpace, Thunk};
+use xthunk_core::ir::{DType, GemmThunk, MemorySpace};
 
 pub fn checks() -> Vec<Check> {
     let mut v = Vec::new();
@@ -233,26 +233,29 @@ fn case(device: &Arc<dyn Device>, rng: &mut CheckRng, dt: DType, s: &GemmShape) 
     let ta = bld.parameter("a", dt, &[na as u64]);
     let tb = bld.parameter("b", dt, &[nb as u64]);
     let tc = bld.output("c", dt, &[nc as u64]);
-    bld.push(Thunk::Gemm(GemmThunk {
-        a: ta.slice(),
-        b: tb.slice(),
-        c: tc.slice(),
-        m: s.m as u64,
-        n: s.n as u64,
-        k: s.k as u64,
-        lda: s.lda as u64,
-        ldb: s.ldb as u64,
-        ldc: s.ldc as u64,
-        trans_a: s.trans_a,
-        trans_b: s.trans_b,
-        alpha: s.alpha,
-        beta: s.beta,
-        dtype: dt,
-        batch: s.batch as u64,
-        stride_a: s.stride_a as u64,
-        stride_b: s.stride_b as u64,
-        stride_c: s.stride_c as u64,
-    }));
+    bld.push(
+        GemmThunk {
+            a: ta.slice(),
+            b: tb.slice(),
+            c: tc.slice(),
+            m: s.m as u64,
+            n: s.n as u64,
+            k: s.k as u64,
+            lda: s.lda as u64,
+            ldb: s.ldb as u64,
+            ldc: s.ldc as u64,
+            trans_a: s.trans_a,
+            trans_b: s.trans_b,
+            alpha: s.alpha,
+            beta: s.beta,
+            dtype: dt,
+            batch: s.batch as u64,
+            stride_a: s.stride_a as u64,
+            stride_b: s.stride_b as u64,
+            stride_c: s.stride_c as u64,
+        }
+        .into(),
+    );
     let exe = bld.build().map_err(xthunk_core::Error::from)?;
     let params = vec![
         encode(dt, &Values::F(a.clone()))?,

@@ -10,7 +10,7 @@ use xthunk_core::executor::spmd::run_spmd;
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
 use xthunk_core::ir::{
     AsyncDoneThunk, AsyncKind, AsyncStartThunk, CollectiveOp, CollectiveThunk, DType, RankIdThunk,
-    ReduceOp, Thunk,
+    ReduceOp,
 };
 
 /// The core SPMD driver (`run_spmd`), 3 iterations: `RankId`, an all-gather of the ids and an
@@ -25,21 +25,27 @@ pub(super) fn spmd_driver(n: usize) -> Check {
         let id = b.output("id", DType::I32, &[1]);
         let ids = b.output("ids", DType::I32, &[n as u64]);
         let y = b.output("y", DType::F64, &[COUNT as u64]);
-        b.push(Thunk::RankId(RankIdThunk { dst: id.slice() }));
-        b.push(Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllGather,
-            src: id.slice(),
-            dst: ids.slice(),
-            dtype: DType::I32,
-            groups: vec![],
-        }));
-        b.push(Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
-            src: x.slice(),
-            dst: y.slice(),
-            dtype: DType::F64,
-            groups: vec![],
-        }));
+        b.push(RankIdThunk { dst: id.slice() }.into());
+        b.push(
+            CollectiveThunk {
+                op: CollectiveOp::AllGather,
+                src: id.slice(),
+                dst: ids.slice(),
+                dtype: DType::I32,
+                groups: vec![],
+            }
+            .into(),
+        );
+        b.push(
+            CollectiveThunk {
+                op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+                src: x.slice(),
+                dst: y.slice(),
+                dtype: DType::F64,
+                groups: vec![],
+            }
+            .into(),
+        );
         let exe = b
             .build()
             .map_err(|e| fail(format!("building `{prog}`: {e}")))?;
@@ -117,33 +123,45 @@ pub(super) fn schedules(n: usize) -> Check {
         let w = b.output("w", DType::U8, &[c]);
         let g = b.output("g", DType::F32, &[n as u64 * c]);
         let s = b.output("s", DType::I32, &[c]);
-        b.push(Thunk::AsyncStart(AsyncStartThunk {
-            id: 1,
-            kind: AsyncKind::Communication,
-            body: vec![Thunk::Collective(CollectiveThunk {
-                op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
-                src: x.slice(),
-                dst: y.slice(),
+        b.push(
+            AsyncStartThunk {
+                id: 1,
+                kind: AsyncKind::Communication,
+                body: vec![
+                    CollectiveThunk {
+                        op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+                        src: x.slice(),
+                        dst: y.slice(),
+                        dtype: DType::F32,
+                        groups: vec![],
+                    }
+                    .into(),
+                ],
+            }
+            .into(),
+        );
+        b.copy(z.slice(), w.slice());
+        b.push(AsyncDoneThunk { id: 1 }.into());
+        b.push(
+            CollectiveThunk {
+                op: CollectiveOp::AllGather,
+                src: y.slice(),
+                dst: g.slice(),
                 dtype: DType::F32,
                 groups: vec![],
-            })],
-        }));
-        b.copy(z.slice(), w.slice());
-        b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 1 }));
-        b.push(Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::AllGather,
-            src: y.slice(),
-            dst: g.slice(),
-            dtype: DType::F32,
-            groups: vec![],
-        }));
-        b.push(Thunk::Collective(CollectiveThunk {
-            op: CollectiveOp::ReduceScatter { op: ReduceOp::Max },
-            src: a.slice(),
-            dst: s.slice(),
-            dtype: DType::I32,
-            groups: vec![],
-        }));
+            }
+            .into(),
+        );
+        b.push(
+            CollectiveThunk {
+                op: CollectiveOp::ReduceScatter { op: ReduceOp::Max },
+                src: a.slice(),
+                dst: s.slice(),
+                dtype: DType::I32,
+                groups: vec![],
+            }
+            .into(),
+        );
         let exe = b
             .build()
             .map_err(|e| fail(format!("building `{prog}`: {e}")))?;

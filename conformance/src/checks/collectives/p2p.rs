@@ -33,12 +33,15 @@ pub(super) fn permute(n: usize, partial: bool) -> Check {
         for (i, (dtype, count)) in MESSAGES.into_iter().enumerate() {
             let x = b.parameter(&format!("x{i}"), dtype, &[count as u64]);
             let y = b.output(&format!("y{i}"), dtype, &[count as u64]);
-            b.push(Thunk::CollectivePermute(CollectivePermuteThunk {
-                src: x.slice(),
-                dst: y.slice(),
-                dtype,
-                pairs: pairs.clone(),
-            }));
+            b.push(
+                CollectivePermuteThunk {
+                    src: x.slice(),
+                    dst: y.slice(),
+                    dtype,
+                    pairs: pairs.clone(),
+                }
+                .into(),
+            );
         }
         let exe = b
             .build()
@@ -120,21 +123,23 @@ pub(super) fn send_recv(n: usize) -> Check {
                 let sends: Vec<Thunk> = xs
                     .iter()
                     .map(|(x, dtype)| {
-                        Thunk::Send(SendThunk {
+                        SendThunk {
                             src: x.slice(),
                             dtype: *dtype,
                             peer: p as u32,
-                        })
+                        }
+                        .into()
                     })
                     .collect();
                 let recvs: Vec<Thunk> = ys
                     .iter()
                     .map(|(y, dtype)| {
-                        Thunk::Recv(RecvThunk {
+                        RecvThunk {
                             dst: y.slice(),
                             dtype: *dtype,
                             peer: p as u32,
-                        })
+                        }
+                        .into()
                     })
                     .collect();
                 let (first, second) = if r % 2 == 0 {

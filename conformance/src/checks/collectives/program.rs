@@ -3,7 +3,7 @@
 
 use crate::util::{CheckResult, fail};
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::ir::{CollectiveOp, CollectiveThunk, DType, Executable, Thunk};
+use xthunk_core::ir::{CollectiveOp, CollectiveThunk, DType, Executable};
 
 /// Element counts of every operation: one, odd, and 64 KiB.
 pub(super) fn counts(dtype: DType) -> [usize; 3] {
@@ -112,13 +112,16 @@ pub(super) fn program(name: &str, colls: &[Coll], world: usize) -> CheckResult<E
             let y = b.output(&format!("y{i}"), c.dtype, &[de as u64]);
             (x.slice(), y.slice())
         };
-        b.push(Thunk::Collective(CollectiveThunk {
-            op: c.op.clone(),
-            src,
-            dst,
-            dtype: c.dtype,
-            groups: c.groups.clone(),
-        }));
+        b.push(
+            CollectiveThunk {
+                op: c.op.clone(),
+                src,
+                dst,
+                dtype: c.dtype,
+                groups: c.groups.clone(),
+            }
+            .into(),
+        );
     }
     b.build()
         .map_err(|e| fail(format!("building `{name}`: {e}")))

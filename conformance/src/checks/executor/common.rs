@@ -68,12 +68,13 @@ pub(super) fn f32_bytes(v: &[f64]) -> CheckResult<Vec<u8>> {
 
 pub(super) fn std_kernel(name: &str, threads: u64, args: Vec<xthunk_core::ir::KernelArg>) -> Thunk {
     let blocks = threads.div_ceil(256).clamp(1, 65535) as u32;
-    Thunk::Kernel(xthunk_core::ir::KernelThunk {
+    xthunk_core::ir::KernelThunk {
         module: "std".into(),
         name: name.into(),
         grid: xthunk_core::ir::Dim3::x(blocks),
         block: xthunk_core::ir::Dim3::x(256),
         shared_mem: 0,
         args,
-    })
+    }
+    .into()
 }

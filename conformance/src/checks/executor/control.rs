@@ -49,10 +49,11 @@ pub(super) fn while_loop(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckR
                 vec![counter.r(), zero.r(), tmp.w(), 1i64.into()],
             ),
             std_kernel("min_i32", 1, vec![tmp.r(), one.r(), tmp.w(), 1i64.into()]),
-            Thunk::Copy(CopyThunk {
+            CopyThunk {
                 src: Slice::new(tmp.slice().allocation, 0, 1),
                 dst: pred.slice(),
-            }),
+            }
+            .into(),
         ];
         let body = vec![
             std_kernel(
@@ -66,12 +67,15 @@ pub(super) fn while_loop(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckR
                 vec![counter.r(), neg1.r(), counter.w(), 1i64.into()],
             ),
         ];
-        b.push(Thunk::While(WhileThunk {
-            cond,
-            pred: pred.slice(),
-            body,
-            trip_count: trip,
-        }));
+        b.push(
+            WhileThunk {
+                cond,
+                pred: pred.slice(),
+                body,
+                trip_count: trip,
+            }
+            .into(),
+        );
         let exe = b.build().map_err(Error::from)?;
         let out = run_all_schedules(
             device,
@@ -110,22 +114,22 @@ pub(super) fn conditional(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Check
             )
         };
         let branches = if index_type == DType::Pred {
-            vec![
-                vec![fill(vals[0])],
-                vec![Thunk::Sequence(vec![fill(vals[1])])],
-            ]
+            vec![vec![fill(vals[0])], vec![Thunk::from(vec![fill(vals[1])])]]
         } else {
             vec![
                 vec![fill(vals[0])],
-                vec![Thunk::Sequence(vec![fill(vals[1])])],
+                vec![Thunk::from(vec![fill(vals[1])])],
                 vec![fill(vals[2])],
             ]
         };
-        b.push(Thunk::Conditional(ConditionalThunk {
-            index: idx.slice(),
-            index_type,
-            branches,
-        }));
+        b.push(
+            ConditionalThunk {
+                index: idx.slice(),
+                index_type,
+                branches,
+            }
+            .into(),
+        );
         let exe = b.build().map_err(Error::from)?;
         let cases: Vec<(Vec<u8>, usize)> = if index_type == DType::Pred {
             vec![(vec![1], 0), (vec![0], 1)]
@@ -176,27 +180,36 @@ pub(super) fn async_scope(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Check
     let e = b.temp(DType::F32, &[n as u64]);
     let g = b.temp(DType::F32, &[n as u64]);
     let nn = (n as i64).into();
-    b.push(Thunk::AsyncStart(AsyncStartThunk {
-        id: 0,
-        kind: AsyncKind::Compute,
-        body: vec![std_kernel("exp_f32", n as u64, vec![xp.r(), e.w(), nn])],
-    }));
-    b.push(Thunk::AsyncStart(AsyncStartThunk {
-        id: 1,
-        kind: AsyncKind::Communication,
-        body: vec![Thunk::Copy(CopyThunk {
-            src: xp.slice(),
-            dst: c.slice(),
-        })],
-    }));
+    b.push(
+        AsyncStartThunk {
+            id: 0,
+            kind: AsyncKind::Compute,
+            body: vec![std_kernel("exp_f32", n as u64, vec![xp.r(), e.w(), nn])],
+        }
+        .into(),
+    );
+    b.push(
+        AsyncStartThunk {
+            id: 1,
+            kind: AsyncKind::Communication,
+            body: vec![
+                CopyThunk {
+                    src: xp.slice(),
+                    dst: c.slice(),
+                }
+                .into(),
+            ],
+        }
+        .into(),
+    );
     b.push(std_kernel("neg_f32", n as u64, vec![xp.r(), g.w(), nn]));
-    b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 0 }));
+    b.push(AsyncDoneThunk { id: 0 }.into());
     b.push(std_kernel(
         "add_f32",
         n as u64,
         vec![e.r(), g.r(), y.w(), nn],
     ));
-    b.push(Thunk::AsyncDone(AsyncDoneThunk { id: 1 }));
+    b.push(AsyncDoneThunk { id: 1 }.into());
     let exe = b.build().map_err(Error::from)?;
     let out = run_all_schedules(
         device,
@@ -233,10 +246,13 @@ pub(super) fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Ch
         let y = b.output("y", DType::F32, &[m as u64, k as u64]);
         let t = b.temp(DType::F32, &[m as u64, k as u64]);
         let mk = ((m * k) as i64).into();
-        let mut body = vec![Thunk::Copy(CopyThunk {
-            src: x.slice(),
-            dst: t.slice(),
-        })];
+        let mut body = vec![
+            CopyThunk {
+                src: x.slice(),
+                dst: t.slice(),
+            }
+            .into(),
+        ];
         for i in 0..6 {
             body.push(std_kernel(
                 "scale_f32",
@@ -244,32 +260,38 @@ pub(super) fn command_buffer(device: &Arc<dyn Device>, rng: &mut CheckRng) -> Ch
                 vec![t.rw(), (1.0f32 + 0.125 * i as f32).into(), mk],
             ));
         }
-        body.push(Thunk::Gemm(xthunk_core::ir::GemmThunk {
-            a: t.slice(),
-            b: w.slice(),
-            c: y.slice(),
-            m: m as u64,
-            n: k as u64,
-            k: k as u64,
-            lda: k as u64,
-            ldb: k as u64,
-            ldc: k as u64,
-            trans_a: false,
-            trans_b: false,
-            alpha: 1.0,
-            beta: 0.0,
-            dtype: DType::F32,
-            batch: 1,
-            stride_a: (m * k) as u64,
-            stride_b: (k * k) as u64,
-            stride_c: (m * k) as u64,
-        }));
-        body.push(Thunk::Memset(MemsetThunk {
-            dst: Slice::new(y.slice().allocation, 0, (k * 4) as u64),
-            pattern: MemsetPattern::U32(0),
-        }));
+        body.push(
+            xthunk_core::ir::GemmThunk {
+                a: t.slice(),
+                b: w.slice(),
+                c: y.slice(),
+                m: m as u64,
+                n: k as u64,
+                k: k as u64,
+                lda: k as u64,
+                ldb: k as u64,
+                ldc: k as u64,
+                trans_a: false,
+                trans_b: false,
+                alpha: 1.0,
+                beta: 0.0,
+                dtype: DType::F32,
+                batch: 1,
+                stride_a: (m * k) as u64,
+                stride_b: (k * k) as u64,
+                stride_c: (m * k) as u64,
+            }
+            .into(),
+        );
+        body.push(
+            MemsetThunk {
+                dst: Slice::new(y.slice().allocation, 0, (k * 4) as u64),
+                pattern: MemsetPattern::U32(0),
+            }
+            .into(),
+        );
         if wrap {
-            b.push(Thunk::CommandBuffer(CommandBufferThunk { body }));
+            b.push(CommandBufferThunk { body }.into());
         } else {
             for t in body {
                 b.push(t);

@@ -48,16 +48,17 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
     let scale = |v: f32| std_kernel("scale_f32", N as u64, vec![y.rw(), v.into(), n]);
     // y += c[0], through a temp (a kernel's output may not overlap its inputs).
     let plus = |c: &xthunk_core::builder::Tensor| {
-        Thunk::Sequence(vec![
+        Thunk::from(vec![
             std_kernel(
                 "add_row_f32",
                 N as u64,
                 vec![y.r(), c.r(), sum.w(), (N as i64).into(), 1i64.into()],
             ),
-            Thunk::Copy(CopyThunk {
+            CopyThunk {
                 src: sum.slice(),
                 dst: y.slice(),
-            }),
+            }
+            .into(),
         ])
     };
     let half = b.constant(DType::F32, &[1], 0.5f32.to_le_bytes().to_vec());
@@ -65,14 +66,16 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
     let onef = b.constant(DType::F32, &[1], 1.0f32.to_le_bytes().to_vec());
     let five = b.constant(DType::F32, &[1], 5.0f32.to_le_bytes().to_vec());
     let mut cmd = vec![
-        Thunk::Copy(CopyThunk {
+        CopyThunk {
             src: x.slice(),
             dst: y.slice(),
-        }),
-        Thunk::Copy(CopyThunk {
+        }
+        .into(),
+        CopyThunk {
             src: cp.slice(),
             dst: counter.slice(),
-        }),
+        }
+        .into(),
     ];
     let cond = vec![
         std_kernel(
@@ -81,10 +84,11 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
             vec![counter.r(), zero.r(), tmp.w(), 1i64.into()],
         ),
         std_kernel("min_i32", 1, vec![tmp.r(), one.r(), tmp.w(), 1i64.into()]),
-        Thunk::Copy(CopyThunk {
+        CopyThunk {
             src: Slice::new(tmp.slice().allocation, 0, 1),
             dst: pred.slice(),
-        }),
+        }
+        .into(),
     ];
     let mut body = vec![
         scale(2.0),
@@ -102,33 +106,42 @@ fn program(trips: Option<u64>, nested: bool, sel: DType, wrap: bool) -> CheckRes
         }
     };
     if nested {
-        body.push(Thunk::Conditional(ConditionalThunk {
+        body.push(
+            ConditionalThunk {
+                index: sp.slice(),
+                index_type: sel,
+                branches: branches(
+                    vec![plus(&onef)],
+                    vec![Thunk::from(vec![scale(3.0)])],
+                    vec![plus(&five)],
+                ),
+            }
+            .into(),
+        );
+    }
+    cmd.push(
+        WhileThunk {
+            cond: if trips.is_some() { vec![] } else { cond },
+            pred: pred.slice(),
+            body,
+            trip_count: trips,
+        }
+        .into(),
+    );
+    cmd.push(
+        ConditionalThunk {
             index: sp.slice(),
             index_type: sel,
             branches: branches(
-                vec![plus(&onef)],
-                vec![Thunk::Sequence(vec![scale(3.0)])],
-                vec![plus(&five)],
+                vec![plus(&half)],
+                vec![plus(&quarter)],
+                vec![plus(&quarter)],
             ),
-        }));
-    }
-    cmd.push(Thunk::While(WhileThunk {
-        cond: if trips.is_some() { vec![] } else { cond },
-        pred: pred.slice(),
-        body,
-        trip_count: trips,
-    }));
-    cmd.push(Thunk::Conditional(ConditionalThunk {
-        index: sp.slice(),
-        index_type: sel,
-        branches: branches(
-            vec![plus(&half)],
-            vec![plus(&quarter)],
-            vec![plus(&quarter)],
-        ),
-    }));
+        }
+        .into(),
+    );
     if wrap {
-        b.push(Thunk::CommandBuffer(CommandBufferThunk { body: cmd }));
+        b.push(CommandBufferThunk { body: cmd }.into());
     } else {
         for t in cmd {
             b.push(t);
