@@ -4,8 +4,8 @@
 
 use super::program::{Prepared, wrong};
 use super::report::{Row, Status};
+use super::setup::{Res, Setup};
 use super::stats::{Goal, Spread, interleaved, inverse, ratios, secs};
-use super::{Res, Setup};
 use crate::cli::devices::human_bytes;
 use std::hint::black_box;
 use std::time::Instant;

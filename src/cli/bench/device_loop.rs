@@ -5,8 +5,8 @@
 
 use super::program::{Prepared, f32_bytes, f32s};
 use super::report::{Row, thousands};
+use super::setup::{Res, Setup};
 use super::stats::{Goal, Spread, interleaved, ratios};
-use super::{Res, Setup};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::core::executor::ExecutorConfig;
 use xthunk::ir::{

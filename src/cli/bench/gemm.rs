@@ -4,8 +4,8 @@
 
 use super::program::{Prepared, wrong};
 use super::report::{Row, Status};
+use super::setup::{Res, Setup, one, selected};
 use super::stats::{Goal, Spread, interleaved, inverse, secs};
-use super::{Res, Setup, one, selected};
 use crate::cli::devices::human_bytes;
 use std::hint::black_box;
 use std::time::Instant;

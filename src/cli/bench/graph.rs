@@ -5,9 +5,10 @@
 //! planning, the dependency graph and the schedule.
 
 use super::program::Prepared;
-use super::report::{Row, fmt_num, thousands};
+use super::report::{Row, thousands};
+use super::setup::{Res, Setup};
+use super::stats::fmt_num;
 use super::stats::{Goal, Spread, interleaved, ratios, secs};
-use super::{Res, Setup};
 use std::time::Instant;
 use xthunk::LoadedExecutable;
 use xthunk::core::bench::memsets_then_copies;

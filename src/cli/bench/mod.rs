@@ -42,21 +42,20 @@ mod program;
 mod replay;
 mod report;
 mod scratch;
+mod setup;
 mod stats;
 mod trace;
 mod wide;
 
 use super::error::{CliError, CliResult, one_line};
 use super::run::backend_choice;
-use report::{Context, DeviceSummary, Row, Status, table, write_json};
-use stats::Rounds;
+use report::{Context, DeviceSummary, Status, table, write_json};
+use setup::{BAR, Setup, one, selected};
 use std::io::Write;
 use std::path::PathBuf;
-use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
+use xthunk::Runtime;
 use xthunk::core::backend::Vendor;
-use xthunk::core::backend::baseline::RawBaseline;
-use xthunk::{Device, Runtime};
 
 /// Exit status: every benchmark that could run ran (goals missed or not).
 pub const EXIT_OK: u8 = 0;
@@ -98,93 +97,6 @@ pub struct BenchArgs {
     /// Also write the results as JSON to this file (atomically).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
-}
-
-type Res<T> = xthunk::Result<T>;
-
-/// The device, its raw baseline, and the problem sizes and goals for it.
-struct Setup {
-    dev: Arc<dyn Device>,
-    backend: &'static str,
-    /// The device's raw vendor baselines, if its backend provides them.
-    baseline: Option<Arc<dyn RawBaseline>>,
-    /// A real GPU (not the host, not an emulated device).
-    gpu: bool,
-    emulated: bool,
-    quick: bool,
-}
-
-impl Setup {
-    fn is_host(&self) -> bool {
-        self.dev.info().vendor == Vendor::Host
-    }
-    fn rounds(&self, full: usize, quick: usize, budget_s: u64) -> Rounds {
-        Rounds {
-            rounds: if self.quick { quick } else { full },
-            budget: Duration::from_secs(if self.quick {
-                budget_s.div_ceil(3)
-            } else {
-                budget_s
-            }),
-        }
-    }
-    /// Whether `bytes` more can be allocated comfortably (half the device's memory at most).
-    fn fits(&self, bytes: u64) -> bool {
-        let total = self.dev.info().total_memory;
-        total == 0 || bytes <= total / 2
-    }
-    fn no_baseline(&self) -> String {
-        format!(
-            "no raw baseline for the {} backend in this build",
-            self.backend
-        )
-    }
-}
-
-fn selected(name: &str, filter: Option<&str>) -> bool {
-    filter.is_none_or(|f| name.contains(f))
-}
-
-/// The bar of the benchmarks selected (drawn only on a terminal; else the lines below).
-static BAR: std::sync::OnceLock<indicatif::ProgressBar> = std::sync::OnceLock::new();
-
-fn progress(name: &str) {
-    match BAR.get().filter(|b| !b.is_hidden()) {
-        Some(b) => {
-            b.set_message(name.to_string());
-            b.inc(1);
-        }
-        None => eprintln!("xthunk bench: running {name} ..."),
-    }
-}
-
-/// Runs one benchmark, turning an error into a failed row.
-fn one(name: &str, filter: Option<&str>, f: impl FnOnce() -> Res<Row>, rows: &mut Vec<Row>) {
-    if !selected(name, filter) {
-        return;
-    }
-    progress(name);
-    let start = Instant::now();
-    let load = xthunk::core::bench::CpuSnapshot::take();
-    let mut row = f().unwrap_or_else(|e| {
-        let mut r = Row::new(name, "", "", None);
-        r.status = Status::Failed(one_line(&e));
-        r
-    });
-    let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if let Some(note) = load.and_then(|l| load::note_since(&l, cpus)) {
-        row.notes.push(note);
-    }
-    eprintln!(
-        "xthunk bench:   {name}: {} ({:.1} s)",
-        match &row.status {
-            Status::Ran => format!("{} rounds", row.rounds),
-            Status::Skipped(r) => format!("skipped: {r}"),
-            Status::Failed(e) => format!("ERROR: {e}"),
-        },
-        start.elapsed().as_secs_f64()
-    );
-    rows.push(row);
 }
 
 /// Runs the benchmarks; returns the exit status.

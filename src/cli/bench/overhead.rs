@@ -4,8 +4,8 @@
 
 use super::program::{Prepared, TINY, check_chain, f32_bytes, f32s, tiny_chain};
 use super::report::{Row, thousands};
+use super::setup::{Res, Setup};
 use super::stats::{Goal, Rounds, Spread, interleaved, ratios, secs};
-use super::{Res, Setup};
 use std::time::Instant;
 use xthunk::DeviceMemory;
 use xthunk::core::backend::baseline::RawBaseline;

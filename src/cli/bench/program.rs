@@ -3,7 +3,7 @@
 //! itself is core's, shared with the criterion benches), and the helpers that fill and check
 //! buffers.
 
-use super::Res;
+use super::setup::Res;
 use std::sync::Arc;
 pub use xthunk::core::bench::{TINY, tiny_chain};
 use xthunk::core::executor::{ExecutorConfig, Program, Session};

@@ -3,8 +3,8 @@
 
 use super::program::{Prepared, TINY, check_chain, f32_bytes, f32s, tiny_chain};
 use super::report::{Row, thousands};
+use super::setup::{Res, Setup};
 use super::stats::{Goal, Spread, interleaved, ratios};
-use super::{Res, Setup};
 use xthunk::core::executor::ExecutorConfig;
 
 const CB: usize = 1_000;

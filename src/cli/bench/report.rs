@@ -1,7 +1,7 @@
 //! What `xthunk bench` reports: one row per benchmark, the run's context (date, device), the
 //! table printed at the end, and the same results as a JSON document (`xthunk-bench/1`).
 
-use super::stats::{Goal, Spread};
+use super::stats::{Goal, Spread, fmt_num};
 use crate::cli::devices::human_bytes;
 use crate::cli::error::{CliError, CliResult};
 use serde::Serialize;
@@ -92,26 +92,6 @@ impl Row {
                 _ => "info".into(),
             },
         }
-    }
-}
-
-/// `98.2`, `1.23`, `0.0456`, `12345`: about three significant digits.
-pub fn fmt_num(v: f64) -> String {
-    let a = v.abs();
-    if !v.is_finite() {
-        "n/a".into()
-    } else if a >= 100.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else if a >= 0.01 {
-        format!("{v:.3}")
-    } else if a == 0.0 {
-        "0".into()
-    } else {
-        format!("{v:.2e}")
     }
 }
 

@@ -8,8 +8,8 @@
 
 use super::program::{Prepared, f32_bytes, f32s, wrong};
 use super::report::Row;
+use super::setup::{Res, Setup};
 use super::stats::{Spread, interleaved, ratios};
-use super::{Res, Setup};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::core::executor::{ExecutorConfig, ScratchPath};
 use xthunk::ir::{Access, DType, Dim3, Executable, KernelArg, KernelThunk, Scalar};

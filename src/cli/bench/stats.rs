@@ -1,10 +1,9 @@
 //! The statistics of `xthunk bench`: goals on a ratio, medians with their spread, and the
 //! interleaved rounds every ratio is measured in.
 
-use super::Res;
-use super::report::fmt_num;
 use serde::Serialize;
 use std::time::{Duration, Instant};
+use xthunk::Result as Res;
 
 /// How a measured ratio is compared with its goal (serialized as the operator).
 #[derive(Clone, Copy, Debug, PartialEq, Serialize)]
@@ -158,6 +157,26 @@ pub fn ratios(num: &[f64], den: &[f64]) -> Vec<f64> {
 /// The seconds since `start`.
 pub fn secs(start: Instant) -> f64 {
     start.elapsed().as_secs_f64()
+}
+
+/// `98.2`, `1.23`, `0.0456`, `12345`: about three significant digits.
+pub fn fmt_num(v: f64) -> String {
+    let a = v.abs();
+    if !v.is_finite() {
+        "n/a".into()
+    } else if a >= 100.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else if a >= 0.01 {
+        format!("{v:.3}")
+    } else if a == 0.0 {
+        "0".into()
+    } else {
+        format!("{v:.2e}")
+    }
 }
 
 #[cfg(test)]

@@ -4,8 +4,8 @@
 use super::gemm::gemm_value;
 use super::program::{Prepared, f32_bytes, f32s, wrong};
 use super::report::{Row, thousands};
+use super::setup::{Res, Setup};
 use super::stats::{Goal, Spread, interleaved, ratios};
-use super::{Res, Setup};
 use xthunk::core::bench::{WIDE_CHAINS, WIDE_LEN, wide_dag as wide_program};
 use xthunk::core::executor::ExecutorConfig;
 
