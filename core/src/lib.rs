@@ -9,6 +9,8 @@ pub mod custom_call;
 pub mod distributed;
 pub mod error;
 pub mod executor;
+#[cfg(test)]
+mod executor_tests;
 pub mod files;
 pub mod hash;
 pub mod host;
