@@ -14,7 +14,7 @@ mod executor_tests;
 pub mod files;
 pub mod hash;
 pub mod host;
-pub mod ir;
+pub use xthunk_ir as ir;
 pub mod kernels;
 pub mod trace;
 

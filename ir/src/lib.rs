@@ -1,0 +1,7 @@
+//! xthunk's thunk IR: executables, allocations, modules, the thunk kinds and their validation.
+//! The bottom crate: it depends on no other xthunk crate (the kernel catalog that validation
+//! checks launches against is handed in by the caller, e.g. `xthunk_kernels::verify`).
+
+// One module keeps the moved files' `crate::ir::…` paths valid.
+mod ir;
+pub use ir::*;
