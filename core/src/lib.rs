@@ -11,8 +11,7 @@ pub mod error;
 pub mod executor;
 #[cfg(test)]
 mod executor_tests;
-pub mod files;
-pub mod hash;
+pub use xthunk_support::{files, hash};
 pub mod host;
 pub use xthunk_ir as ir;
 pub mod kernels;
