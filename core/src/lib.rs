@@ -6,7 +6,7 @@ pub mod bench;
 pub mod builder;
 pub mod collectives;
 pub mod custom_call;
-pub mod distributed;
+pub use xthunk_distributed as distributed;
 pub mod error;
 pub mod executor;
 #[cfg(test)]
