@@ -14,12 +14,8 @@ mod executor_tests;
 pub use xthunk_support::{files, hash};
 pub mod host;
 pub use xthunk_ir as ir;
-pub mod kernels;
+pub use xthunk_kernels as kernels;
 pub mod trace;
 
 pub use error::{Error, Result};
-
-/// Validates an executable against the standard kernel library (see [`ir::verify_with`]).
-pub fn verify(exe: &ir::Executable) -> std::result::Result<(), ir::ValidationError> {
-    ir::verify_with(exe, kernels::standard_library())
-}
+pub use xthunk_kernels::verify;
