@@ -1,13 +1,12 @@
 //! xthunk core: the thunk IR and its validation, the backend traits, the host (CPU) reference
 //! backend with the standard kernel library, and the executor.
 
-pub mod backend;
+pub use xthunk_backend::{backend, error};
 pub mod bench;
 pub mod builder;
 pub mod collectives;
 pub mod custom_call;
 pub use xthunk_distributed as distributed;
-pub mod error;
 pub mod executor;
 #[cfg(test)]
 mod executor_tests;
