@@ -4,7 +4,7 @@
 pub use xthunk_backend::{backend, error};
 pub mod bench;
 pub mod builder;
-pub mod collectives;
+pub use xthunk_collectives as collectives;
 pub mod custom_call;
 pub use xthunk_distributed as distributed;
 pub mod executor;
