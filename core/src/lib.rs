@@ -10,10 +10,10 @@ pub use xthunk_distributed as distributed;
 pub mod executor;
 #[cfg(test)]
 mod executor_tests;
-pub use xthunk_support::{files, hash};
-pub mod host;
+pub use xthunk_host as host;
 pub use xthunk_ir as ir;
 pub use xthunk_kernels as kernels;
+pub use xthunk_support::{files, hash};
 pub mod trace;
 
 pub use error::{Error, Result};
