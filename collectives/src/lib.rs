@@ -6,6 +6,7 @@ pub(crate) use xthunk_backend::{backend, error};
 pub(crate) use xthunk_ir as ir;
 pub(crate) use xthunk_support::hash;
 
-// One module keeps the moved files' `crate::collectives::…` paths valid.
-mod collectives;
+// One module keeps the moved files' `crate::collectives::…` paths valid; it is public for its
+// documentation, and its items are re-exported here.
+pub mod collectives;
 pub use collectives::*;

@@ -10,6 +10,7 @@ pub(crate) use xthunk_ir as ir;
 pub(crate) use xthunk_kernels as kernels;
 pub(crate) use xthunk_support::files;
 
-// One module keeps the moved files' `crate::host::…` paths valid.
-mod host;
+// One module keeps the moved files' `crate::host::…` paths valid; it is public for its
+// documentation, and its items are re-exported here.
+pub mod host;
 pub use host::*;

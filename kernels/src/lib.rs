@@ -4,8 +4,9 @@
 // The crates below, under the names the moved files use (`crate::ir::…`).
 pub(crate) use xthunk_ir as ir;
 
-// One module keeps the moved files' `crate::kernels::…` paths valid.
-mod kernels;
+// One module keeps the moved files' `crate::kernels::…` paths valid; it is public for its
+// documentation, and its items are re-exported here.
+pub mod kernels;
 pub use kernels::*;
 
 /// Validates an executable against the standard kernel library (see [`ir::verify_with`]).
