@@ -3,7 +3,7 @@
 //!
 //! The kernel definitions of the portable source are loaded as a `ModuleImage::Source`
 //! module on the host backend, which compiles them with the machine's C++ compiler behind
-//! the CPU shim (`core/src/host/cpu/`: fibers with real `__syncthreads`, blocks on a worker
+//! the CPU shim (`host/src/host/cpu/`: fibers with real `__syncthreads`, blocks on a worker
 //! pool). Every kernel then runs on random inputs (specials included: NaN, infinities, signed
 //! zeros, huge values, integer extremes, zero divisors) with non-power-of-two,
 //! multi-dimensional launches (fewer threads than elements, fewer blocks than rows), its

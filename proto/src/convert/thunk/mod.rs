@@ -1,5 +1,5 @@
 //! Thunks ↔ protobuf: the one table over thunk kinds of the schema's side ([`to`] and
-//! [`from`]), one module per kind beside it (the IR's `core/src/ir/thunk/` mirrored). Adding
+//! [`from`]), one module per kind beside it (the IR's `ir/src/ir/thunk/` mirrored). Adding
 //! a kind: its message in `xthunk.proto`, a module here with its `to` and `from`, and an arm
 //! in each of the two functions below.
 

@@ -15,7 +15,7 @@ use std::sync::Arc;
 
 /// Host collectives among the processes of one job on one host: this process is one rank
 /// (the coordinator's), and every clique's data goes through a shared memory segment (how it is
-/// set up, moves data and fails: `core/src/host/collectives/shm/mod.rs`).
+/// set up, moves data and fails: `host/src/host/collectives/shm/mod.rs`).
 pub struct ShmCliqueProvider {
     coordinator: Arc<dyn Coordinator>,
     options: ShmOptions,

@@ -1,5 +1,5 @@
 //! The thunk IR: the bottom layer of core. It imports nothing else from the crate: validation
-//! is handed the kernel catalog (the standard library) by its caller ([`crate::verify`]).
+//! is handed the kernel catalog (the standard library) by its caller (`xthunk_core::verify`).
 
 mod dtype;
 mod gemm;

@@ -14,6 +14,30 @@ pub enum KernelArg {
     Scalar(Scalar),
 }
 
+// Rust values as launch arguments and scalars (`builder.kernel(…, &[x.into(), 3i64.into()])`).
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KernelArg {
+            fn from(x: $t) -> Self { KernelArg::Scalar(Scalar::$v(x)) }
+        }
+        impl From<$t> for Scalar {
+            fn from(x: $t) -> Self { Scalar::$v(x) }
+        }
+    )*};
+}
+scalar_from!(bool => Pred, i8 => I8, u8 => U8, i32 => I32, i64 => I64, f32 => F32, f64 => F64);
+
+impl From<half::f16> for KernelArg {
+    fn from(x: half::f16) -> Self {
+        KernelArg::Scalar(Scalar::F16(x.to_bits()))
+    }
+}
+impl From<half::bf16> for KernelArg {
+    fn from(x: half::bf16) -> Self {
+        KernelArg::Scalar(Scalar::BF16(x.to_bits()))
+    }
+}
+
 /// `Kernel` thunk: launch a kernel from one of the executable's modules.
 #[derive(Clone, Debug, PartialEq)]
 pub struct KernelThunk {

@@ -49,19 +49,13 @@ mod progress;
 mod run;
 mod schedule;
 mod scratch;
-#[cfg(test)]
-mod scratch_tests;
 pub mod session;
 pub mod spmd;
 mod state;
 mod temps;
-#[cfg(test)]
-mod temps_tests;
-#[cfg(test)]
-mod tests;
 mod trace;
-#[cfg(test)]
-mod trace_tests;
+#[doc(hidden)]
+pub mod white_box;
 
 pub use crate::program::Program;
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};

@@ -65,7 +65,7 @@
 //! # Caching
 //!
 //! Compiled images are cached by the backends in core's kernel cache
-//! ([`crate::backend::kernel_cache`]), keyed by a SHA-256 of the exact text compiled, the
+//! (`xthunk_core::backend::kernel_cache`), keyed by a SHA-256 of the exact text compiled, the
 //! options, the target architecture and the compiler version; [`PORTABLE_SOURCE_VERSION`]
 //! changes whenever the generator or prelude changes meaning.
 

@@ -1,7 +1,7 @@
 //! Collectives: what a communicator is, clique keys, the provider contract (one cached
 //! communicator per clique and rank), rendezvous with hang detection, and the watchdog —
 //! everything that does not depend on a backend. The implementations live with their backends:
-//! the host backend's (in-process and shared memory) in [`crate::host`], NCCL/RCCL's in the
+//! the host backend's (in-process and shared memory) in `xthunk_core::host`, NCCL/RCCL's in the
 //! `xthunk-nccl` crate. This module uses the backend traits only, never a backend.
 //!
 //! A [`Communicator`] is one rank's handle on a clique of devices. Collective operations are
@@ -42,7 +42,7 @@ mod watchdog;
 
 pub use cache::CliqueCache;
 pub use rendezvous::{PendingRound, Rendezvous, Ticket, Timeouts};
-pub(crate) use rendezvous::{may_spin, spin_while};
+pub use rendezvous::{may_spin, spin_while};
 pub use watchdog::{Watchdog, describe_pending, first_async_error};
 
 use crate::backend::{Device, DevicePtr, Stream};
@@ -407,7 +407,7 @@ pub trait CliqueProvider: Send + Sync {
     /// provider whose library waits without a timeout of its own (NCCL/RCCL): the executor
     /// then fails an execution whose collective has been waiting that long, aborting its
     /// communicators (the progress record says since when: see
-    /// [`crate::executor::Progress`]). The default: `None` (the provider's cliques time out
+    /// `xthunk_core::executor::Progress`). The default: `None` (the provider's cliques time out
     /// by themselves, within their [`Timeouts`]).
     fn completion_timeout(&self) -> Option<std::time::Duration> {
         None

@@ -143,7 +143,7 @@ impl<K, V> fmt::Debug for Rendezvous<K, V> {
 
 /// Spins while `cond` holds, for a few microseconds at most: a sleep and a wake-up cost more
 /// when the peer is about to arrive.
-pub(crate) fn spin_while(cond: impl Fn() -> bool) {
+pub fn spin_while(cond: impl Fn() -> bool) {
     for _ in 0..SPINS {
         if !cond() {
             return;
@@ -156,7 +156,7 @@ const SPINS: u32 = 1000;
 
 /// Whether spinning can pay: only if every participant can run at once. On an oversubscribed
 /// machine the spinning thread would take the CPU from the very peer it waits for.
-pub(crate) fn may_spin(participants: usize) -> bool {
+pub fn may_spin(participants: usize) -> bool {
     static CPUS: OnceLock<usize> = OnceLock::new();
     participants
         <= *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))

@@ -5,8 +5,7 @@
 
 #![allow(clippy::unwrap_used, clippy::needless_range_loop)]
 
-use super::plan::for_each_step;
-use super::schedule::node_uses;
+use super::white_box::{for_each_step, node_uses, schedule};
 use super::{ExecutorConfig, LoadedExecutable};
 use crate::backend::{Backend, Device};
 use crate::builder::ExecutableBuilder;
@@ -102,10 +101,11 @@ fn program(rng: &mut ChaCha8Rng) -> Executable {
 /// `hb[u][v]`: node `u` finishes before node `v` starts (stream order and event waits,
 /// closed transitively).
 fn happens_before(l: &LoadedExecutable) -> Vec<Vec<bool>> {
-    let nodes = &l.schedule.nodes;
+    let s = schedule(l);
+    let nodes = &s.nodes;
     let n = nodes.len();
     let mut preds: Vec<Vec<usize>> = vec![vec![]; n];
-    let mut last: Vec<Option<usize>> = vec![None; l.schedule.streams.max(1)];
+    let mut last: Vec<Option<usize>> = vec![None; s.streams.max(1)];
     for (v, node) in nodes.iter().enumerate() {
         if let Some(u) = last[node.stream] {
             preds[v].push(u);
@@ -162,8 +162,9 @@ fn shared_temps_are_never_live_at_once() {
                 ..ExecutorConfig::default()
             };
             let l = LoadedExecutable::load_with(device(), exe.clone(), &cfg).unwrap();
-            assert_eq!(uses.len(), l.schedule.nodes.len());
-            concurrent_programs += usize::from(!l.schedule.sequential);
+            let s = schedule(&l);
+            assert_eq!(uses.len(), s.nodes.len());
+            concurrent_programs += usize::from(!s.sequential);
             let hb = happens_before(&l);
             let plan = l.temp_plan();
             for p in &plan.placements {
