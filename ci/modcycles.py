@@ -408,7 +408,8 @@ class Resolver:
 
     def walk(self, mod, segs, seen=None):
         """Resolve a path from module `mod`; return target Module (or None if outside crate)."""
-        seen = seen or set()
+        # A private copy: callers may hand in a frozenset (item_home) and keep theirs.
+        seen = set(seen) if seen else set()
         if not segs:
             return None
         cur = self.start(mod, segs[0], seen)
@@ -467,8 +468,9 @@ class Resolver:
             return mod
         for u in mod.uses:
             if u.is_pub and not u.glob and u.alias == name:
-                t = self.walk(mod, u.segs, seen)
-                return t if t is not None else mod
+                # A re-export of something outside the crate (`pub(crate) use other_crate as
+                # ir;`) leads outside: no edge into the re-exporting module.
+                return self.walk(mod, u.segs, seen)
         for u in mod.uses:
             if u.is_pub and u.glob:
                 g = self.walk(mod, u.segs, seen)
