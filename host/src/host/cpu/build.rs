@@ -4,7 +4,7 @@
 //! kernel cache (`kernels/cpu`), keyed by the whole unit, the options and the compiler's
 //! identity.
 
-use super::CpuError;
+use super::error::CpuError;
 use super::source::scan;
 use crate::backend::kernel_cache::{CacheKey, KernelCache, KeyInputs, Lookup};
 use std::path::{Path, PathBuf};

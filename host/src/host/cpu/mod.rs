@@ -5,6 +5,7 @@
 //!
 //! - [`build`]: the compiler, the translation unit (`prelude_cpu.h`, the portable unit, the
 //!   runtime, the generated entry table), the compile through core's kernel cache;
+//! - `error`: [`CpuError`];
 //! - [`source`]: the kernels a unit defines and the `extern __shared__` rewrite;
 //! - [`program`]: the loaded library, its entries and launches over a worker pool;
 //! - `runtime.cpp`: the fiber scheduler (real `__syncthreads` and lane-synchronous warp
@@ -14,33 +15,16 @@
 //! shares one library and one worker pool.
 
 pub mod build;
+mod error;
 pub mod program;
 pub mod source;
 
+pub use error::CpuError;
 pub use program::{Entry, Param, Program, Shape};
 
 use parking_lot::Mutex;
 use std::collections::HashMap;
 use std::sync::Arc;
-
-/// Errors of the CPU execution.
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum CpuError {
-    #[error("{reason}")]
-    Unavailable { reason: String },
-    #[error("module `{module}`: `{compiler}` failed to compile the portable source:\n{log}")]
-    Compile {
-        module: String,
-        compiler: String,
-        log: String,
-    },
-    #[error("cannot load the CPU program: {0}")]
-    Load(String),
-    #[error("{0}")]
-    Io(String),
-    #[error("kernel `{kernel}` on the CPU: {message}")]
-    Launch { kernel: String, message: String },
-}
 
 /// One lock per unit being compiled, by cache key.
 type Gates = HashMap<[u8; 32], Arc<Mutex<()>>>;

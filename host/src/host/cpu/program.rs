@@ -2,7 +2,7 @@
 //! name, linker name, parameter sizes) and launches, whose blocks are spread over a pool of
 //! worker threads (one per CPU), each block run by the library's fiber scheduler.
 
-use super::CpuError;
+use super::error::CpuError;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::ffi::{CStr, c_char, c_void};
 use std::sync::atomic::{AtomicU32, AtomicU64};
