@@ -2,7 +2,7 @@
 //! dims), its attributes with typed decoding ([`FromAttr`]: a wrong or missing attribute is
 //! an error naming it), and the stream, device and thunk it runs for.
 
-use super::HandlerError;
+use super::errors::HandlerError;
 use crate::backend::{Device, DevicePtr, Stream};
 use crate::ir::{AttrArray, AttrValue, Attributes, DType, ThunkPath};
 

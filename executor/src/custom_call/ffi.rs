@@ -4,8 +4,9 @@
 //! stream's order on the host, and turns its error return into an error).
 
 use super::call::Call;
-use super::registry::{AttrType, HandlerSignature};
-use super::{Handler, HandlerError, Traits};
+use super::errors::HandlerError;
+use super::handler::{Handler, Traits};
+use super::signature::{AttrType, HandlerSignature};
 use crate::ir::{AttrArray, AttrValue, Attributes, DType};
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_void};
@@ -173,7 +174,7 @@ impl Keep {
 
     fn attr(&mut self, name: &str, v: &AttrValue) -> CAttr {
         let name = self.cstr(name);
-        let ty = attr_code(super::registry::AttrType::of(v));
+        let ty = attr_code(AttrType::of(v));
         let (count, value) = match v {
             AttrValue::Bool(b) => (
                 1,

@@ -3,13 +3,15 @@
 //! registers its handlers through the registrar it is given. Every error names the file; a
 //! plugin whose registration fails registers nothing.
 
+use super::errors::CustomCallError;
 use super::ffi::{
     ATTR_TYPES, CHandler, CHandlerFn, CPrepareFn, PLATFORMS, XTHUNK_FFI_API_VERSION,
     XTHUNK_FFI_REGISTER_SYMBOL, XTHUNK_FFI_TRAIT_COMMAND_BUFFER_COMPATIBLE,
     XTHUNK_FFI_VERSION_SYMBOL, attr_type,
 };
-use super::registry::{HandlerSignature, Registry};
-use super::{CustomCallError, Traits};
+use super::handler::Traits;
+use super::registry::Registry;
+use super::signature::HandlerSignature;
 use libloading::Library;
 use std::ffi::{CStr, c_char, c_void};
 use std::path::{Path, PathBuf};
