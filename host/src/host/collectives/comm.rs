@@ -3,9 +3,9 @@
 //! rank's host stream as a launch of the built-in kernel ([`super::kernel`]); sends and
 //! receives of a group are collected here and launched as one.
 
-use super::Transport;
 use super::kernel::{self, DIMS, P2pItem, Registration};
 use super::ops::{OpDesc, OpKind, byte_len};
+use super::transport::Transport;
 use crate::backend::{DevicePtr, KernelHandle, Stream};
 use crate::collectives::{CliqueKey, Communicator, ReduceOp};
 use crate::error::{Error, Result};

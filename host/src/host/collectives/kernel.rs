@@ -8,8 +8,8 @@
 //! and receives: the id, the [`OpKind::P2p`] code, the number of operations, four words per
 //! operation (send, peer, count, dtype code), then one buffer per operation of non-zero length.
 
-use super::Transport;
 use super::ops::{DESC_WORDS, OpDesc, OpKind, byte_len, dtype_code, dtype_from_code};
+use super::transport::{P2pOp, RawBuf, Transport};
 use crate::backend::{DevicePtr, KernelHandle, LaunchArg, LaunchDims};
 use crate::collectives::error_message;
 use crate::error::{Error, Result};
@@ -88,43 +88,6 @@ pub(crate) fn handle(backend: &str) -> Arc<dyn KernelHandle> {
 
 // ---------------------------------------------------------------------------------------------
 // What the run side gets.
-
-/// A checked buffer of a rank, for the duration of one operation: null and empty when the
-/// operation has none.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct RawBuf {
-    pub(crate) ptr: *mut u8,
-    pub(crate) len: usize,
-}
-
-// SAFETY: a `RawBuf` is only the address and length of a region that its rank's queued stream
-// work checked against a live allocation and keeps alive for the whole operation; moving that
-// address to another thread touches nothing. Every access through it is an unsafe block of a
-// transport, which says why nobody else touches those bytes at that time (the in-process
-// transport exposes buffers to peers only between a completed rendezvous and the peers' release;
-// the shared memory transport never lets a buffer leave its rank).
-unsafe impl Send for RawBuf {}
-// SAFETY: as above; the struct itself is an immutable address and length.
-unsafe impl Sync for RawBuf {}
-
-impl RawBuf {
-    pub(crate) const NONE: RawBuf = RawBuf {
-        ptr: ptr::null_mut(),
-        len: 0,
-    };
-}
-
-/// One send or receive of a group, as the run side gets it (`buf.len` bytes: `count`
-/// elements of `dtype`).
-#[derive(Clone, Copy, Debug)]
-pub struct P2pOp {
-    pub(crate) send: bool,
-    /// Clique rank.
-    pub(crate) peer: usize,
-    pub(crate) count: u64,
-    pub(crate) dtype: DType,
-    pub(crate) buf: RawBuf,
-}
 
 /// The sends to and receives from rank `me` itself within one group, matched in order and
 /// copied locally.

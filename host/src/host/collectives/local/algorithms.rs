@@ -2,9 +2,10 @@
 //! rank (all-reduce fused and chunked, the others pulled), and groups of sends and receives
 //! (everything posted before anything is waited for).
 
-use super::super::kernel::{self, P2pOp, RawBuf};
+use super::super::kernel;
 use super::super::ops::{OpDesc, OpKind};
 use super::super::reduce;
+use super::super::transport::{P2pOp, RawBuf};
 use super::touching::{Hold, Touching};
 use super::{LocalRank, Msg, RvKey, peer_failed};
 use crate::collectives::{ReduceOp, Ticket};

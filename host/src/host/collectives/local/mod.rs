@@ -61,9 +61,9 @@ mod touching;
 
 pub use provider::{HostCliqueFactory, HostCliqueProvider};
 
-use super::Transport;
-use super::kernel::{P2pOp, RawBuf};
 use super::ops::OpDesc;
+use super::transport::Transport;
+use super::transport::{P2pOp, RawBuf};
 use crate::collectives::{CliqueKey, Member, Rendezvous, Timeouts, error_message};
 use crate::error::{Error, Result};
 use crate::ir::DType;

@@ -1,9 +1,10 @@
 //! How the data moves through the segment: collectives in phases (one per chunk, through
 //! every rank's staging slots) and sends and receives through the mailboxes of ordered pairs.
 
-use super::super::kernel::{self, P2pOp, RawBuf};
+use super::super::kernel;
 use super::super::ops::{OpDesc, OpKind, dtype_code, dtype_from_code};
 use super::super::reduce;
+use super::super::transport::{P2pOp, RawBuf};
 use super::layout::*;
 use super::rank::{RunState, ShmRank, Waiter};
 use super::shm_error;

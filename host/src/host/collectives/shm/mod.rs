@@ -82,7 +82,7 @@ mod tests;
 
 pub use names::{job_segment_prefix, job_segments, remove_job_segments, remove_pending_segments};
 pub use provider::ShmCliqueProvider;
-pub use rank::ShmRank;
+pub use rank::ShmCommunicator;
 
 use crate::collectives::Timeouts;
 use crate::error::Error;

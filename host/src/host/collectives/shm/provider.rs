@@ -1,8 +1,9 @@
 //! [`ShmCliqueProvider`]: one rank per process, a segment per clique, set up in the order
 //! the executor acquires them; splits exchange colors through the coordinator.
 
-use super::super::{HostComm, ShmCommunicator};
+use super::super::HostComm;
 use super::names::{key_hash, remove_pending_segments};
+use super::rank::ShmCommunicator;
 use super::setup::join;
 use super::{ShmOptions, shm_error};
 use crate::collectives::{CliqueCache, CliqueKey, CliqueProvider, Communicator};

@@ -2,9 +2,10 @@
 //! [`ShmCommunicator`]): what it counts as operations run, how it waits for the others
 //! (polling poison, the coordinator's failures and the timeouts), and its failure state.
 
-use super::super::kernel::{P2pOp, RawBuf};
+use super::super::comm::HostComm;
 use super::super::ops::OpDesc;
-use super::super::{ShmCommunicator, Transport};
+use super::super::transport::Transport;
+use super::super::transport::{P2pOp, RawBuf};
 use super::segment::Segment;
 use super::{BACKEND, shm_error};
 use crate::collectives::{Member, Timeouts, error_message, may_spin};
@@ -14,6 +15,9 @@ use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+/// This process's rank in one clique of a [`super::ShmCliqueProvider`].
+pub type ShmCommunicator = HostComm<ShmRank>;
 
 /// What a rank counts as operations run (on the stream, so command-buffer replays count).
 pub(super) struct RunState {
