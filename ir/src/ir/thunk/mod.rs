@@ -7,8 +7,8 @@
 //!
 //! Adding a kind: a module here with its type and its `ThunkKind` impl, a variant and an arm
 //! in [`Thunk::as_kind`]; its conversion in `xthunk-proto` (`convert/thunk/`); its planning
-//! and issue in the executor (`executor/thunk/`). `docs/architecture.md` has the worked
-//! example.
+//! and issue in the executor's one table (`xthunk-executor`'s `executor/dispatch.rs`).
+//! `docs/architecture.md` has the worked example.
 
 mod async_scope;
 mod collective;
