@@ -14,78 +14,82 @@ use crate::error::{Error, Result};
 use crate::ir::{MemsetPattern, Thunk, ThunkPath};
 use std::collections::BTreeSet;
 
-impl Planner<'_> {
-    /// What `t` (a schedulable thunk) becomes at load on this device.
-    pub(super) fn op(&mut self, t: &Thunk, path: &ThunkPath) -> Result<Op> {
-        Ok(match t {
-            Thunk::Copy(_)
-            | Thunk::Memset(_)
-            | Thunk::Collective(_)
-            | Thunk::CollectivePermute(_)
-            | Thunk::Send(_)
-            | Thunk::Recv(_)
-            | Thunk::RankId(_) => Op::Direct(t.clone()),
-            Thunk::Gemm(g) => {
-                if !self.device().capabilities().gemm_dtypes.contains(&g.dtype) {
-                    return Err(Error::Unsupported {
-                        backend: self.device().backend_name().into(),
-                        feature: format!("{} gemm", g.dtype),
-                    }
-                    .at_thunk(path, "gemm"));
+/// What `t` (a schedulable thunk) becomes at load on the planner's device (the planner's
+/// [`PlanOp`](super::plan::PlanOp)).
+pub(super) fn op(planner: &mut Planner<'_>, t: &Thunk, path: &ThunkPath) -> Result<Op> {
+    // Copies, memsets and gemms are plain stream operations a command buffer may record;
+    // the communication steps and the rank id are not.
+    let direct = |recordable| Op::Direct {
+        thunk: t.clone(),
+        recordable,
+    };
+    Ok(match t {
+        Thunk::Copy(_) | Thunk::Memset(_) => direct(true),
+        Thunk::Collective(_)
+        | Thunk::CollectivePermute(_)
+        | Thunk::Send(_)
+        | Thunk::Recv(_)
+        | Thunk::RankId(_) => direct(false),
+        Thunk::Gemm(g) => {
+            if !planner
+                .device()
+                .capabilities()
+                .gemm_dtypes
+                .contains(&g.dtype)
+            {
+                return Err(Error::Unsupported {
+                    backend: planner.device().backend_name().into(),
+                    feature: format!("{} gemm", g.dtype),
                 }
-                Op::Direct(t.clone())
+                .at_thunk(path, "gemm"));
             }
-            Thunk::Kernel(k) => Op::Kernel {
-                handle: self.kernel(&k.module, &k.name, path)?,
-                dims: LaunchDims {
-                    grid: k.grid,
-                    block: k.block,
-                    shared_mem: k.shared_mem,
-                },
-                kernel: k.clone(),
+            direct(true)
+        }
+        Thunk::Kernel(k) => Op::Kernel {
+            handle: planner.kernel(&k.module, &k.name, path)?,
+            dims: LaunchDims {
+                grid: k.grid,
+                block: k.block,
+                shared_mem: k.shared_mem,
             },
-            Thunk::While(w) => Op::While {
-                cond: self.list(&w.cond, path, t, 0)?,
-                pred: w.pred,
-                body: self.list(&w.body, path, t, 1)?,
-                trip_count: w.trip_count,
-            },
-            Thunk::Conditional(c) => Op::Conditional {
-                index: c.index,
-                index_type: c.index_type,
-                branches: (0..c.branches.len())
-                    .map(|b| self.list(&c.branches[b], path, t, b))
-                    .collect::<Result<_>>()?,
-            },
-            Thunk::CommandBuffer(c) => {
-                let id = self.command_buffer_id();
-                let bindings: BTreeSet<u32> = t
-                    .all_buffer_uses()
-                    .iter()
-                    .map(|u| u.slice.allocation)
-                    .collect();
-                Op::CommandBuffer {
-                    id,
-                    body: self.list(&c.body, path, t, 0)?,
-                    bindings: bindings.into_iter().collect(),
-                }
+            kernel: k.clone(),
+        },
+        Thunk::While(w) => Op::While {
+            cond: planner.list(&w.cond, path, t, 0)?,
+            pred: w.pred,
+            body: planner.list(&w.body, path, t, 1)?,
+            trip_count: w.trip_count,
+        },
+        Thunk::Conditional(c) => Op::Conditional {
+            index: c.index,
+            index_type: c.index_type,
+            branches: (0..c.branches.len())
+                .map(|b| planner.list(&c.branches[b], path, t, b))
+                .collect::<Result<_>>()?,
+        },
+        Thunk::CommandBuffer(c) => {
+            let id = planner.command_buffer_id();
+            let bindings: BTreeSet<u32> = t
+                .all_buffer_uses()
+                .iter()
+                .map(|u| u.slice.allocation)
+                .collect();
+            Op::CommandBuffer {
+                id,
+                body: planner.list(&c.body, path, t, 0)?,
+                bindings: bindings.into_iter().collect(),
             }
-            Thunk::CustomCall(c) => {
-                Op::CustomCall(super::custom_call::resolve(self.device(), c, path)?)
-            }
-            Thunk::Sequence(_) | Thunk::AsyncStart(_) | Thunk::AsyncDone(_) => {
-                return Err(Error::InvalidArgument(format!(
-                    "internal: {} at {path} is not a schedulable step",
-                    t.kind()
-                )));
-            }
-        })
-    }
-}
-
-/// Whether a command buffer may record `t`, a thunk run as written ([`Op::Direct`]).
-pub(super) fn recordable_as_written(t: &Thunk) -> bool {
-    matches!(t, Thunk::Copy(_) | Thunk::Memset(_) | Thunk::Gemm(_))
+        }
+        Thunk::CustomCall(c) => {
+            Op::CustomCall(super::custom_call::resolve(planner.device(), c, path)?)
+        }
+        Thunk::Sequence(_) | Thunk::AsyncStart(_) | Thunk::AsyncDone(_) => {
+            return Err(Error::InvalidArgument(format!(
+                "internal: {} at {path} is not a schedulable step",
+                t.kind()
+            )));
+        }
+    })
 }
 
 impl Run<'_> {

@@ -120,7 +120,7 @@ impl LoadedExecutable {
             }
             modules.insert(m.name.clone(), lm);
         }
-        let mut planner = Planner::new(&modules, device.as_ref());
+        let mut planner = Planner::new(&modules, device.as_ref(), super::dispatch::op);
         let schedule = schedule(exe, &mut planner, config)?;
         tracing::debug!(
             nodes = schedule.nodes.len(),

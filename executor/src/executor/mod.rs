@@ -35,6 +35,7 @@
 //! - [`spmd`]: one program on several devices of one process, a session and a thread per
 //!   rank ([`spmd::Ranks`]: all the ranks of an SPMD run, or a launched process's share).
 
+mod arrange;
 mod collective;
 mod command_buffer;
 mod config;

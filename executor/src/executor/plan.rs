@@ -1,6 +1,8 @@
 //! The planner: resolves each thunk of a validated executable into a [`Step`] at load
 //! (kernels looked up in their loaded modules, device support checked), flattening
-//! sequences and async scopes into program order.
+//! sequences and async scopes into program order and splitting command buffers around
+//! custom calls that cannot be captured. What each kind becomes is the dispatch table's
+//! ([`PlanOp`], handed in by the loader); the planner names no thunk kind.
 
 use crate::backend::{Device, KernelHandle, LaunchDims, LoadedModule};
 use crate::collectives::StreamKind;
@@ -14,7 +16,11 @@ use std::sync::Arc;
 pub(super) enum Op {
     /// A thunk that runs as written: a copy, memset, gemm, collective, collective permute,
     /// send, receive or rank id.
-    Direct(Thunk),
+    Direct {
+        thunk: Thunk,
+        /// Whether a command buffer may record it (decided by the dispatch table).
+        recordable: bool,
+    },
     /// A kernel, resolved in its loaded module.
     Kernel {
         handle: Arc<dyn KernelHandle>,
@@ -54,23 +60,32 @@ pub(super) struct Step {
     pub(super) stream_kind: StreamKind,
 }
 
+/// What a schedulable thunk becomes at load: the executor's dispatch table
+/// (`dispatch::op`), handed to the [`Planner`] by whoever makes one, so that planning names
+/// no thunk kind.
+pub(super) type PlanOp = fn(&mut Planner<'_>, &Thunk, &ThunkPath) -> Result<Op>;
+
 /// Plans the thunks of one executable for one device.
 pub(super) struct Planner<'a> {
     modules: &'a BTreeMap<String, Arc<dyn LoadedModule>>,
     device: &'a dyn Device,
     /// The id of the next command buffer (explicit or implicit): its recordings are keyed by it.
     next_cmd: usize,
+    /// Each thunk's op.
+    op: PlanOp,
 }
 
 impl<'a> Planner<'a> {
     pub(super) fn new(
         modules: &'a BTreeMap<String, Arc<dyn LoadedModule>>,
         device: &'a dyn Device,
+        op: PlanOp,
     ) -> Self {
         Planner {
             modules,
             device,
             next_cmd: 0,
+            op,
         }
     }
 
@@ -109,7 +124,7 @@ impl<'a> Planner<'a> {
             path: path.clone(),
             kind: kind.name(),
             label: kind.label(),
-            op: self.op(t, path)?,
+            op: (self.op)(self, t, path)?,
             stream_kind: StreamKind::Compute,
         })
     }
@@ -157,7 +172,7 @@ impl<'a> Planner<'a> {
             let step = self.step(t, path)?;
             // A command buffer with a custom call that cannot be captured runs as parts: each
             // part has the whole buffer's uses (more ordering, never less).
-            for mut step in super::custom_call::split_command_buffer(step, self) {
+            for mut step in split_command_buffer(step, self) {
                 on_step(t, class);
                 if let Some(c) = class {
                     step.stream_kind = StreamKind::from(c);
@@ -167,6 +182,53 @@ impl<'a> Planner<'a> {
             Ok(())
         })
     }
+}
+
+/// A command buffer whose body holds a custom call that cannot be captured, as parts: the
+/// runs of capturable steps each a command buffer of their own, the custom calls between them
+/// direct steps. Any other step is returned as it is.
+fn split_command_buffer(step: Step, planner: &mut Planner<'_>) -> Vec<Step> {
+    let Op::CommandBuffer { body, bindings, .. } = &step.op else {
+        return vec![step];
+    };
+    let splits = |s: &Step| matches!(&s.op, Op::CustomCall(r) if !r.capturable);
+    if !body.iter().any(splits) {
+        return vec![step];
+    }
+    let mut parts: Vec<Step> = vec![];
+    let mut run: Vec<Step> = vec![];
+    let flush = |run: &mut Vec<Step>, parts: &mut Vec<Step>, planner: &mut Planner<'_>| {
+        if run.is_empty() {
+            return;
+        }
+        let n = run.len();
+        parts.push(Step {
+            path: step.path.clone(),
+            kind: "command_buffer",
+            label: format!("command_buffer part of {n} thunks (split at a custom call)"),
+            op: Op::CommandBuffer {
+                id: planner.command_buffer_id(),
+                body: std::mem::take(run),
+                bindings: bindings.clone(),
+            },
+            stream_kind: step.stream_kind,
+        });
+    };
+    for s in body {
+        if splits(s) {
+            flush(&mut run, &mut parts, planner);
+            tracing::debug!(
+                command_buffer = %step.path,
+                custom_call = %s.path,
+                "custom call is not command-buffer compatible: the command buffer is split"
+            );
+            parts.push(s.clone());
+        } else {
+            run.push(s.clone());
+        }
+    }
+    flush(&mut run, &mut parts, planner);
+    parts
 }
 
 /// What [`for_each_step`] calls with each schedulable thunk, its path and its async class.

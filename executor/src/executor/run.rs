@@ -344,20 +344,22 @@ impl<'a> Run<'a> {
 
     fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
         match &step.op {
-            Op::Direct(t) => match (self.progress, t.is_collective() && self.numbering.get()) {
-                (Some((p, rank)), true) => {
-                    p.issue(
-                        rank,
-                        self.exe.device.as_ref(),
-                        stream,
-                        &step.path,
-                        &step.label,
-                    )?;
-                    let r = self.direct(t, step.stream_kind, stream);
-                    r.and(p.issued(rank, stream))
+            Op::Direct { thunk: t, .. } => {
+                match (self.progress, t.is_collective() && self.numbering.get()) {
+                    (Some((p, rank)), true) => {
+                        p.issue(
+                            rank,
+                            self.exe.device.as_ref(),
+                            stream,
+                            &step.path,
+                            &step.label,
+                        )?;
+                        let r = self.direct(t, step.stream_kind, stream);
+                        r.and(p.issued(rank, stream))
+                    }
+                    _ => self.direct(t, step.stream_kind, stream),
                 }
-                _ => self.direct(t, step.stream_kind, stream),
-            },
+            }
             Op::Kernel {
                 handle,
                 dims,
@@ -441,7 +443,13 @@ impl<'a> Run<'a> {
                     None => Ok(()),
                 }
             }
-            Op::CustomCall(c) => self.custom_call(c, stream, &step.path),
+            Op::CustomCall(c) => super::custom_call::issue(
+                c,
+                &|s| self.ptr(s),
+                self.exe.device.as_ref(),
+                stream,
+                &step.path,
+            ),
             Op::CommandBuffer { id, body, bindings } => {
                 let numbering = self.numbering.replace(false);
                 let r = self.command_buffer(*id, body, bindings, stream, state);

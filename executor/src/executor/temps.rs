@@ -17,10 +17,10 @@
 //! A temp's contents at the start of an execution are undefined either way (a pooled state
 //! keeps the previous execution's values); with sharing they may be another temp's.
 
+use super::arrange::{Arrangement, arrange, node_uses};
 use super::config::ExecutorConfig;
 use super::graph::NodeUses;
 use super::plan::for_each_step;
-use super::schedule::{Arrangement, arrange, node_uses};
 use crate::error::{Error, Result};
 use crate::ir::{AllocationKind, Executable, MemorySpace, ThunkPath};
 

@@ -85,7 +85,7 @@ fn node_info(node: &Node, waits_for: Vec<String>) -> NodeInfo {
 fn describe(step: &Step, args: &mut Map<String, Value>) -> TraceCost {
     match &step.op {
         Op::Kernel { kernel, .. } => kernel.trace(args),
-        Op::Direct(t) => t.as_kind().trace(args),
+        Op::Direct { thunk, .. } => thunk.as_kind().trace(args),
         Op::CommandBuffer { body, .. } => {
             args.insert("thunks".into(), json!(body.len()));
             TraceCost::default()

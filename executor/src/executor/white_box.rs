@@ -56,5 +56,5 @@ pub fn for_each_step(
 
 /// The buffers and resources a schedulable thunk uses.
 pub fn node_uses(t: &Thunk) -> NodeUses {
-    super::schedule::node_uses(t)
+    super::arrange::node_uses(t)
 }
