@@ -79,91 +79,89 @@ pub(super) fn is_unsupported(e: &Error) -> bool {
     }
 }
 
-impl Run<'_> {
-    /// Allocates the trip counters a recording of `body` needs before it starts (drivers
-    /// refuse allocation while capturing).
-    pub(super) fn prepare_trip_counters(&self, body: &[Step]) -> Result<()> {
-        let n = trip_loops(body);
-        let mut spare = self.spare.borrow_mut();
-        while spare.len() < n {
-            spare.push(self.exe.device.allocate(8, 8, MemorySpace::Device)?);
-        }
-        Ok(())
+/// Allocates the trip counters a recording of `body` needs before it starts (drivers
+/// refuse allocation while capturing).
+pub(super) fn prepare_trip_counters(run: &Run<'_>, body: &[Step]) -> Result<()> {
+    let n = trip_loops(body);
+    let mut spare = run.spare.borrow_mut();
+    while spare.len() < n {
+        spare.push(run.device.allocate(8, 8, MemorySpace::Device)?);
     }
+    Ok(())
+}
 
-    /// Records a `While` as a conditional `While` node on the capturing `stream`.
-    pub(super) fn device_while(
-        &self,
-        cond: &[Step],
-        pred: &Slice,
-        body: &[Step],
-        trip_count: Option<u64>,
-        stream: &dyn Stream,
-        state: &mut ExecState,
-    ) -> Result<()> {
+/// Records a `While` as a conditional `While` node on the capturing `stream`.
+pub(super) fn device_while(
+    run: &Run<'_>,
+    cond: &[Step],
+    pred: &Slice,
+    body: &[Step],
+    trip_count: Option<u64>,
+    stream: &dyn Stream,
+    state: &mut ExecState,
+) -> Result<()> {
+    let h = stream.create_condition()?;
+    let set = match trip_count {
+        Some(n) => {
+            // A counter the recording keeps (its address is in the graph).
+            let spare = run.spare.borrow_mut().pop();
+            let counter = match spare {
+                Some(c) => c,
+                None => run.device.allocate(8, 8, MemorySpace::Device)?,
+            };
+            let ptr = counter.ptr();
+            run.keep(counter);
+            stream.memset(ptr, 8, MemsetPattern::U32(0))?;
+            SetCondition::TripsBelow { counter: ptr, n }
+        }
+        None => {
+            run.steps(cond, stream, state)?;
+            SetCondition::Pred {
+                pred: run.ptr(pred),
+            }
+        }
+    };
+    stream.set_condition(h, set)?;
+    let with_cond = trip_count.is_none();
+    stream.capture_conditional(ConditionalKind::While, h, &mut |s| {
+        run.steps(body, s, state)?;
+        if with_cond {
+            run.steps(cond, s, state)?;
+        }
+        s.set_condition(h, set)
+    })?;
+    run.conditional_nodes.set(run.conditional_nodes.get() + 1);
+    Ok(())
+}
+
+/// Records a `Conditional` as one conditional `If` node per branch on `stream`.
+pub(super) fn device_conditional(
+    run: &Run<'_>,
+    index: &Slice,
+    index_type: DType,
+    branches: &[Vec<Step>],
+    stream: &dyn Stream,
+    state: &mut ExecState,
+) -> Result<()> {
+    let count = u32::try_from(branches.len())
+        .map_err(|_| Error::InvalidArgument("too many branches".into()))?;
+    let mut handles = Vec::with_capacity(branches.len());
+    for branch in 0..count {
         let h = stream.create_condition()?;
-        let set = match trip_count {
-            Some(n) => {
-                // A counter the recording keeps (its address is in the graph).
-                let spare = self.spare.borrow_mut().pop();
-                let counter = match spare {
-                    Some(c) => c,
-                    None => self.exe.device.allocate(8, 8, MemorySpace::Device)?,
-                };
-                let ptr = counter.ptr();
-                self.keep(counter);
-                stream.memset(ptr, 8, MemsetPattern::U32(0))?;
-                SetCondition::TripsBelow { counter: ptr, n }
-            }
-            None => {
-                self.steps(cond, stream, state)?;
-                SetCondition::Pred {
-                    pred: self.ptr(pred),
-                }
-            }
-        };
-        stream.set_condition(h, set)?;
-        let with_cond = trip_count.is_none();
-        stream.capture_conditional(ConditionalKind::While, h, &mut |s| {
-            self.steps(body, s, state)?;
-            if with_cond {
-                self.steps(cond, s, state)?;
-            }
-            s.set_condition(h, set)
-        })?;
-        self.conditional_nodes.set(self.conditional_nodes.get() + 1);
-        Ok(())
+        stream.set_condition(
+            h,
+            SetCondition::Branch {
+                index: run.ptr(index),
+                pred: index_type == DType::Pred,
+                branch,
+                branches: count,
+            },
+        )?;
+        handles.push(h);
     }
-
-    /// Records a `Conditional` as one conditional `If` node per branch on `stream`.
-    pub(super) fn device_conditional(
-        &self,
-        index: &Slice,
-        index_type: DType,
-        branches: &[Vec<Step>],
-        stream: &dyn Stream,
-        state: &mut ExecState,
-    ) -> Result<()> {
-        let count = u32::try_from(branches.len())
-            .map_err(|_| Error::InvalidArgument("too many branches".into()))?;
-        let mut handles = Vec::with_capacity(branches.len());
-        for branch in 0..count {
-            let h = stream.create_condition()?;
-            stream.set_condition(
-                h,
-                SetCondition::Branch {
-                    index: self.ptr(index),
-                    pred: index_type == DType::Pred,
-                    branch,
-                    branches: count,
-                },
-            )?;
-            handles.push(h);
-        }
-        for (h, b) in handles.into_iter().zip(branches) {
-            stream.capture_conditional(ConditionalKind::If, h, &mut |s| self.steps(b, s, state))?;
-            self.conditional_nodes.set(self.conditional_nodes.get() + 1);
-        }
-        Ok(())
+    for (h, b) in handles.into_iter().zip(branches) {
+        stream.capture_conditional(ConditionalKind::If, h, &mut |s| run.steps(b, s, state))?;
+        run.conditional_nodes.set(run.conditional_nodes.get() + 1);
     }
+    Ok(())
 }

@@ -6,8 +6,8 @@ use super::plan::Planner;
 use super::progress::Progress;
 use super::run::Run;
 use super::schedule::{Schedule, ScheduleInfo, schedule};
-use super::scratch::{OrderedScratch, ScratchPath};
-use super::state::ExecState;
+use super::scratch::ScratchPath;
+use super::state::{ExecState, OrderedScratch};
 use super::temps::TempPlan;
 use crate::backend::{Buffer, Device, DeviceMemory, DevicePtr, LoadedModule};
 use crate::error::{Error, Result};
@@ -292,12 +292,17 @@ impl LoadedExecutable {
         let pooled = self.pool.lock().pop();
         let state = match pooled {
             Some(s) => s,
-            None => ExecState::new(self)?,
+            None => ExecState::new(self.device.as_ref(), &self.schedule, self.scratch_path)?,
         };
         for (i, p) in &state.temps {
             table[*i as usize] = *p;
         }
-        let scratch = match super::scratch::allocate(self, &state, &mut table) {
+        let scratch = match super::state::allocate_scratch(
+            &self.schedule.temps,
+            self.scratch_path,
+            &state,
+            &mut table,
+        ) {
             Ok(s) => s,
             Err(e) => {
                 // Nothing was issued with the state: it stays reusable.
@@ -318,7 +323,15 @@ impl LoadedExecutable {
             }
             (None, _) => None,
         };
-        let mut run = Run::new(self, &table, deadline, opts.collectives.as_ref(), progress);
+        let mut run = Run::new(
+            self.device.as_ref(),
+            &self.schedule,
+            super::dispatch::step,
+            &table,
+            deadline,
+            opts.collectives.as_ref(),
+            progress,
+        );
         if let Some(tracer) = opts.trace.as_deref() {
             let nodes = self
                 .trace_nodes

@@ -19,18 +19,21 @@
 //! - `config`: how a program is scheduled and how one execution runs (options, the SPMD
 //!   rank's collective context);
 //! - `plan`: thunks resolved into steps at load, each kind's step made by `dispatch` (the
-//!   executor's one table over thunk kinds: planning, and the issue of thunks run as
-//!   written);
+//!   executor's one table over thunk kinds: what each kind becomes at load and how each step
+//!   is issued; handed to the planner and the run as functions, so neither names a kind);
+//! - `arrange`: what each step uses, and the steps on streams with their vector clocks
+//!   (shared by the schedule and the temp plan);
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
-//! - `state`: the pooled per-execution resources;
+//! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
 //! - `scratch`: where each execution's temp arenas come from (the device's stream-ordered
 //!   memory pool, or the pooled state);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
-//! - `run`: one execution issuing and waiting for its steps, with `collective` (the
-//!   communication steps), `command_buffer` (recording and replaying command buffers) and
-//!   `device_control` (`while` and `conditional` recorded as conditional graph nodes);
+//! - `run`: one execution issuing and waiting for its steps (all of `Run`'s methods); the
+//!   kinds' issue functions take the run: `collective` (the communication steps),
+//!   `command_buffer` (recording and replaying command buffers), `device_control` (`while`
+//!   and `conditional` recorded as conditional graph nodes) and `custom_call`;
 //! - [`graph`]: the dependency graph of the steps' buffer uses;
 //! - [`spmd`]: one program on several devices of one process, a session and a thread per
 //!   rank ([`spmd::Ranks`]: all the ranks of an SPMD run, or a launched process's share).

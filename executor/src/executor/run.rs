@@ -1,26 +1,38 @@
 //! One execution in progress ([`Run`]): issues the schedule's nodes on their streams (with
-//! the cross-stream event waits and records), runs composite steps (`While`, `Conditional`)
-//! by reading predicates back, waits for the streams with the deadline and the collective
-//! watchdog, and names the pending thunks when it gives up. The deadline is checked before
-//! every top-level node, before every trip of every loop, and while waiting for a stream; a
+//! the cross-stream event waits and records), runs `While` and `Conditional` by reading
+//! predicates back, waits for the streams with the deadline and the collective watchdog,
+//! and names the pending thunks when it gives up. The deadline is checked before every
+//! top-level node, before every trip of every loop, and while waiting for a stream; a
 //! stream with a full queue lets its issuer go at the deadline.
+//!
+//! A run knows no thunk kind: each step is issued by the executor's dispatch table
+//! ([`IssueStep`], `dispatch::step`, handed in by the loader), which calls the kinds' issue
+//! functions (`collective`, `command_buffer`, `device_control`, `custom_call`) with the run.
 
-use super::LoadedExecutable;
 use super::config::CollectiveContext;
-use super::plan::{Op, Step};
+use super::plan::Step;
 use super::progress::Progress;
+use super::schedule::Schedule;
 use super::state::ExecState;
-use crate::backend::{DevicePtr, DeviceRange, LaunchArg, Stream};
+use crate::backend::{Device, DevicePtr, DeviceRange, Stream};
 use crate::collectives::Communicator;
 use crate::error::{Error, Result};
-use crate::ir::{KernelArg, Slice, select_branch};
+use crate::ir::{DType, Slice, select_branch};
 use std::cell::{Cell, RefCell};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// How a run issues one step on a stream: the executor's dispatch table (`dispatch::step`).
+pub(super) type IssueStep = fn(&Run<'_>, &Step, &dyn Stream, &mut ExecState) -> Result<()>;
+
 /// One execution in progress.
 pub(super) struct Run<'a> {
-    pub(super) exe: &'a LoadedExecutable,
+    /// The device the executable is loaded on.
+    pub(super) device: &'a dyn Device,
+    /// The executable's static schedule.
+    pub(super) schedule: &'a Schedule,
+    /// Issues each step (the dispatch table).
+    issue: IssueStep,
     /// The device address of every allocation (by index) for this execution.
     pub(super) table: &'a [DevicePtr],
     /// The deadline's length and the instant it expires.
@@ -33,7 +45,7 @@ pub(super) struct Run<'a> {
     pub(super) progress: Option<(&'a Progress, u32)>,
     /// False inside a command buffer: its steps are recorded once and replayed, so they are
     /// not numbered in the progress record.
-    numbering: Cell<bool>,
+    pub(super) numbering: Cell<bool>,
     /// True while a command buffer is being recorded: `While` and `Conditional` are recorded
     /// as conditional graph nodes (see `device_control`).
     pub(super) capturing: Cell<bool>,
@@ -52,14 +64,18 @@ pub(super) struct Run<'a> {
 
 impl<'a> Run<'a> {
     pub(super) fn new(
-        exe: &'a LoadedExecutable,
+        device: &'a dyn Device,
+        schedule: &'a Schedule,
+        issue: IssueStep,
         table: &'a [DevicePtr],
         deadline: Option<(Duration, Instant)>,
         collectives: Option<&'a CollectiveContext>,
         progress: Option<&'a Progress>,
     ) -> Self {
         Run {
-            exe,
+            device,
+            schedule,
+            issue,
             table,
             deadline,
             collectives,
@@ -97,16 +113,16 @@ impl<'a> Run<'a> {
     }
 
     pub(super) fn issue_all(&mut self, state: &mut ExecState) -> Result<()> {
-        let nodes = &self.exe.schedule.nodes;
+        let nodes = &self.schedule.nodes;
         let tracking = self.deadline.is_some();
         if tracking {
             while state.tracking.len() < nodes.len() {
-                state.tracking.push(self.exe.device.create_event()?);
+                state.tracking.push(self.device.create_event()?);
             }
         }
         // A sequential schedule without a deadline may run in the issuing thread (a hint the
         // host backend uses; with a deadline the caller must stay free to give up).
-        let immediate = self.exe.schedule.sequential && self.deadline.is_none();
+        let immediate = self.schedule.sequential && self.deadline.is_none();
         for s in &state.streams {
             s.set_immediate(immediate);
             // A full stream queue must not keep the issuer past the deadline.
@@ -116,9 +132,9 @@ impl<'a> Run<'a> {
         let per_thunk = self.trace.as_ref().is_some_and(|t| t.device_times());
         if let Some(t) = &mut self.trace {
             let first = state.streams[0].clone();
-            t.begin(self.exe.device.as_ref(), first.as_ref(), state)?;
+            t.begin(self.device, first.as_ref(), state)?;
         }
-        if let (Some(fused), None, false) = (&self.exe.schedule.fused, self.deadline, per_thunk) {
+        if let (Some(fused), None, false) = (&self.schedule.fused, self.deadline, per_thunk) {
             let stream = state.streams[0].clone();
             if let Some(t) = &mut self.trace {
                 t.start_node(nodes.len());
@@ -146,7 +162,7 @@ impl<'a> Run<'a> {
 
     /// Issues every node in order (not as the implicit command buffer).
     fn issue_nodes<const TRACED: bool>(&mut self, state: &mut ExecState) -> Result<()> {
-        let nodes = &self.exe.schedule.nodes;
+        let nodes = &self.schedule.nodes;
         let tracking = self.deadline.is_some();
         // Timing events around every node (device times).
         let timed = TRACED && self.trace.as_ref().is_some_and(|t| t.timed());
@@ -204,7 +220,7 @@ impl<'a> Run<'a> {
 
     /// The first unfinished node of every stream (needs tracking events).
     fn pending(&self, state: &ExecState) -> String {
-        let nodes = &self.exe.schedule.nodes;
+        let nodes = &self.schedule.nodes;
         let mut out = vec![];
         for s in 0..state.streams.len() {
             let issued = self.issued_nodes.get();
@@ -323,8 +339,7 @@ impl<'a> Run<'a> {
         }
         let mut buf = [0u8; 8];
         let n = slice.size.min(8) as usize;
-        self.exe
-            .device
+        self.device
             .copy_to_host(state.scratch.ptr(), &mut buf[..n])?;
         Ok(buf)
     }
@@ -342,120 +357,86 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    fn step(&self, step: &Step, stream: &dyn Stream, state: &mut ExecState) -> Result<()> {
-        match &step.op {
-            Op::Direct { thunk: t, .. } => {
-                match (self.progress, t.is_collective() && self.numbering.get()) {
-                    (Some((p, rank)), true) => {
-                        p.issue(
-                            rank,
-                            self.exe.device.as_ref(),
-                            stream,
-                            &step.path,
-                            &step.label,
-                        )?;
-                        let r = self.direct(t, step.stream_kind, stream);
-                        r.and(p.issued(rank, stream))
-                    }
-                    _ => self.direct(t, step.stream_kind, stream),
-                }
+    /// Issues one step through the dispatch table.
+    pub(super) fn step(
+        &self,
+        step: &Step,
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        (self.issue)(self, step, stream, state)
+    }
+
+    /// Runs a `While` from the host: `body` for `trip_count` trips, or while `cond` leaves
+    /// `pred` true (read back after each run of `cond`). The deadline is checked before every
+    /// trip; a deadline error says how many trips were issued (of how many), for this loop and
+    /// every loop around it.
+    pub(super) fn host_while(
+        &self,
+        step: &Step,
+        (cond, pred, body, trip_count): (&[Step], &Slice, &[Step], Option<u64>),
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        let issued = |trips: u64| {
+            move |e: Error| {
+                note_deadline(e, || {
+                    let of = trip_count.map(|n| format!(" of {n}")).unwrap_or_default();
+                    format!(
+                        "{} ({}) had issued {trips}{of} trips",
+                        step.path, step.label
+                    )
+                })
             }
-            Op::Kernel {
-                handle,
-                dims,
-                kernel,
-            } => {
-                let la: smallvec::SmallVec<[LaunchArg; 8]> = kernel
-                    .args
-                    .iter()
-                    .map(|a| match a {
-                        KernelArg::Buffer { slice, .. } => LaunchArg::Buffer {
-                            ptr: self.ptr(slice),
-                            len: slice.size,
-                        },
-                        KernelArg::Scalar(s) => LaunchArg::Scalar(*s),
-                    })
-                    .collect();
-                stream.launch(handle, *dims, &la)
+        };
+        if let Some(n) = trip_count {
+            for trip in 0..n {
+                self.check_deadline(state).map_err(issued(trip))?;
+                self.steps(body, stream, state).map_err(issued(trip))?;
             }
-            Op::While {
-                cond,
-                pred,
-                body,
-                trip_count,
-            } if self.capturing.get() => {
-                self.device_while(cond, pred, body, *trip_count, stream, state)
+            return Ok(());
+        }
+        let mut trip = 0u64;
+        loop {
+            self.check_deadline(state).map_err(issued(trip))?;
+            self.steps(cond, stream, state).map_err(issued(trip))?;
+            let b = self.read_back(pred, stream, state).map_err(issued(trip))?;
+            if b[0] == 0 {
+                return Ok(());
             }
-            Op::Conditional {
-                index,
-                index_type,
-                branches,
-            } if self.capturing.get() => {
-                self.device_conditional(index, *index_type, branches, stream, state)
-            }
-            Op::While {
-                cond,
-                pred,
-                body,
-                trip_count,
-            } => {
-                // The deadline is checked before every trip; a deadline error says how many
-                // trips were issued (of how many), for this loop and every loop around it.
-                let issued = |trips: u64| {
-                    move |e: Error| {
-                        note_deadline(e, || {
-                            let of = trip_count.map(|n| format!(" of {n}")).unwrap_or_default();
-                            format!(
-                                "{} ({}) had issued {trips}{of} trips",
-                                step.path, step.label
-                            )
-                        })
-                    }
-                };
-                if let Some(n) = trip_count {
-                    for trip in 0..*n {
-                        self.check_deadline(state).map_err(issued(trip))?;
-                        self.steps(body, stream, state).map_err(issued(trip))?;
-                    }
-                    return Ok(());
-                }
-                let mut trip = 0u64;
-                loop {
-                    self.check_deadline(state).map_err(issued(trip))?;
-                    self.steps(cond, stream, state).map_err(issued(trip))?;
-                    let b = self.read_back(pred, stream, state).map_err(issued(trip))?;
-                    if b[0] == 0 {
-                        return Ok(());
-                    }
-                    self.steps(body, stream, state).map_err(issued(trip))?;
-                    trip = trip.saturating_add(1);
-                }
-            }
-            Op::Conditional {
-                index,
-                index_type,
-                branches,
-            } => {
-                let b = self.read_back(index, stream, state)?;
-                let which = select_branch(*index_type, branches.len().saturating_sub(1), b);
-                match branches.get(which) {
-                    Some(br) => self.steps(br, stream, state),
-                    None => Ok(()),
-                }
-            }
-            Op::CustomCall(c) => super::custom_call::issue(
-                c,
-                &|s| self.ptr(s),
-                self.exe.device.as_ref(),
-                stream,
-                &step.path,
-            ),
-            Op::CommandBuffer { id, body, bindings } => {
-                let numbering = self.numbering.replace(false);
-                let r = self.command_buffer(*id, body, bindings, stream, state);
-                self.numbering.set(numbering);
-                r
-            }
+            self.steps(body, stream, state).map_err(issued(trip))?;
+            trip = trip.saturating_add(1);
+        }
+    }
+
+    /// Runs a `Conditional` from the host: the branch the index (read back) selects.
+    pub(super) fn host_conditional(
+        &self,
+        index: &Slice,
+        index_type: DType,
+        branches: &[Vec<Step>],
+        stream: &dyn Stream,
+        state: &mut ExecState,
+    ) -> Result<()> {
+        let b = self.read_back(index, stream, state)?;
+        let which = select_branch(index_type, branches.len().saturating_sub(1), b);
+        match branches.get(which) {
+            Some(br) => self.steps(br, stream, state),
+            None => Ok(()),
+        }
+    }
+
+    /// This rank and the world's size (rank 0 of 1 outside an SPMD run).
+    pub(super) fn rank_world(&self) -> (u32, u32) {
+        self.collectives
+            .map(|c| (c.rank, c.world))
+            .unwrap_or((0, 1))
+    }
+
+    /// Aborts every communicator this execution used (after a failure).
+    pub(super) fn abort_communicators(&self, reason: &str) {
+        for c in self.used.borrow().iter() {
+            c.abort(reason);
         }
     }
 

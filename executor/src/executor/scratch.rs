@@ -5,16 +5,14 @@
 //! memory) serves repeated executions without a driver allocation and the memory is shared
 //! with every other user of the pool between executions; elsewhere (and for arenas in other
 //! memory spaces) the arenas are allocated once per pooled execution state and kept with it.
-//! Which path a backend's devices take is logged once per process.
+//! Which path a backend's devices take is logged once per process. The per-execution
+//! allocation itself is the execution state's (`state.rs`).
 //!
 //! [`Capabilities::stream_ordered_alloc`]: crate::backend::Capabilities::stream_ordered_alloc
 
-use super::LoadedExecutable;
 use super::config::ExecutorConfig;
-use super::state::ExecState;
 use super::temps::TempArena;
-use crate::backend::{Buffer, Device, DevicePtr};
-use crate::error::{Error, Result};
+use crate::backend::Device;
 use crate::ir::MemorySpace;
 use parking_lot::Mutex;
 use std::collections::BTreeSet;
@@ -89,81 +87,4 @@ pub(super) fn choose(device: &dyn Device, config: &ExecutorConfig) -> ScratchPat
 /// Whether `arena` is allocated per execution, in stream order, under `path`.
 pub(super) fn is_ordered(path: ScratchPath, arena: &TempArena) -> bool {
     path == ScratchPath::StreamOrdered && arena.memory_space == MemorySpace::Device
-}
-
-/// The stream-ordered arenas of one execution, freed in the order of the first stream when
-/// dropped: by [`OrderedScratch::free`] once everything is issued (the memory goes back to
-/// the pool as the execution completes, for any user of the pool), or after the streams are
-/// drained when the execution failed.
-#[derive(Default)]
-pub(super) struct OrderedScratch {
-    arenas: Vec<Buffer>,
-}
-
-impl OrderedScratch {
-    /// Frees the arenas in the first stream's order after the work of every stream of
-    /// `state` issued so far (the other streams' ends are joined into the first through
-    /// events). On an error the arenas stay, to be dropped after the streams are drained.
-    pub(super) fn free(&mut self, state: &ExecState) -> Result<()> {
-        if self.arenas.is_empty() {
-            return Ok(());
-        }
-        if let Some(first) = state.streams.first() {
-            for (s, done) in state.streams[1..].iter().zip(&state.scratch_done) {
-                s.record(done.as_ref())?;
-                first.wait(done.as_ref())?;
-            }
-        }
-        self.arenas.clear();
-        Ok(())
-    }
-}
-
-/// Allocates the stream-ordered arenas of one execution of `exe` on `state`'s first stream,
-/// writes its temps' addresses into `table`, and makes the other streams wait for the
-/// allocation.
-pub(super) fn allocate(
-    exe: &LoadedExecutable,
-    state: &ExecState,
-    table: &mut [DevicePtr],
-) -> Result<OrderedScratch> {
-    let plan = &exe.schedule.temps;
-    let path = exe.scratch_path;
-    if !plan.arenas.iter().any(|a| is_ordered(path, a)) {
-        return Ok(OrderedScratch::default());
-    }
-    let Some(first) = state.streams.first() else {
-        return Err(Error::InvalidArgument(
-            "internal: an execution state without streams".into(),
-        ));
-    };
-    let mut arenas: Vec<Option<Buffer>> = Vec::with_capacity(plan.arenas.len());
-    for a in &plan.arenas {
-        arenas.push(if is_ordered(path, a) {
-            Some(first.allocate_ordered(a.size, a.alignment)?)
-        } else {
-            None
-        });
-    }
-    for p in &plan.placements {
-        if let Some(Some(arena)) = arenas.get(p.arena) {
-            let Some(slot) = table.get_mut(p.allocation as usize) else {
-                return Err(Error::InvalidArgument(format!(
-                    "internal: temp %{} outside the allocation table",
-                    p.allocation
-                )));
-            };
-            *slot = arena.ptr().offset(p.offset);
-        }
-    }
-    let scratch = OrderedScratch {
-        arenas: arenas.into_iter().flatten().collect(),
-    };
-    if let Some(ready) = &state.scratch_ready {
-        first.record(ready.as_ref())?;
-        for s in &state.streams[1..] {
-            s.wait(ready.as_ref())?;
-        }
-    }
-    Ok(scratch)
 }

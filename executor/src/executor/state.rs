@@ -1,14 +1,26 @@
 //! Per-execution resources (streams, events, temporaries, scratch, command-buffer
-//! recordings), pooled by the [`LoadedExecutable`] so that it can run from many threads at
-//! once.
+//! recordings), pooled by the [`LoadedExecutable`](super::LoadedExecutable) so that it can
+//! run from many threads at once, and each execution's stream-ordered temp arenas
+//! ([`OrderedScratch`], on the [`ScratchPath`] that has them).
 
-use super::LoadedExecutable;
-use super::command_buffer::Recording;
-use crate::backend::{Buffer, DevicePtr, Event, Stream};
+use super::schedule::Schedule;
+use super::scratch::{ScratchPath, is_ordered};
+use super::temps::TempPlan;
+use crate::backend::{Buffer, Device, DevicePtr, Event, Graph, Stream};
 use crate::error::{Error, Result};
 use crate::ir::MemorySpace;
 use std::collections::HashMap;
 use std::sync::Arc;
+
+/// A command buffer's recording in one pooled state.
+pub(super) struct Recording {
+    /// The addresses of the bound allocations when it was recorded.
+    pub(super) addresses: Vec<DevicePtr>,
+    /// `None` when the backend cannot record (the body then runs directly).
+    pub(super) graph: Option<Arc<dyn Graph>>,
+    /// Memory the graph refers to (trip counters of device loops).
+    pub(super) _kept: Vec<Buffer>,
+}
 
 /// Per-execution resources, pooled.
 pub(super) struct ExecState {
@@ -40,25 +52,25 @@ pub(super) struct ExecState {
 }
 
 impl ExecState {
-    /// Creates the streams, events, temporaries and scratch one execution of `exe` needs.
-    pub(super) fn new(exe: &LoadedExecutable) -> Result<Self> {
-        let streams = (0..exe.schedule.streams)
-            .map(|_| exe.device.create_stream())
+    /// Creates the streams, events, temporaries and scratch one execution of `schedule` on
+    /// `device` needs, its temp arenas on `path`.
+    pub(super) fn new(device: &dyn Device, schedule: &Schedule, path: ScratchPath) -> Result<Self> {
+        let streams = (0..schedule.streams)
+            .map(|_| device.create_stream())
             .collect::<Result<Vec<_>>>()?;
         let mut events = HashMap::new();
-        for (i, n) in exe.schedule.nodes.iter().enumerate() {
+        for (i, n) in schedule.nodes.iter().enumerate() {
             if n.record {
-                events.insert(i, exe.device.create_event()?);
+                events.insert(i, device.create_event()?);
             }
         }
-        let plan = &exe.schedule.temps;
-        let path = exe.scratch_path;
+        let plan = &schedule.temps;
         let mut arenas = Vec::with_capacity(plan.arenas.len());
         for a in &plan.arenas {
-            arenas.push(if super::scratch::is_ordered(path, a) {
+            arenas.push(if is_ordered(path, a) {
                 None
             } else {
-                Some(exe.device.allocate(a.size, a.alignment, a.memory_space)?)
+                Some(device.allocate(a.size, a.alignment, a.memory_space)?)
             });
         }
         let mut temps = vec![];
@@ -79,14 +91,13 @@ impl ExecState {
         let ordered = arenas.iter().any(Option::is_none);
         let (scratch_ready, scratch_done) = if ordered && streams.len() > 1 {
             let done = (1..streams.len())
-                .map(|_| exe.device.create_event())
+                .map(|_| device.create_event())
                 .collect::<Result<Vec<_>>>()?;
-            (Some(exe.device.create_event()?), done)
+            (Some(device.create_event()?), done)
         } else {
             (None, vec![])
         };
-        let space = if exe
-            .device
+        let space = if device
             .capabilities()
             .memory_spaces
             .contains(&MemorySpace::HostPinned)
@@ -95,7 +106,7 @@ impl ExecState {
         } else {
             MemorySpace::Device
         };
-        let scratch = exe.device.allocate(8, 8, space)?;
+        let scratch = device.allocate(8, 8, space)?;
         Ok(ExecState {
             streams,
             events,
@@ -110,4 +121,80 @@ impl ExecState {
             timing_reference: None,
         })
     }
+}
+
+/// The stream-ordered arenas of one execution, freed in the order of the first stream when
+/// dropped: by [`OrderedScratch::free`] once everything is issued (the memory goes back to
+/// the pool as the execution completes, for any user of the pool), or after the streams are
+/// drained when the execution failed.
+#[derive(Default)]
+pub(super) struct OrderedScratch {
+    arenas: Vec<Buffer>,
+}
+
+impl OrderedScratch {
+    /// Frees the arenas in the first stream's order after the work of every stream of
+    /// `state` issued so far (the other streams' ends are joined into the first through
+    /// events). On an error the arenas stay, to be dropped after the streams are drained.
+    pub(super) fn free(&mut self, state: &ExecState) -> Result<()> {
+        if self.arenas.is_empty() {
+            return Ok(());
+        }
+        if let Some(first) = state.streams.first() {
+            for (s, done) in state.streams[1..].iter().zip(&state.scratch_done) {
+                s.record(done.as_ref())?;
+                first.wait(done.as_ref())?;
+            }
+        }
+        self.arenas.clear();
+        Ok(())
+    }
+}
+
+/// Allocates the stream-ordered arenas of one execution with the temp `plan` under `path` on
+/// `state`'s first stream, writes its temps' addresses into `table`, and makes the other
+/// streams wait for the allocation.
+pub(super) fn allocate_scratch(
+    plan: &TempPlan,
+    path: ScratchPath,
+    state: &ExecState,
+    table: &mut [DevicePtr],
+) -> Result<OrderedScratch> {
+    if !plan.arenas.iter().any(|a| is_ordered(path, a)) {
+        return Ok(OrderedScratch::default());
+    }
+    let Some(first) = state.streams.first() else {
+        return Err(Error::InvalidArgument(
+            "internal: an execution state without streams".into(),
+        ));
+    };
+    let mut arenas: Vec<Option<Buffer>> = Vec::with_capacity(plan.arenas.len());
+    for a in &plan.arenas {
+        arenas.push(if is_ordered(path, a) {
+            Some(first.allocate_ordered(a.size, a.alignment)?)
+        } else {
+            None
+        });
+    }
+    for p in &plan.placements {
+        if let Some(Some(arena)) = arenas.get(p.arena) {
+            let Some(slot) = table.get_mut(p.allocation as usize) else {
+                return Err(Error::InvalidArgument(format!(
+                    "internal: temp %{} outside the allocation table",
+                    p.allocation
+                )));
+            };
+            *slot = arena.ptr().offset(p.offset);
+        }
+    }
+    let scratch = OrderedScratch {
+        arenas: arenas.into_iter().flatten().collect(),
+    };
+    if let Some(ready) = &state.scratch_ready {
+        first.record(ready.as_ref())?;
+        for s in &state.streams[1..] {
+            s.wait(ready.as_ref())?;
+        }
+    }
+    Ok(scratch)
 }
