@@ -325,7 +325,7 @@ fn not_while_capturing(s: &RocmStream, what: &str) -> Result<()> {
 
 /// What differs on a HIP stream: rocBLAS, and graphs recorded by hand (each operation
 /// captured natively or kept for plain replay), so that the plain operations go through
-/// [`submit`] and what cannot be recorded is refused while recording.
+/// `submit` and what cannot be recorded is refused while recording.
 impl StreamParts for RocmParts {
     type Vendor = Rocm;
 
