@@ -76,13 +76,13 @@ impl BaselineVendor for CudaBaselines {
     };
 
     fn stream_context(stream: &CudaStream) -> &Arc<DeviceContext> {
-        &stream.ctx
+        stream.ctx()
     }
 
     fn raw_sync(stream: &CudaStream) -> Result<()> {
         // SAFETY: the stream is live (borrowed) and its context is current on this thread.
         cu("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(stream.raw)
+            sys::cuStreamSynchronize(stream.raw())
         })
     }
 
@@ -99,7 +99,7 @@ impl BaselineVendor for CudaBaselines {
             // SAFETY: a copy of 0 bytes between live allocations on a live stream whose
             // context is current (bound by the checked synchronize).
             guarded("cuMemcpyDtoDAsync_v2", || unsafe {
-                sys::cuMemcpyDtoDAsync_v2(b, a, 0, stream.raw)
+                sys::cuMemcpyDtoDAsync_v2(b, a, 0, stream.raw())
             })
             .map(|r| first = Some(r))
         })
@@ -118,7 +118,7 @@ impl BaselineVendor for CudaBaselines {
         // SAFETY: the caller's contract (live, disjoint ranges; live stream, context
         // current); the symbol was checked present by `prepare_copy`.
         cu("cuMemcpyDtoDAsync_v2", unsafe {
-            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.raw)
+            sys::cuMemcpyDtoDAsync_v2(dst, src, bytes, stream.raw())
         })
     }
 
@@ -142,7 +142,7 @@ impl BaselineVendor for CudaBaselines {
                 d.block.y,
                 d.block.z,
                 d.shared_mem,
-                stream.raw,
+                stream.raw(),
                 params,
                 std::ptr::null_mut(),
             )
@@ -166,7 +166,7 @@ impl BaselineVendor for CudaBaselines {
         };
         // SAFETY: live handle; the stream is live and of the current context.
         cublas("cublasSetStream_v2", unsafe {
-            (me.lib.table.cublasSetStream_v2)(me.handle, stream.raw)
+            (me.lib.table.cublasSetStream_v2)(me.handle, stream.raw())
         })?;
         Ok(me)
     }

@@ -22,7 +22,6 @@ use crate::context::{CompilerSlot, DeviceContext};
 use crate::loader::{DriverLibrary, SearchConfig, guarded};
 use crate::module::StandardModule;
 use crate::result::{BACKEND, cu, cu_describe, unavailable};
-use crate::stream::CudaStream;
 use crate::sys::{self, CUdevice_attribute, CUresult};
 use crate::vendor::{Cuda, CudaEvent, MemPool, MemoryRegistry};
 use parking_lot::Mutex;
@@ -410,7 +409,7 @@ impl Device for CudaDevice {
     }
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
-        Ok(Arc::new(CudaStream::new(
+        Ok(Arc::new(crate::stream::create(
             self.ctx.clone(),
             self.memory.clone(),
             self.blas.clone(),

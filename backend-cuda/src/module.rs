@@ -448,7 +448,7 @@ fn check_signature(kernel: &CudaKernel, args: &[LaunchArg]) -> Result<()> {
 
 /// Launch arguments ready for `cuLaunchKernel`, with what to add to a launch refused with an
 /// illegal address ([`params::pointer_hint`]).
-pub(crate) struct LaunchArgs {
+pub struct LaunchArgs {
     args: KernelArgs<Cuda>,
     hint: Option<String>,
 }

@@ -42,12 +42,12 @@ impl BaselineVendor for RocmBaselines {
     };
 
     fn stream_context(stream: &RocmStream) -> &Arc<DeviceContext> {
-        &stream.ctx
+        stream.ctx()
     }
 
     fn raw_sync(stream: &RocmStream) -> Result<()> {
         // SAFETY: the stream is live (borrowed).
-        let rc = unsafe { (stream.ctx.hip.api.hipStreamSynchronize)(stream.raw) };
+        let rc = unsafe { (stream.ctx().hip.api.hipStreamSynchronize)(stream.raw()) };
         result::hip("hipStreamSynchronize", rc)
     }
 
@@ -71,7 +71,7 @@ impl BaselineVendor for RocmBaselines {
         let (a, b) = (src as usize as *mut c_void, dst as usize as *mut c_void);
         // SAFETY: the caller's contract (live, disjoint device ranges, checked device memory
         // by `prepare_copy`; live stream, device current).
-        let rc = unsafe { (stream.ctx.hip.api.hipMemcpyDtoDAsync)(b, a, bytes, stream.raw) };
+        let rc = unsafe { (stream.ctx().hip.api.hipMemcpyDtoDAsync)(b, a, bytes, stream.raw()) };
         result::hip("hipMemcpyDtoDAsync", rc)
     }
 
@@ -87,7 +87,7 @@ impl BaselineVendor for RocmBaselines {
         // stream, device current); the function belongs to a module the borrowed kernel
         // keeps loaded; HIP copies the values before returning; `extra` is null.
         let rc = unsafe {
-            (stream.ctx.hip.api.hipModuleLaunchKernel)(
+            (stream.ctx().hip.api.hipModuleLaunchKernel)(
                 kernel.func,
                 g.x,
                 g.y,
@@ -96,7 +96,7 @@ impl BaselineVendor for RocmBaselines {
                 b.y,
                 b.z,
                 dims.shared_mem,
-                stream.raw,
+                stream.raw(),
                 params,
                 std::ptr::null_mut(),
             )
@@ -110,7 +110,7 @@ impl BaselineVendor for RocmBaselines {
 
     /// A handle of its own, as the backend makes its handles (host pointer mode).
     fn blas_handle(lib: &Arc<BlasLibrary>, stream: &RocmStream) -> Result<BlasHandle> {
-        BlasHandle::new(lib.clone(), &stream.ctx, stream.raw)
+        BlasHandle::new(lib.clone(), stream.ctx(), stream.raw())
     }
 
     /// The backend's own plan of the checked gemm (dtype mapping, the row-major to

@@ -465,7 +465,7 @@ impl Device for RocmDevice {
     }
 
     fn create_stream(&self) -> Result<Arc<dyn Stream>> {
-        let s = Arc::new(RocmStream::new(
+        let s = Arc::new(crate::stream::create(
             self.ctx.clone(),
             self.memory.clone(),
             self.blas.clone(),

@@ -15,6 +15,11 @@
 //! - [`pool`]: the device's memory pool for stream-ordered allocation, over
 //!   [`pool::PoolVendor`];
 //! - [`stream`]: the raw stream handle that streams and stream-ordered allocations share;
+//! - [`stream_base`]: what every vendor's stream holds (context, raw stream, memory registry,
+//!   pool) and the copies, memsets, launches, event waits and stream-ordered allocation
+//!   written once over [`stream_base::StreamVendor`];
+//! - [`gpu_stream`]: the one `Stream` implementation, [`gpu_stream::GpuStream`]: the base and a
+//!   vendor's own parts ([`gpu_stream::StreamParts`]: BLAS, capture, conditional nodes);
 //! - [`event`]: events (timing, waits, queries);
 //! - [`image`]: the source-stamp check of device-code images;
 //! - [`args`]: kernel-argument marshalling (8-byte slots, checked buffer regions);
@@ -30,11 +35,13 @@ pub mod bench;
 pub mod elf;
 pub mod errors;
 pub mod event;
+pub mod gpu_stream;
 pub mod image;
 pub mod memory;
 pub mod msgpack;
 pub mod pool;
 pub mod stream;
+pub mod stream_base;
 pub mod vendor;
 
 pub use vendor::Vendor;
