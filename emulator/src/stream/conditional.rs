@@ -305,7 +305,7 @@ pub fn same_shape(a: &Node, b: &Node) -> Result<(), String> {
                 return Err(format!("node {j} of body {i} changed type"));
             }
             match (&p.work, &q.work) {
-                (Work::Kernel(k), Work::Kernel(l)) if k.name != l.name => {
+                (Work::Kernel(k), Work::Kernel(l)) if k.name() != l.name() => {
                     return Err(format!("node {j} of body {i} runs another kernel"));
                 }
                 (Work::Conditional(m), Work::Conditional(n)) => same_shape(m, n)?,

@@ -67,11 +67,11 @@ pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<us
             return Err((3, Some(i), format!("node {i} changed type")));
         }
         if let (Work::Kernel(x), Work::Kernel(y)) = (&a.work, &b.work) {
-            if x.name != y.name {
+            if x.name() != y.name() {
                 return Err((
                     4,
                     Some(i),
-                    format!("node {i} runs `{}` instead of `{}`", y.name, x.name),
+                    format!("node {i} runs `{}` instead of `{}`", y.name(), x.name()),
                 ));
             }
         }

@@ -51,12 +51,12 @@ pub use event::{
 };
 pub use exec::EXEC;
 pub use graph::{ExecCore, GraphCore, instantiate, launch_graph, node_handle, update_exec};
-pub use op::{HostFn, HostWork, Op, Work};
+pub use op::{HostFn, HostWork, Kernel, Op, Work};
 pub use queue::{
     StreamCore, StreamKind, create_stream, destroy_stream, legacy_barrier, query_stream, submit,
     synchronize_stream,
 };
-pub use teardown::{destroy_context_objects, report_context_leaks};
+pub use teardown::{context_objects, destroy_context_objects};
 
 use crate::context::Ctx;
 use crate::diag::Kind;

@@ -3,7 +3,6 @@
 
 use super::{EXEC, EventCore, StreamCore};
 use crate::error::{Code, EmuResult};
-use crate::launch::Launch;
 use std::ffi::c_void;
 use std::sync::Arc;
 
@@ -12,6 +11,15 @@ pub type HostFn = unsafe extern "C" fn(*mut c_void);
 
 /// A generic operation run by a worker (collectives use it).
 pub type HostWork = Arc<dyn Fn(&str) -> EmuResult<()> + Send + Sync>;
+
+/// A kernel launch ready to run (the launch module's `Launch`, decoded and checked when it
+/// was queued): what an operation needs of it.
+pub trait Kernel: Send + Sync {
+    /// The kernel's name (an exec update compares them).
+    fn name(&self) -> &str;
+    /// Runs the kernel, re-checking its buffers, under the execution lock.
+    fn execute(&self) -> EmuResult<()>;
+}
 
 /// What an operation does.
 #[derive(Clone)]
@@ -37,7 +45,7 @@ pub enum Work {
         value: u32,
         count: usize,
     },
-    Kernel(Arc<Launch>),
+    Kernel(Arc<dyn Kernel>),
     Gemm(Arc<crate::gemm::GemmOp>),
     /// Waits until `target` has run up to `seq` (releasing it in strict mode).
     Wait {
