@@ -12,8 +12,9 @@ pub use crate::api::{Api, device_count};
 use crate::diag::{self, Kind};
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
-use crate::stream::{StreamCore, StreamKind};
+use crate::stream::{Owner, StreamCore, StreamKind};
 use parking_lot::Mutex;
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -68,7 +69,7 @@ impl Ctx {
     pub fn create(api: Api, device: i32, call: &str) -> EmuResult<(usize, Arc<Ctx>)> {
         install_exit_hook();
         let id = NEXT_CTX.fetch_add(1, Ordering::SeqCst);
-        let legacy = StreamCore::spawn(id, StreamKind::Legacy, Weak::new(), call)?;
+        let legacy = StreamCore::spawn(id, StreamKind::Legacy, Weak::<Ctx>::new(), call)?;
         let ctx = Arc::new(Ctx {
             id,
             api,
@@ -80,7 +81,9 @@ impl Ctx {
             sticky: Mutex::new(None),
             destroyed: AtomicBool::new(false),
         });
-        ctx.legacy.set_ctx(Arc::downgrade(&ctx));
+        let weak = Arc::downgrade(&ctx);
+        let owner: Weak<dyn Owner> = weak;
+        ctx.legacy.set_owner(owner);
         let h = CONTEXTS.insert(ctx.clone());
         Ok((h, ctx))
     }
@@ -193,6 +196,42 @@ impl Ctx {
         }
         self.legacy.shutdown();
         let _ = CONTEXTS.remove(handle, call);
+    }
+}
+
+/// The context a stream belongs to, while it lives.
+pub fn of_stream(s: &StreamCore) -> Option<Arc<Ctx>> {
+    s.owner()?.into_any().downcast::<Ctx>().ok()
+}
+
+/// What the streams of a context see of it.
+impl Owner for Ctx {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn legacy(&self) -> &Arc<StreamCore> {
+        &self.legacy
+    }
+
+    fn user_streams(&self) -> Vec<Arc<StreamCore>> {
+        Ctx::user_streams(self)
+    }
+
+    fn add_stream(&self, s: &Arc<StreamCore>) {
+        self.streams.lock().push(Arc::downgrade(s));
+    }
+
+    fn set_sticky(&self, e: &EmuError) {
+        Ctx::set_sticky(self, e)
+    }
+
+    fn sticky_error(&self) -> EmuResult<()> {
+        Ctx::sticky_error(self)
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
     }
 }
 

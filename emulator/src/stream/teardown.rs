@@ -1,7 +1,10 @@
 //! Context teardown of the stream machinery: counting and destroying the streams, events,
 //! graphs and executable graphs a destroyed context still owns.
 
-use super::{EVENTS, EXECS, GRAPHS, STREAMS, destroy_stream};
+use super::event::EVENTS;
+use super::graph::EXECS;
+use super::graph_table::GRAPHS;
+use super::queue::{STREAMS, destroy_stream};
 
 /// How many streams, events, graphs and executable graphs context `ctx` still owns, with the
 /// leak report's name of each kind.
