@@ -4,7 +4,7 @@
 //! (`cublasSgemm_v2`, `rocblas_dgemm`, …), which have the same signature in both libraries.
 //! The math is [`crate::gemm`].
 
-use crate::context::Ctx;
+use crate::context::{Ctx, Owned};
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult, invalid};
 use crate::gemm::{Elt, GemmDesc, GemmOp, Operand, Scal};
@@ -28,6 +28,12 @@ pub struct BlasHandle {
 }
 
 pub fn create_handle(ctx: Arc<Ctx>) -> usize {
+    ctx.owns(Owned {
+        kind: HandleKind::Blas,
+        what: "BLAS handle(s)",
+        count: |c| BLAS_HANDLES.handles_where(|b| b.ctx_id == c).len(),
+        destroy: destroy_context_handles,
+    });
     BLAS_HANDLES.insert(Arc::new(BlasHandle {
         ctx_id: ctx.id,
         ctx,
@@ -35,6 +41,13 @@ pub fn create_handle(ctx: Arc<Ctx>) -> usize {
         pointer_mode: AtomicU32::new(0),
         math_mode: AtomicU32::new(0),
     }))
+}
+
+/// Destroys every BLAS handle of context `ctx` (when it is destroyed).
+fn destroy_context_handles(ctx: u64) {
+    for h in BLAS_HANDLES.handles_where(|b| b.ctx_id == ctx) {
+        let _ = BLAS_HANDLES.remove(h, "context destruction");
+    }
 }
 
 /// Resolves the stream a BLAS handle queues on and queues `op` there.

@@ -12,8 +12,9 @@ pub use crate::api::{Api, device_count};
 use crate::diag::{self, Kind};
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
-use crate::stream::{StreamCore, StreamKind};
+use crate::stream::{Owner, StreamCore, StreamKind};
 use parking_lot::Mutex;
+use std::any::Any;
 use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -36,10 +37,27 @@ pub struct Ctx {
     /// a module that keeps per-context state registers its release when it first makes some,
     /// so this module names none of them.
     cleanups: Mutex<Vec<(&'static str, Release)>>,
+    /// The kinds of handle-named objects of other modules this context may own ([`Ctx::owns`]).
+    owned: Mutex<Vec<Owned>>,
 }
 
 /// A release of per-context state: called with the context's id and the destroying call.
 pub type Release = fn(u64, &str);
+
+/// A kind of handle-named object that a module above this one makes in a context (modules,
+/// BLAS handles): that module registers it ([`Ctx::owns`]) when it makes the first one, so
+/// that destroying the context reports and destroys what is left without naming the module.
+#[derive(Clone, Copy)]
+pub struct Owned {
+    /// The objects' handle kind: kinds are reported and destroyed in the order of their tags.
+    pub kind: HandleKind,
+    /// How the leak report counts them (`"module(s)"`).
+    pub what: &'static str,
+    /// How many objects of this kind the context with this id still owns.
+    pub count: fn(u64) -> usize,
+    /// Destroys them (their handles become "destroyed").
+    pub destroy: fn(u64),
+}
 
 static NEXT_CTX: AtomicU64 = AtomicU64::new(1);
 
@@ -51,7 +69,7 @@ impl Ctx {
     pub fn create(api: Api, device: i32, call: &str) -> EmuResult<(usize, Arc<Ctx>)> {
         install_exit_hook();
         let id = NEXT_CTX.fetch_add(1, Ordering::SeqCst);
-        let legacy = StreamCore::spawn(id, StreamKind::Legacy, Weak::new(), call)?;
+        let legacy = StreamCore::spawn(id, StreamKind::Legacy, Weak::<Ctx>::new(), call)?;
         let ctx = Arc::new(Ctx {
             id,
             api,
@@ -59,10 +77,13 @@ impl Ctx {
             legacy,
             streams: Mutex::new(Vec::new()),
             cleanups: Mutex::new(Vec::new()),
+            owned: Mutex::new(Vec::new()),
             sticky: Mutex::new(None),
             destroyed: AtomicBool::new(false),
         });
-        ctx.legacy.set_ctx(Arc::downgrade(&ctx));
+        let weak = Arc::downgrade(&ctx);
+        let owner: Weak<dyn Owner> = weak;
+        ctx.legacy.set_owner(owner);
         let h = CONTEXTS.insert(ctx.clone());
         Ok((h, ctx))
     }
@@ -130,6 +151,16 @@ impl Ctx {
         }
     }
 
+    /// Registers a kind of object this context may own (once per kind), reported as a leak
+    /// and destroyed with the context after its streams, events and graphs.
+    pub fn owns(&self, owned: Owned) {
+        let mut g = self.owned.lock();
+        if !g.iter().any(|o| o.kind == owned.kind) {
+            g.push(owned);
+            g.sort_by_key(|o| o.kind as usize);
+        }
+    }
+
     /// Destroys the context: waits for its work, reports and frees what it still owns.
     pub fn destroy(self: &Arc<Ctx>, handle: usize, call: &str) {
         if self.destroyed.swap(true, Ordering::SeqCst) {
@@ -143,11 +174,17 @@ impl Ctx {
             self.device,
             handle
         );
+        let owned = self.owned.lock().clone();
         if cfg.leak_check {
             report_leaks(Some(self.id), call, &format!("when {what} was destroyed"));
-            crate::stream::report_context_leaks(self.id, call, &what);
+            let mut counts = crate::stream::context_objects(self.id).to_vec();
+            counts.extend(owned.iter().map(|o| ((o.count)(self.id), o.what)));
+            report_objects(&counts, call, &what);
         }
         crate::stream::destroy_context_objects(self.id);
+        for o in &owned {
+            (o.destroy)(self.id);
+        }
         crate::memory::release_context(self.id, call);
         // Per-context state of other modules (memory pools: `pool::release_context`).
         let cleanups = self.cleanups.lock().clone();
@@ -159,6 +196,58 @@ impl Ctx {
         }
         self.legacy.shutdown();
         let _ = CONTEXTS.remove(handle, call);
+    }
+}
+
+/// The context a stream belongs to, while it lives.
+pub fn of_stream(s: &StreamCore) -> Option<Arc<Ctx>> {
+    s.owner()?.into_any().downcast::<Ctx>().ok()
+}
+
+/// What the streams of a context see of it.
+impl Owner for Ctx {
+    fn id(&self) -> u64 {
+        self.id
+    }
+
+    fn legacy(&self) -> &Arc<StreamCore> {
+        &self.legacy
+    }
+
+    fn user_streams(&self) -> Vec<Arc<StreamCore>> {
+        Ctx::user_streams(self)
+    }
+
+    fn add_stream(&self, s: &Arc<StreamCore>) {
+        self.streams.lock().push(Arc::downgrade(s));
+    }
+
+    fn set_sticky(&self, e: &EmuError) {
+        Ctx::set_sticky(self, e)
+    }
+
+    fn sticky_error(&self) -> EmuResult<()> {
+        Ctx::sticky_error(self)
+    }
+
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync> {
+        self
+    }
+}
+
+/// Reports the objects a destroyed context still owns (`(count, kind)`, in order) as one leak.
+fn report_objects(counts: &[(usize, &str)], call: &str, what: &str) {
+    let leaked: Vec<String> = counts
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, kind)| format!("{n} {kind}"))
+        .collect();
+    if !leaked.is_empty() {
+        diag::record(
+            Kind::Leak,
+            call,
+            format!("{} still live when {what} was destroyed", leaked.join(", ")),
+        );
     }
 }
 

@@ -162,9 +162,9 @@ pub fn copy_async(
         return Ok(());
     }
     // To pageable memory (or host to host): complete on return, after the stream's work.
-    match (stream.kind, stream.ctx()) {
+    match (stream.kind, stream.owner()) {
         (crate::stream::StreamKind::Legacy, Some(ctx)) => {
-            crate::stream::legacy_barrier(&ctx, call)?
+            crate::stream::legacy_barrier(&*ctx, call)?
         }
         _ => stream.wait_all()?,
     }

@@ -158,8 +158,8 @@ pub fn memset<D: Driver>(
     };
     copy::memset(&st, dst, width, v, n, call)?;
     if s.is_none() && D::sync_memset_completes(dst) {
-        if let Some(c) = st.ctx() {
-            stream::legacy_barrier(&c, call)?;
+        if let Some(c) = st.owner() {
+            stream::legacy_barrier(&*c, call)?;
         }
     }
     Ok(())

@@ -29,7 +29,7 @@
 //!   context), and aligned to its element type (AMD hardware tolerates some misaligned
 //!   accesses; the portable contract does not, and CUDA faults: both APIs refuse them).
 
-use crate::context::{Api, Ctx};
+use crate::context::{Api, Ctx, Owned};
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
 use crate::handles::{HandleKind, Table};
@@ -177,6 +177,12 @@ pub unsafe fn load_module(ctx: &Arc<Ctx>, image: *const c_void, call: &str) -> E
     let img = unsafe { crate::image::read_raw(image.cast()) }
         .map_err(|e| EmuError::new(Code::InvalidImage, Kind::InvalidValue, call, e))?;
     let what = check_target(&img, ctx, call)?;
+    ctx.owns(Owned {
+        kind: HandleKind::Module,
+        what: "module(s)",
+        count: |c| MODULES.handles_where(|m| m.ctx_id == c).len(),
+        destroy: destroy_context_modules,
+    });
     Ok(MODULES.insert(Arc::new(ModuleCore {
         ctx_id: ctx.id,
         what,
@@ -197,6 +203,7 @@ pub fn unload_module(handle: usize, call: &str) -> EmuResult<()> {
     Ok(())
 }
 
+/// Unloads every module of context `ctx` (when it is destroyed).
 pub fn destroy_context_modules(ctx: u64) {
     for h in MODULES.handles_where(|m| m.ctx_id == ctx) {
         let _ = unload_module(h, "context destruction");
@@ -813,6 +820,16 @@ impl Launch {
                 format!("the kernel failed on the CPU: {e}"),
             )
         })
+    }
+}
+
+impl crate::stream::Kernel for Launch {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn execute(&self) -> EmuResult<()> {
+        Launch::execute(self)
     }
 }
 

@@ -566,7 +566,7 @@ pub unsafe fn allocate_into<D: Driver, T>(
         return Err(invalid(call, "the pointer to write the address to is null"));
     }
     let st = D::stream(s, call)?;
-    let Some(c) = st.ctx() else {
+    let Some(c) = crate::context::of_stream(&st) else {
         return Err(EmuError::new(
             Code::InvalidContext,
             Kind::InvalidState,

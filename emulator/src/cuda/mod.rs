@@ -98,7 +98,7 @@ impl Driver for Cuda {
 }
 
 fn ctx_of_stream(s: &StreamCore, call: &str) -> EmuResult<Arc<Ctx>> {
-    s.ctx().ok_or_else(|| {
+    crate::context::of_stream(s).ok_or_else(|| {
         EmuError::new(
             Code::InvalidContext,
             Kind::InvalidState,

@@ -22,75 +22,34 @@
 //!
 //! A WHILE loop stops the launch with an error after [`MAX_TRIPS`] trips (a hang in CI is
 //! worse than a diagnosed runaway loop).
+//!
+//! This file makes conditions and conditional nodes, freezes and compares them. The nodes
+//! themselves and what they do when a graph runs are operations (`op`), the condition table
+//! is `condition`, destroying a graph with its nested bodies is `graph_table`.
 
-use super::{GRAPHS, GraphCore, Op, Work, capture_into, node_handle};
-use crate::diag::Kind;
-use crate::error::{Code, EmuError, EmuResult, invalid, unsupported};
+pub use super::condition::Condition;
+pub use super::graph::{freeze, same_shape};
+pub use super::graph_table::{destroy_graph_tree, discard_capture};
+pub use super::op::{
+    Body, COND_IF, COND_SWITCH, COND_WHILE, MAX_TRIPS, NODE_TYPE, Node, run_graph, set,
+};
+
+use super::condition::{CONDITIONS, condition};
+use super::graph_table::{GRAPHS, tree};
+use super::op::{GraphCore, Op, Work, node_handle};
+use super::record::capture_into;
+use crate::error::{EmuResult, invalid, unsupported};
 use parking_lot::Mutex;
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-/// `CU_GRAPH_NODE_TYPE_CONDITIONAL`.
-pub const NODE_TYPE: u32 = 13;
-/// `CU_GRAPH_COND_TYPE_IF`, `…_WHILE`, `…_SWITCH`.
-pub const COND_IF: u32 = 0;
-pub const COND_WHILE: u32 = 1;
-pub const COND_SWITCH: u32 = 2;
 /// `CU_GRAPH_COND_ASSIGN_DEFAULT`.
 pub const ASSIGN_DEFAULT: u32 = 1;
 /// The most bodies of one SWITCH node.
 pub const MAX_BODIES: u32 = 1024;
-/// The most trips of one WHILE node in one launch.
-pub const MAX_TRIPS: u64 = 1 << 26;
 
-/// A condition handle's state.
-pub struct Condition {
-    pub ctx_id: u64,
-    /// The graph it was created for.
-    pub graph: usize,
-    pub default: u32,
-    pub assign_default: bool,
-    /// The node using it (one at most).
-    used_by: Mutex<Option<usize>>,
-}
-
-static CONDITIONS: Mutex<Option<HashMap<u64, Arc<Condition>>>> = Mutex::new(None);
 static NEXT_CONDITION: AtomicU64 = AtomicU64::new(1);
-
-/// A body graph: live while the graph holding the node is being built, frozen in an
-/// executable graph.
-pub enum Body {
-    Live(Arc<GraphCore>),
-    Frozen(Arc<Vec<Op>>),
-}
-
-/// A conditional node.
-pub struct Node {
-    pub handle: u64,
-    /// `COND_IF`, `COND_WHILE` or `COND_SWITCH`.
-    pub kind: u32,
-    pub bodies: Vec<Body>,
-    /// The body graphs' handles: the CUDA-owned array `phGraph_out` points to (empty once
-    /// frozen).
-    body_handles: Box<[usize]>,
-}
-
-fn condition(handle: u64, call: &str) -> EmuResult<Arc<Condition>> {
-    CONDITIONS
-        .lock()
-        .as_ref()
-        .and_then(|m| m.get(&handle).cloned())
-        .ok_or_else(|| {
-            EmuError::new(
-                Code::InvalidValue,
-                Kind::InvalidHandle,
-                call,
-                format!("{handle:#x} is not a live conditional handle"),
-            )
-        })
-}
 
 /// Checks that the context handle `ctx` (a `CUcontext`, not null) is the graph's.
 fn check_ctx(ctx: usize, g: &GraphCore, call: &str) -> EmuResult<()> {
@@ -251,88 +210,6 @@ pub fn add_node(
     Ok(node)
 }
 
-/// A copy of `nodes` with every conditional node's bodies frozen as they are now.
-pub fn freeze(nodes: &[Op]) -> Vec<Op> {
-    nodes
-        .iter()
-        .map(|op| match &op.work {
-            Work::Conditional(n) => Op {
-                work: Work::Conditional(Arc::new(Node {
-                    handle: n.handle,
-                    kind: n.kind,
-                    bodies: n
-                        .bodies
-                        .iter()
-                        .map(|b| match b {
-                            Body::Live(g) => Body::Frozen(Arc::new(freeze(&g.nodes.lock()))),
-                            Body::Frozen(f) => Body::Frozen(f.clone()),
-                        })
-                        .collect(),
-                    body_handles: Box::new([]),
-                })),
-                call: op.call.clone(),
-            },
-            _ => op.clone(),
-        })
-        .collect()
-}
-
-fn frozen(b: &Body) -> &[Op] {
-    match b {
-        Body::Frozen(f) => f,
-        // Executable graphs hold frozen bodies only.
-        Body::Live(_) => &[],
-    }
-}
-
-/// Whether two frozen conditional nodes have the same kind and body shapes (node counts,
-/// node types, kernels), for an exec update.
-pub fn same_shape(a: &Node, b: &Node) -> Result<(), String> {
-    if a.kind != b.kind || a.bodies.len() != b.bodies.len() {
-        return Err("the conditional node changed type or body count".into());
-    }
-    for (i, (x, y)) in a.bodies.iter().zip(&b.bodies).enumerate() {
-        let (x, y) = (frozen(x), frozen(y));
-        if x.len() != y.len() {
-            return Err(format!(
-                "body {i} has {} nodes instead of {}",
-                y.len(),
-                x.len()
-            ));
-        }
-        for (j, (p, q)) in x.iter().zip(y).enumerate() {
-            if p.work.node_type() != q.work.node_type() {
-                return Err(format!("node {j} of body {i} changed type"));
-            }
-            match (&p.work, &q.work) {
-                (Work::Kernel(k), Work::Kernel(l)) if k.name != l.name => {
-                    return Err(format!("node {j} of body {i} runs another kernel"));
-                }
-                (Work::Conditional(m), Work::Conditional(n)) => same_shape(m, n)?,
-                _ => {}
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Every graph of the tree rooted at `graph` (it and the bodies nested in it).
-fn tree(graph: usize) -> Vec<usize> {
-    let mut out = vec![graph];
-    let mut i = 0;
-    while i < out.len() {
-        if let Some(g) = GRAPHS.try_get(out[i]) {
-            for op in g.nodes.lock().iter() {
-                if let Work::Conditional(n) = &op.work {
-                    out.extend(n.body_handles.iter().copied());
-                }
-            }
-        }
-        i += 1;
-    }
-    out
-}
-
 /// Checks before instantiating `graph`: every condition created for a graph of its tree is
 /// used by a node.
 pub fn check_instantiable(graph: usize, call: &str) -> EmuResult<()> {
@@ -356,32 +233,6 @@ pub fn check_instantiable(graph: usize, call: &str) -> EmuResult<()> {
     Ok(())
 }
 
-/// Destroys `graph`, the bodies nested in it and the conditions created for them.
-pub fn destroy_graph_tree(graph: usize, call: &str) {
-    let graphs = tree(graph);
-    for h in &graphs {
-        let _ = GRAPHS.remove(*h, call);
-    }
-    if let Some(m) = CONDITIONS.lock().as_mut() {
-        m.retain(|_, c| !graphs.contains(&c.graph));
-    }
-}
-
-/// Destroys what the nodes of an abandoned capture hold (their body graphs), and the
-/// capture's own graph unless it recorded into an existing one (`own_graph`).
-pub fn discard_capture(graph: usize, own_graph: bool, nodes: &[Op], call: &str) {
-    for op in nodes {
-        if let Work::Conditional(n) = &op.work {
-            for b in n.body_handles.iter() {
-                destroy_graph_tree(*b, call);
-            }
-        }
-    }
-    if own_graph {
-        destroy_graph_tree(graph, call);
-    }
-}
-
 /// `cuGraphDestroy`: a body graph cannot be destroyed on its own.
 pub fn destroy_graph(graph: usize, call: &str) -> EmuResult<()> {
     let g = GRAPHS.get(graph, call)?;
@@ -396,130 +247,4 @@ pub fn destroy_graph(graph: usize, call: &str) -> EmuResult<()> {
     }
     destroy_graph_tree(graph, call);
     Ok(())
-}
-
-thread_local! {
-    /// The conditions of the graph launches running on this thread (innermost last): value
-    /// by handle, `None` while unset.
-    static LAUNCHES: RefCell<Vec<HashMap<u64, Option<u32>>>> = const { RefCell::new(Vec::new()) };
-}
-
-fn collect(nodes: &[Op], out: &mut HashMap<u64, Option<u32>>) {
-    for op in nodes {
-        if let Work::Conditional(n) = &op.work {
-            let value = CONDITIONS
-                .lock()
-                .as_ref()
-                .and_then(|m| m.get(&n.handle).cloned())
-                .and_then(|c| c.assign_default.then_some(c.default));
-            out.insert(n.handle, value);
-            for b in &n.bodies {
-                collect(frozen(b), out);
-            }
-        }
-    }
-}
-
-/// Runs an executable graph's nodes: a launch with its own condition values.
-pub fn run_graph(nodes: &[Op], _call: &str) -> EmuResult<()> {
-    let mut conds = HashMap::new();
-    collect(nodes, &mut conds);
-    if conds.is_empty() {
-        return run_all(nodes);
-    }
-    LAUNCHES.with(|l| l.borrow_mut().push(conds));
-    let r = run_all(nodes);
-    LAUNCHES.with(|l| l.borrow_mut().pop());
-    r
-}
-
-fn run_all(nodes: &[Op]) -> EmuResult<()> {
-    for n in nodes {
-        n.run()?;
-    }
-    Ok(())
-}
-
-fn value(handle: u64, call: &str) -> EmuResult<u32> {
-    let v = LAUNCHES.with(|l| l.borrow().last().and_then(|m| m.get(&handle).copied()));
-    match v {
-        Some(Some(v)) => Ok(v),
-        _ => Err(EmuError::new(
-            Code::LaunchFailed,
-            Kind::InvalidState,
-            call,
-            format!(
-                "a conditional node read condition {handle:#x}, which has no default value \
-                 and was not set in this launch"
-            ),
-        )),
-    }
-}
-
-/// `cudaGraphSetConditional(handle, value)` from a kernel running on this thread: the
-/// condition must be one of the graph launch that runs the kernel.
-pub fn set(handle: u64, v: u32) -> Result<(), String> {
-    LAUNCHES.with(|l| {
-        let mut l = l.borrow_mut();
-        let Some(top) = l.last_mut() else {
-            return Err(format!(
-                "cudaGraphSetConditional({handle:#x}) from a kernel that is not part of a graph \
-                 launch with conditional nodes"
-            ));
-        };
-        match top.get_mut(&handle) {
-            Some(slot) => {
-                *slot = Some(v);
-                Ok(())
-            }
-            None => Err(format!(
-                "cudaGraphSetConditional({handle:#x}): not a condition of a conditional node of \
-                 the graph launch running the kernel"
-            )),
-        }
-    })
-}
-
-impl Node {
-    /// Runs the node in the current launch.
-    pub fn run(&self, call: &str) -> EmuResult<()> {
-        match self.kind {
-            COND_IF => {
-                let v = value(self.handle, call)?;
-                if v != 0 {
-                    run_all(frozen(&self.bodies[0]))
-                } else if let Some(b) = self.bodies.get(1) {
-                    run_all(frozen(b))
-                } else {
-                    Ok(())
-                }
-            }
-            COND_WHILE => {
-                let mut trips = 0u64;
-                while value(self.handle, call)? != 0 {
-                    trips += 1;
-                    if trips > MAX_TRIPS {
-                        return Err(EmuError::new(
-                            Code::LaunchFailed,
-                            Kind::InvalidState,
-                            call,
-                            format!(
-                                "a WHILE node ran {MAX_TRIPS} trips without its condition \
-                                 becoming 0 (a runaway loop; the emulator stops it)"
-                            ),
-                        ));
-                    }
-                    run_all(frozen(&self.bodies[0]))?;
-                }
-                Ok(())
-            }
-            _ => {
-                let v = value(self.handle, call)? as usize;
-                match self.bodies.get(v) {
-                    Some(b) => run_all(frozen(b)),
-                    None => Ok(()),
-                }
-            }
-        }
-    }
 }

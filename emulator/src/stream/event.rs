@@ -1,13 +1,17 @@
 //! Events: recording on a stream (or into a capture), synchronizing, querying, cross-stream
 //! waits (which also fork a capture onto another stream), elapsed time.
 
-use super::{Capture, EVENTS, Op, StreamCore, Work, submit};
-use crate::context::Ctx;
+use super::op::{Op, Stampable, Work};
+use super::queue::{Owner, StreamCore, submit};
+use super::record::Capture;
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
+use crate::handles::{HandleKind, Table};
 use parking_lot::Mutex;
 use std::sync::Arc;
 use std::time::Instant;
+
+pub static EVENTS: Table<EventCore> = Table::new(HandleKind::Event);
 
 /// `CU_EVENT_DISABLE_TIMING` / `hipEventDisableTiming`.
 pub const EVENT_DISABLE_TIMING: u32 = 2;
@@ -27,9 +31,8 @@ pub struct EventCore {
     state: Mutex<EventState>,
 }
 
-impl EventCore {
-    /// Marks the event's time, if `generation` is still its latest record.
-    pub(super) fn stamp(&self, generation: u64) {
+impl Stampable for EventCore {
+    fn stamp(&self, generation: u64) {
         let mut s = self.state.lock();
         if s.generation == generation {
             s.time = Some(Instant::now());
@@ -37,9 +40,9 @@ impl EventCore {
     }
 }
 
-pub fn create_event(ctx: &Ctx, flags: u32) -> usize {
+pub fn create_event(ctx: &dyn Owner, flags: u32) -> usize {
     EVENTS.insert(Arc::new(EventCore {
-        ctx_id: ctx.id,
+        ctx_id: ctx.id(),
         flags,
         state: Mutex::new(EventState {
             rec: None,
@@ -147,7 +150,7 @@ pub fn wait_event(s: &Arc<StreamCore>, e: &Arc<EventCore>, call: &str) -> EmuRes
                     return Err(captured_event_error(call));
                 }
                 // Fork: the stream joins the capture.
-                c.join(s);
+                c.join(s.capture_slot());
                 s.set_capture(Some(c));
                 return Ok(());
             }

@@ -1,31 +1,15 @@
-//! Graphs and executable graphs: instantiation, replay on a stream, and exec-update checks.
+//! Executable graphs: instantiation (which freezes conditional nodes' bodies), replay on a
+//! stream, and exec-update checks (conditional nodes must keep their shape). A graph itself
+//! is a list of operations, [`super::op::GraphCore`].
 
-use super::{EXECS, Op, StreamCore, Work, submit};
+use super::op::{Body, GraphCore, Node, Op, Work, frozen};
+use super::queue::{StreamCore, submit};
 use crate::error::EmuResult;
-use crate::handles::HandleKind;
+use crate::handles::{HandleKind, Table};
 use parking_lot::Mutex;
 use std::sync::Arc;
 
-/// A captured (or empty) graph. Its nodes grow while a capture records into it, or when a
-/// conditional node is added to it (see [`super::conditional`]).
-pub struct GraphCore {
-    pub ctx_id: u64,
-    pub nodes: Mutex<Vec<Op>>,
-    /// For the body graph of a conditional node: the graph holding that node (body graphs
-    /// belong to their node: they cannot be destroyed or instantiated on their own).
-    pub parent: Option<usize>,
-}
-
-impl GraphCore {
-    /// An empty graph of context `ctx_id`.
-    pub fn new(ctx_id: u64, parent: Option<usize>) -> GraphCore {
-        GraphCore {
-            ctx_id,
-            nodes: Mutex::new(Vec::new()),
-            parent,
-        }
-    }
-}
+pub static EXECS: Table<ExecCore> = Table::new(HandleKind::GraphExec);
 
 /// An instantiated graph (its nodes can be replaced by an update).
 pub struct ExecCore {
@@ -33,16 +17,11 @@ pub struct ExecCore {
     pub nodes: Mutex<Arc<Vec<Op>>>,
 }
 
-/// The handle of node `i` of the graph `graph`.
-pub fn node_handle(graph: usize, i: usize) -> usize {
-    ((HandleKind::GraphNode as usize) << 48) | (((graph >> 4) & 0xff_ffff) << 24) | ((i + 1) << 4)
-}
-
 /// `cuGraphInstantiate`.
 pub fn instantiate(g: &GraphCore) -> usize {
     EXECS.insert(Arc::new(ExecCore {
         ctx_id: g.ctx_id,
-        nodes: Mutex::new(Arc::new(super::conditional::freeze(&g.nodes.lock()))),
+        nodes: Mutex::new(Arc::new(freeze(&g.nodes.lock()))),
     }))
 }
 
@@ -50,7 +29,7 @@ pub fn instantiate(g: &GraphCore) -> usize {
 /// index of the node, message)`.
 pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<usize>, String)> {
     let mut cur = exec.nodes.lock();
-    let new = super::conditional::freeze(&g.nodes.lock());
+    let new = freeze(&g.nodes.lock());
     if cur.len() != new.len() {
         return Err((
             2,
@@ -67,20 +46,76 @@ pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<us
             return Err((3, Some(i), format!("node {i} changed type")));
         }
         if let (Work::Kernel(x), Work::Kernel(y)) = (&a.work, &b.work) {
-            if x.name != y.name {
+            if x.name() != y.name() {
                 return Err((
                     4,
                     Some(i),
-                    format!("node {i} runs `{}` instead of `{}`", y.name, x.name),
+                    format!("node {i} runs `{}` instead of `{}`", y.name(), x.name()),
                 ));
             }
         }
         if let (Work::Conditional(x), Work::Conditional(y)) = (&a.work, &b.work) {
-            super::conditional::same_shape(x, y)
-                .map_err(|m| (3, Some(i), format!("node {i}: {m}")))?;
+            same_shape(x, y).map_err(|m| (3, Some(i), format!("node {i}: {m}")))?;
         }
     }
     *cur = Arc::new(new);
+    Ok(())
+}
+
+/// A copy of `nodes` with every conditional node's bodies frozen as they are now.
+pub fn freeze(nodes: &[Op]) -> Vec<Op> {
+    nodes
+        .iter()
+        .map(|op| match &op.work {
+            Work::Conditional(n) => Op {
+                work: Work::Conditional(Arc::new(Node {
+                    handle: n.handle,
+                    kind: n.kind,
+                    bodies: n
+                        .bodies
+                        .iter()
+                        .map(|b| match b {
+                            Body::Live(g) => Body::Frozen(Arc::new(freeze(&g.nodes.lock()))),
+                            Body::Frozen(f) => Body::Frozen(f.clone()),
+                        })
+                        .collect(),
+                    body_handles: Box::new([]),
+                })),
+                call: op.call.clone(),
+            },
+            _ => op.clone(),
+        })
+        .collect()
+}
+
+/// Whether two frozen conditional nodes have the same kind and body shapes (node counts,
+/// node types, kernels), for an exec update.
+pub fn same_shape(a: &Node, b: &Node) -> Result<(), String> {
+    if a.kind != b.kind || a.bodies.len() != b.bodies.len() {
+        return Err("the conditional node changed type or body count".into());
+    }
+    for (i, (x, y)) in a.bodies.iter().zip(&b.bodies).enumerate() {
+        let (x, y) = (frozen(x), frozen(y));
+        if x.len() != y.len() {
+            return Err(format!(
+                "body {i} has {} nodes instead of {}",
+                y.len(),
+                x.len()
+            ));
+        }
+        for (j, (p, q)) in x.iter().zip(y).enumerate() {
+            if p.work.node_type() != q.work.node_type() {
+                return Err(format!("node {j} of body {i} changed type"));
+            }
+            match (&p.work, &q.work) {
+                (Work::Kernel(k), Work::Kernel(l)) if k.name() != l.name() => {
+                    return Err(format!("node {j} of body {i} runs another kernel"));
+                }
+                (Work::Conditional(m), Work::Conditional(n)) => same_shape(m, n)?,
+                _ => {}
+            }
+        }
+    }
     Ok(())
 }
 

@@ -27,47 +27,50 @@
 //! `STREAM_CAPTURE_UNSUPPORTED`/`_IMPLICIT` and invalidate the capture, as in CUDA; ending an
 //! invalidated capture fails with `STREAM_CAPTURE_INVALIDATED`.
 //!
-//! Files: `op` (what an operation does, and running it), `queue` (a stream, its worker and the
-//! legacy-stream ordering), `event`, `capture`, `graph`, `conditional` (conditional nodes), `teardown` (what a destroyed context
-//! still owns), `exec` (the execution lock); this file holds the handle tables and stream
-//! resolution.
+//! Files, lowest first: `exec` (the execution lock), `condition` (condition handles), `op`
+//! (what an operation does and running it; graphs and conditional nodes are operations),
+//! `graph_table` (the graph table, destroying a graph tree), `record` (what a capture
+//! records, the calls it forbids), `queue` (a stream, its worker, the legacy-stream ordering;
+//! the context is an [`Owner`] to it), `event`, `capture` (beginning and ending a capture),
+//! `conditional` (making conditions and conditional nodes), `graph` (executable graphs),
+//! `teardown` (what a destroyed context still owns); this file re-exports them and resolves
+//! stream handles.
 
 mod capture;
+mod condition;
 pub mod conditional;
 mod event;
 mod exec;
 mod graph;
+mod graph_table;
 mod op;
 mod queue;
+mod record;
 mod teardown;
 
-pub use capture::{
-    CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL, Capture, begin_capture,
-    begin_capture_into, capture_into, capture_of, capture_status, check_capture_rules, end_capture,
-};
+pub use capture::{begin_capture, begin_capture_into, capture_of, capture_status, end_capture};
 pub use event::{
-    EVENT_DISABLE_TIMING, EventCore, EventState, create_event, elapsed, query_event, record_event,
-    synchronize_event, wait_event,
+    EVENT_DISABLE_TIMING, EVENTS, EventCore, EventState, create_event, elapsed, query_event,
+    record_event, synchronize_event, wait_event,
 };
 pub use exec::EXEC;
-pub use graph::{ExecCore, GraphCore, instantiate, launch_graph, node_handle, update_exec};
-pub use op::{HostFn, HostWork, Op, Work};
+pub use graph::{EXECS, ExecCore, instantiate, launch_graph, update_exec};
+pub use graph_table::GRAPHS;
+pub use op::{GraphCore, HostFn, HostWork, Kernel, Op, Stampable, Waitable, Work, node_handle};
 pub use queue::{
-    StreamCore, StreamKind, create_stream, destroy_stream, legacy_barrier, query_stream, submit,
-    synchronize_stream,
+    Owner, STREAMS, StreamCore, StreamKind, create_stream, destroy_stream, legacy_barrier,
+    query_stream, submit, synchronize_stream,
 };
-pub use teardown::{destroy_context_objects, report_context_leaks};
+pub use record::{
+    CAPTURE_GLOBAL, CAPTURE_RELAXED, CAPTURE_THREAD_LOCAL, Capture, CaptureSlot, capture_into,
+    check_capture_rules,
+};
+pub use teardown::{context_objects, destroy_context_objects};
 
 use crate::context::Ctx;
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
-use crate::handles::{HandleKind, Table};
 use std::sync::Arc;
-
-pub static STREAMS: Table<StreamCore> = Table::new(HandleKind::Stream);
-pub static EVENTS: Table<EventCore> = Table::new(HandleKind::Event);
-pub static GRAPHS: Table<GraphCore> = Table::new(HandleKind::Graph);
-pub static EXECS: Table<ExecCore> = Table::new(HandleKind::GraphExec);
 
 /// `CU_STREAM_LEGACY` and `CU_STREAM_PER_THREAD` (HIP: `hipStreamPerThread` is 2 too).
 pub const STREAM_LEGACY: usize = 1;

@@ -1,14 +1,38 @@
 //! A stream: its queue, its worker thread and the strict-mode release marks; queuing with the
 //! legacy default stream's ordering rules, and the synchronizing calls on one stream.
 
-use super::{Capture, Op, STREAMS, Work, check_capture_rules};
-use crate::context::Ctx;
+use super::graph_table::discard_capture;
+use super::op::{Op, Waitable, Work};
+use super::record::{Capture, CaptureSlot, check_capture_rules};
 use crate::diag::Kind;
 use crate::error::{Code, EmuError, EmuResult};
+use crate::handles::{HandleKind, Table};
 use parking_lot::{Condvar, Mutex};
+use std::any::Any;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
+
+pub static STREAMS: Table<StreamCore> = Table::new(HandleKind::Stream);
+
+/// What a stream needs of the context that owns it (`context::Ctx`): its legacy stream and
+/// user streams (for the legacy-stream ordering) and its sticky error.
+pub trait Owner: Send + Sync {
+    /// The context's id.
+    fn id(&self) -> u64;
+    /// The legacy default stream.
+    fn legacy(&self) -> &Arc<StreamCore>;
+    /// Live user streams.
+    fn user_streams(&self) -> Vec<Arc<StreamCore>>;
+    /// Adds a user stream made in the context.
+    fn add_stream(&self, s: &Arc<StreamCore>);
+    /// Records the context's first asynchronous error.
+    fn set_sticky(&self, e: &EmuError);
+    /// The sticky error, as the error of a synchronizing call.
+    fn sticky_error(&self) -> EmuResult<()>;
+    /// The owner itself, for the context module to recover its own type.
+    fn into_any(self: Arc<Self>) -> Arc<dyn Any + Send + Sync>;
+}
 
 /// How a stream orders with the legacy default stream.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,7 +57,6 @@ struct State {
     released: u64,
     error: Option<EmuError>,
     shutdown: bool,
-    capture: Option<Arc<Capture>>,
 }
 
 /// A stream.
@@ -41,12 +64,14 @@ pub struct StreamCore {
     pub id: u64,
     pub ctx_id: u64,
     pub kind: StreamKind,
-    ctx: Mutex<Weak<Ctx>>,
+    owner: Mutex<Weak<dyn Owner>>,
     /// The handle, for messages (0 for legacy streams).
     pub handle: AtomicUsize,
     state: Mutex<State>,
     cv: Condvar,
     destroyed: AtomicBool,
+    /// The capture the stream records into.
+    capture: Arc<CaptureSlot>,
 }
 
 static NEXT_STREAM: AtomicU64 = AtomicU64::new(1);
@@ -56,7 +81,7 @@ impl StreamCore {
     pub fn spawn(
         ctx_id: u64,
         kind: StreamKind,
-        ctx: Weak<Ctx>,
+        owner: Weak<dyn Owner>,
         call: &str,
     ) -> EmuResult<Arc<StreamCore>> {
         let released = if crate::config::get().strict {
@@ -68,7 +93,7 @@ impl StreamCore {
             id: NEXT_STREAM.fetch_add(1, Ordering::SeqCst),
             ctx_id,
             kind,
-            ctx: Mutex::new(ctx),
+            owner: Mutex::new(owner),
             handle: AtomicUsize::new(0),
             state: Mutex::new(State {
                 queue: VecDeque::new(),
@@ -77,10 +102,10 @@ impl StreamCore {
                 released,
                 error: None,
                 shutdown: false,
-                capture: None,
             }),
             cv: Condvar::new(),
             destroyed: AtomicBool::new(false),
+            capture: Arc::new(CaptureSlot::default()),
         });
         let w = s.clone();
         std::thread::Builder::new()
@@ -97,12 +122,14 @@ impl StreamCore {
         Ok(s)
     }
 
-    pub fn set_ctx(&self, ctx: Weak<Ctx>) {
-        *self.ctx.lock() = ctx;
+    pub fn set_owner(&self, owner: Weak<dyn Owner>) {
+        *self.owner.lock() = owner;
     }
 
-    pub fn ctx(&self) -> Option<Arc<Ctx>> {
-        self.ctx.lock().upgrade()
+    /// The context owning the stream, while it lives (`context::of_stream` gives it as a
+    /// context).
+    pub fn owner(&self) -> Option<Arc<dyn Owner>> {
+        self.owner.lock().upgrade()
     }
 
     pub fn is_destroyed(&self) -> bool {
@@ -145,7 +172,7 @@ impl StreamCore {
                 if g.error.is_none() {
                     g.error = Some(e.clone());
                 }
-                if let Some(c) = self.ctx() {
+                if let Some(c) = self.owner() {
                     c.set_sticky(&e);
                 }
             }
@@ -172,11 +199,16 @@ impl StreamCore {
 
     /// The capture this stream is recording into, if any.
     pub fn capture(&self) -> Option<Arc<Capture>> {
-        self.state.lock().capture.clone()
+        self.capture.get()
     }
 
     pub(super) fn set_capture(&self, c: Option<Arc<Capture>>) {
-        self.state.lock().capture = c;
+        self.capture.set(c);
+    }
+
+    /// Where the stream's capture is kept (a capture clears it when it ends).
+    pub(super) fn capture_slot(&self) -> &Arc<CaptureSlot> {
+        &self.capture
     }
 
     /// Lets the worker run up to `seq` (strict mode) without waiting.
@@ -235,10 +267,22 @@ impl StreamCore {
     }
 }
 
+impl Waitable for StreamCore {
+    fn wait_until(&self, seq: u64) -> EmuResult<()> {
+        StreamCore::wait_until(self, seq)
+    }
+}
+
 /// Creates a user stream in `ctx`; returns its handle.
-pub fn create_stream(ctx: &Arc<Ctx>, kind: StreamKind, call: &str) -> EmuResult<usize> {
-    let s = StreamCore::spawn(ctx.id, kind, Arc::downgrade(ctx), call)?;
-    ctx.streams.lock().push(Arc::downgrade(&s));
+pub fn create_stream<O: Owner + 'static>(
+    ctx: &Arc<O>,
+    kind: StreamKind,
+    call: &str,
+) -> EmuResult<usize> {
+    let weak = Arc::downgrade(ctx);
+    let owner: Weak<dyn Owner> = weak;
+    let s = StreamCore::spawn(ctx.id(), kind, owner, call)?;
+    ctx.add_stream(&s);
     let h = STREAMS.insert(s.clone());
     s.handle.store(h, Ordering::SeqCst);
     Ok(h)
@@ -250,7 +294,7 @@ pub fn destroy_stream(handle: usize, call: &str) -> EmuResult<()> {
     if let Some(c) = s.capture() {
         c.invalidate(call, "the capturing stream was destroyed");
         let (nodes, _) = c.end();
-        super::conditional::discard_capture(c.graph, !c.to_graph, &nodes, call);
+        discard_capture(c.graph, !c.to_graph, &nodes, call);
     }
     s.shutdown();
     Ok(())
@@ -263,7 +307,7 @@ pub fn submit(stream: &Arc<StreamCore>, op: Op) -> EmuResult<u64> {
         c.add(op)?;
         return Ok(0);
     }
-    let ctx = stream.ctx();
+    let ctx = stream.owner();
     match (stream.kind, &ctx) {
         (StreamKind::Legacy, Some(ctx)) => {
             check_capture_rules(&op.call, Code::CaptureImplicit)?;
@@ -283,11 +327,11 @@ pub fn submit(stream: &Arc<StreamCore>, op: Op) -> EmuResult<u64> {
             }
         }
         (StreamKind::Blocking, Some(ctx)) => {
-            let (enq, done) = ctx.legacy.marks();
+            let (enq, done) = ctx.legacy().marks();
             if enq > done {
                 stream.push(Op::new(
                     Work::Wait {
-                        target: ctx.legacy.clone(),
+                        target: ctx.legacy().clone(),
                         seq: enq,
                     },
                     &op.call,
@@ -301,9 +345,9 @@ pub fn submit(stream: &Arc<StreamCore>, op: Op) -> EmuResult<u64> {
 
 /// Waits for what a synchronous legacy-stream call orders after: the legacy stream and every
 /// blocking stream of the context (not the non-blocking ones).
-pub fn legacy_barrier(ctx: &Ctx, call: &str) -> EmuResult<()> {
+pub fn legacy_barrier(ctx: &dyn Owner, call: &str) -> EmuResult<()> {
     check_capture_rules(call, Code::CaptureUnsupported)?;
-    ctx.legacy.wait_all()?;
+    ctx.legacy().wait_all()?;
     for s in ctx.user_streams() {
         if s.kind == StreamKind::Blocking {
             s.wait_all()?;
@@ -324,8 +368,8 @@ pub fn synchronize_stream(s: &Arc<StreamCore>, call: &str) -> EmuResult<()> {
         ));
     }
     if s.kind == StreamKind::Legacy {
-        if let Some(ctx) = s.ctx() {
-            return legacy_barrier(&ctx, call);
+        if let Some(ctx) = s.owner() {
+            return legacy_barrier(&*ctx, call);
         }
     }
     s.wait_all()

@@ -1,14 +1,15 @@
-//! Context teardown: reporting and destroying the streams, events, graphs, modules and BLAS
-//! handles a destroyed context still owns.
+//! Context teardown of the stream machinery: counting and destroying the streams, events,
+//! graphs and executable graphs a destroyed context still owns.
 
-use super::{EVENTS, EXECS, GRAPHS, STREAMS, destroy_stream};
-use crate::blas::BLAS_HANDLES;
-use crate::diag::{self, Kind};
-use crate::launch::MODULES;
+use super::event::EVENTS;
+use super::graph::EXECS;
+use super::graph_table::GRAPHS;
+use super::queue::{STREAMS, destroy_stream};
 
-/// Reports the streams, events, graphs, modules and BLAS handles `ctx` still owns.
-pub fn report_context_leaks(ctx: u64, call: &str, what: &str) {
-    let counts = [
+/// How many streams, events, graphs and executable graphs context `ctx` still owns, with the
+/// leak report's name of each kind.
+pub fn context_objects(ctx: u64) -> [(usize, &'static str); 4] {
+    [
         (
             STREAMS.handles_where(|s| s.ctx_id == ctx).len(),
             "stream(s)",
@@ -19,30 +20,11 @@ pub fn report_context_leaks(ctx: u64, call: &str, what: &str) {
             EXECS.handles_where(|g| g.ctx_id == ctx).len(),
             "executable graph(s)",
         ),
-        (
-            MODULES.handles_where(|m| m.ctx_id == ctx).len(),
-            "module(s)",
-        ),
-        (
-            BLAS_HANDLES.handles_where(|b| b.ctx_id == ctx).len(),
-            "BLAS handle(s)",
-        ),
-    ];
-    let leaked: Vec<String> = counts
-        .iter()
-        .filter(|(n, _)| *n > 0)
-        .map(|(n, kind)| format!("{n} {kind}"))
-        .collect();
-    if !leaked.is_empty() {
-        diag::record(
-            Kind::Leak,
-            call,
-            format!("{} still live when {what} was destroyed", leaked.join(", ")),
-        );
-    }
+    ]
 }
 
-/// Destroys every object of `ctx` (their handles become "destroyed").
+/// Destroys every stream, event, graph and executable graph of `ctx` (their handles become
+/// "destroyed").
 pub fn destroy_context_objects(ctx: u64) {
     const CALL: &str = "context destruction";
     for h in STREAMS.handles_where(|s| s.ctx_id == ctx) {
@@ -56,9 +38,5 @@ pub fn destroy_context_objects(ctx: u64) {
     }
     for h in EXECS.handles_where(|g| g.ctx_id == ctx) {
         let _ = EXECS.remove(h, CALL);
-    }
-    crate::launch::destroy_context_modules(ctx);
-    for h in BLAS_HANDLES.handles_where(|b| b.ctx_id == ctx) {
-        let _ = BLAS_HANDLES.remove(h, CALL);
     }
 }
