@@ -3,8 +3,9 @@
 //! host's.
 
 use crate::arrays;
+use crate::device::Device;
+use crate::dlpack;
 use crate::errors::XResult;
-use crate::runtime::Device;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::Arc;
@@ -40,6 +41,12 @@ impl DeviceArray {
 
     pub fn memory(&self) -> &dyn DeviceMemory {
         self.buffer.as_ref().as_ref()
+    }
+
+    /// A copy of an array exported through DLPack (host memory) in new memory of `device`.
+    pub fn from_dlpack(obj: &Bound<'_, PyAny>, device: Arc<dyn xthunk::Device>) -> XResult<Self> {
+        let (buffer, dtype, dims) = dlpack::import(obj, device.as_ref(), Self::ALIGNMENT)?;
+        Ok(DeviceArray::new(buffer, device, dtype, dims))
     }
 
     /// Copies the array into a new numpy array.
@@ -113,10 +120,16 @@ impl DeviceArray {
             Some(v) => v.extract::<(u32, u32)>().is_ok_and(|(major, _)| major >= 1),
             None => false,
         };
-        crate::dlpack::export(py, self, copy == Some(true), versioned)
+        let tensor = dlpack::Tensor {
+            buffer: &self.buffer,
+            device: self.device.as_ref(),
+            dtype: self.dtype,
+            dims: &self.dims,
+        };
+        dlpack::export(py, tensor, copy == Some(true), versioned)
     }
     fn __dlpack_device__(&self) -> XResult<(i32, i32)> {
-        crate::dlpack::device_of(self.device.as_ref())
+        dlpack::device_of(self.device.as_ref())
     }
     fn __repr__(&self) -> String {
         format!(

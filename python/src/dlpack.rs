@@ -1,8 +1,8 @@
-//! DLPack (the legacy, unversioned `dltensor` capsule): exporting a `DeviceArray` without a
-//! copy where its memory is the host's (or a real GPU's), importing a host array by copying it
-//! into device memory.
+//! DLPack (the legacy, unversioned `dltensor` capsule): exporting an array's memory without a
+//! copy where it is the host's (or a real GPU's), importing a host array by copying it into
+//! device memory. It works on an array's parts (buffer, device, element type, dimensions);
+//! `DeviceArray` (`device_array.rs`) wraps them.
 
-use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid, unsupported};
 use pyo3::prelude::*;
 use pyo3::{PyErr, ffi};
@@ -166,19 +166,30 @@ unsafe extern "C" fn capsule_destructor(capsule: *mut ffi::PyObject) {
     }
 }
 
+/// The parts of an array that [`export`] shares.
+pub struct Tensor<'a> {
+    /// The memory, kept alive by the capsule until the consumer deletes the tensor.
+    pub buffer: &'a Arc<Buffer>,
+    /// The device that allocated it.
+    pub device: &'a dyn xthunk::Device,
+    pub dtype: DType,
+    /// Row-major dimensions.
+    pub dims: &'a [u64],
+}
+
 /// A capsule sharing `array`'s memory (kept alive until the consumer deletes the tensor):
 /// DLPack 1.0's versioned, writable tensor when the consumer takes it (`versioned`), else the
 /// legacy one.
 pub fn export<'py>(
     py: Python<'py>,
-    array: &DeviceArray,
+    array: Tensor<'_>,
     copy: bool,
     versioned: bool,
 ) -> XResult<Bound<'py, PyAny>> {
     if copy {
         return Err(unsupported("DLPack export with copy=True (export shares the memory)").into());
     }
-    let (device_type, device_id) = device_of(array.device.as_ref())?;
+    let (device_type, device_id) = device_of(array.device)?;
     let shape = array
         .dims
         .iter()
@@ -190,7 +201,7 @@ pub fn export<'py>(
         _buffer: array.buffer.clone(),
     });
     let dl_tensor = DLTensor {
-        data: array.memory().ptr().0 as *mut c_void,
+        data: array.buffer.ptr().0 as *mut c_void,
         device: DLDevice {
             device_type,
             device_id,
@@ -247,8 +258,13 @@ pub fn export<'py>(
 }
 
 /// Copies an array exported through DLPack (host memory, row-major) into new device memory
-/// on `device`. The producer's capsule is left unconsumed: its own destructor frees it.
-pub fn import(obj: &Bound<'_, PyAny>, device: Arc<dyn xthunk::Device>) -> XResult<DeviceArray> {
+/// on `device` (aligned to `alignment`); returns the buffer, its element type and its
+/// dimensions. The producer's capsule is left unconsumed: its own destructor frees it.
+pub fn import(
+    obj: &Bound<'_, PyAny>,
+    device: &dyn xthunk::Device,
+    alignment: u64,
+) -> XResult<(Buffer, DType, Vec<u64>)> {
     let py = obj.py();
     let capsule = obj.call_method0("__dlpack__")?;
     // SAFETY: `capsule` is a live object; GetPointer checks its type and name.
@@ -302,7 +318,7 @@ pub fn import(obj: &Bound<'_, PyAny>, device: Arc<dyn xthunk::Device>) -> XResul
         .try_fold(dtype.size() as u64, |a, d| a.checked_mul(*d))
         .ok_or_else(|| invalid("DLPack tensor size overflows"))?;
     let len = usize::try_from(size).map_err(|_| invalid("DLPack tensor too large"))?;
-    let buffer = device.allocate(size, DeviceArray::ALIGNMENT, MemorySpace::Device)?;
+    let buffer = device.allocate(size, alignment, MemorySpace::Device)?;
     if len > 0 {
         if t.data.is_null() {
             return Err(invalid("DLPack tensor of non-zero size with NULL data").into());
@@ -314,5 +330,5 @@ pub fn import(obj: &Bound<'_, PyAny>, device: Arc<dyn xthunk::Device>) -> XResul
         device.copy_from_host(src, buffer.ptr())?;
     }
     drop(capsule);
-    Ok(DeviceArray::new(buffer, device, dtype, dims))
+    Ok((buffer, dtype, dims))
 }

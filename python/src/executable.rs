@@ -3,9 +3,9 @@
 //! several.
 
 use crate::arrays;
+use crate::device::Device;
 use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid};
-use crate::runtime::Device;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use std::sync::Arc;

@@ -4,6 +4,7 @@
 
 mod arrays;
 mod builder;
+mod device;
 mod device_array;
 mod dlpack;
 mod errors;
@@ -20,7 +21,7 @@ fn _xthunk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", VERSION)?;
     m.add("PROGRAM_ABI_VERSION", xthunk::ir::ABI_VERSION)?;
     m.add_class::<runtime::Runtime>()?;
-    m.add_class::<runtime::Device>()?;
+    m.add_class::<device::Device>()?;
     m.add_class::<executable::Executable>()?;
     m.add_class::<executable::PyTensorSpec>()?;
     m.add_class::<device_array::DeviceArray>()?;

@@ -1,8 +1,9 @@
-//! `xthunk.Runtime` (a backend chosen at construction), `xthunk.Device`, `xthunk.devices()`,
-//! and loading programs from a path, bytes or a built `Program`.
+//! `xthunk.Runtime` (a backend chosen at construction) and `xthunk.devices()`: loading
+//! programs from a path, bytes or a built `Program`, and putting arrays on a device.
 
 use crate::arrays;
 use crate::builder::Program;
+use crate::device::Device;
 use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid};
 use crate::executable::Executable;
@@ -124,56 +125,11 @@ impl Runtime {
     #[allow(clippy::wrong_self_convention)] // DLPack's name for the Python method
     fn from_dlpack(&self, array: &Bound<'_, PyAny>, device: usize) -> XResult<DeviceArray> {
         let dev = self.backend.device(device)?;
-        crate::dlpack::import(array, dev)
+        DeviceArray::from_dlpack(array, dev)
     }
 
     fn __repr__(&self) -> String {
         format!("xthunk.Runtime(backend={:?})", self.backend.name())
-    }
-}
-
-/// One device of one backend.
-#[pyclass(module = "xthunk", frozen)]
-pub struct Device {
-    pub(crate) device: Arc<dyn xthunk::Device>,
-}
-
-#[pymethods]
-impl Device {
-    #[getter]
-    fn backend(&self) -> &'static str {
-        self.device.backend_name()
-    }
-    #[getter]
-    fn ordinal(&self) -> usize {
-        self.device.info().ordinal
-    }
-    #[getter]
-    fn name(&self) -> String {
-        self.device.info().name.clone()
-    }
-    #[getter]
-    fn arch(&self) -> String {
-        self.device.info().arch.clone()
-    }
-    #[getter]
-    fn total_memory(&self) -> u64 {
-        self.device.info().total_memory
-    }
-    /// True for a device of the driver emulator (a test instrument: never a GPU result).
-    #[getter]
-    fn emulated(&self) -> bool {
-        self.device.info().emulated
-    }
-    fn __repr__(&self) -> String {
-        let i = self.device.info();
-        format!(
-            "xthunk.Device({} {}: {}{})",
-            self.device.backend_name(),
-            i.ordinal,
-            i.name,
-            if i.emulated { " [EMULATED]" } else { "" }
-        )
     }
 }
 

@@ -23,7 +23,8 @@
 //! The vendor-neutral half of those checks is here, shared by both vendors:
 //! [`launch_slots`], [`check_copy`] and [`RawGemmCall::checked_launch`].
 
-use super::{DeviceMemory, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims, Stream};
+use super::stream::Stream;
+use super::types::{DeviceMemory, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims};
 use crate::error::{Error, Result};
 use crate::ir::{DType, GemmOperand};
 use std::sync::Arc;

@@ -13,7 +13,7 @@
 //! Streams without conditional nodes (HIP, CUDA before 12.4) keep the defaults, which return
 //! `Unsupported`: the executor then runs the command buffer with host-driven control flow.
 
-use super::DevicePtr;
+use super::types::DevicePtr;
 
 /// A condition a conditional graph node reads, created while capturing; valid for the graph
 /// being recorded.

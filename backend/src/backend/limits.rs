@@ -6,7 +6,6 @@
 //! `hipDeviceGetAttribute`); the host backend has no limits of its own and takes
 //! [`LaunchLimits::PORTABLE`], so that a program the host loads also loads on every GPU.
 
-use super::Device;
 use crate::ir::{Dim3, Executable, KernelThunk, Thunk, ThunkPath, ValidationError};
 
 /// What one kernel launch may ask of a device.
@@ -118,16 +117,18 @@ impl LaunchLimits {
 }
 
 /// Checks the grid, block and dynamic shared memory of every kernel thunk of `exe` (nested
-/// ones included) against `device`'s [`LaunchLimits`] (from its capabilities). The error
-/// names the thunk path, the dimension and the limit. Called at load, after validation.
-pub fn check_launch_limits(exe: &Executable, device: &dyn Device) -> Result<(), ValidationError> {
-    let info = device.info();
-    let name = format!("{}:{} ({})", device.backend_name(), info.ordinal, info.name);
-    let limits = &device.capabilities().launch_limits;
+/// ones included) against `limits` (a device's, from its capabilities). `device` names the
+/// device in messages (the executor passes `backend:ordinal (name)`). The error names the
+/// thunk path, the dimension and the limit. Called at load, after validation.
+pub fn check_launch_limits(
+    exe: &Executable,
+    limits: &LaunchLimits,
+    device: &str,
+) -> Result<(), ValidationError> {
     for (i, t) in exe.entry.iter().enumerate() {
         walk(t, &ThunkPath::entry(i), &mut |k, path| {
             limits
-                .check(k.grid, k.block, k.shared_mem, &name)
+                .check(k.grid, k.block, k.shared_mem, device)
                 .map_err(|(field, message)| ValidationError {
                     path: path.clone(),
                     field,

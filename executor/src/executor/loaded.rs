@@ -94,7 +94,9 @@ impl LoadedExecutable {
         started: Instant,
     ) -> Result<Self> {
         let exe = program.executable();
-        crate::backend::check_launch_limits(exe, device.as_ref())?;
+        let info = device.info();
+        let name = format!("{}:{} ({})", device.backend_name(), info.ordinal, info.name);
+        crate::backend::check_launch_limits(exe, &device.capabilities().launch_limits, &name)?;
         check_memory(device.as_ref(), exe, None)?;
         let caps = device.capabilities();
         for a in &exe.allocations {

@@ -7,11 +7,27 @@
 //! The loop runs in the stream's worker with no round trip to the issuing thread, as a
 //! conditional node runs on a GPU without the host.
 
-use super::stream::{HostStream, Work};
-use crate::backend::{ConditionHandle, ConditionalKind, SetCondition, Stream};
+use super::memory::Region;
+use crate::backend::{ConditionHandle, ConditionalKind, DevicePtr, HostWork, SetCondition, Stream};
 use crate::error::{Error, Result};
+use parking_lot::Mutex;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
+
+/// What conditional nodes need of the host stream that records them: its capture list, the
+/// condition cells of the recording, its checked memory regions and its work queue.
+/// `HostStream` implements it (`stream.rs`) and its `Stream` methods `create_condition`,
+/// `set_condition` and `capture_conditional` call the functions below.
+pub(super) trait Recorder {
+    /// The list work is recorded into while capturing; `None` when not capturing.
+    fn capture_list(&self) -> &Mutex<Option<Vec<HostWork>>>;
+    /// The condition cells of the graph being recorded, indexed by [`ConditionHandle`].
+    fn conditions(&self) -> &Mutex<Vec<Arc<AtomicU32>>>;
+    /// `len` bytes at `ptr`, checked against the live allocations (kept alive by the region).
+    fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region>;
+    /// Queues `f` in stream order, or records it when capturing.
+    fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()>;
+}
 
 /// The most conditions one recording may create.
 const MAX_CONDITIONS: usize = 1 << 16;
@@ -21,8 +37,8 @@ fn not_capturing(what: &str) -> Error {
 }
 
 /// The cell of `h` in the recording of `s`.
-fn cell(s: &HostStream, h: ConditionHandle) -> Result<Arc<AtomicU32>> {
-    let conditions = s.conditions.lock();
+fn cell(s: &impl Recorder, h: ConditionHandle) -> Result<Arc<AtomicU32>> {
+    let conditions = s.conditions().lock();
     usize::try_from(h.0)
         .ok()
         .and_then(|i| conditions.get(i))
@@ -35,11 +51,11 @@ fn cell(s: &HostStream, h: ConditionHandle) -> Result<Arc<AtomicU32>> {
         })
 }
 
-pub(super) fn create(s: &HostStream) -> Result<ConditionHandle> {
-    if s.capture.lock().is_none() {
+pub(super) fn create(s: &impl Recorder) -> Result<ConditionHandle> {
+    if s.capture_list().lock().is_none() {
         return Err(not_capturing("a condition created"));
     }
-    let mut conditions = s.conditions.lock();
+    let mut conditions = s.conditions().lock();
     if conditions.len() >= MAX_CONDITIONS {
         return Err(Error::InvalidArgument(format!(
             "more than {MAX_CONDITIONS} conditions in one recording"
@@ -49,8 +65,8 @@ pub(super) fn create(s: &HostStream) -> Result<ConditionHandle> {
     Ok(ConditionHandle(conditions.len() as u64 - 1))
 }
 
-pub(super) fn set(s: &HostStream, h: ConditionHandle, how: SetCondition) -> Result<()> {
-    if s.capture.lock().is_none() {
+pub(super) fn set(s: &impl Recorder, h: ConditionHandle, how: SetCondition) -> Result<()> {
+    if s.capture_list().lock().is_none() {
         return Err(not_capturing("a condition set"));
     }
     let c = cell(s, h)?;
@@ -89,20 +105,20 @@ pub(super) fn set(s: &HostStream, h: ConditionHandle, how: SetCondition) -> Resu
     }
 }
 
-pub(super) fn capture(
-    s: &HostStream,
+pub(super) fn capture<S: Recorder + Stream>(
+    s: &S,
     kind: ConditionalKind,
     h: ConditionHandle,
     body: &mut dyn FnMut(&dyn Stream) -> Result<()>,
 ) -> Result<()> {
     let c = cell(s, h)?;
     let outer = s
-        .capture
+        .capture_list()
         .lock()
         .replace(vec![])
         .ok_or_else(|| not_capturing("a conditional node recorded"))?;
     let recorded = body(s);
-    let inner: Vec<Work> = s.capture.lock().replace(outer).unwrap_or_default();
+    let inner: Vec<HostWork> = s.capture_list().lock().replace(outer).unwrap_or_default();
     recorded?;
     let inner = Arc::new(inner);
     s.work(move || {

@@ -4,6 +4,7 @@
 //! (until its [issue deadline](crate::backend::Stream::set_issue_deadline), if it has one),
 //! as a GPU's full launch queue blocks the host.
 
+use super::conditional::{self, Recorder};
 use super::memory::{MemoryRegistry, Region, RegionCache};
 use super::module::HostKernelHandle;
 use crate::backend::DevicePtr;
@@ -19,8 +20,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::Instant;
 
-/// A unit of queued work. `Fn` rather than `FnOnce` so that captured work can be replayed.
-pub(super) type Work = Arc<dyn Fn() -> Result<()> + Send + Sync>;
+/// A unit of queued work (the backend's [`HostWork`](crate::backend::HostWork)). `Fn` rather
+/// than `FnOnce` so that captured work can be replayed.
+type Work = crate::backend::HostWork;
 
 /// Kernel arguments with raw pointers, moved into a queued closure.
 struct SendArgs(SmallVec<[HostArg; 8]>);
@@ -83,9 +85,9 @@ pub struct HostStream {
     worker: Option<JoinHandle<()>>,
     memory: Arc<MemoryRegistry>,
     id: u64,
-    pub(super) capture: Mutex<Option<Vec<Work>>>,
+    capture: Mutex<Option<Vec<Work>>>,
     /// The conditions of the graph being recorded (see `super::conditional`).
-    pub(super) conditions: Mutex<Vec<Arc<std::sync::atomic::AtomicU32>>>,
+    conditions: Mutex<Vec<Arc<std::sync::atomic::AtomicU32>>>,
     /// Run work in the issuing thread when nothing is queued (see `Stream::set_immediate`).
     immediate: std::sync::atomic::AtomicBool,
     capturing: std::sync::atomic::AtomicBool,
@@ -179,7 +181,7 @@ impl HostStream {
         }
     }
 
-    pub(super) fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
+    fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
         if self.capturing.load(Ordering::SeqCst) {
             let mut cap = self.capture.lock();
             if let Some(list) = cap.as_mut() {
@@ -354,8 +356,23 @@ impl HostStream {
         }
     }
 
-    pub(super) fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+    fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
         self.memory.region_cached(&mut self.cache.lock(), ptr, len)
+    }
+}
+
+impl Recorder for HostStream {
+    fn capture_list(&self) -> &Mutex<Option<Vec<Work>>> {
+        &self.capture
+    }
+    fn conditions(&self) -> &Mutex<Vec<Arc<std::sync::atomic::AtomicU32>>> {
+        &self.conditions
+    }
+    fn region(&self, ptr: DevicePtr, len: u64) -> Result<Region> {
+        HostStream::region(self, ptr, len)
+    }
+    fn work(&self, f: impl Fn() -> Result<()> + Send + Sync + 'static) -> Result<()> {
+        HostStream::work(self, f)
     }
 }
 
@@ -563,7 +580,7 @@ impl Stream for HostStream {
     }
 
     fn create_condition(&self) -> Result<crate::backend::ConditionHandle> {
-        super::conditional::create(self)
+        conditional::create(self)
     }
 
     fn set_condition(
@@ -571,7 +588,7 @@ impl Stream for HostStream {
         condition: crate::backend::ConditionHandle,
         how: crate::backend::SetCondition,
     ) -> Result<()> {
-        super::conditional::set(self, condition, how)
+        conditional::set(self, condition, how)
     }
 
     fn capture_conditional(
@@ -580,7 +597,7 @@ impl Stream for HostStream {
         condition: crate::backend::ConditionHandle,
         body: &mut dyn FnMut(&dyn Stream) -> Result<()>,
     ) -> Result<()> {
-        super::conditional::capture(self, kind, condition, body)
+        conditional::capture(self, kind, condition, body)
     }
 
     fn end_capture(&self) -> Result<Arc<dyn crate::backend::Graph>> {

@@ -70,13 +70,19 @@
 //! changes whenever the generator or prelude changes meaning.
 
 mod embed;
+mod emit;
+mod hash;
 pub use embed::{EMBEDDED_SOURCE_SYMBOL, embed_source, embedded_unit};
 pub mod scan;
 pub mod stamp;
 mod training;
 
-use super::{KernelSignature, ParamKind, standard_library};
-use crate::ir::{Access, DType, ModuleOptions};
+use super::{KernelSignature, standard_library};
+use crate::ir::{DType, ModuleOptions};
+use emit::{
+    ROWS, compute, ctype, declaration, from_f64, int_min, int_neg, is_signed_int, lit, load, math,
+    store, to_f64, wrap,
+};
 use std::fmt::Write as _;
 use std::sync::OnceLock;
 
@@ -99,7 +105,7 @@ pub fn standard_unit() -> &'static str {
     static SRC: OnceLock<String> = OnceLock::new();
     SRC.get_or_init(|| {
         let mut s = standard_unstamped().to_string();
-        s.push_str(&stamp::stamp_definition(&standard_hash()));
+        s.push_str(&hash::stamp_definition(&standard_hash()));
         s
     })
 }
@@ -125,7 +131,7 @@ fn standard_unstamped() -> &'static str {
 /// The source hash of the standard library of this build ([`stamp`]).
 pub fn standard_hash() -> String {
     static H: OnceLock<String> = OnceLock::new();
-    H.get_or_init(|| stamp::source_hash(standard_unstamped()))
+    H.get_or_init(|| hash::source_hash(standard_unstamped()))
         .clone()
 }
 
@@ -193,7 +199,7 @@ pub fn module_unit(module: &str, code: &str, options: &ModuleOptions) -> String 
     let inlined = scan::inline_headers(code, &name, &options.headers);
     s.push_str(&scan::with_c_linkage(&inlined));
     s.push('\n');
-    s.push_str(&stamp::stamp_definition(&stamp::module_hash(code, options)));
+    s.push_str(&hash::stamp_definition(&hash::module_hash(code, options)));
     s
 }
 
@@ -342,93 +348,7 @@ fn family(name: &str) -> Option<Family> {
     })
 }
 
-// ---- C spellings of element types -------------------------------------------------------
-
-/// The C type of a buffer element or immediate.
-fn ctype(t: DType) -> &'static str {
-    match t {
-        DType::F16 | DType::BF16 => "unsigned short",
-        DType::F32 => "float",
-        DType::F64 => "double",
-        DType::I8 => "signed char",
-        DType::U8 | DType::Pred => "unsigned char",
-        DType::I32 => "int",
-        DType::I64 => "long long",
-    }
-}
-
-/// The C type arithmetic is done in.
-fn compute(t: DType) -> &'static str {
-    match t {
-        DType::F16 | DType::BF16 | DType::F32 => "float",
-        other => ctype(other),
-    }
-}
-
-/// The unsigned type integer arithmetic wraps in.
-fn wrap(t: DType) -> &'static str {
-    match t {
-        DType::I64 => "unsigned long long",
-        _ => "unsigned int",
-    }
-}
-
-/// `e` (a stored element) converted to the compute type.
-fn load(t: DType, e: &str) -> String {
-    match t {
-        DType::F16 => format!("xt_f16_to_f32({e})"),
-        DType::BF16 => format!("xt_bf16_to_f32({e})"),
-        _ => e.to_string(),
-    }
-}
-
-/// `v` (of the compute type) rounded to the element type.
-fn store(t: DType, v: &str) -> String {
-    match t {
-        DType::F16 => format!("xt_f32_to_f16({v})"),
-        DType::BF16 => format!("xt_f32_to_bf16({v})"),
-        _ => v.to_string(),
-    }
-}
-
-/// A float constant in compute type `c` (`float` or `double`), written with the shortest
-/// decimal that reads back as exactly the value Rust's `as` conversion gives (as the host
-/// implementations round their constants).
-fn lit(c: &str, v: f64) -> String {
-    if c == "float" {
-        format!("{:?}f", v as f32)
-    } else {
-        format!("{v:?}")
-    }
-}
-
-/// Math function of compute type `c`: `expf` or `exp`.
-fn math(c: &str, f: &str) -> String {
-    if c == "float" {
-        format!("{f}f")
-    } else {
-        f.to_string()
-    }
-}
-
-/// The lowest value of an integer type (the identity of `max`).
-fn int_min(t: DType) -> &'static str {
-    match t {
-        DType::I8 => "((signed char)-128)",
-        DType::U8 | DType::Pred => "((unsigned char)0)",
-        DType::I32 => "(-2147483647 - 1)",
-        _ => "(-9223372036854775807LL - 1LL)",
-    }
-}
-
-fn is_signed_int(t: DType) -> bool {
-    matches!(t, DType::I8 | DType::I32 | DType::I64)
-}
-
-/// `(T)((W)0 - (W)x)`: wrapping negation of an integer.
-fn int_neg(t: DType, x: &str) -> String {
-    format!("({}) (({w})0 - ({w}){x})", ctype(t), w = wrap(t))
-}
+// ---- C expressions of the operations (C spellings of types: `emit.rs`) ------------------
 
 fn unary_expr(op: Unary, t: DType, x: &str) -> String {
     if t.is_float() {
@@ -487,53 +407,6 @@ fn binary_expr(op: Binary, t: DType, x: &str, y: &str) -> String {
     }
 }
 
-/// `x` (a stored element of `t`) exactly as a double.
-fn to_f64(t: DType, x: &str) -> String {
-    match t {
-        DType::F64 => x.to_string(),
-        DType::F16 | DType::BF16 => format!("(double){}", load(t, x)),
-        _ => format!("(double){x}"),
-    }
-}
-
-/// `v` (a double) converted to `t` with one rounding (floats: nearest even; i32: toward
-/// zero, saturating, NaN -> 0).
-fn from_f64(t: DType, v: &str) -> String {
-    match t {
-        DType::F64 => v.to_string(),
-        DType::F32 => format!("(float){v}"),
-        DType::F16 => format!("xt_f64_to_f16({v})"),
-        DType::BF16 => format!("xt_f64_to_bf16({v})"),
-        DType::I32 => format!("xt_f64_to_i32({v})"),
-        other => format!("({}){v}", ctype(other)),
-    }
-}
-
-/// The kernel's declaration, from its signature: buffers as (const) pointers, immediates by
-/// value.
-fn declaration(sig: &KernelSignature) -> String {
-    let params: Vec<String> = sig
-        .params
-        .iter()
-        .map(|p| match &p.kind {
-            ParamKind::Buffer { dtype, access, .. } => {
-                let c = if *access == Access::Read {
-                    "const "
-                } else {
-                    ""
-                };
-                format!("{c}{}* {}", ctype(*dtype), p.name)
-            }
-            ParamKind::Scalar(dt) => format!("{} {}", ctype(*dt), p.name),
-        })
-        .collect();
-    format!(
-        "extern \"C\" __global__ void {}({})",
-        sig.name,
-        params.join(", ")
-    )
-}
-
 /// The parameter names a family's body uses, in order (checked against the signature).
 fn expected_params(f: Family) -> &'static [&'static str] {
     match f {
@@ -567,10 +440,6 @@ fn kernel_definition_for(sig: &KernelSignature) -> Option<String> {
     let body = body(f);
     Some(format!("{} {{\n{body}}}\n", declaration(sig)))
 }
-
-/// Row loop of the row kernels: each block takes whole rows (block-stride over rows), its
-/// threads stride over the columns.
-const ROWS: &str = "  const unsigned int t = xt_thread_in_block(), nt = xt_block_threads();\n  for (long long r = xt_block_id(); r < rows; r += xt_num_blocks()) {\n";
 
 fn body(f: Family) -> String {
     let mut s = String::new();
@@ -869,14 +738,14 @@ mod tests {
             "{user}"
         );
         // The stamp covers the options.
-        let plain = stamp::module_hash(code, &ModuleOptions::default());
-        assert_eq!(plain, stamp::source_hash(code));
-        let with = stamp::module_hash(code, &options);
+        let plain = hash::module_hash(code, &ModuleOptions::default());
+        assert_eq!(plain, hash::source_hash(code));
+        let with = hash::module_hash(code, &options);
         assert_ne!(with, plain);
         let mut other = options.clone();
         other.defines[0] = "N=5".into();
-        assert_ne!(stamp::module_hash(code, &other), with);
-        assert!(unit.contains(&stamp::stamp_name(&with)));
+        assert_ne!(hash::module_hash(code, &other), with);
+        assert!(unit.contains(&hash::stamp_name(&with)));
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! embedding gather), with the evaluation order of their host implementations
 //! (`kernels/training.rs`).
 
-use super::{ROWS, compute, ctype, declaration, lit, load, math, store};
+use super::emit::{ROWS, compute, ctype, declaration, lit, load, math, store};
 use crate::ir::DType;
 use crate::kernels::KernelSignature;
 use std::fmt::Write as _;
