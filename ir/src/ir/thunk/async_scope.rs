@@ -7,6 +7,9 @@ use crate::ir::{ListName, ThunkPath};
 
 /// Starts `body` asynchronously on another stream of the given kind, after the work it
 /// depends on. Must be matched by an `AsyncDone` with the same id later in the same list.
+///
+/// `T` is the element of its thunk lists: a program's is [`super::AsyncStartThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct AsyncStart<T> {
     pub id: u32,

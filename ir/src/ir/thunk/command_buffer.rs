@@ -9,6 +9,9 @@ use crate::ir::{ListName, ThunkPath};
 /// address it uses changed. The body may hold copies, memsets, kernels, gemms, custom
 /// calls, `While` and `Conditional` (recorded as conditional graph nodes where the backend
 /// has them, else run with host-driven control flow) and sequences of them.
+///
+/// `T` is the element of its thunk lists: a program's is [`super::CommandBufferThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct CommandBuffer<T> {
     pub body: Vec<T>,

@@ -7,6 +7,9 @@ use crate::ir::{BufferUse, DType, ListName, Slice, ThunkPath};
 /// Runs one branch chosen by `index`: an i32 (branch `index`; an index out of range,
 /// negative or too large, runs the last branch, as XLA does) or a pred (true runs
 /// branch 0, false branch 1).
+///
+/// `T` is the element of its thunk lists: a program's is [`super::ConditionalThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Conditional<T> {
     pub index: Slice,

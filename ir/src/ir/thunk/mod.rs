@@ -11,9 +11,10 @@
 //! lists (`While<T>`, …) and the aliases here tie the knot (`WhileThunk = While<Thunk>`), so
 //! no kind's module names this enum.
 //!
-//! Adding a kind: a module here with its type and its `ThunkKind` impl, a variant and an arm
-//! in [`Thunk::as_kind`]; its conversion in `xthunk-proto` (`convert/thunk/`); its planning
-//! and issue in the executor's one table (`xthunk-executor`'s `executor/dispatch.rs`).
+//! Adding a kind: a module here with its type and its `ThunkKind` and `Nested` impls, a
+//! variant and an arm in [`Thunk::as_kind`]; its conversion in `xthunk-proto`
+//! (`convert/thunk/`); its planning and issue in the executor's one table
+//! (`xthunk-executor`'s `executor/dispatch.rs`).
 //! `docs/architecture.md` has the worked example.
 
 mod async_scope;

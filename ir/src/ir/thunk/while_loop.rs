@@ -8,6 +8,9 @@ use crate::ir::{BufferUse, ListName, Slice, ThunkPath};
 /// With `trip_count`, the body runs exactly that many times and `cond` is not run (the
 /// count is a promise the producer makes, as in XLA), so the host never waits on the
 /// device; without it, `pred` is copied to pinned host memory after every `cond`.
+///
+/// `T` is the element of its thunk lists: a program's is [`super::WhileThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
 pub struct While<T> {
     pub cond: Vec<T>,
