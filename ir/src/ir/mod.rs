@@ -24,9 +24,9 @@ pub use thunk::custom_call::{
 pub use thunk::{
     AsyncDoneThunk, AsyncKind, AsyncStart, AsyncStartThunk, COLLECTIVE_DTYPES, Checker,
     CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBuffer, CommandBufferThunk,
-    Conditional, ConditionalThunk, CopyThunk, KernelThunk, MemsetPattern, MemsetThunk, RankIdThunk,
-    RecvThunk, ReduceOp, Scope, SendThunk, Thunk, ThunkKind, TraceCost, While, WhileThunk,
-    check_collective_sizes, select_branch,
+    Conditional, ConditionalThunk, CopyThunk, KernelThunk, MemsetPattern, MemsetThunk, Nested,
+    RankIdThunk, RecvThunk, ReduceOp, Scope, SendThunk, Thunk, ThunkKind, TraceCost, While,
+    WhileThunk, check_collective_sizes, select_branch,
 };
 pub use types::*;
 pub use verify::{MAX_ALLOCATION_SIZE, ThunkChecker, verify_with};

@@ -71,7 +71,8 @@ impl AllocationKind {
     }
 }
 
-/// A buffer the program uses. `index` is its position in [`Executable::allocations`].
+/// A buffer the program uses. `index` is its position in
+/// [`Executable::allocations`](crate::ir::Executable::allocations).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BufferAllocation {
     pub index: u32,

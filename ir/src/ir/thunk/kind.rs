@@ -97,7 +97,7 @@ pub trait Checker {
 }
 
 /// What every kind of thunk says of itself. Implemented once per kind, in its module (its
-/// nested lists, if it has any, are [`Nested`]).
+/// nested lists, if it has any, are [`Nested`](crate::ir::Nested)).
 pub trait ThunkKind {
     /// Short kind name (`copy`, `gemm`, `all_reduce`, …), as in paths, errors and traces.
     fn name(&self) -> &'static str;
