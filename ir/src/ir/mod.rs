@@ -2,6 +2,8 @@
 //! is handed the kernel catalog (the standard library) by its caller (`xthunk_core::verify`).
 
 mod dtype;
+mod error;
+mod executable;
 mod gemm;
 mod path;
 mod signature;
@@ -10,19 +12,21 @@ mod types;
 mod verify;
 
 pub use dtype::DType;
+pub use error::ValidationError;
+pub use executable::Executable;
 pub use gemm::{ColumnMajorGemm, GEMM_DTYPES, Gemm, GemmError, GemmMatrix, GemmOperand, GemmThunk};
-pub use path::{PathSegment, ThunkPath};
+pub use path::{ListName, PathSegment, ThunkPath};
 pub use signature::{Extent, KernelCatalog, KernelSignature, Param, ParamKind};
 pub use thunk::custom_call::{
     AttrArray, AttrValue, Attributes, CUSTOM_CALL_API_VERSION, CustomCallBuffer, CustomCallThunk,
     MAX_ATTRIBUTE_DEPTH, MAX_CUSTOM_CALL_RANK,
 };
 pub use thunk::{
-    AsyncDoneThunk, AsyncKind, AsyncStartThunk, COLLECTIVE_DTYPES, CollectiveOp,
-    CollectivePermuteThunk, CollectiveThunk, CommandBufferThunk, ConditionalThunk, CopyThunk,
-    KernelArg, KernelThunk, ListName, MemsetPattern, MemsetThunk, RankIdThunk, RecvThunk, ReduceOp,
-    Scope, SendThunk, Thunk, ThunkKind, TraceCost, WhileThunk, check_collective_sizes,
-    select_branch,
+    AsyncDoneThunk, AsyncKind, AsyncStart, AsyncStartThunk, COLLECTIVE_DTYPES, Checker,
+    CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBuffer, CommandBufferThunk,
+    Conditional, ConditionalThunk, CopyThunk, KernelThunk, MemsetPattern, MemsetThunk, Nested,
+    RankIdThunk, RecvThunk, ReduceOp, Scope, SendThunk, Thunk, ThunkKind, TraceCost, While,
+    WhileThunk, check_collective_sizes, select_branch,
 };
 pub use types::*;
-pub use verify::{MAX_ALLOCATION_SIZE, ThunkChecker, ValidationError, verify_with};
+pub use verify::{MAX_ALLOCATION_SIZE, ThunkChecker, verify_with};

@@ -1,6 +1,21 @@
-//! Paths naming a thunk inside nested sequences, used in every error.
+//! Paths naming a thunk inside nested sequences, used in every error, and the names of the
+//! nested thunk lists they step through ([`ListName`]).
 
 use std::fmt;
+
+/// The name of a nested thunk list in paths: `body`, `cond`, `thunks`, or `branches[i]`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ListName {
+    pub field: &'static str,
+    pub index: Option<usize>,
+}
+
+impl ListName {
+    /// A list named by a field alone (`body`, `cond`, `thunks`).
+    pub const fn field(field: &'static str) -> Self {
+        ListName { field, index: None }
+    }
+}
 
 /// One step of a [`ThunkPath`]: the field holding a list of thunks and the index in it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -31,7 +46,7 @@ impl ThunkPath {
 
     /// The path of the `index`-th thunk of a nested list (see [`crate::ir::Thunk::nested`]),
     /// e.g. `entry[2].body[0]` or `entry[2].branches[1].thunks[0]`.
-    pub fn in_list(&self, list: &crate::ir::ListName, index: usize) -> Self {
+    pub fn in_list(&self, list: &ListName, index: usize) -> Self {
         match list.index {
             None => self.child(list.field, index),
             Some(b) => self.child(list.field, b).child("thunks", index),

@@ -3,8 +3,7 @@
 //! kernels up in (the standard library implements it; the IR does not know any library).
 
 use super::dtype::DType;
-use super::thunk::KernelArg;
-use super::types::Access;
+use super::types::{Access, KernelArg};
 
 /// How many elements a buffer parameter holds: a constant, or the product of integer scalar
 /// parameters (by index in the parameter list).

@@ -1,8 +1,8 @@
-//! The thunk IR's data around the thunks: allocations, slices, launch shapes, scalars,
-//! modules, signatures and executables (the thunks themselves are in `thunk/`).
+//! The thunk IR's plain data around the thunks: allocations, slices, launch shapes, scalars
+//! and kernel arguments, modules and signatures (the thunks themselves are in `thunk/`, the
+//! executable holding them in `executable.rs`).
 
 use super::dtype::DType;
-use super::thunk::Thunk;
 use std::fmt;
 
 /// Version of the program ABI (the protobuf schema and the IR semantics). A loader refuses
@@ -71,7 +71,8 @@ impl AllocationKind {
     }
 }
 
-/// A buffer the program uses. `index` is its position in [`Executable::allocations`].
+/// A buffer the program uses. `index` is its position in
+/// [`Executable::allocations`](crate::ir::Executable::allocations).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct BufferAllocation {
     pub index: u32,
@@ -282,6 +283,39 @@ impl fmt::Display for Scalar {
     }
 }
 
+/// One argument of a kernel launch.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A buffer, passed as a device pointer to the slice's first byte.
+    Buffer { slice: Slice, access: Access },
+    /// An immediate, passed by value.
+    Scalar(Scalar),
+}
+
+// Rust values as launch arguments and scalars (`builder.kernel(…, &[x.into(), 3i64.into()])`).
+macro_rules! scalar_from {
+    ($($t:ty => $v:ident),*) => {$(
+        impl From<$t> for KernelArg {
+            fn from(x: $t) -> Self { KernelArg::Scalar(Scalar::$v(x)) }
+        }
+        impl From<$t> for Scalar {
+            fn from(x: $t) -> Self { Scalar::$v(x) }
+        }
+    )*};
+}
+scalar_from!(bool => Pred, i8 => I8, u8 => U8, i32 => I32, i64 => I64, f32 => F32, f64 => F64);
+
+impl From<half::f16> for KernelArg {
+    fn from(x: half::f16) -> Self {
+        KernelArg::Scalar(Scalar::F16(x.to_bits()))
+    }
+}
+impl From<half::bf16> for KernelArg {
+    fn from(x: half::bf16) -> Self {
+        KernelArg::Scalar(Scalar::BF16(x.to_bits()))
+    }
+}
+
 /// A kernel image in a module.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum ModuleImage {
@@ -374,28 +408,6 @@ impl TensorSpec {
 pub struct Signature {
     pub parameters: Vec<TensorSpec>,
     pub outputs: Vec<TensorSpec>,
-}
-
-/// A complete program.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Executable {
-    pub abi_version: u32,
-    pub name: String,
-    pub allocations: Vec<BufferAllocation>,
-    pub modules: Vec<Module>,
-    pub entry: Vec<Thunk>,
-    pub signature: Signature,
-}
-
-impl Executable {
-    /// Total number of thunks, nested ones included.
-    pub fn thunk_count(&self) -> usize {
-        self.entry.iter().map(Thunk::count).sum()
-    }
-
-    pub fn module(&self, name: &str) -> Option<&Module> {
-        self.modules.iter().find(|m| m.name == name)
-    }
 }
 
 #[cfg(test)]

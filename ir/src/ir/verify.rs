@@ -19,54 +19,18 @@
 //! (`backend::check_launch_limits`).
 
 use super::dtype::DType;
+use super::error::{ValidationError, err};
+use super::executable::Executable;
 use super::path::ThunkPath;
 use super::signature::KernelCatalog;
-use super::thunk::{COLLECTIVE_DTYPES, Scope, Thunk};
+use super::thunk::{COLLECTIVE_DTYPES, Checker, Scope, Thunk};
 use super::types::*;
 use std::collections::{BTreeMap, BTreeSet};
-use std::fmt;
-
-/// A validation failure: where, which field, and what is wrong.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub struct ValidationError {
-    /// The thunk (empty for executable-level fields such as allocations).
-    pub path: ThunkPath,
-    /// The field, e.g. `src`, `args[2]`, `allocations[3].alignment`.
-    pub field: String,
-    pub message: String,
-}
-
-impl fmt::Display for ValidationError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.path.is_root() {
-            write!(f, "invalid program: {}: {}", self.field, self.message)
-        } else {
-            write!(
-                f,
-                "invalid program: thunk {}: {}: {}",
-                self.path, self.field, self.message
-            )
-        }
-    }
-}
 
 /// The largest allocation a program may declare: 2^63 - 1 bytes, so that every size, offset
 /// and end of a slice (at most this) fits an `i64`/`isize` in the backends and the vendor
 /// libraries (pointer offsets are signed).
 pub const MAX_ALLOCATION_SIZE: u64 = i64::MAX as u64;
-
-/// A validation error at `path`, in `field`.
-pub(crate) fn err(
-    path: &ThunkPath,
-    field: impl Into<String>,
-    message: impl Into<String>,
-) -> ValidationError {
-    ValidationError {
-        path: path.clone(),
-        field: field.into(),
-        message: message.into(),
-    }
-}
 
 /// Validates an executable: ABI version, allocations (indices, alignment, constant sizes,
 /// parameter/output numbering), the signature, modules, and every thunk (slices inside their
@@ -295,9 +259,9 @@ fn check_signature(
     Ok(())
 }
 
-/// What each kind's validation ([`crate::ir::ThunkKind::validate`]) checks its fields with:
-/// the program, the kernel catalog, and the state of the walk (async ids seen, whether it is
-/// inside a command buffer).
+/// What each kind's validation ([`crate::ir::ThunkKind::validate`]) checks its fields with
+/// (its [`Checker`]): the program, the kernel catalog, and the state of the walk (async ids
+/// seen, whether it is inside a command buffer).
 pub struct ThunkChecker<'a> {
     exe: &'a Executable,
     catalog: &'a dyn KernelCatalog,
@@ -311,18 +275,78 @@ impl ThunkChecker<'_> {
         self.exe
     }
 
-    /// The kernel catalog standard-library launches are checked against.
-    pub fn catalog(&self) -> &dyn KernelCatalog {
+    fn thunk(&mut self, t: &Thunk, path: &ThunkPath) -> Result<(), ValidationError> {
+        let kind = t.as_kind();
+        kind.validate(self, path)?;
+        let was = self.in_command_buffer;
+        if kind.records() {
+            self.in_command_buffer = true;
+        }
+        for (name, list) in t.nested() {
+            let paths: Vec<ThunkPath> = (0..list.len()).map(|i| path.in_list(&name, i)).collect();
+            self.list(list, &paths)?;
+        }
+        self.in_command_buffer = was;
+        Ok(())
+    }
+
+    /// Validates one thunk list: each thunk, and that async starts and dones pair up inside
+    /// this list (a start's done must follow it in the same list).
+    fn list(&mut self, list: &[Thunk], paths: &[ThunkPath]) -> Result<(), ValidationError> {
+        let mut open: BTreeMap<u32, usize> = BTreeMap::new();
+        for (t, path) in list.iter().zip(paths) {
+            self.thunk(t, path)?;
+            match t.scope() {
+                Scope::AsyncStart { id, .. } => {
+                    open.insert(id, 0);
+                }
+                Scope::AsyncDone { id } if open.remove(&id).is_none() => {
+                    return Err(err(
+                        path,
+                        "id",
+                        format!(
+                            "async_done {id} has no matching async_start before it in the same list"
+                        ),
+                    ));
+                }
+                _ => {}
+            }
+        }
+        if let Some((id, _)) = open.into_iter().next() {
+            let at = list
+                .iter()
+                .zip(paths)
+                .find(|(t, _)| matches!(t.scope(), Scope::AsyncStart { id: i, .. } if i == id))
+                .map(|(_, p)| p.clone())
+                .unwrap_or_default();
+            return Err(err(
+                &at,
+                "id",
+                format!("async_start {id} has no matching async_done in the same list"),
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Checker for ThunkChecker<'_> {
+    fn allocations(&self) -> &[BufferAllocation] {
+        &self.exe.allocations
+    }
+
+    fn modules(&self) -> &[Module] {
+        &self.exe.modules
+    }
+
+    fn catalog(&self) -> &dyn KernelCatalog {
         self.catalog
     }
 
-    /// Records an async id; false when it was seen before.
-    pub fn new_async_id(&mut self, id: u32) -> bool {
+    fn new_async_id(&mut self, id: u32) -> bool {
         self.async_ids.insert(id)
     }
 
-    /// A slice inside its allocation (and not a constant's, when written).
-    pub fn slice(
+    fn slice(
         &self,
         s: &Slice,
         path: &ThunkPath,
@@ -370,23 +394,7 @@ impl ThunkChecker<'_> {
         Ok(())
     }
 
-    fn thunk(&mut self, t: &Thunk, path: &ThunkPath) -> Result<(), ValidationError> {
-        let kind = t.as_kind();
-        kind.validate(self, path)?;
-        let was = self.in_command_buffer;
-        if kind.records() {
-            self.in_command_buffer = true;
-        }
-        for (name, list) in t.nested() {
-            let paths: Vec<ThunkPath> = (0..list.len()).map(|i| path.in_list(&name, i)).collect();
-            self.list(list, &paths)?;
-        }
-        self.in_command_buffer = was;
-        Ok(())
-    }
-
-    /// A slice holding whole elements of a collective dtype.
-    pub fn typed_slice(
+    fn typed_slice(
         &self,
         s: &Slice,
         dtype: DType,
@@ -412,8 +420,7 @@ impl ThunkChecker<'_> {
         Ok(())
     }
 
-    /// Refuses `kind` inside a command buffer.
-    pub fn no_control_flow(&self, path: &ThunkPath, kind: &str) -> Result<(), ValidationError> {
+    fn no_control_flow(&self, path: &ThunkPath, kind: &str) -> Result<(), ValidationError> {
         if self.in_command_buffer {
             return Err(err(
                 path,
@@ -421,44 +428,6 @@ impl ThunkChecker<'_> {
                 format!(
                     "{kind} is not allowed inside a command buffer (only copy, memset, kernel, gemm, custom_call, while, conditional and sequences)"
                 ),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Validates one thunk list: each thunk, and that async starts and dones pair up inside
-    /// this list (a start's done must follow it in the same list).
-    fn list(&mut self, list: &[Thunk], paths: &[ThunkPath]) -> Result<(), ValidationError> {
-        let mut open: BTreeMap<u32, usize> = BTreeMap::new();
-        for (t, path) in list.iter().zip(paths) {
-            self.thunk(t, path)?;
-            match t.scope() {
-                Scope::AsyncStart { id, .. } => {
-                    open.insert(id, 0);
-                }
-                Scope::AsyncDone { id } if open.remove(&id).is_none() => {
-                    return Err(err(
-                        path,
-                        "id",
-                        format!(
-                            "async_done {id} has no matching async_start before it in the same list"
-                        ),
-                    ));
-                }
-                _ => {}
-            }
-        }
-        if let Some((id, _)) = open.into_iter().next() {
-            let at = list
-                .iter()
-                .zip(paths)
-                .find(|(t, _)| matches!(t.scope(), Scope::AsyncStart { id: i, .. } if i == id))
-                .map(|(_, p)| p.clone())
-                .unwrap_or_default();
-            return Err(err(
-                &at,
-                "id",
-                format!("async_start {id} has no matching async_done in the same list"),
             ));
         }
         Ok(())

@@ -3,7 +3,17 @@
 //! thunk is (its path made only for an error).
 
 use crate::{ProtoError, pb};
-use xthunk_core::ir::{Access, DType, Dim3, PathSegment, Scalar, Slice, ThunkPath};
+use xthunk_core::ir::{Access, DType, Dim3, PathSegment, Scalar, Slice, Thunk, ThunkPath};
+
+/// Converts a nested thunk list to its messages: the kind table's `thunk::list_to`, handed to
+/// the composite kinds' converters (while, conditional, async_start, command_buffer) so that
+/// the table is the only caller of each kind's converter.
+pub(crate) type ListTo = fn(&[Thunk]) -> Vec<pb::Thunk>;
+
+/// Converts the messages of the nested list `field` of the thunk at a location: the kind
+/// table's `thunk::list_from`, handed to the composite kinds' converters.
+pub(crate) type ListFrom =
+    fn(&[pb::Thunk], &Loc<'_>, &'static str) -> Result<Vec<Thunk>, ProtoError>;
 
 /// Where a thunk is, as a chain of borrowed steps: the [`ThunkPath`] is materialized only for
 /// an error.

@@ -1,34 +1,20 @@
-//! `async_start` / `async_done`: a body run asynchronously on another stream class.
+//! `async_start` / `async_done`: a body run asynchronously on another stream class (the
+//! class, [`super::AsyncKind`], is in `kind.rs` beside the [`super::Scope`] naming it).
 
-use super::{ListName, Scope, Thunk, ThunkKind};
-use crate::ir::ThunkPath;
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
-
-/// Which stream class an async scope runs on.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum AsyncKind {
-    /// Another compute stream.
-    Compute,
-    /// The communication stream (collectives).
-    Communication,
-}
-
-impl AsyncKind {
-    pub const fn name(self) -> &'static str {
-        match self {
-            AsyncKind::Compute => "compute",
-            AsyncKind::Communication => "communication",
-        }
-    }
-}
+use super::kind::{AsyncKind, Checker, Nested, Scope, ThunkKind};
+use crate::ir::error::{ValidationError, err};
+use crate::ir::{ListName, ThunkPath};
 
 /// Starts `body` asynchronously on another stream of the given kind, after the work it
 /// depends on. Must be matched by an `AsyncDone` with the same id later in the same list.
+///
+/// `T` is the element of its thunk lists: a program's is [`super::AsyncStartThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
-pub struct AsyncStartThunk {
+pub struct AsyncStart<T> {
     pub id: u32,
     pub kind: AsyncKind,
-    pub body: Vec<Thunk>,
+    pub body: Vec<T>,
 }
 
 /// Later work that depends on the matching `AsyncStart`'s body waits for it.
@@ -37,13 +23,9 @@ pub struct AsyncDoneThunk {
     pub id: u32,
 }
 
-impl ThunkKind for AsyncStartThunk {
+impl<T> ThunkKind for AsyncStart<T> {
     fn name(&self) -> &'static str {
         "async_start"
-    }
-
-    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
-        vec![(ListName::field("body"), self.body.as_slice())]
     }
 
     fn scope(&self) -> Scope {
@@ -53,7 +35,7 @@ impl ThunkKind for AsyncStartThunk {
         }
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         cx.no_control_flow(path, "async_start")?;
         if !cx.new_async_id(self.id) {
             return Err(err(
@@ -75,6 +57,12 @@ impl ThunkKind for AsyncStartThunk {
     }
 }
 
+impl<T> Nested<T> for AsyncStart<T> {
+    fn nested(&self) -> Vec<(ListName, &[T])> {
+        vec![(ListName::field("body"), self.body.as_slice())]
+    }
+}
+
 impl ThunkKind for AsyncDoneThunk {
     fn name(&self) -> &'static str {
         "async_done"
@@ -84,7 +72,7 @@ impl ThunkKind for AsyncDoneThunk {
         Scope::AsyncDone { id: self.id }
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         cx.no_control_flow(path, "async_done")
     }
 
@@ -92,3 +80,5 @@ impl ThunkKind for AsyncDoneThunk {
         format!("async_done id={}", self.id)
     }
 }
+
+impl<T> Nested<T> for AsyncDoneThunk {}

@@ -1,8 +1,8 @@
 //! Collectives over replica groups: `all_reduce`, `all_gather`, `reduce_scatter`,
 //! `all_to_all` and `broadcast` (one thunk type, the operation a field).
 
-use super::{ThunkKind, TraceCost, read};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, read, uses_line};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{Access, BufferUse, DType, Slice, ThunkPath};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -111,7 +111,7 @@ impl ThunkKind for CollectiveThunk {
         true
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let c = self;
         cx.no_control_flow(path, c.op.name())?;
         cx.typed_slice(&c.src, c.dtype, path, "src", false)?;
@@ -160,7 +160,7 @@ impl ThunkKind for CollectiveThunk {
     }
 
     fn describe(&self) -> String {
-        super::uses_line(self)
+        uses_line(self)
     }
 
     fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
@@ -179,6 +179,8 @@ impl ThunkKind for CollectiveThunk {
         }
     }
 }
+
+impl<T> Nested<T> for CollectiveThunk {}
 
 /// Checks the size relations of a collective for a group of `n` ranks; returns the field and
 /// the message on failure. Every product is checked: a size that would overflow fails like any

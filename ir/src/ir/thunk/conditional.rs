@@ -1,17 +1,20 @@
 //! `conditional`: runs one branch chosen by an i32 or pred index.
 
-use super::{ListName, Thunk, ThunkKind, read};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
-use crate::ir::{BufferUse, DType, Slice, ThunkPath};
+use super::kind::{Checker, Nested, ThunkKind, read};
+use crate::ir::error::{ValidationError, err};
+use crate::ir::{BufferUse, DType, ListName, Slice, ThunkPath};
 
 /// Runs one branch chosen by `index`: an i32 (branch `index`; an index out of range,
 /// negative or too large, runs the last branch, as XLA does) or a pred (true runs
 /// branch 0, false branch 1).
+///
+/// `T` is the element of its thunk lists: a program's is [`super::ConditionalThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ConditionalThunk {
+pub struct Conditional<T> {
     pub index: Slice,
     pub index_type: DType,
-    pub branches: Vec<Vec<Thunk>>,
+    pub branches: Vec<Vec<T>>,
 }
 
 /// The branch of `0..=last` an index of `index_type` read back as `bytes` selects.
@@ -28,7 +31,7 @@ pub fn select_branch(index_type: DType, last: usize, b: [u8; 8]) -> usize {
     }
 }
 
-impl ThunkKind for ConditionalThunk {
+impl<T> ThunkKind for Conditional<T> {
     fn name(&self) -> &'static str {
         "conditional"
     }
@@ -37,23 +40,7 @@ impl ThunkKind for ConditionalThunk {
         vec![read(self.index)]
     }
 
-    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
-        self.branches
-            .iter()
-            .enumerate()
-            .map(|(i, b)| {
-                (
-                    ListName {
-                        field: "branches",
-                        index: Some(i),
-                    },
-                    b.as_slice(),
-                )
-            })
-            .collect()
-    }
-
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let (index, index_type, branches) = (&self.index, self.index_type, &self.branches);
         cx.slice(index, path, "index", false)?;
         let want = match index_type {
@@ -104,5 +91,23 @@ impl ThunkKind for ConditionalThunk {
             self.index_type,
             self.branches.len()
         )
+    }
+}
+
+impl<T> Nested<T> for Conditional<T> {
+    fn nested(&self) -> Vec<(ListName, &[T])> {
+        self.branches
+            .iter()
+            .enumerate()
+            .map(|(i, b)| {
+                (
+                    ListName {
+                        field: "branches",
+                        index: Some(i),
+                    },
+                    b.as_slice(),
+                )
+            })
+            .collect()
     }
 }

@@ -1,7 +1,7 @@
 //! `copy`: `dst = src` (equal sizes, no overlap).
 
-use super::{ThunkKind, TraceCost, read, write};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, read, write};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{BufferUse, Slice, ThunkPath};
 use serde_json::{Map, Value};
 
@@ -21,7 +21,7 @@ impl ThunkKind for CopyThunk {
         vec![read(self.src), write(self.dst)]
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let (src, dst) = (&self.src, &self.dst);
         cx.slice(src, path, "src", false)?;
         cx.slice(dst, path, "dst", true)?;
@@ -49,3 +49,5 @@ impl ThunkKind for CopyThunk {
         }
     }
 }
+
+impl<T> Nested<T> for CopyThunk {}

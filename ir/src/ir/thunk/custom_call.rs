@@ -2,8 +2,8 @@
 //! own library call), with typed buffers (slice, element type, dims) and typed attributes,
 //! and its validation.
 
-use super::{ThunkKind, TraceCost};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{Access, BufferUse, DType, Slice, ThunkPath};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -436,7 +436,7 @@ impl ThunkKind for CustomCallThunk {
         CustomCallThunk::buffer_uses(self)
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         verify(self, path, &|s, f, w| cx.slice(s, path, f, w))
     }
 
@@ -477,3 +477,5 @@ impl ThunkKind for CustomCallThunk {
         }
     }
 }
+
+impl<T> Nested<T> for CustomCallThunk {}

@@ -1,8 +1,8 @@
 //! `gemm`: the thunk side of a matrix product (the shape itself, shared with the backends'
 //! launches, is [`crate::ir::Gemm`] in `ir/gemm.rs`).
 
-use super::{ThunkKind, TraceCost, read};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, read};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{Access, BufferUse, GEMM_DTYPES, GemmError, GemmMatrix, GemmThunk, ThunkPath};
 use serde_json::{Map, Value, json};
 
@@ -26,7 +26,7 @@ impl ThunkKind for GemmThunk {
         ]
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let g = self;
         if !GEMM_DTYPES.contains(&g.dtype) {
             return Err(err(
@@ -102,3 +102,5 @@ impl ThunkKind for GemmThunk {
         }
     }
 }
+
+impl<T> Nested<T> for GemmThunk {}

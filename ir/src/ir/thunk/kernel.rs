@@ -1,42 +1,9 @@
 //! `kernel`: a launch of a kernel from one of the program's modules.
 
-use super::{ThunkKind, TraceCost};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
-use crate::ir::{Access, BufferUse, Dim3, ModuleImage, Scalar, Slice, ThunkPath};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost};
+use crate::ir::error::{ValidationError, err};
+use crate::ir::{BufferUse, Dim3, KernelArg, ModuleImage, ThunkPath};
 use serde_json::{Map, Value, json};
-
-/// One argument of a kernel launch.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub enum KernelArg {
-    /// A buffer, passed as a device pointer to the slice's first byte.
-    Buffer { slice: Slice, access: Access },
-    /// An immediate, passed by value.
-    Scalar(Scalar),
-}
-
-// Rust values as launch arguments and scalars (`builder.kernel(…, &[x.into(), 3i64.into()])`).
-macro_rules! scalar_from {
-    ($($t:ty => $v:ident),*) => {$(
-        impl From<$t> for KernelArg {
-            fn from(x: $t) -> Self { KernelArg::Scalar(Scalar::$v(x)) }
-        }
-        impl From<$t> for Scalar {
-            fn from(x: $t) -> Self { Scalar::$v(x) }
-        }
-    )*};
-}
-scalar_from!(bool => Pred, i8 => I8, u8 => U8, i32 => I32, i64 => I64, f32 => F32, f64 => F64);
-
-impl From<half::f16> for KernelArg {
-    fn from(x: half::f16) -> Self {
-        KernelArg::Scalar(Scalar::F16(x.to_bits()))
-    }
-}
-impl From<half::bf16> for KernelArg {
-    fn from(x: half::bf16) -> Self {
-        KernelArg::Scalar(Scalar::BF16(x.to_bits()))
-    }
-}
 
 /// `Kernel` thunk: launch a kernel from one of the executable's modules.
 #[derive(Clone, Debug, PartialEq)]
@@ -70,7 +37,7 @@ impl ThunkKind for KernelThunk {
             .collect()
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let k = self;
         for (i, a) in k.args.iter().enumerate() {
             if let KernelArg::Buffer { slice, access } = a {
@@ -89,9 +56,8 @@ impl ThunkKind for KernelThunk {
                 format!("{} threads per block exceeds 1024", k.block.count()),
             ));
         }
-        let exe = cx.executable();
-        let Some(m) = exe.module(&k.module) else {
-            let have: Vec<&str> = exe.modules.iter().map(|m| m.name.as_str()).collect();
+        let Some(m) = cx.modules().iter().find(|m| m.name == k.module) else {
+            let have: Vec<&str> = cx.modules().iter().map(|m| m.name.as_str()).collect();
             return Err(err(
                 path,
                 "module",
@@ -116,7 +82,7 @@ impl ThunkKind for KernelThunk {
                     ),
                 ));
             };
-            let allocs = &exe.allocations;
+            let allocs = cx.allocations();
             let alignment_of = |a: u32| Some(allocs.get(usize::try_from(a).ok()?)?.alignment);
             if let Err((i, msg)) = signature
                 .check_args(&k.args)
@@ -176,3 +142,5 @@ impl ThunkKind for KernelThunk {
         }
     }
 }
+
+impl<T> Nested<T> for KernelThunk {}

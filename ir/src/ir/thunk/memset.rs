@@ -1,7 +1,7 @@
 //! `memset`: fill `dst` with a repeated 1-, 2- or 4-byte pattern.
 
-use super::{ThunkKind, TraceCost, write};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, write};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{BufferUse, Slice, ThunkPath};
 use serde_json::{Map, Value};
 
@@ -40,7 +40,7 @@ impl ThunkKind for MemsetThunk {
         vec![write(self.dst)]
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let dst = &self.dst;
         cx.slice(dst, path, "dst", true)?;
         let w = self.pattern.width();
@@ -70,3 +70,5 @@ impl ThunkKind for MemsetThunk {
         }
     }
 }
+
+impl<T> Nested<T> for MemsetThunk {}

@@ -5,9 +5,16 @@
 //! and its trace description, through the [`ThunkKind`] trait. [`Thunk`] is the enum of
 //! every kind; [`Thunk::as_kind`] below is the only place in the IR that names its variants.
 //!
-//! Adding a kind: a module here with its type and its `ThunkKind` impl, a variant and an arm
-//! in [`Thunk::as_kind`]; its conversion in `xthunk-proto` (`convert/thunk/`); its planning
-//! and issue in the executor's one table (`xthunk-executor`'s `executor/dispatch.rs`).
+//! The trait, the [`Checker`] a kind validates its fields with, and the small types every
+//! kind names are in `kind.rs`, a leaf below the kinds. A thunk holds thunks (a while's body,
+//! a conditional's branches, …): the four composite kinds are generic over the element of their
+//! lists (`While<T>`, …) and the aliases here tie the knot (`WhileThunk = While<Thunk>`), so
+//! no kind's module names this enum.
+//!
+//! Adding a kind: a module here with its type and its `ThunkKind` and `Nested` impls, a
+//! variant and an arm in [`Thunk::as_kind`]; its conversion in `xthunk-proto`
+//! (`convert/thunk/`); its planning and issue in the executor's one table
+//! (`xthunk-executor`'s `executor/dispatch.rs`).
 //! `docs/architecture.md` has the worked example.
 
 mod async_scope;
@@ -18,6 +25,7 @@ mod copy;
 pub(super) mod custom_call;
 mod gemm;
 mod kernel;
+mod kind;
 mod memset;
 mod p2p;
 mod permute;
@@ -25,26 +33,34 @@ mod rank_id;
 mod sequence;
 mod while_loop;
 
-pub use async_scope::{AsyncDoneThunk, AsyncKind, AsyncStartThunk};
+pub use async_scope::{AsyncDoneThunk, AsyncStart};
 pub use collective::{
     COLLECTIVE_DTYPES, CollectiveOp, CollectiveThunk, ReduceOp, check_collective_sizes,
 };
-pub use command_buffer::CommandBufferThunk;
-pub use conditional::{ConditionalThunk, select_branch};
+pub use command_buffer::CommandBuffer;
+pub use conditional::{Conditional, select_branch};
 pub use copy::CopyThunk;
-pub use kernel::{KernelArg, KernelThunk};
+pub use kernel::KernelThunk;
+pub use kind::{AsyncKind, Checker, Nested, Scope, ThunkKind, TraceCost};
 pub use memset::{MemsetPattern, MemsetThunk};
 pub use p2p::{RecvThunk, SendThunk};
 pub use permute::CollectivePermuteThunk;
 pub use rank_id::RankIdThunk;
-pub use while_loop::WhileThunk;
+pub use while_loop::While;
 
 use super::gemm::GemmThunk;
-use super::path::ThunkPath;
+use super::path::ListName;
 use super::types::BufferUse;
-use super::verify::{ThunkChecker, ValidationError};
 use custom_call::CustomCallThunk;
-use serde_json::{Map, Value};
+
+/// `while` in a program: its condition and body are lists of [`Thunk`]s.
+pub type WhileThunk = While<Thunk>;
+/// `conditional` in a program: its branches are lists of [`Thunk`]s.
+pub type ConditionalThunk = Conditional<Thunk>;
+/// `async_start` in a program: its body is a list of [`Thunk`]s.
+pub type AsyncStartThunk = AsyncStart<Thunk>;
+/// `command_buffer` in a program: its body is a list of [`Thunk`]s.
+pub type CommandBufferThunk = CommandBuffer<Thunk>;
 
 /// One operation of a program.
 #[derive(Clone, Debug, PartialEq)]
@@ -68,91 +84,6 @@ pub enum Thunk {
     RankId(RankIdThunk),
     /// Calls the handler registered for a target (a framework's own library call).
     CustomCall(CustomCallThunk),
-}
-
-/// How a thunk takes part in scheduling.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Scope {
-    /// A schedulable step (every kind but the three below).
-    Step,
-    /// A sequence: its thunks are scheduled in its place, in the enclosing class.
-    Sequence,
-    /// An async scope's start: its body is scheduled in the given stream class.
-    AsyncStart { id: u32, kind: AsyncKind },
-    /// An async scope's end: no step of its own (ordering comes from the body's buffer uses).
-    AsyncDone { id: u32 },
-}
-
-/// What a trace records of a thunk beyond its name: bytes moved, flops, and whether it
-/// communicates with other ranks.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct TraceCost {
-    pub bytes: u64,
-    pub flops: u64,
-    pub communicates: bool,
-}
-
-/// What every kind of thunk says of itself. Implemented once per kind, in its module.
-pub trait ThunkKind {
-    /// Short kind name (`copy`, `gemm`, `all_reduce`, …), as in paths, errors and traces.
-    fn name(&self) -> &'static str;
-
-    /// Buffer uses of this thunk itself (not of nested thunks).
-    fn buffer_uses(&self) -> Vec<BufferUse> {
-        vec![]
-    }
-
-    /// Nested thunk lists, each with its name in paths.
-    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
-        vec![]
-    }
-
-    /// How the thunk takes part in scheduling.
-    fn scope(&self) -> Scope {
-        Scope::Step
-    }
-
-    /// True for thunks that communicate with other ranks.
-    fn communicates(&self) -> bool {
-        false
-    }
-
-    /// True for a command buffer (what is nested in it is recorded).
-    fn records(&self) -> bool {
-        false
-    }
-
-    /// Validates the thunk's own fields at `path` (its nested lists are validated by the
-    /// caller).
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError>;
-
-    /// What the progress record and the logs call it, e.g. `gemm f32 64x64x64`.
-    fn label(&self) -> String {
-        self.name().to_string()
-    }
-
-    /// One line describing the thunk without its nested thunks (`xthunk inspect`).
-    fn describe(&self) -> String;
-
-    /// Adds the thunk's trace arguments; returns its cost.
-    fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
-        let _ = args;
-        TraceCost::default()
-    }
-}
-
-/// The name of a nested thunk list in paths: `body`, `cond`, `thunks`, or `branches[i]`.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct ListName {
-    pub field: &'static str,
-    pub index: Option<usize>,
-}
-
-impl ListName {
-    /// A list named by a field alone (`body`, `cond`, `thunks`).
-    pub const fn field(field: &'static str) -> Self {
-        ListName { field, index: None }
-    }
 }
 
 /// `From` for every kind held in a variant of its own type.
@@ -193,7 +124,7 @@ impl From<Vec<Thunk>> for Thunk {
 
 impl Thunk {
     /// The thunk as its kind: **the IR's one dispatch table**.
-    pub fn as_kind(&self) -> &dyn ThunkKind {
+    pub fn as_kind(&self) -> &dyn Nested<Thunk> {
         match self {
             Thunk::Copy(t) => t,
             Thunk::Memset(t) => t,
@@ -278,31 +209,4 @@ impl Thunk {
     pub fn count(&self) -> usize {
         1 + self.children().map(Thunk::count).sum::<usize>()
     }
-}
-
-/// A read use of `slice`.
-pub(crate) fn read(slice: super::Slice) -> BufferUse {
-    BufferUse {
-        slice,
-        access: super::Access::Read,
-    }
-}
-
-/// A write use of `slice`.
-pub(crate) fn write(slice: super::Slice) -> BufferUse {
-    BufferUse {
-        slice,
-        access: super::Access::Write,
-    }
-}
-
-/// The line of a kind without a description of its own: its name and buffer uses, e.g.
-/// `all_reduce uses=[%0[0..+16] r, %1[0..+16] w]`.
-pub(crate) fn uses_line(t: &dyn ThunkKind) -> String {
-    let uses: Vec<String> = t
-        .buffer_uses()
-        .iter()
-        .map(|u| format!("{} {}", u.slice, u.access.short()))
-        .collect();
-    format!("{} uses=[{}]", t.name(), uses.join(", "))
 }

@@ -1,7 +1,7 @@
 //! `send` / `recv`: point-to-point transfers between two global ranks.
 
-use super::{ThunkKind, TraceCost, read, write};
-use crate::ir::verify::{ThunkChecker, ValidationError};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, read, uses_line, write};
+use crate::ir::error::ValidationError;
 use crate::ir::{BufferUse, DType, Slice, ThunkPath};
 use serde_json::{Map, Value, json};
 
@@ -46,7 +46,7 @@ impl ThunkKind for SendThunk {
         true
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         cx.no_control_flow(path, "send")?;
         cx.typed_slice(&self.src, self.dtype, path, "src", false)
     }
@@ -56,13 +56,15 @@ impl ThunkKind for SendThunk {
     }
 
     fn describe(&self) -> String {
-        super::uses_line(self)
+        uses_line(self)
     }
 
     fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
         trace_p2p(self.dtype, self.peer, self.src.size, args)
     }
 }
+
+impl<T> Nested<T> for SendThunk {}
 
 impl ThunkKind for RecvThunk {
     fn name(&self) -> &'static str {
@@ -77,7 +79,7 @@ impl ThunkKind for RecvThunk {
         true
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         cx.no_control_flow(path, "recv")?;
         cx.typed_slice(&self.dst, self.dtype, path, "dst", true)
     }
@@ -87,10 +89,12 @@ impl ThunkKind for RecvThunk {
     }
 
     fn describe(&self) -> String {
-        super::uses_line(self)
+        uses_line(self)
     }
 
     fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
         trace_p2p(self.dtype, self.peer, self.dst.size, args)
     }
 }
+
+impl<T> Nested<T> for RecvThunk {}

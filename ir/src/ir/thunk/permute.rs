@@ -1,7 +1,7 @@
 //! `collective_permute`: every rank sends to the rank a pair list maps it to.
 
-use super::{ThunkKind, TraceCost, read, write};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, TraceCost, read, uses_line, write};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{BufferUse, DType, Slice, ThunkPath};
 use serde_json::{Map, Value, json};
 use std::collections::BTreeSet;
@@ -30,7 +30,7 @@ impl ThunkKind for CollectivePermuteThunk {
         true
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let (src, dst) = (&self.src, &self.dst);
         cx.no_control_flow(path, "collective_permute")?;
         cx.typed_slice(src, self.dtype, path, "src", false)?;
@@ -67,7 +67,7 @@ impl ThunkKind for CollectivePermuteThunk {
     }
 
     fn describe(&self) -> String {
-        super::uses_line(self)
+        uses_line(self)
     }
 
     fn trace(&self, args: &mut Map<String, Value>) -> TraceCost {
@@ -80,3 +80,5 @@ impl ThunkKind for CollectivePermuteThunk {
         }
     }
 }
+
+impl<T> Nested<T> for CollectivePermuteThunk {}

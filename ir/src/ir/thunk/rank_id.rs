@@ -1,7 +1,7 @@
 //! `rank_id`: writes this device's global rank as an i32, for SPMD programs.
 
-use super::{ThunkKind, write};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
+use super::kind::{Checker, Nested, ThunkKind, uses_line, write};
+use crate::ir::error::{ValidationError, err};
 use crate::ir::{BufferUse, Slice, ThunkPath};
 
 /// Writes this device's global rank as an i32 into `dst` (4 bytes), for SPMD programs.
@@ -19,7 +19,7 @@ impl ThunkKind for RankIdThunk {
         vec![write(self.dst)]
     }
 
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         let dst = &self.dst;
         cx.slice(dst, path, "dst", true)?;
         if dst.size != 4 {
@@ -36,6 +36,8 @@ impl ThunkKind for RankIdThunk {
     }
 
     fn describe(&self) -> String {
-        super::uses_line(self)
+        uses_line(self)
     }
 }
+
+impl<T> Nested<T> for RankIdThunk {}

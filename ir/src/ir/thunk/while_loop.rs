@@ -1,22 +1,25 @@
 //! `while`: `loop { cond; if !pred { break }; body }`, or a body run a promised number of times.
 
-use super::{ListName, Thunk, ThunkKind, read};
-use crate::ir::verify::{ThunkChecker, ValidationError, err};
-use crate::ir::{BufferUse, Slice, ThunkPath};
+use super::kind::{Checker, Nested, ThunkKind, read};
+use crate::ir::error::{ValidationError, err};
+use crate::ir::{BufferUse, ListName, Slice, ThunkPath};
 
 /// `loop { cond; if !pred { break }; body }`. `pred` is a 1-byte pred written by `cond`.
 /// With `trip_count`, the body runs exactly that many times and `cond` is not run (the
 /// count is a promise the producer makes, as in XLA), so the host never waits on the
 /// device; without it, `pred` is copied to pinned host memory after every `cond`.
+///
+/// `T` is the element of its thunk lists: a program's is [`super::WhileThunk`], with
+/// [`super::Thunk`]s.
 #[derive(Clone, Debug, PartialEq)]
-pub struct WhileThunk {
-    pub cond: Vec<Thunk>,
+pub struct While<T> {
+    pub cond: Vec<T>,
     pub pred: Slice,
-    pub body: Vec<Thunk>,
+    pub body: Vec<T>,
     pub trip_count: Option<u64>,
 }
 
-impl ThunkKind for WhileThunk {
+impl<T> ThunkKind for While<T> {
     fn name(&self) -> &'static str {
         "while"
     }
@@ -25,14 +28,7 @@ impl ThunkKind for WhileThunk {
         vec![read(self.pred)]
     }
 
-    fn nested(&self) -> Vec<(ListName, &[Thunk])> {
-        vec![
-            (ListName::field("cond"), self.cond.as_slice()),
-            (ListName::field("body"), self.body.as_slice()),
-        ]
-    }
-
-    fn validate(&self, cx: &mut ThunkChecker<'_>, path: &ThunkPath) -> Result<(), ValidationError> {
+    fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
         if let Some(n) = self.trip_count {
             if n > i64::MAX as u64 {
                 return Err(err(
@@ -70,5 +66,14 @@ impl ThunkKind for WhileThunk {
                 self.body.len()
             ),
         }
+    }
+}
+
+impl<T> Nested<T> for While<T> {
+    fn nested(&self) -> Vec<(ListName, &[T])> {
+        vec![
+            (ListName::field("cond"), self.cond.as_slice()),
+            (ListName::field("body"), self.body.as_slice()),
+        ]
     }
 }

@@ -1,11 +1,10 @@
 //! `async_start` / `async_done` ↔ `AsyncStartThunk` / `AsyncDoneThunk`.
 
-use super::super::fields::Loc;
-use super::{list_from, list_to};
+use super::super::fields::{ListFrom, ListTo, Loc};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::{AsyncDoneThunk, AsyncKind, AsyncStartThunk};
 
-pub(super) fn start_to(a: &AsyncStartThunk) -> pb::AsyncStartThunk {
+pub(super) fn start_to(a: &AsyncStartThunk, list_to: ListTo) -> pb::AsyncStartThunk {
     pb::AsyncStartThunk {
         id: a.id,
         kind: match a.kind {
@@ -23,6 +22,7 @@ pub(super) fn done_to(d: &AsyncDoneThunk) -> pb::AsyncDoneThunk {
 pub(super) fn start_from(
     a: &pb::AsyncStartThunk,
     loc: &Loc<'_>,
+    list_from: ListFrom,
 ) -> Result<AsyncStartThunk, ProtoError> {
     Ok(AsyncStartThunk {
         id: a.id,

@@ -1,11 +1,10 @@
 //! `command_buffer` ↔ `CommandBufferThunk`.
 
-use super::super::fields::Loc;
-use super::{list_from, list_to};
+use super::super::fields::{ListFrom, ListTo, Loc};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::CommandBufferThunk;
 
-pub(super) fn to(c: &CommandBufferThunk) -> pb::CommandBufferThunk {
+pub(super) fn to(c: &CommandBufferThunk, list_to: ListTo) -> pb::CommandBufferThunk {
     pb::CommandBufferThunk {
         body: list_to(&c.body),
     }
@@ -14,6 +13,7 @@ pub(super) fn to(c: &CommandBufferThunk) -> pb::CommandBufferThunk {
 pub(super) fn from(
     c: &pb::CommandBufferThunk,
     loc: &Loc<'_>,
+    list_from: ListFrom,
 ) -> Result<CommandBufferThunk, ProtoError> {
     Ok(CommandBufferThunk {
         body: list_from(&c.body, loc, "body")?,

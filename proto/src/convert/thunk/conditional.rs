@@ -1,13 +1,12 @@
 //! `conditional` ↔ `ConditionalThunk`: branches as messages of their own, so each branch's
 //! thunks sit at `branches[i].thunks[j]`.
 
-use super::super::fields::{Loc, dtype_from, slice_from};
+use super::super::fields::{ListFrom, ListTo, Loc, dtype_from, slice_from};
 use super::super::fields::{dtype_to, slice_to};
-use super::{list_from, list_to};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::ConditionalThunk;
 
-pub(super) fn to(c: &ConditionalThunk) -> pb::ConditionalThunk {
+pub(super) fn to(c: &ConditionalThunk, list_to: ListTo) -> pb::ConditionalThunk {
     pb::ConditionalThunk {
         index: slice_to(&c.index),
         index_type: dtype_to(c.index_type) as i32,
@@ -22,6 +21,7 @@ pub(super) fn to(c: &ConditionalThunk) -> pb::ConditionalThunk {
 pub(super) fn from(
     c: &pb::ConditionalThunk,
     loc: &Loc<'_>,
+    list_from: ListFrom,
 ) -> Result<ConditionalThunk, ProtoError> {
     Ok(ConditionalThunk {
         index: slice_from(&c.index, loc, "index")?,

@@ -1,12 +1,11 @@
 //! `while` ↔ `WhileThunk`: a trip count is a non-negative i64 in the schema.
 
 use super::super::fields::slice_to;
-use super::super::fields::{Loc, slice_from};
-use super::{list_from, list_to};
+use super::super::fields::{ListFrom, ListTo, Loc, slice_from};
 use crate::{ProtoError, pb};
 use xthunk_core::ir::WhileThunk;
 
-pub(super) fn to(w: &WhileThunk) -> pb::WhileThunk {
+pub(super) fn to(w: &WhileThunk, list_to: ListTo) -> pb::WhileThunk {
     pb::WhileThunk {
         cond: list_to(&w.cond),
         pred: slice_to(&w.pred),
@@ -15,7 +14,11 @@ pub(super) fn to(w: &WhileThunk) -> pb::WhileThunk {
     }
 }
 
-pub(super) fn from(w: &pb::WhileThunk, loc: &Loc<'_>) -> Result<WhileThunk, ProtoError> {
+pub(super) fn from(
+    w: &pb::WhileThunk,
+    loc: &Loc<'_>,
+    list_from: ListFrom,
+) -> Result<WhileThunk, ProtoError> {
     Ok(WhileThunk {
         cond: list_from(&w.cond, loc, "cond")?,
         pred: slice_from(&w.pred, loc, "pred")?,
