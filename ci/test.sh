@@ -90,6 +90,8 @@ step() {
 }
 
 step fmt cargo fmt --all --check
+# No import cycle between the modules of any crate (docs/architecture.md, rule 4).
+step modcycles python3 ci/modcycles.py .
 step clippy cargo clippy --workspace --all-targets --all-features -- -D warnings
 step test cargo test --workspace --all-features
 step smoke cargo run --release -- run examples/mlp.txtpb
