@@ -370,9 +370,9 @@ impl<'a> Cursor<'a> {
                 self.opt_dict(op)?;
                 self.same_or_fn(op)
             }
-            _ => self.err(format!(
+            _ => Err(self.error_at(op.pos, format!(
                 "no pretty form of `{name}` is known: write it in the generic form (`\"{name}\"(...)`)"
-            )),
+            ))),
         }
     }
 

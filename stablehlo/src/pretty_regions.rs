@@ -29,8 +29,9 @@ impl<'a> Cursor<'a> {
         }
         let n = inputs.len();
         op.operands = inputs.into_iter().chain(inits).collect();
+        self.ws();
+        let pos = self.pos();
         let applies = if self.eat_word("applies") {
-            let pos = self.pos();
             Some((self.expect_ident("the reducing op")?.to_string(), pos))
         } else {
             None
@@ -91,16 +92,22 @@ impl<'a> Cursor<'a> {
             }
             self.expect(b')')?;
         }
+        let mut types_pos = self.pos();
         let types = if self.eat(b':') {
+            self.ws();
+            types_pos = self.pos();
             self.type_list()?
         } else {
             vec![]
         };
         if types.len() != names.len() {
-            return self.err(format!(
-                "{} iteration arguments but {} types",
-                names.len(),
-                types.len()
+            return Err(self.error_at(
+                types_pos,
+                format!(
+                    "{} iteration arguments but {} types",
+                    names.len(),
+                    types.len()
+                ),
             ));
         }
         self.opt_dict(op)?;

@@ -1,0 +1,253 @@
+//! Malformed input: one error with its line:column and the operation being read, never a
+//! panic; nesting and sizes bounded.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use xthunk_stablehlo::{ParseError, parse};
+
+fn err(src: &str) -> ParseError {
+    match parse(src) {
+        Ok(_) => panic!("accepted:\n{src}"),
+        Err(e) => e,
+    }
+}
+
+#[track_caller]
+fn at(src: &str, line: u32, col: u32, op: &str, words: &str) {
+    let e = err(src);
+    let msg = e.to_string();
+    assert_eq!(
+        (e.pos().line, e.pos().col, e.op()),
+        (line, col, op),
+        "{msg}"
+    );
+    assert!(msg.contains(words), "{msg}");
+    assert!(msg.starts_with(&format!("{line}:{col}: ")), "{msg}");
+}
+
+#[test]
+fn deep_nesting_is_refused_without_overflowing_the_stack() {
+    for depth in [50usize, 200, 5000] {
+        let src = format!(
+            "module {{\n{}{}}}\n",
+            "\"a.b\"() ({\n".repeat(depth),
+            "}) : () -> ()\n".repeat(depth)
+        );
+        let r = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse(&src).map(|_| ()))
+            .unwrap()
+            .join()
+            .unwrap();
+        match (depth, r) {
+            (50, Ok(())) => {}
+            (_, Err(ParseError::TooDeep { .. })) if depth > 50 => {}
+            (d, r) => panic!("depth {d}: {r:?}"),
+        }
+    }
+    for (open, close) in [("[", "]"), ("{a = ", "}"), ("tuple<", ">")] {
+        let inner = format!("{}i32{}", open.repeat(3000), close.repeat(3000));
+        let src = format!("module attributes {{x = {inner}}} {{\n}}\n");
+        let r = std::thread::Builder::new()
+            .stack_size(2 << 20)
+            .spawn(move || parse(&src).map(|_| ()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(
+            matches!(r, Err(ParseError::TooDeep { .. })),
+            "{open}: {r:?}"
+        );
+    }
+}
+
+const GOOD: &str = "module @m {
+  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = stablehlo.add %arg0, %arg0 : tensor<4xf32>
+    return %0 : tensor<4xf32>
+  }
+}
+";
+
+#[test]
+fn the_sample_parses() {
+    parse(GOOD).unwrap();
+}
+
+#[test]
+fn truncated_input() {
+    // Cut after the add: the function's region is not closed.
+    let cut = &GOOD[..GOOD.find("    return").unwrap()];
+    at(
+        cut,
+        4,
+        1,
+        "func.func",
+        "expected `}` closing a region, found end of input",
+    );
+    // Cut inside a type.
+    let cut = &GOOD[..GOOD.find("4xf32>\n    return").unwrap() + 2];
+    at(
+        cut,
+        3,
+        48,
+        "stablehlo.add",
+        "expected an element type, found end of input",
+    );
+    // Cut inside the function's signature.
+    let cut = &GOOD[..GOOD.find("-> tensor").unwrap()];
+    // (a function without a body is a declaration; the module is what is left open)
+    at(cut, 2, 48, "builtin.module", "end of input");
+    at("", 1, 1, "module", "expected a module, found end of input");
+    // Every prefix is an error with a position inside the text, never a panic.
+    for n in 0..GOOD.len() - 1 {
+        let e = err(&GOOD[..n]);
+        let lines = GOOD[..n].split('\n').count() as u32;
+        assert!(e.pos().line >= 1 && e.pos().line <= lines, "{n}: {e}");
+        assert!(!e.to_string().contains('\n'), "{e}");
+    }
+}
+
+#[test]
+fn bad_tokens() {
+    at(
+        &GOOD.replace("%arg0 : tensor<4xf32>", "%arg0 ; tensor<4xf32>"),
+        3,
+        37,
+        "stablehlo.add",
+        "expected `:`, found `;`",
+    );
+    at(
+        &GOOD.replace("xf32> {\n", "xf33> {\n"),
+        2,
+        60,
+        "func.func",
+        "unknown element type `f33`",
+    );
+    at(
+        &GOOD.replace("stablehlo.add", "mystery.add"),
+        3,
+        5,
+        "mystery.add",
+        "no pretty form of `mystery.add`",
+    );
+    at(
+        &GOOD.replace("return %0 :", "return %0#x :"),
+        4,
+        15,
+        "func.return",
+        "expected a number",
+    );
+    at(
+        &GOOD.replace("@m {", "@m attributes {a = \"open} {"),
+        1,
+        27,
+        "builtin.module",
+        "unterminated string",
+    );
+    at(
+        &GOOD.replace("@m {", "@m attributes {a = 1, a = 2} {"),
+        1,
+        1,
+        "builtin.module",
+        "attribute `a` given twice",
+    );
+    at(&GOOD.replace("%0 = stablehlo.add", "%0 = \"stablehlo.add\"(%arg0, %arg0) : (tensor<4xf32>) -> tensor<4xf32>\n    %9 = stablehlo.add"), 3, 5, "stablehlo.add", "2 operands but 1 operand types");
+    at(
+        &format!("{GOOD}#loc1 = loc(callsite(\"a\" at))\n"),
+        7,
+        28,
+        "module",
+        "expected a location, found `))`",
+    );
+    at(
+        &format!("{GOOD}{GOOD}"),
+        7,
+        1,
+        "module",
+        "a second top-level operation",
+    );
+    at(
+        "func.func @f() {\n  return\n}\n",
+        1,
+        1,
+        "module",
+        "expected a module, found `func.func`",
+    );
+}
+
+#[test]
+fn unbalanced_braces() {
+    at(
+        &format!("{GOOD}}}\n"),
+        7,
+        1,
+        "module",
+        "expected an operation, found `}`",
+    );
+    at(
+        GOOD.trim_end().trim_end_matches('}'),
+        6,
+        1,
+        "builtin.module",
+        "expected `}` closing a region, found end of input",
+    );
+    at(
+        &GOOD.replace("tensor<4xf32> {\n", "tensor<4xf32> {{\n"),
+        2,
+        66,
+        "func.func",
+        "expected an operation, found `{`",
+    );
+    at(
+        &GOOD.replace("  }\n}", "  }\n)"),
+        6,
+        1,
+        "builtin.module",
+        "expected an operation, found `)`",
+    );
+}
+
+#[test]
+fn wrong_counts() {
+    at(
+        &GOOD.replace("%0 = stablehlo.add", "%0:2 = stablehlo.add"),
+        3,
+        5,
+        "stablehlo.add",
+        "2 results but 1 result types",
+    );
+    at(
+        &GOOD.replace("%0 = stablehlo.add", "%0:0 = stablehlo.add"),
+        3,
+        8,
+        "func.func",
+        "bad result count",
+    );
+    at(
+        &GOOD.replace(
+            "return %0 : tensor<4xf32>",
+            "return %0 : tensor<4xf32>, tensor<4xf32>",
+        ),
+        4,
+        5,
+        "func.return",
+        "1 operands but 2 operand types",
+    );
+    let reduce = "module {\n  func.func @f(%a: tensor<4xf32>, %z: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.reduce(%a init: %z), (%a init: %z) applies stablehlo.add across dimensions = [0] : (tensor<4xf32>, tensor<4xf32>, tensor<f32>, tensor<f32>) -> (tensor<f32>, tensor<f32>)\n    return %0 : tensor<f32>\n  }\n}\n";
+    at(
+        reduce,
+        3,
+        55,
+        "stablehlo.reduce",
+        "`applies` needs exactly one operand and one init",
+    );
+    let wh = "module {\n  func.func @f(%a: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.while(%x = %a) : tensor<f32>, tensor<f32>\n    cond {\n    } do {\n    }\n    return %0 : tensor<f32>\n  }\n}\n";
+    at(
+        wh,
+        3,
+        37,
+        "stablehlo.while",
+        "1 iteration arguments but 2 types",
+    );
+}
