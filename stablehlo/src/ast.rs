@@ -37,6 +37,23 @@ pub struct Module {
     pub resources: Vec<Resource>,
 }
 
+impl Module {
+    /// What `loc` stands for: aliases (`#loc3`) followed to their definitions (at most 64
+    /// steps; an undefined alias or a longer chain stays as it is).
+    pub fn resolve<'m>(&'m self, mut loc: &'m Location) -> &'m Location {
+        for _ in 0..64 {
+            let Location::Alias(name) = loc else {
+                break;
+            };
+            match self.loc_aliases.iter().find(|(n, _)| n == name) {
+                Some((_, l)) => loc = l,
+                None => break,
+            }
+        }
+        loc
+    }
+}
+
 /// One `dense_resource` blob of the file's trailer.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Resource {

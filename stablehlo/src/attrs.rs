@@ -45,8 +45,9 @@ impl<'a> Cursor<'a> {
     }
 
     fn attr_inner(&mut self) -> Result<Attr, ParseError> {
+        // Only the recursive arms live in this frame; the rest are calls, so that nested
+        // attributes cost little stack.
         match self.peek() {
-            Some(b'"') => Ok(Attr::Str(self.string()?)),
             Some(b'[') => {
                 self.eat(b'[');
                 let mut items = Vec::new();
@@ -62,6 +63,14 @@ impl<'a> Cursor<'a> {
                 Ok(Attr::Array(items))
             }
             Some(b'{') => Ok(Attr::Dict(self.dict()?)),
+            _ => self.attr_leaf(),
+        }
+    }
+
+    #[inline(never)]
+    fn attr_leaf(&mut self) -> Result<Attr, ParseError> {
+        match self.peek() {
+            Some(b'"') => Ok(Attr::Str(self.string()?)),
             Some(b'@') => {
                 let mut path = vec![self.sigil_name(b'@')?.unwrap_or_default()];
                 while self.looking_at("::@") {
@@ -77,52 +86,55 @@ impl<'a> Cursor<'a> {
                 let ty = self.opt_colon_type()?;
                 Ok(number_attr(n, ty))
             }
-            _ => {
-                let save = self.clone();
-                let pos = self.pos();
-                let Some(word) = self.ident() else {
-                    return self.expected("an attribute");
-                };
-                match word {
-                    "true" => Ok(Attr::Bool(true)),
-                    "false" => Ok(Attr::Bool(false)),
-                    "unit" => Ok(Attr::Unit),
-                    "dense" => self.dense_rest(pos),
-                    "dense_resource" => {
-                        self.expect(b'<')?;
-                        let name = self.resource_key()?;
-                        self.expect(b'>')?;
-                        self.expect(b':')?;
-                        let ty = self.ty()?;
-                        Ok(Attr::DenseResource { name, ty, pos })
-                    }
-                    "array" => self.dense_array_rest(),
-                    "loc" => {
-                        *self = save;
-                        Ok(Attr::Loc(Box::new(self.loc()?)))
-                    }
-                    "inf" | "nan" => {
-                        let v = if word == "inf" {
-                            f64::INFINITY
-                        } else {
-                            f64::NAN
-                        };
-                        let ty = self.opt_colon_type()?;
-                        Ok(Attr::Float { value: v, ty })
-                    }
-                    w if is_type_word(w) => {
-                        *self = save;
-                        Ok(Attr::Type(self.ty()?))
-                    }
-                    "affine_map" | "affine_set" | "strided" | "distinct" | "sparse" => {
-                        let start = pos;
-                        let body = self.balanced()?;
-                        let _ = start;
-                        Ok(Attr::Opaque(format!("{word}{body}")))
-                    }
-                    _ => Err(self.error_at(pos, format!("unknown attribute `{word}`"))),
-                }
+            _ => self.attr_word(),
+        }
+    }
+
+    #[inline(never)]
+    fn attr_word(&mut self) -> Result<Attr, ParseError> {
+        let save = self.clone();
+        let pos = self.pos();
+        let Some(word) = self.ident() else {
+            return self.expected("an attribute");
+        };
+        match word {
+            "true" => Ok(Attr::Bool(true)),
+            "false" => Ok(Attr::Bool(false)),
+            "unit" => Ok(Attr::Unit),
+            "dense" => self.dense_rest(pos),
+            "dense_resource" => {
+                self.expect(b'<')?;
+                let name = self.resource_key()?;
+                self.expect(b'>')?;
+                self.expect(b':')?;
+                let ty = self.ty()?;
+                Ok(Attr::DenseResource { name, ty, pos })
             }
+            "array" => self.dense_array_rest(),
+            "loc" => {
+                *self = save;
+                Ok(Attr::Loc(Box::new(self.loc()?)))
+            }
+            "inf" | "nan" => {
+                let v = if word == "inf" {
+                    f64::INFINITY
+                } else {
+                    f64::NAN
+                };
+                let ty = self.opt_colon_type()?;
+                Ok(Attr::Float { value: v, ty })
+            }
+            w if is_type_word(w) => {
+                *self = save;
+                Ok(Attr::Type(self.ty()?))
+            }
+            "affine_map" | "affine_set" | "strided" | "distinct" | "sparse" => {
+                let start = pos;
+                let body = self.balanced()?;
+                let _ = start;
+                Ok(Attr::Opaque(format!("{word}{body}")))
+            }
+            _ => Err(self.error_at(pos, format!("unknown attribute `{word}`"))),
         }
     }
 

@@ -86,3 +86,23 @@ pub fn canonical(m: &Module) -> Module {
     r.op(&mut m.op);
     m
 }
+
+fn strip_op(op: &mut Op) {
+    op.loc = None;
+    for r in &mut op.regions {
+        for b in &mut r.blocks {
+            for a in &mut b.args {
+                a.loc = None;
+            }
+            b.ops.iter_mut().for_each(strip_op);
+        }
+    }
+}
+
+/// The module without locations (operations', block arguments' and the alias table).
+pub fn without_locations(m: &Module) -> Module {
+    let mut m = m.clone();
+    strip_op(&mut m.op);
+    m.loc_aliases.clear();
+    m
+}

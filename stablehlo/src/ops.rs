@@ -64,11 +64,17 @@ pub fn parse(src: &str) -> Result<Module, ParseError> {
 impl<'a> Cursor<'a> {
     /// One operation, either form.
     pub fn op(&mut self) -> Result<Op, ParseError> {
+        // An operation costs two levels (its frames are the largest), its region a third.
         self.enter()?;
+        if let Err(e) = self.enter() {
+            self.leave();
+            return Err(e);
+        }
         let pos = self.pos();
         let outer = self.op.clone();
         let r = self.op_inner(pos);
         self.op = outer;
+        self.leave();
         self.leave();
         r
     }
@@ -120,7 +126,16 @@ impl<'a> Cursor<'a> {
                 _ => name.to_string(),
             };
             self.op = op.name.clone();
-            self.pretty(&mut op)?;
+            // Forms with regions are dispatched here, not through `pretty`'s large frame,
+            // so that nesting costs little stack.
+            match op.name.as_str() {
+                "builtin.module" => self.module_rest(&mut op)?,
+                "func.func" => self.func_rest(&mut op)?,
+                "stablehlo.reduce" => self.reduce_rest(&mut op)?,
+                "stablehlo.while" => self.while_rest(&mut op)?,
+                "sdy.manual_computation" => self.sdy_manual_rest(&mut op)?,
+                _ => self.pretty(&mut op)?,
+            }
         }
         if self.looking_at_word("loc") {
             op.loc = Some(self.loc()?);

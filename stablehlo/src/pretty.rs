@@ -82,10 +82,8 @@ pub fn defaults(op: &mut Op) {
                 }
             }
         }
-        "stablehlo.composite" => {
-            if missing(op, "version") {
-                op.attrs.push(("version".into(), int_attr(0, 32)));
-            }
+        "stablehlo.composite" if missing(op, "version") => {
+            op.attrs.push(("version".into(), int_attr(0, 32)));
         }
         _ => {}
     }
@@ -178,6 +176,25 @@ impl<'a> Cursor<'a> {
                     _ => "dimensions",
                 };
                 op.attrs.push((key.into(), i64_array(&dims)));
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
+            "stablehlo.broadcast" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                self.keyword_list(op, "sizes", "broadcast_sizes")?;
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
+            "stablehlo.get_dimension_size" | "stablehlo.dynamic_iota" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                let key = if name == "stablehlo.dynamic_iota" {
+                    "iota_dimension"
+                } else {
+                    "dimension"
+                };
+                self.keyword_int(op, "dim", key)?;
                 self.opt_dict(op)?;
                 self.same_or_fn(op)
             }

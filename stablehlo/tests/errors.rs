@@ -25,31 +25,73 @@ fn at(src: &str, line: u32, col: u32, op: &str, words: &str) {
     assert!(msg.starts_with(&format!("{line}:{col}: ")), "{msg}");
 }
 
+/// The stack the deepest input may need, in a debug build (the limit is `MAX_DEPTH` levels).
+const STACK: usize = 1 << 20;
+
 #[test]
 fn deep_nesting_is_refused_without_overflowing_the_stack() {
-    for depth in [50usize, 200, 5000] {
+    for depth in [40usize, 200, 5000] {
         let src = format!(
             "module {{\n{}{}}}\n",
             "\"a.b\"() ({\n".repeat(depth),
             "}) : () -> ()\n".repeat(depth)
         );
         let r = std::thread::Builder::new()
-            .stack_size(2 << 20)
+            .stack_size(STACK)
             .spawn(move || parse(&src).map(|_| ()))
             .unwrap()
             .join()
             .unwrap();
         match (depth, r) {
-            (50, Ok(())) => {}
-            (_, Err(ParseError::TooDeep { .. })) if depth > 50 => {}
+            (40, Ok(())) => {}
+            (_, Err(ParseError::TooDeep { .. })) if depth > 40 => {}
             (d, r) => panic!("depth {d}: {r:?}"),
         }
     }
-    for (open, close) in [("[", "]"), ("{a = ", "}"), ("tuple<", ">")] {
-        let inner = format!("{}i32{}", open.repeat(3000), close.repeat(3000));
+    // Pretty forms with regions nest too.
+    for (open, close) in [
+        ("module {\n", "}\n"),
+        ("stablehlo.while() cond {\n", "} do {\n}\n"),
+        (
+            "%0 = stablehlo.reduce(%a init: %b) across dimensions = [0] : (tensor<f32>, tensor<f32>) -> tensor<f32> reducer(%x: tensor<f32>, %y: tensor<f32>) {\n",
+            "}\n",
+        ),
+    ] {
+        let src = format!("module {{\n{}{}}}\n", open.repeat(3000), close.repeat(3000));
+        let r = std::thread::Builder::new()
+            .stack_size(STACK)
+            .spawn(move || parse(&src).map(|_| ()))
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(
+            matches!(r, Err(ParseError::TooDeep { .. })),
+            "{open}: {r:?}"
+        );
+    }
+    for (open, close) in [
+        ("[", "]"),
+        ("{a = ", "}"),
+        ("tuple<", ">"),
+        ("loc(callsite(", " at \"a\")"),
+        ("dense<", "]"),
+    ] {
+        let inner = match open {
+            "loc(callsite(" => format!(
+                "loc({}\"a\"{})",
+                "callsite(".repeat(3000),
+                close.repeat(3000)
+            ),
+            "dense<" => format!(
+                "dense<{}1{}> : tensor<i32>",
+                "[".repeat(3000),
+                close.repeat(3000)
+            ),
+            _ => format!("{}i32{}", open.repeat(3000), close.repeat(3000)),
+        };
         let src = format!("module attributes {{x = {inner}}} {{\n}}\n");
         let r = std::thread::Builder::new()
-            .stack_size(2 << 20)
+            .stack_size(STACK)
             .spawn(move || parse(&src).map(|_| ()))
             .unwrap()
             .join()

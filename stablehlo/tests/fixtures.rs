@@ -34,7 +34,7 @@ fn names(suffix: &str) -> Vec<String> {
 #[test]
 fn every_fixture_parses() {
     let mut failures = Vec::new();
-    let all: Vec<String> = ["", ".generic", ".loc"]
+    let all: Vec<String> = ["", ".generic", ".loc", ".src"]
         .iter()
         .flat_map(|s| names(s))
         .collect();
@@ -182,4 +182,76 @@ fn fixtures_cover_the_ops() {
     }
     println!("{count} ops, {} distinct", seen.len());
     assert!(count > 1500, "{count}");
+}
+
+/// With locations (`as_text(debug_info=True)`) the tree is the same but for the locations.
+#[test]
+fn located_forms_agree_without_locations() {
+    use xthunk_stablehlo::canon::without_locations;
+    let located = names(".loc");
+    assert!(located.len() >= 5);
+    for name in located {
+        let stem = name.trim_end_matches(".loc.mlir");
+        let with = parse(&read(&name)).unwrap();
+        assert!(!with.loc_aliases.is_empty(), "{name}");
+        let plain = parse(&read(&format!("{stem}.mlir"))).unwrap();
+        assert!(
+            canonical(&without_locations(&with)).op == canonical(&plain).op,
+            "{stem}: located and plain forms differ"
+        );
+    }
+}
+
+/// Locations keep what they say: files, names, call sites, fused lists, aliases resolved.
+#[test]
+fn locations_resolve() {
+    use xthunk_stablehlo::Location;
+    let m = parse(&read("handwritten.loc.mlir")).unwrap();
+    let main = &m.op.regions[0].blocks[0].ops[0];
+    let entry = &main.regions[0].blocks[0];
+    assert!(
+        matches!(&entry.args[0].loc, Some(Location::Name { name, child: None }) if name == "x")
+    );
+    let tuple = &entry.ops[0];
+    assert_eq!(tuple.name, "stablehlo.tuple");
+    assert_eq!((tuple.pos.line, tuple.pos.col), (14, 5));
+    let Location::Fused { metadata, locs } = m.resolve(tuple.loc.as_ref().unwrap()) else {
+        panic!("{:?}", tuple.loc)
+    };
+    assert!(matches!(metadata.as_deref(), Some(xthunk_stablehlo::Attr::Str(s)) if s == "meta"));
+    assert!(
+        matches!(m.resolve(&locs[0]), Location::File { file, line: 3, col: 4, .. } if file == "a.py")
+    );
+    let gte = &entry.ops[1];
+    let Location::CallSite { callee, caller } = m.resolve(gte.loc.as_ref().unwrap()) else {
+        panic!("{:?}", gte.loc)
+    };
+    assert!(matches!(m.resolve(callee), Location::Name { name, .. } if name == "f"));
+    assert!(matches!(m.resolve(caller), Location::Name { name, .. } if name == "g"));
+    // JAX's own: `loc("jit(f)/dot_general"(#loc15))` style names with callsite children.
+    let m = parse(&read("mlp.loc.mlir")).unwrap();
+    let ranges = m
+        .loc_aliases
+        .iter()
+        .filter(|(_, l)| matches!(l, Location::File { end: Some(_), .. }))
+        .count();
+    assert!(ranges > 5, "{ranges}");
+}
+
+/// The comparison is not blind: a changed op or value is a difference.
+#[test]
+fn differences_are_seen() {
+    let text = read("binary.mlir");
+    let base = canonical(&parse(&text).unwrap());
+    let changed = text.replacen("stablehlo.subtract", "stablehlo.add", 1);
+    assert!(canonical(&parse(&changed).unwrap()).op != base.op);
+    let text = read("constants.mlir");
+    let base = canonical(&parse(&text).unwrap());
+    let changed = text.replacen("-2147483648", "-2147483647", 1);
+    assert!(canonical(&parse(&changed).unwrap()).op != base.op);
+    let text = read("shapes.mlir");
+    let base = canonical(&parse(&text).unwrap());
+    let changed = text.replacen("dims = [0, 1, 3]", "dims = [0, 1, 2]", 1);
+    assert_ne!(changed, text);
+    assert!(canonical(&parse(&changed).unwrap()).op != base.op);
 }
