@@ -198,6 +198,37 @@ impl<'a> Cursor<'a> {
                 self.opt_dict(op)?;
                 self.same_or_fn(op)
             }
+            "stablehlo.dynamic_broadcast_in_dim" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                self.keyword_list(op, "dims", "broadcast_dimensions")?;
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
+            "stablehlo.set_dimension_size" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                self.keyword_int(op, "dim", "dimension")?;
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
+            "stablehlo.rng" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                self.keyword_enum(op, "distribution", "rng_distribution", "rng_distribution")?;
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
+            "stablehlo.einsum" => {
+                op.operands = self.value_uses()?;
+                self.expect(b',')?;
+                self.expect_word("config")?;
+                self.expect(b'=')?;
+                let config = self.string()?;
+                op.attrs.push(("einsum_config".into(), Attr::Str(config)));
+                self.opt_dict(op)?;
+                self.same_or_fn(op)
+            }
             "stablehlo.concatenate" => {
                 op.operands = self.value_uses()?;
                 self.expect(b',')?;
