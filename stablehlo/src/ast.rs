@@ -230,6 +230,17 @@ pub enum Type {
     None,
 }
 
+/// A float as written, compared by its bits (so a NaN equals itself and `-0.0` differs
+/// from `0.0`: two texts of one value compare equal).
+#[derive(Clone, Copy, Debug)]
+pub struct Float(pub f64);
+
+impl PartialEq for Float {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
 /// A literal inside `dense<...>`.
 #[derive(Clone, Debug, PartialEq)]
 pub enum Literal {
@@ -239,7 +250,7 @@ pub enum Literal {
         magnitude: u128,
         hex: bool,
     },
-    Float(f64),
+    Float(Float),
     Bool(bool),
     /// `(re, im)`.
     Complex(Box<Literal>, Box<Literal>),
@@ -267,7 +278,7 @@ pub enum Attr {
     },
     /// `1.5`, `1.5 : f32`, or a hex bit pattern with a float type.
     Float {
-        value: f64,
+        value: Float,
         ty: Option<Type>,
     },
     Bool(bool),

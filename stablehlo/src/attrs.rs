@@ -3,7 +3,7 @@
 //! `dense_resource<...>`, dialect attributes (`#stablehlo<comparison_direction LT>` enums,
 //! `#stablehlo.dot<...>` structs, anything else kept as its text) and locations.
 
-use crate::ast::{Attr, DenseData, ElementType, Literal, Location, Type};
+use crate::ast::{Attr, DenseData, ElementType, Float, Literal, Location, Type};
 use crate::cursor::{Cursor, Number, hex_bytes};
 use crate::error::ParseError;
 use crate::types::is_type_word;
@@ -31,7 +31,7 @@ fn literal_of(n: Number) -> Literal {
             magnitude,
             hex,
         },
-        Number::Float(f) => Literal::Float(f),
+        Number::Float(f) => Literal::Float(Float(f)),
     }
 }
 
@@ -122,7 +122,10 @@ impl<'a> Cursor<'a> {
                     f64::NAN
                 };
                 let ty = self.opt_colon_type()?;
-                Ok(Attr::Float { value: v, ty })
+                Ok(Attr::Float {
+                    value: Float(v),
+                    ty,
+                })
             }
             w if is_type_word(w) => {
                 *self = save;
@@ -269,10 +272,10 @@ impl<'a> Cursor<'a> {
             return Ok(Literal::Bool(false));
         }
         if self.eat_word("inf") {
-            return Ok(Literal::Float(f64::INFINITY));
+            return Ok(Literal::Float(Float(f64::INFINITY)));
         }
         if self.eat_word("nan") {
-            return Ok(Literal::Float(f64::NAN));
+            return Ok(Literal::Float(Float(f64::NAN)));
         }
         Ok(literal_of(self.number()?))
     }
@@ -441,7 +444,10 @@ impl<'a> Cursor<'a> {
 /// An integer or float attribute; a hex integer with a float type is that float's bits.
 fn number_attr(n: Number, ty: Option<Type>) -> Attr {
     match n {
-        Number::Float(value) => Attr::Float { value, ty },
+        Number::Float(value) => Attr::Float {
+            value: Float(value),
+            ty,
+        },
         Number::Int {
             negative,
             magnitude,
@@ -451,11 +457,17 @@ fn number_attr(n: Number, ty: Option<Type>) -> Attr {
                 match ty {
                     Some(Type::Scalar(ElementType::F32)) => {
                         let value = f64::from(f32::from_bits(magnitude as u32));
-                        return Attr::Float { value, ty };
+                        return Attr::Float {
+                            value: Float(value),
+                            ty,
+                        };
                     }
                     Some(Type::Scalar(ElementType::F64)) => {
                         let value = f64::from_bits(magnitude as u64);
-                        return Attr::Float { value, ty };
+                        return Attr::Float {
+                            value: Float(value),
+                            ty,
+                        };
                     }
                     _ => {}
                 }

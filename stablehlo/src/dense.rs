@@ -142,7 +142,7 @@ fn encode_float(v: f64, fmt: Format) -> Result<u64, String> {
 
 fn float_value(l: &Literal) -> Option<f64> {
     match l {
-        Literal::Float(f) => Some(*f),
+        Literal::Float(f) => Some(f.0),
         Literal::Int {
             negative,
             magnitude,

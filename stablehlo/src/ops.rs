@@ -114,7 +114,11 @@ impl<'a> Cursor<'a> {
             pos,
         };
         if self.peek() == Some(b'"') {
+            let name_pos = self.pos();
             op.name = self.string()?;
+            if op.name.is_empty() {
+                return Err(self.error_at(name_pos, "an empty operation name"));
+            }
             self.op = op.name.clone();
             self.generic_rest(&mut op)?;
         } else {

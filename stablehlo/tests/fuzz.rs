@@ -74,3 +74,36 @@ fn write_cargo_fuzz_corpus() {
         std::fs::write(dir.join(name), text).unwrap();
     }
 }
+
+fn replay(text: &str) -> Result<Outcome, String> {
+    runner::check_one(harness::mlir::MlirFuzzer::new(), text.as_bytes())
+}
+
+/// Found by the long run (seed 7): a generic op with an empty name was read, and its errors
+/// named no operation.
+#[test]
+fn regression_empty_op_name() {
+    let r = replay("\"\"");
+    assert!(matches!(r, Ok(Outcome::Rejected { .. })), "{r:?}");
+    let e = xthunk_stablehlo::parse("module {\n  \"\"() : () -> ()\n}\n").unwrap_err();
+    assert_eq!(
+        e.to_string(),
+        "2:3: an empty operation name (reading builtin.module)"
+    );
+}
+
+/// Found by the long run (seed 7): a NaN float attribute did not equal itself, so two parses of
+/// one text compared unequal; floats compare by their bits.
+#[test]
+fn regression_nan_attribute_equals_itself() {
+    let text = "module {\n  func.func @n(%a: tensor<4xf32>) {\n    %0 = stablehlo.custom_call @t(%a) {ag = {a = 0x7FC00000 : f32}} : (tensor<4xf32>) -> tensor<4xf32>\n    return\n  }\n}\n";
+    assert_eq!(replay(text), Ok(Outcome::Accepted { ran: false }));
+    let (a, b) = (
+        xthunk_stablehlo::parse(text).unwrap(),
+        xthunk_stablehlo::parse(text).unwrap(),
+    );
+    assert_eq!(a, b);
+    let zero = xthunk_stablehlo::parse(&text.replace("0x7FC00000", "0.0")).unwrap();
+    let minus_zero = xthunk_stablehlo::parse(&text.replace("0x7FC00000", "-0.0")).unwrap();
+    assert_ne!(zero, minus_zero);
+}
