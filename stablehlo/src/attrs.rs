@@ -48,20 +48,7 @@ impl<'a> Cursor<'a> {
         // Only the recursive arms live in this frame; the rest are calls, so that nested
         // attributes cost little stack.
         match self.peek() {
-            Some(b'[') => {
-                self.eat(b'[');
-                let mut items = Vec::new();
-                if !self.eat(b']') {
-                    loop {
-                        items.push(self.attr()?);
-                        if !self.eat(b',') {
-                            break;
-                        }
-                    }
-                    self.expect(b']')?;
-                }
-                Ok(Attr::Array(items))
-            }
+            Some(b'[') => Ok(Attr::Array(self.bracketed(b'[', b']', Self::attr)?)),
             Some(b'{') => Ok(Attr::Dict(self.dict()?)),
             _ => self.attr_leaf(),
         }
@@ -177,25 +164,11 @@ impl<'a> Cursor<'a> {
 
     /// `{key = value, key, ...}`: entries in the order written.
     pub fn dict(&mut self) -> Result<Vec<(String, Attr)>, ParseError> {
-        self.expect(b'{')?;
-        let mut out = Vec::new();
-        if self.eat(b'}') {
-            return Ok(out);
-        }
-        loop {
-            let k = self.key()?;
-            let v = if self.eat(b'=') {
-                self.attr()?
-            } else {
-                Attr::Unit
-            };
-            out.push((k, v));
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(b'}')?;
-        Ok(out)
+        self.bracketed(b'{', b'}', |c| {
+            let k = c.key()?;
+            let v = if c.eat(b'=') { c.attr()? } else { Attr::Unit };
+            Ok((k, v))
+        })
     }
 
     fn dialect_attr(&mut self) -> Result<Attr, ParseError> {
@@ -231,36 +204,23 @@ impl<'a> Cursor<'a> {
 
     /// After `<`: `key = value, ...>` (values may be bare `[1, 2]` lists or types).
     pub fn struct_fields(&mut self) -> Result<Vec<(String, Attr)>, ParseError> {
-        let mut fields = Vec::new();
-        if self.eat(b'>') {
-            return Ok(fields);
-        }
-        loop {
-            let k = self.key()?;
-            self.expect(b'=')?;
-            fields.push((k, self.attr()?));
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(b'>')?;
-        Ok(fields)
+        self.list_until(b'>', |c| {
+            let k = c.key()?;
+            c.expect(b'=')?;
+            Ok((k, c.attr()?))
+        })
     }
 
     /// After `array`: `<i64: 1, 2>` or `<i64>`.
     fn dense_array_rest(&mut self) -> Result<Attr, ParseError> {
         self.expect(b'<')?;
         let elem = self.ty()?;
-        let mut values = Vec::new();
-        if self.eat(b':') {
-            loop {
-                values.push(self.scalar_literal()?);
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-        }
-        self.expect(b'>')?;
+        let values = if self.eat(b':') {
+            self.list_until(b'>', Self::scalar_literal)?
+        } else {
+            self.expect(b'>')?;
+            vec![]
+        };
         Ok(Attr::DenseArray { elem, values })
     }
 
@@ -314,17 +274,7 @@ impl<'a> Cursor<'a> {
 
     fn literal_inner(&mut self) -> Result<Literal, ParseError> {
         if self.eat(b'[') {
-            let mut items = Vec::new();
-            if !self.eat(b']') {
-                loop {
-                    items.push(self.literal()?);
-                    if !self.eat(b',') {
-                        break;
-                    }
-                }
-                self.expect(b']')?;
-            }
-            return Ok(Literal::List(items));
+            return Ok(Literal::List(self.list_until(b']', Self::literal)?));
         }
         if self.eat(b'(') {
             let re = self.scalar_literal()?;
@@ -415,17 +365,7 @@ impl<'a> Cursor<'a> {
                     } else {
                         None
                     };
-                    self.expect(b'[')?;
-                    let mut locs = Vec::new();
-                    if !self.eat(b']') {
-                        loop {
-                            locs.push(self.loc_inner()?);
-                            if !self.eat(b',') {
-                                break;
-                            }
-                        }
-                        self.expect(b']')?;
-                    }
+                    let locs = self.bracketed(b'[', b']', Self::loc_inner)?;
                     Ok(Location::Fused { metadata, locs })
                 } else {
                     self.expected("a location")

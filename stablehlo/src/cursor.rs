@@ -553,3 +553,36 @@ impl<'a> Cursor<'a> {
         self.slice(start, self.i)
     }
 }
+
+impl Cursor<'_> {
+    /// Items separated by commas up to `close` (consumed); the list may be empty.
+    pub fn list_until<T>(
+        &mut self,
+        close: u8,
+        mut item: impl FnMut(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<Vec<T>, ParseError> {
+        let mut out = Vec::new();
+        if self.eat(close) {
+            return Ok(out);
+        }
+        loop {
+            out.push(item(self)?);
+            if !self.eat(b',') {
+                break;
+            }
+        }
+        self.expect(close)?;
+        Ok(out)
+    }
+
+    /// `open` items separated by commas `close`; the list may be empty.
+    pub fn bracketed<T>(
+        &mut self,
+        open: u8,
+        close: u8,
+        item: impl FnMut(&mut Self) -> Result<T, ParseError>,
+    ) -> Result<Vec<T>, ParseError> {
+        self.expect(open)?;
+        self.list_until(close, item)
+    }
+}

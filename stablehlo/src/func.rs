@@ -33,51 +33,25 @@ impl<'a> Cursor<'a> {
             return self.expected("a function name (`@name`)");
         };
         op.attrs.push(("sym_name".into(), Attr::Str(name)));
-        self.expect(b'(')?;
-        let mut args: Vec<BlockArg> = Vec::new();
-        let mut arg_attrs = Vec::new();
-        if !self.eat(b')') {
-            loop {
-                let Some(name) = self.sigil_name(b'%')? else {
-                    return self.expected("an argument (`%name: type`)");
-                };
-                self.expect(b':')?;
-                let ty = self.ty()?;
-                arg_attrs.push(if self.peek() == Some(b'{') {
-                    self.dict()?
-                } else {
-                    vec![]
-                });
-                let loc = if self.looking_at_word("loc") {
-                    Some(self.loc()?)
-                } else {
-                    None
-                };
-                args.push(BlockArg { name, ty, loc });
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-            self.expect(b')')?;
-        }
-        let mut results = Vec::new();
-        let mut res_attrs = Vec::new();
+        let (args, arg_attrs): (Vec<BlockArg>, Vec<_>) = self
+            .bracketed(b'(', b')', |c| c.argument(true))?
+            .into_iter()
+            .unzip();
+        let (mut results, mut res_attrs) = (Vec::new(), Vec::new());
         if self.eat_str("->") {
-            if self.eat(b'(') {
-                if !self.eat(b')') {
-                    loop {
-                        results.push(self.ty()?);
-                        res_attrs.push(if self.peek() == Some(b'{') {
-                            self.dict()?
+            if self.peek() == Some(b'(') {
+                (results, res_attrs) = self
+                    .bracketed(b'(', b')', |c| {
+                        let ty = c.ty()?;
+                        let dict = if c.peek() == Some(b'{') {
+                            c.dict()?
                         } else {
                             vec![]
-                        });
-                        if !self.eat(b',') {
-                            break;
-                        }
-                    }
-                    self.expect(b')')?;
-                }
+                        };
+                        Ok((ty, dict))
+                    })?
+                    .into_iter()
+                    .unzip();
             } else {
                 results.push(self.ty()?);
                 res_attrs.push(vec![]);

@@ -182,16 +182,10 @@ impl<'a> Cursor<'a> {
         self.expect(b'(')?;
         op.operands = self.value_uses_until(b')')?;
         if self.eat(b'[') {
-            loop {
-                match self.sigil_name(b'^')? {
-                    Some(s) => op.successors.push(s),
-                    None => return self.expected("a block successor"),
-                }
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-            self.expect(b']')?;
+            op.successors = self.list_until(b']', |c| match c.sigil_name(b'^')? {
+                Some(s) => Ok(s),
+                None => c.expected("a block successor"),
+            })?;
         }
         if self.eat_str("<{") {
             // The properties dictionary: `<{` entries `}>`.
@@ -212,13 +206,7 @@ impl<'a> Cursor<'a> {
             }
         }
         if self.eat(b'(') {
-            loop {
-                op.regions.push(self.region()?);
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-            self.expect(b')')?;
+            op.regions = self.list_until(b')', Self::region)?;
         }
         if self.peek() == Some(b'{') {
             op.attrs.extend(self.dict()?);
@@ -252,18 +240,7 @@ impl<'a> Cursor<'a> {
 
     /// Uses separated by commas up to (and including) `close`.
     pub fn value_uses_until(&mut self, close: u8) -> Result<Vec<ValueRef>, ParseError> {
-        let mut out = Vec::new();
-        if self.eat(close) {
-            return Ok(out);
-        }
-        loop {
-            out.push(self.value_use()?);
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(close)?;
-        Ok(out)
+        self.list_until(close, Self::value_use)
     }
 
     /// Uses separated by commas (at least one).
@@ -284,29 +261,27 @@ impl<'a> Cursor<'a> {
 
     /// `(%a: type loc(...), ...)`: block arguments.
     pub fn block_args(&mut self) -> Result<Vec<BlockArg>, ParseError> {
-        self.expect(b'(')?;
-        let mut args = Vec::new();
-        if self.eat(b')') {
-            return Ok(args);
-        }
-        loop {
-            let Some(name) = self.sigil_name(b'%')? else {
-                return self.expected("a block argument");
-            };
-            self.expect(b':')?;
-            let ty = self.ty()?;
-            let loc = if self.looking_at_word("loc") {
-                Some(self.loc()?)
-            } else {
-                None
-            };
-            args.push(BlockArg { name, ty, loc });
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(b')')?;
-        Ok(args)
+        self.bracketed(b'(', b')', |c| Ok(c.argument(false)?.0))
+    }
+
+    /// `%a: type [{attrs}] [loc(...)]`: a block's or (with `attrs`) a function's argument.
+    pub fn argument(&mut self, attrs: bool) -> Result<(BlockArg, Vec<(String, Attr)>), ParseError> {
+        let Some(name) = self.sigil_name(b'%')? else {
+            return self.expected("an argument (`%name: type`)");
+        };
+        self.expect(b':')?;
+        let ty = self.ty()?;
+        let dict = if attrs && self.peek() == Some(b'{') {
+            self.dict()?
+        } else {
+            vec![]
+        };
+        let loc = if self.looking_at_word("loc") {
+            Some(self.loc()?)
+        } else {
+            None
+        };
+        Ok((BlockArg { name, ty, loc }, dict))
     }
 
     /// `{ blocks }`; the entry block's label is dropped (nothing can branch to it).

@@ -238,20 +238,15 @@ impl<'a> Cursor<'a> {
             }
             "stablehlo.slice" => {
                 op.operands = vec![self.value_use()?];
-                self.expect(b'[')?;
-                let (mut start, mut limit, mut strides) = (vec![], vec![], vec![]);
-                if !self.eat(b']') {
-                    loop {
-                        start.push(self.signed()?);
-                        self.expect(b':')?;
-                        limit.push(self.signed()?);
-                        strides.push(if self.eat(b':') { self.signed()? } else { 1 });
-                        if !self.eat(b',') {
-                            break;
-                        }
-                    }
-                    self.expect(b']')?;
-                }
+                let ranges = self.bracketed(b'[', b']', |c| {
+                    let start = c.signed()?;
+                    c.expect(b':')?;
+                    let limit = c.signed()?;
+                    let stride = if c.eat(b':') { c.signed()? } else { 1 };
+                    Ok([start, limit, stride])
+                })?;
+                let [start, limit, strides] =
+                    [0, 1, 2].map(|k| ranges.iter().map(|r| r[k]).collect::<Vec<i64>>());
                 op.attrs.push(("start_indices".into(), i64_array(&start)));
                 op.attrs.push(("limit_indices".into(), i64_array(&limit)));
                 op.attrs.push(("strides".into(), i64_array(&strides)));
@@ -463,19 +458,7 @@ impl<'a> Cursor<'a> {
 
     /// `[1, -2, 3]`.
     pub fn int_list(&mut self) -> Result<Vec<i64>, ParseError> {
-        self.expect(b'[')?;
-        let mut out = Vec::new();
-        if self.eat(b']') {
-            return Ok(out);
-        }
-        loop {
-            out.push(self.signed()?);
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(b']')?;
-        Ok(out)
+        self.bracketed(b'[', b']', Self::signed)
     }
 
     /// `word = N` as an i64 attribute `key`.
@@ -513,19 +496,10 @@ impl<'a> Cursor<'a> {
 
     /// `[DEFAULT, HIGHEST]`.
     pub fn precision_list(&mut self) -> Result<Attr, ParseError> {
-        self.expect(b'[')?;
-        let mut out = Vec::new();
-        if !self.eat(b']') {
-            loop {
-                let p = self.expect_ident("a precision")?;
-                out.push(enum_attr("precision", p));
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-            self.expect(b']')?;
-        }
-        Ok(Attr::Array(out))
+        let list = self.bracketed(b'[', b']', |c| {
+            Ok(enum_attr("precision", c.expect_ident("a precision")?))
+        })?;
+        Ok(Attr::Array(list))
     }
 
     /// After `stablehlo.dot_general`: operands, dimension numbers, precision, algorithm.

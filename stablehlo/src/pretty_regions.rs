@@ -76,22 +76,17 @@ impl<'a> Cursor<'a> {
     /// After `stablehlo.while`: `(%iterArg = %a, ...) : T, ... [attributes {...}] cond {...}
     /// do {...}`.
     pub fn while_rest(&mut self, op: &mut Op) -> Result<(), ParseError> {
-        self.expect(b'(')?;
-        let mut names = Vec::new();
-        if !self.eat(b')') {
-            loop {
-                let Some(name) = self.sigil_name(b'%')? else {
-                    return self.expected("an iteration argument (`%name = %value`)");
+        let (names, operands): (Vec<String>, Vec<_>) = self
+            .bracketed(b'(', b')', |c| {
+                let Some(name) = c.sigil_name(b'%')? else {
+                    return c.expected("an iteration argument (`%name = %value`)");
                 };
-                self.expect(b'=')?;
-                op.operands.push(self.value_use()?);
-                names.push(name);
-                if !self.eat(b',') {
-                    break;
-                }
-            }
-            self.expect(b')')?;
-        }
+                c.expect(b'=')?;
+                Ok((name, c.value_use()?))
+            })?
+            .into_iter()
+            .unzip();
+        op.operands = operands;
         let mut types_pos = self.pos();
         let types = if self.eat(b':') {
             self.ws();
@@ -181,21 +176,11 @@ impl<'a> Cursor<'a> {
                             op.attrs.push(("padding".into(), p));
                         }
                         "reverse" => {
-                            self.expect(b'[')?;
-                            let mut values = Vec::new();
-                            if !self.eat(b']') {
-                                loop {
-                                    values.push(match self.attr()? {
-                                        Attr::Bool(b) => Literal::Bool(b),
-                                        Attr::Int { value, .. } => Literal::Bool(value != 0),
-                                        _ => return self.expected("`true` or `false`"),
-                                    });
-                                    if !self.eat(b',') {
-                                        break;
-                                    }
-                                }
-                                self.expect(b']')?;
-                            }
+                            let values = self.bracketed(b'[', b']', |c| match c.attr()? {
+                                Attr::Bool(b) => Ok(Literal::Bool(b)),
+                                Attr::Int { value, .. } => Ok(Literal::Bool(value != 0)),
+                                _ => c.expected("`true` or `false`"),
+                            })?;
                             let elem = Type::Scalar(ElementType::Int {
                                 width: 1,
                                 signed: None,
@@ -231,21 +216,13 @@ impl<'a> Cursor<'a> {
     /// splat when every value is the same).
     fn padding(&mut self) -> Result<Attr, ParseError> {
         let pos = self.pos();
-        self.expect(b'[')?;
-        let mut rows = Vec::new();
-        if !self.eat(b']') {
-            loop {
-                let row = self.int_list()?;
-                if row.len() != 2 {
-                    return Err(self.error_at(pos, "each padding entry is `[low, high]`"));
-                }
-                rows.push(row);
-                if !self.eat(b',') {
-                    break;
-                }
+        let rows = self.bracketed(b'[', b']', |c| {
+            let row = c.int_list()?;
+            if row.len() != 2 {
+                return Err(c.error_at(pos, "each padding entry is `[low, high]`"));
             }
-            self.expect(b']')?;
-        }
+            Ok(row)
+        })?;
         let flat: Vec<i64> = rows.iter().flatten().copied().collect();
         let data = match flat.first() {
             None => DenseData::Empty,

@@ -84,20 +84,7 @@ impl<'a> Cursor<'a> {
                 };
                 match word {
                     "tensor" => self.tensor_rest(),
-                    "tuple" => {
-                        self.expect(b'<')?;
-                        let mut elems = Vec::new();
-                        if !self.eat(b'>') {
-                            loop {
-                                elems.push(self.ty()?);
-                                if !self.eat(b',') {
-                                    break;
-                                }
-                            }
-                            self.expect(b'>')?;
-                        }
-                        Ok(Type::Tuple(elems))
-                    }
+                    "tuple" => Ok(Type::Tuple(self.bracketed(b'<', b'>', Self::ty)?)),
                     "none" => Ok(Type::None),
                     "complex" => Ok(Type::Scalar(self.complex_rest()?)),
                     _ => match element_type(word) {
@@ -192,19 +179,7 @@ impl<'a> Cursor<'a> {
 
     /// `(t, t, ...)`, possibly empty.
     pub fn type_list_parens(&mut self) -> Result<Vec<Type>, ParseError> {
-        self.expect(b'(')?;
-        let mut out = Vec::new();
-        if self.eat(b')') {
-            return Ok(out);
-        }
-        loop {
-            out.push(self.ty()?);
-            if !self.eat(b',') {
-                break;
-            }
-        }
-        self.expect(b')')?;
-        Ok(out)
+        self.bracketed(b'(', b')', Self::ty)
     }
 
     /// `t, t, ...` (at least one).
