@@ -38,6 +38,20 @@ pub struct Module {
 }
 
 impl Module {
+    /// The module's functions (`func.func`), in the order written.
+    pub fn functions(&self) -> impl Iterator<Item = &Op> {
+        self.op
+            .block(0)
+            .into_iter()
+            .flat_map(|b| &b.ops)
+            .filter(|op| op.name == "func.func")
+    }
+
+    /// The function named `name` (`main` is JAX's entry point).
+    pub fn function(&self, name: &str) -> Option<&Op> {
+        self.functions().find(|f| f.symbol() == Some(name))
+    }
+
     /// What `loc` stands for: aliases (`#loc3`) followed to their definitions (at most 64
     /// steps; an undefined alias or a longer chain stays as it is).
     pub fn resolve<'m>(&'m self, mut loc: &'m Location) -> &'m Location {
@@ -101,6 +115,19 @@ impl Op {
             .binary_search_by(|(n, _)| n.as_str().cmp(name))
             .ok()
             .map(|i| &self.attrs[i].1)
+    }
+
+    /// The `sym_name` of a module, function or mesh.
+    pub fn symbol(&self) -> Option<&str> {
+        match self.attr("sym_name") {
+            Some(Attr::Str(s)) => Some(s),
+            _ => None,
+        }
+    }
+
+    /// The entry block of region `region` (a function's body, a reducer, a loop's condition).
+    pub fn block(&self, region: usize) -> Option<&Block> {
+        self.regions.get(region)?.blocks.first()
     }
 
     /// How many results the operation defines.

@@ -225,8 +225,9 @@ fn located_forms_agree_without_locations() {
 fn locations_resolve() {
     use xthunk_stablehlo::Location;
     let m = parse(&read("handwritten.loc.mlir")).unwrap();
-    let main = &m.op.regions[0].blocks[0].ops[0];
-    let entry = &main.regions[0].blocks[0];
+    let names: Vec<_> = m.functions().filter_map(|f| f.symbol()).collect();
+    assert_eq!(names, ["main", "pair", "quoted.name"]);
+    let entry = m.function("main").unwrap().block(0).unwrap();
     assert!(
         matches!(&entry.args[0].loc, Some(Location::Name { name, child: None }) if name == "x")
     );
