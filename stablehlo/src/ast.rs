@@ -5,7 +5,7 @@
 
 use std::fmt;
 
-/// A 1-based line and column (in bytes) of the input. Two positions are always equal: a
+/// A 1-based line and column (in characters) of the input. Two positions are always equal: a
 /// position says where something was read, not what it is.
 #[derive(Clone, Copy, Debug, Default, Eq)]
 pub struct Pos {

@@ -3,7 +3,7 @@
 //! limit, and errors that name the position and the operation being read.
 
 use crate::ast::Pos;
-use crate::error::ParseError;
+use crate::error::{ParseError, one_line};
 
 /// How deep regions, attributes, types and locations may nest.
 pub const MAX_DEPTH: usize = 128;
@@ -78,8 +78,8 @@ impl<'a> Cursor<'a> {
     pub fn error_at(&self, pos: Pos, message: impl Into<String>) -> ParseError {
         ParseError::Syntax {
             pos,
-            op: self.op.clone(),
-            message: message.into(),
+            op: one_line(&self.op),
+            message: one_line(&message.into()),
         }
     }
 
@@ -109,7 +109,7 @@ impl<'a> Cursor<'a> {
         if self.depth >= MAX_DEPTH {
             return Err(ParseError::TooDeep {
                 pos: self.pos(),
-                op: self.op.clone(),
+                op: one_line(&self.op),
                 limit: MAX_DEPTH,
             });
         }
@@ -465,7 +465,7 @@ impl<'a> Cursor<'a> {
                     if stack.len() >= MAX_DEPTH {
                         return Err(ParseError::TooDeep {
                             pos: self.pos(),
-                            op: self.op.clone(),
+                            op: one_line(&self.op),
                             limit: MAX_DEPTH,
                         });
                     }

@@ -6,7 +6,7 @@
 use crate::ast::{
     Attr, ComplexOf, DenseData, Dim, ElementType, F8Kind, Literal, Pos, Resource, Type,
 };
-use crate::error::ParseError;
+use crate::error::{ParseError, one_line};
 
 /// The default cap on decoded bytes.
 pub const MAX_BYTES: u64 = 1 << 30;
@@ -302,7 +302,7 @@ pub fn decode(
     if total > max_bytes {
         return Err(ParseError::TooLarge {
             pos,
-            op: op.into(),
+            op: one_line(op),
             what: format!("{total} bytes of a dense value"),
             limit: max_bytes,
         });
@@ -367,7 +367,7 @@ pub fn decode(
 fn dense_err(pos: Pos, op: &str, message: String) -> ParseError {
     ParseError::Dense {
         pos,
-        op: op.into(),
-        message,
+        op: one_line(op),
+        message: one_line(&message),
     }
 }

@@ -56,3 +56,24 @@ impl ParseError {
         }
     }
 }
+
+/// `text` with control characters and line separators escaped (`\n`, `\u{2028}`), so that
+/// names quoted from the input keep an error on one line.
+pub(crate) fn one_line(text: &str) -> String {
+    if !text.chars().any(needs_escape) {
+        return text.to_string();
+    }
+    text.chars()
+        .map(|c| {
+            if needs_escape(c) {
+                c.escape_default().to_string()
+            } else {
+                c.to_string()
+            }
+        })
+        .collect()
+}
+
+fn needs_escape(c: char) -> bool {
+    c.is_control() || matches!(c, '\u{2028}' | '\u{2029}' | '\u{85}')
+}

@@ -16,7 +16,7 @@ pub fn parse(src: &str) -> Result<Module, ParseError> {
     if src.len() > MAX_INPUT {
         return Err(ParseError::TooLarge {
             pos: c.pos(),
-            op: c.op.clone(),
+            op: crate::error::one_line(&c.op),
             what: "input size".into(),
             limit: MAX_INPUT as u64,
         });

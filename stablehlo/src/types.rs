@@ -202,7 +202,7 @@ fn push_dim(
         if v.len() >= MAX_RANK {
             return Err(ParseError::TooLarge {
                 pos,
-                op: c.op.clone(),
+                op: crate::error::one_line(&c.op),
                 what: "tensor rank".into(),
                 limit: MAX_RANK as u64,
             });

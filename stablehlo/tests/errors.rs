@@ -293,3 +293,18 @@ fn wrong_counts() {
         "1 iteration arguments but 2 types",
     );
 }
+
+/// Names quoted from the input keep an error on one line (control characters escaped).
+#[test]
+fn errors_stay_on_one_line() {
+    let e = err("\"a\\0Ab\"() : () -> ()\n");
+    assert_eq!(
+        e.to_string(),
+        "1:1: expected a module, found `a\\nb` (reading module)"
+    );
+    let e = err("module {\n  \"x\\0A\"() : (i32) -> ()\n}\n");
+    assert_eq!(
+        e.to_string(),
+        "2:3: 0 operands but 1 operand types (reading x\\n)"
+    );
+}
