@@ -1,7 +1,8 @@
 //! The pretty forms of the builtin and func dialects: `module @name attributes {...} {...}`,
 //! `func.func public @f(%arg0: T {attrs} loc(...)) -> (T {attrs}) attributes {...} {...}`,
-//! `return` / `func.return`, `call @f(%a) : (T) -> T` / `func.call`; the `sdy.mesh` and
-//! `sdy.manual_computation` forms Shardy prints inside JAX modules; and a block's `return`.
+//! `return` / `func.return`, `call @f(%a) : (T) -> T` / `func.call`; the `sdy.mesh`,
+//! `sdy.sharding_constraint` (and `sdy.reshard`) and `sdy.manual_computation` forms Shardy
+//! prints inside JAX modules; and a block's `return`.
 
 use crate::ast::{Attr, Block, BlockArg, Op, Region, Type};
 use crate::cursor::Cursor;
@@ -140,6 +141,23 @@ impl<'a> Cursor<'a> {
             op.attrs.extend(self.dict()?);
         }
         Ok(())
+    }
+
+    /// After `sdy.sharding_constraint` or `sdy.reshard`: `%x <@mesh, [...]> [{attrs}] : T`.
+    pub fn sdy_sharding_rest(&mut self, op: &mut Op) -> Result<(), ParseError> {
+        op.operands = vec![self.value_use()?];
+        if self.peek() != Some(b'<') {
+            return self.expected("`<` opening a sharding");
+        }
+        let body = self.balanced()?;
+        op.attrs.push((
+            "sharding".into(),
+            Attr::Opaque(format!("#sdy.sharding{body}")),
+        ));
+        if self.peek() == Some(b'{') {
+            op.attrs.extend(self.dict()?);
+        }
+        self.same_or_fn(op)
     }
 
     /// After `sdy.manual_computation`: `(%a) in_shardings=[...] out_shardings=[...]

@@ -99,6 +99,7 @@ impl<'a> Cursor<'a> {
             "func.return" | "stablehlo.return" | "sdy.return" | "chlo.return" => self.return_rest(op),
             "func.call" => self.call_rest(op),
             "sdy.mesh" => self.sdy_mesh_rest(op),
+            "sdy.sharding_constraint" | "sdy.reshard" => self.sdy_sharding_rest(op),
             "sdy.manual_computation" => self.sdy_manual_rest(op),
             "stablehlo.reduce" => self.reduce_rest(op),
             "stablehlo.while" => self.while_rest(op),

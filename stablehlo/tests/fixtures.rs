@@ -195,6 +195,7 @@ fn fixtures_cover_the_ops() {
         "stablehlo.replica_id",
         "stablehlo.partition_id",
         "sdy.mesh",
+        "sdy.sharding_constraint",
     ] {
         assert!(seen.contains(op), "no {op} in the fixtures; seen: {seen:?}");
     }
