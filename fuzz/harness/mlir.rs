@@ -476,6 +476,49 @@ pub fn target(bytes: &[u8]) -> Result<Outcome, String> {
     }
 }
 
+/// Digit runs the reader must bound: shape extents, result counts and indices, widths,
+/// location lines, blob lengths.
+const DIGITS: &[&str] = &[
+    "0",
+    "1",
+    "2",
+    "3",
+    "7",
+    "8",
+    "64",
+    "65",
+    "128",
+    "129",
+    "255",
+    "65536",
+    "2147483648",
+    "4294967296",
+    "18446744073709551616",
+    "99999999999999999999999999999999999999999",
+];
+
+/// Replaces one run of decimal digits anywhere (inside `4x3xf32`, `%0#1`, `i32`, `:12:3`)
+/// with a boundary value: shapes, counts and widths the token mutations do not reach.
+fn mutate_digits(rng: &mut Rng, text: &mut String) {
+    let b = text.as_bytes();
+    let mut runs = Vec::new();
+    let mut i = 0;
+    while i < b.len() {
+        if b[i].is_ascii_digit() {
+            let start = i;
+            while i < b.len() && b[i].is_ascii_digit() {
+                i += 1;
+            }
+            runs.push((start, i));
+        } else {
+            i += 1;
+        }
+    }
+    if let (Some(&(s, e)), Some(d)) = (rng.pick(&runs), rng.pick(DIGITS)) {
+        text.replace_range(s..e, d);
+    }
+}
+
 /// How many texts a run keeps to mutate (seeds included).
 const POOL: usize = 256;
 
@@ -515,6 +558,9 @@ impl super::runner::Fuzzer for MlirFuzzer {
         let mut t = start.cloned().unwrap_or_default();
         let other = self.texts.pick_seed(rng).cloned().unwrap_or_default();
         text::mutate_with(rng, &mut t, &other, &MLIR);
+        if rng.chance(1, 3) {
+            mutate_digits(rng, &mut t);
+        }
         t.into_bytes()
     }
 
