@@ -119,9 +119,10 @@ impl<'a> Cursor<'a> {
                 Ok(Attr::Type(self.ty()?))
             }
             "affine_map" | "affine_set" | "strided" | "distinct" | "sparse" => {
-                let start = pos;
+                if self.here() != Some(b'<') {
+                    return self.expected(&format!("`<` after `{word}`"));
+                }
                 let body = self.balanced()?;
-                let _ = start;
                 Ok(Attr::Opaque(format!("{word}{body}")))
             }
             _ => Err(self.error_at(pos, format!("unknown attribute `{word}`"))),
@@ -153,6 +154,7 @@ impl<'a> Cursor<'a> {
         if self.peek() == Some(b'"') {
             return self.string();
         }
+        self.ws();
         let k = self.take_while_here(|c| {
             c.is_ascii_alphanumeric() || matches!(c, b'_' | b'.' | b'$' | b'-')
         });
