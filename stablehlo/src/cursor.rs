@@ -324,9 +324,20 @@ impl<'a> Cursor<'a> {
                     }
                     self.bump();
                 }
-                Some(c) => {
-                    out.push(c);
-                    self.bump();
+                Some(_) => {
+                    // A run of plain bytes at once (hex blobs are long).
+                    let rest = self.src.as_bytes().get(self.i..).unwrap_or(&[]);
+                    let n = rest
+                        .iter()
+                        .position(|b| matches!(b, b'"' | b'\\' | b'\n'))
+                        .unwrap_or(rest.len());
+                    let run = &rest[..n];
+                    out.extend_from_slice(run);
+                    let chars = run.iter().filter(|b| *b & 0xC0 != 0x80).count();
+                    self.col = self
+                        .col
+                        .saturating_add(u32::try_from(chars).unwrap_or(u32::MAX));
+                    self.i += n;
                 }
             }
         }

@@ -308,3 +308,15 @@ fn errors_stay_on_one_line() {
         "2:3: 0 operands but 1 operand types (reading x\\n)"
     );
 }
+
+/// Columns count characters, also past strings with multi-byte characters.
+#[test]
+fn columns_count_characters() {
+    at(
+        "module attributes {a = \"é☃x\", = 1} {\n}\n",
+        1,
+        31,
+        "builtin.module",
+        "expected a name, found `=`",
+    );
+}
