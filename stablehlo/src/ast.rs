@@ -200,8 +200,9 @@ pub enum ElementType {
     BF16,
     F32,
     F64,
-    /// The 8-bit float types (`f8E4M3FN`, `f8E5M2`, ...), by name.
-    F8(F8Kind),
+    /// The narrow float types (`f8E4M3FN`, `f8E5M2`, `f4E2M1FN`, ...), by name; one byte
+    /// per element.
+    Narrow(NarrowFloat),
     Index,
     Complex(ComplexOf),
 }
@@ -213,16 +214,21 @@ pub enum ComplexOf {
     F64,
 }
 
-/// The 8-bit float formats MLIR names.
+/// The narrow float formats MLIR names (8, 6 and 4 bits), as JAX's `ml_dtypes` has them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum F8Kind {
-    E4M3FN,
-    E5M2,
-    E4M3FNUZ,
-    E5M2FNUZ,
-    E4M3B11FNUZ,
-    E4M3,
-    E3M4,
+pub enum NarrowFloat {
+    F8E4M3FN,
+    F8E5M2,
+    F8E4M3FNUZ,
+    F8E5M2FNUZ,
+    F8E4M3B11FNUZ,
+    F8E4M3,
+    F8E3M4,
+    /// Exponent only: powers of two, NaN 0xFF, no zero, no sign.
+    F8E8M0FNU,
+    F6E2M3FN,
+    F6E3M2FN,
+    F4E2M1FN,
 }
 
 /// One tensor dimension: a size or `?`.

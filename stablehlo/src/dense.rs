@@ -4,7 +4,7 @@
 //! `bf16` and the f8 family, hex bit patterns of the type's width).
 
 use crate::ast::{
-    Attr, ComplexOf, DenseData, Dim, ElementType, F8Kind, Literal, Pos, Resource, Type,
+    Attr, ComplexOf, DenseData, Dim, ElementType, Literal, NarrowFloat, Pos, Resource, Type,
 };
 use crate::error::{ParseError, one_line};
 
@@ -18,7 +18,7 @@ pub fn element_size(e: ElementType) -> usize {
         ElementType::F16 | ElementType::BF16 => 2,
         ElementType::F32 => 4,
         ElementType::F64 | ElementType::Index => 8,
-        ElementType::F8(_) => 1,
+        ElementType::Narrow(_) => 1,
         ElementType::Complex(ComplexOf::F32) => 8,
         ElementType::Complex(ComplexOf::F64) => 16,
     }
@@ -41,6 +41,10 @@ enum Kind {
     Fn,
     /// No infinity, no negative zero; NaN is the sign bit alone (`...FNUZ`).
     Fnuz,
+    /// No infinity, no NaN (`f6E2M3FN`, `f6E3M2FN`, `f4E2M1FN`).
+    Finite,
+    /// `f8E8M0FNU`: no sign, no mantissa, no zero; NaN is every bit set.
+    ExponentOnly,
 }
 
 fn format_of(e: ElementType) -> Option<Format> {
@@ -56,14 +60,18 @@ fn format_of(e: ElementType) -> Option<Format> {
         ElementType::F16 => f(5, 10, 15, Kind::Ieee),
         ElementType::BF16 => f(8, 7, 127, Kind::Ieee),
         ElementType::F32 => f(8, 23, 127, Kind::Ieee),
-        ElementType::F8(k) => match k {
-            F8Kind::E4M3FN => f(4, 3, 7, Kind::Fn),
-            F8Kind::E5M2 => f(5, 2, 15, Kind::Ieee),
-            F8Kind::E4M3FNUZ => f(4, 3, 8, Kind::Fnuz),
-            F8Kind::E5M2FNUZ => f(5, 2, 16, Kind::Fnuz),
-            F8Kind::E4M3B11FNUZ => f(4, 3, 11, Kind::Fnuz),
-            F8Kind::E4M3 => f(4, 3, 7, Kind::Ieee),
-            F8Kind::E3M4 => f(3, 4, 3, Kind::Ieee),
+        ElementType::Narrow(k) => match k {
+            NarrowFloat::F8E4M3FN => f(4, 3, 7, Kind::Fn),
+            NarrowFloat::F8E5M2 => f(5, 2, 15, Kind::Ieee),
+            NarrowFloat::F8E4M3FNUZ => f(4, 3, 8, Kind::Fnuz),
+            NarrowFloat::F8E5M2FNUZ => f(5, 2, 16, Kind::Fnuz),
+            NarrowFloat::F8E4M3B11FNUZ => f(4, 3, 11, Kind::Fnuz),
+            NarrowFloat::F8E4M3 => f(4, 3, 7, Kind::Ieee),
+            NarrowFloat::F8E3M4 => f(3, 4, 3, Kind::Ieee),
+            NarrowFloat::F8E8M0FNU => f(8, 0, 127, Kind::ExponentOnly),
+            NarrowFloat::F6E2M3FN => f(2, 3, 1, Kind::Finite),
+            NarrowFloat::F6E3M2FN => f(3, 2, 3, Kind::Finite),
+            NarrowFloat::F4E2M1FN => f(2, 1, 1, Kind::Finite),
         },
         _ => None,
     }
@@ -71,15 +79,19 @@ fn format_of(e: ElementType) -> Option<Format> {
 
 /// `v` rounded to nearest-even in `fmt`, as its bits; `Err` if it is out of range.
 fn encode_float(v: f64, fmt: Format) -> Result<u64, String> {
+    if fmt.kind == Kind::ExponentOnly {
+        return encode_exponent_only(v);
+    }
     let (e, m) = (fmt.exp, fmt.man);
     let sign = u64::from(v.is_sign_negative()) << (e + m);
     let exp_ones = (1u64 << e) - 1;
     if v.is_nan() {
-        return Ok(match fmt.kind {
-            Kind::Ieee => sign | exp_ones << m | 1 << (m - 1),
-            Kind::Fn => sign | exp_ones << m | ((1 << m) - 1),
-            Kind::Fnuz => 1 << (e + m),
-        });
+        return match fmt.kind {
+            Kind::Ieee => Ok(sign | exp_ones << m | 1 << (m - 1)),
+            Kind::Fn => Ok(sign | exp_ones << m | ((1 << m) - 1)),
+            Kind::Fnuz => Ok(1 << (e + m)),
+            _ => Err("NaN has no encoding in this type".into()),
+        };
     }
     if v.is_infinite() {
         return match fmt.kind {
@@ -130,6 +142,7 @@ fn encode_float(v: f64, fmt: Format) -> Result<u64, String> {
         Kind::Ieee => exp_ones - 1,
         _ => exp_ones,
     };
+    // `Finite` uses every exponent and mantissa for numbers; `Fn` keeps the all-ones pattern.
     if biased > max_biased || (fmt.kind == Kind::Fn && biased == exp_ones && field == (1 << m) - 1)
     {
         return Err(format!("{v} is out of range"));
@@ -138,6 +151,35 @@ fn encode_float(v: f64, fmt: Format) -> Result<u64, String> {
         return Ok(0);
     }
     Ok(sign | biased << m | field)
+}
+
+/// `f8E8M0FNU`: `2^(bits - 127)`; a positive value rounds to the nearest power of two (a tie
+/// to the even exponent field), NaN is 0xFF.
+fn encode_exponent_only(v: f64) -> Result<u64, String> {
+    if v.is_nan() {
+        return Ok(0xFF);
+    }
+    if v <= 0.0 || v.is_infinite() {
+        return Err(format!(
+            "{v} has no encoding in f8E8M0FNU (positive and finite only)"
+        ));
+    }
+    let bits = v.to_bits();
+    let raw_exp = ((bits >> 52) & 0x7ff) as i64;
+    let frac = bits & ((1u64 << 52) - 1);
+    // v = 1.frac * 2^e2 (normal f64) or frac * 2^-1074 (subnormal, far below the range).
+    if raw_exp == 0 {
+        return Err(format!("{v} is out of range"));
+    }
+    let e2 = raw_exp - 1023;
+    // The nearest power of two: 2^e2 or 2^(e2+1), split at 1.5 * 2^e2.
+    let half = 1u64 << 51;
+    let up = frac > half || (frac == half && (e2 + 127) & 1 == 1);
+    let biased = e2 + 127 + i64::from(up);
+    if !(0..=254).contains(&biased) {
+        return Err(format!("{v} is out of range"));
+    }
+    Ok(biased as u64)
 }
 
 fn float_value(l: &Literal) -> Option<f64> {
@@ -164,7 +206,12 @@ fn encode_float_elem(l: &Literal, e: ElementType, out: &mut Vec<u8>) -> Result<(
         hex: true,
     } = l
     {
-        if *magnitude >> (size * 8) != 0 {
+        let bits = match format_of(e) {
+            Some(f) if f.kind == Kind::ExponentOnly => 8,
+            Some(f) => 1 + f.exp + f.man,
+            None => 8 * size as u32,
+        };
+        if *magnitude >> bits != 0 {
             return Err(format!("bit pattern {magnitude:#x} is wider than the type"));
         }
         out.extend_from_slice(&magnitude.to_le_bytes()[..size]);

@@ -2,7 +2,7 @@
 //! the integer (`i1` ... `ui64`), float (`f16`, `bf16`, `f32`, `f64`, the f8 family) and
 //! `index` scalars, function types `(a, b) -> (c)`, other `!dialect` types kept as text.
 
-use crate::ast::{ComplexOf, Dim, ElementType, F8Kind, Type};
+use crate::ast::{ComplexOf, Dim, ElementType, NarrowFloat, Type};
 use crate::cursor::Cursor;
 use crate::error::ParseError;
 
@@ -19,13 +19,17 @@ pub fn element_type(name: &str) -> Option<ElementType> {
         "f32" => ElementType::F32,
         "f64" => ElementType::F64,
         "index" => ElementType::Index,
-        "f8E4M3FN" => ElementType::F8(F8Kind::E4M3FN),
-        "f8E5M2" => ElementType::F8(F8Kind::E5M2),
-        "f8E4M3FNUZ" => ElementType::F8(F8Kind::E4M3FNUZ),
-        "f8E5M2FNUZ" => ElementType::F8(F8Kind::E5M2FNUZ),
-        "f8E4M3B11FNUZ" => ElementType::F8(F8Kind::E4M3B11FNUZ),
-        "f8E4M3" => ElementType::F8(F8Kind::E4M3),
-        "f8E3M4" => ElementType::F8(F8Kind::E3M4),
+        "f8E4M3FN" => ElementType::Narrow(NarrowFloat::F8E4M3FN),
+        "f8E5M2" => ElementType::Narrow(NarrowFloat::F8E5M2),
+        "f8E4M3FNUZ" => ElementType::Narrow(NarrowFloat::F8E4M3FNUZ),
+        "f8E5M2FNUZ" => ElementType::Narrow(NarrowFloat::F8E5M2FNUZ),
+        "f8E4M3B11FNUZ" => ElementType::Narrow(NarrowFloat::F8E4M3B11FNUZ),
+        "f8E4M3" => ElementType::Narrow(NarrowFloat::F8E4M3),
+        "f8E3M4" => ElementType::Narrow(NarrowFloat::F8E3M4),
+        "f8E8M0FNU" => ElementType::Narrow(NarrowFloat::F8E8M0FNU),
+        "f6E2M3FN" => ElementType::Narrow(NarrowFloat::F6E2M3FN),
+        "f6E3M2FN" => ElementType::Narrow(NarrowFloat::F6E3M2FN),
+        "f4E2M1FN" => ElementType::Narrow(NarrowFloat::F4E2M1FN),
         _ => {
             let (signed, digits) = if let Some(d) = name.strip_prefix("si") {
                 (Some(true), d)

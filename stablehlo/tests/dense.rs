@@ -52,7 +52,7 @@ fn constants_match_numpy() {
         assert_eq!(hex(&got), want, "{name}");
         checked += 1;
     }
-    assert_eq!(checked, 20);
+    assert_eq!(checked, 28);
 }
 
 fn constant(text: &str) -> Result<Vec<u8>, ParseError> {
@@ -173,6 +173,21 @@ fn wrong_values_are_refused() {
     refused("dense<\"0x02\"> : tensor<i1>", "neither 0 nor 1");
     refused("dense<1.5> : tensor<i32>", "expected an integer");
     refused("dense<1.5> : tensor<complex<f32>>", "complex");
+    refused(
+        "dense<0x7FC00000> : tensor<f4E2M1FN>",
+        "wider than the type",
+    );
+    refused(
+        "dense<[1.0, 0x7E]> : tensor<2xf4E2M1FN>",
+        "wider than the type",
+    );
+    refused("dense<7.0> : tensor<f4E2M1FN>", "out of range");
+    refused(
+        "dense<-1.0> : tensor<f8E8M0FNU>",
+        "positive and finite only",
+    );
+    refused("dense<0.0> : tensor<f8E8M0FNU>", "positive and finite only");
+    refused("dense<1.0e39> : tensor<f8E8M0FNU>", "out of range");
 }
 
 /// Rounding to the narrow float formats is to nearest, ties to even.
@@ -204,6 +219,16 @@ fn narrow_floats_round_to_nearest_even() {
     assert_eq!(
         hex(&constant("dense<57344.0> : tensor<f8E5M2>").unwrap()),
         "7b"
+    );
+    // f8E8M0FNU: 3 * 2^0 is a tie between 2^1 and 2^2: the even exponent field (128, 2^1)
+    // wins; 1.4 is nearer 1 than 2.
+    assert_eq!(
+        hex(&constant("dense<3.0> : tensor<f8E8M0FNU>").unwrap()),
+        "80"
+    );
+    assert_eq!(
+        hex(&constant("dense<1.4> : tensor<f8E8M0FNU>").unwrap()),
+        "7f"
     );
     assert_eq!(
         hex(&constant("dense<0x7F> : tensor<f8E4M3FN>").unwrap()),
