@@ -112,6 +112,14 @@ pub const SEEDS: &[(&str, &str)] = &[
         include_str!("../../stablehlo/tests/fixtures/unary_int.mlir"),
     ),
     (
+        "transformer.mlir",
+        include_str!("../../stablehlo/tests/fixtures/transformer.mlir"),
+    ),
+    (
+        "embedding.generic.mlir",
+        include_str!("../../stablehlo/tests/fixtures/embedding.generic.mlir"),
+    ),
+    (
         "while.mlir",
         include_str!("../../stablehlo/tests/fixtures/while.mlir"),
     ),
