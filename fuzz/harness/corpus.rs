@@ -1,7 +1,7 @@
 //! The seed corpus: the example programs (`examples/*.txtpb`) and the fuzzing seeds
 //! (`fuzz/seeds/*.txtpb`: small programs covering what the examples do not, sized for the host
-//! target), embedded at build time, as text and as binary; the growing pools of a run are `pool.rs`'s
-//! [`Pool`], re-exported here.
+//! target), embedded at build time, as text and as binary. The growing pools of a run are
+//! `pool.rs`'s [`Pool`], re-exported here.
 
 pub use super::pool::Pool;
 use xthunk_core::ir::Executable;

@@ -306,7 +306,7 @@ const FRAGMENTS: &[&str] = &[
     "-0x1",
 ];
 
-/// Extra number-like words on top of the shared ones.
+/// Number-like replacements: boundaries of the widths, bit patterns, float limits, bad forms.
 const NUMBERS: &[&str] = &[
     "0",
     "1",

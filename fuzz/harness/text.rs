@@ -8,7 +8,7 @@ use super::bytes;
 use super::rng::Rng;
 
 /// Number-like replacements.
-pub const NUMBERS: &[&str] = &[
+const NUMBERS: &[&str] = &[
     "0",
     "1",
     "-1",
