@@ -61,14 +61,23 @@ pub fn int_array(values: &[i64]) -> Attr {
     )
 }
 
+/// Whether `v` is an array of empty dictionaries (a function's `arg_attrs` with nothing in it).
+fn all_empty_dicts(v: &Attr) -> bool {
+    match v {
+        Attr::Array(items) => items
+            .iter()
+            .all(|d| matches!(d, Attr::Dict(e) if e.is_empty())),
+        _ => false,
+    }
+}
+
 /// Fills in what a generic form prints and the pretty form leaves out, and drops what the
 /// generic form prints empty (a function's all-empty argument attributes).
 pub fn defaults(op: &mut Op) {
     let missing = |op: &Op, k: &str| op.attrs.iter().all(|(n, _)| n != k);
     match op.name.as_str() {
         "func.func" => op.attrs.retain(|(k, v)| {
-            !(matches!(k.as_str(), "arg_attrs" | "res_attrs")
-                && matches!(v, Attr::Array(items) if items.iter().all(|d| matches!(d, Attr::Dict(e) if e.is_empty()))))
+            !(matches!(k.as_str(), "arg_attrs" | "res_attrs") && all_empty_dicts(v))
         }),
         "stablehlo.custom_call" => {
             for (k, v) in [
@@ -96,7 +105,9 @@ impl<'a> Cursor<'a> {
         match name.as_str() {
             "builtin.module" => self.module_rest(op),
             "func.func" => self.func_rest(op),
-            "func.return" | "stablehlo.return" | "sdy.return" | "chlo.return" => self.return_rest(op),
+            "func.return" | "stablehlo.return" | "sdy.return" | "chlo.return" => {
+                self.return_rest(op)
+            }
             "func.call" => self.call_rest(op),
             "sdy.mesh" => self.sdy_mesh_rest(op),
             "sdy.sharding_constraint" | "sdy.reshard" => self.sdy_sharding_rest(op),
@@ -134,7 +145,8 @@ impl<'a> Cursor<'a> {
             }
             "stablehlo.compare" => {
                 let dir = self.expect_ident("a comparison direction")?;
-                op.attrs.push(("comparison_direction".into(), enum_attr("comparison_direction", dir)));
+                let dir = enum_attr("comparison_direction", dir);
+                op.attrs.push(("comparison_direction".into(), dir));
                 self.expect(b',')?;
                 op.operands = self.value_uses()?;
                 if self.eat(b',') {

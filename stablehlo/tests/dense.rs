@@ -57,8 +57,7 @@ fn constants_match_numpy() {
 
 fn constant(text: &str) -> Result<Vec<u8>, ParseError> {
     let src = format!(
-        "module {{\n  func.func @main() {{\n    %0 = stablehlo.constant {text}\n    return\n  }}\n}}\n{}",
-        ""
+        "module {{\n  func.func @main() {{\n    %0 = stablehlo.constant {text}\n    return\n  }}\n}}\n"
     );
     let m = parse(&src)?;
     let op = &body(&m)[0];
