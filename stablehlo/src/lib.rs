@@ -19,12 +19,14 @@
 //!   compare equal.
 //!
 //! Any malformed input gives one [`ParseError`] with its line:column and the operation being
-//! read, never a panic; nesting is limited ([`cursor::MAX_DEPTH`]) and sizes capped.
+//! read, never a panic; nesting is limited ([`MAX_DEPTH`] levels, an operation counting
+//! two and its region one: the deepest input needs under 1 MiB of stack in a debug build)
+//! and sizes are capped ([`MAX_INPUT`], [`dense::MAX_BYTES`] by default, tensor rank).
 
 pub mod ast;
 mod attrs;
 pub mod canon;
-pub mod cursor;
+mod cursor;
 pub mod dense;
 pub mod error;
 mod func;
@@ -36,5 +38,6 @@ pub mod types;
 pub use ast::{
     Attr, Block, BlockArg, Dim, ElementType, Location, Module, Op, Pos, Region, Type, ValueRef,
 };
+pub use cursor::{MAX_DEPTH, MAX_INPUT};
 pub use error::ParseError;
 pub use ops::parse;
