@@ -357,3 +357,98 @@ pub enum Attr {
     /// `loc(...)` used as an attribute value.
     Loc(Box<Location>),
 }
+
+impl Attr {
+    /// An integer attribute's value.
+    pub fn as_int(&self) -> Option<i128> {
+        match self {
+            Attr::Int { value, .. } => Some(*value),
+            _ => None,
+        }
+    }
+
+    /// A list of integers: `array<i64: ...>` or `[1, 2]` (as struct fields hold them).
+    pub fn as_ints(&self) -> Option<Vec<i64>> {
+        match self {
+            Attr::DenseArray { values, .. } => values
+                .iter()
+                .map(|v| match v {
+                    Literal::Int {
+                        negative,
+                        magnitude,
+                        ..
+                    } => {
+                        let m = i64::try_from(*magnitude).ok();
+                        if *negative { m.map(|m| -m) } else { m }
+                    }
+                    Literal::Bool(b) => Some(i64::from(*b)),
+                    _ => None,
+                })
+                .collect(),
+            Attr::Array(items) => items
+                .iter()
+                .map(|a| a.as_int().and_then(|v| i64::try_from(v).ok()))
+                .collect(),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(&self) -> Option<&str> {
+        match self {
+            Attr::Str(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<bool> {
+        match self {
+            Attr::Bool(b) => Some(*b),
+            _ => None,
+        }
+    }
+
+    /// An enum attribute's value (`LT` of `#stablehlo<comparison_direction LT>`).
+    pub fn enum_value(&self) -> Option<&str> {
+        match self {
+            Attr::Enum { value, .. } => Some(value),
+            _ => None,
+        }
+    }
+
+    /// A field of a struct attribute (`#stablehlo.dot<lhs_contracting_dimensions = [1]>`) or
+    /// an entry of a dictionary.
+    pub fn field(&self, name: &str) -> Option<&Attr> {
+        match self {
+            Attr::Struct { fields: f, .. } | Attr::Dict(f) => {
+                f.iter().find(|(k, _)| k == name).map(|(_, v)| v)
+            }
+            _ => None,
+        }
+    }
+}
+
+impl Type {
+    /// The extents of a ranked tensor type with a static shape.
+    pub fn static_shape(&self) -> Option<Vec<u64>> {
+        match self {
+            Type::Tensor {
+                dims: Some(dims), ..
+            } => dims
+                .iter()
+                .map(|d| match d {
+                    Dim::Static(n) => Some(*n),
+                    Dim::Dynamic => None,
+                })
+                .collect(),
+            _ => None,
+        }
+    }
+
+    /// The element type of a tensor type, or the scalar type itself.
+    pub fn element(&self) -> Option<ElementType> {
+        match self {
+            Type::Tensor { elem, .. } | Type::Scalar(elem) => Some(*elem),
+            _ => None,
+        }
+    }
+}

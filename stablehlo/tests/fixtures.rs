@@ -275,3 +275,56 @@ fn differences_are_seen() {
     assert_ne!(changed, text);
     assert!(canonical(&parse(&changed).unwrap()).op != base.op);
 }
+
+/// The accessors a lowering reads attributes and types through.
+#[test]
+fn attribute_and_type_accessors() {
+    use xthunk_stablehlo::ElementType;
+    let find = |file: &str, op: &str| {
+        let m = parse(&read(file)).unwrap();
+        let mut ops = Vec::new();
+        walk(&m.op, &mut ops);
+        ops.into_iter().find(|o| o.name == op).cloned().unwrap()
+    };
+    let dot = find("dot.mlir", "stablehlo.dot_general");
+    let dims = dot.attr("dot_dimension_numbers").unwrap();
+    assert_eq!(
+        dims.field("lhs_batching_dimensions").unwrap().as_ints(),
+        Some(vec![0])
+    );
+    assert_eq!(
+        dims.field("rhs_contracting_dimensions").unwrap().as_ints(),
+        Some(vec![1])
+    );
+    assert_eq!(dot.operand_types[0].static_shape(), Some(vec![2, 3, 4]));
+    assert_eq!(dot.result_types[0].element(), Some(ElementType::F32));
+    let cmp = find("argmax.mlir", "stablehlo.compare");
+    assert_eq!(
+        cmp.attr("comparison_direction").unwrap().enum_value(),
+        Some("GT")
+    );
+    assert_eq!(
+        cmp.attr("compare_type").unwrap().enum_value(),
+        Some("FLOAT")
+    );
+    let iota = find("argmax.mlir", "stablehlo.iota");
+    assert_eq!(iota.attr("iota_dimension").unwrap().as_int(), Some(1));
+    let gather = find("gather_scatter.mlir", "stablehlo.gather");
+    let g = gather.attr("dimension_numbers").unwrap();
+    assert_eq!(g.field("start_index_map").unwrap().as_ints(), Some(vec![0]));
+    assert_eq!(
+        gather.attr("slice_sizes").unwrap().as_ints(),
+        Some(vec![1, 4])
+    );
+    assert_eq!(
+        gather.attr("indices_are_sorted").unwrap().as_bool(),
+        Some(false)
+    );
+    let cc = find("custom_call.mlir", "stablehlo.custom_call");
+    assert_eq!(
+        cc.attr("call_target_name").unwrap().as_str(),
+        Some("lapack_sgeqrf_ffi")
+    );
+    let dynamic = find("handwritten.mlir", "stablehlo.get_dimension_size");
+    assert_eq!(dynamic.operand_types[0].static_shape(), None);
+}
