@@ -4,7 +4,7 @@
 //! `sdy.sharding_constraint` (and `sdy.reshard`) and `sdy.manual_computation` forms Shardy
 //! prints inside JAX modules; and a block's `return`.
 
-use crate::ast::{Attr, Block, BlockArg, Op, Region, Type};
+use crate::ast::{Attr, BlockArg, Op, Type};
 use crate::cursor::Cursor;
 use crate::error::ParseError;
 
@@ -73,16 +73,7 @@ impl<'a> Cursor<'a> {
             }
         }
         if self.peek() == Some(b'{') {
-            let mut region = self.region()?;
-            match region.blocks.first_mut() {
-                Some(entry) => entry.args = args,
-                None => region.blocks.push(Block {
-                    label: None,
-                    args,
-                    ops: vec![],
-                }),
-            }
-            op.regions.push(region);
+            op.regions.push(self.region_with_args(args)?);
         }
         Ok(())
     }
@@ -191,11 +182,7 @@ impl<'a> Cursor<'a> {
             Attr::Opaque(format!("#sdy<manual_axes{body}>")),
         ));
         let args = self.block_args()?;
-        let mut region: Region = self.region()?;
-        if let Some(entry) = region.blocks.first_mut() {
-            entry.args = args;
-        }
-        op.regions.push(region);
+        op.regions.push(self.region_with_args(args)?);
         if self.peek() == Some(b'{') {
             op.attrs.extend(self.dict()?);
         }

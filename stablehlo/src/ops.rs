@@ -284,6 +284,22 @@ impl<'a> Cursor<'a> {
         Ok((BlockArg { name, ty, loc }, dict))
     }
 
+    /// A region whose entry block's arguments the pretty form gave before it (a function's
+    /// arguments, a loop's iteration arguments, a reducer's pairs); an empty region gets an
+    /// empty entry block to hold them.
+    pub fn region_with_args(&mut self, args: Vec<BlockArg>) -> Result<Region, ParseError> {
+        let mut region = self.region()?;
+        match region.blocks.first_mut() {
+            Some(entry) => entry.args = args,
+            None => region.blocks.push(Block {
+                label: None,
+                args,
+                ops: vec![],
+            }),
+        }
+        Ok(region)
+    }
+
     /// `{ blocks }`; the entry block's label is dropped (nothing can branch to it).
     pub fn region(&mut self) -> Result<Region, ParseError> {
         self.enter()?;

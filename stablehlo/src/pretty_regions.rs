@@ -63,13 +63,8 @@ impl<'a> Cursor<'a> {
             lhs.push(a);
             rhs.push(b);
         }
-        let mut region = self.region()?;
         let args = lhs.into_iter().chain(rhs).collect();
-        match region.blocks.first_mut() {
-            Some(b) => b.args = args,
-            None => return self.err("a reducer needs a body"),
-        }
-        op.regions.push(region);
+        op.regions.push(self.region_with_args(args)?);
         Ok(())
     }
 
@@ -108,7 +103,6 @@ impl<'a> Cursor<'a> {
         self.opt_dict(op)?;
         for word in ["cond", "do"] {
             self.expect_word(word)?;
-            let mut region = self.region()?;
             let args: Vec<BlockArg> = names
                 .iter()
                 .zip(&types)
@@ -118,15 +112,7 @@ impl<'a> Cursor<'a> {
                     loc: None,
                 })
                 .collect();
-            match region.blocks.first_mut() {
-                Some(b) => b.args = args,
-                None => region.blocks.push(Block {
-                    label: None,
-                    args,
-                    ops: vec![],
-                }),
-            }
-            op.regions.push(region);
+            op.regions.push(self.region_with_args(args)?);
         }
         op.operand_types = types.clone();
         op.result_types = types;
