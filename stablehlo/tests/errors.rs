@@ -320,3 +320,24 @@ fn columns_count_characters() {
         "expected a name, found `=`",
     );
 }
+
+/// Every prefix of a JAX fixture (pretty, generic, located) that cuts the module is refused
+/// with a position inside it.
+#[test]
+fn truncated_fixtures() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    for name in ["argmax.mlir", "argmax.generic.mlir", "while.loc.mlir"] {
+        let text = std::fs::read_to_string(dir.join(name)).unwrap();
+        // Up to the module's closing brace (the location aliases after it may end anywhere).
+        let close = text.rfind("\n}").unwrap() + 1;
+        for (n, _) in text.char_indices().filter(|(i, _)| *i <= close) {
+            let e = err(&text[..n]);
+            let lines = text[..n].split('\n').count() as u32;
+            assert!(
+                e.pos().line >= 1 && e.pos().line <= lines,
+                "{name}[..{n}]: {e}"
+            );
+            assert!(!e.to_string().contains('\n'), "{e}");
+        }
+    }
+}
