@@ -28,6 +28,7 @@ mod attrs;
 pub mod canon;
 mod cursor;
 pub mod dense;
+mod display;
 pub mod error;
 mod func;
 mod ops;

@@ -328,3 +328,50 @@ fn attribute_and_type_accessors() {
     let dynamic = find("handwritten.mlir", "stablehlo.get_dimension_size");
     assert_eq!(dynamic.operand_types[0].static_shape(), None);
 }
+
+/// Every type of every fixture is written back as MLIR writes it: the text reads back to the
+/// same type.
+#[test]
+fn types_display_as_mlir_writes_them() {
+    let mut seen = std::collections::BTreeSet::new();
+    for name in names(".generic") {
+        let text = read(&name);
+        let m = parse(&text).unwrap();
+        let mut ops = Vec::new();
+        walk(&m.op, &mut ops);
+        for op in ops {
+            for t in op.operand_types.iter().chain(&op.result_types) {
+                let shown = t.to_string();
+                // The generic form prints every operand and result type as it is.
+                assert!(text.contains(&shown), "{name}: {shown}");
+                seen.insert(shown);
+            }
+        }
+    }
+    assert!(seen.len() > 150, "{}", seen.len());
+    for text in &seen {
+        let src = format!("module attributes {{t = {text}}} {{\n}}\n");
+        let m = parse(&src).unwrap_or_else(|e| panic!("{text}: {e}"));
+        let Some(xthunk_stablehlo::Attr::Type(t)) = m.op.attr("t") else {
+            panic!("{text}: {:?}", m.op.attr("t"))
+        };
+        assert_eq!(&t.to_string(), text);
+    }
+    for t in [
+        "tensor<4x?xf32>",
+        "tensor<*xbf16>",
+        "tuple<tensor<i1>, !stablehlo.token>",
+        "(tensor<f32>) -> (tensor<f32>, tensor<ui8>)",
+        "tensor<2xcomplex<f64>>",
+        "tensor<f4E2M1FN>",
+    ] {
+        assert!(
+            seen.contains(t)
+                || {
+                    let m = parse(&format!("module attributes {{t = {t}}} {{\n}}\n")).unwrap();
+                    matches!(m.op.attr("t"), Some(xthunk_stablehlo::Attr::Type(x)) if x.to_string() == t)
+                },
+            "{t}"
+        );
+    }
+}
