@@ -12,7 +12,9 @@
 //! `dense` literals and locations, which this crate reads in a few thousand lines.
 //!
 //! - [`parse`] reads a file into a [`Module`]: both op forms give the same tree (one
-//!   generic shape: name, operands, sorted attributes, regions, types, location, position).
+//!   generic shape: name, operands, sorted attributes, regions, types, location, position);
+//!   every value use is checked against the definitions it can see (not types or symbols:
+//!   that is the lowering's to refuse).
 //! - [`dense::decode`] turns a `dense<...>` or `dense_resource<...>` value into
 //!   little-endian element bytes for its type, checked.
 //! - [`canon::canonical`] renames SSA values by definition order, so two texts of one program
@@ -35,6 +37,7 @@ mod ops;
 mod pretty;
 mod pretty_regions;
 pub mod types;
+mod values;
 
 pub use ast::{
     Attr, Block, BlockArg, Dim, ElementType, Location, Module, Op, Pos, Region, Type, ValueRef,

@@ -54,11 +54,13 @@ pub fn parse(src: &str) -> Result<Module, ParseError> {
     let Some(op) = module else {
         return c.expected("a module");
     };
-    Ok(Module {
+    let module = Module {
         op,
         loc_aliases,
         resources,
-    })
+    };
+    crate::values::check(&module)?;
+    Ok(module)
 }
 
 impl<'a> Cursor<'a> {

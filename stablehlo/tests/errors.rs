@@ -341,3 +341,55 @@ fn truncated_fixtures() {
         }
     }
 }
+
+/// Values: used only where defined before (functions see nothing from outside), result
+/// indices within their group, no name defined twice in a scope.
+#[test]
+fn value_uses_are_checked() {
+    at(
+        &GOOD.replace("return %0 :", "return %1 :"),
+        4,
+        5,
+        "func.return",
+        "use of undefined value `%1`",
+    );
+    at(
+        &GOOD.replace("return %0 :", "return %0#1 :"),
+        4,
+        5,
+        "func.return",
+        "`%0#1` but `%0` has 1 result(s)",
+    );
+    at(
+        &GOOD.replace(
+            "    return",
+            "    %0 = stablehlo.negate %arg0 : tensor<4xf32>\n    return",
+        ),
+        4,
+        5,
+        "stablehlo.negate",
+        "value `%0` defined twice",
+    );
+    at(
+        &GOOD.replace(
+            "%0 = stablehlo.add %arg0, %arg0",
+            "%0 = stablehlo.add %arg0, %0",
+        ),
+        3,
+        5,
+        "stablehlo.add",
+        "use of undefined value `%0`",
+    );
+    // A second function does not see the first one's values.
+    let two = GOOD.replace(
+        "  }\n}\n",
+        "  }\n  func.func @g() -> tensor<4xf32> {\n    return %0 : tensor<4xf32>\n  }\n}\n",
+    );
+    at(&two, 7, 5, "func.return", "use of undefined value `%0`");
+    // A region sees its enclosing block's values (a while body using an outer value).
+    let body = GOOD.replace(
+        "    return %0",
+        "    %1 = stablehlo.while(%i = %0) : tensor<4xf32>\n    cond {\n      %c = stablehlo.constant dense<true> : tensor<i1>\n      stablehlo.return %c : tensor<i1>\n    } do {\n      %n = stablehlo.add %i, %0 : tensor<4xf32>\n      stablehlo.return %n : tensor<4xf32>\n    }\n    return %1",
+    );
+    parse(&body).unwrap();
+}
