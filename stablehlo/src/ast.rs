@@ -309,7 +309,8 @@ pub enum Attr {
         value: i128,
         ty: Option<Type>,
     },
-    /// `1.5`, `1.5 : f32`, or a hex bit pattern with a float type.
+    /// `1.5`, `1.5 : f32`, or a hex bit pattern of `f32`/`f64` (`0x7FC00000 : f32`); a bit
+    /// pattern of a narrower float type stays an `Int` with that type.
     Float {
         value: Float,
         ty: Option<Type>,
