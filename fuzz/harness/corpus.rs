@@ -1,8 +1,9 @@
 //! The seed corpus: the example programs (`examples/*.txtpb`) and the fuzzing seeds
 //! (`fuzz/seeds/*.txtpb`: small programs covering what the examples do not, sized for the host
-//! target), embedded at build time, as text and as binary; and the growing pools of a run.
+//! target), embedded at build time, as text and as binary. The growing pools of a run are
+//! `pool.rs`'s [`Pool`], re-exported here.
 
-use super::rng::Rng;
+pub use super::pool::Pool;
 use xthunk_core::ir::Executable;
 
 /// Every seed program: (file name, text).
@@ -70,45 +71,4 @@ pub fn seeds() -> Result<Vec<Seed>, String> {
             })
         })
         .collect()
-}
-
-/// A bounded pool of inputs that grows as a run finds new behaviour; a full pool replaces a
-/// random entry (the seeds, at the front, stay).
-pub struct Pool<T> {
-    pub items: Vec<T>,
-    fixed: usize,
-    cap: usize,
-}
-
-impl<T: Clone> Pool<T> {
-    pub fn new(seeds: Vec<T>, cap: usize) -> Self {
-        let fixed = seeds.len();
-        Pool {
-            items: seeds,
-            fixed,
-            cap: cap.max(fixed + 1),
-        }
-    }
-
-    pub fn add(&mut self, rng: &mut Rng, item: T) {
-        if self.items.len() < self.cap {
-            self.items.push(item);
-        } else {
-            let i = self.fixed + rng.below(self.items.len() - self.fixed);
-            self.items[i] = item;
-        }
-    }
-
-    pub fn pick(&self, rng: &mut Rng) -> Option<&T> {
-        rng.pick(&self.items)
-    }
-
-    /// One of the seeds the pool started with.
-    pub fn pick_seed(&self, rng: &mut Rng) -> Option<&T> {
-        rng.pick(&self.items[..self.fixed])
-    }
-
-    pub fn len(&self) -> usize {
-        self.items.len()
-    }
 }

@@ -13,6 +13,8 @@ pub mod fuzzers;
 pub mod known;
 pub mod npy;
 pub mod order;
+pub mod outcome;
+pub mod pool;
 pub mod program;
 pub mod rng;
 pub mod runner;

@@ -16,8 +16,8 @@
 //! not lost; the file is removed when the run ends.
 
 use super::bytes::{from_hex, to_hex};
+use super::outcome::Outcome;
 use super::rng::Rng;
-use super::targets::Outcome;
 use std::collections::BTreeMap;
 use std::io::{Seek, Write};
 use std::panic::{AssertUnwindSafe, catch_unwind};

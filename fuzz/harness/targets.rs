@@ -21,16 +21,7 @@ use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
 use xthunk_core::ir::{DType, Executable, TensorSpec};
 use xthunk_proto::ProtoError;
 
-/// What an input did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Outcome {
-    /// Loaded (and for `host`, executed: `ran` says whether execution succeeded).
-    Accepted { ran: bool },
-    /// Refused with an error; `class` groups errors for corpus feedback.
-    Rejected { class: String },
-    /// Outside the host target's bounds (not run).
-    Skipped,
-}
+pub use super::outcome::Outcome;
 
 /// A coarse error class: the variant and the field without indices.
 fn class_of(e: &ProtoError) -> String {

@@ -1,7 +1,8 @@
-//! Mutations of text (`.txtpb`) programs at the level of tokens and lines: numbers replaced by
-//! boundary values (overflowing, negative, floats, hex, `nan`), identifiers by other field
-//! and enum names, lines deleted, duplicated or swapped, brackets and quotes inserted, deep
-//! nesting, damaged strings; plus byte havoc now and then.
+//! Mutations of text programs at the level of tokens and lines: numbers replaced by boundary
+//! values (overflowing, negative, floats, hex, `nan`), identifiers by other names of the
+//! format, lines deleted, duplicated or swapped, brackets and quotes inserted, deep nesting,
+//! damaged strings; plus byte havoc now and then. The words come from a [`Vocabulary`]:
+//! [`TXTPB`] for `.txtpb` programs ([`mutate`]), another for StableHLO (`mlir.rs`).
 
 use super::bytes;
 use super::rng::Rng;
@@ -233,6 +234,30 @@ const FRAGMENTS: &[&str] = &[
     ".",
 ];
 
+/// What a text format's mutations draw from.
+pub struct Vocabulary {
+    /// Number-like replacements.
+    pub numbers: &'static [&'static str],
+    /// Identifier replacements.
+    pub idents: &'static [&'static str],
+    /// Fragments inserted as they are.
+    pub fragments: &'static [&'static str],
+    /// Deep nesting: `open` repeated, `leaf`, `close` repeated (10 to 129 times).
+    pub nest: (&'static str, &'static str, &'static str),
+}
+
+/// The `.txtpb` format's words.
+pub const TXTPB: Vocabulary = Vocabulary {
+    numbers: NUMBERS,
+    idents: IDENTS,
+    fragments: FRAGMENTS,
+    nest: (
+        "entry { sequence { thunks ",
+        "{ rank_id { dst { size: 4 } } }",
+        " } }",
+    ),
+};
+
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Tok {
     Ident,
@@ -289,8 +314,13 @@ fn tokens(text: &str) -> Vec<(usize, usize, Tok)> {
 
 /// Applies one to four text mutations; `other` is another text for line splices.
 pub fn mutate(rng: &mut Rng, text: &mut String, other: &str) {
+    mutate_with(rng, text, other, &TXTPB);
+}
+
+/// [`mutate`] with the words of another text format.
+pub fn mutate_with(rng: &mut Rng, text: &mut String, other: &str, words: &Vocabulary) {
     for _ in 0..rng.range(1, 4) {
-        mutate_once(rng, text, other);
+        mutate_once(rng, text, other, words);
     }
     if text.len() > bytes::MAX_LEN {
         let mut cut = bytes::MAX_LEN;
@@ -309,10 +339,10 @@ fn replace_token(rng: &mut Rng, text: &mut String, want: Tok, with: &[&str]) {
     }
 }
 
-fn mutate_once(rng: &mut Rng, text: &mut String, other: &str) {
+fn mutate_once(rng: &mut Rng, text: &mut String, other: &str, words: &Vocabulary) {
     match rng.below(12) {
-        0 | 1 => replace_token(rng, text, Tok::Number, NUMBERS),
-        2 | 3 => replace_token(rng, text, Tok::Ident, IDENTS),
+        0 | 1 => replace_token(rng, text, Tok::Number, words.numbers),
+        2 | 3 => replace_token(rng, text, Tok::Ident, words.idents),
         4 => {
             let toks = tokens(text);
             if let Some(&(s, e, _)) = rng.pick(&toks) {
@@ -322,7 +352,7 @@ fn mutate_once(rng: &mut Rng, text: &mut String, other: &str) {
         5 => {
             let toks = tokens(text);
             let at = rng.pick(&toks).map(|t| t.0).unwrap_or(0);
-            let f = rng.pick(FRAGMENTS).copied().unwrap_or("");
+            let f = rng.pick(words.fragments).copied().unwrap_or("");
             text.insert_str(at, f);
         }
         6 | 7 => {
@@ -360,15 +390,16 @@ fn mutate_once(rng: &mut Rng, text: &mut String, other: &str) {
             *text = lines.join("\n");
         }
         8 => {
-            // Deep nesting, valid as far as the schema goes.
+            // Deep nesting, valid as far as the format goes.
             let depth = rng.range(10, 130);
+            let (open, leaf, close) = words.nest;
             let mut s = String::new();
             for _ in 0..depth {
-                s.push_str("entry { sequence { thunks ");
+                s.push_str(open);
             }
-            s.push_str("{ rank_id { dst { size: 4 } } }");
+            s.push_str(leaf);
             for _ in 0..depth {
-                s.push_str(" } }");
+                s.push_str(close);
             }
             let toks = tokens(text);
             let at = rng.pick(&toks).map(|t| t.0).unwrap_or(0);
