@@ -263,12 +263,7 @@ impl KernelText {
             }
             Op::Slice { start, strides, .. } => {
                 let sub: Vec<String> = (0..idx.len())
-                    .map(|d| {
-                        self.var(
-                            "long long",
-                            format!("{}LL + {} * {}LL", start[d], idx[d], strides[d]),
-                        )
-                    })
+                    .map(|d| format!("({}LL + {} * {}LL)", start[d], idx[d], strides[d]))
                     .collect();
                 return self.value_at(s, ops[0], &sub);
             }
@@ -276,10 +271,7 @@ impl KernelText {
                 let sub: Vec<String> = (0..idx.len())
                     .map(|d| {
                         if dims.contains(&d) {
-                            self.var(
-                                "long long",
-                                format!("{}LL - {}", t.dims[d] as i64 - 1, idx[d]),
-                            )
+                            format!("({}LL - {})", t.dims[d] as i64 - 1, idx[d])
                         } else {
                             idx[d].clone()
                         }
@@ -307,7 +299,7 @@ impl KernelText {
                         self.depth += 1;
                     }
                     let mut sub = idx.to_vec();
-                    sub[*dim] = self.var("long long", format!("{} - {off}LL", idx[*dim]));
+                    sub[*dim] = format!("({} - {off}LL)", idx[*dim]);
                     let e = self.value_at(s, *x, &sub)?;
                     self.line(format!("{r} = {e};"));
                     off += n;
@@ -326,7 +318,7 @@ impl KernelText {
                         "{tvar} >= 0 && {tvar} % {step}LL == 0 && {tvar} / {step}LL < {}LL",
                         o.dims[d]
                     ));
-                    sub.push(self.var("long long", format!("{tvar} / {step}LL")));
+                    sub.push(format!("({tvar} / {step}LL)"));
                 }
                 let r = self.mut_var(ct, format!("({ct})0"));
                 let cond = if conds.is_empty() {

@@ -60,6 +60,7 @@ fn device() -> Arc<dyn Device> {
 pub fn run(g: &Graph, inputs: &[Vec<u8>]) -> (Lowered, Vec<Vec<u8>>) {
     let low = lower(g).unwrap_or_else(|e| panic!("lowering {}: {e}", g.name()));
     check_portable(&low);
+    dump_unit(g.name(), &low);
     let program = Program::new(low.executable.clone()).unwrap();
     let dev = device();
     let session = Session::load(dev.clone(), &program, &ExecutorConfig::default(), None)
@@ -73,6 +74,22 @@ pub fn run(g: &Graph, inputs: &[Vec<u8>]) -> (Lowered, Vec<Vec<u8>>) {
     session.execute(&ExecuteOptions::default()).unwrap();
     let outs = session.read_outputs().unwrap();
     (low, outs)
+}
+
+/// With `XTHUNK_TENSOR_DUMP=DIR`, writes the module's translation unit (as NVRTC and hipRTC
+/// are given it) to `DIR/<graph>.cu`, for compiling it with the GPU compilers by hand.
+fn dump_unit(name: &str, low: &Lowered) {
+    if let Some(dir) = std::env::var_os("XTHUNK_TENSOR_DUMP") {
+        let code = source_of(low);
+        if !code.is_empty() {
+            let unit = xthunk_core::kernels::portable::module_unit(
+                xthunk_tensor::lower::MODULE,
+                &code,
+                &Default::default(),
+            );
+            std::fs::write(std::path::Path::new(&dir).join(format!("{name}.cu")), unit).unwrap();
+        }
+    }
 }
 
 /// The generated source (for failure messages).
