@@ -7,6 +7,7 @@
 use super::scalar;
 use crate::error::LowerError;
 use crate::graph::{Graph, Op, Value};
+use std::collections::HashMap;
 use xthunk_core::ir::{DType, Slice};
 
 /// Where a value of a graph is while lowering.
@@ -40,7 +41,12 @@ pub(crate) struct KernelText {
     pub inputs: Vec<(Slice, DType)>,
     pub outputs: Vec<(Slice, DType)>,
     tmp: usize,
+    /// Values already computed, by (graph, value, index), one layer per open block: a
+    /// value read twice at one index inside a kernel is computed once.
+    known: Vec<HashMap<Key, String>>,
 }
+
+type Key = (usize, Value, Vec<String>);
 
 fn unsupported(op: &'static str, reason: impl Into<String>) -> LowerError {
     LowerError::Unsupported {
@@ -65,6 +71,7 @@ impl KernelText {
     pub fn new() -> Self {
         Self {
             depth: 1,
+            known: vec![HashMap::new()],
             ..Default::default()
         }
     }
@@ -74,14 +81,25 @@ impl KernelText {
         self.lines.push(format!("{pad}{}", s.as_ref()));
     }
 
+    /// Writes `s` and opens a block.
     pub fn open(&mut self, s: impl AsRef<str>) {
         self.line(s);
         self.depth += 1;
+        self.known.push(HashMap::new());
     }
 
+    /// Closes a block and writes `s`.
     pub fn close(&mut self, s: impl AsRef<str>) {
         self.depth = self.depth.saturating_sub(1);
+        self.known.pop();
         self.line(s);
+    }
+
+    /// Closes a block and opens the next (`} else {`).
+    fn else_branch(&mut self, s: impl AsRef<str>) {
+        self.close(s);
+        self.depth += 1;
+        self.known.push(HashMap::new());
     }
 
     /// A fresh variable of C type `ty` holding `expr`.
@@ -150,8 +168,20 @@ impl KernelText {
         )
     }
 
-    /// The C variable holding element `idx` of `v`.
+    /// The C variable holding element `idx` of `v` (computed once per block and index).
     pub fn value_at(&mut self, s: &Scope, v: Value, idx: &[String]) -> Result<String, LowerError> {
+        let key: Key = (s.graph as *const Graph as usize, v, idx.to_vec());
+        if let Some(name) = self.known.iter().rev().find_map(|m| m.get(&key)) {
+            return Ok(name.clone());
+        }
+        let name = self.compute_at(s, v, idx)?;
+        if let Some(top) = self.known.last_mut() {
+            top.insert(key, name.clone());
+        }
+        Ok(name)
+    }
+
+    fn compute_at(&mut self, s: &Scope, v: Value, idx: &[String]) -> Result<String, LowerError> {
         let t = s.graph.ty(v).clone();
         let ct = scalar::compute(t.dtype);
         match s.home(v) {
@@ -197,8 +227,7 @@ impl KernelText {
                 self.open(format!("if ({p}) {{"));
                 let a = self.value_at(s, ops[1], idx)?;
                 self.line(format!("{r} = {a};"));
-                self.close("} else {");
-                self.depth += 1;
+                self.else_branch("} else {");
                 let b = self.value_at(s, ops[2], idx)?;
                 self.line(format!("{r} = {b};"));
                 self.close("}");
@@ -295,8 +324,7 @@ impl KernelText {
                     if k == 0 {
                         self.open(head);
                     } else {
-                        self.close(head);
-                        self.depth += 1;
+                        self.else_branch(head);
                     }
                     let mut sub = idx.to_vec();
                     sub[*dim] = format!("({} - {off}LL)", idx[*dim]);
@@ -329,8 +357,7 @@ impl KernelText {
                 self.open(format!("if ({cond}) {{"));
                 let a = self.value_at(s, ops[0], &sub)?;
                 self.line(format!("{r} = {a};"));
-                self.close("} else {");
-                self.depth += 1;
+                self.else_branch("} else {");
                 let b = self.value_at(s, ops[1], &[])?;
                 self.line(format!("{r} = {b};"));
                 self.close("}");
@@ -372,8 +399,7 @@ impl KernelText {
                 self.open(format!("if ({cond}) {{"));
                 let a = self.value_at(s, ops[1], &sub)?;
                 self.line(format!("{r} = {a};"));
-                self.close("} else {");
-                self.depth += 1;
+                self.else_branch("} else {");
                 let b = self.value_at(s, ops[0], idx)?;
                 self.line(format!("{r} = {b};"));
                 self.close("}");

@@ -233,7 +233,14 @@ impl Lowerer {
                 ),
             });
         }
-        let uses = g.use_counts();
+        let results: std::collections::HashSet<Value> = g
+            .results()
+            .iter()
+            .zip(dests)
+            .filter(|(_, d)| d.is_some())
+            .map(|((_, v), _)| *v)
+            .collect();
+        let roots = fusion::roots(g, &results);
         let mut homes = vec![Home::Fused; g.values().len()];
         // A result value computed by a kernel is written straight into its first destination.
         let mut claims: HashMap<Value, Slice> = HashMap::new();
@@ -313,7 +320,7 @@ impl Lowerer {
                             self,
                             &s,
                             node,
-                            uses[v.0 as usize],
+                            roots[v.0 as usize],
                             claims.get(&v).copied(),
                             &mut out,
                         )?
