@@ -10,6 +10,7 @@ mod elementwise;
 mod movement;
 mod reduce;
 mod reference;
+mod rules;
 
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};
