@@ -106,7 +106,7 @@ fn gemm_flags(list: &[Thunk]) -> Vec<(bool, bool)> {
 
 #[test]
 fn float_dots_become_gemms() {
-    for d in [DType::F32, DType::F64, DType::F16] {
+    for d in [DType::F32, DType::F64, DType::F16, DType::BF16] {
         for c in cases() {
             let mut g = Graph::new(format!("dot_{}_{d}", c.name));
             let a = g.parameter("a", d, &c.lhs).unwrap();
