@@ -17,6 +17,18 @@ impl Lowerer {
         body: &Graph,
         dests: &[Slice],
     ) -> Result<Option<Thunk>, LowerError> {
+        if let Some(bad) = body.nodes().iter().find(|b| {
+            !super::fusion::fusible(body, b) && !matches!(b.op, crate::graph::Op::Parameter { .. })
+        }) {
+            return Err(LowerError::Unsupported {
+                op: "reduce",
+                reason: format!(
+                    "`{}` in the body `{}` (only elementwise ops are fused)",
+                    bad.op.name(),
+                    body.name()
+                ),
+            });
+        }
         let n = dests.len();
         let shape = s.graph.ty(node.operands[0]).dims.clone();
         let mut red: Vec<usize> = dims.to_vec();

@@ -101,3 +101,84 @@ fn reshape_and_bitcast_alias_buffers() {
     // output; `narrow` a copy of x's bytes.
     assert_eq!(low.launches, 2);
 }
+
+/// Random chains of movement and elementwise ops (seeded), all in one graph: each chain one
+/// kernel, every element against the reference.
+#[test]
+fn random_movement_chains() {
+    use rand::{Rng, SeedableRng};
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(2026);
+    let d = DType::F32;
+    let mut g = Graph::new("random_chains");
+    let x = g.parameter("x", d, &[3, 4, 5]).unwrap();
+    let s = g.parameter("s", d, &[]).unwrap();
+    let mut chains = 0;
+    while chains < 24 {
+        let mut v = x;
+        for _ in 0..4 {
+            let t = g.ty(v).clone();
+            let rank = t.rank();
+            let next = match r.random_range(0..8) {
+                0 => {
+                    let mut perm: Vec<usize> = (0..rank).collect();
+                    for i in (1..rank).rev() {
+                        perm.swap(i, r.random_range(0..=i));
+                    }
+                    g.transpose(v, &perm)
+                }
+                1 => {
+                    let start: Vec<u64> =
+                        t.dims.iter().map(|&n| r.random_range(0..=n / 2)).collect();
+                    let limit: Vec<u64> = t
+                        .dims
+                        .iter()
+                        .zip(&start)
+                        .map(|(&n, &s)| r.random_range(s..=n))
+                        .collect();
+                    let strides: Vec<u64> = (0..rank).map(|_| r.random_range(1..3)).collect();
+                    g.slice(v, &start, &limit, &strides)
+                }
+                2 => {
+                    let dims: Vec<usize> =
+                        (0..rank).filter(|_| r.random_range(0..2) == 0).collect();
+                    g.reverse(v, &dims)
+                }
+                3 => {
+                    let low: Vec<i64> = (0..rank).map(|_| r.random_range(-1..3)).collect();
+                    let high: Vec<i64> = (0..rank).map(|_| r.random_range(-1..3)).collect();
+                    let interior: Vec<u64> = (0..rank).map(|_| r.random_range(0..2)).collect();
+                    g.pad(v, s, &low, &high, &interior)
+                }
+                4 if rank < 4 => {
+                    let at = r.random_range(0..=rank);
+                    let mut dims = t.dims.clone();
+                    dims.insert(at, 2);
+                    let map: Vec<usize> =
+                        (0..rank).map(|i| if i < at { i } else { i + 1 }).collect();
+                    g.broadcast_in_dim(v, &dims, &map)
+                }
+                5 => {
+                    let n = t.elements();
+                    g.reshape(v, &[n])
+                }
+                6 if rank > 0 => {
+                    let dim = r.random_range(0..rank);
+                    let neg = g.unary(UnaryOp::Negate, v).unwrap();
+                    g.concatenate(&[v, neg], dim)
+                }
+                _ => g.binary(BinaryOp::Multiply, v, v),
+            };
+            if let Ok(n) = next {
+                if g.ty(n).elements() > 0 && g.ty(n).elements() < 4000 {
+                    v = n;
+                }
+            }
+        }
+        if v != x {
+            g.result(&format!("chain{chains}"), v).unwrap();
+            chains += 1;
+        }
+    }
+    let low = check(&g, &[random(d, &[3, 4, 5], 77), random(d, &[], 78)]);
+    assert_eq!(low.launches, chains);
+}
