@@ -136,18 +136,29 @@ impl KernelText {
         format!("o{}", self.outputs.len() - 1)
     }
 
-    /// Index variables of the row-major position `lin` in `dims`.
+    /// Index expressions of the row-major position `lin` in `dims` (a variable holds `lin`
+    /// unless it is one already; each index is computed where it is used, so an index a
+    /// kernel does not read costs nothing).
     pub fn delinearize(&mut self, lin: &str, dims: &[u64]) -> Vec<String> {
         let mut idx = vec![String::new(); dims.len()];
         if dims.is_empty() {
             return idx;
         }
-        let mut rest = self.var("long long", lin);
-        for d in (1..dims.len()).rev() {
-            idx[d] = self.var("long long", format!("{rest} % {}LL", dims[d]));
-            rest = self.var("long long", format!("{rest} / {}LL", dims[d]));
+        let plain = lin.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        let l = if plain {
+            lin.to_string()
+        } else {
+            self.var("long long", lin)
+        };
+        let mut stride = 1u64;
+        for d in (0..dims.len()).rev() {
+            idx[d] = if d == 0 {
+                format!("({l} / {stride}LL)")
+            } else {
+                format!("(({l} / {stride}LL) % {}LL)", dims[d])
+            };
+            stride *= dims[d];
         }
-        idx[0] = rest;
         idx
     }
 

@@ -28,7 +28,7 @@ use xthunk_core::ir::{
 pub const MODULE: &str = "tensor";
 
 /// Threads per block of generated kernels.
-const BLOCK: u32 = 256;
+pub(crate) const BLOCK: u32 = 256;
 
 /// A lowered graph.
 #[derive(Debug)]
@@ -111,8 +111,15 @@ impl Lowerer {
         self.b.temp(t.dtype, &t.dims).slice
     }
 
-    /// The launch of a finished kernel over `n` elements (`None` when `n` is 0).
+    /// The launch of a finished kernel over `n` elements (`None` when `n` is 0), a thread
+    /// per element.
     fn launch(&mut self, k: KernelText, n: u64) -> Option<Thunk> {
+        let blocks = n.div_ceil(u64::from(BLOCK)).clamp(1, 65535) as u32;
+        self.launch_grid(k, n, blocks)
+    }
+
+    /// The launch of a finished kernel over `n` elements on `blocks` blocks.
+    fn launch_grid(&mut self, k: KernelText, n: u64, blocks: u32) -> Option<Thunk> {
         if n == 0 {
             return None;
         }
@@ -141,7 +148,6 @@ impl Lowerer {
             });
         }
         args.push(KernelArg::Scalar(Scalar::I64(n as i64)));
-        let blocks = n.div_ceil(u64::from(BLOCK)).clamp(1, 65535) as u32;
         Some(
             KernelThunk {
                 module: MODULE.into(),

@@ -133,3 +133,89 @@ fn reduction_fuses_its_producers() {
     // all fuse into the reduction's kernel.
     assert_eq!(low.launches, 1);
 }
+
+/// Argmax whose body breaks ties by the smaller index (as JAX's), so any schedule gives the
+/// first maximum; NaN wins.
+fn argmax_body() -> Graph {
+    let d = DType::F32;
+    let mut b = Graph::new("argmax_tie_break");
+    let av = b.parameter("acc_v", d, &[]).unwrap();
+    let ai = b.parameter("acc_i", DType::I32, &[]).unwrap();
+    let xv = b.parameter("x_v", d, &[]).unwrap();
+    let xi = b.parameter("x_i", DType::I32, &[]).unwrap();
+    let gt = b
+        .compare(CompareDirection::Gt, CompareType::Float, xv, av)
+        .unwrap();
+    let x_nan = b
+        .compare(CompareDirection::Ne, CompareType::Float, xv, xv)
+        .unwrap();
+    let a_nan = b
+        .compare(CompareDirection::Ne, CompareType::Float, av, av)
+        .unwrap();
+    let not_a_nan = b.unary(xthunk_tensor::graph::UnaryOp::Not, a_nan).unwrap();
+    let nan_wins = b.binary(BinaryOp::And, x_nan, not_a_nan).unwrap();
+    let eq = b
+        .compare(CompareDirection::Eq, CompareType::Float, xv, av)
+        .unwrap();
+    let both_nan = b.binary(BinaryOp::And, x_nan, a_nan).unwrap();
+    let same = b.binary(BinaryOp::Or, eq, both_nan).unwrap();
+    let earlier = b
+        .compare(CompareDirection::Lt, CompareType::Signed, xi, ai)
+        .unwrap();
+    let tie = b.binary(BinaryOp::And, same, earlier).unwrap();
+    let take1 = b.binary(BinaryOp::Or, gt, nan_wins).unwrap();
+    let take = b.binary(BinaryOp::Or, take1, tie).unwrap();
+    let v = b.select(take, xv, av).unwrap();
+    let i = b.select(take, xi, ai).unwrap();
+    b.result("v", v).unwrap();
+    b.result("i", i).unwrap();
+    b
+}
+
+/// Many reduced elements per result: a block per result, a tree through shared memory; exact
+/// where the body is associative (integer-valued float sums, maxima, wrapping integer sums,
+/// argmax with its tie-break).
+#[test]
+fn large_reductions_use_a_block_per_result() {
+    use rand::{Rng, SeedableRng};
+    let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(5);
+    let d = DType::F32;
+    let mut g = Graph::new("large_reduce");
+    let x = g.parameter("x", d, &[3, 1000]).unwrap();
+    let sp = g.parameter("specials", d, &[2, 900]).unwrap();
+    let i = g.parameter("i", DType::I32, &[2, 3000]).unwrap();
+    let zero = constant(&mut g, Arr::floats(d, &[], vec![0.0]));
+    let ninf = constant(&mut g, Arr::floats(d, &[], vec![f64::NEG_INFINITY]));
+    let izero = constant(&mut g, Arr::ints(DType::I32, &[], vec![0]));
+    let s = g
+        .reduce(&[x], &[zero], &[1], body(BinaryOp::Add, d))
+        .unwrap();
+    g.result("sum_rows", s[0]).unwrap();
+    let all = g
+        .reduce(&[x], &[zero], &[0, 1], body(BinaryOp::Add, d))
+        .unwrap();
+    g.result("sum_all", all[0]).unwrap();
+    let m = g
+        .reduce(&[sp], &[ninf], &[1], body(BinaryOp::Maximum, d))
+        .unwrap();
+    g.result("max_specials", m[0]).unwrap();
+    let is = g
+        .reduce(&[i], &[izero], &[1], body(BinaryOp::Add, DType::I32))
+        .unwrap();
+    g.result("wrapping_sum", is[0]).unwrap();
+    let io = g.iota(DType::I32, &[3, 1000], 1).unwrap();
+    let am = g
+        .reduce(&[x, io], &[ninf, izero], &[1], argmax_body())
+        .unwrap();
+    g.result("max", am[0]).unwrap();
+    g.result("argmax", am[1]).unwrap();
+    let ints: Vec<f64> = (0..3000).map(|_| r.random_range(-3i32..4) as f64).collect();
+    let inputs = vec![
+        Arr::floats(d, &[3, 1000], ints),
+        random(d, &[2, 900], 51),
+        random(DType::I32, &[2, 3000], 52),
+    ];
+    let low = check(&g, &inputs);
+    assert!(crate::source_of(&low).contains("__syncthreads"));
+    assert_eq!(low.launches, 5);
+}
