@@ -612,6 +612,21 @@ impl Graph {
         ))
     }
 
+    /// `if`: `on_true` when the pred scalar `pred` is true, else `on_false`; both take
+    /// `operands` as their parameters.
+    pub fn if_(
+        &mut self,
+        pred: Value,
+        operands: &[Value],
+        on_true: Graph,
+        on_false: Graph,
+    ) -> R<Vec<Value>> {
+        if self.check("if", pred)?.dtype != DType::Pred {
+            return Err(invalid("if", "the condition must be a pred scalar"));
+        }
+        self.case(pred, operands, vec![on_true, on_false])
+    }
+
     /// `case` (an i32 `index`) or `if` (a pred `index`: branch 0 when true); every branch takes
     /// `operands` as its parameters and gives results of one list of types.
     pub fn case(

@@ -152,13 +152,11 @@ fn case_and_if_pick_their_branch() {
         .compare(CompareDirection::Gt, CompareType::Float, s[0], zero)
         .unwrap();
     let r = g
-        .case(
+        .if_(
             p,
             &[x, y],
-            vec![
-                branch("max", BinaryOp::Maximum),
-                branch("min", BinaryOp::Minimum),
-            ],
+            branch("max", BinaryOp::Maximum),
+            branch("min", BinaryOp::Minimum),
         )
         .unwrap();
     g.result("r", r[0]).unwrap();

@@ -176,6 +176,26 @@ fn integer_and_mixed_dots_are_kernels() {
             assert_eq!((low.gemms, low.launches), (0, 1));
         }
     }
+    // i8 × i8 → i32 (as `preferred_element_type` asks): the operands widened first.
+    let mut g = Graph::new("widening");
+    let a = g.parameter("a", DType::I8, &[3, 40]).unwrap();
+    let b = g.parameter("b", DType::I8, &[40, 2]).unwrap();
+    let r = g
+        .dot_general(a, b, dims(&[], &[], &[1], &[0]), DType::I32)
+        .unwrap();
+    g.result("r", r).unwrap();
+    let inputs = vec![
+        random(DType::I8, &[3, 40], 9),
+        random(DType::I8, &[40, 2], 10),
+    ];
+    let (_, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+    agree(
+        &eval(&g, &inputs)[0],
+        &Arr::from_bytes(DType::I32, &[3, 2], &outs[0]),
+        0.0,
+    )
+    .unwrap();
+
     // bf16 × bf16 → f32: a kernel accumulating in f32.
     let mut g = Graph::new("mixed");
     let a = g.parameter("a", DType::BF16, &[3, 4]).unwrap();

@@ -8,6 +8,7 @@ mod data;
 mod dot;
 mod elementwise;
 mod movement;
+mod programs;
 mod reduce;
 mod reference;
 mod rules;
