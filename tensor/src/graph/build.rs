@@ -32,7 +32,19 @@ impl Graph {
             })
     }
 
-    fn add(&mut self, op: Op, operands: Vec<Value>, results: Vec<TensorType>) -> Vec<Value> {
+    fn add(&mut self, op: Op, operands: Vec<Value>, results: Vec<TensorType>) -> R<Vec<Value>> {
+        for t in &results {
+            // Nonzero dimensions only: every product of some of them (strides, counts) fits.
+            let bytes = t
+                .dims
+                .iter()
+                .filter(|d| **d != 0)
+                .try_fold(t.dtype.size() as u64, |a, d| a.checked_mul(*d))
+                .filter(|b| *b <= i64::MAX as u64);
+            if bytes.is_none() {
+                return Err(invalid(op.name(), format!("the result {t} is too large")));
+            }
+        }
         let node = self.nodes.len();
         let mut out = vec![];
         for t in results {
@@ -45,11 +57,11 @@ impl Graph {
             operands,
             results: out.clone(),
         });
-        out
+        Ok(out)
     }
 
-    fn add1(&mut self, op: Op, operands: Vec<Value>, result: TensorType) -> Value {
-        self.add(op, operands, vec![result])[0]
+    fn add1(&mut self, op: Op, operands: Vec<Value>, result: TensorType) -> R<Value> {
+        Ok(self.add(op, operands, vec![result])?[0])
     }
 
     fn same_type(&self, op: &'static str, vs: &[Value]) -> R<TensorType> {
@@ -73,7 +85,7 @@ impl Graph {
             },
             vec![],
             TensorType::new(dtype, dims),
-        );
+        )?;
         self.params.push(v);
         Ok(v)
     }
@@ -94,7 +106,7 @@ impl Graph {
                 format!("{t} needs {} bytes, {} given", t.bytes(), bytes.len()),
             ));
         }
-        Ok(self.add1(Op::Constant { bytes }, vec![], t))
+        self.add1(Op::Constant { bytes }, vec![], t)
     }
 
     /// `iota` along `dim`.
@@ -108,7 +120,7 @@ impl Graph {
         if dtype == DType::Pred {
             return Err(invalid("iota", "a pred result"));
         }
-        Ok(self.add1(Op::Iota { dim }, vec![], TensorType::new(dtype, dims)))
+        self.add1(Op::Iota { dim }, vec![], TensorType::new(dtype, dims))
     }
 
     pub fn unary(&mut self, op: UnaryOp, x: Value) -> R<Value> {
@@ -117,7 +129,7 @@ impl Graph {
             return Err(invalid(op.name(), format!("elements of type {}", t.dtype)));
         }
         let r = TensorType::new(op.result(t.dtype), &t.dims);
-        Ok(self.add1(Op::Unary(op), vec![x], r))
+        self.add1(Op::Unary(op), vec![x], r)
     }
 
     pub fn binary(&mut self, op: BinaryOp, a: Value, b: Value) -> R<Value> {
@@ -125,7 +137,7 @@ impl Graph {
         if !op.accepts(t.dtype) {
             return Err(invalid(op.name(), format!("elements of type {}", t.dtype)));
         }
-        Ok(self.add1(Op::Binary(op), vec![a, b], t))
+        self.add1(Op::Binary(op), vec![a, b], t)
     }
 
     pub fn compare(
@@ -147,7 +159,7 @@ impl Graph {
             ));
         }
         let r = TensorType::new(DType::Pred, &t.dims);
-        Ok(self.add1(Op::Compare { direction, kind }, vec![a, b], r))
+        self.add1(Op::Compare { direction, kind }, vec![a, b], r)
     }
 
     /// `select(pred, on_true, on_false)`; `pred` is a pred scalar or of the operands' shape.
@@ -157,7 +169,7 @@ impl Graph {
         if p.dtype != DType::Pred || (p.rank() != 0 && p.dims != t.dims) {
             return Err(invalid("select", format!("pred {p} for operands {t}")));
         }
-        Ok(self.add1(Op::Select, vec![pred, on_true, on_false], t))
+        self.add1(Op::Select, vec![pred, on_true, on_false], t)
     }
 
     /// `clamp(min, operand, max)`; `min` and `max` are scalars or of the operand's shape.
@@ -172,13 +184,13 @@ impl Graph {
         if t.dtype == DType::Pred {
             return Err(invalid("clamp", "elements of type pred"));
         }
-        Ok(self.add1(Op::Clamp, vec![min, x, max], t))
+        self.add1(Op::Clamp, vec![min, x, max], t)
     }
 
     pub fn convert(&mut self, x: Value, to: DType) -> R<Value> {
         let t = self.check("convert", x)?;
         let r = TensorType::new(to, &t.dims);
-        Ok(self.add1(Op::Convert, vec![x], r))
+        self.add1(Op::Convert, vec![x], r)
     }
 
     /// `bitcast_convert` to `to`: same element width keeps the shape; a narrower result adds
@@ -201,7 +213,7 @@ impl Graph {
             }
             dims.pop();
         }
-        Ok(self.add1(Op::BitcastConvert, vec![x], TensorType::new(to, &dims)))
+        self.add1(Op::BitcastConvert, vec![x], TensorType::new(to, &dims))
     }
 
     pub fn broadcast_in_dim(&mut self, x: Value, dims: &[u64], map: &[usize]) -> R<Value> {
@@ -227,7 +239,7 @@ impl Graph {
             }
         }
         let r = TensorType::new(t.dtype, dims);
-        Ok(self.add1(Op::BroadcastInDim { dims: map.to_vec() }, vec![x], r))
+        self.add1(Op::BroadcastInDim { dims: map.to_vec() }, vec![x], r)
     }
 
     pub fn reshape(&mut self, x: Value, dims: &[u64]) -> R<Value> {
@@ -239,7 +251,7 @@ impl Graph {
                 format!("{t} to {r}: element counts differ"),
             ));
         }
-        Ok(self.add1(Op::Reshape, vec![x], r))
+        self.add1(Op::Reshape, vec![x], r)
     }
 
     pub fn transpose(&mut self, x: Value, perm: &[usize]) -> R<Value> {
@@ -248,13 +260,13 @@ impl Graph {
             return Err(invalid("transpose", format!("permutation {perm:?} of {t}")));
         }
         let dims: Vec<u64> = perm.iter().map(|&p| t.dims[p]).collect();
-        Ok(self.add1(
+        self.add1(
             Op::Transpose {
                 perm: perm.to_vec(),
             },
             vec![x],
             TensorType::new(t.dtype, &dims),
-        ))
+        )
     }
 
     pub fn concatenate(&mut self, xs: &[Value], dim: usize) -> R<Value> {
@@ -275,13 +287,15 @@ impl Graph {
             if !same {
                 return Err(invalid("concatenate", format!("operands {t} and {u}")));
             }
-            dims[dim] += u.dims[dim];
+            dims[dim] = dims[dim]
+                .checked_add(u.dims[dim])
+                .ok_or_else(|| invalid("concatenate", "the result is too large"))?;
         }
-        Ok(self.add1(
+        self.add1(
             Op::Concatenate { dim },
             xs.to_vec(),
             TensorType::new(t.dtype, &dims),
-        ))
+        )
     }
 
     pub fn slice(&mut self, x: Value, start: &[u64], limit: &[u64], strides: &[u64]) -> R<Value> {
@@ -316,7 +330,7 @@ impl Graph {
             limit: limit.to_vec(),
             strides: strides.to_vec(),
         };
-        Ok(self.add1(op, vec![x], TensorType::new(t.dtype, &dims)))
+        self.add1(op, vec![x], TensorType::new(t.dtype, &dims))
     }
 
     fn starts(&self, op: &'static str, starts: &[Value], rank: usize) -> R<()> {
@@ -356,7 +370,7 @@ impl Graph {
         let op = Op::DynamicSlice {
             sizes: sizes.to_vec(),
         };
-        Ok(self.add1(op, ops, TensorType::new(t.dtype, sizes)))
+        self.add1(op, ops, TensorType::new(t.dtype, sizes))
     }
 
     pub fn dynamic_update_slice(&mut self, x: Value, update: Value, starts: &[Value]) -> R<Value> {
@@ -374,7 +388,7 @@ impl Graph {
         }
         let mut ops = vec![x, update];
         ops.extend_from_slice(starts);
-        Ok(self.add1(Op::DynamicUpdateSlice, ops, t))
+        self.add1(Op::DynamicUpdateSlice, ops, t)
     }
 
     /// `pad` with edge padding `low`/`high` (negative removes elements) and `interior`.
@@ -425,7 +439,7 @@ impl Graph {
             high: high.to_vec(),
             interior: interior.to_vec(),
         };
-        Ok(self.add1(op, vec![x, value], TensorType::new(t.dtype, &dims)))
+        self.add1(op, vec![x, value], TensorType::new(t.dtype, &dims))
     }
 
     pub fn reverse(&mut self, x: Value, dims: &[usize]) -> R<Value> {
@@ -433,13 +447,13 @@ impl Graph {
         if !distinct_in(dims, t.rank()) {
             return Err(invalid("reverse", format!("dimensions {dims:?} of {t}")));
         }
-        Ok(self.add1(
+        self.add1(
             Op::Reverse {
                 dims: dims.to_vec(),
             },
             vec![x],
             t,
-        ))
+        )
     }
 
     /// `dot_general`; the result has `result_type`'s element type (the operands' or a wider
@@ -511,11 +525,11 @@ impl Graph {
                 .iter()
                 .map(|&d| b.dims[d]),
         );
-        Ok(self.add1(
+        self.add1(
             Op::DotGeneral(dims),
             vec![lhs, rhs],
             TensorType::new(result_type, &out),
-        ))
+        )
     }
 
     /// `reduce` of `inputs` over `dims` from `inits` with `body`.
@@ -565,14 +579,14 @@ impl Graph {
         }
         let mut ops = inputs.to_vec();
         ops.extend_from_slice(inits);
-        Ok(self.add(
+        self.add(
             Op::Reduce {
                 dims: dims.to_vec(),
                 body: Box::new(body),
             },
             ops,
             results,
-        ))
+        )
     }
 
     /// `while` over the loop-carried `operands`.
@@ -602,14 +616,14 @@ impl Graph {
                 ),
             ));
         }
-        Ok(self.add(
+        self.add(
             Op::While {
                 cond: Box::new(cond),
                 body: Box::new(body),
             },
             operands.to_vec(),
             types,
-        ))
+        )
     }
 
     /// `if`: `on_true` when the pred scalar `pred` is true, else `on_false`; both take
@@ -661,6 +675,6 @@ impl Graph {
         }
         let mut ops = vec![index];
         ops.extend_from_slice(operands);
-        Ok(self.add(Op::Case { branches }, ops, results))
+        self.add(Op::Case { branches }, ops, results)
     }
 }

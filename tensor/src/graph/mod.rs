@@ -28,14 +28,15 @@ impl TensorType {
         }
     }
 
-    /// Number of elements (1 for a scalar).
+    /// Number of elements (1 for a scalar; saturating: a graph refuses values of more than
+    /// `i64::MAX` bytes when they are added).
     pub fn elements(&self) -> u64 {
-        self.dims.iter().product()
+        self.dims.iter().fold(1u64, |a, d| a.saturating_mul(*d))
     }
 
-    /// Bytes of the row-major array.
+    /// Bytes of the row-major array (saturating).
     pub fn bytes(&self) -> u64 {
-        self.elements() * self.dtype.size() as u64
+        self.elements().saturating_mul(self.dtype.size() as u64)
     }
 
     pub fn rank(&self) -> usize {

@@ -78,6 +78,15 @@ fn rules_refuse_and_name_the_op() {
         op_of(g.unary(UnaryOp::Negate, foreign).unwrap_err()),
         "negate"
     );
+    let huge = 1u64 << 40;
+    assert_eq!(
+        op_of(g.parameter("huge", DType::F32, &[huge, huge]).unwrap_err()),
+        "parameter"
+    );
+    assert_eq!(
+        op_of(g.iota(DType::I64, &[0, huge, huge], 0).unwrap_err()),
+        "iota"
+    );
     let msg = g.reshape(f, &[7]).unwrap_err().to_string();
     assert!(
         msg.starts_with("reshape: ") && msg.contains("tensor<2x3xf32>"),
