@@ -170,3 +170,44 @@ fn case_and_if_pick_their_branch() {
         );
     }
 }
+
+/// The `lax.scan` pattern: a loop writing row `i` of a carried array by
+/// `dynamic_update_slice` each trip.
+#[test]
+fn scan_writes_rows_by_dynamic_update_slice() {
+    let params = |g: &mut Graph| {
+        let i = g.parameter("i", DType::I32, &[]).unwrap();
+        let ys = g.parameter("ys", DType::F32, &[5, 3]).unwrap();
+        let x = g.parameter("x", DType::F32, &[3]).unwrap();
+        (i, ys, x)
+    };
+    let mut cond = Graph::new("cond");
+    let (i, _, _) = params(&mut cond);
+    let five = c32(&mut cond, 5);
+    let go = cond
+        .compare(CompareDirection::Lt, CompareType::Signed, i, five)
+        .unwrap();
+    cond.result("go", go).unwrap();
+
+    let mut b = Graph::new("body");
+    let (i, ys, x) = params(&mut b);
+    let fi = b.convert(i, DType::F32).unwrap();
+    let fb = b.broadcast_in_dim(fi, &[3], &[]).unwrap();
+    let row = b.binary(BinaryOp::Multiply, x, fb).unwrap();
+    let row2 = b.reshape(row, &[1, 3]).unwrap();
+    let zero = c32(&mut b, 0);
+    let ys1 = b.dynamic_update_slice(ys, row2, &[i, zero]).unwrap();
+    let one = c32(&mut b, 1);
+    let i1 = b.binary(BinaryOp::Add, i, one).unwrap();
+    b.result("i", i1).unwrap();
+    b.result("ys", ys1).unwrap();
+    b.result("x", x).unwrap();
+
+    let mut g = Graph::new("scan");
+    let x = g.parameter("x", DType::F32, &[3]).unwrap();
+    let zero = c32(&mut g, 0);
+    let init = g.constant(DType::F32, &[5, 3], vec![0; 60]).unwrap();
+    let r = g.while_loop(&[zero, init, x], cond, b).unwrap();
+    g.result("ys", r[1]).unwrap();
+    check(&g, &[random(DType::F32, &[3], 71)]);
+}

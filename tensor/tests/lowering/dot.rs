@@ -217,3 +217,22 @@ fn integer_and_mixed_dots_are_kernels() {
     .unwrap();
     assert_eq!((low.gemms, low.launches), (0, 1));
 }
+
+/// `x · xᵀ`: one buffer as both operands (the second through the transpose flag).
+#[test]
+fn gram_matrix_reads_one_buffer_twice() {
+    let d = DType::F32;
+    let mut g = Graph::new("gram");
+    let x = g.parameter("x", d, &[4, 6]).unwrap();
+    let r = g.dot_general(x, x, dims(&[], &[], &[1], &[1]), d).unwrap();
+    g.result("r", r).unwrap();
+    let inputs = vec![small(d, &[4, 6], 12)];
+    let (low, outs) = run(&g, &[inputs[0].to_bytes()]);
+    agree(
+        &eval(&g, &inputs)[0],
+        &Arr::from_bytes(d, &[4, 4], &outs[0]),
+        0.0,
+    )
+    .unwrap();
+    assert_eq!(gemm_flags(&low.executable.entry), vec![(false, true)]);
+}
