@@ -1,12 +1,61 @@
 //! `while` and `case`/`if` as the IR's `While` and `Conditional` thunks. A loop's carried
 //! values live in temps the condition and the body read; the body writes its new values into
 //! temps of their own and copies them back at its end (a value passed through unchanged is
-//! neither written nor copied). Every branch of a `case` writes the op's result temps.
+//! neither written nor copied). A counted loop (a counter from a constant, `+ 1` a trip,
+//! `< constant`) carries its trip count, so that the host does not wait on the condition every
+//! trip. Every branch of a `case` writes the op's result temps.
 
 use super::emit::Scope;
 use super::{LowerError, Lowerer};
-use crate::graph::{Graph, Node};
+use crate::graph::{BinaryOp, CompareDirection, CompareType, Graph, Node, Op, Value};
 use xthunk_core::ir::{ConditionalThunk, CopyThunk, DType, Slice, Thunk, WhileThunk};
+
+/// The integer value of a scalar integer constant.
+fn int_constant(g: &Graph, v: Value) -> Option<i64> {
+    let t = g.ty(v);
+    match (&g.def(v).op, t.dtype) {
+        (Op::Constant { bytes }, DType::I32) if t.rank() == 0 => Some(i64::from(
+            i32::from_le_bytes(bytes.get(..4)?.try_into().ok()?),
+        )),
+        (Op::Constant { bytes }, DType::I64) if t.rank() == 0 => {
+            Some(i64::from_le_bytes(bytes.get(..8)?.try_into().ok()?))
+        }
+        _ => None,
+    }
+}
+
+/// The trip count of a counted loop, as `fori_loop` and `scan` emit it: carried value `k`
+/// starts at a constant, the body adds 1 to it, and the condition is `k < constant`
+/// (signed). `None` for any other loop.
+fn known_trips(outer: &Graph, node: &Node, cond: &Graph, body: &Graph) -> Option<u64> {
+    let (_, r) = cond.results().first()?;
+    let cmp = cond.def(*r);
+    let Op::Compare {
+        direction: CompareDirection::Lt,
+        kind: CompareType::Signed,
+    } = cmp.op
+    else {
+        return None;
+    };
+    let k = cond.params().iter().position(|p| *p == cmp.operands[0])?;
+    let limit = int_constant(cond, cmp.operands[1])?;
+    let start = int_constant(outer, *node.operands.get(k)?)?;
+    let (_, next) = body.results().get(k)?;
+    let add = body.def(*next);
+    if add.op != Op::Binary(BinaryOp::Add) {
+        return None;
+    }
+    let p = body.params()[k];
+    let one = match (add.operands[0] == p, add.operands[1] == p) {
+        (true, false) => add.operands[1],
+        (false, true) => add.operands[0],
+        _ => return None,
+    };
+    if int_constant(body, one)? != 1 {
+        return None;
+    }
+    Some(limit.saturating_sub(start).max(0) as u64)
+}
 
 impl Lowerer {
     /// Lowers the while `node`; returns the buffers holding its results.
@@ -49,7 +98,7 @@ impl Lowerer {
                 cond: cond_thunks,
                 pred,
                 body: body_thunks,
-                trip_count: None,
+                trip_count: known_trips(s.graph, node, cond, body),
             }
             .into(),
         );

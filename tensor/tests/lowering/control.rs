@@ -94,6 +94,8 @@ fn while_loop_runs_to_its_condition() {
             .collect();
         assert_eq!(whiles.len(), 1);
         if let Thunk::While(w) = whiles[0] {
+            // The limit is a parameter: the condition runs every trip.
+            assert_eq!(w.trip_count, None);
             // Two values change (the counter and x): two copies back; `limit` passes through.
             let copies = w
                 .body
@@ -209,5 +211,60 @@ fn scan_writes_rows_by_dynamic_update_slice() {
     let init = g.constant(DType::F32, &[5, 3], vec![0; 60]).unwrap();
     let r = g.while_loop(&[zero, init, x], cond, b).unwrap();
     g.result("ys", r[1]).unwrap();
-    check(&g, &[random(DType::F32, &[3], 71)]);
+    let low = check(&g, &[random(DType::F32, &[3], 71)]);
+    // A counted loop: the trip count is known, the host does not wait on the condition.
+    let trips: Vec<Option<u64>> = low
+        .executable
+        .entry
+        .iter()
+        .filter_map(|t| match t {
+            Thunk::While(w) => Some(w.trip_count),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(trips, vec![Some(5)]);
+}
+
+/// A counted loop whose counter starts past its limit runs no trip.
+#[test]
+fn counted_loop_of_no_trips() {
+    let mut cond = Graph::new("cond");
+    let i = cond.parameter("i", DType::I64, &[]).unwrap();
+    cond.parameter("x", DType::F32, &[4]).unwrap();
+    let limit = cond
+        .constant(DType::I64, &[], 5i64.to_le_bytes().to_vec())
+        .unwrap();
+    let go = cond
+        .compare(CompareDirection::Lt, CompareType::Signed, i, limit)
+        .unwrap();
+    cond.result("go", go).unwrap();
+    let mut b = Graph::new("body");
+    let i = b.parameter("i", DType::I64, &[]).unwrap();
+    let x = b.parameter("x", DType::F32, &[4]).unwrap();
+    let one = b
+        .constant(DType::I64, &[], 1i64.to_le_bytes().to_vec())
+        .unwrap();
+    let i1 = b.binary(BinaryOp::Add, one, i).unwrap();
+    let x1 = b.binary(BinaryOp::Add, x, x).unwrap();
+    b.result("i", i1).unwrap();
+    b.result("x", x1).unwrap();
+    for start in [7i64, 5, 4, -2] {
+        let mut g = Graph::new("no_trips");
+        let x = g.parameter("x", DType::F32, &[4]).unwrap();
+        let s = g
+            .constant(DType::I64, &[], start.to_le_bytes().to_vec())
+            .unwrap();
+        let r = g.while_loop(&[s, x], cond.clone(), b.clone()).unwrap();
+        g.result("i", r[0]).unwrap();
+        g.result("x", r[1]).unwrap();
+        let low = check(&g, &[random(DType::F32, &[4], 72)]);
+        let want = (5 - start).max(0) as u64;
+        assert!(
+            low.executable
+                .entry
+                .iter()
+                .any(|t| matches!(t, Thunk::While(w) if w.trip_count == Some(want))),
+            "start {start}"
+        );
+    }
 }
