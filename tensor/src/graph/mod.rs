@@ -1,7 +1,12 @@
 //! The tensor graph an importer fills in: typed values with static dimensions, parameters,
 //! named results, and nodes in order (each node's operands are earlier values, so the node
-//! list is a topological order). Regions (`reduce`, `while`, `case`) are graphs of their own.
-//! Every op's rule is checked when it is added (`build.rs`).
+//! list is a topological order). Every op's rule is checked when it is added (`build.rs`).
+//!
+//! Regions (`reduce`'s body, `while`'s condition and body, `case`'s branches) are graphs of
+//! their own and closed: a value a StableHLO region reads from the enclosing function comes
+//! in as a parameter — a `case` operand, or for a `while` an extra carried value the body
+//! passes through unchanged (which costs no copy). A splat constant is best a scalar constant
+//! and a `broadcast_in_dim` (fused into its readers, nothing stored).
 
 mod build;
 mod ops;
