@@ -136,6 +136,17 @@ pub struct DotDims {
     pub rhs_contracting: Vec<usize>,
 }
 
+/// `gather`'s dimension numbers (StableHLO's attributes of the same names).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GatherDims {
+    pub offset_dims: Vec<usize>,
+    pub collapsed_slice_dims: Vec<usize>,
+    pub operand_batching_dims: Vec<usize>,
+    pub start_indices_batching_dims: Vec<usize>,
+    pub start_index_map: Vec<usize>,
+    pub index_vector_dim: usize,
+}
+
 /// One node's operation; its operands are the node's operand list, in the order each
 /// variant names.
 #[derive(Clone, Debug, PartialEq)]
@@ -199,6 +210,11 @@ pub enum Op {
     Reverse {
         dims: Vec<usize>,
     },
+    /// `operand`, `start_indices`: slices of `slice_sizes` at clamped starts.
+    Gather {
+        dims: GatherDims,
+        slice_sizes: Vec<u64>,
+    },
     /// `lhs`, `rhs`.
     DotGeneral(DotDims),
     /// `inputs…`, `init_values…` (as many of each); the body maps
@@ -242,6 +258,7 @@ impl Op {
             Op::DynamicUpdateSlice => "dynamic_update_slice",
             Op::Pad { .. } => "pad",
             Op::Reverse { .. } => "reverse",
+            Op::Gather { .. } => "gather",
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { .. } => "reduce",
             Op::While { .. } => "while",

@@ -416,6 +416,45 @@ impl KernelText {
                 self.close("}");
                 return Ok(r);
             }
+            Op::Gather {
+                dims: d,
+                slice_sizes,
+            } => {
+                let (o, si) = (ot(0), ot(1));
+                let ivd = d.index_vector_dim;
+                let batch: Vec<String> = (0..idx.len())
+                    .filter(|k| !d.offset_dims.contains(k))
+                    .map(|k| idx[k].clone())
+                    .collect();
+                let mut full = vec!["0".to_string(); o.rank()];
+                for (j, &dop) in d.start_index_map.iter().enumerate() {
+                    let mut sub = batch.clone();
+                    if ivd < si.rank() {
+                        sub.insert(ivd, format!("{j}LL"));
+                    }
+                    let sv = self.value_at(s, ops[1], &sub)?;
+                    let hi = o.dims[dop] - slice_sizes[dop];
+                    full[dop] =
+                        self.var("long long", format!("xh_clampi((long long){sv}, {hi}LL)"));
+                }
+                for (&dop, &dst) in d
+                    .operand_batching_dims
+                    .iter()
+                    .zip(&d.start_indices_batching_dims)
+                {
+                    full[dop] = batch[if dst < ivd { dst } else { dst - 1 }].clone();
+                }
+                let mut offsets = d.offset_dims.iter().map(|&k| idx[k].clone());
+                for (dop, f) in full.iter_mut().enumerate() {
+                    if !d.collapsed_slice_dims.contains(&dop)
+                        && !d.operand_batching_dims.contains(&dop)
+                    {
+                        let off = offsets.next().unwrap_or_else(|| "0".into());
+                        *f = format!("({f} + {off})");
+                    }
+                }
+                return self.value_at(s, ops[0], &full);
+            }
             other => {
                 return Err(unsupported(
                     other.name(),

@@ -7,6 +7,7 @@ mod control;
 mod data;
 mod dot;
 mod elementwise;
+mod gather;
 mod movement;
 mod programs;
 mod reduce;

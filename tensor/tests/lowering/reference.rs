@@ -508,6 +508,59 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                 }
                 vec![r]
             }
+            Op::Gather {
+                dims: gd,
+                slice_sizes,
+            } => {
+                // The spec's formulas, one result index at a time.
+                let (x, si) = (arg(0), arg(1));
+                let ivd = gd.index_vector_dim;
+                vec![x.gather(&dims, |k| {
+                    let ri = unravel(k, &dims);
+                    let batch: Vec<usize> = (0..ri.len())
+                        .filter(|d| !gd.offset_dims.contains(d))
+                        .map(|d| ri[d])
+                        .collect();
+                    let start: Vec<i128> = if ivd < si.dims.len() {
+                        (0..si.dims[ivd] as usize)
+                            .map(|j| {
+                                let mut b = batch.clone();
+                                b.insert(ivd, j);
+                                si.i[ravel(&b, &si.dims)]
+                            })
+                            .collect()
+                    } else {
+                        vec![si.i[ravel(&batch, &si.dims)]]
+                    };
+                    let mut full_start = vec![0usize; x.dims.len()];
+                    for (ds, &dop) in gd.start_index_map.iter().enumerate() {
+                        full_start[dop] =
+                            start[ds].clamp(0, (x.dims[dop] - slice_sizes[dop]) as i128) as usize;
+                    }
+                    let mut full_batching = vec![0usize; x.dims.len()];
+                    for (&dop, &dst) in gd
+                        .operand_batching_dims
+                        .iter()
+                        .zip(&gd.start_indices_batching_dims)
+                    {
+                        full_batching[dop] = batch[if dst < ivd { dst } else { dst - 1 }];
+                    }
+                    let offset: Vec<usize> = gd.offset_dims.iter().map(|&d| ri[d]).collect();
+                    let mut full_offset = vec![0usize; x.dims.len()];
+                    let mut o = offset.into_iter();
+                    for (d, f) in full_offset.iter_mut().enumerate() {
+                        if !gd.collapsed_slice_dims.contains(&d)
+                            && !gd.operand_batching_dims.contains(&d)
+                        {
+                            *f = o.next().unwrap();
+                        }
+                    }
+                    let oi: Vec<usize> = (0..x.dims.len())
+                        .map(|d| full_start[d] + full_batching[d] + full_offset[d])
+                        .collect();
+                    ravel(&oi, &x.dims)
+                })]
+            }
             Op::DotGeneral(dd) => {
                 let (a, b) = (arg(0), arg(1));
                 let lf: Vec<usize> = (0..a.dims.len())
