@@ -1,14 +1,12 @@
 //! Adding operations to a [`Graph`]: each method checks the op's shape and type rule (as
 //! StableHLO's spec states it) and returns the new value, or an error naming the op.
 
-use super::ops::{
-    BinaryOp, CompareDirection, CompareType, DotDims, GatherDims, Op, UnaryOp, bits, is_int,
-};
+use super::ops::{BinaryOp, CompareDirection, CompareType, DotDims, Op, UnaryOp, bits, is_int};
 use super::{Graph, Node, TensorType, Value};
 use crate::error::{GraphError, invalid};
 use xthunk_core::ir::DType;
 
-type R<T> = Result<T, GraphError>;
+pub(super) type R<T> = Result<T, GraphError>;
 
 fn is_perm(p: &[usize], rank: usize) -> bool {
     let mut seen = vec![false; rank];
@@ -17,14 +15,14 @@ fn is_perm(p: &[usize], rank: usize) -> bool {
             .all(|&d| d < rank && !std::mem::replace(&mut seen[d], true))
 }
 
-fn distinct_in(p: &[usize], rank: usize) -> bool {
+pub(super) fn distinct_in(p: &[usize], rank: usize) -> bool {
     let mut seen = vec![false; rank];
     p.iter()
         .all(|&d| d < rank && !std::mem::replace(&mut seen[d], true))
 }
 
 impl Graph {
-    fn check(&self, op: &'static str, v: Value) -> R<&TensorType> {
+    pub(super) fn check(&self, op: &'static str, v: Value) -> R<&TensorType> {
         self.values
             .get(v.0 as usize)
             .ok_or_else(|| GraphError::UnknownValue {
@@ -34,7 +32,12 @@ impl Graph {
             })
     }
 
-    fn add(&mut self, op: Op, operands: Vec<Value>, results: Vec<TensorType>) -> R<Vec<Value>> {
+    pub(super) fn add(
+        &mut self,
+        op: Op,
+        operands: Vec<Value>,
+        results: Vec<TensorType>,
+    ) -> R<Vec<Value>> {
         for t in &results {
             // Nonzero dimensions only: every product of some of them (strides, counts) fits.
             let bytes = t
@@ -62,7 +65,7 @@ impl Graph {
         Ok(out)
     }
 
-    fn add1(&mut self, op: Op, operands: Vec<Value>, result: TensorType) -> R<Value> {
+    pub(super) fn add1(&mut self, op: Op, operands: Vec<Value>, result: TensorType) -> R<Value> {
         Ok(self.add(op, operands, vec![result])?[0])
     }
 
@@ -455,113 +458,6 @@ impl Graph {
             },
             vec![x],
             t,
-        )
-    }
-
-    /// `gather` (StableHLO's rules C1–C23): slices of `slice_sizes` of `operand` at the
-    /// starts `start_indices` holds (clamped into range).
-    pub fn gather(
-        &mut self,
-        operand: Value,
-        start_indices: Value,
-        d: GatherDims,
-        slice_sizes: &[u64],
-    ) -> R<Value> {
-        let op = "gather";
-        let t = self.check(op, operand)?.clone();
-        let si = self.check(op, start_indices)?.clone();
-        let bad = |m: &str| {
-            Err(invalid(
-                op,
-                format!(
-                    "{m} ({d:?}, slice sizes {slice_sizes:?}, operand {t}, start indices {si})"
-                ),
-            ))
-        };
-        let sorted_unique = |v: &[usize]| v.windows(2).all(|w| w[0] < w[1]);
-        let (r, sr, ivd) = (t.rank(), si.rank(), d.index_vector_dim);
-        if !is_int(si.dtype) || ivd > sr || slice_sizes.len() != r {
-            return bad(
-                "integer start indices, index_vector_dim within their rank, a slice size per operand dimension",
-            );
-        }
-        if r != d.offset_dims.len() + d.collapsed_slice_dims.len() + d.operand_batching_dims.len() {
-            return bad("the operand's rank must be offset + collapsed + batching dimensions");
-        }
-        let vector = if ivd < sr { si.dims[ivd] } else { 1 };
-        if d.start_index_map.len() as u64 != vector {
-            return bad("start_index_map must have one entry per index vector element");
-        }
-        if !sorted_unique(&d.offset_dims)
-            || !sorted_unique(&d.collapsed_slice_dims)
-            || !sorted_unique(&d.operand_batching_dims)
-        {
-            return bad("offset, collapsed and batching dimensions must be sorted and unique");
-        }
-        if !distinct_in(
-            &[
-                d.collapsed_slice_dims.clone(),
-                d.operand_batching_dims.clone(),
-            ]
-            .concat(),
-            r,
-        ) || !distinct_in(
-            &[d.start_index_map.clone(), d.operand_batching_dims.clone()].concat(),
-            r,
-        ) || !distinct_in(&d.start_indices_batching_dims, sr)
-            || d.start_indices_batching_dims.contains(&ivd)
-            || d.operand_batching_dims.len() != d.start_indices_batching_dims.len()
-        {
-            return bad("dimension lists out of range or overlapping");
-        }
-        for (a, b) in d
-            .operand_batching_dims
-            .iter()
-            .zip(&d.start_indices_batching_dims)
-        {
-            if t.dims[*a] != si.dims[*b] {
-                return bad("batching dimensions of different sizes");
-            }
-        }
-        if slice_sizes.iter().zip(&t.dims).any(|(s, n)| s > n)
-            || d.collapsed_slice_dims
-                .iter()
-                .chain(&d.operand_batching_dims)
-                .any(|&c| slice_sizes[c] > 1)
-        {
-            return bad(
-                "slice sizes larger than the operand, or above 1 in collapsed or batching dimensions",
-            );
-        }
-        let batch: Vec<u64> = (0..sr).filter(|&k| k != ivd).map(|k| si.dims[k]).collect();
-        let offset: Vec<u64> = (0..r)
-            .filter(|k| !d.collapsed_slice_dims.contains(k) && !d.operand_batching_dims.contains(k))
-            .map(|k| slice_sizes[k])
-            .collect();
-        let rank = batch.len() + offset.len();
-        if d.offset_dims.iter().any(|&o| o >= rank) {
-            return bad("offset dimensions beyond the result's rank");
-        }
-        let (mut bi, mut oi) = (batch.iter(), offset.iter());
-        let dims: Vec<u64> = (0..rank)
-            .map(|k| {
-                if d.offset_dims.contains(&k) {
-                    oi.next()
-                } else {
-                    bi.next()
-                }
-                .copied()
-                .unwrap_or(0)
-            })
-            .collect();
-        let node = Op::Gather {
-            dims: d,
-            slice_sizes: slice_sizes.to_vec(),
-        };
-        self.add1(
-            node,
-            vec![operand, start_indices],
-            TensorType::new(t.dtype, &dims),
         )
     }
 

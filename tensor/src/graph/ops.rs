@@ -147,6 +147,17 @@ pub struct GatherDims {
     pub index_vector_dim: usize,
 }
 
+/// `scatter`'s dimension numbers (StableHLO's attributes of the same names).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScatterDims {
+    pub update_window_dims: Vec<usize>,
+    pub inserted_window_dims: Vec<usize>,
+    pub input_batching_dims: Vec<usize>,
+    pub scatter_indices_batching_dims: Vec<usize>,
+    pub scatter_dims_to_operand_dims: Vec<usize>,
+    pub index_vector_dim: usize,
+}
+
 /// One node's operation; its operands are the node's operand list, in the order each
 /// variant names.
 #[derive(Clone, Debug, PartialEq)]
@@ -215,6 +226,15 @@ pub enum Op {
         dims: GatherDims,
         slice_sizes: Vec<u64>,
     },
+    /// `inputs…`, `scatter_indices`, `updates…` (as many as inputs); the body maps
+    /// `(current_0…, update_0…)` scalars to the new values. Updates whose element falls
+    /// outside the inputs are skipped; `unique_indices` promises no two updates hit one
+    /// element (they may then be applied in parallel).
+    Scatter {
+        dims: ScatterDims,
+        body: Box<Graph>,
+        unique_indices: bool,
+    },
     /// `lhs`, `rhs`.
     DotGeneral(DotDims),
     /// `inputs…`, `init_values…` (as many of each); the body maps
@@ -259,6 +279,7 @@ impl Op {
             Op::Pad { .. } => "pad",
             Op::Reverse { .. } => "reverse",
             Op::Gather { .. } => "gather",
+            Op::Scatter { .. } => "scatter",
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { .. } => "reduce",
             Op::While { .. } => "while",

@@ -40,6 +40,8 @@ pub(crate) struct KernelText {
     depth: usize,
     pub inputs: Vec<(Slice, DType)>,
     pub outputs: Vec<(Slice, DType)>,
+    /// Whether each output is also read (`inout`).
+    pub read_outputs: Vec<bool>,
     tmp: usize,
     /// Values already computed, by (graph, value, index), one layer per open block: a
     /// value read twice at one index inside a kernel is computed once.
@@ -133,7 +135,17 @@ impl KernelText {
     /// The name of a new output buffer.
     pub fn output(&mut self, slice: Slice, dtype: DType) -> String {
         self.outputs.push((slice, dtype));
+        self.read_outputs.push(false);
         format!("o{}", self.outputs.len() - 1)
+    }
+
+    /// The name of a new output buffer the kernel also reads.
+    pub fn inout(&mut self, slice: Slice, dtype: DType) -> String {
+        let name = self.output(slice, dtype);
+        if let Some(r) = self.read_outputs.last_mut() {
+            *r = true;
+        }
+        name
     }
 
     /// Index expressions of the row-major position `lin` in `dims` (a variable holds `lin`

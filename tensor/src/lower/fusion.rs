@@ -21,6 +21,7 @@ const MAX_COPIES: usize = 4;
 pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
     match &node.op {
         Op::Parameter { .. }
+        | Op::Scatter { .. }
         | Op::DotGeneral(_)
         | Op::Reduce { .. }
         | Op::While { .. }

@@ -13,6 +13,7 @@ mod fusion;
 pub mod prelude;
 mod reduce;
 mod scalar;
+mod scatter;
 
 use crate::error::LowerError;
 use crate::graph::{Graph, Op, TensorType, Value};
@@ -135,10 +136,14 @@ impl Lowerer {
         };
         self.launches += 1;
         let mut args = vec![];
-        for (s, _) in &k.outputs {
+        for ((s, _), read) in k.outputs.iter().zip(&k.read_outputs) {
             args.push(KernelArg::Buffer {
                 slice: *s,
-                access: Access::Write,
+                access: if *read {
+                    Access::ReadWrite
+                } else {
+                    Access::Write
+                },
             });
         }
         for (s, _) in &k.inputs {
@@ -291,6 +296,30 @@ impl Lowerer {
                         homes: &homes,
                     };
                     out.extend(self.reduce(&s, node, dims, body, &dests)?);
+                    for (r, d) in node.results.iter().zip(dests) {
+                        homes[r.0 as usize] = Home::Buf(d);
+                    }
+                }
+                Op::Scatter {
+                    dims,
+                    body,
+                    unique_indices,
+                } => {
+                    let dests: Vec<Slice> = node
+                        .results
+                        .iter()
+                        .map(|r| {
+                            claims
+                                .get(r)
+                                .copied()
+                                .unwrap_or_else(|| self.temp(g.ty(*r)))
+                        })
+                        .collect();
+                    let s = Scope {
+                        graph: g,
+                        homes: &homes,
+                    };
+                    self.scatter(&s, node, dims, body, *unique_indices, &dests, &mut out)?;
                     for (r, d) in node.results.iter().zip(dests) {
                         homes[r.0 as usize] = Home::Buf(d);
                     }

@@ -13,8 +13,27 @@ use xthunk_core::ir::{Slice, Thunk};
 /// Reduced elements per result from which a block, not a thread, computes a result.
 pub(crate) const BLOCK_FOLD: u64 = 256;
 
+/// Refuses a body (of `op`) with ops that cannot be fused.
+pub(super) fn check_body(op: &'static str, body: &Graph) -> Result<(), LowerError> {
+    match body
+        .nodes()
+        .iter()
+        .find(|b| !super::fusion::fusible(body, b) && !matches!(b.op, Op::Parameter { .. }))
+    {
+        Some(bad) => Err(LowerError::Unsupported {
+            op,
+            reason: format!(
+                "`{}` in the body `{}` (only elementwise ops are fused)",
+                bad.op.name(),
+                body.name()
+            ),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// Emits `accs = body(accs, xs)` (all new values computed before any is assigned).
-fn apply(
+pub(super) fn apply(
     k: &mut KernelText,
     body: &Graph,
     accs: &[String],
@@ -54,20 +73,7 @@ impl Lowerer {
         body: &Graph,
         dests: &[Slice],
     ) -> Result<Option<Thunk>, LowerError> {
-        if let Some(bad) = body
-            .nodes()
-            .iter()
-            .find(|b| !super::fusion::fusible(body, b) && !matches!(b.op, Op::Parameter { .. }))
-        {
-            return Err(LowerError::Unsupported {
-                op: "reduce",
-                reason: format!(
-                    "`{}` in the body `{}` (only elementwise ops are fused)",
-                    bad.op.name(),
-                    body.name()
-                ),
-            });
-        }
+        check_body("reduce", body)?;
         let n = dests.len();
         let shape = s.graph.ty(node.operands[0]).dims.clone();
         let mut red: Vec<usize> = dims.to_vec();

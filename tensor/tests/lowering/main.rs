@@ -13,6 +13,7 @@ mod programs;
 mod reduce;
 mod reference;
 mod rules;
+mod scatter;
 
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};

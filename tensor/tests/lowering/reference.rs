@@ -561,6 +561,68 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                     ravel(&oi, &x.dims)
                 })]
             }
+            Op::Scatter { dims: sd, body, .. } => {
+                // The spec's formulas; updates applied in row-major order, out-of-range skipped.
+                let m = (node.operands.len() - 1) / 2;
+                let mut res: Vec<Arr> = (0..m).map(arg).collect();
+                let si = arg(m);
+                let ups: Vec<Arr> = (m + 1..2 * m + 1).map(arg).collect();
+                let (ud, xd) = (ups[0].dims.clone(), res[0].dims.clone());
+                let ivd = sd.index_vector_dim;
+                for u in 0..ups[0].len() {
+                    let ui = unravel(u, &ud);
+                    let usi: Vec<usize> = (0..ui.len())
+                        .filter(|d| !sd.update_window_dims.contains(d))
+                        .map(|d| ui[d])
+                        .collect();
+                    let start: Vec<i128> = if ivd < si.dims.len() {
+                        (0..si.dims[ivd] as usize)
+                            .map(|j| {
+                                let mut b = usi.clone();
+                                b.insert(ivd, j);
+                                si.i[ravel(&b, &si.dims)]
+                            })
+                            .collect()
+                    } else {
+                        vec![si.i[ravel(&usi, &si.dims)]]
+                    };
+                    let mut ri = vec![0i128; xd.len()];
+                    for (ds, &dop) in sd.scatter_dims_to_operand_dims.iter().enumerate() {
+                        ri[dop] += start[ds];
+                    }
+                    for (&dop, &dst) in sd
+                        .input_batching_dims
+                        .iter()
+                        .zip(&sd.scatter_indices_batching_dims)
+                    {
+                        ri[dop] += usi[if dst < ivd { dst } else { dst - 1 }] as i128;
+                    }
+                    let mut w = sd.update_window_dims.iter().map(|&d| ui[d]);
+                    for (d, r) in ri.iter_mut().enumerate() {
+                        if !sd.inserted_window_dims.contains(&d)
+                            && !sd.input_batching_dims.contains(&d)
+                        {
+                            *r += w.next().unwrap() as i128;
+                        }
+                    }
+                    if ri.iter().zip(&xd).any(|(r, n)| *r < 0 || *r >= *n as i128) {
+                        continue;
+                    }
+                    let target = ravel(&ri.iter().map(|r| *r as usize).collect::<Vec<_>>(), &xd);
+                    let mut args: Vec<Arr> =
+                        res.iter().map(|a| a.gather(&[], |_| target)).collect();
+                    args.extend(ups.iter().map(|a| a.gather(&[], |_| u)));
+                    let new = eval(body, &args);
+                    for (r, v) in res.iter_mut().zip(new) {
+                        if r.dtype.is_float() {
+                            r.f[target] = v.f[0]
+                        } else {
+                            r.i[target] = v.i[0]
+                        }
+                    }
+                }
+                res
+            }
             Op::DotGeneral(dd) => {
                 let (a, b) = (arg(0), arg(1));
                 let lf: Vec<usize> = (0..a.dims.len())

@@ -1,0 +1,122 @@
+//! `scatter`: the inputs written into the result buffers (a copy, or their fused kernel), then
+//! one kernel applying every update element through the body to the element its index names
+//! (skipped when that falls outside), the indices' and updates' producers fused. With
+//! `unique_indices` a thread per update element; otherwise one thread applies them in
+//! row-major order, so that colliding updates combine deterministically.
+
+use super::emit::{KernelText, Scope, linear};
+use super::reduce::{apply, check_body};
+use super::{LowerError, Lowerer, scalar};
+use crate::graph::{Graph, Node, ScatterDims};
+use xthunk_core::ir::{Slice, Thunk};
+
+impl Lowerer {
+    /// Lowers the scatter `node` into `dests` (one per input).
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn scatter(
+        &mut self,
+        s: &Scope,
+        node: &Node,
+        d: &ScatterDims,
+        body: &Graph,
+        unique: bool,
+        dests: &[Slice],
+        out: &mut Vec<Thunk>,
+    ) -> Result<(), LowerError> {
+        check_body("scatter", body)?;
+        let n = dests.len();
+        for (x, dest) in node.operands[..n].iter().zip(dests) {
+            self.write_into(s, *x, *dest, out)?;
+        }
+        let si = node.operands[n];
+        let updates = &node.operands[n + 1..];
+        let (t, st, ut) = (
+            s.graph.ty(node.operands[0]).clone(),
+            s.graph.ty(si).clone(),
+            s.graph.ty(updates[0]).clone(),
+        );
+        let count = ut.elements();
+        let ivd = d.index_vector_dim;
+        let mut k = KernelText::new();
+        let outs: Vec<String> = (0..n)
+            .map(|j| k.inout(dests[j], s.graph.ty(node.results[j]).dtype))
+            .collect();
+        if unique {
+            k.open("XT_FOR(u, n) {");
+        } else {
+            k.open("if (xt_global_id() == 0) {");
+            k.open("for (long long u = 0; u < n; ++u) {");
+        }
+        let uidx = k.delinearize("u", &ut.dims);
+        let scatter_index: Vec<String> = (0..ut.rank())
+            .filter(|k| !d.update_window_dims.contains(k))
+            .map(|k| uidx[k].clone())
+            .collect();
+        let mut full = vec!["0".to_string(); t.rank()];
+        for (j, &dop) in d.scatter_dims_to_operand_dims.iter().enumerate() {
+            let mut sub = scatter_index.clone();
+            if ivd < st.rank() {
+                sub.insert(ivd, format!("{j}LL"));
+            }
+            let v = k.value_at(s, si, &sub)?;
+            full[dop] = format!("(long long){v}");
+        }
+        for (&dop, &dst) in d
+            .input_batching_dims
+            .iter()
+            .zip(&d.scatter_indices_batching_dims)
+        {
+            full[dop] = scatter_index[if dst < ivd { dst } else { dst - 1 }].clone();
+        }
+        let mut window = d.update_window_dims.iter().map(|&w| uidx[w].clone());
+        let mut rid = vec![];
+        let mut conds = vec![];
+        for (dop, f) in full.iter().enumerate() {
+            let w = if d.inserted_window_dims.contains(&dop) || d.input_batching_dims.contains(&dop)
+            {
+                "0".to_string()
+            } else {
+                window.next().unwrap_or_else(|| "0".into())
+            };
+            let r = k.var("long long", format!("{f} + {w}"));
+            conds.push(format!("{r} >= 0 && {r} < {}LL", t.dims[dop]));
+            rid.push(r);
+        }
+        let cond = if conds.is_empty() {
+            "true".to_string()
+        } else {
+            conds.join(" && ")
+        };
+        k.open(format!("if ({cond}) {{"));
+        let lin = k.var("long long", linear(&rid, &t.dims));
+        let mut cur = vec![];
+        for (j, o) in outs.iter().enumerate() {
+            let dt = s.graph.ty(node.results[j]).dtype;
+            cur.push(k.mut_var(
+                scalar::compute(dt),
+                scalar::load(dt, &format!("{o}[{lin}]")),
+            ));
+        }
+        let mut ups = vec![];
+        for u in updates {
+            ups.push(k.value_at(s, *u, &uidx)?);
+        }
+        apply(&mut k, body, &cur, &ups)?;
+        for (j, o) in outs.iter().enumerate() {
+            let dt = s.graph.ty(node.results[j]).dtype;
+            k.line(format!("{o}[{lin}] = {};", scalar::store(dt, &cur[j])));
+        }
+        k.close("}");
+        k.close("}");
+        if !unique {
+            k.close("}");
+        }
+        let launch = if unique {
+            self.launch(k, count)
+        } else {
+            self.launch_grid(k, count, 1)
+        };
+        out.extend(launch);
+        Ok(())
+    }
+}
