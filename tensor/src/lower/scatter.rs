@@ -1,8 +1,10 @@
 //! `scatter`: the inputs written into the result buffers (a copy, or their fused kernel), then
 //! one kernel applying every update element through the body to the element its index names
 //! (skipped when that falls outside), the indices' and updates' producers fused. With
-//! `unique_indices` a thread per update element; otherwise one thread applies them in
-//! row-major order, so that colliding updates combine deterministically.
+//! `unique_indices` a thread per update element; when no window dimension takes a start from
+//! the indices (an embedding's gradient: whole rows at row ids) a thread per window element,
+//! applying its updates in order; otherwise one thread applies them all in row-major order.
+//! Colliding updates combine in order, deterministically, in every case.
 
 use super::emit::{KernelText, Scope, linear};
 use super::reduce::{apply, check_body};
@@ -41,13 +43,45 @@ impl Lowerer {
         let outs: Vec<String> = (0..n)
             .map(|j| k.inout(dests[j], s.graph.ty(node.results[j]).dtype))
             .collect();
-        if unique {
+        // Windows cannot collide when no window dimension takes a start from the indices: each
+        // window element then has targets of its own, one thread applies its updates in order.
+        let windowed = !unique
+            && d.scatter_dims_to_operand_dims
+                .iter()
+                .all(|o| d.inserted_window_dims.contains(o));
+        let (wdims, sdims): (Vec<u64>, Vec<u64>) = {
+            let w = d.update_window_dims.iter().map(|&k| ut.dims[k]).collect();
+            let s = (0..ut.rank())
+                .filter(|k| !d.update_window_dims.contains(k))
+                .map(|k| ut.dims[k])
+                .collect();
+            (w, s)
+        };
+        let uidx = if unique {
             k.open("XT_FOR(u, n) {");
+            k.delinearize("u", &ut.dims)
+        } else if windowed {
+            k.open("XT_FOR(w, n) {");
+            let widx = k.delinearize("w", &wdims);
+            let q: u64 = sdims.iter().product();
+            k.open(format!("for (long long q = 0; q < {q}LL; ++q) {{"));
+            let qidx = k.delinearize("q", &sdims);
+            let (mut wi, mut qi) = (widx.into_iter(), qidx.into_iter());
+            (0..ut.rank())
+                .map(|j| {
+                    if d.update_window_dims.contains(&j) {
+                        wi.next()
+                    } else {
+                        qi.next()
+                    }
+                    .unwrap_or_default()
+                })
+                .collect()
         } else {
             k.open("if (xt_global_id() == 0) {");
             k.open("for (long long u = 0; u < n; ++u) {");
-        }
-        let uidx = k.delinearize("u", &ut.dims);
+            k.delinearize("u", &ut.dims)
+        };
         let scatter_index: Vec<String> = (0..ut.rank())
             .filter(|k| !d.update_window_dims.contains(k))
             .map(|k| uidx[k].clone())
@@ -113,6 +147,8 @@ impl Lowerer {
         }
         let launch = if unique {
             self.launch(k, count)
+        } else if windowed {
+            self.launch(k, wdims.iter().product())
         } else {
             self.launch_grid(k, count, 1)
         };

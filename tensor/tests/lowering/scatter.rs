@@ -75,6 +75,27 @@ fn scatters_as_jax_emits_them() {
         )
         .unwrap();
     g.result("point_max", mx[0]).unwrap();
+    // Overlapping windows of three along the indexed dimension (one thread, in order).
+    let line = g.parameter("line", DType::I32, &[10]).unwrap();
+    let starts = g.parameter("starts", DType::I32, &[4, 1]).unwrap();
+    let tri = g.parameter("windows", DType::I32, &[4, 3]).unwrap();
+    let od = ScatterDims {
+        update_window_dims: vec![1],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    let ov = g
+        .scatter(
+            &[line],
+            starts,
+            &[tri],
+            od,
+            body(BinaryOp::Add, DType::I32),
+            false,
+        )
+        .unwrap();
+    g.result("overlapping", ov[0]).unwrap();
     let small = |dims: &[u64], seed: u64| {
         let a = random(d, dims, seed);
         Arr::floats(
@@ -100,6 +121,9 @@ fn scatters_as_jax_emits_them() {
         Arr::ints(DType::I32, &[3, 2], vec![0, 5, 4, 0, 0, 5]),
         random(DType::I32, &[3], 94),
         random(DType::I32, &[5, 6], 95),
+        random(DType::I32, &[10], 96),
+        Arr::ints(DType::I32, &[4, 1], vec![2, 3, 8, -1]),
+        random(DType::I32, &[4, 3], 97),
     ];
     let (low, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
     let want = eval(&g, &inputs);
@@ -113,7 +137,11 @@ fn scatters_as_jax_emits_them() {
     let up = &inputs[2].f;
     assert_eq!(gr.f[12], -(up[0] + up[8] + up[24]));
     // Each scatter: its input written (a kernel for the zeros, copies otherwise), one kernel.
-    assert_eq!(low.launches, 4);
+    assert_eq!(low.launches, 5);
+    // The gradient's rows in parallel (a thread per window element), the overlapping windows
+    // by one thread.
+    let src = crate::source_of(&low);
+    assert!(src.contains("XT_FOR(w, n)") && src.contains("xt_global_id() == 0"));
 }
 
 #[test]
