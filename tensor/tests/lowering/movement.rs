@@ -182,3 +182,36 @@ fn random_movement_chains() {
     let low = check(&g, &[random(d, &[3, 4, 5], 77), random(d, &[], 78)]);
     assert_eq!(low.launches, chains);
 }
+
+/// `bitcast_convert` of a fused value between types of one width: the bits reinterpreted in
+/// the kernel.
+#[test]
+fn fused_bitcasts_reinterpret_bits() {
+    let mut g = Graph::new("fused_bitcasts");
+    for (k, (from, to)) in [
+        (DType::F16, DType::BF16),
+        (DType::BF16, DType::F16),
+        (DType::I8, DType::U8),
+        (DType::U8, DType::I8),
+        (DType::F32, DType::I32),
+        (DType::I32, DType::F32),
+        (DType::F64, DType::I64),
+        (DType::I64, DType::F64),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = g.parameter(&format!("x{k}"), from, &[33]).unwrap();
+        let y = g.unary(UnaryOp::Negate, x).unwrap();
+        let b = g.bitcast_convert(y, to).unwrap();
+        g.result(&format!("{from}_to_{to}"), b).unwrap();
+    }
+    let inputs: Vec<Arr> = g
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(k, p)| random(g.ty(*p).dtype, &[33], 100 + k as u64))
+        .collect();
+    let low = check(&g, &inputs);
+    assert_eq!(low.launches, 8);
+}
