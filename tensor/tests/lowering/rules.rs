@@ -127,3 +127,31 @@ fn edge_cases_lower_and_run() {
     // y and s2 are kernels; the empty negation launches nothing; copies for the rest.
     assert_eq!(low.launches, 2);
 }
+
+/// Reductions over no elements give the init value; dots contracting over nothing give zeros.
+#[test]
+fn empty_reductions_and_contractions() {
+    let d = DType::F32;
+    let mut g = Graph::new("empty_reduce");
+    let x = g.parameter("x", d, &[3, 0]).unwrap();
+    let y = g.parameter("y", d, &[0, 2]).unwrap();
+    let init = g.constant(d, &[], 7f32.to_le_bytes().to_vec()).unwrap();
+    let r = g
+        .reduce(&[x], &[init], &[1], crate::reduce::body(BinaryOp::Add, d))
+        .unwrap();
+    g.result("sum", r[0]).unwrap();
+    let dims = DotDims {
+        lhs_contracting: vec![1],
+        rhs_contracting: vec![0],
+        ..Default::default()
+    };
+    let p = g.dot_general(x, y, dims, d).unwrap();
+    g.result("product", p).unwrap();
+    let inputs = vec![
+        Arr::floats(d, &[3, 0], vec![]),
+        Arr::floats(d, &[0, 2], vec![]),
+    ];
+    let (_, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+    assert_eq!(Arr::from_bytes(d, &[3], &outs[0]).f, vec![7.0; 3]);
+    assert_eq!(Arr::from_bytes(d, &[3, 2], &outs[1]).f, vec![0.0; 6]);
+}
