@@ -1,12 +1,13 @@
 //! `while` and `case`/`if` as the IR's `While` and `Conditional` thunks. A loop's carried
 //! values live in temps the condition and the body read; the body writes its new values into
 //! temps of their own and copies them back at its end (a value passed through unchanged is
-//! neither written nor copied). A counted loop (a counter from a constant, `+ 1` a trip,
+//! neither written nor copied; a carried array the body only updates by
+//! `dynamic_update_slice` is updated in place, its window alone written). A counted loop (a counter from a constant, `+ 1` a trip,
 //! `< constant`) carries its trip count, so that the host does not wait on the condition every
 //! trip. Every branch of a `case` writes the op's result temps.
 
-use super::emit::Scope;
-use super::{LowerError, Lowerer};
+use super::emit::{KernelText, Scope};
+use super::{LowerError, Lowerer, scalar};
 use crate::graph::{BinaryOp, CompareDirection, CompareType, Graph, Node, Op, Value};
 use xthunk_core::ir::{ConditionalThunk, CopyThunk, DType, Slice, Thunk, WhileThunk};
 
@@ -77,8 +78,19 @@ impl Lowerer {
         let cond_thunks = self.region(cond, &carried, &[Some(pred)])?;
         let mut dests = vec![];
         let mut copies = vec![];
+        let uses = body.use_counts();
         for (i, (_, r)) in body.results().iter().enumerate() {
-            if *r == body.params()[i] {
+            let p = body.params()[i];
+            let def = body.def(*r);
+            if *r == p {
+                dests.push(None);
+            } else if def.op == Op::DynamicUpdateSlice
+                && def.operands[0] == p
+                && uses[p.0 as usize] == 1
+            {
+                // `scan`'s update of a carried array: only the update window is written, in
+                // the carried buffer itself (nothing else reads the old value).
+                self.in_place.insert((body as *const Graph as usize, *r));
                 dests.push(None);
             } else {
                 let n = self.temp(body.ty(*r));
@@ -92,6 +104,8 @@ impl Lowerer {
             }
         }
         let mut body_thunks = self.region(body, &carried, &dests)?;
+        self.in_place
+            .retain(|(g, _)| *g != body as *const Graph as usize);
         body_thunks.extend(copies);
         out.push(
             WhileThunk {
@@ -137,5 +151,34 @@ impl Lowerer {
             .into(),
         );
         Ok(results)
+    }
+
+    /// The kernel writing the update of the `dynamic_update_slice` `node` into `buf` (its
+    /// operand's buffer) at the clamped starts: a thread per update element.
+    pub(super) fn update_in_place(
+        &mut self,
+        s: &Scope,
+        node: &Node,
+        buf: Slice,
+    ) -> Result<Option<Thunk>, LowerError> {
+        let (t, u) = (
+            s.graph.ty(node.operands[0]).clone(),
+            s.graph.ty(node.operands[1]).clone(),
+        );
+        let mut k = KernelText::new();
+        let o = k.inout(buf, t.dtype);
+        k.open("XT_FOR(i, n) {");
+        let uidx = k.delinearize("i", &u.dims);
+        let mut target = vec![];
+        for (d, ui) in uidx.iter().enumerate() {
+            let st = k.value_at(s, node.operands[2 + d], &[])?;
+            let c = format!("xh_clampi((long long){st}, {}LL)", t.dims[d] - u.dims[d]);
+            target.push(k.var("long long", format!("{c} + {ui}")));
+        }
+        let x = k.value_at(s, node.operands[1], &uidx)?;
+        let lin = super::emit::linear(&target, &t.dims);
+        k.line(format!("{o}[{lin}] = {};", scalar::store(t.dtype, &x)));
+        k.close("}");
+        Ok(self.launch(k, u.elements()))
     }
 }

@@ -59,6 +59,7 @@ pub fn lower(g: &Graph) -> Result<Lowered, LowerError> {
         names: HashMap::new(),
         launches: 0,
         gemms: 0,
+        in_place: Default::default(),
     };
     let mut params = vec![];
     for (i, p) in g.params().iter().enumerate() {
@@ -105,6 +106,9 @@ pub(crate) struct Lowerer {
     names: HashMap<String, String>,
     launches: usize,
     gemms: usize,
+    /// `dynamic_update_slice` values (by graph address and value) written into their
+    /// operand's buffer in place (a loop body's update of a carried value).
+    in_place: std::collections::HashSet<(usize, Value)>,
 }
 
 impl Lowerer {
@@ -343,6 +347,19 @@ impl Lowerer {
                     for (r, c) in node.results.iter().zip(res) {
                         homes[r.0 as usize] = Home::Buf(c);
                     }
+                }
+                Op::DynamicUpdateSlice
+                    if self
+                        .in_place
+                        .contains(&(g as *const Graph as usize, node.results[0])) =>
+                {
+                    let s = Scope {
+                        graph: g,
+                        homes: &homes,
+                    };
+                    let buf = self.buffer_of(&s, node.operands[0], &mut out)?;
+                    out.extend(self.update_in_place(&s, node, buf)?);
+                    homes[node.results[0].0 as usize] = Home::Buf(buf);
                 }
                 _ => {
                     let Some(v) = v else { continue };

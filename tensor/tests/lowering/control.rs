@@ -223,6 +223,18 @@ fn scan_writes_rows_by_dynamic_update_slice() {
         })
         .collect();
     assert_eq!(trips, vec![Some(5)]);
+    // `ys` is updated in place (its window alone written): the body copies back only the
+    // counter; `x` passes through.
+    for t in &low.executable.entry {
+        if let Thunk::While(w) = t {
+            let copies = w
+                .body
+                .iter()
+                .filter(|t| matches!(t, Thunk::Copy(_)))
+                .count();
+            assert_eq!(copies, 1);
+        }
+    }
 }
 
 /// A counted loop whose counter starts past its limit runs no trip.

@@ -147,7 +147,7 @@ fn empty_reductions_and_contractions() {
     };
     let p = g.dot_general(x, y, dims, d).unwrap();
     g.result("product", p).unwrap();
-    let inputs = vec![
+    let inputs = [
         Arr::floats(d, &[3, 0], vec![]),
         Arr::floats(d, &[0, 2], vec![]),
     ];
