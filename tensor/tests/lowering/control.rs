@@ -7,7 +7,7 @@ use crate::reduce::body;
 use crate::reference::eval;
 use crate::run;
 use xthunk_core::ir::{DType, Thunk};
-use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, Value};
+use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, UnaryOp, Value};
 
 fn c32(g: &mut Graph, v: i32) -> Value {
     g.constant(DType::I32, &[], v.to_le_bytes().to_vec())
@@ -279,4 +279,67 @@ fn counted_loop_of_no_trips() {
             "start {start}"
         );
     }
+}
+
+/// Regions inside regions: a loop whose body branches (`if` on a scalar pred selecting by a
+/// scalar `select`) and reduces inside a branch.
+#[test]
+fn nested_regions() {
+    let f = DType::F32;
+    let carried = |g: &mut Graph| {
+        let i = g.parameter("i", DType::I32, &[]).unwrap();
+        let x = g.parameter("x", f, &[6]).unwrap();
+        (i, x)
+    };
+    let mut cond = Graph::new("cond");
+    let (i, _) = carried(&mut cond);
+    let four = c32(&mut cond, 4);
+    let go = cond
+        .compare(CompareDirection::Lt, CompareType::Signed, i, four)
+        .unwrap();
+    cond.result("go", go).unwrap();
+
+    let branch = |name: &str, reduce: bool| {
+        let mut b = Graph::new(name);
+        let x = b.parameter("x", f, &[6]).unwrap();
+        let y = if reduce {
+            let zero = f32c(&mut b, 0.0);
+            let s = b
+                .reduce(&[x], &[zero], &[0], body(BinaryOp::Add, f))
+                .unwrap();
+            let sb = b.broadcast_in_dim(s[0], &[6], &[]).unwrap();
+            b.binary(BinaryOp::Subtract, x, sb).unwrap()
+        } else {
+            let two = f32c(&mut b, 2.0);
+            let tb = b.broadcast_in_dim(two, &[6], &[]).unwrap();
+            b.binary(BinaryOp::Multiply, x, tb).unwrap()
+        };
+        b.result("y", y).unwrap();
+        b
+    };
+    let mut b = Graph::new("body");
+    let (i, x) = carried(&mut b);
+    let one = c32(&mut b, 1);
+    let two = c32(&mut b, 2);
+    let rem = b.binary(BinaryOp::Remainder, i, two).unwrap();
+    let zero = c32(&mut b, 0);
+    let even = b
+        .compare(CompareDirection::Eq, CompareType::Signed, rem, zero)
+        .unwrap();
+    let y = b
+        .if_(even, &[x], branch("center", true), branch("double", false))
+        .unwrap();
+    let neg = b.unary(UnaryOp::Negate, y[0]).unwrap();
+    let picked = b.select(even, y[0], neg).unwrap();
+    let i1 = b.binary(BinaryOp::Add, i, one).unwrap();
+    b.result("i", i1).unwrap();
+    b.result("x", picked).unwrap();
+
+    let mut g = Graph::new("nested");
+    let x = g.parameter("x", f, &[6]).unwrap();
+    let zero = c32(&mut g, 0);
+    let r = g.while_loop(&[zero, x], cond, b).unwrap();
+    g.result("x", r[1]).unwrap();
+    let x0 = Arr::floats(f, &[6], vec![1.0, -2.0, 3.5, 0.25, 8.0, -1.5]);
+    check(&g, &[x0]);
 }

@@ -178,3 +178,55 @@ fn scatter_rules_refuse() {
     );
     assert!(g.scatter(&[x], ids, &[up], rows(1), add(), false).is_ok());
 }
+
+/// Two inputs scattered together (values and their counts), combined by one body.
+#[test]
+fn multi_operand_scatter() {
+    let d = DType::F32;
+    let mut b = Graph::new("sum_and_count");
+    let s0 = b.parameter("s", d, &[]).unwrap();
+    let c0 = b.parameter("c", DType::I32, &[]).unwrap();
+    let s1 = b.parameter("us", d, &[]).unwrap();
+    let c1 = b.parameter("uc", DType::I32, &[]).unwrap();
+    let s = b.binary(BinaryOp::Add, s0, s1).unwrap();
+    let c = b.binary(BinaryOp::Add, c0, c1).unwrap();
+    b.result("s", s).unwrap();
+    b.result("c", c).unwrap();
+
+    let mut g = Graph::new("segment_sums");
+    let sums = g.parameter("sums", d, &[5]).unwrap();
+    let counts = g.parameter("counts", DType::I32, &[5]).unwrap();
+    let seg = g.parameter("segments", DType::I32, &[9, 1]).unwrap();
+    let vals = g.parameter("values", d, &[9]).unwrap();
+    let ones = g.parameter("ones", DType::I32, &[9]).unwrap();
+    let pd = ScatterDims {
+        inserted_window_dims: vec![0],
+        scatter_dims_to_operand_dims: vec![0],
+        index_vector_dim: 1,
+        ..Default::default()
+    };
+    let r = g
+        .scatter(&[sums, counts], seg, &[vals, ones], pd, b, false)
+        .unwrap();
+    g.result("sums", r[0]).unwrap();
+    g.result("counts", r[1]).unwrap();
+    let inputs = vec![
+        Arr::floats(d, &[5], vec![0.0; 5]),
+        Arr::ints(DType::I32, &[5], vec![0; 5]),
+        Arr::ints(DType::I32, &[9, 1], vec![0, 4, 4, 1, 0, 7, 2, 4, -3]),
+        Arr::floats(d, &[9], vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0]),
+        Arr::ints(DType::I32, &[9], vec![1; 9]),
+    ];
+    let (_, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+    let want = eval(&g, &inputs);
+    agree(&want[0], &Arr::from_bytes(d, &[5], &outs[0]), 0.0).unwrap();
+    agree(&want[1], &Arr::from_bytes(DType::I32, &[5], &outs[1]), 0.0).unwrap();
+    assert_eq!(
+        Arr::from_bytes(d, &[5], &outs[0]).f,
+        vec![6.0, 4.0, 7.0, 0.0, 13.0]
+    );
+    assert_eq!(
+        Arr::from_bytes(DType::I32, &[5], &outs[1]).i,
+        vec![2, 1, 1, 0, 3]
+    );
+}
