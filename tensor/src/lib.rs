@@ -30,8 +30,8 @@
 //! - `compare` with `TOTALORDER` orders by IEEE totalOrder (-NaN < -inf < … < -0 < +0 < … <
 //!   +inf < NaN); `FLOAT` comparisons are quiet (NaN compares unequal);
 //! - `convert` float → integer truncates and saturates at the type's bounds, NaN gives 0 (as
-//!   XLA:CPU does; the spec leaves it open); → pred is `!= 0` (NaN is true); to f16/bf16 rounds
-//!   once to nearest even (from f64 and integers through round-to-odd);
+//!   XLA:CPU does; the spec leaves it open); → pred is `!= 0` (NaN is true); to f16/bf16 goes
+//!   through f32 as XLA's does (from f64 or a wide integer: rounded twice, as JAX gives);
 //! - `round_nearest_afz` is `round`, `round_nearest_even` is `rint` (the default rounding mode);
 //! - f16 and bf16 compute in f32 and round to the type after every op; for `+ - * /` and
 //!   `sqrt` that equals one rounding in the type (f32 has more than twice their precision, so
@@ -40,8 +40,12 @@
 //! - `reduce` folds the reduced elements in row-major order from the init value (a float sum's
 //!   rounding depends on that order: XLA's tree order can differ in the last bits);
 //!   `dot_general` through `Gemm` accumulates as the vendor's BLAS does (f16/bf16 in f32);
-//! - `dynamic_slice` / `dynamic_update_slice` clamp their starts into range; `case` runs the
-//!   last branch for an index out of range.
+//! - `dynamic_slice`, `dynamic_update_slice` and `gather` clamp their starts into range;
+//!   `scatter` skips an update window not wholly inside its input (XLA's rule, and so JAX's;
+//!   the spec skips only the window's elements outside) and applies colliding updates in
+//!   row-major order; `case` runs the last branch for an index out of range.
+//!
+//! `tests/lowering/xla.rs` holds the values XLA:CPU gave for these choices.
 
 pub mod error;
 pub mod graph;

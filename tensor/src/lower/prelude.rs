@@ -109,8 +109,6 @@ template <typename T> __device__ inline T xh_f2i(double x, double lo, double hi)
 // f16 / bf16 values are computed in float and rounded to the type after every operation.
 __device__ inline float xh_r16(float x) { return (float)xt_f16(x); }
 __device__ inline float xh_rb16(float x) { return (float)xt_bf16(x); }
-__device__ inline float xh_d2h(double x) { return xt_f16_to_f32(xt_f64_to_f16(x)); }
-__device__ inline float xh_d2b(double x) { return xt_bf16_to_f32(xt_f64_to_bf16(x)); }
 __device__ inline unsigned short xh_h_bits(float x) { return xt_f16(x).bits; }
 __device__ inline unsigned short xh_b_bits(float x) { return xt_bf16(x).bits; }
 // Clamps a dynamic start index into [0, hi].

@@ -220,11 +220,10 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
         }
         (_, true) => match to {
             DType::F64 => format!("(double){x}"),
-            // f64 and integers reach f16/bf16 through double, rounded once (round to odd).
-            DType::F16 if from == DType::F32 || from == DType::BF16 => format!("xh_r16({x})"),
-            DType::BF16 if from == DType::F32 || from == DType::F16 => format!("xh_rb16({x})"),
-            DType::F16 => format!("xh_d2h((double){x})"),
-            DType::BF16 => format!("xh_d2b((double){x})"),
+            // Every type reaches f16/bf16 through f32, as XLA converts (an f64 or a wide
+            // integer is rounded twice; the spec leaves inexact conversions open).
+            DType::F16 => format!("xh_r16((float){x})"),
+            DType::BF16 => format!("xh_rb16((float){x})"),
             _ => format!("(float){x}"),
         },
     }

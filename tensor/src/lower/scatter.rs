@@ -1,6 +1,7 @@
 //! `scatter`: the inputs written into the result buffers (a copy, or their fused kernel), then
-//! one kernel applying every update element through the body to the element its index names
-//! (skipped when that falls outside), the indices' and updates' producers fused. With
+//! one kernel applying every update element through the body to the element its index names,
+//! the indices' and updates' producers fused. A window not wholly inside the inputs is
+//! skipped whole, as XLA does (and so JAX gives); the spec skips only its elements outside. With
 //! `unique_indices` a thread per update element; when no window dimension takes a start from
 //! the indices (an embedding's gradient: whole rows at row ids) a thread per window element,
 //! applying its updates in order; otherwise one thread applies them all in row-major order.
@@ -102,19 +103,27 @@ impl Lowerer {
         {
             full[dop] = scatter_index[if dst < ivd { dst } else { dst - 1 }].clone();
         }
-        let mut window = d.update_window_dims.iter().map(|&w| uidx[w].clone());
+        // XLA's rule (what JAX gives): an update window not wholly inside the inputs is
+        // skipped whole (the spec skips only its elements outside).
+        let mut window = d
+            .update_window_dims
+            .iter()
+            .map(|&w| (uidx[w].clone(), ut.dims[w]));
         let mut rid = vec![];
         let mut conds = vec![];
         for (dop, f) in full.iter().enumerate() {
-            let w = if d.inserted_window_dims.contains(&dop) || d.input_batching_dims.contains(&dop)
-            {
-                "0".to_string()
-            } else {
-                window.next().unwrap_or_else(|| "0".into())
-            };
-            let r = k.var("long long", format!("{f} + {w}"));
-            conds.push(format!("{r} >= 0 && {r} < {}LL", t.dims[dop]));
-            rid.push(r);
+            let (w, size) =
+                if d.inserted_window_dims.contains(&dop) || d.input_batching_dims.contains(&dop) {
+                    ("0".to_string(), 1)
+                } else {
+                    window.next().unwrap_or_else(|| ("0".into(), 1))
+                };
+            let start = k.var("long long", f);
+            conds.push(format!(
+                "{start} >= 0 && {start} <= {}LL",
+                t.dims[dop] as i64 - size as i64
+            ));
+            rid.push(format!("({start} + {w})"));
         }
         let cond = if conds.is_empty() {
             "true".to_string()

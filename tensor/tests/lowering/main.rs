@@ -14,6 +14,7 @@ mod reduce;
 mod reference;
 mod rules;
 mod scatter;
+mod xla;
 
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};

@@ -221,15 +221,11 @@ pub fn convert_el(from: DType, to: DType, f: f64, i: i128) -> (f64, i128) {
         );
     }
     match (from.is_float(), to.is_float()) {
+        // To f16/bf16 through f32, as XLA converts (the spec leaves inexact conversions open).
+        (true, true) if matches!(to, DType::F16 | DType::BF16) => (rnd(to, f as f32 as f64), 0),
         (true, true) => (rnd(to, f), 0),
-        (false, true) => (
-            if to == DType::F32 {
-                i as i64 as f32 as f64
-            } else {
-                rnd(to, i as f64)
-            },
-            0,
-        ),
+        (false, true) if to == DType::F64 => (i as f64, 0),
+        (false, true) => (rnd(to, i as i64 as f32 as f64), 0),
         (true, false) => {
             let v = if f.is_nan() {
                 0
@@ -597,15 +593,21 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                     {
                         ri[dop] += usi[if dst < ivd { dst } else { dst - 1 }] as i128;
                     }
-                    let mut w = sd.update_window_dims.iter().map(|&d| ui[d]);
+                    // XLA: a window not wholly inside is skipped whole.
+                    let mut w = sd.update_window_dims.iter().map(|&d| (ui[d], ud[d]));
+                    let mut whole = true;
                     for (d, r) in ri.iter_mut().enumerate() {
                         if !sd.inserted_window_dims.contains(&d)
                             && !sd.input_batching_dims.contains(&d)
                         {
-                            *r += w.next().unwrap() as i128;
+                            let (wi, size) = w.next().unwrap();
+                            whole &= *r >= 0 && *r + size as i128 <= xd[d] as i128;
+                            *r += wi as i128;
+                        } else {
+                            whole &= *r >= 0 && *r < xd[d] as i128;
                         }
                     }
-                    if ri.iter().zip(&xd).any(|(r, n)| *r < 0 || *r >= *n as i128) {
+                    if !whole {
                         continue;
                     }
                     let target = ravel(&ri.iter().map(|r| *r as usize).collect::<Vec<_>>(), &xd);
