@@ -196,7 +196,8 @@ def gen_scatter(rng, count):
             if mode in ("set", "add", "min", "max", "mul"):
                 i = np.asarray(rng.integers(-shape[0] - 1, shape[0] + 2), it)
                 u = V.draw(rng, d, (shape[1],), "moderate" if mode == "mul" else "any")
-                op = {"set": "set", "add": "add", "min": "min", "max": "max", "mul": "multiply"}[mode]
+                op = {"set": "set", "add": "add", "min": "min", "max": "max",
+                      "mul": "multiply"}[mode]
                 args = [x, i, u]
                 fn = lambda v, i, u, op=op: getattr(v.at[i], op)(u)  # noqa: E731
             elif mode == "set_rows":

@@ -216,8 +216,9 @@ def _dot_layout(rng):
     rperm = rng.permutation(nb + nc + nfr)
     lsh = [0] * (nb + nc + nfl)
     rsh = [0] * (nb + nc + nfr)
-    roles_l = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("f", i) for i in range(nfl)]
-    roles_r = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)] + [("f", i) for i in range(nfr)]
+    common = [("b", i) for i in range(nb)] + [("c", i) for i in range(nc)]
+    roles_l = common + [("f", i) for i in range(nfl)]
+    roles_r = common + [("f", i) for i in range(nfr)]
     pos_l, pos_r = {}, {}
     for role, p in zip(roles_l, lperm):
         pos_l[role] = int(p)
@@ -225,8 +226,10 @@ def _dot_layout(rng):
     for role, p in zip(roles_r, rperm):
         pos_r[role] = int(p)
         rsh[int(p)] = {"b": b, "c": c, "f": fr}[role[0]][role[1]]
-    dims = (((tuple(pos_l[("c", i)] for i in range(nc)), tuple(pos_r[("c", i)] for i in range(nc))),
-             (tuple(pos_l[("b", i)] for i in range(nb)), tuple(pos_r[("b", i)] for i in range(nb)))))
+    contract = (tuple(pos_l[("c", i)] for i in range(nc)),
+                tuple(pos_r[("c", i)] for i in range(nc)))
+    batch = (tuple(pos_l[("b", i)] for i in range(nb)), tuple(pos_r[("b", i)] for i in range(nb)))
+    dims = (contract, batch)
     return tuple(lsh), tuple(rsh), dims, int(np.prod(c, dtype=np.int64))
 
 

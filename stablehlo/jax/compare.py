@@ -62,9 +62,11 @@ class Ulp:
 class Rel:
     rtol: float
     atol: float = 0.0
+    atol_of_max: float = 0.0  # adds atol_of_max * max(|want|) over the finite elements
 
     def describe(self) -> str:
-        return f"|d| <= {self.rtol:.3g}*mag + {self.atol:.3g}"
+        extra = f" + {self.atol_of_max:.3g}*max|want|" if self.atol_of_max else ""
+        return f"|d| <= {self.rtol:.3g}*mag + {self.atol:.3g}{extra}"
 
 
 Tol = Exact | Ulp | Rel
@@ -124,7 +126,10 @@ def _matches_float(got: np.ndarray, want: np.ndarray, tol: Tol, mag) -> np.ndarr
         return ulp_distance(got, want) <= tol.n
     m = np.abs(w64) if mag is None else np.abs(np.asarray(mag, dtype=np.float64))
     finite = np.isfinite(g64) & np.isfinite(w64)
-    close = np.abs(g64 - w64) <= tol.rtol * m + tol.atol
+    atol = tol.atol
+    if tol.atol_of_max and np.isfinite(w64).any():
+        atol += tol.atol_of_max * float(np.abs(w64[np.isfinite(w64)]).max())
+    close = np.abs(g64 - w64) <= tol.rtol * m + atol
     nonfinite_same = (gn & wn) | (~gn & ~wn & ~finite & (g64 == w64))
     return np.where(finite, close, nonfinite_same)
 

@@ -112,6 +112,25 @@ class SelfCheckAdapter:
         return Outcome("ok", C.run_text(text, case.args))
 
 
+class WideAdapter:
+    """A second, more accurate implementation: the case evaluated on inputs widened to f64
+    (XLA:CPU), rounded to the output types. Checks that the ULP and relative tolerances
+    admit an implementation better than XLA's own; only cases with such tolerances."""
+
+    name = "self-check-wide"
+
+    @staticmethod
+    def wanted(case) -> bool:
+        return not all(isinstance(t, cmp.Exact) for t in case.tols(1))
+
+    def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
+        wargs = [C.widen(a) for a in case.args]
+        outs = C.run_text(C.lower(case, wargs), wargs)
+        ref = C.run_text(text, case.args)
+        with np.errstate(all="ignore"):
+            return Outcome("ok", [np.asarray(o).astype(r.dtype) for o, r in zip(outs, ref)])
+
+
 def check(case, text, exp, outcome) -> str | None:
     """None when outcome matches exp, else the failure's description."""
     if outcome.kind != "ok":
@@ -152,9 +171,10 @@ class Tally:
         return "\n".join(lines), tot
 
 
-def run_cases(cases, adapter, keep, tally, quiet=False):
+def run_cases(cases, adapter, folder, keep, tally):
+    """Each case in a folder of its own under folder; kept (and named on failure) if keep."""
     for case in cases:
-        work = tempfile.mkdtemp(prefix="case-", dir=keep)
+        work = tempfile.mkdtemp(prefix=f"{re.sub(r'[^A-Za-z0-9_]+', '_', case.op)}-", dir=folder)
         try:
             text = C.lower(case)
             exp = C.expected(case, text)
@@ -164,6 +184,10 @@ def run_cases(cases, adapter, keep, tally, quiet=False):
             if os.environ.get("XTHUNK_JAXT_DEBUG"):
                 traceback.print_exc()
             continue
+        if keep and not isinstance(adapter, CliAdapter):
+            with open(os.path.join(work, "case.mlir"), "w") as f:
+                f.write(text)
+            write_inputs(case.args, work)
         outcome = adapter.run(case, text, len(exp.outs), work)
         if outcome.kind == "unsupported":
             tally.add(case.op, "refused")
@@ -192,8 +216,9 @@ def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--xthunk", help="the xthunk executable")
     p.add_argument("--backend", default="host", choices=["host", "cuda", "rocm"])
-    p.add_argument("--self-check", action="store_true",
-                   help="run each module with XLA:CPU from its text instead of xthunk")
+    p.add_argument("--self-check", nargs="?", const="xla", choices=["xla", "wide"],
+                   help="instead of xthunk: run each module with XLA:CPU from its text (xla),\n"
+                        "or the cases with tolerances evaluated in f64 (wide)")
     p.add_argument("--ops", help="regular expression: only the ops it matches")
     p.add_argument("--programs", action="store_true", help="run the user programs too")
     p.add_argument("--programs-only", action="store_true", help="run only the user programs")
@@ -210,8 +235,12 @@ def main(argv=None) -> int:
     print(f"seed {seed} (rerun with --seed {seed})", flush=True)
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
-    adapter = SelfCheckAdapter() if a.self_check else CliAdapter(
-        a.xthunk, a.backend, a.unsupported_pattern, a.timeout)
+    if a.self_check == "xla":
+        adapter = SelfCheckAdapter()
+    elif a.self_check == "wide":
+        adapter = WideAdapter()
+    else:
+        adapter = CliAdapter(a.xthunk, a.backend, a.unsupported_pattern, a.timeout)
     keep = a.keep
     tmp = None
     if not keep:
@@ -225,10 +254,12 @@ def main(argv=None) -> int:
         import programs
 
         todo += programs.cases(seed)
+    if a.self_check == "wide":
+        todo = [c for c in todo if WideAdapter.wanted(c)]
     print(f"{len(todo)} cases, adapter {adapter.name}"
           f"{'' if a.self_check else ', backend ' + a.backend}", flush=True)
     try:
-        run_cases(todo, adapter, keep or tmp, tally)
+        run_cases(todo, adapter, keep or tmp, bool(keep), tally)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)

@@ -120,3 +120,11 @@ def test_alternative_reference():
     assert compare(got, want, Exact()) is not None
     assert compare(got, want, Exact(), alts=[alt]) is None
     assert compare(np.array([2e-40, 1.0], np.float32), want, Exact(), alts=[alt]) is not None
+
+
+def test_relative_to_the_largest_element():
+    want = np.array([1000.0, 1e-3], np.float32)
+    got = np.array([1000.0, 2e-3], np.float32)
+    assert compare(got, want, Rel(1e-6)) is not None
+    assert compare(got, want, Rel(1e-6, atol_of_max=1e-5)) is None
+    assert compare(got, want, Rel(1e-6, atol_of_max=1e-7)) is not None
