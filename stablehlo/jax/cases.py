@@ -13,8 +13,9 @@ Where XLA:CPU departs from the spec, the IEEE result is accepted beside XLA's:
   innocuous (53 >= 2p+2 bits), so it is the correctly rounded IEEE result; for the
   transcendental ops it is a reference more accurate than XLA's own f32 functions.
   f64 draws subnormals only for ops that do no arithmetic (data movement, bitcast).
-* XLA rounds f64 -> f16/bf16 through f32 (double rounding): the direct, correctly rounded
-  numpy conversion is accepted too.
+* XLA rounds f64 -> f16/bf16 and integers -> bf16 through f32 (double rounding): the direct,
+  correctly rounded numpy/ml_dtypes conversion is accepted too.
+* XLA:CPU contracts a*b+c into an FMA: no bit-exact case chains a multiply into an add.
 
 Comparison per op (see compare.py): bit-exact where the spec's result is exact (integer ops,
 comparisons, data movement, convert, bitcast, negate, abs, sign, min/max, floor/ceil/round,
@@ -103,6 +104,14 @@ def run_text(text: str, args) -> list:
     return [np.asarray(o) for o in exe.execute(bufs)]
 
 
+def main_params(text: str) -> list:
+    """The types of main's parameters, e.g. ["tensor<2x3xf32>"]."""
+    m = re.search(r"func\.func public @main\((.*?)\)\s*->", text, re.S)
+    if m is None:
+        m = re.search(r"func\.func public @main\((.*?)\)\s*\{", text, re.S)
+    return re.findall(r"%arg\d+: (tensor<[^>]*>)", m.group(1)) if m else []
+
+
 def call_args(case: Case, args) -> list:
     """fn's arguments: the flat inputs, or the pytree they are the leaves of."""
     return list(jax.tree_util.tree_unflatten(case.tree, args)) if case.tree else list(args)
@@ -116,6 +125,10 @@ def lower(case: Case, args=None) -> str:
         text = jax.jit(case.fn, keep_unused=True).lower(*call_args(case, args)).as_text()
     if case.patch is not None:
         text = case.patch(text)
+    params = main_params(text)
+    if len(params) != len(args):
+        raise AssertionError(f"{case.label()}: main has {len(params)} parameters, the case "
+                             f"{len(args)} inputs (JAX dropped some)")
     for op in case.expect:  # "a|b": either op
         if not any(re.search(r"\b" + re.escape(o) + r"\b", text) for o in op.split("|")):
             raise AssertionError(f"{case.label()}: the lowered module has no {op}")
@@ -314,6 +327,17 @@ def gen_int_power(rng, count: int) -> list:
     return cases
 
 
+def gen_bool_arith(op: str, via: str, fn, rng, count: int) -> list:
+    """add (logical or) and multiply (logical and) of i1, which JAX refuses: renamed or/and."""
+    cases = []
+    for _ in range(count):
+        shape = V.rand_shape(rng)
+        args = [V.draw(rng, "i1", shape), V.draw(rng, "i1", shape)]
+        cases.append(Case(op, "i1", args, fn=fn, patch=replace_op(via, op),
+                          expect=(f"stablehlo.{op}",), attrs={"via": "patch"}))
+    return cases
+
+
 DIRECTIONS = {"EQ": lax.eq, "NE": lax.ne, "GE": lax.ge, "GT": lax.gt, "LE": lax.le, "LT": lax.lt}
 
 
@@ -394,7 +418,8 @@ def gen_convert(rng, count: int) -> list:
                     mlir_via = {"i8": "i8", "u8": "ui8"}[via]
                     fn = (lambda a, t=V.dt(via): lax.convert_element_type(a, t))
                     patch = retype_results(mlir_via, "i1")
-                if src in V.FLOATS and (dst in V.FLOATS or dst == "i1"):
+                if (src in V.FLOATS and (dst in V.FLOATS or dst == "i1")) or (
+                        src in V.INTS and dst in V.FLOATS):
                     alt = _numpy_convert(to)
                 cases.append(Case("convert", f"{src}->{dst}", [x], fn=fn, patch=patch,
                                   alt_fn=alt, expect=("stablehlo.convert",)))
@@ -472,6 +497,9 @@ GENERATORS: dict = {
 }
 for _op in ELEMENTWISE:
     GENERATORS[_op] = (lambda op: lambda rng, count: gen_elementwise(op, rng, count))(_op)
+for _op, _via, _fn in [("add", "or", lax.bitwise_or), ("multiply", "and", lax.bitwise_and)]:
+    GENERATORS[_op] = (lambda g, op, via, fn: lambda rng, count: g(rng, count)
+                       + gen_bool_arith(op, via, fn, rng, count))(GENERATORS[_op], _op, _via, _fn)
 _float_power = GENERATORS["power"]
 GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_power(rng, count)
 

@@ -11,8 +11,9 @@ output array):
   exp/tanh/rsqrt, carried through a forward and a backward pass);
 * the bf16 program: rtol 5e-2, atol_of_max 2e-2 (bf16 keeps 8 bits; whether an elementwise
   chain rounds to bf16 after every op or only at its end changes the last bits);
-* the Newton iteration (only +, -, *, /, |x| and max: correctly rounded or exact) and the
-  integer program: bit-exact, iteration counts included.
+* the Newton iteration (only +, -, *, /, |x| and compares: correctly rounded or exact, and
+  no multiply feeding an add, which XLA:CPU contracts into an FMA) and the integer program:
+  bit-exact, iteration counts included.
 """
 
 from __future__ import annotations
@@ -143,7 +144,8 @@ def newton_sqrt(a, tol):
     """sqrt(a) by Newton's iteration until no element moves by more than tol * x."""
     def cond(c):
         x, prev, i = c
-        return jnp.logical_and(i < 100, jnp.max(jnp.abs(x - prev) - tol * x) > 0)
+        # a compare, not |x - prev| - tol * x > 0: XLA:CPU would fuse that into an FMA
+        return jnp.logical_and(i < 100, jnp.any(jnp.abs(x - prev) > tol * x))
 
     def body(c):
         x, _, i = c
