@@ -153,16 +153,16 @@ class Tally:
         self.by_op[op][kind] += 1
 
     def summary(self) -> str:
-        lines = [f"{'op':<28}{'cases':>7}{'passed':>8}{'failed':>8}{'refused':>9}{'set-err':>9}"]
+        lines = [f"{'op':<32}{'cases':>7}{'passed':>8}{'failed':>8}{'refused':>9}{'set-err':>9}"]
         tot = collections.Counter()
         for op in sorted(self.by_op):
             c = self.by_op[op]
             n = sum(c.values())
             tot.update(c)
-            lines.append(f"{op:<28}{n:>7}{c['passed']:>8}{c['failed']:>8}{c['refused']:>9}"
+            lines.append(f"{op:<32}{n:>7}{c['passed']:>8}{c['failed']:>8}{c['refused']:>9}"
                          f"{c['set-error']:>9}")
         n = sum(tot.values())
-        lines.append(f"{'total':<28}{n:>7}{tot['passed']:>8}{tot['failed']:>8}"
+        lines.append(f"{'total':<32}{n:>7}{tot['passed']:>8}{tot['failed']:>8}"
                      f"{tot['refused']:>9}{tot['set-error']:>9}")
         if self.refused:
             lines.append("refused at import, by op:")
