@@ -66,7 +66,8 @@ class Rel:
 
     def describe(self) -> str:
         extra = f" + {self.atol_of_max:.3g}*max|want|" if self.atol_of_max else ""
-        return f"|d| <= {self.rtol:.3g}*mag + {self.atol:.3g}{extra}"
+        atol = f" + {self.atol:.3g}" if self.atol else ""
+        return f"|d| <= {self.rtol:.3g}*mag{atol}{extra}"
 
 
 Tol = Exact | Ulp | Rel

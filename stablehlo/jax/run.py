@@ -212,6 +212,21 @@ def run_cases(cases, adapter, folder, keep, tally):
                             w.view(np.uint16) if w.dtype == cmp.BF16 else w)
 
 
+def list_ops(pattern) -> int:
+    """One line per op: its element types and how its results are compared."""
+    import programs
+
+    rows = collections.defaultdict(lambda: (set(), set()))
+    for case in C.generate(0, 1, pattern) + programs.cases(0):
+        types, tols = rows[case.op]
+        types.add(case.dtype)
+        tols.update(t.describe() for t in case.tols(1))
+    for op, (types, tols) in sorted(rows.items()):
+        kinds = ", ".join(sorted(types)) if len(types) <= 16 else f"{len(types)} type pairs"
+        print(f"{op}: {kinds} | {'; '.join(sorted(tols))}")
+    return 0
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--xthunk", help="the xthunk executable")
@@ -228,7 +243,11 @@ def main(argv=None) -> int:
     p.add_argument("--allow-unsupported", action="store_true")
     p.add_argument("--unsupported-pattern", default=r"(?i)unsupported")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds per xthunk run")
+    p.add_argument("--list", action="store_true",
+                   help="print each op's types and comparisons, run nothing")
     a = p.parse_args(argv)
+    if a.list:
+        return list_ops(a.ops)
     if not a.self_check and not a.xthunk:
         p.error("--xthunk PATH (or --self-check) is required")
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
