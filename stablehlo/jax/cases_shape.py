@@ -281,10 +281,13 @@ def gen_reduce(rng, count):
     for body, dtypes in bodies:
         for d in dtypes:
             for _ in range(count):
-                shape = V.rand_shape(rng, max_rank=3, max_elems=128)
+                arg = body in ("argmax", "argmin")  # one dimension, never empty
+                shape = V.rand_shape(rng, max_rank=3, max_elems=128, allow_empty=not arg)
                 if not shape:
                     shape = (5,)
                 dims = _reduce_dims(rng, shape)
+                if arg:
+                    dims = dims[:1]
                 k = int(np.prod([shape[i] for i in dims], dtype=np.int64))
                 tol, mag, kind = Exact(), False, "any"
                 if d in V.FLOATS and body in ("sum", "prod", "sum_and_max"):
