@@ -110,14 +110,17 @@ python_package() {
     if [ ! -x "${venv}/bin/python" ]; then
         python3 -m venv "${venv}"
     fi
-    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes" 2>/dev/null; then
-        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes
+    # jax and jaxlib (CPU): the reference of the StableHLO tests (stablehlo/jax/).
+    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib" 2>/dev/null; then
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib
     fi
     VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --quiet
 }
 step py-build python_package
 step pytest env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/bin/python" -m pytest -q python/tests
 step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py
+# The StableHLO test set's comparison (bit-exact, ULP and relative bounds) checked on its own.
+step jax-compare "${venv}/bin/python" -m pytest -q stablehlo/jax/test_compare.py
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
 step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"
