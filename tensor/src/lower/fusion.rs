@@ -7,11 +7,8 @@
 //! reading a fused value computes it in its own kernel. `reshape` and `bitcast_convert` of a
 //! value in a buffer alias that buffer (same bytes, no kernel).
 
-use super::emit::{Home, Scope};
-use super::{LowerError, Lowerer};
 use crate::graph::{Graph, Node, Op, Value};
 use std::collections::HashSet;
-use xthunk_core::ir::{Slice, Thunk};
 
 /// How many times one kernel may compute a fused value (at different indices) before it is
 /// computed once into a temp instead.
@@ -100,45 +97,4 @@ pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
         }
     }
     root
-}
-
-/// Where the value of the fusible `node` goes (`root`: from [`roots`]; `claim`: the result
-/// buffer it is written to when it is one); emits its kernel when it is a root.
-pub(super) fn place(
-    l: &mut Lowerer,
-    s: &Scope,
-    node: &Node,
-    root: bool,
-    claim: Option<Slice>,
-    out: &mut Vec<Thunk>,
-) -> Result<Home, LowerError> {
-    let v = node.results[0];
-    let t = s.graph.ty(v).clone();
-    match &node.op {
-        Op::Constant { bytes } if t.elements() != 1 => {
-            let slice = l.b.constant(t.dtype, &t.dims, bytes.clone()).slice;
-            return Ok(Home::Buf(slice));
-        }
-        Op::Reshape | Op::BitcastConvert => {
-            if let Home::Buf(b) = &s.homes[node.operands[0].0 as usize] {
-                return Ok(Home::Buf(*b));
-            }
-            let from = s.graph.ty(node.operands[0]).dtype;
-            if from.size() != t.dtype.size() {
-                // Different widths: the operand's bytes, in a buffer, reinterpreted.
-                let b = l.buffer_of(s, node.operands[0], out)?;
-                return Ok(Home::Buf(b));
-            }
-        }
-        _ => {}
-    }
-    if !root && claim.is_none() {
-        return Ok(Home::Fused);
-    }
-    let dest = match claim {
-        Some(d) => d,
-        None => l.temp(&t),
-    };
-    out.extend(l.fused_kernel(s, v, dest)?);
-    Ok(Home::Buf(dest))
 }

@@ -10,6 +10,7 @@ mod control;
 mod dot;
 mod emit;
 mod fusion;
+mod place;
 pub mod prelude;
 mod reduce;
 mod scalar;
@@ -368,8 +369,7 @@ impl Lowerer {
                             graph: g,
                             homes: &homes,
                         };
-                        fusion::place(
-                            self,
+                        self.place(
                             &s,
                             node,
                             roots[v.0 as usize],
