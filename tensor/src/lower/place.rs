@@ -8,8 +8,9 @@ use crate::graph::{Node, Op};
 use xthunk_core::ir::{Slice, Thunk};
 
 impl Lowerer {
-    /// Where the value of the fusible `node` goes (`root`: from [`super::fusion::roots`]; `claim`: the result
-    /// buffer it is written to when it is one); emits its kernel when it is a root.
+    /// Where the value of the fusible `node` goes (`root`: from [`super::fusion::roots`];
+    /// `claim`: the result buffer it is written to when it is one); emits its kernel when it
+    /// is a root.
     pub(super) fn place(
         &mut self,
         s: &Scope,
