@@ -1,0 +1,289 @@
+//! The operations of a tensor graph: the elementwise op sets with their names and element-type
+//! rules, comparisons, dot dimension numbers, and [`Op`], one node's operation.
+
+use super::Graph;
+use xthunk_core::ir::DType;
+
+/// Which family an element type belongs to, for the ops' type rules.
+pub fn is_int(d: DType) -> bool {
+    matches!(d, DType::I8 | DType::U8 | DType::I32 | DType::I64)
+}
+
+/// Signed integer types.
+pub fn is_signed_int(d: DType) -> bool {
+    matches!(d, DType::I8 | DType::I32 | DType::I64)
+}
+
+/// Unsigned integer types (pred is not one: it is a boolean).
+pub fn is_unsigned_int(d: DType) -> bool {
+    matches!(d, DType::U8)
+}
+
+/// Bits of an element.
+pub fn bits(d: DType) -> u32 {
+    if d == DType::Pred {
+        1
+    } else {
+        d.size() as u32 * 8
+    }
+}
+
+macro_rules! op_enum {
+    ($(#[$m:meta])* $name:ident { $($v:ident => $s:literal),* $(,)? }) => {
+        $(#[$m])*
+        #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+        pub enum $name { $($v),* }
+        impl $name {
+            /// Every op of the set.
+            pub const ALL: &'static [$name] = &[$($name::$v),*];
+            /// StableHLO's name of the op.
+            pub const fn name(self) -> &'static str {
+                match self { $($name::$v => $s),* }
+            }
+        }
+    };
+}
+
+op_enum!(
+    /// Elementwise unary operations.
+    UnaryOp {
+        Abs => "abs", Cbrt => "cbrt", Ceil => "ceil", CountLeadingZeros => "count_leading_zeros",
+        Cosine => "cosine", Exponential => "exponential",
+        ExponentialMinusOne => "exponential_minus_one", Floor => "floor",
+        IsFinite => "is_finite", Log => "log", LogPlusOne => "log_plus_one",
+        Logistic => "logistic", Negate => "negate", Not => "not", Popcnt => "popcnt",
+        RoundNearestAfz => "round_nearest_afz", RoundNearestEven => "round_nearest_even",
+        Rsqrt => "rsqrt", Sign => "sign", Sine => "sine", Sqrt => "sqrt", Tan => "tan",
+        Tanh => "tanh",
+    }
+);
+
+op_enum!(
+    /// Elementwise binary operations.
+    BinaryOp {
+        Add => "add", And => "and", Atan2 => "atan2", Divide => "divide",
+        Maximum => "maximum", Minimum => "minimum", Multiply => "multiply", Or => "or",
+        Power => "power", Remainder => "remainder", ShiftLeft => "shift_left",
+        ShiftRightArithmetic => "shift_right_arithmetic",
+        ShiftRightLogical => "shift_right_logical", Subtract => "subtract", Xor => "xor",
+    }
+);
+
+op_enum!(
+    /// `compare`'s direction.
+    CompareDirection { Eq => "EQ", Ne => "NE", Ge => "GE", Gt => "GT", Le => "LE", Lt => "LT" }
+);
+
+op_enum!(
+    /// `compare`'s comparison type.
+    CompareType { Float => "FLOAT", TotalOrder => "TOTALORDER", Signed => "SIGNED", Unsigned => "UNSIGNED" }
+);
+
+impl UnaryOp {
+    /// Whether the op takes operands of type `d`.
+    pub fn accepts(self, d: DType) -> bool {
+        use UnaryOp::*;
+        match self {
+            Abs | Sign => is_signed_int(d) || d.is_float(),
+            Negate => is_int(d) || d.is_float(),
+            CountLeadingZeros | Popcnt => is_int(d),
+            Not => is_int(d) || d == DType::Pred,
+            _ => d.is_float(),
+        }
+    }
+
+    /// The result's element type for an operand of type `d`.
+    pub fn result(self, d: DType) -> DType {
+        if self == UnaryOp::IsFinite {
+            DType::Pred
+        } else {
+            d
+        }
+    }
+}
+
+impl BinaryOp {
+    /// Whether the op takes operands of type `d`.
+    pub fn accepts(self, d: DType) -> bool {
+        use BinaryOp::*;
+        match self {
+            Add | Multiply | Maximum | Minimum => true,
+            Subtract | Divide | Remainder | Power => is_int(d) || d.is_float(),
+            Atan2 => d.is_float(),
+            And | Or | Xor => is_int(d) || d == DType::Pred,
+            ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => is_int(d),
+        }
+    }
+}
+
+impl CompareType {
+    /// The comparison types StableHLO allows for elements of type `d`.
+    pub fn accepts(self, d: DType) -> bool {
+        match self {
+            CompareType::Float | CompareType::TotalOrder => d.is_float(),
+            CompareType::Signed => is_signed_int(d),
+            CompareType::Unsigned => is_unsigned_int(d) || d == DType::Pred,
+        }
+    }
+}
+
+/// `dot_general`'s dimension numbers.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct DotDims {
+    pub lhs_batch: Vec<usize>,
+    pub rhs_batch: Vec<usize>,
+    pub lhs_contracting: Vec<usize>,
+    pub rhs_contracting: Vec<usize>,
+}
+
+/// `gather`'s dimension numbers (StableHLO's attributes of the same names).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct GatherDims {
+    pub offset_dims: Vec<usize>,
+    pub collapsed_slice_dims: Vec<usize>,
+    pub operand_batching_dims: Vec<usize>,
+    pub start_indices_batching_dims: Vec<usize>,
+    pub start_index_map: Vec<usize>,
+    pub index_vector_dim: usize,
+}
+
+/// `scatter`'s dimension numbers (StableHLO's attributes of the same names).
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
+pub struct ScatterDims {
+    pub update_window_dims: Vec<usize>,
+    pub inserted_window_dims: Vec<usize>,
+    pub input_batching_dims: Vec<usize>,
+    pub scatter_indices_batching_dims: Vec<usize>,
+    pub scatter_dims_to_operand_dims: Vec<usize>,
+    pub index_vector_dim: usize,
+}
+
+/// One node's operation; its operands are the node's operand list, in the order each
+/// variant names.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Op {
+    /// The graph's parameter `index`.
+    Parameter {
+        index: usize,
+        name: String,
+    },
+    /// Little-endian element bytes, row-major.
+    Constant {
+        bytes: Vec<u8>,
+    },
+    /// Indices along `dim`.
+    Iota {
+        dim: usize,
+    },
+    Unary(UnaryOp),
+    Binary(BinaryOp),
+    /// `lhs`, `rhs` → pred.
+    Compare {
+        direction: CompareDirection,
+        kind: CompareType,
+    },
+    /// `pred`, `on_true`, `on_false`.
+    Select,
+    /// `min`, `operand`, `max`.
+    Clamp,
+    Convert,
+    BitcastConvert,
+    /// `operand`; its dimension `i` is the result's dimension `dims[i]`.
+    BroadcastInDim {
+        dims: Vec<usize>,
+    },
+    Reshape,
+    /// The result's dimension `i` is the operand's dimension `perm[i]`.
+    Transpose {
+        perm: Vec<usize>,
+    },
+    /// Operands joined along `dim`.
+    Concatenate {
+        dim: usize,
+    },
+    Slice {
+        start: Vec<u64>,
+        limit: Vec<u64>,
+        strides: Vec<u64>,
+    },
+    /// `operand`, one scalar integer start per dimension.
+    DynamicSlice {
+        sizes: Vec<u64>,
+    },
+    /// `operand`, `update`, one scalar integer start per dimension.
+    DynamicUpdateSlice,
+    /// `operand`, `padding_value` (a scalar).
+    Pad {
+        low: Vec<i64>,
+        high: Vec<i64>,
+        interior: Vec<u64>,
+    },
+    Reverse {
+        dims: Vec<usize>,
+    },
+    /// `operand`, `start_indices`: slices of `slice_sizes` at clamped starts.
+    Gather {
+        dims: GatherDims,
+        slice_sizes: Vec<u64>,
+    },
+    /// `inputs…`, `scatter_indices`, `updates…` (as many as inputs); the body maps
+    /// `(current_0…, update_0…)` scalars to the new values. Updates whose element falls
+    /// outside the inputs are skipped; `unique_indices` promises no two updates hit one
+    /// element (they may then be applied in parallel).
+    Scatter {
+        dims: ScatterDims,
+        body: Box<Graph>,
+        unique_indices: bool,
+    },
+    /// `lhs`, `rhs`.
+    DotGeneral(DotDims),
+    /// `inputs…`, `init_values…` (as many of each); the body maps
+    /// `(acc_0…acc_n-1, x_0…x_n-1)` scalars to `n` scalars.
+    Reduce {
+        dims: Vec<usize>,
+        body: Box<Graph>,
+    },
+    /// Loop-carried `operands…`; `cond` maps them to a pred scalar, `body` to new values.
+    While {
+        cond: Box<Graph>,
+        body: Box<Graph>,
+    },
+    /// `index` (i32: `case`; pred: `if`, branch 0 when true), then the values the branches
+    /// read (each branch's parameters, in order).
+    Case {
+        branches: Vec<Graph>,
+    },
+}
+
+impl Op {
+    /// StableHLO's name of the op.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Op::Parameter { .. } => "parameter",
+            Op::Constant { .. } => "constant",
+            Op::Iota { .. } => "iota",
+            Op::Unary(u) => u.name(),
+            Op::Binary(b) => b.name(),
+            Op::Compare { .. } => "compare",
+            Op::Select => "select",
+            Op::Clamp => "clamp",
+            Op::Convert => "convert",
+            Op::BitcastConvert => "bitcast_convert",
+            Op::BroadcastInDim { .. } => "broadcast_in_dim",
+            Op::Reshape => "reshape",
+            Op::Transpose { .. } => "transpose",
+            Op::Concatenate { .. } => "concatenate",
+            Op::Slice { .. } => "slice",
+            Op::DynamicSlice { .. } => "dynamic_slice",
+            Op::DynamicUpdateSlice => "dynamic_update_slice",
+            Op::Pad { .. } => "pad",
+            Op::Reverse { .. } => "reverse",
+            Op::Gather { .. } => "gather",
+            Op::Scatter { .. } => "scatter",
+            Op::DotGeneral(_) => "dot_general",
+            Op::Reduce { .. } => "reduce",
+            Op::While { .. } => "while",
+            Op::Case { .. } => "case",
+        }
+    }
+}

@@ -1,0 +1,144 @@
+//! The fusion plan. Fusible ops (elementwise, converts, broadcasts, the index-only movement
+//! ops, iotas, dynamic slices and updates, scalar constants) are computed inside the kernel
+//! that reads them; a value becomes the root of a kernel of its own (a temp) when it is a
+//! result, when its readers end up in different kernels (unless it is cheap to recompute: an
+//! iota, a scalar, an index-only op of a buffer), or when one kernel would compute it more
+//! than [`MAX_COPIES`] times at different indices. A reduction, a dot, a loop or a branch
+//! reading a fused value computes it in its own kernel. `reshape` and `bitcast_convert` of a
+//! value in a buffer alias that buffer (same bytes, no kernel).
+
+use super::emit::{Home, Scope};
+use super::{LowerError, Lowerer};
+use crate::graph::{Graph, Node, Op, Value};
+use std::collections::HashSet;
+use xthunk_core::ir::{Slice, Thunk};
+
+/// How many times one kernel may compute a fused value (at different indices) before it is
+/// computed once into a temp instead.
+const MAX_COPIES: usize = 4;
+
+/// Whether the node's value can be computed inside its readers' kernels.
+pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
+    match &node.op {
+        Op::Parameter { .. }
+        | Op::Scatter { .. }
+        | Op::DotGeneral(_)
+        | Op::Reduce { .. }
+        | Op::While { .. }
+        | Op::Case { .. } => false,
+        Op::Constant { .. } => g.ty(node.results[0]).elements() == 1,
+        _ => true,
+    }
+}
+
+/// Cheap to compute again in every reader: no operand, or one read by index from a buffer.
+fn cheap(g: &Graph, node: &Node) -> bool {
+    let index_only = matches!(
+        node.op,
+        Op::BroadcastInDim { .. }
+            | Op::Reshape
+            | Op::Transpose { .. }
+            | Op::Slice { .. }
+            | Op::Reverse { .. }
+            | Op::Convert
+            | Op::BitcastConvert
+    );
+    matches!(node.op, Op::Iota { .. } | Op::Constant { .. })
+        || (index_only && !fusible(g, g.def(node.operands[0])))
+}
+
+/// Which fusible values are roots (computed by a kernel of their own), by value index.
+/// `results`: the values written to result buffers.
+pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
+    let nodes = g.nodes();
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; g.values().len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for v in &n.operands {
+            readers[v.0 as usize].push(i);
+        }
+    }
+    let mut root = vec![false; g.values().len()];
+    // The kernel (named by its root's node) computing each fused value, and how many times.
+    let mut kernel: Vec<Option<usize>> = vec![None; g.values().len()];
+    let mut copies = vec![0usize; g.values().len()];
+    for node in nodes.iter().rev() {
+        if !fusible(g, node) {
+            continue;
+        }
+        let v = node.results[0];
+        let vi = v.0 as usize;
+        if results.contains(&v) {
+            root[vi] = true;
+            continue;
+        }
+        if cheap(g, node) {
+            continue;
+        }
+        let mut ks = HashSet::new();
+        let mut n = 0;
+        for &r in &readers[vi] {
+            let reader = &nodes[r];
+            if !fusible(g, reader) {
+                ks.insert(r);
+                n += 1;
+                continue;
+            }
+            let w = reader.results[0].0 as usize;
+            if root[w] {
+                ks.insert(r);
+                n += 1;
+            } else if let Some(k) = kernel[w] {
+                ks.insert(k);
+                n += copies[w];
+            }
+        }
+        if ks.len() > 1 || n > MAX_COPIES {
+            root[vi] = true;
+        } else {
+            kernel[vi] = ks.into_iter().next();
+            copies[vi] = n;
+        }
+    }
+    root
+}
+
+/// Where the value of the fusible `node` goes (`root`: from [`roots`]; `claim`: the result
+/// buffer it is written to when it is one); emits its kernel when it is a root.
+pub(super) fn place(
+    l: &mut Lowerer,
+    s: &Scope,
+    node: &Node,
+    root: bool,
+    claim: Option<Slice>,
+    out: &mut Vec<Thunk>,
+) -> Result<Home, LowerError> {
+    let v = node.results[0];
+    let t = s.graph.ty(v).clone();
+    match &node.op {
+        Op::Constant { bytes } if t.elements() != 1 => {
+            let slice = l.b.constant(t.dtype, &t.dims, bytes.clone()).slice;
+            return Ok(Home::Buf(slice));
+        }
+        Op::Reshape | Op::BitcastConvert => {
+            if let Home::Buf(b) = &s.homes[node.operands[0].0 as usize] {
+                return Ok(Home::Buf(*b));
+            }
+            let from = s.graph.ty(node.operands[0]).dtype;
+            if from.size() != t.dtype.size() {
+                // Different widths: the operand's bytes, in a buffer, reinterpreted.
+                let b = l.buffer_of(s, node.operands[0], out)?;
+                return Ok(Home::Buf(b));
+            }
+        }
+        _ => {}
+    }
+    if !root && claim.is_none() {
+        return Ok(Home::Fused);
+    }
+    let dest = match claim {
+        Some(d) => d,
+        None => l.temp(&t),
+    };
+    out.extend(l.fused_kernel(s, v, dest)?);
+    Ok(Home::Buf(dest))
+}

@@ -1,0 +1,247 @@
+//! C for one element: each element type's storage and compute types, loads, stores, literals,
+//! and the expression of every elementwise op over compute-typed operands (helpers from
+//! `prelude.rs`). f16 and bf16 compute in `float` holding values of the type, rounded after
+//! every operation, so each op rounds once, as in the type itself.
+
+use crate::graph::{BinaryOp, CompareDirection, CompareType, UnaryOp};
+use xthunk_core::ir::DType;
+
+/// The C type of a buffer's elements.
+pub fn storage(d: DType) -> &'static str {
+    match d {
+        DType::Pred | DType::U8 => "unsigned char",
+        DType::I8 => "signed char",
+        DType::I32 => "int",
+        DType::I64 => "long long",
+        DType::F16 => "xt_f16",
+        DType::BF16 => "xt_bf16",
+        DType::F32 => "float",
+        DType::F64 => "double",
+    }
+}
+
+/// The C type values are computed in.
+pub fn compute(d: DType) -> &'static str {
+    match d {
+        DType::Pred => "bool",
+        DType::F16 | DType::BF16 | DType::F32 => "float",
+        _ => storage(d),
+    }
+}
+
+/// A buffer element as a compute value.
+pub fn load(d: DType, elem: &str) -> String {
+    match d {
+        DType::Pred => format!("({elem} != 0)"),
+        DType::F16 | DType::BF16 => format!("(float){elem}"),
+        _ => elem.to_string(),
+    }
+}
+
+/// A compute value as a buffer element.
+pub fn store(d: DType, v: &str) -> String {
+    match d {
+        DType::Pred => format!("(unsigned char)({v} ? 1 : 0)"),
+        DType::F16 => format!("xt_f16({v})"),
+        DType::BF16 => format!("xt_bf16({v})"),
+        _ => v.to_string(),
+    }
+}
+
+/// Rounds a float expression to `d` (f16/bf16); others unchanged.
+pub fn round(d: DType, e: String) -> String {
+    match d {
+        DType::F16 => format!("xh_r16({e})"),
+        DType::BF16 => format!("xh_rb16({e})"),
+        _ => e,
+    }
+}
+
+/// The literal of one element given by its little-endian bytes.
+pub fn literal(d: DType, b: &[u8]) -> String {
+    let mut le = [0u8; 8];
+    le[..b.len()].copy_from_slice(b);
+    let u = u64::from_le_bytes(le);
+    match d {
+        DType::Pred => (if u != 0 { "true" } else { "false" }).into(),
+        DType::I8 => format!("(signed char){}", u as u8 as i8),
+        DType::U8 => format!("(unsigned char){u}"),
+        DType::I32 => format!("(int)0x{:x}u", u as u32),
+        DType::I64 => format!("(long long)0x{u:x}ull"),
+        DType::F16 => format!("xt_f16_to_f32((unsigned short)0x{u:x})"),
+        DType::BF16 => format!("xt_bf16_to_f32((unsigned short)0x{u:x})"),
+        DType::F32 => format!("xt_bits_f32(0x{u:x}u)"),
+        DType::F64 => format!("xt_bits_f64(0x{u:x}ull)"),
+    }
+}
+
+fn f1(d: DType, f: &str, x: &str) -> String {
+    // C math: the float form for f32/f16/bf16 (`expf`), the double form for f64.
+    if d == DType::F64 {
+        format!("{f}({x})")
+    } else {
+        round(d, format!("{f}f({x})"))
+    }
+}
+
+/// A unary op of a value of type `d`.
+pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
+    use UnaryOp::*;
+    let t = compute(d);
+    match op {
+        Abs if d.is_float() => f1(d, "fabs", x),
+        Abs => format!("xh_iabs<{t}>({x})"),
+        Cbrt => f1(d, "cbrt", x),
+        Ceil => f1(d, "ceil", x),
+        CountLeadingZeros => format!("({t})xh_clz({x})"),
+        Cosine => f1(d, "cos", x),
+        Exponential => f1(d, "exp", x),
+        ExponentialMinusOne => f1(d, "expm1", x),
+        Floor => f1(d, "floor", x),
+        IsFinite => format!("(bool)isfinite({x})"),
+        Log => f1(d, "log", x),
+        LogPlusOne => f1(d, "log1p", x),
+        Logistic => round(d, format!("xh_logistic({x})")),
+        Negate if d.is_float() => format!("(-{x})"),
+        Negate => format!("xh_neg<{t}>({x})"),
+        Not if d == DType::Pred => format!("(!{x})"),
+        Not => format!("({t})(~{x})"),
+        Popcnt => format!("({t})xh_popc({x})"),
+        RoundNearestAfz => f1(d, "round", x),
+        RoundNearestEven => f1(d, "rint", x),
+        Rsqrt if d == DType::F64 => format!("(1.0 / sqrt({x}))"),
+        Rsqrt => round(d, format!("(1.0f / sqrtf({x}))")),
+        Sign if d.is_float() => format!("xh_fsign({x})"),
+        Sign => format!("xh_isign<{t}>({x})"),
+        Sine => f1(d, "sin", x),
+        Sqrt => f1(d, "sqrt", x),
+        Tan => f1(d, "tan", x),
+        Tanh => f1(d, "tanh", x),
+    }
+}
+
+/// A binary op of two values of type `d`.
+pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
+    use BinaryOp::*;
+    let t = compute(d);
+    let pred = d == DType::Pred;
+    let float = d.is_float();
+    let f64 = d == DType::F64;
+    match op {
+        Add if pred => format!("({a} || {b})"),
+        Multiply if pred => format!("({a} && {b})"),
+        Maximum if pred => format!("({a} || {b})"),
+        Minimum if pred => format!("({a} && {b})"),
+        Add if float => round(d, format!("({a} + {b})")),
+        Subtract if float => round(d, format!("({a} - {b})")),
+        Multiply if float => round(d, format!("({a} * {b})")),
+        Divide if float => round(d, format!("({a} / {b})")),
+        Remainder if float => f1b(d, "fmod", a, b, f64),
+        Power if float => f1b(d, "pow", a, b, f64),
+        Atan2 => f1b(d, "atan2", a, b, f64),
+        Maximum if float => format!("xh_fmax({a}, {b})"),
+        Minimum if float => format!("xh_fmin({a}, {b})"),
+        Add => format!("xh_add<{t}>({a}, {b})"),
+        Subtract => format!("xh_sub<{t}>({a}, {b})"),
+        Multiply => format!("xh_mul<{t}>({a}, {b})"),
+        Divide => format!("xh_div<{t}>({a}, {b})"),
+        Remainder => format!("xh_rem<{t}>({a}, {b})"),
+        Power => format!("xh_ipow<{t}>({a}, {b})"),
+        Maximum => format!("xh_imax<{t}>({a}, {b})"),
+        Minimum => format!("xh_imin<{t}>({a}, {b})"),
+        And if pred => format!("({a} && {b})"),
+        Or if pred => format!("({a} || {b})"),
+        Xor if pred => format!("({a} != {b})"),
+        And => format!("({t})({a} & {b})"),
+        Or => format!("({t})({a} | {b})"),
+        Xor => format!("({t})({a} ^ {b})"),
+        ShiftLeft => format!("xh_shl<{t}>({a}, {b})"),
+        ShiftRightArithmetic => format!("xh_shra<{t}>({a}, {b})"),
+        ShiftRightLogical => format!("xh_shrl<{t}>({a}, {b})"),
+    }
+}
+
+fn f1b(d: DType, f: &str, a: &str, b: &str, f64: bool) -> String {
+    if f64 {
+        format!("{f}({a}, {b})")
+    } else {
+        round(d, format!("{f}f({a}, {b})"))
+    }
+}
+
+/// `compare` of two values of type `d`.
+pub fn compare(dir: CompareDirection, kind: CompareType, a: &str, b: &str) -> String {
+    let op = match dir {
+        CompareDirection::Eq => "==",
+        CompareDirection::Ne => "!=",
+        CompareDirection::Ge => ">=",
+        CompareDirection::Gt => ">",
+        CompareDirection::Le => "<=",
+        CompareDirection::Lt => "<",
+    };
+    if kind == CompareType::TotalOrder {
+        format!("(xh_tkey({a}) {op} xh_tkey({b}))")
+    } else {
+        format!("({a} {op} {b})")
+    }
+}
+
+/// Bounds of a float → integer conversion, as doubles: (the minimum, one past the maximum).
+fn int_bounds(d: DType) -> (&'static str, &'static str) {
+    match d {
+        DType::I8 => ("-128.0", "128.0"),
+        DType::U8 => ("0.0", "256.0"),
+        DType::I32 => ("-2147483648.0", "2147483648.0"),
+        _ => ("-9223372036854775808.0", "9223372036854775808.0"),
+    }
+}
+
+/// `convert` of a value from `from` to `to`.
+pub fn convert(from: DType, to: DType, x: &str) -> String {
+    if from == to {
+        return x.to_string();
+    }
+    let t = compute(to);
+    if to == DType::Pred {
+        return format!("({x} != 0)");
+    }
+    if from == DType::Pred {
+        return if to.is_float() {
+            format!("({x} ? 1.0f : 0.0f)")
+        } else {
+            format!("({t})({x} ? 1 : 0)")
+        };
+    }
+    match (from.is_float(), to.is_float()) {
+        (false, false) => format!("({t}){x}"),
+        (true, false) => {
+            let (lo, hi) = int_bounds(to);
+            format!("xh_f2i<{t}>((double){x}, {lo}, {hi})")
+        }
+        (_, true) => match to {
+            DType::F64 => format!("(double){x}"),
+            // Every type reaches f16/bf16 through f32, as XLA converts (an f64 or a wide
+            // integer is rounded twice; the spec leaves inexact conversions open).
+            DType::F16 => format!("xh_r16((float){x})"),
+            DType::BF16 => format!("xh_rb16((float){x})"),
+            _ => format!("(float){x}"),
+        },
+    }
+}
+
+/// `bitcast_convert` between two element types of one width.
+pub fn bitcast(from: DType, to: DType, x: &str) -> Option<String> {
+    let s = match (from, to) {
+        _ if from == to => x.to_string(),
+        (DType::F32, DType::I32) => format!("(int)xt_f32_bits({x})"),
+        (DType::I32, DType::F32) => format!("xt_bits_f32((unsigned int){x})"),
+        (DType::F64, DType::I64) => format!("(long long)xt_f64_bits({x})"),
+        (DType::I64, DType::F64) => format!("xt_bits_f64((unsigned long long){x})"),
+        (DType::F16, DType::BF16) => format!("xt_bf16_to_f32(xh_h_bits({x}))"),
+        (DType::BF16, DType::F16) => format!("xt_f16_to_f32(xh_b_bits({x}))"),
+        (DType::I8, DType::U8) => format!("(unsigned char){x}"),
+        (DType::U8, DType::I8) => format!("(signed char){x}"),
+        _ => return None,
+    };
+    Some(s)
+}

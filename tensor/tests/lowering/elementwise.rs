@@ -1,0 +1,276 @@
+//! Every elementwise op of the spec on every element type it takes, with special values,
+//! against the reference; converts between every pair of types; and the fusion of a chain.
+
+use crate::data::{Arr, agree, random};
+use crate::reference::eval;
+use crate::run;
+use xthunk_core::ir::DType;
+use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, UnaryOp, Value};
+
+/// Relative tolerance of an op's results: 0 (bit-exact) where the spec is exact.
+fn tolerance(name: &str, d: DType) -> f64 {
+    let approx = [
+        "cbrt",
+        "cosine",
+        "exponential",
+        "exponential_minus_one",
+        "log",
+        "log_plus_one",
+        "logistic",
+        "rsqrt",
+        "sine",
+        "tan",
+        "tanh",
+        "atan2",
+        "power",
+    ];
+    if !approx.contains(&name) || !d.is_float() {
+        return 0.0;
+    }
+    match d {
+        DType::F16 => 2e-3,
+        DType::BF16 => 1.6e-2,
+        DType::F32 => 1e-6,
+        _ => 1e-14,
+    }
+}
+
+fn scalar(g: &mut Graph, d: DType, v: f64) -> Value {
+    let a = if d.is_float() {
+        Arr::floats(d, &[], vec![v])
+    } else {
+        Arr::ints(d, &[], vec![v as i128])
+    };
+    g.constant(d, &[], a.to_bytes()).unwrap()
+}
+
+fn check_dtype(d: DType) {
+    let n = 61u64;
+    let mut g = Graph::new(format!("elementwise_{d}"));
+    let a = g.parameter("a", d, &[n]).unwrap();
+    let b = g.parameter("b", d, &[n]).unwrap();
+    let p = g.parameter("p", DType::Pred, &[n]).unwrap();
+    let mut names = vec![];
+    let mut add = |g: &mut Graph, name: String, v: Value| {
+        g.result(&name, v).unwrap();
+        names.push(name);
+    };
+    for op in UnaryOp::ALL {
+        if op.accepts(d) {
+            let v = g.unary(*op, a).unwrap();
+            add(&mut g, op.name().into(), v);
+        }
+    }
+    for op in BinaryOp::ALL {
+        if op.accepts(d) {
+            let v = g.binary(*op, a, b).unwrap();
+            add(&mut g, op.name().into(), v);
+        }
+    }
+    for kind in CompareType::ALL {
+        if kind.accepts(d) {
+            for dir in CompareDirection::ALL {
+                let v = g.compare(*dir, *kind, a, b).unwrap();
+                add(&mut g, format!("compare_{}_{}", dir.name(), kind.name()), v);
+            }
+        }
+    }
+    let v = g.select(p, a, b).unwrap();
+    add(&mut g, "select".into(), v);
+    if d != DType::Pred {
+        let lo = scalar(&mut g, d, -2.0);
+        let hi = scalar(&mut g, d, 3.0);
+        let v = g.clamp(lo, a, hi).unwrap();
+        add(&mut g, "clamp_scalar".into(), v);
+        let v = g.clamp(b, a, b).unwrap();
+        add(&mut g, "clamp_tensor".into(), v);
+    }
+    for to in DType::ALL {
+        let v = g.convert(a, to).unwrap();
+        add(&mut g, format!("convert_{to}"), v);
+    }
+    let inputs = vec![
+        random(d, &[n], 1),
+        random(d, &[n], 2),
+        random(DType::Pred, &[n], 3),
+    ];
+    let bytes: Vec<Vec<u8>> = inputs.iter().map(Arr::to_bytes).collect();
+    let (low, outs) = run(&g, &bytes);
+    let want = eval(&g, &inputs);
+    let mut failures = vec![];
+    for (k, name) in names.iter().enumerate() {
+        let t = g.ty(g.results()[k].1);
+        let got = Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
+        if let Err(e) = agree(&want[k], &got, tolerance(name, t.dtype.max(d))) {
+            failures.push(format!("{d} {name}: {e}"));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} results differ:\n{}",
+        failures.len(),
+        names.len(),
+        failures.join("\n")
+    );
+    // Every result is a root of its own; nothing else is launched.
+    assert_eq!(low.launches, names.len(), "{d}");
+    println!("{d}: {} results agree", names.len());
+}
+
+#[test]
+fn elementwise_f32() {
+    check_dtype(DType::F32);
+}
+
+#[test]
+fn elementwise_f64() {
+    check_dtype(DType::F64);
+}
+
+#[test]
+fn elementwise_f16() {
+    check_dtype(DType::F16);
+}
+
+#[test]
+fn elementwise_bf16() {
+    check_dtype(DType::BF16);
+}
+
+#[test]
+fn elementwise_i8() {
+    check_dtype(DType::I8);
+}
+
+#[test]
+fn elementwise_u8() {
+    check_dtype(DType::U8);
+}
+
+#[test]
+fn elementwise_i32() {
+    check_dtype(DType::I32);
+}
+
+#[test]
+fn elementwise_i64() {
+    check_dtype(DType::I64);
+}
+
+#[test]
+fn elementwise_pred() {
+    check_dtype(DType::Pred);
+}
+
+/// A chain of elementwise ops, a broadcast and converts is one kernel; a value read twice
+/// (not cheap) is a kernel of its own.
+#[test]
+fn chain_fuses_into_one_kernel() {
+    let mut g = Graph::new("chain");
+    let x = g.parameter("x", DType::F32, &[4, 5]).unwrap();
+    let y = g.parameter("y", DType::F32, &[5]).unwrap();
+    let yb = g.broadcast_in_dim(y, &[4, 5], &[1]).unwrap();
+    let m = g.binary(BinaryOp::Multiply, x, yb).unwrap();
+    let e = g.unary(UnaryOp::Exponential, m).unwrap();
+    let h = g.convert(e, DType::F16).unwrap();
+    let t = g.unary(UnaryOp::Tanh, h).unwrap();
+    let back = g.convert(t, DType::F64).unwrap();
+    g.result("z", back).unwrap();
+    let inputs = vec![random(DType::F32, &[4, 5], 7), random(DType::F32, &[5], 8)];
+    let (low, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+    assert_eq!((low.kernels, low.launches), (1, 1));
+    let want = eval(&g, &inputs);
+    agree(
+        &want[0],
+        &Arr::from_bytes(DType::F64, &[4, 5], &outs[0]),
+        2e-3,
+    )
+    .unwrap();
+
+    // `e` read twice inside one kernel: computed once there (no kernel of its own).
+    let mut g = Graph::new("shared");
+    let x = g.parameter("x", DType::F32, &[64]).unwrap();
+    let e = g.unary(UnaryOp::Exponential, x).unwrap();
+    let s = g.unary(UnaryOp::Sine, e).unwrap();
+    let c = g.unary(UnaryOp::Cosine, e).unwrap();
+    let z = g.binary(BinaryOp::Add, s, c).unwrap();
+    g.result("z", z).unwrap();
+    let inputs = vec![random(DType::F32, &[64], 9)];
+    let (low, outs) = run(&g, &[inputs[0].to_bytes()]);
+    assert_eq!((low.kernels, low.launches), (1, 1));
+    agree(
+        &eval(&g, &inputs)[0],
+        &Arr::from_bytes(DType::F32, &[64], &outs[0]),
+        1e-6,
+    )
+    .unwrap();
+}
+
+/// Two identical fused computations on different buffers share one kernel.
+#[test]
+fn identical_kernels_generated_once() {
+    let mut g = Graph::new("twice");
+    let x = g.parameter("x", DType::F32, &[8]).unwrap();
+    let y = g.parameter("y", DType::F32, &[8]).unwrap();
+    let a = g.unary(UnaryOp::Negate, x).unwrap();
+    let b = g.unary(UnaryOp::Negate, y).unwrap();
+    g.result("a", a).unwrap();
+    g.result("b", b).unwrap();
+    let inputs = vec![random(DType::F32, &[8], 1), random(DType::F32, &[8], 2)];
+    let (low, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+    assert_eq!((low.kernels, low.launches), (1, 2));
+    let want = eval(&g, &inputs);
+    for k in 0..2 {
+        agree(&want[k], &Arr::from_bytes(DType::F32, &[8], &outs[k]), 0.0).unwrap();
+    }
+}
+
+/// A value whose readers are in different kernels is computed once into a temp; so is one a
+/// kernel would compute at more than four indices.
+#[test]
+fn values_read_by_several_kernels_are_roots() {
+    let mut g = Graph::new("two_kernels");
+    let x = g.parameter("x", DType::F32, &[64]).unwrap();
+    let e = g.unary(UnaryOp::Exponential, x).unwrap();
+    let s = g.unary(UnaryOp::Sine, e).unwrap();
+    let c = g.unary(UnaryOp::Cosine, e).unwrap();
+    g.result("s", s).unwrap();
+    g.result("c", c).unwrap();
+    let inputs = vec![random(DType::F32, &[64], 10)];
+    let (low, outs) = run(&g, &[inputs[0].to_bytes()]);
+    assert_eq!(low.launches, 3);
+    let want = eval(&g, &inputs);
+    for k in 0..2 {
+        agree(
+            &want[k],
+            &Arr::from_bytes(DType::F32, &[64], &outs[k]),
+            1e-6,
+        )
+        .unwrap();
+    }
+
+    // A five-point stencil of exp(x): exp read at five indices per element.
+    for (points, launches) in [(4u64, 1), (5, 2)] {
+        let mut g = Graph::new(format!("stencil_{points}"));
+        let x = g.parameter("x", DType::F32, &[40]).unwrap();
+        let e = g.unary(UnaryOp::Exponential, x).unwrap();
+        let mut acc = None;
+        for p in 0..points {
+            let sl = g.slice(e, &[p], &[30 + p], &[1]).unwrap();
+            acc = Some(match acc {
+                None => sl,
+                Some(a) => g.binary(BinaryOp::Add, a, sl).unwrap(),
+            });
+        }
+        g.result("y", acc.unwrap()).unwrap();
+        let inputs = vec![random(DType::F32, &[40], 11)];
+        let (low, outs) = run(&g, &[inputs[0].to_bytes()]);
+        assert_eq!(low.launches, launches, "{points} points");
+        agree(
+            &eval(&g, &inputs)[0],
+            &Arr::from_bytes(DType::F32, &[30], &outs[0]),
+            1e-6,
+        )
+        .unwrap();
+    }
+}
