@@ -86,7 +86,7 @@ pub unsafe extern "C" fn xthunk_executable_load_file(
         unsafe {
             let d = arg(device, "device")?;
             let path = str_arg(path, "path")?;
-            write_out(out, "out", || load(d, xthunk::proto::load_program(path)?))
+            write_out(out, "out", || load(d, xthunk::load_program(path)?))
         }
     })
 }

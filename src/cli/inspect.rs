@@ -25,7 +25,7 @@ pub struct InspectArgs {
 pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()> {
     let program = &args.program;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let exe = xthunk::proto::load_file(program).map_err(|e| CliError::program(program, e))?;
+    let exe = xthunk::load_file(program).map_err(|e| CliError::program(program, e))?;
     out.write_all(listing(&exe).as_bytes())?;
     Ok(())
 }
