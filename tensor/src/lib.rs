@@ -22,7 +22,9 @@
 //! the same rules independently):
 //! - integers wrap (two's complement; computed in the unsigned type); `divide` by 0 gives -1
 //!   (all ones), `INT_MIN / -1` gives `INT_MIN`; `remainder` by 0 gives the dividend,
-//!   `INT_MIN % -1` gives 0; `power` with a negative exponent gives 0, 1 for base 1;
+//!   `INT_MIN % -1` gives 0; `power` with a negative exponent gives 1 for base 1, ±1 for
+//!   base -1 by parity, else 0 (XLA's rule); a non-negative exponent is used whole (XLA uses
+//!   only its low 6 bits: `3^64` is 1 there, its wrapped value here);
 //! - shifts by the bit width or more (the amount read as unsigned) give 0, or the sign for
 //!   `shift_right_arithmetic`; `count_leading_zeros`/`popcnt` count in the type's width;
 //! - `maximum`/`minimum` are IEEE 754-2019's: a NaN operand gives NaN, and -0 < +0; `clamp`

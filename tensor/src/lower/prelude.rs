@@ -45,10 +45,15 @@ template <typename T> __device__ inline T xh_shra(T a, T b) {
   if ((U)b >= (U)xh_t<T>::bits) return s < (S)0 ? (T)-1 : (T)0;
   return (T)(S)(s >> (U)b);
 }
-// Integer power by squaring, wrapping; a negative exponent gives 0, except for base 1 (XLA).
+// Integer power by squaring, wrapping over every bit of the exponent. A negative exponent
+// (XLA's rule): 1 for base 1, ±1 for base -1 by the exponent's parity, else 0.
 template <typename T> __device__ inline T xh_ipow(T a, T b) {
   typedef typename xh_t<T>::u U;
-  if (xh_t<T>::is_signed && b < (T)0) return a == (T)1 ? (T)1 : (T)0;
+  if (xh_t<T>::is_signed && b < (T)0) {
+    if (a == (T)1) return (T)1;
+    if (xh_t<T>::is_signed && a == (T)-1) return ((U)b & (U)1) ? (T)-1 : (T)1;
+    return (T)0;
+  }
   U r = 1, x = (U)a, e = (U)b;
   while (e != (U)0) { if (e & (U)1) r = (U)(r * x); x = (U)(x * x); e = (U)(e >> 1); }
   return (T)r;

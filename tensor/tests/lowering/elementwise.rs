@@ -96,6 +96,7 @@ fn check_dtype(d: DType) {
     ];
     let bytes: Vec<Vec<u8>> = inputs.iter().map(Arr::to_bytes).collect();
     let (low, outs) = run(&g, &bytes);
+    dump_case(&g, &bytes, &outs);
     let want = eval(&g, &inputs);
     let mut failures = vec![];
     for (k, name) in names.iter().enumerate() {
@@ -115,6 +116,22 @@ fn check_dtype(d: DType) {
     // Every result is a root of its own; nothing else is launched.
     assert_eq!(low.launches, names.len(), "{d}");
     println!("{d}: {} results agree", names.len());
+}
+
+/// With `XTHUNK_TENSOR_DUMP=DIR`, writes the inputs and every result's bytes to
+/// `DIR/<graph>/` (for comparing with another implementation of StableHLO by hand).
+fn dump_case(g: &Graph, inputs: &[Vec<u8>], outs: &[Vec<u8>]) {
+    let Some(dir) = std::env::var_os("XTHUNK_TENSOR_DUMP") else {
+        return;
+    };
+    let dir = std::path::Path::new(&dir).join(g.name());
+    std::fs::create_dir_all(&dir).unwrap();
+    for (k, b) in inputs.iter().enumerate() {
+        std::fs::write(dir.join(format!("in{k}.bin")), b).unwrap();
+    }
+    for ((name, _), b) in g.results().iter().zip(outs) {
+        std::fs::write(dir.join(format!("{name}.bin")), b).unwrap();
+    }
 }
 
 #[test]

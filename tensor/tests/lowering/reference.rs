@@ -133,7 +133,18 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
         Remainder => wrap(d, a % b),
         Power => {
             if signed && b < 0 {
-                (a == 1) as i128
+                // XLA's rule for negative exponents.
+                match a {
+                    1 => 1,
+                    -1 => {
+                        if b % 2 == 0 {
+                            1
+                        } else {
+                            -1
+                        }
+                    }
+                    _ => 0,
+                }
             } else {
                 let mut r: i128 = 1;
                 for _ in 0..b.min(200) {

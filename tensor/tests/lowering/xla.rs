@@ -1,8 +1,9 @@
 //! Where the spec leaves a choice, the lowering follows XLA: these are the values XLA:CPU
-//! (jaxlib 0.10.2, through `jax.jit` with x64 enabled) gave for the same operations, written
-//! out by hand — float → integer saturation, signed zeros of maximum/minimum/clamp, integer
-//! division by zero, shifts past the width, conversions to f16/bf16 through f32, and a
-//! scatter window partly outside its input.
+//! (jaxlib 0.10.2: through `jax.jit` with x64 enabled, or its compiler given StableHLO text)
+//! gave for the same operations, written out by hand — float → integer saturation, signed
+//! zeros of maximum/minimum/clamp, integer division by zero, shifts past the width,
+//! conversions to f16/bf16 through f32, a scatter window partly outside its input, integer
+//! powers with negative exponents.
 
 use crate::data::Arr;
 use crate::run;
@@ -225,4 +226,23 @@ fn scatter_skips_windows_partly_outside_as_xla() {
         ],
     );
     assert_eq!(o[0].i, vec![0, 0, 100, 200, 300, 0, 0, 0, 0, 0]);
+}
+
+/// Integer `power` (XLA through raw StableHLO): negative exponents as XLA; 3^40 wrapped.
+/// (XLA gives 1 for 3^64: it uses the exponent's low 6 bits; here 3^64 wraps to 2038349057.)
+#[test]
+fn integer_power_as_xla() {
+    let mut g = Graph::new("xla_ipow");
+    let a = g.parameter("a", DType::I32, &[7]).unwrap();
+    let b = g.parameter("b", DType::I32, &[7]).unwrap();
+    let p = g.binary(BinaryOp::Power, a, b).unwrap();
+    g.result("p", p).unwrap();
+    let o = outputs(
+        &g,
+        &[
+            Arr::ints(DType::I32, &[7], vec![-1, 1, 2, 0, -1, 3, 3]),
+            Arr::ints(DType::I32, &[7], vec![-1, -2, -1, -1, -2, 64, 40]),
+        ],
+    );
+    assert_eq!(o[0].i, vec![-1, 1, 0, 0, 1, 2038349057, 689956897]);
 }
