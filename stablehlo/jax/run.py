@@ -1,0 +1,295 @@
+#!/usr/bin/env python3
+"""Runs the StableHLO test set against xthunk and compares with JAX's CPU results.
+
+    run.py --xthunk PATH --backend host [--ops PATTERN] [--programs] [--seed N] [--count N]
+           [--keep DIR] [--allow-unsupported]
+    run.py --self-check ...   (XLA:CPU runs each module from its text: checks the test set)
+
+For each case: the module text and the inputs (.npy, bf16 as its raw bits `<u2`) go to a
+fresh folder; `xthunk run case.mlir --backend B --input arg0=arg0.npy ... --output-dir out`
+runs it (out/ starts empty: a missing output is a failure, so is an extra one); the outputs
+out0.npy, out1.npy, ... are compared per the case's tolerance (compare.py). A refusal at
+import (xthunk exits non-zero with `unsupported` in its error) is counted apart, per op, and
+fails the run unless --allow-unsupported. One line per failure, then a summary per op.
+Exit code: 0 when every case passed (or was refused, with --allow-unsupported), else 1.
+
+An adapter runs one lowered case: `CliAdapter` (the xthunk CLI), `SelfCheckAdapter` (jaxlib);
+a Python adapter (`xthunk.jax.jit`) only needs a `run(case, text, workdir)` of its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+
+import numpy as np  # noqa: E402
+
+import cases as C  # noqa: E402
+import compare as cmp  # noqa: E402
+
+
+class Outcome:
+    """What an adapter returns: ok with outputs, a refusal, or an error."""
+
+    def __init__(self, kind: str, outs=None, message: str = ""):
+        self.kind, self.outs, self.message = kind, outs, message
+
+
+def write_inputs(args, folder: str) -> list:
+    paths = []
+    for i, a in enumerate(args):
+        a = np.asarray(a)
+        if a.dtype == cmp.BF16:
+            a = a.view(np.uint16)
+        p = os.path.join(folder, f"arg{i}.npy")
+        np.save(p, a, allow_pickle=False)
+        paths.append(p)
+    return paths
+
+
+class CliAdapter:
+    name = "cli"
+
+    def __init__(self, xthunk: str, backend: str, unsupported: str, timeout: float):
+        self.xthunk, self.backend = xthunk, backend
+        self.unsupported = re.compile(unsupported)
+        self.timeout = timeout
+
+    def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
+        prog = os.path.join(workdir, "case.mlir")
+        with open(prog, "w") as f:
+            f.write(text)
+        inputs = write_inputs(case.args, workdir)
+        outdir = os.path.join(workdir, "out")
+        os.mkdir(outdir)
+        cmd = [self.xthunk, "run", prog, "--backend", self.backend]
+        for i, p in enumerate(inputs):
+            cmd += ["--input", f"arg{i}={p}"]
+        cmd += ["--output-dir", outdir]
+        with open(os.path.join(workdir, "cmd.txt"), "w") as f:
+            f.write(" ".join(cmd) + "\n")
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
+        except subprocess.TimeoutExpired:
+            return Outcome("error", message=f"timed out after {self.timeout}s")
+        if r.returncode != 0:
+            msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
+            line = msg[-1] if msg else f"exit code {r.returncode}"
+            kind = "unsupported" if self.unsupported.search(r.stderr + r.stdout) else "error"
+            return Outcome(kind, message=f"exit {r.returncode}: {line}")
+        return read_outputs(outdir, n_out)
+
+
+def read_outputs(outdir: str, n_out: int) -> Outcome:
+    want = {f"out{i}.npy" for i in range(n_out)}
+    present = set(os.listdir(outdir))
+    if want - present:
+        return Outcome("error", message=f"missing outputs: {sorted(want - present)}")
+    if present - want:
+        return Outcome("error", message=f"unexpected outputs: {sorted(present - want)}")
+    outs = [np.load(os.path.join(outdir, f"out{i}.npy"), allow_pickle=False)
+            for i in range(n_out)]
+    return Outcome("ok", outs)
+
+
+class SelfCheckAdapter:
+    """XLA:CPU compiles each module's text (not the JAX function): the set checks itself."""
+
+    name = "self-check"
+
+    def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
+        return Outcome("ok", C.run_text(text, case.args))
+
+
+class WideAdapter:
+    """A second, more accurate implementation: the case evaluated on inputs widened to f64
+    (XLA:CPU), rounded to the output types. Checks that the ULP and relative tolerances
+    admit an implementation better than XLA's own; only cases with such tolerances."""
+
+    name = "self-check-wide"
+
+    @staticmethod
+    def wanted(case) -> bool:
+        return not all(isinstance(t, cmp.Exact) for t in case.tols(1))
+
+    def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
+        wargs = [C.widen(a) for a in case.args]
+        outs = C.run_text(C.lower(case, wargs), wargs)
+        ref = C.run_text(text, case.args)
+        with np.errstate(all="ignore"):
+            return Outcome("ok", [np.asarray(o).astype(r.dtype) for o, r in zip(outs, ref)])
+
+
+def check(case, text, exp, outcome) -> str | None:
+    """None when outcome matches exp, else the failure's description."""
+    if outcome.kind != "ok":
+        return outcome.message
+    if len(outcome.outs) != len(exp.outs):
+        return f"{len(outcome.outs)} outputs, want {len(exp.outs)}"
+    for i, (got, want, tol) in enumerate(zip(outcome.outs, exp.outs, case.tols(len(exp.outs)))):
+        m = cmp.compare(got, want, tol, exp.alts[i], exp.mags[i])
+        if m is not None:
+            return f"out{i} {want.dtype}{list(want.shape)}: {m}"
+    return None
+
+
+class Tally:
+    def __init__(self):
+        self.by_op = collections.defaultdict(collections.Counter)
+        self.refused = collections.defaultdict(list)
+
+    def add(self, op, kind):
+        self.by_op[op][kind] += 1
+
+    def summary(self) -> str:
+        lines = [f"{'op':<32}{'cases':>7}{'passed':>8}{'failed':>8}{'refused':>9}{'set-err':>9}"]
+        tot = collections.Counter()
+        for op in sorted(self.by_op):
+            c = self.by_op[op]
+            n = sum(c.values())
+            tot.update(c)
+            lines.append(f"{op:<32}{n:>7}{c['passed']:>8}{c['failed']:>8}{c['refused']:>9}"
+                         f"{c['set-error']:>9}")
+        n = sum(tot.values())
+        lines.append(f"{'total':<32}{n:>7}{tot['passed']:>8}{tot['failed']:>8}"
+                     f"{tot['refused']:>9}{tot['set-error']:>9}")
+        if self.refused:
+            lines.append("refused at import, by op:")
+            for op, msgs in sorted(self.refused.items()):
+                lines.append(f"  {op}: {len(msgs)} ({msgs[0]})")
+        return "\n".join(lines), tot
+
+
+def run_cases(cases, adapter, folder, keep, tally):
+    """Each case in a folder of its own under folder; kept (and named on failure) if keep."""
+    for case in cases:
+        work = tempfile.mkdtemp(prefix=f"{re.sub(r'[^A-Za-z0-9_]+', '_', case.op)}-", dir=folder)
+        try:
+            text = C.lower(case)
+            exp = C.expected(case, text)
+        except Exception as e:  # an error of the test set itself, not of xthunk
+            tally.add(case.op, "set-error")
+            print(f"SET-ERROR {case.label()}: {type(e).__name__}: {str(e).splitlines()[0]}")
+            if os.environ.get("XTHUNK_JAXT_DEBUG"):
+                traceback.print_exc()
+            continue
+        if keep and not isinstance(adapter, CliAdapter):
+            with open(os.path.join(work, "case.mlir"), "w") as f:
+                f.write(text)
+            write_inputs(case.args, work)
+        outcome = adapter.run(case, text, len(exp.outs), work)
+        if outcome.kind == "unsupported":
+            tally.add(case.op, "refused")
+            tally.refused[case.op].append(outcome.message)
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+            continue
+        failure = check(case, text, exp, outcome)
+        if failure is None:
+            tally.add(case.op, "passed")
+            if not keep:
+                shutil.rmtree(work, ignore_errors=True)
+        else:
+            tally.add(case.op, "failed")
+            where = f" [{work}]" if keep else ""
+            print(f"FAIL {case.label()}: {failure}{where}")
+            if keep:
+                with open(os.path.join(work, "want.txt"), "w") as f:
+                    f.write(f"{case.label()}\n{failure}\n")
+                for i, w in enumerate(exp.outs):
+                    np.save(os.path.join(work, f"want{i}.npy"),
+                            w.view(np.uint16) if w.dtype == cmp.BF16 else w)
+
+
+def list_ops(pattern) -> int:
+    """One line per op: its element types and how its results are compared."""
+    import programs
+
+    rows = collections.defaultdict(lambda: (set(), set()))
+    for case in C.generate(0, 1, pattern) + programs.cases(0):
+        types, tols = rows[case.op]
+        types.add(case.dtype)
+        tols.update(t.describe() for t in case.tols(1))
+    for op, (types, tols) in sorted(rows.items()):
+        kinds = ", ".join(sorted(types)) if len(types) <= 16 else f"{len(types)} type pairs"
+        print(f"{op}: {kinds} | {'; '.join(sorted(tols))}")
+    return 0
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    p.add_argument("--xthunk", help="the xthunk executable")
+    p.add_argument("--backend", default="host", choices=["host", "cuda", "rocm"])
+    p.add_argument("--self-check", nargs="?", const="xla", choices=["xla", "wide"],
+                   help="instead of xthunk: run each module with XLA:CPU from its text (xla),\n"
+                        "or the cases with tolerances evaluated in f64 (wide)")
+    p.add_argument("--ops", help="regular expression: only the ops it matches")
+    p.add_argument("--programs", action="store_true", help="run the user programs too")
+    p.add_argument("--programs-only", action="store_true", help="run only the user programs")
+    p.add_argument("--seed", type=int, default=None, help="default: random, printed")
+    p.add_argument("--count", type=int, default=2, help="random cases per op and type")
+    p.add_argument("--keep", help="keep every case's folder (module, inputs, outputs) here")
+    p.add_argument("--allow-unsupported", action="store_true")
+    p.add_argument("--unsupported-pattern", default=r"(?i)unsupported")
+    p.add_argument("--timeout", type=float, default=120.0, help="seconds per xthunk run")
+    p.add_argument("--list", action="store_true",
+                   help="print each op's types and comparisons, run nothing")
+    a = p.parse_args(argv)
+    if a.list:
+        return list_ops(a.ops)
+    if not a.self_check and not a.xthunk:
+        p.error("--xthunk PATH (or --self-check) is required")
+    seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
+    print(f"seed {seed} (rerun with --seed {seed})", flush=True)
+    if a.keep:
+        os.makedirs(a.keep, exist_ok=True)
+    if a.self_check == "xla":
+        adapter = SelfCheckAdapter()
+    elif a.self_check == "wide":
+        adapter = WideAdapter()
+    else:
+        adapter = CliAdapter(a.xthunk, a.backend, a.unsupported_pattern, a.timeout)
+    keep = a.keep
+    tmp = None
+    if not keep:
+        tmp = tempfile.mkdtemp(prefix="xthunk-jaxt-")
+    t0 = time.time()
+    tally = Tally()
+    todo = []
+    if not a.programs_only:
+        todo = C.generate(seed, a.count, a.ops)
+    if a.programs or a.programs_only:
+        import programs
+
+        todo += programs.cases(seed)
+    if a.self_check == "wide":
+        todo = [c for c in todo if WideAdapter.wanted(c)]
+    print(f"{len(todo)} cases, adapter {adapter.name}"
+          f"{'' if a.self_check else ', backend ' + a.backend}", flush=True)
+    try:
+        run_cases(todo, adapter, keep or tmp, bool(keep), tally)
+    finally:
+        if tmp:
+            shutil.rmtree(tmp, ignore_errors=True)
+    text, tot = tally.summary()
+    print(text)
+    print(f"set size {sum(tot.values())}: passed {tot['passed']}, failed {tot['failed']}, "
+          f"refused at import {tot['refused']}, test-set errors {tot['set-error']} "
+          f"({time.time() - t0:.0f}s, seed {seed})")
+    bad = tot["failed"] + tot["set-error"] + (0 if a.allow_unsupported else tot["refused"])
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
