@@ -132,6 +132,12 @@ fn run_takes_a_jax_fixture() {
     assert!(stdout.contains("output out3: f32[16,2]"), "{stdout}");
     let listing = ok(&["inspect", WHILE]);
     assert!(listing.contains("parameter 1  arg1  f32[3]"), "{listing}");
+    let listing = ok(&["inspect", MLP]);
+    assert!(
+        listing.contains("JAX names:\n  out0  result[0]\n"),
+        "{listing}"
+    );
+    assert!(listing.contains("  out3  result[1][2]\n"), "{listing}");
 }
 
 #[test]

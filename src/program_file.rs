@@ -82,6 +82,35 @@ pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
     }
 }
 
+/// JAX's own names of a StableHLO program's parameters and results, for `inspect`: per
+/// `argN` its attributes (`jax.arg_info = x`, …), per `outN` its `jax.result_info`
+/// (`result['b1']`); pairs of xthunk's name and JAX's. Empty when the file is not a
+/// StableHLO program that imports, or names nothing.
+pub fn jax_names(path: &Path) -> Vec<(String, String)> {
+    if !is_mlir_path(path) {
+        return vec![];
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return vec![];
+    };
+    let Ok(imported) = xthunk_stablehlo::import::import_text(&text) else {
+        return vec![];
+    };
+    let mut names = vec![];
+    for (i, attrs) in imported.arg_info.iter().enumerate() {
+        if !attrs.is_empty() {
+            let text: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            names.push((format!("arg{i}"), text.join(", ")));
+        }
+    }
+    for (i, info) in imported.result_info.iter().enumerate() {
+        if let Some(info) = info {
+            names.push((format!("out{i}"), info.clone()));
+        }
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
