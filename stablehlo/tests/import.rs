@@ -317,3 +317,13 @@ fn recursion_unknown_attributes_and_ops_are_refused_with_positions() {
     let parse = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.negate %a : \n";
     assert!(matches!(refusal(parse), ImportError::Parse(_)));
 }
+
+#[test]
+fn a_splat_constant_is_not_expanded() {
+    // 4 GB if expanded: a scalar constant and a broadcast instead.
+    let text = "module {\n  func.func @main() -> tensor<1000000x1000xf32> {\n    %0 = stablehlo.constant dense<1.5> : tensor<1000000x1000xf32>\n    return %0 : tensor<1000000x1000xf32>\n  }\n}\n";
+    let imp = import_text(text).unwrap();
+    let g = &imp.graph;
+    assert_eq!(g.nodes().len(), 2);
+    assert_eq!(g.ty(g.results()[0].1).dims, [1000000, 1000]);
+}

@@ -4,7 +4,7 @@
 
 use super::regions::{captures, region_block};
 use super::{Env, ImportError, Importer, Item, check_attrs, lookup, tensor_type};
-use crate::ast::{Attr, Op};
+use crate::ast::{Attr, DenseData, Literal, Op, Type};
 use crate::dense;
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{
@@ -145,6 +145,27 @@ fn compare_type(op: &Op, d: DType) -> R<CompareType> {
     }
 }
 
+/// A splat `dense<x> : tensor<...>` (one literal, not a list) as the same value of a scalar
+/// type, so that decoding it does not expand it to the whole shape.
+fn splat_scalar(value: &Attr) -> Option<Attr> {
+    match value {
+        Attr::Dense {
+            data: data @ DenseData::Literals(l),
+            ty: Type::Tensor { elem, .. },
+            pos,
+        } if !matches!(l, Literal::List(_)) => Some(Attr::Dense {
+            data: data.clone(),
+            ty: Type::Tensor {
+                dims: Some(vec![]),
+                elem: *elem,
+                encoding: None,
+            },
+            pos: *pos,
+        }),
+        _ => None,
+    }
+}
+
 /// A `dot_general` `algorithm` is accepted only where it names what the lowering does
 /// anyway: operands and accumulation in the operands' own type, one primitive operation.
 fn default_algorithm(op: &Op, d: DType) -> R<()> {
@@ -269,7 +290,19 @@ impl Importer<'_> {
                 let Some(value) = op.attr("value") else {
                     return Err(ImportError::invalid(op, "no `value`"));
                 };
-                let bytes = dense::decode(value, &self.module.resources, dense::MAX_BYTES, name)?;
+                // A splat is decoded as its one element (not expanded to the whole shape).
+                let (decoded, elems) = match splat_scalar(value) {
+                    Some(scalar) => (scalar, 1),
+                    None => (value.clone(), t.elements()),
+                };
+                let bytes =
+                    dense::decode(&decoded, &self.module.resources, dense::MAX_BYTES, name)?;
+                let bytes = if elems == 1 && t.elements() != 1 {
+                    let s = g.constant(t.dtype, &[], bytes).map_err(gr)?;
+                    return Ok(one(g.broadcast_in_dim(s, &t.dims, &[]).map_err(gr)?));
+                } else {
+                    bytes
+                };
                 Ok(one(self.constant(g, op, t, bytes)?))
             }
             "stablehlo.iota" => {
