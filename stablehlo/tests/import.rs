@@ -327,3 +327,13 @@ fn a_splat_constant_is_not_expanded() {
     assert_eq!(g.nodes().len(), 2);
     assert_eq!(g.ty(g.results()[0].1).dims, [1000000, 1000]);
 }
+
+#[test]
+fn a_while_whose_regions_take_too_few_arguments_is_refused() {
+    let text = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = \"stablehlo.while\"(%a) ({\n      %c = stablehlo.constant dense<true> : tensor<i1>\n      stablehlo.return %c : tensor<i1>\n    }, {\n      %c = stablehlo.constant dense<1.0> : tensor<f32>\n      stablehlo.return %c : tensor<f32>\n    }) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
+    let e = import_text(text).expect_err("refused").to_string();
+    assert!(
+        e.starts_with("3:5: a condition and a body taking the 1 operands"),
+        "{e}"
+    );
+}

@@ -603,6 +603,15 @@ impl Importer<'_> {
         check_attrs(op, &[])?;
         let x = tensors(env, op)?;
         let (cb, bb) = (region_block(op, 0)?, region_block(op, 1)?);
+        if cb.args.len() != x.len() || bb.args.len() != x.len() || op.regions.len() != 2 {
+            return Err(ImportError::invalid(
+                op,
+                format!(
+                    "a condition and a body taking the {} operands expected",
+                    x.len()
+                ),
+            ));
+        }
         let caps = captures(g, env, op, &[cb, bb])?;
         let cond = self.region_graph(g, op, "cond", cb, &caps)?;
         let mut body = self.region_graph(g, op, "body", bb, &caps)?;
