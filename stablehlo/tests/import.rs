@@ -337,3 +337,28 @@ fn a_while_whose_regions_take_too_few_arguments_is_refused() {
         "{e}"
     );
 }
+
+#[test]
+fn long_call_chains_are_refused() {
+    let mut text = String::from("module {\n");
+    for i in 0..100 {
+        let body = if i == 99 {
+            "return %a : tensor<f32>".to_string()
+        } else {
+            format!(
+                "%0 = call @f{}(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>",
+                i + 1
+            )
+        };
+        let name = if i == 0 {
+            "main".to_string()
+        } else {
+            format!("f{i}")
+        };
+        text +=
+            &format!("  func.func @{name}(%a: tensor<f32>) -> tensor<f32> {{\n    {body}\n  }}\n");
+    }
+    text += "}\n";
+    let e = import_text(&text).expect_err("refused").to_string();
+    assert!(e.contains("nested deeper than 32"), "{e}");
+}

@@ -98,8 +98,9 @@ pub(crate) enum Item {
 /// The SSA values visible while importing one function body or region.
 pub(crate) type Env = HashMap<ValueRef, Item>;
 
-/// How deep `func.call`s may nest (recursion is refused; this bounds long call chains).
-const MAX_CALL_DEPTH: usize = 64;
+/// How deep function bodies and regions may nest, calls included (recursion is refused; this
+/// bounds long call chains of deeply nested regions, and so the importer's stack).
+const MAX_NESTING: usize = 32;
 
 /// Imports `m`: its `main` as the graph.
 pub fn import(m: &Module) -> Result<Imported, ImportError> {
@@ -115,6 +116,7 @@ pub fn import(m: &Module) -> Result<Imported, ImportError> {
     let mut imp = Importer {
         module: m,
         calls: vec!["main".into()],
+        nesting: 0,
     };
     let mut arg_info = vec![];
     for (i, arg) in block.args.iter().enumerate() {
@@ -180,12 +182,33 @@ pub(crate) struct Importer<'m> {
     pub(crate) module: &'m Module,
     /// The functions being inlined, outermost first.
     calls: Vec<String>,
+    /// Blocks being imported (function bodies and regions), one inside the other.
+    nesting: usize,
 }
 
 impl Importer<'_> {
     /// Imports the ops of `block` into `g`; returns the items its terminator
     /// (`func.return` or `stablehlo.return`) gives.
     pub(crate) fn block(
+        &mut self,
+        g: &mut Graph,
+        block: &Block,
+        env: &mut Env,
+    ) -> Result<Vec<Item>, ImportError> {
+        if self.nesting >= MAX_NESTING {
+            return Err(ImportError::Unsupported {
+                what: format!("regions and calls nested deeper than {MAX_NESTING}"),
+                pos: block.ops.first().map(|o| o.pos).unwrap_or_default(),
+                op: "block".into(),
+            });
+        }
+        self.nesting += 1;
+        let out = self.block_ops(g, block, env);
+        self.nesting -= 1;
+        out
+    }
+
+    fn block_ops(
         &mut self,
         g: &mut Graph,
         block: &Block,
@@ -259,12 +282,6 @@ impl Importer<'_> {
                     "recursion: @{callee} calls itself (through {})",
                     self.calls.join(" → ")
                 ),
-            ));
-        }
-        if self.calls.len() >= MAX_CALL_DEPTH {
-            return Err(ImportError::unsupported(
-                op,
-                format!("calls nested deeper than {MAX_CALL_DEPTH}"),
             ));
         }
         let module = self.module;
