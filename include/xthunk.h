@@ -107,12 +107,13 @@ const char *xthunk_error_cause(const struct XthunkError *error, size_t index);
 // Frees an error (NULL is ignored).
 void xthunk_error_free(struct XthunkError *error);
 
-// Loads a program file (`.txtpb` text or `.pb` binary, by extension) onto `device`.
+// Loads a program file (`.txtpb` text, `.pb` binary or `.mlir` StableHLO text, by extension)
+// onto `device`.
 struct XthunkError *xthunk_executable_load_file(const struct XthunkDevice *device,
                                                 const char *path,
                                                 struct XthunkExecutable **out);
 
-// Loads a program from `size` bytes of either encoding (text or binary).
+// Loads a program from `size` bytes of either encoding (text or binary) or of StableHLO text.
 struct XthunkError *xthunk_executable_load_bytes(const struct XthunkDevice *device,
                                                  const uint8_t *data,
                                                  size_t size,

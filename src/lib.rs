@@ -30,10 +30,12 @@ mod cliques;
 /// What the C ABI and the Python package share.
 pub mod embed;
 pub mod plugins;
+pub mod program_file;
 pub use cliques::{
     BackendCollectives, BindDevice, JobCliqueFactory, JobCliques, NcclCliqueFactory,
     ShmJobCliqueFactory,
 };
+pub use program_file::{load_file, load_program};
 
 use std::sync::Arc;
 use xthunk_core::host::HostCliqueFactory;

@@ -9,6 +9,7 @@ mod cli {
     pub mod custom_call;
     pub mod devices;
     pub mod error;
+    pub mod import;
     pub mod inspect;
     pub mod job;
     pub mod launch;
@@ -88,6 +89,10 @@ enum Command {
     /// compute_90 for PTX, gfx90a, ...) and store the images in the program beside the
     /// portable source; needs only the compiler (NVRTC, hipRTC), no GPU.
     Compile(cli::compile::CompileArgs),
+    /// Import a StableHLO program (.mlir, as JAX prints it) into an xthunk program file
+    /// (-o PROGRAM.pb); with --target, compile its kernels as `compile` does. (run, inspect,
+    /// compile and profile also take .mlir directly.)
+    Import(cli::import::ImportArgs),
     /// List every backend of this build: available (version, devices) or why not.
     Devices,
     /// Start N local processes of one job: ranks 0..N-1, each this xthunk binary running
@@ -115,6 +120,7 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
         Command::Inspect(args) => cli::inspect::inspect(&args, out)?,
         Command::Convert(args) => cli::convert::convert(&args, out)?,
         Command::Compile(args) => cli::compile::compile(&args, out)?,
+        Command::Import(args) => cli::import::import(&args, out)?,
         Command::Profile(args) => cli::profile::profile(&args, out)?,
         Command::TraceMerge(args) => cli::trace::merge(&args, out)?,
         Command::Devices => cli::devices::devices(&xthunk::Runtime::new(), out)?,

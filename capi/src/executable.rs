@@ -74,7 +74,8 @@ fn load(device: &XthunkDevice, program: Program) -> Result<*mut XthunkExecutable
     })))
 }
 
-/// Loads a program file (`.txtpb` text or `.pb` binary, by extension) onto `device`.
+/// Loads a program file (`.txtpb` text, `.pb` binary or `.mlir` StableHLO text, by extension)
+/// onto `device`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_executable_load_file(
     device: *const XthunkDevice,
@@ -86,12 +87,12 @@ pub unsafe extern "C" fn xthunk_executable_load_file(
         unsafe {
             let d = arg(device, "device")?;
             let path = str_arg(path, "path")?;
-            write_out(out, "out", || load(d, xthunk::proto::load_program(path)?))
+            write_out(out, "out", || load(d, xthunk::load_program(path)?))
         }
     })
 }
 
-/// Loads a program from `size` bytes of either encoding (text or binary).
+/// Loads a program from `size` bytes of either encoding (text or binary) or of StableHLO text.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_executable_load_bytes(
     device: *const XthunkDevice,

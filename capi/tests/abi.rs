@@ -195,3 +195,52 @@ fn loading_and_running_with_bad_inputs() {
         xthunk_runtime_free(rt);
     }
 }
+
+#[test]
+fn stablehlo_loads_from_a_file_and_from_bytes() {
+    let (rt, dev) = host_device();
+    let path = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../stablehlo/tests/fixtures/mlp.mlir"
+    );
+    let text = std::fs::read(path).unwrap();
+    let cpath = std::ffi::CString::new(path).unwrap();
+    // SAFETY: live handles, valid strings and out-pointers, `text` of the size passed.
+    unsafe {
+        let mut exe = ptr::null_mut();
+        assert!(take(xthunk_executable_load_file(dev, cpath.as_ptr(), &mut exe)).is_none());
+        assert_eq!(xthunk_executable_parameter_count(exe), 5);
+        assert_eq!(xthunk_executable_output_count(exe), 4);
+        let mut info = std::mem::zeroed::<XthunkTensorInfo>();
+        assert!(take(xthunk_executable_parameter(exe, 1, &mut info)).is_none());
+        assert_eq!(CStr::from_ptr(info.name).to_str().unwrap(), "arg1");
+        assert_eq!(std::slice::from_raw_parts(info.dims, info.rank), &[4, 16]);
+        xthunk_executable_free(exe);
+        let mut exe = ptr::null_mut();
+        assert!(
+            take(xthunk_executable_load_bytes(
+                dev,
+                text.as_ptr(),
+                text.len(),
+                &mut exe
+            ))
+            .is_none()
+        );
+        assert_eq!(xthunk_executable_output_count(exe), 4);
+        xthunk_executable_free(exe);
+        // Cut short: one message with the position.
+        let mut exe = ptr::null_mut();
+        let (code, msg) = take(xthunk_executable_load_bytes(
+            dev,
+            text.as_ptr(),
+            600,
+            &mut exe,
+        ))
+        .unwrap();
+        assert_eq!(code, XthunkStatus::InvalidProgram);
+        assert!(msg.starts_with("StableHLO program: 3:"), "{msg}");
+        assert!(exe.is_null());
+        xthunk_device_free(dev);
+        xthunk_runtime_free(rt);
+    }
+}

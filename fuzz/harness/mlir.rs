@@ -6,7 +6,8 @@
 //! Properties besides "no panic, no hang": a refusal is one non-empty line whose position
 //! lies inside the text; a module that parses has every `dense`/`dense_resource` value
 //! decodable or refused with such an error (what decodes has exactly the type's byte size),
-//! and renaming its values canonically twice gives the same tree.
+//! and renaming its values canonically twice gives the same tree; it imports (and what imports
+//! lowers) or is refused, without a panic.
 
 use super::outcome::Outcome;
 use super::pool::Pool;
@@ -473,6 +474,10 @@ pub fn target(bytes: &[u8]) -> Result<Outcome, String> {
     match parse(&text) {
         Ok(m) => {
             check_module(&m, &text)?;
+            // The importer and the lowering behind it: a graph or a refusal, never a panic.
+            if let Ok(imported) = xthunk_stablehlo::import::import(&m) {
+                let _ = xthunk_tensor::lower::lower(&imported.graph);
+            }
             Ok(Outcome::Accepted { ran: false })
         }
         Err(e) => {

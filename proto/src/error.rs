@@ -39,6 +39,15 @@ pub enum ProtoError {
     /// The program converted but failed validation.
     #[error(transparent)]
     Validation(#[from] ValidationError),
+    /// A program in another language (StableHLO text, `.mlir`) that its importer refused or
+    /// could not lower; `message` gives the position (line:column) and the op where it has
+    /// one. The facade crate imports such programs (`xthunk::load_program`); this crate only
+    /// carries the error, so that every caller handles one error type.
+    #[error("{format} program: {message}")]
+    Import {
+        format: &'static str,
+        message: String,
+    },
     /// The file name does not tell the format.
     #[error(
         "{}: unknown program format (use .txtpb, .textproto or .pbtxt for text, .pb or .binpb for binary)",

@@ -87,7 +87,7 @@ impl Runtime {
         } else if let Ok(b) = program.cast::<PyByteArray>() {
             xthunk::embed::load_program_bytes(&b.to_vec())?
         } else if let Ok(path) = program.extract::<std::path::PathBuf>() {
-            py.detach(|| xthunk::proto::load_program(&path))?
+            py.detach(|| xthunk::load_program(&path))?
         } else {
             return Err(invalid(format!(
                 "load takes a path, bytes or a Program, not {}",

@@ -94,3 +94,18 @@ def test_the_gil_is_released_while_running(host, rng):
     during = [x for x in ticks if start <= x <= end]
     # With the GIL held for the whole run the counter could not tick at all meanwhile.
     assert len(during) >= 3, f"{len(during)} ticks in {end - start:.3f} s of running"
+
+
+def test_loads_stablehlo_from_a_path_and_from_text(host):
+    from conftest import REPO
+
+    path = REPO / "stablehlo" / "tests" / "fixtures" / "while.mlir"
+    a = {"arg0": np.array(2.5, dtype=np.float32), "arg1": np.array([1, 2, 3], dtype=np.float32)}
+    for program in (path, str(path), path.read_bytes()):
+        exe = host.load(program)
+        assert [p.name for p in exe.parameters] == ["arg0", "arg1"]
+        out = exe.run(a)
+        assert list(out) == ["out0", "out1"]
+        # x += 1 while x < 10: eight trips from 2.5; the array doubles each trip.
+        np.testing.assert_array_equal(out["out0"], np.float32(10.5))
+        np.testing.assert_array_equal(out["out1"], np.array([256, 512, 768], dtype=np.float32))

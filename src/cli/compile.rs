@@ -109,7 +109,7 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
             )));
         }
     }
-    let mut exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
+    let mut exe = xthunk::load_file(input).map_err(|e| CliError::program(input, e))?;
     let problems = check_program(&exe);
     if !problems.is_empty() {
         return Err(CliError::Usage(format!(

@@ -19,7 +19,7 @@ pub fn convert(args: &ConvertArgs, out: &mut dyn Write) -> CliResult<()> {
     let (input, output) = (args.input.as_path(), args.output.as_path());
     // Fail on an unknown output extension before reading anything.
     xthunk::proto::Format::from_path(output).map_err(|e| CliError::program(output, e))?;
-    let exe = xthunk::proto::load_file(input).map_err(|e| CliError::program(input, e))?;
+    let exe = xthunk::load_file(input).map_err(|e| CliError::program(input, e))?;
     xthunk::proto::save_file(output, &exe).map_err(|e| CliError::program(output, e))?;
     writeln!(
         out,

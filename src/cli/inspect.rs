@@ -13,7 +13,7 @@ use xthunk::ir::{AllocationKind, Executable, Thunk, ThunkPath};
 /// `xthunk inspect` as parsed (its command-line arguments).
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The program file (.txtpb or .pb).
+    /// The program file (.txtpb, .pb, or .mlir: StableHLO, JAX's names listed too).
     pub program: PathBuf,
     /// A custom-call plugin whose handlers' traits the listing shows (repeatable; with
     /// `XTHUNK_PLUGINS`).
@@ -25,8 +25,16 @@ pub struct InspectArgs {
 pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()> {
     let program = &args.program;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let exe = xthunk::proto::load_file(program).map_err(|e| CliError::program(program, e))?;
+    let exe = xthunk::load_file(program).map_err(|e| CliError::program(program, e))?;
     out.write_all(listing(&exe).as_bytes())?;
+    let names = xthunk::program_file::jax_names(program);
+    if !names.is_empty() {
+        let mut s = String::from("\nJAX names:\n");
+        for (ours, theirs) in names {
+            let _ = writeln!(s, "  {ours}  {theirs}");
+        }
+        out.write_all(s.as_bytes())?;
+    }
     Ok(())
 }
 

@@ -106,8 +106,8 @@ fn ms(d: Duration) -> f64 {
 }
 
 pub fn profile(args: &ProfileArgs, out: &mut dyn Write) -> CliResult<()> {
-    let program = xthunk::proto::load_program(&args.program)
-        .map_err(|e| CliError::program(&args.program, e))?;
+    let program =
+        xthunk::load_program(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
     let inputs = sig
         .parameters

@@ -118,8 +118,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let rt = Runtime::with_host_devices(args.devices.max(1) as usize);
     check_backend_name(&rt, &args.backend)?;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let program = xthunk::proto::load_program(&args.program)
-        .map_err(|e| CliError::program(&args.program, e))?;
+    let program =
+        xthunk::load_program(&args.program).map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
 
     // Check every input file (name, dtype, shape) before touching a device.

@@ -1,7 +1,7 @@
 //! `xthunk-stablehlo`: reads StableHLO — MLIR text as JAX prints it
 //! (`jax.jit(f).lower(...).as_text()`) — into a typed syntax tree whose every operation
-//! carries its position, for the importer's lowering to xthunk's IR (a layer of its own,
-//! added later; this crate depends on no xthunk crate).
+//! carries its position, and imports it ([`import`]) into an `xthunk-tensor` graph, which
+//! that crate lowers to xthunk's IR (the reader itself uses no xthunk crate).
 //!
 //! Why a small hand-written reader: MLIR's own parser is C++ inside LLVM, and no Rust crate
 //! binds it without building LLVM and MLIR (the `melior`/`mlir-sys` bindings need an LLVM
@@ -17,6 +17,9 @@
 //!   that is the lowering's to refuse).
 //! - [`dense::decode`] turns a `dense<...>` or `dense_resource<...>` value into
 //!   little-endian element bytes for its type, checked.
+//! - [`import::import`] turns a parsed module into an `xthunk_tensor::graph::Graph` (`main`
+//!   the entry, calls inlined, regions as graphs), refusing what xthunk does not support
+//!   with its position ([`import::ImportError`]).
 //! - [`canon::canonical`] renames SSA values by definition order, so two texts of one program
 //!   compare equal.
 //!
@@ -33,6 +36,7 @@ pub mod dense;
 mod display;
 pub mod error;
 mod func;
+pub mod import;
 mod ops;
 mod pretty;
 mod pretty_regions;

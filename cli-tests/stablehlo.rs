@@ -1,0 +1,192 @@
+//! StableHLO (`.mlir`) through the binary: `run` and `inspect` take a JAX fixture directly,
+//! a malformed or refused `.mlir` gives one error line with its position, and `import -o`
+//! writes a `.pb` that runs to the same outputs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const WHILE: &str = "stablehlo/tests/fixtures/while.mlir";
+const MLP: &str = "stablehlo/tests/fixtures/mlp.mlir";
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
+        .join("stablehlo-tests")
+        .join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+fn xthunk(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .output()
+        .expect("spawn xthunk")
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = xthunk(args);
+    assert!(
+        o.status.success(),
+        "xthunk {args:?} failed ({}):\n{}",
+        o.status,
+        text(&o.stderr)
+    );
+    text(&o.stdout)
+}
+
+/// A command that must fail with exit 1 and exactly one `error: ` line; returns the line.
+fn fails(args: &[&str]) -> String {
+    let o = xthunk(args);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(1), "xthunk {args:?}: {err}");
+    let lines: Vec<&str> = err.lines().filter(|l| l.starts_with("error: ")).collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(!err.contains("panicked"), "{err}");
+    lines[0].to_string()
+}
+
+/// A little-endian f32 `.npy` file.
+fn write_npy(path: &Path, dims: &[usize], data: &[f32]) {
+    let shape = match dims {
+        [] => "()".to_string(),
+        [n] => format!("({n},)"),
+        _ => format!(
+            "({})",
+            dims.iter()
+                .map(|d| d.to_string())
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    };
+    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
+    while (10 + header.len() + 1) % 64 != 0 {
+        header.push(' ');
+    }
+    header.push('\n');
+    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
+    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
+    bytes.extend_from_slice(header.as_bytes());
+    for x in data {
+        bytes.extend_from_slice(&x.to_le_bytes());
+    }
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// The f32 data of an `.npy` file (its header skipped).
+fn read_npy(path: &Path) -> Vec<f32> {
+    let bytes = std::fs::read(path).unwrap();
+    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+    bytes[10 + len..]
+        .chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+fn while_inputs(dir: &Path) -> (String, String) {
+    let (a0, a1) = (dir.join("a0.npy"), dir.join("a1.npy"));
+    write_npy(&a0, &[], &[2.5]);
+    write_npy(&a1, &[3], &[1.0, 2.0, 3.0]);
+    (
+        format!("arg0={}", a0.display()),
+        format!("arg1={}", a1.display()),
+    )
+}
+
+#[test]
+fn run_takes_a_jax_fixture() {
+    let dir = scratch("run");
+    let (a0, a1) = while_inputs(&dir);
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    let args = [
+        "run",
+        WHILE,
+        "--backend",
+        "host",
+        "--input",
+        &a0,
+        "--input",
+        &a1,
+        "--output-dir",
+        o,
+    ];
+    let stdout = ok(&args);
+    assert!(stdout.contains("output out0: f32[]"), "{stdout}");
+    assert_eq!(read_npy(&out.join("out0.npy")), [10.5]);
+    assert_eq!(read_npy(&out.join("out1.npy")), [256.0, 512.0, 768.0]);
+    // A program with a call, reductions and dots runs with random inputs.
+    let stdout = ok(&["run", MLP, "--backend", "host"]);
+    assert!(stdout.contains("output out3: f32[16,2]"), "{stdout}");
+    let listing = ok(&["inspect", WHILE]);
+    assert!(listing.contains("parameter 1  arg1  f32[3]"), "{listing}");
+    let listing = ok(&["inspect", MLP]);
+    assert!(
+        listing.contains("JAX names:\n  out0  result[0]\n"),
+        "{listing}"
+    );
+    assert!(listing.contains("  out3  result[1][2]\n"), "{listing}");
+}
+
+#[test]
+fn a_malformed_or_refused_mlir_gives_one_line_with_its_position() {
+    let dir = scratch("bad");
+    let text = std::fs::read_to_string(root().join(MLP)).unwrap();
+    let cut = dir.join("cut.mlir");
+    std::fs::write(&cut, &text[..600]).unwrap();
+    let line = fails(&["run", cut.to_str().unwrap(), "--backend", "host"]);
+    assert!(line.contains("StableHLO program: 3:"), "{line}");
+    let line = fails(&["inspect", "stablehlo/tests/fixtures/sort.mlir"]);
+    assert!(
+        line.contains("StableHLO program: 28:5: unsupported: op `stablehlo.sort`"),
+        "{line}"
+    );
+    let garbage = dir.join("g.mlir");
+    std::fs::write(&garbage, [0xff, 0xfe, 0x00]).unwrap();
+    let line = fails(&["run", garbage.to_str().unwrap(), "--backend", "host"]);
+    assert!(line.contains("not valid UTF-8"), "{line}");
+}
+
+#[test]
+fn import_then_run_gives_the_same_outputs() {
+    let dir = scratch("import");
+    let (a0, a1) = while_inputs(&dir);
+    let pb = dir.join("w.pb");
+    let stdout = ok(&["import", WHILE, "-o", pb.to_str().unwrap()]);
+    assert!(stdout.contains("wrote"), "{stdout}");
+    for (prog, out) in [(WHILE, "from_mlir"), (pb.to_str().unwrap(), "from_pb")] {
+        let o = dir.join(out);
+        ok(&[
+            "run",
+            prog,
+            "--backend",
+            "host",
+            "--input",
+            &a0,
+            "--input",
+            &a1,
+            "--output-dir",
+            o.to_str().unwrap(),
+        ]);
+    }
+    for f in ["out0.npy", "out1.npy"] {
+        let a = std::fs::read(dir.join("from_mlir").join(f)).unwrap();
+        let b = std::fs::read(dir.join("from_pb").join(f)).unwrap();
+        assert_eq!(a, b, "{f}");
+    }
+    // `import` reads StableHLO only: a usage error otherwise.
+    let o = xthunk(&["import", "examples/mlp.txtpb", "-o", pb.to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+}

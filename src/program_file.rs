@@ -1,0 +1,130 @@
+//! Reading a program in any form xthunk takes — the schema's text (`.txtpb`) or binary
+//! (`.pb`) encoding, or StableHLO text (`.mlir`, as JAX prints it) imported through
+//! `xthunk-stablehlo` and lowered by `xthunk-tensor` — the one place the CLI's commands, the C
+//! ABI and the Python package read a program file. A StableHLO program that cannot be read,
+//! is refused or cannot be lowered gives [`ProtoError::Import`], one line with its position.
+
+use std::path::Path;
+use xthunk_core::executor::Program;
+use xthunk_core::ir::Executable;
+use xthunk_proto::ProtoError;
+
+/// The name [`ProtoError::Import`] gives StableHLO programs.
+const FORMAT: &str = "StableHLO";
+
+/// Whether `path` names a StableHLO text file (extension `.mlir`, any case).
+pub fn is_mlir_path(path: &Path) -> bool {
+    path.extension()
+        .and_then(|e| e.to_str())
+        .is_some_and(|e| e.eq_ignore_ascii_case("mlir"))
+}
+
+/// Whether `text` is MLIR rather than the schema's text format: its first line that is
+/// neither blank nor a `//` comment starts a module (`module`, `"builtin.module"`), a
+/// function (`func.func`) or a location alias (`#loc… = `); a text program starts with a
+/// field name or a `#` comment.
+pub fn looks_like_mlir(text: &str) -> bool {
+    let Some(first) = text
+        .lines()
+        .map(str::trim_start)
+        .find(|l| !l.is_empty() && !l.starts_with("//"))
+    else {
+        return false;
+    };
+    let after_module = first.strip_prefix("module");
+    after_module.is_some_and(|r| r.starts_with([' ', '@', '{', '\t']) || r.is_empty())
+        || first.starts_with("\"builtin.module\"")
+        || first.starts_with("func.func")
+        || (first.starts_with("#loc") && first.contains(" = loc("))
+}
+
+/// Imports and lowers StableHLO text into a validated program.
+pub fn program_from_mlir(text: &str) -> Result<Executable, ProtoError> {
+    let fail = |message: String| ProtoError::Import {
+        format: FORMAT,
+        message,
+    };
+    let imported = xthunk_stablehlo::import::import_text(text).map_err(|e| fail(e.to_string()))?;
+    let lowered = xthunk_tensor::lower::lower(&imported.graph).map_err(|e| fail(e.to_string()))?;
+    Ok(lowered.executable)
+}
+
+fn read_mlir(path: &Path) -> Result<Executable, ProtoError> {
+    let bytes = std::fs::read(path).map_err(|source| ProtoError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| ProtoError::Import {
+        format: FORMAT,
+        message: format!("byte {}: the file is not valid UTF-8", e.valid_up_to()),
+    })?;
+    program_from_mlir(text)
+}
+
+/// Reads, converts (imports) and validates a program file: `.mlir` is StableHLO text, any
+/// other extension as `xthunk_proto::load_file` takes it.
+pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        read_mlir(path)
+    } else {
+        xthunk_proto::load_file(path)
+    }
+}
+
+/// [`load_file`] as a [`Program`], what the executor loads (verified once, here).
+pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        Ok(Program::new(read_mlir(path)?)?)
+    } else {
+        xthunk_proto::load_program(path)
+    }
+}
+
+/// JAX's own names of a StableHLO program's parameters and results, for `inspect`: per
+/// `argN` its attributes (`jax.arg_info = x`, …), per `outN` its `jax.result_info`
+/// (`result['b1']`); pairs of xthunk's name and JAX's. Empty when the file is not a
+/// StableHLO program that imports, or names nothing.
+pub fn jax_names(path: &Path) -> Vec<(String, String)> {
+    if !is_mlir_path(path) {
+        return vec![];
+    }
+    let Ok(text) = std::fs::read_to_string(path) else {
+        return vec![];
+    };
+    let Ok(imported) = xthunk_stablehlo::import::import_text(&text) else {
+        return vec![];
+    };
+    let mut names = vec![];
+    for (i, attrs) in imported.arg_info.iter().enumerate() {
+        if !attrs.is_empty() {
+            let text: Vec<String> = attrs.iter().map(|(k, v)| format!("{k} = {v}")).collect();
+            names.push((format!("arg{i}"), text.join(", ")));
+        }
+    }
+    for (i, info) in imported.result_info.iter().enumerate() {
+        if let Some(info) = info {
+            names.push((format!("out{i}"), info.clone()));
+        }
+    }
+    names
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn mlir_is_told_from_text_programs() {
+        assert!(looks_like_mlir("module @jit_f attributes {} {\n}"));
+        assert!(looks_like_mlir("// c\n\nmodule {\n}"));
+        assert!(looks_like_mlir("\"builtin.module\"() ({\n})"));
+        assert!(looks_like_mlir("#loc1 = loc(\"x.py\":1:2)\nmodule {}"));
+        assert!(looks_like_mlir("func.func @main() {\n}"));
+        assert!(!looks_like_mlir("name: \"mlp\"\nmodules {}"));
+        assert!(!looks_like_mlir("# a comment\nname: \"x\""));
+        assert!(!looks_like_mlir("modules {\n}"));
+        assert!(!looks_like_mlir(""));
+    }
+}

@@ -1,0 +1,337 @@
+//! The importer: a parsed StableHLO [`Module`] → an xthunk tensor [`Graph`] (crate
+//! `xthunk-tensor`), which `xthunk_tensor::lower` turns into a thunk program.
+//!
+//! `main` is the entry: its parameters become the graph's `arg0`, `arg1`, … and its results
+//! `out0`, `out1`, … in order (JAX's own names, `jax.result_info` and the arguments'
+//! `jax.*`/`mhlo.*` attributes, are kept in [`Imported`] for `inspect`). `func.call` is
+//! inlined (multi-result calls too; recursion refused); `tuple`, `get_tuple_element` and
+//! `optimization_barrier` are resolved here, leaving no node. Regions become graphs of their
+//! own (`regions.rs`): what a `while`, `case` or `if` region reads from outside comes in as
+//! a parameter, a constant is made again inside. Every op xthunk-tensor supports is mapped
+//! with its attributes (`ops.rs`); attributes under `mhlo.`, `jax.` and `sdy.` are ignored,
+//! anything else (an op, an attribute, a type: `types.rs`) is refused with its position.
+
+mod ops;
+mod regions;
+mod types;
+
+use crate::ast::{Attr, Block, Module, Op, Pos, Type, ValueRef};
+use crate::error::ParseError;
+use std::collections::HashMap;
+use xthunk_tensor::GraphError;
+use xthunk_tensor::graph::{Graph, Value};
+
+pub use types::{dtype, tensor_type};
+
+/// Why a module could not be imported: each names the position and the operation.
+#[derive(Clone, Debug, PartialEq, thiserror::Error)]
+pub enum ImportError {
+    /// The text could not be read.
+    #[error(transparent)]
+    Parse(#[from] ParseError),
+    /// An op, attribute or type outside what xthunk supports.
+    #[error("{pos}: unsupported: {what} (in {op})")]
+    Unsupported { what: String, pos: Pos, op: String },
+    /// The op's operands or attributes break its rule (as xthunk-tensor checks it), or the
+    /// program is not a well-formed one (no `main`, a result type that disagrees).
+    #[error("{pos}: {message} (in {op})")]
+    Invalid {
+        message: String,
+        pos: Pos,
+        op: String,
+    },
+}
+
+impl ImportError {
+    pub(crate) fn unsupported(op: &Op, what: impl Into<String>) -> Self {
+        ImportError::Unsupported {
+            what: crate::error::one_line(&what.into()),
+            pos: op.pos,
+            op: op.name.clone(),
+        }
+    }
+
+    pub(crate) fn invalid(op: &Op, message: impl Into<String>) -> Self {
+        ImportError::Invalid {
+            message: crate::error::one_line(&message.into()),
+            pos: op.pos,
+            op: op.name.clone(),
+        }
+    }
+
+    pub(crate) fn graph(op: &Op, e: GraphError) -> Self {
+        Self::invalid(op, e.to_string())
+    }
+
+    /// Where the error is.
+    pub fn pos(&self) -> Pos {
+        match self {
+            ImportError::Parse(e) => e.pos(),
+            ImportError::Unsupported { pos, .. } | ImportError::Invalid { pos, .. } => *pos,
+        }
+    }
+}
+
+/// An imported program: the graph and JAX's names of its parameters and results.
+#[derive(Clone, Debug)]
+pub struct Imported {
+    /// Parameters `arg0…`, results `out0…`, in `main`'s order.
+    pub graph: Graph,
+    /// Per parameter, its attributes as written (`jax.arg_info = "x"`, …), empty if none.
+    pub arg_info: Vec<Vec<(String, String)>>,
+    /// Per result, JAX's name (`jax.result_info`, e.g. `result['b1']`) if given.
+    pub result_info: Vec<Option<String>>,
+}
+
+/// Reads MLIR text and imports it.
+pub fn import_text(text: &str) -> Result<Imported, ImportError> {
+    import(&crate::parse(text)?)
+}
+
+/// A value of the program being imported: a tensor, or a tuple resolved at import.
+#[derive(Clone, Debug)]
+pub(crate) enum Item {
+    Tensor(Value),
+    Tuple(Vec<Item>),
+}
+
+/// The SSA values visible while importing one function body or region.
+pub(crate) type Env = HashMap<ValueRef, Item>;
+
+/// How deep function bodies and regions may nest, calls included (recursion is refused; this
+/// bounds long call chains of deeply nested regions, and so the importer's stack).
+const MAX_NESTING: usize = 32;
+
+/// Imports `m`: its `main` as the graph.
+pub fn import(m: &Module) -> Result<Imported, ImportError> {
+    let Some(main) = m.function("main") else {
+        return Err(ImportError::invalid(&m.op, "no function `main`"));
+    };
+    let Some(block) = main.block(0) else {
+        return Err(ImportError::invalid(main, "`main` has no body"));
+    };
+    let name = m.op.symbol().unwrap_or("main").to_string();
+    let mut g = Graph::new(name);
+    let mut env = Env::new();
+    let mut imp = Importer {
+        module: m,
+        calls: vec!["main".into()],
+        nesting: 0,
+    };
+    let mut arg_info = vec![];
+    for (i, arg) in block.args.iter().enumerate() {
+        let t = tensor_type(&arg.ty, main, &format!("parameter {i}"))?;
+        let v = g
+            .parameter(&format!("arg{i}"), t.dtype, &t.dims)
+            .map_err(|e| ImportError::graph(main, e))?;
+        env.insert(ref0(&arg.name), Item::Tensor(v));
+        arg_info.push(dict_entries(main, "arg_attrs", i));
+    }
+    let outs = imp.block(&mut g, block, &mut env)?;
+    let mut result_info = vec![];
+    for (i, item) in outs.iter().enumerate() {
+        let Item::Tensor(v) = item else {
+            return Err(ImportError::unsupported(
+                main,
+                format!("result {i}: a tuple"),
+            ));
+        };
+        g.result(&format!("out{i}"), *v)
+            .map_err(|e| ImportError::graph(main, e))?;
+        let info = dict_entries(main, "res_attrs", i)
+            .into_iter()
+            .find(|(k, _)| k == "jax.result_info")
+            .map(|(_, v)| v);
+        result_info.push(info);
+    }
+    Ok(Imported {
+        graph: g,
+        arg_info,
+        result_info,
+    })
+}
+
+/// The entries of a function's `arg_attrs`/`res_attrs` dictionary `i`, values as text.
+fn dict_entries(f: &Op, key: &str, i: usize) -> Vec<(String, String)> {
+    let Some(Attr::Array(dicts)) = f.attr(key) else {
+        return vec![];
+    };
+    let Some(Attr::Dict(entries)) = dicts.get(i) else {
+        return vec![];
+    };
+    entries
+        .iter()
+        .map(|(k, v)| {
+            let text = match v {
+                Attr::Str(s) => s.clone(),
+                other => format!("{other:?}"),
+            };
+            (k.clone(), text)
+        })
+        .collect()
+}
+
+pub(crate) fn ref0(name: &str) -> ValueRef {
+    ValueRef {
+        name: name.into(),
+        index: 0,
+    }
+}
+
+pub(crate) struct Importer<'m> {
+    pub(crate) module: &'m Module,
+    /// The functions being inlined, outermost first.
+    calls: Vec<String>,
+    /// Blocks being imported (function bodies and regions), one inside the other.
+    nesting: usize,
+}
+
+impl Importer<'_> {
+    /// Imports the ops of `block` into `g`; returns the items its terminator
+    /// (`func.return` or `stablehlo.return`) gives.
+    pub(crate) fn block(
+        &mut self,
+        g: &mut Graph,
+        block: &Block,
+        env: &mut Env,
+    ) -> Result<Vec<Item>, ImportError> {
+        if self.nesting >= MAX_NESTING {
+            return Err(ImportError::Unsupported {
+                what: format!("regions and calls nested deeper than {MAX_NESTING}"),
+                pos: block.ops.first().map(|o| o.pos).unwrap_or_default(),
+                op: "block".into(),
+            });
+        }
+        self.nesting += 1;
+        let out = self.block_ops(g, block, env);
+        self.nesting -= 1;
+        out
+    }
+
+    fn block_ops(
+        &mut self,
+        g: &mut Graph,
+        block: &Block,
+        env: &mut Env,
+    ) -> Result<Vec<Item>, ImportError> {
+        for op in &block.ops {
+            if matches!(op.name.as_str(), "func.return" | "stablehlo.return") {
+                check_attrs(op, &[])?;
+                return op.operands.iter().map(|r| lookup(env, r, op)).collect();
+            }
+            let items = self.op(g, op, env)?;
+            if items.len() != op.result_count() {
+                return Err(ImportError::invalid(
+                    op,
+                    format!(
+                        "{} results written, the op gives {}",
+                        op.result_count(),
+                        items.len()
+                    ),
+                ));
+            }
+            self.check_results(g, op, &items)?;
+            let mut it = items.into_iter();
+            for group in &op.results {
+                for index in 0..group.count {
+                    if let Some(item) = it.next() {
+                        let r = ValueRef {
+                            name: group.name.clone(),
+                            index,
+                        };
+                        env.insert(r, item);
+                    }
+                }
+            }
+        }
+        Err(ImportError::Invalid {
+            message: "a block without a terminator (`return`)".into(),
+            pos: block.ops.last().map(|o| o.pos).unwrap_or_default(),
+            op: "block".into(),
+        })
+    }
+
+    /// Each tensor result's type against the type the op writes.
+    fn check_results(&self, g: &Graph, op: &Op, items: &[Item]) -> Result<(), ImportError> {
+        for (i, (item, ty)) in items.iter().zip(&op.result_types).enumerate() {
+            if let (Item::Tensor(v), Type::Tensor { .. }) = (item, ty) {
+                let want = tensor_type(ty, op, &format!("result {i}"))?;
+                if *g.ty(*v) != want {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("result {i} is {}, the op writes {ty}", g.ty(*v)),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// `func.call @f(args)`: `f`'s body imported with its arguments bound.
+    pub(crate) fn call(
+        &mut self,
+        g: &mut Graph,
+        op: &Op,
+        callee: &str,
+        args: Vec<Item>,
+    ) -> Result<Vec<Item>, ImportError> {
+        if self.calls.iter().any(|c| c == callee) {
+            return Err(ImportError::unsupported(
+                op,
+                format!(
+                    "recursion: @{callee} calls itself (through {})",
+                    self.calls.join(" → ")
+                ),
+            ));
+        }
+        let module = self.module;
+        let Some(f) = module.function(callee) else {
+            return Err(ImportError::invalid(op, format!("no function @{callee}")));
+        };
+        let Some(block) = f.block(0) else {
+            return Err(ImportError::unsupported(
+                op,
+                format!("@{callee} has no body"),
+            ));
+        };
+        if block.args.len() != args.len() {
+            return Err(ImportError::invalid(
+                op,
+                format!(
+                    "@{callee} takes {} arguments, {} given",
+                    block.args.len(),
+                    args.len()
+                ),
+            ));
+        }
+        let mut env = Env::new();
+        for (a, item) in block.args.iter().zip(args) {
+            env.insert(ref0(&a.name), item);
+        }
+        self.calls.push(callee.into());
+        let out = self.block(g, block, &mut env);
+        self.calls.pop();
+        out
+    }
+}
+
+/// The item `r` names.
+pub(crate) fn lookup(env: &Env, r: &ValueRef, op: &Op) -> Result<Item, ImportError> {
+    env.get(r).cloned().ok_or_else(|| {
+        ImportError::invalid(op, format!("%{}#{} is not defined here", r.name, r.index))
+    })
+}
+
+/// Refuses an attribute of `op` outside `known` (those under `mhlo.`, `jax.`, `sdy.` are
+/// ignored).
+pub(crate) fn check_attrs(op: &Op, known: &[&str]) -> Result<(), ImportError> {
+    for (name, _) in &op.attrs {
+        let ignored = ["mhlo.", "jax.", "sdy."]
+            .iter()
+            .any(|p| name.starts_with(p));
+        if !ignored && !known.contains(&name.as_str()) {
+            return Err(ImportError::unsupported(op, format!("attribute `{name}`")));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,58 @@
+//! Element and tensor types of the StableHLO text mapped to xthunk's: `i1` → pred, signless
+//! and `si` integers → the signed types, `ui8` → u8, the four float types; anything xthunk
+//! lacks (i16, u16, u32, u64, complex, the f8 family, `index`, dynamic or unranked shapes,
+//! tuples or tokens where a tensor is needed) refused naming the type.
+
+use super::ImportError;
+use crate::ast::{ElementType, Op, Type};
+use xthunk_core::ir::DType;
+use xthunk_tensor::graph::TensorType;
+
+/// xthunk's element type for `e`, if it has one.
+pub fn dtype(e: ElementType) -> Option<DType> {
+    Some(match e {
+        ElementType::Int {
+            width: 1,
+            signed: None,
+        } => DType::Pred,
+        ElementType::Int {
+            width: 8,
+            signed: None | Some(true),
+        } => DType::I8,
+        ElementType::Int {
+            width: 8,
+            signed: Some(false),
+        } => DType::U8,
+        ElementType::Int {
+            width: 32,
+            signed: None | Some(true),
+        } => DType::I32,
+        ElementType::Int {
+            width: 64,
+            signed: None | Some(true),
+        } => DType::I64,
+        ElementType::F16 => DType::F16,
+        ElementType::BF16 => DType::BF16,
+        ElementType::F32 => DType::F32,
+        ElementType::F64 => DType::F64,
+        _ => return None,
+    })
+}
+
+/// The tensor type `ty` as xthunk's; `what` says where it was written (for the refusal).
+pub fn tensor_type(ty: &Type, op: &Op, what: &str) -> Result<TensorType, ImportError> {
+    let refuse = |why: &str| Err(ImportError::unsupported(op, format!("{what} {ty}: {why}")));
+    let Type::Tensor { elem, encoding, .. } = ty else {
+        return refuse("not a tensor type");
+    };
+    if encoding.is_some() {
+        return refuse("a tensor encoding");
+    }
+    let Some(dims) = ty.static_shape() else {
+        return refuse("a dynamic or unranked shape");
+    };
+    let Some(dtype) = dtype(*elem) else {
+        return refuse(&format!("element type {elem} (xthunk has no such type)"));
+    };
+    Ok(TensorType { dtype, dims })
+}

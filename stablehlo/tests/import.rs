@@ -1,0 +1,364 @@
+//! The importer on every fixture: which import and lower, which are refused (with a
+//! position), and imported programs run on the host backend against numbers computed here.
+
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+use std::path::Path;
+use xthunk_core::backend::Backend;
+use xthunk_core::executor::{ExecuteOptions, ExecutorConfig, Session};
+use xthunk_core::host::HostBackend;
+use xthunk_core::program::Program;
+use xthunk_stablehlo::import::{ImportError, import_text};
+
+fn fixture(name: &str) -> String {
+    let p = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures")
+        .join(name);
+    std::fs::read_to_string(p).unwrap()
+}
+
+fn fixtures() -> Vec<String> {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let mut out: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.ends_with(".mlir"))
+        .collect();
+    out.sort();
+    out
+}
+
+/// The fixtures that import and lower (every form: pretty, generic, located); each other
+/// one is refused, with the reason's start given here.
+const IMPORTED: &[&str] = &[
+    "argmax",
+    "barrier_tuple",
+    "composite",
+    "cond",
+    "dot",
+    "embedding",
+    "gather_scatter",
+    "mlp",
+    "mlp_bf16",
+    "reduce",
+    "scan",
+    "select_clamp",
+    "shapes",
+    "sharded",
+    "transformer",
+    "unary_int",
+    "while",
+];
+
+const REFUSED: &[(&str, &str)] = &[
+    ("binary", "op `chlo.next_after`"),
+    (
+        "binary_int",
+        "parameter 2 tensor<6xui32>: element type ui32",
+    ),
+    ("chlo", "op `chlo.erf`"),
+    ("compare", "parameter 2 tensor<3xui16>: element type ui16"),
+    (
+        "constants",
+        "result 0 tensor<2xcomplex<f32>>: element type complex<f32>",
+    ),
+    (
+        "convert",
+        "result 0 tensor<4xf8E4M3FN>: element type f8E4M3FN",
+    ),
+    ("custom_call", "custom_call @lapack_sgeqrf_ffi"),
+    ("dtypes", "parameter 1 tensor<2xui64>: element type ui64"),
+    (
+        "fft",
+        "parameter 1 tensor<4x8xcomplex<f32>>: element type complex<f32>",
+    ),
+    (
+        "handwritten",
+        "parameter 2 tensor<?x4xf32>: a dynamic or unranked shape",
+    ),
+    ("linalg", "op `stablehlo.cholesky`"),
+    ("pmap", "op `sdy.manual_computation`"),
+    ("random", "parameter 0 tensor<4xui32>: element type ui32"),
+    (
+        "rare",
+        "parameter 0 tensor<?x4xf32>: a dynamic or unranked shape",
+    ),
+    ("shard_map", "op `sdy.manual_computation`"),
+    ("sort", "op `stablehlo.sort`"),
+    ("unary", "op `chlo.erf`"),
+    ("windows", "op `stablehlo.reduce_window`"),
+];
+
+#[test]
+fn every_fixture_imports_or_is_refused_with_a_position() {
+    let mut seen = 0;
+    for name in fixtures() {
+        let base = name.split('.').next().unwrap();
+        let text = fixture(&name);
+        let got = import_text(&text);
+        if IMPORTED.contains(&base) {
+            let imp = got.unwrap_or_else(|e| panic!("{name}: {e}"));
+            let low = xthunk_tensor::lower::lower(&imp.graph)
+                .unwrap_or_else(|e| panic!("{name}: lowering: {e}"));
+            println!(
+                "{name}: imported, {} kernels, {} gemms",
+                low.kernels, low.gemms
+            );
+        } else {
+            let Some((_, why)) = REFUSED.iter().find(|(n, _)| *n == base) else {
+                panic!("{name} is in neither list");
+            };
+            let e = got.err().unwrap_or_else(|| panic!("{name} imported"));
+            let msg = e.to_string();
+            println!("{name}: refused: {msg}");
+            assert!(
+                msg.contains(&format!("unsupported: {why}")),
+                "{name}: {msg}"
+            );
+            let pos = format!("{}:{}: ", e.pos().line, e.pos().col);
+            assert!(e.pos().line > 0 && msg.starts_with(&pos), "{name}: {msg}");
+            assert!(!msg.contains('\n'));
+        }
+        seen += 1;
+    }
+    assert_eq!(seen, 84);
+}
+
+/// Imports `text`, lowers it, runs it on the host with `inputs`; the outputs' bytes.
+fn run(text: &str, inputs: &[Vec<u8>]) -> Vec<Vec<u8>> {
+    let imp = import_text(text).unwrap();
+    let low = xthunk_tensor::lower::lower(&imp.graph).unwrap();
+    let program = Program::new(low.executable).unwrap();
+    let dev = HostBackend::new().device(0).unwrap();
+    let session = Session::load(dev, &program, &ExecutorConfig::default(), None).unwrap();
+    session.bind(inputs).unwrap();
+    session.execute(&ExecuteOptions::default()).unwrap();
+    session.read_outputs().unwrap()
+}
+
+fn f32s(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn to_f32(b: &[u8]) -> Vec<f32> {
+    b.chunks(4)
+        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+        .collect()
+}
+
+#[test]
+fn while_fixture_runs() {
+    let out = run(
+        &fixture("while.mlir"),
+        &[f32s(&[2.5]), f32s(&[1.0, 2.0, 3.0])],
+    );
+    // x += 1 while x < 10: eight trips from 2.5; the array doubles each trip.
+    assert_eq!(to_f32(&out[0]), [10.5]);
+    assert_eq!(to_f32(&out[1]), [256.0, 512.0, 768.0]);
+}
+
+#[test]
+fn cond_fixture_runs_both_ways() {
+    let xs = [0.5f32, -1.0, 2.0];
+    for k in [-3i32, 0, 1, 5] {
+        let out = run(
+            &fixture("cond.mlir"),
+            &[k.to_le_bytes().to_vec(), f32s(&xs)],
+        );
+        let want0: Vec<f32> = if k > 0 {
+            xs.iter().map(|x| x + 1.0).collect()
+        } else {
+            xs.iter().map(|x| x * 2.0).collect()
+        };
+        let want1: Vec<f32> = match k.clamp(0, 2) {
+            0 => xs.to_vec(),
+            1 => xs.iter().map(|x| -x).collect(),
+            _ => xs.iter().map(|x| x.sin()).collect(),
+        };
+        assert_eq!(to_f32(&out[0]), want0, "k = {k}");
+        let got1 = to_f32(&out[1]);
+        for (g, w) in got1.iter().zip(&want1) {
+            assert!((g - w).abs() <= 1e-6, "k = {k}: {got1:?} against {want1:?}");
+        }
+    }
+}
+
+#[test]
+fn argmax_fixture_runs() {
+    let nan = f32::NAN;
+    #[rustfmt::skip]
+    let x = [
+        1.0, 5.0, 3.0, 5.0, 0.0,
+        -1.0, -2.0, -0.5, -3.0, -4.0,
+        2.0, nan, 9.0, nan, 1.0,
+        7.0, 7.0, 7.0, 7.0, 7.0,
+    ];
+    let out = run(&fixture("argmax.mlir"), &[f32s(&x)]);
+    let got: Vec<i64> = out[0]
+        .chunks(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    // First maximum, a NaN counting as the largest.
+    assert_eq!(got, [1, 2, 1, 0]);
+}
+
+#[test]
+fn mlp_fixture_loss_matches_a_reference() {
+    let (n, d, h, c) = (8usize, 4usize, 16usize, 2usize);
+    let val = |i: usize, s: f32| ((i as f32 * 0.37 + s).sin()) * 0.5;
+    let x: Vec<f32> = (0..n * d).map(|i| val(i, 0.1)).collect();
+    let w1: Vec<f32> = (0..d * h).map(|i| val(i, 1.3)).collect();
+    let b1: Vec<f32> = (0..h).map(|i| val(i, 2.1)).collect();
+    let w2: Vec<f32> = (0..h * c).map(|i| val(i, 0.7)).collect();
+    let y: Vec<f32> = (0..n * c)
+        .map(|i| if i % c == (i / c) % c { 1.0 } else { 0.0 })
+        .collect();
+    let out = run(
+        &fixture("mlp.mlir"),
+        &[f32s(&x), f32s(&w1), f32s(&b1), f32s(&w2), f32s(&y)],
+    );
+    let mut loss = 0f64;
+    for r in 0..n {
+        let mut logits = vec![0f64; c];
+        for j in 0..h {
+            let mut a = b1[j] as f64;
+            for k in 0..d {
+                a += x[r * d + k] as f64 * w1[k * h + j] as f64;
+            }
+            let g = 0.5 * a * (1.0 + (0.7978845608 * (a + 0.044715 * a * a * a)).tanh());
+            for (o, l) in logits.iter_mut().enumerate() {
+                *l += g * w2[j * c + o] as f64;
+            }
+        }
+        let m = logits.iter().cloned().fold(f64::MIN, f64::max);
+        let lse = m + logits.iter().map(|l| (l - m).exp()).sum::<f64>().ln();
+        for o in 0..c {
+            loss -= (logits[o] - lse) * y[r * c + o] as f64;
+        }
+    }
+    loss /= n as f64;
+    let got = to_f32(&out[0])[0] as f64;
+    assert!((got - loss).abs() < 1e-5, "{got} against {loss}");
+    assert_eq!(out.len(), 4);
+}
+
+const HAND: &str = r#"
+module @m {
+  func.func public @main(%arg0: tensor<3xf32>, %arg1: tensor<i32>) -> (tensor<3xf32>, tensor<i32>, tensor<f32>) {
+    %0:2 = call @pair(%arg0, %arg1) : (tensor<3xf32>, tensor<i32>) -> (tensor<3xf32>, tensor<i32>)
+    %1 = stablehlo.tuple %0#0, %0#1 : tuple<tensor<3xf32>, tensor<i32>>
+    %2 = stablehlo.get_tuple_element %1[1] : (tuple<tensor<3xf32>, tensor<i32>>) -> tensor<i32>
+    %3:2 = stablehlo.optimization_barrier %0#0, %2 : tensor<3xf32>, tensor<i32>
+    %cst = stablehlo.constant dense<0.0> : tensor<f32>
+    %4 = stablehlo.reduce(%3#0 init: %cst) applies stablehlo.add across dimensions = [0] : (tensor<3xf32>, tensor<f32>) -> tensor<f32>
+    return %3#0, %3#1, %4 : tensor<3xf32>, tensor<i32>, tensor<f32>
+  }
+  func.func private @pair(%a: tensor<3xf32>, %b: tensor<i32>) -> (tensor<3xf32>, tensor<i32>) {
+    %0 = stablehlo.multiply %a, %a : tensor<3xf32>
+    %c = stablehlo.constant dense<7> : tensor<i32>
+    %1 = stablehlo.add %b, %c : tensor<i32>
+    return %0, %1 : tensor<3xf32>, tensor<i32>
+  }
+}
+"#;
+
+#[test]
+fn calls_tuples_and_barriers_resolve_at_import() {
+    let imp = import_text(HAND).unwrap();
+    let names: Vec<&str> = imp
+        .graph
+        .results()
+        .iter()
+        .map(|(n, _)| n.as_str())
+        .collect();
+    assert_eq!(names, ["out0", "out1", "out2"]);
+    let out = run(HAND, &[f32s(&[1.0, 2.0, 3.0]), 5i32.to_le_bytes().to_vec()]);
+    assert_eq!(to_f32(&out[0]), [1.0, 4.0, 9.0]);
+    assert_eq!(out[1], 12i32.to_le_bytes());
+    assert_eq!(to_f32(&out[2]), [14.0]);
+}
+
+#[test]
+fn jax_names_are_kept() {
+    let imp = import_text(&fixture("mlp.mlir")).unwrap();
+    assert_eq!(imp.result_info[0].as_deref(), Some("result[0]"));
+    assert_eq!(imp.result_info[3].as_deref(), Some("result[1][2]"));
+    let params: Vec<String> = imp
+        .graph
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(i, _)| format!("arg{i}"))
+        .collect();
+    assert_eq!(params.len(), 5);
+}
+
+fn refusal(text: &str) -> ImportError {
+    import_text(text).expect_err("refused")
+}
+
+#[test]
+fn recursion_unknown_attributes_and_ops_are_refused_with_positions() {
+    let rec = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = call @f(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n  func.func @f(%a: tensor<f32>) -> tensor<f32> {\n    %0 = call @f(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
+    let e = refusal(rec).to_string();
+    assert!(e.starts_with("7:5: unsupported: recursion: @f"), "{e}");
+    let attr = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = \"stablehlo.negate\"(%a) {odd = 1 : i32, mhlo.x = 2 : i32} : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
+    let e = refusal(attr).to_string();
+    assert_eq!(e, "3:5: unsupported: attribute `odd` (in stablehlo.negate)");
+    let cc = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.custom_call @foo(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
+    assert!(
+        refusal(cc)
+            .to_string()
+            .starts_with("3:5: unsupported: custom_call @foo")
+    );
+    let bad_type = "module {\n  func.func @main(%a: tensor<4xi16>) -> tensor<4xi16> {\n    return %a : tensor<4xi16>\n  }\n}\n";
+    assert!(refusal(bad_type).to_string().contains("element type i16"));
+    let no_main = "module {\n  func.func @f(%a: tensor<f32>) -> tensor<f32> {\n    return %a : tensor<f32>\n  }\n}\n";
+    assert!(refusal(no_main).to_string().contains("no function `main`"));
+    let parse = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.negate %a : \n";
+    assert!(matches!(refusal(parse), ImportError::Parse(_)));
+}
+
+#[test]
+fn a_splat_constant_is_not_expanded() {
+    // 4 GB if expanded: a scalar constant and a broadcast instead.
+    let text = "module {\n  func.func @main() -> tensor<1000000x1000xf32> {\n    %0 = stablehlo.constant dense<1.5> : tensor<1000000x1000xf32>\n    return %0 : tensor<1000000x1000xf32>\n  }\n}\n";
+    let imp = import_text(text).unwrap();
+    let g = &imp.graph;
+    assert_eq!(g.nodes().len(), 2);
+    assert_eq!(g.ty(g.results()[0].1).dims, [1000000, 1000]);
+}
+
+#[test]
+fn a_while_whose_regions_take_too_few_arguments_is_refused() {
+    let text = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = \"stablehlo.while\"(%a) ({\n      %c = stablehlo.constant dense<true> : tensor<i1>\n      stablehlo.return %c : tensor<i1>\n    }, {\n      %c = stablehlo.constant dense<1.0> : tensor<f32>\n      stablehlo.return %c : tensor<f32>\n    }) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
+    let e = import_text(text).expect_err("refused").to_string();
+    assert!(
+        e.starts_with("3:5: a condition and a body taking the 1 operands"),
+        "{e}"
+    );
+}
+
+#[test]
+fn long_call_chains_are_refused() {
+    let mut text = String::from("module {\n");
+    for i in 0..100 {
+        let body = if i == 99 {
+            "return %a : tensor<f32>".to_string()
+        } else {
+            format!(
+                "%0 = call @f{}(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>",
+                i + 1
+            )
+        };
+        let name = if i == 0 {
+            "main".to_string()
+        } else {
+            format!("f{i}")
+        };
+        text +=
+            &format!("  func.func @{name}(%a: tensor<f32>) -> tensor<f32> {{\n    {body}\n  }}\n");
+    }
+    text += "}\n";
+    let e = import_text(&text).expect_err("refused").to_string();
+    assert!(e.contains("nested deeper than 32"), "{e}");
+}
