@@ -11,66 +11,17 @@
 //! with its attributes (`ops.rs`); attributes under `mhlo.`, `jax.` and `sdy.` are ignored,
 //! anything else (an op, an attribute, a type: `types.rs`) is refused with its position.
 
+mod error;
 mod ops;
 mod regions;
 mod types;
 
-use crate::ast::{Attr, Block, Module, Op, Pos, Type, ValueRef};
-use crate::error::ParseError;
+use crate::ast::{Attr, Block, Module, Op, Type, ValueRef};
 use std::collections::HashMap;
-use xthunk_tensor::GraphError;
 use xthunk_tensor::graph::{Graph, Value};
 
+pub use error::ImportError;
 pub use types::{dtype, tensor_type};
-
-/// Why a module could not be imported: each names the position and the operation.
-#[derive(Clone, Debug, PartialEq, thiserror::Error)]
-pub enum ImportError {
-    /// The text could not be read.
-    #[error(transparent)]
-    Parse(#[from] ParseError),
-    /// An op, attribute or type outside what xthunk supports.
-    #[error("{pos}: unsupported: {what} (in {op})")]
-    Unsupported { what: String, pos: Pos, op: String },
-    /// The op's operands or attributes break its rule (as xthunk-tensor checks it), or the
-    /// program is not a well-formed one (no `main`, a result type that disagrees).
-    #[error("{pos}: {message} (in {op})")]
-    Invalid {
-        message: String,
-        pos: Pos,
-        op: String,
-    },
-}
-
-impl ImportError {
-    pub(crate) fn unsupported(op: &Op, what: impl Into<String>) -> Self {
-        ImportError::Unsupported {
-            what: crate::error::one_line(&what.into()),
-            pos: op.pos,
-            op: op.name.clone(),
-        }
-    }
-
-    pub(crate) fn invalid(op: &Op, message: impl Into<String>) -> Self {
-        ImportError::Invalid {
-            message: crate::error::one_line(&message.into()),
-            pos: op.pos,
-            op: op.name.clone(),
-        }
-    }
-
-    pub(crate) fn graph(op: &Op, e: GraphError) -> Self {
-        Self::invalid(op, e.to_string())
-    }
-
-    /// Where the error is.
-    pub fn pos(&self) -> Pos {
-        match self {
-            ImportError::Parse(e) => e.pos(),
-            ImportError::Unsupported { pos, .. } | ImportError::Invalid { pos, .. } => *pos,
-        }
-    }
-}
 
 /// An imported program: the graph and JAX's names of its parameters and results.
 #[derive(Clone, Debug)]
