@@ -13,9 +13,16 @@
 //! |---|---|
 //! | pred | `\|b1` |
 //! | i8, u8 | `\|i1`, `\|u1` |
-//! | i32, i64 | `<i4`, `<i8` |
+//! | i16, u16 | `<i2`, `<u2` |
+//! | i32, u32 | `<i4`, `<u4` |
+//! | i64, u64 | `<i8`, `<u8` |
 //! | f16, f32, f64 | `<f2`, `<f4`, `<f8` |
 //! | bf16 | no numpy dtype: the raw bits, `<u2` (or a 2-byte void `V2`) on input, `<u2` on output |
+//!
+//! bf16 and u16 share `<u2`: a file never says which it is. Input is read for a parameter whose
+//! element type the program's signature declares, so the signature tells them apart (a `<u2`
+//! file is accepted for either); an output's element type is the program's, listed by
+//! `xthunk inspect`.
 //!
 //! Big-endian arrays (`>f4`, ...) are accepted and byte-swapped. Fortran-order arrays are
 //! accepted only when their memory layout equals C order (at most one dimension above 1).
@@ -39,6 +46,10 @@ pub fn type_str(dtype: DType) -> &'static str {
         DType::BF16 => "<u2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
     }
 }
 
@@ -49,8 +60,12 @@ fn accepts(dtype: DType, ty: &TypeStr) -> bool {
         (DType::Pred, TypeChar::Bool) => size == 1,
         (DType::I8, TypeChar::Int) => size == 1,
         (DType::U8, TypeChar::Uint) => size == 1,
+        (DType::I16, TypeChar::Int) => size == 2,
+        (DType::U16, TypeChar::Uint) => size == 2,
         (DType::I32, TypeChar::Int) => size == 4,
+        (DType::U32, TypeChar::Uint) => size == 4,
         (DType::I64, TypeChar::Int) => size == 8,
+        (DType::U64, TypeChar::Uint) => size == 8,
         (DType::F16, TypeChar::Float) => size == 2,
         (DType::F32, TypeChar::Float) => size == 4,
         (DType::F64, TypeChar::Float) => size == 8,

@@ -174,7 +174,14 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
         ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => {
             let amount = unsigned_bits(d, b);
             let ua = unsigned_bits(d, a);
-            let sa = wrap(if w == 8 { DType::I8 } else { d }, a);
+            // The operand read as the signed type of its width.
+            let signed_of = match w {
+                8 => DType::I8,
+                16 => DType::I16,
+                32 => DType::I32,
+                _ => DType::I64,
+            };
+            let sa = wrap(signed_of, a);
             if amount >= w {
                 return match op {
                     ShiftRightArithmetic => wrap(d, if sa < 0 { -1 } else { 0 }),
@@ -236,7 +243,7 @@ pub fn convert_el(from: DType, to: DType, f: f64, i: i128) -> (f64, i128) {
         (true, true) if matches!(to, DType::F16 | DType::BF16) => (rnd(to, f as f32 as f64), 0),
         (true, true) => (rnd(to, f), 0),
         (false, true) if to == DType::F64 => (i as f64, 0),
-        (false, true) => (rnd(to, i as i64 as f32 as f64), 0),
+        (false, true) => (rnd(to, i as f32 as f64), 0),
         (true, false) => {
             let v = if f.is_nan() {
                 0
