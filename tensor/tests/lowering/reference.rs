@@ -125,7 +125,8 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
     match op {
         Add => wrap(d, a + b),
         Subtract => wrap(d, a - b),
-        Multiply => wrap(d, a * b),
+        // Wrapping in i128 first: u64 products pass 2^127 (2^64 divides 2^128).
+        Multiply => wrap(d, a.wrapping_mul(b)),
         // XLA: x / 0 = -1, INT_MIN / -1 = INT_MIN; x % 0 = x, INT_MIN % -1 = 0.
         Divide if b == 0 => wrap(d, -1),
         Divide => wrap(d, a / b),
@@ -148,7 +149,7 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
             } else {
                 let mut r: i128 = 1;
                 for _ in 0..b.min(200) {
-                    r = wrap(d, r * a);
+                    r = wrap(d, r.wrapping_mul(a));
                 }
                 // Exponents past 200 only matter for |a| ≤ 1 or even bases (which reach 0).
                 if b > 200 {
@@ -156,9 +157,9 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
                     let (mut x, mut e) = (a, b as u128);
                     while e > 0 {
                         if e & 1 == 1 {
-                            acc = wrap(d, acc * x);
+                            acc = wrap(d, acc.wrapping_mul(x));
                         }
-                        x = wrap(d, x * x);
+                        x = wrap(d, x.wrapping_mul(x));
                         e >>= 1;
                     }
                     r = acc;
