@@ -2,6 +2,8 @@
 //! signatures and scalars round-trip through the binary and the text format, and out-of-range
 //! 16-bit scalars are refused.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use xthunk_core::ir::{DType, KernelArg, Scalar, Thunk};
 use xthunk_proto::{decode, encode, parse_text, pb, to_proto, to_text};
 
