@@ -44,6 +44,10 @@ typedef enum XthunkDtype {
   XTHUNK_DTYPE_BF16 = 6,
   XTHUNK_DTYPE_F32 = 7,
   XTHUNK_DTYPE_F64 = 8,
+  XTHUNK_DTYPE_I16 = 9,
+  XTHUNK_DTYPE_U16 = 10,
+  XTHUNK_DTYPE_U32 = 11,
+  XTHUNK_DTYPE_U64 = 12,
 } XthunkDtype;
 
 // Memory on a device; it stays there between runs.

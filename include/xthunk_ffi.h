@@ -62,7 +62,11 @@ typedef enum XthunkFfiDType {
   XTHUNK_FFI_F16 = 6,
   XTHUNK_FFI_BF16 = 7,
   XTHUNK_FFI_F32 = 8,
-  XTHUNK_FFI_F64 = 9
+  XTHUNK_FFI_F64 = 9,
+  XTHUNK_FFI_I16 = 10,
+  XTHUNK_FFI_U16 = 11,
+  XTHUNK_FFI_U32 = 12,
+  XTHUNK_FFI_U64 = 13
 } XthunkFfiDType;
 
 /* Attribute types. */

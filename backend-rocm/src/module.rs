@@ -369,9 +369,9 @@ pub(crate) type KernelArgs = xthunk_gpu::args::KernelArgs<Rocm>;
 pub(crate) fn scalar_size(s: &Scalar) -> u64 {
     match s {
         Scalar::Pred(_) | Scalar::I8(_) | Scalar::U8(_) => 1,
-        Scalar::F16(_) | Scalar::BF16(_) => 2,
-        Scalar::I32(_) | Scalar::F32(_) => 4,
-        Scalar::I64(_) | Scalar::F64(_) => 8,
+        Scalar::F16(_) | Scalar::BF16(_) | Scalar::I16(_) | Scalar::U16(_) => 2,
+        Scalar::I32(_) | Scalar::U32(_) | Scalar::F32(_) => 4,
+        Scalar::I64(_) | Scalar::U64(_) | Scalar::F64(_) => 8,
     }
 }
 

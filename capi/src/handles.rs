@@ -19,6 +19,10 @@ pub enum XthunkDtype {
     Bf16 = 6,
     F32 = 7,
     F64 = 8,
+    I16 = 9,
+    U16 = 10,
+    U32 = 11,
+    U64 = 12,
 }
 
 impl From<DType> for XthunkDtype {
@@ -33,6 +37,10 @@ impl From<DType> for XthunkDtype {
             DType::BF16 => XthunkDtype::Bf16,
             DType::F32 => XthunkDtype::F32,
             DType::F64 => XthunkDtype::F64,
+            DType::I16 => XthunkDtype::I16,
+            DType::U16 => XthunkDtype::U16,
+            DType::U32 => XthunkDtype::U32,
+            DType::U64 => XthunkDtype::U64,
         }
     }
 }

@@ -124,7 +124,13 @@ pub fn int_range(dtype: DType) -> (i64, i64) {
         DType::Pred => (0, 1),
         DType::I8 => (i8::MIN as i64, i8::MAX as i64),
         DType::U8 => (0, u8::MAX as i64),
+        DType::I16 => (i16::MIN as i64, i16::MAX as i64),
+        DType::U16 => (0, u16::MAX as i64),
         DType::I32 => (i32::MIN as i64, i32::MAX as i64),
+        DType::U32 => (0, u32::MAX as i64),
+        // Integers are i64 here: u64 inputs are its lower half, and a u64 result is its bit
+        // pattern (wrapping arithmetic agrees bit for bit; order agrees below 2^63).
+        DType::U64 => (0, i64::MAX),
         _ => (i64::MIN, i64::MAX),
     }
 }
@@ -135,7 +141,10 @@ pub fn wrap_int(dtype: DType, v: i128) -> i64 {
         DType::Pred => (v & 1) as i64,
         DType::I8 => v as i8 as i64,
         DType::U8 => v as u8 as i64,
+        DType::I16 => v as i16 as i64,
+        DType::U16 => v as u16 as i64,
         DType::I32 => v as i32 as i64,
+        DType::U32 => v as u32 as i64,
         _ => v as i64,
     }
 }
@@ -205,7 +214,8 @@ pub fn encode(dtype: DType, values: &Values) -> CheckResult<Vec<u8>> {
                 }
                 match dtype {
                     DType::Pred | DType::I8 | DType::U8 => out.push(x as u8),
-                    DType::I32 => out.extend_from_slice(&(x as i32).to_le_bytes()),
+                    DType::I16 | DType::U16 => out.extend_from_slice(&(x as u16).to_le_bytes()),
+                    DType::I32 | DType::U32 => out.extend_from_slice(&(x as u32).to_le_bytes()),
                     _ => out.extend_from_slice(&x.to_le_bytes()),
                 }
             }
@@ -239,6 +249,11 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Values {
         DType::I8 => Values::I(chunks.map(|c| c[0] as i8 as i64).collect()),
         DType::I32 => Values::I(chunks.map(|c| i32::from_le_bytes(le4(c)) as i64).collect()),
         DType::I64 => Values::I(chunks.map(|c| i64::from_le_bytes(le8(c))).collect()),
+        DType::I16 => Values::I(chunks.map(|c| le2(c) as i16 as i64).collect()),
+        DType::U16 => Values::I(chunks.map(|c| le2(c) as i64).collect()),
+        DType::U32 => Values::I(chunks.map(|c| u32::from_le_bytes(le4(c)) as i64).collect()),
+        // The bit pattern (see `int_range`).
+        DType::U64 => Values::I(chunks.map(|c| u64::from_le_bytes(le8(c)) as i64).collect()),
     }
 }
 
@@ -263,6 +278,10 @@ pub fn scalar_i(dtype: DType, v: i64) -> Scalar {
         DType::U8 => Scalar::U8(w as u8),
         DType::I32 => Scalar::I32(w as i32),
         DType::I64 => Scalar::I64(w),
+        DType::I16 => Scalar::I16(w as i16),
+        DType::U16 => Scalar::U16(w as u16),
+        DType::U32 => Scalar::U32(w as u32),
+        DType::U64 => Scalar::U64(w as u64),
         other => scalar_f(other, v as f64),
     }
 }

@@ -81,6 +81,10 @@ fn encode(t: DType, v: f64, i: i64) -> Vec<u8> {
         DType::U8 | DType::Pred => (i as u8).to_le_bytes().to_vec(),
         DType::I32 => (i as i32).to_le_bytes().to_vec(),
         DType::I64 => i.to_le_bytes().to_vec(),
+        DType::I16 => (i as i16).to_le_bytes().to_vec(),
+        DType::U16 => (i as u16).to_le_bytes().to_vec(),
+        DType::U32 => (i as u32).to_le_bytes().to_vec(),
+        DType::U64 => (i as u64).to_le_bytes().to_vec(),
     }
 }
 
@@ -94,6 +98,10 @@ fn decode(t: DType, b: &[u8]) -> f64 {
         DType::U8 | DType::Pred => b[0] as f64,
         DType::I32 => i32::from_le_bytes(b.try_into().unwrap()) as f64,
         DType::I64 => i64::from_le_bytes(b.try_into().unwrap()) as f64,
+        DType::I16 => i16::from_le_bytes(b.try_into().unwrap()) as f64,
+        DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as f64,
+        DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64,
+        DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as f64,
     }
 }
 
@@ -108,6 +116,10 @@ fn scalar(t: DType, v: f64, i: i64) -> Scalar {
         DType::Pred => Scalar::Pred(i & 1 == 1),
         DType::I32 => Scalar::I32(i as i32),
         DType::I64 => Scalar::I64(i),
+        DType::I16 => Scalar::I16(i as i16),
+        DType::U16 => Scalar::U16(i as u16),
+        DType::U32 => Scalar::U32(i as u32),
+        DType::U64 => Scalar::U64(i as u64),
     }
 }
 

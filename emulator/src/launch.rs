@@ -441,6 +441,10 @@ fn scalar_from(dt: DType, b: &[u8]) -> Option<Scalar> {
         DType::BF16 => Scalar::BF16(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
         DType::F32 => Scalar::F32(f32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
         DType::F64 => Scalar::F64(f64::from_le_bytes(b.get(..8)?.try_into().ok()?)),
+        DType::I16 => Scalar::I16(i16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
+        DType::U16 => Scalar::U16(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
+        DType::U32 => Scalar::U32(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
+        DType::U64 => Scalar::U64(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)),
     })
 }
 

@@ -165,6 +165,10 @@ fn scalar_for(name: &str, dt: DType) -> Scalar {
         (_, DType::I32) => Scalar::I32(-70000),
         (_, DType::I64) => Scalar::I64(-5_000_000_000),
         (_, DType::Pred) => Scalar::Pred(true),
+        (_, DType::I16) => Scalar::I16(-300),
+        (_, DType::U16) => Scalar::U16(60000),
+        (_, DType::U32) => Scalar::U32(4_000_000_000),
+        (_, DType::U64) => Scalar::U64(10_000_000_000_000_000_000),
     }
 }
 
@@ -183,6 +187,10 @@ fn input(dt: DType, count: usize) -> Vec<u8> {
                 DType::I32 => Scalar::I32(i as i32 * 1000 - 7),
                 DType::I64 => Scalar::I64(i as i64 * 100_000 - 7),
                 DType::Pred => Scalar::Pred(i % 2 == 0),
+                DType::I16 => Scalar::I16(i as i16 * 10 - 7),
+                DType::U16 => Scalar::U16(i as u16 * 10),
+                DType::U32 => Scalar::U32(i as u32 * 1000),
+                DType::U64 => Scalar::U64(i as u64 * 100_000),
             };
             s.to_le_bytes()
         })

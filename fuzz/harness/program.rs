@@ -337,6 +337,10 @@ fn scalar_value(rng: &mut Rng, s: Scalar) -> Scalar {
                 ])
                 .unwrap_or(&0),
             )),
+            Scalar::I16(_) => Scalar::I16(big as i16),
+            Scalar::U16(_) => Scalar::U16(big as u16),
+            Scalar::U32(_) => Scalar::U32(big as u32),
+            Scalar::U64(v) => Scalar::U64(mutate_u64(rng, v)),
         },
         // Another type (an argument of the wrong kind).
         _ => {

@@ -30,6 +30,14 @@ pub fn nccl_dtype(
         }
         DType::F32 => sys::ncclFloat32,
         DType::F64 => sys::ncclFloat64,
+        DType::U32 => sys::ncclUint32,
+        DType::U64 => sys::ncclUint64,
+        DType::I16 | DType::U16 => {
+            return Err(Error::Unsupported {
+                backend: library.into(),
+                feature: format!("{dtype} collectives (NCCL and RCCL have no 16-bit integers)"),
+            });
+        }
     })
 }
 
@@ -68,10 +76,18 @@ mod tests {
             (DType::BF16, sys::ncclBfloat16),
             (DType::F32, sys::ncclFloat32),
             (DType::F64, sys::ncclFloat64),
+            (DType::U32, sys::ncclUint32),
+            (DType::U64, sys::ncclUint64),
         ];
-        assert_eq!(want.len(), DType::ALL.len());
+        // NCCL has no 16-bit integer type: those two are refused, every other type maps.
+        let none = [DType::I16, DType::U16];
+        assert_eq!(want.len() + none.len(), DType::ALL.len());
         for (d, t) in want {
             assert_eq!(nccl_dtype(d, v, "nccl").ok(), Some(t), "{d}");
+        }
+        for d in none {
+            let e = nccl_dtype(d, v, "nccl");
+            assert!(matches!(e, Err(Error::Unsupported { .. })), "{d}: {e:?}");
         }
     }
 

@@ -297,6 +297,10 @@ fn scalar() -> impl Strategy<Value = Scalar> {
             .prop_map(Scalar::F32),
         (f64::POSITIVE | f64::NEGATIVE | f64::NORMAL | f64::SUBNORMAL | f64::ZERO | f64::INFINITE)
             .prop_map(Scalar::F64),
+        any::<i16>().prop_map(Scalar::I16),
+        any::<u16>().prop_map(Scalar::U16),
+        any::<u32>().prop_map(Scalar::U32),
+        any::<u64>().prop_map(Scalar::U64),
     ]
 }
 

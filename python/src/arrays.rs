@@ -27,6 +27,10 @@ pub fn numpy_name(d: DType) -> &'static str {
         DType::BF16 => "bfloat16",
         DType::F32 => "float32",
         DType::F64 => "float64",
+        DType::I16 => "int16",
+        DType::U16 => "uint16",
+        DType::U32 => "uint32",
+        DType::U64 => "uint64",
     }
 }
 

@@ -86,6 +86,10 @@ pub fn scalar(value: &Bound<'_, PyAny>, dtype: &Bound<'_, PyAny>) -> XResult<Arg
         DType::BF16 => Scalar::BF16(half::bf16::from_f64(value.extract()?).to_bits()),
         DType::F32 => Scalar::F32(value.extract::<f64>()? as f32),
         DType::F64 => Scalar::F64(value.extract()?),
+        DType::I16 => Scalar::I16(value.extract()?),
+        DType::U16 => Scalar::U16(value.extract()?),
+        DType::U32 => Scalar::U32(value.extract()?),
+        DType::U64 => Scalar::U64(value.extract()?),
     };
     Ok(Arg {
         arg: KernelArg::Scalar(s),

@@ -80,6 +80,10 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::F32 => (2, 32),
         DType::F64 => (2, 64),
         DType::BF16 => (4, 16),
+        DType::I16 => (0, 16),
+        DType::U16 => (1, 16),
+        DType::U32 => (1, 32),
+        DType::U64 => (1, 64),
     };
     DLDataType {
         code,

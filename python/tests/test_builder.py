@@ -138,3 +138,28 @@ def test_zero_dimensional_tensors(host):
     assert out.shape == () and out == 2.5
     with pytest.raises(xthunk.InvalidArgumentError, match=r"shape \[\], got \[1\]"):
         exe(s=np.array([2.5]))
+
+
+@pytest.mark.parametrize(
+    "name, np_dtype",
+    [("i16", np.int16), ("u16", np.uint16), ("u32", np.uint32), ("u64", np.uint64)],
+)
+def test_new_integer_types_copy_round_trip(host, name, np_dtype):
+    b = xthunk.ProgramBuilder(f"copy_{name}")
+    x = b.parameter("x", name, [5])
+    y = b.output("y", np_dtype, [5])
+    b.copy(x, y)
+    exe = host.load(b.build())
+    assert exe.parameters[0].dtype == np.dtype(np_dtype).name
+    info = np.iinfo(np_dtype)
+    xv = np.array([info.min, info.max, 0, 1, info.max - 1], dtype=np_dtype)
+    out = exe(x=xv)
+    assert out.dtype == np_dtype
+    np.testing.assert_array_equal(out, xv)
+    # The dtype must be the parameter's exactly: a same-width integer of the other sign is
+    # refused.
+    other = np.dtype(np_dtype).str.replace("u", "X").replace("i", "u").replace("X", "i")
+    with pytest.raises(xthunk.InvalidArgumentError):
+        exe(x=xv.astype(other))
+    # Immediates of the type.
+    assert xthunk.scalar(int(info.max), name) is not None

@@ -13,9 +13,16 @@
 //! |---|---|
 //! | pred | `\|b1` |
 //! | i8, u8 | `\|i1`, `\|u1` |
-//! | i32, i64 | `<i4`, `<i8` |
+//! | i16, u16 | `<i2`, `<u2` |
+//! | i32, u32 | `<i4`, `<u4` |
+//! | i64, u64 | `<i8`, `<u8` |
 //! | f16, f32, f64 | `<f2`, `<f4`, `<f8` |
 //! | bf16 | no numpy dtype: the raw bits, `<u2` (or a 2-byte void `V2`) on input, `<u2` on output |
+//!
+//! bf16 and u16 share `<u2`: a file never says which it is. Input is read for a parameter whose
+//! element type the program's signature declares, so the signature tells them apart (a `<u2`
+//! file is accepted for either); an output's element type is the program's, listed by
+//! `xthunk inspect`.
 //!
 //! Big-endian arrays (`>f4`, ...) are accepted and byte-swapped. Fortran-order arrays are
 //! accepted only when their memory layout equals C order (at most one dimension above 1).
@@ -39,6 +46,10 @@ pub fn type_str(dtype: DType) -> &'static str {
         DType::BF16 => "<u2",
         DType::F32 => "<f4",
         DType::F64 => "<f8",
+        DType::I16 => "<i2",
+        DType::U16 => "<u2",
+        DType::U32 => "<u4",
+        DType::U64 => "<u8",
     }
 }
 
@@ -49,8 +60,12 @@ fn accepts(dtype: DType, ty: &TypeStr) -> bool {
         (DType::Pred, TypeChar::Bool) => size == 1,
         (DType::I8, TypeChar::Int) => size == 1,
         (DType::U8, TypeChar::Uint) => size == 1,
+        (DType::I16, TypeChar::Int) => size == 2,
+        (DType::U16, TypeChar::Uint) => size == 2,
         (DType::I32, TypeChar::Int) => size == 4,
+        (DType::U32, TypeChar::Uint) => size == 4,
         (DType::I64, TypeChar::Int) => size == 8,
+        (DType::U64, TypeChar::Uint) => size == 8,
         (DType::F16, TypeChar::Float) => size == 2,
         (DType::F32, TypeChar::Float) => size == 4,
         (DType::F64, TypeChar::Float) => size == 8,
@@ -693,5 +708,59 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'<u2'"), "{e}");
+    }
+
+    #[test]
+    fn new_integer_types_take_their_own_codes() {
+        for (dt, code) in [
+            (DType::I16, "<i2"),
+            (DType::U16, "<u2"),
+            (DType::U32, "<u4"),
+            (DType::U64, "<u8"),
+        ] {
+            assert_eq!(type_str(dt), code);
+            let data: Vec<u8> = (0..3 * dt.size() as u8).collect();
+            let file = encode(dt, &[3], &data).unwrap();
+            let p = write_tmp(&format!("own_{dt}.npy"), &file);
+            assert_eq!(read_input(&spec(dt, &[3]), &p).unwrap(), data);
+        }
+        // Signedness and width are checked: a '<u4' file is no i32, an '<i2' file no u16,
+        // an '<i8' file no u64.
+        for (from, to) in [
+            (DType::U32, DType::I32),
+            (DType::I16, DType::U16),
+            (DType::I64, DType::U64),
+            (DType::U16, DType::U32),
+        ] {
+            let file = encode(from, &[2], &vec![0; 2 * from.size()]).unwrap();
+            let p = write_tmp(&format!("mix_{from}_{to}.npy"), &file);
+            let e = read_input(&spec(to, &[2]), &p).unwrap_err().to_string();
+            assert!(e.contains(type_str(from)), "{from} as {to}: {e}");
+        }
+        // Big-endian u64 is byte-swapped.
+        let mut file = encode(DType::U64, &[1], &[0, 0, 0, 0, 0, 0, 0, 9]).unwrap();
+        let pos = file.windows(3).position(|w| w == b"<u8").unwrap();
+        file[pos..pos + 3].copy_from_slice(b">u8");
+        let p = write_tmp("be_u64.npy", &file);
+        assert_eq!(
+            read_input(&spec(DType::U64, &[1]), &p).unwrap(),
+            vec![9, 0, 0, 0, 0, 0, 0, 0]
+        );
+    }
+
+    #[test]
+    fn u16_and_bf16_share_u2_and_the_signature_decides() {
+        // Both are written as '<u2'; a '<u2' file is read for either, bytes unchanged.
+        assert_eq!(type_str(DType::U16), type_str(DType::BF16));
+        let data = vec![0x80, 0x3f, 0x00, 0xc0];
+        for written in [DType::U16, DType::BF16] {
+            let file = encode(written, &[2], &data).unwrap();
+            let p = write_tmp(&format!("u2_{written}.npy"), &file);
+            for read in [DType::U16, DType::BF16] {
+                assert_eq!(read_input(&spec(read, &[2]), &p).unwrap(), data);
+            }
+            // A 2-byte integer of the other signedness is not taken.
+            assert!(read_input(&spec(DType::I16, &[2]), &p).is_err());
+        }
     }
 }

@@ -126,6 +126,10 @@ pub fn random_bytes(
             ),
             DType::F32 => out.extend(rng.random_range(-1.0f32..1.0).to_le_bytes()),
             DType::F64 => out.extend(rng.random_range(-1.0f64..1.0).to_le_bytes()),
+            DType::I16 => out.extend(rng.random_range(-8i16..8).to_le_bytes()),
+            DType::U16 => out.extend(rng.random_range(0u16..16).to_le_bytes()),
+            DType::U32 => out.extend(rng.random_range(0u32..16).to_le_bytes()),
+            DType::U64 => out.extend(rng.random_range(0u64..16).to_le_bytes()),
         }
     }
     Ok(out)
@@ -149,6 +153,10 @@ fn element(dtype: DType, chunk: &[u8]) -> f64 {
         DType::BF16 => half::bf16::from_bits(u16::from_le_bytes(b2())).to_f64(),
         DType::F32 => f32::from_le_bytes(b4()) as f64,
         DType::F64 => f64::from_le_bytes(b8()),
+        DType::I16 => i16::from_le_bytes(b2()) as f64,
+        DType::U16 => u16::from_le_bytes(b2()) as f64,
+        DType::U32 => u32::from_le_bytes(b4()) as f64,
+        DType::U64 => u64::from_le_bytes(b8()) as f64,
     }
 }
 
@@ -157,6 +165,12 @@ fn element_text(dtype: DType, chunk: &[u8]) -> String {
     match dtype {
         DType::Pred => (chunk[0] != 0).to_string(),
         DType::I64 => i64::from_le_bytes({
+            let mut a = [0u8; 8];
+            a.copy_from_slice(&chunk[..8]);
+            a
+        })
+        .to_string(),
+        DType::U64 => u64::from_le_bytes({
             let mut a = [0u8; 8];
             a.copy_from_slice(&chunk[..8]);
             a

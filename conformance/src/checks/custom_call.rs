@@ -6,6 +6,8 @@
 //!   while the buffer records and replayed after (on a device whose command buffers record);
 //! - `split`: a handler that is not compatible splits its command buffer and is issued on
 //!   every execution;
+//! - `dtypes`: a buffer of every element type reaches a handler with its type (a lookup as
+//!   another type is refused) and is copied through it;
 //! - `errors`: a missing handler fails the load listing the registered targets, a call its
 //!   handler does not take fails the load (nothing issued), a failing handler fails the
 //!   execution naming the thunk and the target.
@@ -32,8 +34,78 @@ pub fn checks() -> Vec<Check> {
         seeded("custom_call/attributes", attributes),
         seeded("custom_call/capture", |d, r| command_buffer(d, r, true)),
         seeded("custom_call/split", |d, r| command_buffer(d, r, false)),
+        seeded("custom_call/dtypes", dtypes),
         seeded("custom_call/errors", errors),
     ]
+}
+
+const COPY_TYPED: &str = "xthunk.conformance.copy_typed";
+
+/// Copies operand 0 into result 0, both looked up as the type its `dtype` attribute names
+/// (and refused as any other type).
+struct TypedCopy;
+
+impl Handler for TypedCopy {
+    fn call(&self, call: &Call<'_>) -> Result<(), HandlerError> {
+        let name = call.attr::<String>("dtype")?;
+        let d = DType::from_name(&name)
+            .ok_or_else(|| HandlerError::failed(format!("unknown dtype `{name}`")))?;
+        let other = DType::ALL
+            .into_iter()
+            .find(|o| *o != d)
+            .unwrap_or(DType::F32);
+        if call.operand(0, other).is_ok() {
+            return Err(HandlerError::failed(format!(
+                "a {d} operand was taken as {other}"
+            )));
+        }
+        let src = call.operand(0, d)?;
+        let dst = call.result(0, d)?;
+        call.stream().copy(src.ptr, dst.ptr, src.size)?;
+        Ok(())
+    }
+    fn signature(&self) -> HandlerSignature {
+        HandlerSignature {
+            operands: Some(1),
+            results: Some(1),
+            attributes: Some(vec![("dtype".into(), AttrType::Str)]),
+        }
+    }
+}
+
+/// For every element type: `x → out` through [`TypedCopy`].
+fn dtypes(device: &Arc<dyn Device>, rng: &mut CheckRng) -> CheckResult {
+    registry().register_once(
+        device.backend_name(),
+        COPY_TYPED,
+        Arc::new(TypedCopy),
+        "conformance",
+    );
+    for d in DType::ALL {
+        let n = 1 + rng.random_range(0..300u64);
+        let mut b = ExecutableBuilder::new("conformance_custom_call_dtypes");
+        let x = b.parameter("x", d, &[n]);
+        let out = b.output("out", d, &[n]);
+        b.push(Thunk::from(
+            CustomCallThunk::new(COPY_TYPED)
+                .operand(x.buffer())
+                .result(out.buffer())
+                .attr("dtype", d.name().to_string()),
+        ));
+        let exe =
+            LoadedExecutable::load(device.clone(), b.build().map_err(xthunk_core::Error::from)?)?;
+        let bytes = n as usize * d.size();
+        let data = random_bytes(rng, bytes);
+        let xb = upload(device, &data, MemorySpace::Device)?;
+        let ob = upload(device, &vec![0xA5; bytes], MemorySpace::Device)?;
+        let p: [&dyn DeviceMemory; 1] = [xb.as_ref()];
+        let o: [&dyn DeviceMemory; 1] = [ob.as_ref()];
+        exe.execute(&p, &o, &ExecuteOptions::default())
+            .map_err(|e| fail(format!("{d}: {e}")))?;
+        let got = crate::util::download_all(device, ob.as_ref())?;
+        compare_bytes(&format!("{d} out"), &got, &data)?;
+    }
+    Ok(())
 }
 
 const COPY_CAPTURED: &str = "xthunk.conformance.copy_captured";

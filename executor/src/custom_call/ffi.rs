@@ -138,6 +138,10 @@ fn dtype_code(d: DType) -> i32 {
         DType::BF16 => 7,
         DType::F32 => 8,
         DType::F64 => 9,
+        DType::I16 => 10,
+        DType::U16 => 11,
+        DType::U32 => 12,
+        DType::U64 => 13,
     }
 }
 

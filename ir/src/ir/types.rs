@@ -209,6 +209,10 @@ pub enum Scalar {
     BF16(u16),
     F32(f32),
     F64(f64),
+    I16(i16),
+    U16(u16),
+    U32(u32),
+    U64(u64),
 }
 
 impl Scalar {
@@ -223,6 +227,10 @@ impl Scalar {
             Scalar::BF16(_) => DType::BF16,
             Scalar::F32(_) => DType::F32,
             Scalar::F64(_) => DType::F64,
+            Scalar::I16(_) => DType::I16,
+            Scalar::U16(_) => DType::U16,
+            Scalar::U32(_) => DType::U32,
+            Scalar::U64(_) => DType::U64,
         }
     }
 
@@ -237,16 +245,24 @@ impl Scalar {
             Scalar::F16(v) | Scalar::BF16(v) => v.to_le_bytes().to_vec(),
             Scalar::F32(v) => v.to_le_bytes().to_vec(),
             Scalar::F64(v) => v.to_le_bytes().to_vec(),
+            Scalar::I16(v) => v.to_le_bytes().to_vec(),
+            Scalar::U16(v) => v.to_le_bytes().to_vec(),
+            Scalar::U32(v) => v.to_le_bytes().to_vec(),
+            Scalar::U64(v) => v.to_le_bytes().to_vec(),
         }
     }
 
-    /// The value as an i64 when it is an integer (used for extents).
+    /// The value as an i64 when it is an integer that fits one (used for extents).
     pub fn as_i64(&self) -> Option<i64> {
         match *self {
             Scalar::I8(v) => Some(v as i64),
             Scalar::U8(v) => Some(v as i64),
             Scalar::I32(v) => Some(v as i64),
             Scalar::I64(v) => Some(v),
+            Scalar::I16(v) => Some(v.into()),
+            Scalar::U16(v) => Some(v.into()),
+            Scalar::U32(v) => Some(v.into()),
+            Scalar::U64(v) => i64::try_from(v).ok(),
             _ => None,
         }
     }
@@ -263,6 +279,10 @@ impl Scalar {
             Scalar::BF16(v) => half::bf16::from_bits(v).to_f64(),
             Scalar::F32(v) => v as f64,
             Scalar::F64(v) => v,
+            Scalar::I16(v) => v as f64,
+            Scalar::U16(v) => v as f64,
+            Scalar::U32(v) => v as f64,
+            Scalar::U64(v) => v as f64,
         }
     }
 }
@@ -279,6 +299,10 @@ impl fmt::Display for Scalar {
             Scalar::BF16(v) => write!(f, "bf16:{}", half::bf16::from_bits(v)),
             Scalar::F32(v) => write!(f, "f32:{v}"),
             Scalar::F64(v) => write!(f, "f64:{v}"),
+            Scalar::I16(v) => write!(f, "i16:{v}"),
+            Scalar::U16(v) => write!(f, "u16:{v}"),
+            Scalar::U32(v) => write!(f, "u32:{v}"),
+            Scalar::U64(v) => write!(f, "u64:{v}"),
         }
     }
 }
@@ -303,7 +327,10 @@ macro_rules! scalar_from {
         }
     )*};
 }
-scalar_from!(bool => Pred, i8 => I8, u8 => U8, i32 => I32, i64 => I64, f32 => F32, f64 => F64);
+scalar_from!(
+    bool => Pred, i8 => I8, u8 => U8, i16 => I16, u16 => U16, i32 => I32, u32 => U32,
+    i64 => I64, u64 => U64, f32 => F32, f64 => F64
+);
 
 impl From<half::f16> for KernelArg {
     fn from(x: half::f16) -> Self {

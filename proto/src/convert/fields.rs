@@ -74,6 +74,10 @@ pub(crate) fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, Pr
         Ok(pb::DType::DtypeBf16) => Ok(DType::BF16),
         Ok(pb::DType::DtypeF32) => Ok(DType::F32),
         Ok(pb::DType::DtypeF64) => Ok(DType::F64),
+        Ok(pb::DType::DtypeI16) => Ok(DType::I16),
+        Ok(pb::DType::DtypeU16) => Ok(DType::U16),
+        Ok(pb::DType::DtypeU32) => Ok(DType::U32),
+        Ok(pb::DType::DtypeU64) => Ok(DType::U64),
         Err(_) => Err(loc.invalid(field, format!("unknown element type value {v}"))),
     }
 }
@@ -132,11 +136,19 @@ pub(crate) fn scalar_from(
         Some(Value::F64(v)) => Scalar::F64(v),
         Some(Value::F32Bits(bits)) => Scalar::F32(f32::from_bits(bits)),
         Some(Value::F64Bits(bits)) => Scalar::F64(f64::from_bits(bits)),
+        Some(Value::I16(v)) => {
+            Scalar::I16(i16::try_from(v).map_err(|_| range("i16", v.into(), -32768, 32767))?)
+        }
+        Some(Value::U16(v)) => {
+            Scalar::U16(u16::try_from(v).map_err(|_| range("u16", v.into(), 0, 0xFFFF))?)
+        }
+        Some(Value::U32(v)) => Scalar::U32(v),
+        Some(Value::U64(v)) => Scalar::U64(v),
         None => {
             return Err(loc.invalid(
                 field,
-                "no scalar value is set (expected pred, i8, u8, i32, i64, f16, bf16, f32, f64, \
-                 f32_bits or f64_bits)",
+                "no scalar value is set (expected pred, i8, u8, i16, u16, i32, u32, i64, u64, \
+                 f16, bf16, f32, f64, f32_bits or f64_bits)",
             ));
         }
     })
@@ -153,6 +165,10 @@ pub(crate) fn dtype_to(d: DType) -> pb::DType {
         DType::BF16 => pb::DType::DtypeBf16,
         DType::F32 => pb::DType::DtypeF32,
         DType::F64 => pb::DType::DtypeF64,
+        DType::I16 => pb::DType::DtypeI16,
+        DType::U16 => pb::DType::DtypeU16,
+        DType::U32 => pb::DType::DtypeU32,
+        DType::U64 => pb::DType::DtypeU64,
     }
 }
 
@@ -194,6 +210,10 @@ pub(crate) fn scalar_to(s: &Scalar) -> pb::Scalar {
         Scalar::F32(v) => Value::F32Bits(v.to_bits()),
         Scalar::F64(v) if decimal_is_exact_f64(v) => Value::F64(v),
         Scalar::F64(v) => Value::F64Bits(v.to_bits()),
+        Scalar::I16(v) => Value::I16(i32::from(v)),
+        Scalar::U16(v) => Value::U16(u32::from(v)),
+        Scalar::U32(v) => Value::U32(v),
+        Scalar::U64(v) => Value::U64(v),
     };
     pb::Scalar { value: Some(value) }
 }

@@ -6,17 +6,17 @@ use xthunk_core::ir::DType;
 
 /// Which family an element type belongs to, for the ops' type rules.
 pub fn is_int(d: DType) -> bool {
-    matches!(d, DType::I8 | DType::U8 | DType::I32 | DType::I64)
+    d.is_int()
 }
 
 /// Signed integer types.
 pub fn is_signed_int(d: DType) -> bool {
-    matches!(d, DType::I8 | DType::I32 | DType::I64)
+    d.is_signed_int()
 }
 
 /// Unsigned integer types (pred is not one: it is a boolean).
 pub fn is_unsigned_int(d: DType) -> bool {
-    matches!(d, DType::U8)
+    d.is_unsigned_int()
 }
 
 /// Bits of an element.

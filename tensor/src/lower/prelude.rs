@@ -7,15 +7,22 @@
 /// The helpers every generated module starts with.
 pub const PRELUDE: &str = r#"// xthunk-tensor prelude: StableHLO semantics for generated kernels.
 template <typename T> struct xh_t;
-template <> struct xh_t<signed char> { typedef unsigned char u; typedef signed char s; enum { bits = 8, is_signed = 1 }; };
-template <> struct xh_t<unsigned char> { typedef unsigned char u; typedef signed char s; enum { bits = 8, is_signed = 0 }; };
-template <> struct xh_t<int> { typedef unsigned int u; typedef int s; enum { bits = 32, is_signed = 1 }; };
-template <> struct xh_t<long long> { typedef unsigned long long u; typedef long long s; enum { bits = 64, is_signed = 1 }; };
+// u: the unsigned type of the same width; s: the signed one; w: the unsigned type products and
+// shifts are done in (at least `unsigned int`, so 8- and 16-bit operands, promoted to `int`,
+// never overflow it).
+template <> struct xh_t<signed char> { typedef unsigned char u; typedef signed char s; typedef unsigned int w; enum { bits = 8, is_signed = 1 }; };
+template <> struct xh_t<unsigned char> { typedef unsigned char u; typedef signed char s; typedef unsigned int w; enum { bits = 8, is_signed = 0 }; };
+template <> struct xh_t<short> { typedef unsigned short u; typedef short s; typedef unsigned int w; enum { bits = 16, is_signed = 1 }; };
+template <> struct xh_t<unsigned short> { typedef unsigned short u; typedef short s; typedef unsigned int w; enum { bits = 16, is_signed = 0 }; };
+template <> struct xh_t<int> { typedef unsigned int u; typedef int s; typedef unsigned int w; enum { bits = 32, is_signed = 1 }; };
+template <> struct xh_t<unsigned int> { typedef unsigned int u; typedef int s; typedef unsigned int w; enum { bits = 32, is_signed = 0 }; };
+template <> struct xh_t<long long> { typedef unsigned long long u; typedef long long s; typedef unsigned long long w; enum { bits = 64, is_signed = 1 }; };
+template <> struct xh_t<unsigned long long> { typedef unsigned long long u; typedef long long s; typedef unsigned long long w; enum { bits = 64, is_signed = 0 }; };
 
 // Integer arithmetic wraps: computed in the unsigned type of the same width.
 template <typename T> __device__ inline T xh_add(T a, T b) { typedef typename xh_t<T>::u U; return (T)(U)((U)a + (U)b); }
 template <typename T> __device__ inline T xh_sub(T a, T b) { typedef typename xh_t<T>::u U; return (T)(U)((U)a - (U)b); }
-template <typename T> __device__ inline T xh_mul(T a, T b) { typedef typename xh_t<T>::u U; return (T)(U)((U)a * (U)b); }
+template <typename T> __device__ inline T xh_mul(T a, T b) { typedef typename xh_t<T>::u U; typedef typename xh_t<T>::w W; return (T)(U)((W)(U)a * (W)(U)b); }
 template <typename T> __device__ inline T xh_neg(T a) { typedef typename xh_t<T>::u U; return (T)(U)((U)0 - (U)a); }
 template <typename T> __device__ inline T xh_iabs(T a) { return a < (T)0 ? xh_neg(a) : a; }
 template <typename T> __device__ inline T xh_smin() { typedef typename xh_t<T>::u U; return xh_t<T>::is_signed ? (T)(U)((U)1 << (xh_t<T>::bits - 1)) : (T)0; }
@@ -33,7 +40,8 @@ template <typename T> __device__ inline T xh_rem(T a, T b) {
 // Shifts by the bit width or more (the amount read unsigned): 0, or the sign for arithmetic.
 template <typename T> __device__ inline T xh_shl(T a, T b) {
   typedef typename xh_t<T>::u U;
-  return (U)b >= (U)xh_t<T>::bits ? (T)0 : (T)(U)((U)a << (U)b);
+  typedef typename xh_t<T>::w W;
+  return (U)b >= (U)xh_t<T>::bits ? (T)0 : (T)(U)((W)(U)a << (U)b);
 }
 template <typename T> __device__ inline T xh_shrl(T a, T b) {
   typedef typename xh_t<T>::u U;
@@ -54,8 +62,9 @@ template <typename T> __device__ inline T xh_ipow(T a, T b) {
     if (xh_t<T>::is_signed && a == (T)-1) return ((U)b & (U)1) ? (T)-1 : (T)1;
     return (T)0;
   }
+  typedef typename xh_t<T>::w W;
   U r = 1, x = (U)a, e = (U)b;
-  while (e != (U)0) { if (e & (U)1) r = (U)(r * x); x = (U)(x * x); e = (U)(e >> 1); }
+  while (e != (U)0) { if (e & (U)1) r = (U)((W)r * (W)x); x = (U)((W)x * (W)x); e = (U)(e >> 1); }
   return (T)r;
 }
 template <typename T> __device__ inline T xh_imax(T a, T b) { return a >= b ? a : b; }
@@ -65,10 +74,18 @@ __device__ inline int xh_clz(unsigned char x) { return xt_clz((unsigned int)x) -
 __device__ inline int xh_clz(signed char x) { return xt_clz((unsigned int)(unsigned char)x) - 24; }
 __device__ inline int xh_clz(int x) { return xt_clz((unsigned int)x); }
 __device__ inline int xh_clz(long long x) { return xt_clzll((unsigned long long)x); }
+__device__ inline int xh_clz(short x) { return xt_clz((unsigned int)(unsigned short)x) - 16; }
+__device__ inline int xh_clz(unsigned short x) { return xt_clz((unsigned int)x) - 16; }
+__device__ inline int xh_clz(unsigned int x) { return xt_clz(x); }
+__device__ inline int xh_clz(unsigned long long x) { return xt_clzll(x); }
 __device__ inline int xh_popc(unsigned char x) { return xt_popc((unsigned int)x); }
 __device__ inline int xh_popc(signed char x) { return xt_popc((unsigned int)(unsigned char)x); }
 __device__ inline int xh_popc(int x) { return xt_popc((unsigned int)x); }
 __device__ inline int xh_popc(long long x) { return xt_popcll((unsigned long long)x); }
+__device__ inline int xh_popc(short x) { return xt_popc((unsigned int)(unsigned short)x); }
+__device__ inline int xh_popc(unsigned short x) { return xt_popc((unsigned int)x); }
+__device__ inline int xh_popc(unsigned int x) { return xt_popc(x); }
+__device__ inline int xh_popc(unsigned long long x) { return xt_popcll(x); }
 
 // IEEE-754 maximum / minimum: a NaN operand gives NaN, and -0 < +0.
 __device__ inline float xh_fmax(float a, float b) {

@@ -17,6 +17,10 @@ pub fn storage(d: DType) -> &'static str {
         DType::BF16 => "xt_bf16",
         DType::F32 => "float",
         DType::F64 => "double",
+        DType::I16 => "short",
+        DType::U16 => "unsigned short",
+        DType::U32 => "unsigned int",
+        DType::U64 => "unsigned long long",
     }
 }
 
@@ -72,6 +76,10 @@ pub fn literal(d: DType, b: &[u8]) -> String {
         DType::BF16 => format!("xt_bf16_to_f32((unsigned short)0x{u:x})"),
         DType::F32 => format!("xt_bits_f32(0x{u:x}u)"),
         DType::F64 => format!("xt_bits_f64(0x{u:x}ull)"),
+        DType::I16 => format!("(short){}", u as u16 as i16),
+        DType::U16 => format!("(unsigned short){u}"),
+        DType::U32 => format!("0x{:x}u", u as u32),
+        DType::U64 => format!("0x{u:x}ull"),
     }
 }
 
@@ -191,7 +199,11 @@ fn int_bounds(d: DType) -> (&'static str, &'static str) {
     match d {
         DType::I8 => ("-128.0", "128.0"),
         DType::U8 => ("0.0", "256.0"),
+        DType::I16 => ("-32768.0", "32768.0"),
+        DType::U16 => ("0.0", "65536.0"),
         DType::I32 => ("-2147483648.0", "2147483648.0"),
+        DType::U32 => ("0.0", "4294967296.0"),
+        DType::U64 => ("0.0", "18446744073709551616.0"),
         _ => ("-9223372036854775808.0", "9223372036854775808.0"),
     }
 }
@@ -241,6 +253,24 @@ pub fn bitcast(from: DType, to: DType, x: &str) -> Option<String> {
         (DType::BF16, DType::F16) => format!("xt_f16_to_f32(xh_b_bits({x}))"),
         (DType::I8, DType::U8) => format!("(unsigned char){x}"),
         (DType::U8, DType::I8) => format!("(signed char){x}"),
+        (DType::I16, DType::U16) => format!("(unsigned short){x}"),
+        (DType::U16, DType::I16) => format!("(short){x}"),
+        (DType::I32, DType::U32) => format!("(unsigned int){x}"),
+        (DType::U32, DType::I32) => format!("(int){x}"),
+        (DType::I64, DType::U64) => format!("(unsigned long long){x}"),
+        (DType::U64, DType::I64) => format!("(long long){x}"),
+        (DType::F32, DType::U32) => format!("xt_f32_bits({x})"),
+        (DType::U32, DType::F32) => format!("xt_bits_f32({x})"),
+        (DType::F64, DType::U64) => format!("(unsigned long long)xt_f64_bits({x})"),
+        (DType::U64, DType::F64) => format!("xt_bits_f64({x})"),
+        (DType::F16, DType::U16) => format!("xh_h_bits({x})"),
+        (DType::U16, DType::F16) => format!("xt_f16_to_f32({x})"),
+        (DType::BF16, DType::U16) => format!("xh_b_bits({x})"),
+        (DType::U16, DType::BF16) => format!("xt_bf16_to_f32({x})"),
+        (DType::F16, DType::I16) => format!("(short)xh_h_bits({x})"),
+        (DType::I16, DType::F16) => format!("xt_f16_to_f32((unsigned short){x})"),
+        (DType::BF16, DType::I16) => format!("(short)xh_b_bits({x})"),
+        (DType::I16, DType::BF16) => format!("xt_bf16_to_f32((unsigned short){x})"),
         _ => return None,
     };
     Some(s)

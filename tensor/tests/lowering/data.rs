@@ -127,6 +127,24 @@ impl Arr {
                     .map(|k| i64::from_le_bytes(el(k).try_into().unwrap()) as i128)
                     .collect(),
             ),
+            // The other integer types: the bytes zero- or sign-extended, as `wrap` reads them.
+            d => {
+                let signed = d.is_signed_int();
+                Arr::ints(
+                    dtype,
+                    dims,
+                    (0..n)
+                        .map(|k| {
+                            let mut le = [0u8; 16];
+                            le[..s].copy_from_slice(el(k));
+                            if signed && el(k)[s - 1] & 0x80 != 0 {
+                                le[s..].fill(0xff);
+                            }
+                            i128::from_le_bytes(le)
+                        })
+                        .collect(),
+                )
+            }
         }
     }
 }
@@ -154,7 +172,7 @@ pub fn width(d: DType) -> u32 {
 pub fn wrap(d: DType, x: i128) -> i128 {
     match d {
         DType::Pred => (x != 0) as i128,
-        DType::U8 => x.rem_euclid(256),
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => x.rem_euclid(1i128 << width(d)),
         _ => {
             let w = width(d);
             let m = 1i128 << w;
@@ -166,14 +184,14 @@ pub fn wrap(d: DType, x: i128) -> i128 {
 
 pub fn min_of(d: DType) -> i128 {
     match d {
-        DType::U8 | DType::Pred => 0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 | DType::Pred => 0,
         _ => -(1i128 << (width(d) - 1)),
     }
 }
 
 pub fn max_of(d: DType) -> i128 {
     match d {
-        DType::U8 => 255,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => (1i128 << width(d)) - 1,
         DType::Pred => 1,
         _ => (1i128 << (width(d) - 1)) - 1,
     }

@@ -175,6 +175,26 @@ fn elementwise_i64() {
 }
 
 #[test]
+fn elementwise_i16() {
+    check_dtype(DType::I16);
+}
+
+#[test]
+fn elementwise_u16() {
+    check_dtype(DType::U16);
+}
+
+#[test]
+fn elementwise_u32() {
+    check_dtype(DType::U32);
+}
+
+#[test]
+fn elementwise_u64() {
+    check_dtype(DType::U64);
+}
+
+#[test]
 fn elementwise_pred() {
     check_dtype(DType::Pred);
 }

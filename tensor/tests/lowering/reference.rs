@@ -125,7 +125,8 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
     match op {
         Add => wrap(d, a + b),
         Subtract => wrap(d, a - b),
-        Multiply => wrap(d, a * b),
+        // Wrapping in i128 first: u64 products pass 2^127 (2^64 divides 2^128).
+        Multiply => wrap(d, a.wrapping_mul(b)),
         // XLA: x / 0 = -1, INT_MIN / -1 = INT_MIN; x % 0 = x, INT_MIN % -1 = 0.
         Divide if b == 0 => wrap(d, -1),
         Divide => wrap(d, a / b),
@@ -148,7 +149,7 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
             } else {
                 let mut r: i128 = 1;
                 for _ in 0..b.min(200) {
-                    r = wrap(d, r * a);
+                    r = wrap(d, r.wrapping_mul(a));
                 }
                 // Exponents past 200 only matter for |a| ≤ 1 or even bases (which reach 0).
                 if b > 200 {
@@ -156,9 +157,9 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
                     let (mut x, mut e) = (a, b as u128);
                     while e > 0 {
                         if e & 1 == 1 {
-                            acc = wrap(d, acc * x);
+                            acc = wrap(d, acc.wrapping_mul(x));
                         }
-                        x = wrap(d, x * x);
+                        x = wrap(d, x.wrapping_mul(x));
                         e >>= 1;
                     }
                     r = acc;
@@ -174,7 +175,14 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
         ShiftLeft | ShiftRightLogical | ShiftRightArithmetic => {
             let amount = unsigned_bits(d, b);
             let ua = unsigned_bits(d, a);
-            let sa = wrap(if w == 8 { DType::I8 } else { d }, a);
+            // The operand read as the signed type of its width.
+            let signed_of = match w {
+                8 => DType::I8,
+                16 => DType::I16,
+                32 => DType::I32,
+                _ => DType::I64,
+            };
+            let sa = wrap(signed_of, a);
             if amount >= w {
                 return match op {
                     ShiftRightArithmetic => wrap(d, if sa < 0 { -1 } else { 0 }),
@@ -236,7 +244,7 @@ pub fn convert_el(from: DType, to: DType, f: f64, i: i128) -> (f64, i128) {
         (true, true) if matches!(to, DType::F16 | DType::BF16) => (rnd(to, f as f32 as f64), 0),
         (true, true) => (rnd(to, f), 0),
         (false, true) if to == DType::F64 => (i as f64, 0),
-        (false, true) => (rnd(to, i as i64 as f32 as f64), 0),
+        (false, true) => (rnd(to, i as f32 as f64), 0),
         (true, false) => {
             let v = if f.is_nan() {
                 0

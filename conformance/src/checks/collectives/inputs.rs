@@ -39,7 +39,10 @@ pub(super) fn int_inputs(dtype: DType, op: ReduceOp) -> (i64, i64) {
         ReduceOp::Prod => {
             let m = match dtype {
                 DType::I8 | DType::U8 => 3,
+                DType::I16 => 13,
+                DType::U16 => 15,
                 DType::I32 => 215,
+                DType::U32 => 255,
                 _ => 50_000,
             };
             ((-m).max(lo), m)

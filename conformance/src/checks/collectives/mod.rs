@@ -6,8 +6,8 @@
 //!
 //! - **Every operation × dtype × reduction on 1, 2, 3 and 4 ranks** (one group of every rank):
 //!   all-reduce and reduce-scatter with sum, prod, min and max; all-gather; all-to-all;
-//!   broadcast from every root. Every dtype of [`COLLECTIVE_DTYPES`] (i8, u8, i32, i64, f16,
-//!   bf16, f32, f64). Each program holds the operation at three sizes: 1 element, 1001
+//!   broadcast from every root. Every dtype of [`COLLECTIVE_DTYPES`] (i8, u8, i32, i64, u32,
+//!   u64, f16, bf16, f32, f64). Each program holds the operation at three sizes: 1 element, 1001
 //!   elements and 64 KiB (per rank and block).
 //! - **Group shapes** (f32 and i8, every operation, every root): `[[0,1],[2,3]]`,
 //!   `[[0,2],[1,3]]`, `[[0,1,2,3]]` written out, groups that leave ranks out (`[[0,2]]` on 4

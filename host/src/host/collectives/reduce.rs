@@ -86,6 +86,10 @@ pub(crate) unsafe fn reduce(
             DType::U8 => native::<u8>(op, inputs, outputs, n, st),
             DType::I32 => native::<i32>(op, inputs, outputs, n, st),
             DType::I64 => native::<i64>(op, inputs, outputs, n, st),
+            DType::I16 => native::<i16>(op, inputs, outputs, n, st),
+            DType::U16 => native::<u16>(op, inputs, outputs, n, st),
+            DType::U32 => native::<u32>(op, inputs, outputs, n, st),
+            DType::U64 => native::<u64>(op, inputs, outputs, n, st),
             DType::F32 => native::<f32>(op, inputs, outputs, n, st),
             DType::F64 => native::<f64>(op, inputs, outputs, n, st),
             DType::F16 => halfs::<f16>(op, inputs, outputs, n, st),
@@ -118,7 +122,7 @@ macro_rules! native_int {
         }
     )*};
 }
-native_int!(i8, u8, i32, i64);
+native_int!(i8, u8, i16, u16, i32, u32, i64, u64);
 
 macro_rules! native_float {
     ($($t:ty),*) => {$(

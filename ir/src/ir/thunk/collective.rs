@@ -76,12 +76,15 @@ pub struct CollectiveThunk {
     pub groups: Vec<Vec<u32>>,
 }
 
-/// Element types the collectives support.
-pub const COLLECTIVE_DTYPES: [DType; 8] = [
+/// Element types the collectives support: NCCL's and RCCL's data types (they have no 16-bit
+/// integers, so i16 and u16 are not collective types).
+pub const COLLECTIVE_DTYPES: [DType; 10] = [
     DType::I8,
     DType::U8,
     DType::I32,
     DType::I64,
+    DType::U32,
+    DType::U64,
     DType::F16,
     DType::BF16,
     DType::F32,

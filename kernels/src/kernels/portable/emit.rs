@@ -15,6 +15,10 @@ pub(super) fn ctype(t: DType) -> &'static str {
         DType::U8 | DType::Pred => "unsigned char",
         DType::I32 => "int",
         DType::I64 => "long long",
+        DType::I16 => "short",
+        DType::U16 => "unsigned short",
+        DType::U32 => "unsigned int",
+        DType::U64 => "unsigned long long",
     }
 }
 
@@ -29,7 +33,7 @@ pub(super) fn compute(t: DType) -> &'static str {
 /// The unsigned type integer arithmetic wraps in.
 pub(super) fn wrap(t: DType) -> &'static str {
     match t {
-        DType::I64 => "unsigned long long",
+        DType::I64 | DType::U64 => "unsigned long long",
         _ => "unsigned int",
     }
 }
@@ -77,13 +81,17 @@ pub(super) fn int_min(t: DType) -> &'static str {
     match t {
         DType::I8 => "((signed char)-128)",
         DType::U8 | DType::Pred => "((unsigned char)0)",
+        DType::I16 => "((short)-32768)",
+        DType::U16 => "((unsigned short)0)",
         DType::I32 => "(-2147483647 - 1)",
+        DType::U32 => "0u",
+        DType::U64 => "0ull",
         _ => "(-9223372036854775807LL - 1LL)",
     }
 }
 
 pub(super) fn is_signed_int(t: DType) -> bool {
-    matches!(t, DType::I8 | DType::I32 | DType::I64)
+    t.is_signed_int()
 }
 
 /// `(T)((W)0 - (W)x)`: wrapping negation of an integer.
