@@ -1,7 +1,8 @@
 //! Element and tensor types of the StableHLO text mapped to xthunk's: `i1` → pred, signless
-//! and `si` integers → the signed types, `ui8` → u8, the four float types; anything xthunk
-//! lacks (i16, u16, u32, u64, complex, the f8 family, `index`, dynamic or unranked shapes,
-//! tuples or tokens where a tensor is needed) refused naming the type.
+//! and `si` integers of 8, 16, 32 and 64 bits → the signed types, `ui` ones → the unsigned
+//! types, the four float types; anything xthunk lacks (complex, the f8 family, `index`,
+//! dynamic or unranked shapes, tuples or tokens where a tensor is needed) refused naming the
+//! type.
 
 use super::ImportError;
 use crate::ast::{ElementType, Op, Type};
@@ -24,13 +25,29 @@ pub fn dtype(e: ElementType) -> Option<DType> {
             signed: Some(false),
         } => DType::U8,
         ElementType::Int {
+            width: 16,
+            signed: None | Some(true),
+        } => DType::I16,
+        ElementType::Int {
+            width: 16,
+            signed: Some(false),
+        } => DType::U16,
+        ElementType::Int {
             width: 32,
             signed: None | Some(true),
         } => DType::I32,
         ElementType::Int {
+            width: 32,
+            signed: Some(false),
+        } => DType::U32,
+        ElementType::Int {
             width: 64,
             signed: None | Some(true),
         } => DType::I64,
+        ElementType::Int {
+            width: 64,
+            signed: Some(false),
+        } => DType::U64,
         ElementType::F16 => DType::F16,
         ElementType::BF16 => DType::BF16,
         ElementType::F32 => DType::F32,
