@@ -5,46 +5,17 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
 
 const WHILE: &str = "stablehlo/tests/fixtures/while.mlir";
 const MLP: &str = "stablehlo/tests/fixtures/mlp.mlir";
 
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
+#[path = "common/binary.rs"]
+mod binary;
+use binary::{ok, root, text, xthunk};
 
+/// A fresh, empty directory for one test.
 fn scratch(name: &str) -> PathBuf {
-    let d = Path::new(env!("CARGO_TARGET_TMPDIR"))
-        .join("stablehlo-tests")
-        .join(name);
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
-
-fn xthunk(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_xthunk"))
-        .args(args)
-        .current_dir(root())
-        .env_remove("RUST_LOG")
-        .output()
-        .expect("spawn xthunk")
-}
-
-fn text(b: &[u8]) -> String {
-    String::from_utf8_lossy(b).into_owned()
-}
-
-fn ok(args: &[&str]) -> String {
-    let o = xthunk(args);
-    assert!(
-        o.status.success(),
-        "xthunk {args:?} failed ({}):\n{}",
-        o.status,
-        text(&o.stderr)
-    );
-    text(&o.stdout)
+    binary::scratch_in("stablehlo-tests", name)
 }
 
 /// A command that must fail with exit 1 and exactly one `error: ` line; returns the line.
