@@ -117,6 +117,14 @@ impl Lowerer {
         self.b.temp(t.dtype, &t.dims).slice
     }
 
+    /// Where `v` is written: the result buffer it claims, else a new temp.
+    fn dest(&mut self, claims: &HashMap<Value, Slice>, g: &Graph, v: Value) -> Slice {
+        match claims.get(&v) {
+            Some(d) => *d,
+            None => self.temp(g.ty(v)),
+        }
+    }
+
     /// The launch of a finished kernel over `n` elements (`None` when `n` is 0), a thread
     /// per element.
     fn launch(&mut self, k: KernelText, n: u64) -> Option<Thunk> {
@@ -274,10 +282,7 @@ impl Lowerer {
                 }
                 Op::DotGeneral(dims) => {
                     let v = node.results[0];
-                    let dest = claims
-                        .get(&v)
-                        .copied()
-                        .unwrap_or_else(|| self.temp(g.ty(v)));
+                    let dest = self.dest(&claims, g, v);
                     let s = Scope {
                         graph: g,
                         homes: &homes,
@@ -289,12 +294,7 @@ impl Lowerer {
                     let dests: Vec<Slice> = node
                         .results
                         .iter()
-                        .map(|r| {
-                            claims
-                                .get(r)
-                                .copied()
-                                .unwrap_or_else(|| self.temp(g.ty(*r)))
-                        })
+                        .map(|r| self.dest(&claims, g, *r))
                         .collect();
                     let s = Scope {
                         graph: g,
@@ -313,12 +313,7 @@ impl Lowerer {
                     let dests: Vec<Slice> = node
                         .results
                         .iter()
-                        .map(|r| {
-                            claims
-                                .get(r)
-                                .copied()
-                                .unwrap_or_else(|| self.temp(g.ty(*r)))
-                        })
+                        .map(|r| self.dest(&claims, g, *r))
                         .collect();
                     let s = Scope {
                         graph: g,
