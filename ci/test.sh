@@ -122,13 +122,15 @@ step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulat
 # The StableHLO test set's comparison (bit-exact, ULP and relative bounds) checked on its own.
 step jax-compare "${venv}/bin/python" -m pytest -q stablehlo/jax/test_compare.py
 # StableHLO through xthunk against JAX's CPU results (stablehlo/jax/README.md): one random case
-# per op and type plus the user programs on the host; the user programs on emulated CUDA and
-# ROCm. Refusals at import are listed by op and do not fail the step (the set covers types
-# and ops xthunk does not have yet); a wrong result does.
+# per op and type plus the user programs on the host; one random case per op (any type) plus
+# the programs on emulated CUDA and ROCm (each case lowered by JAX once, run on both); the
+# programs compiled ahead of time for sm_90 and gfx90a into one .pb, run on all three (the GPU
+# backends must load the compiled images). Refusals at import are listed by op and do not fail
+# a step (the set covers types and ops xthunk does not have yet); a wrong result does.
 jaxset=(stablehlo/jax/run.py --xthunk "${CARGO_TARGET_DIR:-target}/debug/xthunk" --allow-unsupported)
 step jax-host "${venv}/bin/python" "${jaxset[@]}" --backend host --count 1 --programs
-step jax-emu-cuda env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend cuda --programs-only
-step jax-emu-rocm env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend rocm --programs-only
+step jax-emu env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend cuda,rocm --count 1 --per-op 1 --programs
+step jax-aot env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend host,cuda,rocm --programs-only --compile sm_90,gfx90a
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
 step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"

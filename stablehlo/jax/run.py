@@ -59,17 +59,52 @@ def write_inputs(args, folder: str) -> list:
 
 
 class CliAdapter:
-    name = "cli"
+    """`xthunk run` on one backend; with compile targets, the module is first compiled ahead
+    of time (`xthunk compile case.mlir --target … -o case.pb`) and the .pb is run, and a GPU
+    backend must have loaded one of those images (the executor's log says which), not
+    compiled the source itself."""
 
-    def __init__(self, xthunk: str, backend: str, unsupported: str, timeout: float):
+    # The image a GPU backend must load from a compiled .pb, per target prefix.
+    IMAGE = {"cuda": ("sm_", "image=cubin({})"), "rocm": ("gfx", "image=hsaco({})")}
+
+    def __init__(self, xthunk: str, backend: str, unsupported: str, timeout: float,
+                 compile_targets=None):
         self.xthunk, self.backend = xthunk, backend
+        self.targets = list(compile_targets or [])
+        self.name = f"cli-{backend}" + ("-aot" if self.targets else "")
         self.unsupported = re.compile(unsupported)
         self.timeout = timeout
+
+    def call(self, cmd, workdir, env=None):
+        """Runs cmd; None on success, else the failed Outcome."""
+        with open(os.path.join(workdir, "cmd.txt"), "a") as f:
+            f.write(" ".join(cmd) + "\n")
+        try:
+            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout, env=env)
+        except subprocess.TimeoutExpired:
+            return Outcome("error", message=f"timed out after {self.timeout}s"), None
+        if r.returncode != 0:
+            msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
+            line = msg[-1] if msg else f"exit code {r.returncode}"
+            kind = "unsupported" if self.unsupported.search(r.stderr + r.stdout) else "error"
+            return Outcome(kind, message=f"{cmd[1]}: exit {r.returncode}: {line}"), r
+        return None, r
 
     def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
         prog = os.path.join(workdir, "case.mlir")
         with open(prog, "w") as f:
             f.write(text)
+        env = None
+        if self.targets:
+            pb = os.path.join(workdir, "case.pb")
+            cmd = [self.xthunk, "compile", prog, "-o", pb]
+            for t in self.targets:
+                cmd += ["--target", t]
+            failed, _ = self.call(cmd, workdir)
+            if failed:
+                return failed
+            prog = pb
+            env = dict(os.environ, RUST_LOG="xthunk_executor::executor::loaded=debug")
         inputs = write_inputs(case.args, workdir)
         outdir = os.path.join(workdir, "out")
         os.mkdir(outdir)
@@ -77,17 +112,17 @@ class CliAdapter:
         for i, p in enumerate(inputs):
             cmd += ["--input", f"arg{i}={p}"]
         cmd += ["--output-dir", outdir]
-        with open(os.path.join(workdir, "cmd.txt"), "w") as f:
-            f.write(" ".join(cmd) + "\n")
-        try:
-            r = subprocess.run(cmd, capture_output=True, text=True, timeout=self.timeout)
-        except subprocess.TimeoutExpired:
-            return Outcome("error", message=f"timed out after {self.timeout}s")
-        if r.returncode != 0:
-            msg = (r.stderr.strip() or r.stdout.strip()).splitlines()
-            line = msg[-1] if msg else f"exit code {r.returncode}"
-            kind = "unsupported" if self.unsupported.search(r.stderr + r.stdout) else "error"
-            return Outcome(kind, message=f"exit {r.returncode}: {line}")
+        failed, r = self.call(cmd, workdir, env)
+        if failed:
+            return failed
+        if self.targets and self.backend in self.IMAGE:
+            prefix, form = self.IMAGE[self.backend]
+            want = [form.format(t) for t in self.targets if t.startswith(prefix)]
+            if not any(w in r.stderr for w in want):
+                loaded = re.findall(r"image=\S+(?: \([^)]*\))?", r.stderr)
+                return Outcome("error", message=f"{self.backend} did not load a compiled image "
+                               f"({' or '.join(want) or 'none compiled for it'}); "
+                               f"it loaded: {loaded or 'nothing logged'}")
         return read_outputs(outdir, n_out)
 
 
@@ -171,45 +206,53 @@ class Tally:
         return "\n".join(lines), tot
 
 
-def run_cases(cases, adapter, folder, keep, tally):
-    """Each case in a folder of its own under folder; kept (and named on failure) if keep."""
+def run_cases(cases, adapters, folder, keep, tallies):
+    """Each case lowered once (module text and JAX's results), then run by every adapter, each
+    in a folder of its own under folder; kept (and named on failure) if keep."""
     for case in cases:
-        work = tempfile.mkdtemp(prefix=f"{re.sub(r'[^A-Za-z0-9_]+', '_', case.op)}-", dir=folder)
+        stem = re.sub(r'[^A-Za-z0-9_]+', '_', case.op)
         try:
             text = C.lower(case)
             exp = C.expected(case, text)
         except Exception as e:  # an error of the test set itself, not of xthunk
-            tally.add(case.op, "set-error")
+            for tally in tallies:
+                tally.add(case.op, "set-error")
             print(f"SET-ERROR {case.label()}: {type(e).__name__}: {str(e).splitlines()[0]}")
             if os.environ.get("XTHUNK_JAXT_DEBUG"):
                 traceback.print_exc()
             continue
-        if keep and not isinstance(adapter, CliAdapter):
-            with open(os.path.join(work, "case.mlir"), "w") as f:
-                f.write(text)
-            write_inputs(case.args, work)
-        outcome = adapter.run(case, text, len(exp.outs), work)
-        if outcome.kind == "unsupported":
-            tally.add(case.op, "refused")
-            tally.refused[case.op].append(outcome.message)
-            if not keep:
-                shutil.rmtree(work, ignore_errors=True)
-            continue
-        failure = check(case, text, exp, outcome)
-        if failure is None:
-            tally.add(case.op, "passed")
-            if not keep:
-                shutil.rmtree(work, ignore_errors=True)
-        else:
-            tally.add(case.op, "failed")
-            where = f" [{work}]" if keep else ""
-            print(f"FAIL {case.label()}: {failure}{where}")
-            if keep:
-                with open(os.path.join(work, "want.txt"), "w") as f:
-                    f.write(f"{case.label()}\n{failure}\n")
-                for i, w in enumerate(exp.outs):
-                    np.save(os.path.join(work, f"want{i}.npy"),
-                            w.view(np.uint16) if w.dtype == cmp.BF16 else w)
+        for adapter, tally in zip(adapters, tallies):
+            work = tempfile.mkdtemp(prefix=f"{stem}-{adapter.name}-", dir=folder)
+            run_one(case, text, exp, adapter, work, keep, tally)
+
+
+def run_one(case, text, exp, adapter, work, keep, tally):
+    if keep and not isinstance(adapter, CliAdapter):
+        with open(os.path.join(work, "case.mlir"), "w") as f:
+            f.write(text)
+        write_inputs(case.args, work)
+    outcome = adapter.run(case, text, len(exp.outs), work)
+    if outcome.kind == "unsupported":
+        tally.add(case.op, "refused")
+        tally.refused[case.op].append(outcome.message)
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    failure = check(case, text, exp, outcome)
+    if failure is None:
+        tally.add(case.op, "passed")
+        if not keep:
+            shutil.rmtree(work, ignore_errors=True)
+        return
+    tally.add(case.op, "failed")
+    where = f" [{work}]" if keep else ""
+    print(f"FAIL {case.label()} on {adapter.name}: {failure}{where}", flush=True)
+    if keep:
+        with open(os.path.join(work, "want.txt"), "w") as f:
+            f.write(f"{case.label()}\n{failure}\n")
+        for i, w in enumerate(exp.outs):
+            np.save(os.path.join(work, f"want{i}.npy"),
+                    w.view(np.uint16) if w.dtype == cmp.BF16 else w)
 
 
 def list_ops(pattern) -> int:
@@ -227,10 +270,35 @@ def list_ops(pattern) -> int:
     return 0
 
 
+def per_op(cases, n: int, seed: int) -> list:
+    """At most n cases of each op, drawn with the seed, in their first order."""
+    by_op = collections.defaultdict(list)
+    for i, c in enumerate(cases):
+        by_op[c.op].append(i)
+    rng = np.random.default_rng(seed)
+    keep = set()
+    for idx in by_op.values():
+        keep.update(rng.choice(idx, size=min(n, len(idx)), replace=False).tolist())
+    return [c for i, c in enumerate(cases) if i in keep]
+
+
+def backends(text: str) -> list:
+    """The --backend list: host, cuda, rocm, comma-separated, each once."""
+    names = [b.strip() for b in text.split(",") if b.strip()]
+    for b in names:
+        if b not in ("host", "cuda", "rocm"):
+            raise argparse.ArgumentTypeError(f"unknown backend {b!r} (host, cuda, rocm)")
+    if not names or len(set(names)) != len(names):
+        raise argparse.ArgumentTypeError(f"{text!r}: name each backend once")
+    return names
+
+
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--xthunk", help="the xthunk executable")
-    p.add_argument("--backend", default="host", choices=["host", "cuda", "rocm"])
+    p.add_argument("--backend", default="host", type=backends,
+                   help="host, cuda or rocm; a comma list (host,cuda,rocm) runs each case on\n"
+                        "each, lowered by JAX once")
     p.add_argument("--self-check", nargs="?", const="xla", choices=["xla", "wide"],
                    help="instead of xthunk: run each module with XLA:CPU from its text (xla),\n"
                         "or the cases with tolerances evaluated in f64 (wide)")
@@ -239,6 +307,12 @@ def main(argv=None) -> int:
     p.add_argument("--programs-only", action="store_true", help="run only the user programs")
     p.add_argument("--seed", type=int, default=None, help="default: random, printed")
     p.add_argument("--count", type=int, default=2, help="random cases per op and type")
+    p.add_argument("--per-op", type=int, default=None, metavar="N",
+                   help="at most N of the generated cases per op, drawn with the seed\n"
+                        "(the programs are all kept)")
+    p.add_argument("--compile", metavar="TARGETS", type=lambda t: [x for x in t.split(",") if x],
+                   help="compile each module ahead of time for these targets (sm_90,gfx90a)\n"
+                        "into one .pb and run that; a GPU backend must load its image")
     p.add_argument("--keep", help="keep every case's folder (module, inputs, outputs) here")
     p.add_argument("--allow-unsupported", action="store_true")
     p.add_argument("--unsupported-pattern", default=r"(?i)unsupported")
@@ -255,39 +329,44 @@ def main(argv=None) -> int:
     if a.keep:
         os.makedirs(a.keep, exist_ok=True)
     if a.self_check == "xla":
-        adapter = SelfCheckAdapter()
+        adapters = [SelfCheckAdapter()]
     elif a.self_check == "wide":
-        adapter = WideAdapter()
+        adapters = [WideAdapter()]
     else:
-        adapter = CliAdapter(a.xthunk, a.backend, a.unsupported_pattern, a.timeout)
+        adapters = [CliAdapter(a.xthunk, b, a.unsupported_pattern, a.timeout, a.compile)
+                    for b in a.backend]
     keep = a.keep
     tmp = None
     if not keep:
         tmp = tempfile.mkdtemp(prefix="xthunk-jaxt-")
     t0 = time.time()
-    tally = Tally()
+    tallies = [Tally() for _ in adapters]
     todo = []
     if not a.programs_only:
         todo = C.generate(seed, a.count, a.ops)
+        if a.per_op is not None:
+            todo = per_op(todo, a.per_op, seed)
     if a.programs or a.programs_only:
         import programs
 
         todo += programs.cases(seed)
     if a.self_check == "wide":
         todo = [c for c in todo if WideAdapter.wanted(c)]
-    print(f"{len(todo)} cases, adapter {adapter.name}"
-          f"{'' if a.self_check else ', backend ' + a.backend}", flush=True)
+    print(f"{len(todo)} cases, on {', '.join(x.name for x in adapters)}", flush=True)
     try:
-        run_cases(todo, adapter, keep or tmp, bool(keep), tally)
+        run_cases(todo, adapters, keep or tmp, bool(keep), tallies)
     finally:
         if tmp:
             shutil.rmtree(tmp, ignore_errors=True)
-    text, tot = tally.summary()
-    print(text)
-    print(f"set size {sum(tot.values())}: passed {tot['passed']}, failed {tot['failed']}, "
-          f"refused at import {tot['refused']}, test-set errors {tot['set-error']} "
-          f"({time.time() - t0:.0f}s, seed {seed})")
-    bad = tot["failed"] + tot["set-error"] + (0 if a.allow_unsupported else tot["refused"])
+    bad = 0
+    for adapter, tally in zip(adapters, tallies):
+        text, tot = tally.summary()
+        print(f"== {adapter.name}\n{text}")
+        print(f"{adapter.name}: set size {sum(tot.values())}: passed {tot['passed']}, "
+              f"failed {tot['failed']}, refused at import {tot['refused']}, "
+              f"test-set errors {tot['set-error']}")
+        bad += tot["failed"] + tot["set-error"] + (0 if a.allow_unsupported else tot["refused"])
+    print(f"{time.time() - t0:.0f}s, seed {seed}: {'FAILED' if bad else 'passed'}")
     return 1 if bad else 0
 
 
