@@ -592,3 +592,109 @@ fn the_text_example_runs_with_the_plugin_named_by_xthunk_plugins() {
         }
     }
 }
+
+/// A StableHLO module as `jax.jit(f).lower(x, y).as_text()` prints it for
+/// `f = lambda x, y: (sin(v), i + 1)` where `v, i = top_k(scaled_add(x, y, scale=2.5), k=3)`,
+/// both calls `jax.ffi.ffi_call`s (typed attributes in `mhlo.backend_config`); the scaled
+/// add's result aliases `x` (it starts as a copy of it).
+const FFI_MODULE: &str = r#"module @jit_f attributes {mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 1 : i32} {
+  func.func public @main(%arg0: tensor<7x33xf32>, %arg1: tensor<7x33xf32>) -> (tensor<7x5xf32> {jax.result_info = "result[0]"}, tensor<7x5xi32> {jax.result_info = "result[1]"}) {
+    %0 = stablehlo.custom_call @test.scaled_add(%arg0, %arg1) {backend_config = "", mhlo.backend_config = {scale = 2.500000e+00 : f32}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>], output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [], operand_index = 0, operand_tuple_indices = []>], result_layouts = [dense<[1, 0]> : tensor<2xindex>]} : (tensor<7x33xf32>, tensor<7x33xf32>) -> tensor<7x33xf32>
+    %1:2 = stablehlo.custom_call @test.top_k(%0) {backend_config = "", mhlo.backend_config = {k = 5 : i64, largest = true}, operand_layouts = [dense<[1, 0]> : tensor<2xindex>], result_layouts = [dense<[1, 0]> : tensor<2xindex>, dense<[1, 0]> : tensor<2xindex>]} : (tensor<7x33xf32>) -> (tensor<7x5xf32>, tensor<7x5xi32>)
+    %2 = stablehlo.sine %1#0 : tensor<7x5xf32>
+    %c = stablehlo.constant dense<1> : tensor<i32>
+    %3 = stablehlo.broadcast_in_dim %c, dims = [] : (tensor<i32>) -> tensor<7x5xi32>
+    %4 = stablehlo.add %1#1, %3 : tensor<7x5xi32>
+    return %2, %4 : tensor<7x5xf32>, tensor<7x5xi32>
+  }
+}
+"#;
+
+/// StableHLO's `custom_call` imported as xthunk `CustomCall` thunks: the module above run by
+/// `xthunk run prog.mlir --plugin` against references computed here (f64 scaled add, a stable
+/// sort for the top k, f64 sine).
+fn stablehlo_custom_call(backend: &str, test: &str) {
+    let Some(plugin) = need(plugin(), "no C compiler (`cc`)", test) else {
+        return;
+    };
+    if backend != "host"
+        && need(emulator_lib(), "the emulator library is not built", test).is_none()
+    {
+        return;
+    }
+    let dir = scratch().join(format!("stablehlo-{backend}"));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rng = rand::rngs::StdRng::seed_from_u64(0x5EED ^ backend.len() as u64);
+    let n = ROWS * COLS;
+    let mut v = || -> Vec<f32> { (0..n).map(|_| rng.random_range(-4.0..4.0)).collect() };
+    let (x, y) = (v(), v());
+    let b = |v: &[f32]| v.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<u8>>();
+    write_npy(&dir.join("x.npy"), "<f4", &[ROWS, COLS], &b(&x));
+    write_npy(&dir.join("y.npy"), "<f4", &[ROWS, COLS], &b(&y));
+    let prog = dir.join("ffi.mlir");
+    std::fs::write(&prog, FFI_MODULE).unwrap();
+    let out = dir.join("out");
+    let _ = std::fs::remove_dir_all(&out);
+    let arg = |i: usize, n: &str| format!("arg{i}={}", dir.join(format!("{n}.npy")).display());
+    let o = run(
+        xthunk_bin(),
+        backend,
+        &[
+            "run",
+            prog.to_str().unwrap(),
+            "--backend",
+            backend,
+            "--plugin",
+            plugin.to_str().unwrap(),
+            "--input",
+            &arg(0, "x"),
+            "--input",
+            &arg(1, "y"),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ],
+    );
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(o.status.success(), "xthunk run on {backend} failed:\n{err}");
+    let sines: Vec<f32> = read_npy(&out.join("out0.npy"));
+    let idx: Vec<i32> = read_npy(&out.join("out1.npy"));
+    assert_eq!(
+        (sines.len(), idx.len()),
+        ((ROWS * K) as usize, (ROWS * K) as usize)
+    );
+    let s: Vec<f64> = x
+        .iter()
+        .zip(&y)
+        .map(|(x, y)| 2.5 * f64::from(*x) + f64::from(*y))
+        .collect();
+    for r in 0..ROWS as usize {
+        let row = &s[r * COLS as usize..(r + 1) * COLS as usize];
+        let mut order: Vec<usize> = (0..COLS as usize).collect();
+        order.sort_by(|&a, &b| row[b].total_cmp(&row[a]));
+        for t in 0..K as usize {
+            let at = r * K as usize + t;
+            assert_eq!(idx[at] as usize, order[t] + 1, "out1[{r},{t}]");
+            let want = row[order[t]].sin();
+            let got = f64::from(sines[at]);
+            assert!(
+                (got - want).abs() <= 1e-5,
+                "out0[{r},{t}] = {got}, want {want}"
+            );
+        }
+    }
+}
+
+#[test]
+fn stablehlo_custom_call_on_host() {
+    stablehlo_custom_call("host", "stablehlo_custom_call_on_host");
+}
+
+#[test]
+fn stablehlo_custom_call_on_emulated_cuda() {
+    stablehlo_custom_call("cuda", "stablehlo_custom_call_on_emulated_cuda");
+}
+
+#[test]
+fn stablehlo_custom_call_on_emulated_rocm() {
+    stablehlo_custom_call("rocm", "stablehlo_custom_call_on_emulated_rocm");
+}

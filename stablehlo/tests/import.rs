@@ -304,11 +304,11 @@ fn recursion_unknown_attributes_and_ops_are_refused_with_positions() {
     let attr = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = \"stablehlo.negate\"(%a) {odd = 1 : i32, mhlo.x = 2 : i32} : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
     let e = refusal(attr).to_string();
     assert_eq!(e, "3:5: unsupported: attribute `odd` (in stablehlo.negate)");
-    let cc = "module {\n  func.func @main(%a: tensor<f32>) -> tensor<f32> {\n    %0 = stablehlo.custom_call @foo(%a) : (tensor<f32>) -> tensor<f32>\n    return %0 : tensor<f32>\n  }\n}\n";
-    assert!(
-        refusal(cc)
-            .to_string()
-            .starts_with("3:5: unsupported: custom_call @foo")
+    let cc = "module {\n  func.func @main(%a: tensor<2x3xf32>) -> tensor<2x3xf32> {\n    %0 = stablehlo.custom_call @foo(%a) {operand_layouts = [dense<[0, 1]> : tensor<2xindex>]} : (tensor<2x3xf32>) -> tensor<2x3xf32>\n    return %0 : tensor<2x3xf32>\n  }\n}\n";
+    assert_eq!(
+        refusal(cc).to_string(),
+        "3:5: unsupported: custom_call @foo: operand_layouts[0] = [0, 1] (xthunk passes \
+         row-major tensors only) (in stablehlo.custom_call)"
     );
     let bad_type = "module {\n  func.func @main(%a: tensor<4xf8E5M2>) -> tensor<4xf8E5M2> {\n    return %a : tensor<4xf8E5M2>\n  }\n}\n";
     assert!(
@@ -365,4 +365,122 @@ fn long_call_chains_are_refused() {
     text += "}\n";
     let e = import_text(&text).expect_err("refused").to_string();
     assert!(e.contains("nested deeper than 32"), "{e}");
+}
+
+/// A module with one `custom_call @t` on a `tensor<2x3xf32>`; `attrs` its attribute dict.
+fn call_module(attrs: &str) -> String {
+    format!(
+        "module {{\n  func.func @main(%a: tensor<2x3xf32>, %b: tensor<3xi32>) -> (tensor<2x3xf32>, tensor<i64>) {{\n    %0:2 = stablehlo.custom_call @t(%a, %b) {attrs} : (tensor<2x3xf32>, tensor<3xi32>) -> (tensor<2x3xf32>, tensor<i64>)\n    return %0#0, %0#1 : tensor<2x3xf32>, tensor<i64>\n  }}\n}}\n"
+    )
+}
+
+fn custom_calls(text: &str) -> Vec<xthunk_core::ir::Thunk> {
+    let imp = import_text(text).unwrap();
+    let low = xthunk_tensor::lower::lower(&imp.graph).unwrap();
+    low.executable.entry.clone()
+}
+
+#[test]
+fn custom_call_becomes_a_custom_call_thunk_with_typed_attributes() {
+    use xthunk_core::ir::{AttrArray, AttrValue, Thunk};
+    // JAX's `ffi_call` form: the typed attributes in `mhlo.backend_config`; result 0 aliases
+    // operand 0, so it starts as a copy of it.
+    let text = call_module(
+        "{backend_config = \"\", has_side_effect = true, mhlo.backend_config = {b = true, i8 = -3 : i8, u32 = 7 : ui32, n = 9 : i64, h = 1.5 : f16, f = 2.5 : f32, d = 0.25 : f64, s = \"x\", a = array<i64: 1, 2>, l = [1.0 : f32, 2.0 : f32], inner = {w = 4 : i32}}, output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], operand_index = 0, operand_tuple_indices = []>]}",
+    );
+    let thunks = custom_calls(&text);
+    assert_eq!(thunks.len(), 2, "{thunks:?}");
+    let Thunk::Copy(copy) = &thunks[0] else {
+        panic!("first a copy of the aliased operand: {thunks:?}")
+    };
+    let Thunk::CustomCall(c) = &thunks[1] else {
+        panic!("then the call: {thunks:?}")
+    };
+    assert_eq!(c.target, "t");
+    assert!(c.side_effect);
+    assert_eq!(copy.dst, c.results[0].slice);
+    assert_eq!(copy.src, c.operands[0].slice);
+    assert_eq!(
+        (c.operands.len(), c.results.len(), c.results[1].dims.clone()),
+        (2, 2, vec![])
+    );
+    let a = |n: &str| c.attributes.get(n).cloned().unwrap();
+    assert_eq!(a("b"), AttrValue::Bool(true));
+    assert_eq!(a("i8"), AttrValue::I32(-3));
+    assert_eq!(a("u32"), AttrValue::I32(7));
+    assert_eq!(a("n"), AttrValue::I64(9));
+    assert_eq!(a("h"), AttrValue::F32(1.5));
+    assert_eq!(a("f"), AttrValue::F32(2.5));
+    assert_eq!(a("d"), AttrValue::F64(0.25));
+    assert_eq!(a("s"), AttrValue::Str("x".into()));
+    assert_eq!(a("a"), AttrValue::Array(AttrArray::I64(vec![1, 2])));
+    assert_eq!(a("l"), AttrValue::Array(AttrArray::F32(vec![1.0, 2.0])));
+    let AttrValue::Dict(inner) = a("inner") else {
+        panic!("a dictionary")
+    };
+    assert_eq!(inner.get("w"), Some(&AttrValue::I32(4)));
+    // API version 4: the dictionary is `backend_config` itself; an opaque string otherwise.
+    let typed = custom_calls(&call_module(
+        "{api_version = 4 : i32, backend_config = {k = 2 : i64}}",
+    ));
+    let Thunk::CustomCall(c) = &typed[0] else {
+        panic!("{typed:?}")
+    };
+    assert_eq!(c.attributes.get("k"), Some(&AttrValue::I64(2)));
+    assert!(!c.side_effect);
+    let opaque = custom_calls(&call_module("{backend_config = \"opaque bytes\"}"));
+    let Thunk::CustomCall(c) = &opaque[0] else {
+        panic!("{opaque:?}")
+    };
+    assert_eq!(
+        c.attributes.get("backend_config"),
+        Some(&AttrValue::Str("opaque bytes".into()))
+    );
+}
+
+#[test]
+fn custom_call_refusals_name_what_and_where() {
+    for (attrs, why) in [
+        (
+            "{called_computations = [@f]}",
+            "custom_call @t: called_computations",
+        ),
+        ("{api_version = 0 : i32}", "custom_call @t: api_version"),
+        (
+            "{mhlo.backend_config = {m = dense<1> : tensor<2xi32>}}",
+            "custom_call @t: attribute `m`: not a scalar",
+        ),
+        (
+            "{mhlo.backend_config = {m = 18446744073709551615 : ui64}}",
+            "custom_call @t: attribute `m`: 18446744073709551615 does not fit an i64",
+        ),
+        (
+            "{mhlo.backend_config = {m = [1 : i32, \"x\"]}}",
+            "custom_call @t: attribute `m`: a list of mixed",
+        ),
+        (
+            "{output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [0], operand_index = 0, operand_tuple_indices = [1]>]}",
+            "custom_call @t: an output_operand_alias into a tuple",
+        ),
+        (
+            "{result_layouts = [dense<[0, 1]> : tensor<2xindex>, dense<> : tensor<0xindex>]}",
+            "custom_call @t: result_layouts[0] = [0, 1]",
+        ),
+        ("{odd = 1 : i32}", "attribute `odd`"),
+    ] {
+        let e = refusal(&call_module(attrs)).to_string();
+        assert!(
+            e.starts_with(&format!("3:5: unsupported: {why}")),
+            "{attrs}: {e}"
+        );
+    }
+    // An alias between different types is invalid (the graph's rule), with the position.
+    let e = refusal(&call_module(
+        "{output_operand_aliases = [#stablehlo.output_operand_alias<output_tuple_indices = [1], operand_index = 1, operand_tuple_indices = []>]}",
+    ))
+    .to_string();
+    assert!(
+        e.starts_with("3:5:") && e.contains("aliases operand 1"),
+        "{e}"
+    );
 }

@@ -11,6 +11,7 @@
 //! with its attributes (`ops.rs`); attributes under `mhlo.`, `jax.` and `sdy.` are ignored,
 //! anything else (an op, an attribute, a type: `types.rs`) is refused with its position.
 
+mod call;
 mod error;
 mod ops;
 mod regions;

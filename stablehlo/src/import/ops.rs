@@ -12,10 +12,10 @@ use xthunk_tensor::graph::{
     Value, is_signed_int,
 };
 
-type R<T> = Result<T, ImportError>;
+pub(super) type R<T> = Result<T, ImportError>;
 
 /// The tensor operands of `op`.
-fn tensors(env: &Env, op: &Op) -> R<Vec<Value>> {
+pub(super) fn tensors(env: &Env, op: &Op) -> R<Vec<Value>> {
     op.operands
         .iter()
         .map(|r| match lookup(env, r, op)? {
@@ -39,7 +39,7 @@ fn arity(op: &Op, vs: &[Value], n: usize) -> R<()> {
 }
 
 /// The result type `i` as xthunk's.
-fn result(op: &Op, i: usize) -> R<xthunk_tensor::graph::TensorType> {
+pub(super) fn result(op: &Op, i: usize) -> R<xthunk_tensor::graph::TensorType> {
     let Some(ty) = op.result_types.get(i) else {
         return Err(ImportError::invalid(op, format!("no type for result {i}")));
     };
@@ -447,16 +447,7 @@ impl Importer<'_> {
             "stablehlo.scatter" => self.scatter(g, op, env),
             "stablehlo.while" => self.while_(g, op, env),
             "stablehlo.case" | "stablehlo.if" => self.case(g, op, env),
-            "stablehlo.custom_call" => {
-                let target = op
-                    .attr("call_target_name")
-                    .and_then(Attr::as_str)
-                    .unwrap_or("?");
-                Err(ImportError::unsupported(
-                    op,
-                    format!("custom_call @{target} (xthunk-tensor has no custom-call op yet)"),
-                ))
-            }
+            "stablehlo.custom_call" => self.custom_call(g, op, env),
             _ => Err(ImportError::unsupported(op, format!("op `{name}`"))),
         }
     }

@@ -9,6 +9,7 @@
 //! and a `broadcast_in_dim` (fused into its readers, nothing stored).
 
 mod build;
+mod build_call;
 mod build_index;
 mod ops;
 

@@ -2,7 +2,7 @@
 //! rules, comparisons, dot dimension numbers, and [`Op`], one node's operation.
 
 use super::Graph;
-use xthunk_core::ir::DType;
+use xthunk_core::ir::{Attributes, DType};
 
 /// Which family an element type belongs to, for the ops' type rules.
 pub fn is_int(d: DType) -> bool {
@@ -253,6 +253,23 @@ pub enum Op {
     Case {
         branches: Vec<Graph>,
     },
+    /// A call of a registered handler: `operands…` → the results.
+    CustomCall(Box<CustomCall>),
+}
+
+/// A `custom_call`'s target and what it passes besides the buffers.
+#[derive(Clone, Debug, PartialEq)]
+pub struct CustomCall {
+    /// The target name the handler is registered under.
+    pub target: String,
+    /// The typed attributes the handler reads.
+    pub attributes: Attributes,
+    /// The call has effects beyond its results (never removed or reordered across another
+    /// such call).
+    pub side_effect: bool,
+    /// `(result, operand)`: the result starts as a copy of the operand (StableHLO's
+    /// `output_operand_aliases`; the handler may update it in place).
+    pub aliases: Vec<(usize, usize)>,
 }
 
 impl Op {
@@ -284,6 +301,7 @@ impl Op {
             Op::Reduce { .. } => "reduce",
             Op::While { .. } => "while",
             Op::Case { .. } => "case",
+            Op::CustomCall(_) => "custom_call",
         }
     }
 }

@@ -22,7 +22,8 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
         | Op::DotGeneral(_)
         | Op::Reduce { .. }
         | Op::While { .. }
-        | Op::Case { .. } => false,
+        | Op::Case { .. }
+        | Op::CustomCall(_) => false,
         Op::Constant { .. } => g.ty(node.results[0]).elements() == 1,
         _ => true,
     }

@@ -3,9 +3,10 @@
 //! memory), elementwise and index-only ops fuse into one generated kernel per region
 //! (`fusion.rs` decides, `emit.rs` writes), reductions fuse their producers (`reduce.rs`),
 //! dots become `Gemm` thunks or a generated kernel (`dot.rs`), `while` and `case` the IR's
-//! control-flow thunks (`control.rs`). The kernels form one portable source module,
+//! control-flow thunks (`control.rs`), `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source module,
 //! `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated once.
 
+mod call;
 mod control;
 mod dot;
 mod emit;
@@ -320,6 +321,21 @@ impl Lowerer {
                         homes: &homes,
                     };
                     self.scatter(&s, node, dims, body, *unique_indices, &dests, &mut out)?;
+                    for (r, d) in node.results.iter().zip(dests) {
+                        homes[r.0 as usize] = Home::Buf(d);
+                    }
+                }
+                Op::CustomCall(call) => {
+                    let dests: Vec<Slice> = node
+                        .results
+                        .iter()
+                        .map(|r| self.dest(&claims, g, *r))
+                        .collect();
+                    let s = Scope {
+                        graph: g,
+                        homes: &homes,
+                    };
+                    self.custom_call(&s, node, call, &dests, &mut out)?;
                     for (r, d) in node.results.iter().zip(dests) {
                         homes[r.0 as usize] = Home::Buf(d);
                     }
