@@ -65,6 +65,10 @@ pub const SEEDS: &[(&str, &str)] = &[
         include_str!("../../stablehlo/tests/fixtures/dtypes.mlir"),
     ),
     (
+        "ffi.mlir",
+        include_str!("../../stablehlo/tests/fixtures/ffi.mlir"),
+    ),
+    (
         "fft.mlir",
         include_str!("../../stablehlo/tests/fixtures/fft.mlir"),
     ),

@@ -84,6 +84,7 @@ pub fn defaults(op: &mut Op) {
                 ("api_version", int_attr(1, 32)),
                 ("called_computations", Attr::Array(vec![])),
                 ("has_side_effect", Attr::Bool(false)),
+                ("output_operand_aliases", Attr::Array(vec![])),
                 ("backend_config", Attr::Str(String::new())),
             ] {
                 if missing(op, k) {

@@ -36,6 +36,7 @@ const IMPORTED: &[&str] = &[
     "cond",
     "dot",
     "embedding",
+    "ffi",
     "gather_scatter",
     "binary_int",
     "compare",
@@ -120,7 +121,7 @@ fn every_fixture_imports_or_is_refused_with_a_position() {
         }
         seen += 1;
     }
-    assert_eq!(seen, 84);
+    assert_eq!(seen, 86);
 }
 
 /// Imports `text`, lowers it, runs it on the host with `inputs`; the outputs' bytes.
@@ -447,8 +448,8 @@ fn custom_call_refusals_name_what_and_where() {
         ),
         ("{api_version = 0 : i32}", "custom_call @t: api_version"),
         (
-            "{mhlo.backend_config = {m = dense<1> : tensor<2xi32>}}",
-            "custom_call @t: attribute `m`: not a scalar",
+            "{mhlo.backend_config = {m = dense<1> : tensor<2x2xi32>}}",
+            "custom_call @t: attribute `m`: a dense tensor of rank 2",
         ),
         (
             "{mhlo.backend_config = {m = 18446744073709551615 : ui64}}",
@@ -483,4 +484,45 @@ fn custom_call_refusals_name_what_and_where() {
         e.starts_with("3:5:") && e.contains("aliases operand 1"),
         "{e}"
     );
+}
+
+#[test]
+fn the_ffi_fixture_passes_jaxs_keyword_arguments_typed() {
+    use xthunk_core::ir::{AttrArray, AttrValue, Thunk};
+    for name in ["ffi.mlir", "ffi.generic.mlir"] {
+        let thunks = custom_calls(&fixture(name));
+        let calls: Vec<_> = thunks
+            .iter()
+            .filter_map(|t| match t {
+                Thunk::CustomCall(c) => Some(c),
+                _ => None,
+            })
+            .collect();
+        let targets: Vec<&str> = calls.iter().map(|c| c.target.as_str()).collect();
+        assert_eq!(targets, ["test.scaled_add", "test.top_k", "test.attrs"], "{name}");
+        let a = &calls[2].attributes;
+        let want = [
+            ("flag", AttrValue::Bool(true)),
+            ("count", AttrValue::I32(7)),
+            ("big", AttrValue::I64(1 << 40)),
+            ("ratio", AttrValue::F32(0.5)),
+            ("precise", AttrValue::F64(0.125)),
+            ("label", AttrValue::Str("xthunk".into())),
+            ("sizes", AttrValue::Array(AttrArray::I32(vec![1, 2]))),
+            ("offsets", AttrValue::Array(AttrArray::I64(vec![3, 4]))),
+            ("weights", AttrValue::Array(AttrArray::F32(vec![0.5]))),
+        ];
+        for (k, v) in want {
+            assert_eq!(a.get(k), Some(&v), "{name}: {k}");
+        }
+        assert_eq!(calls[1].attributes.get("k"), Some(&AttrValue::I64(3)));
+        // The scaled add's result aliases x: a copy of x into it comes first.
+        let Thunk::Copy(c) = &thunks[0] else {
+            panic!("{name}: {thunks:?}")
+        };
+        assert_eq!(
+            (c.src, c.dst),
+            (calls[0].operands[0].slice, calls[0].results[0].slice)
+        );
+    }
 }

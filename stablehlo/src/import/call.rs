@@ -7,15 +7,16 @@
 //!   attribute `backend_config`.
 //! - Attribute values: `bool`; integers of up to 32 bits as i32, 64-bit ones as i64 (a value
 //!   that does not fit is refused); `f16`, `bf16` and `f32` as f32, `f64` (or untyped) as f64;
-//!   strings; `array<T: …>` and lists of one scalar type as arrays; dictionaries. Anything else
-//!   (dense tensors, types, symbols) is refused, naming the attribute.
+//!   strings; `array<T: …>`, lists of one scalar type and rank-1 `dense<…>` values (how JAX
+//!   prints a numpy array) as arrays; dictionaries. Anything else (dense tensors of higher
+//!   rank, types, symbols) is refused, naming the attribute.
 //! - Operands and results are whole row-major tensors: a layout other than row-major, a tuple
 //!   or token operand or result, `called_computations` and aliases into tuples are refused.
 //!   `output_operand_aliases` make the result start as a copy of the operand.
 
 use super::ops::{R, result, tensors};
 use super::{Env, ImportError, Importer, Item, check_attrs};
-use crate::ast::{Attr, ElementType, Literal, Op, Type};
+use crate::ast::{Attr, ElementType, Literal, Op, Resource, Type};
 use crate::dense;
 use xthunk_core::ir::{AttrArray, AttrValue, Attributes};
 use xthunk_tensor::graph::{CustomCall, Graph};
@@ -60,7 +61,7 @@ impl Importer<'_> {
                 .ok_or_else(|| ImportError::invalid(op, "`has_side_effect`: a bool expected"))?,
         };
         let attributes = match (op.attr("backend_config"), op.attr("mhlo.backend_config")) {
-            (Some(Attr::Dict(d)), _) => dict(op, &target, d)?,
+            (Some(Attr::Dict(d)), _) => dict(op, &target, d, &self.module.resources)?,
             (Some(Attr::Str(s)), mhlo) if !s.is_empty() => {
                 if matches!(mhlo, Some(Attr::Dict(_))) {
                     return refuse(
@@ -69,7 +70,9 @@ impl Importer<'_> {
                 }
                 Attributes(vec![("backend_config".into(), AttrValue::Str(s.clone()))])
             }
-            (None | Some(Attr::Str(_)), Some(Attr::Dict(d))) => dict(op, &target, d)?,
+            (None | Some(Attr::Str(_)), Some(Attr::Dict(d))) => {
+                dict(op, &target, d, &self.module.resources)?
+            }
             (None | Some(Attr::Str(_)), _) => Attributes::default(),
             (Some(other), _) => {
                 return Err(ImportError::invalid(
@@ -166,15 +169,18 @@ impl Importer<'_> {
 }
 
 /// A dictionary attribute as typed attributes.
-fn dict(op: &Op, target: &str, d: &[(String, Attr)]) -> R<Attributes> {
+fn dict(op: &Op, target: &str, d: &[(String, Attr)], res: &[Resource]) -> R<Attributes> {
     let mut out = vec![];
     for (name, a) in d {
-        out.push((name.clone(), value(op, target, name, a)?));
+        out.push((name.clone(), value(op, target, name, a, res)?));
     }
     Ok(Attributes(out))
 }
 
-fn value(op: &Op, target: &str, name: &str, a: &Attr) -> R<AttrValue> {
+/// The most bytes of one dense attribute passed as an array.
+const MAX_DENSE_ATTR_BYTES: u64 = 1 << 20;
+
+fn value(op: &Op, target: &str, name: &str, a: &Attr, res: &[Resource]) -> R<AttrValue> {
     let why = |why: &str| {
         ImportError::unsupported(
             op,
@@ -215,13 +221,32 @@ fn value(op: &Op, target: &str, name: &str, a: &Attr) -> R<AttrValue> {
         Attr::Array(items) => {
             let mut vs = vec![];
             for (i, item) in items.iter().enumerate() {
-                vs.push(value(op, target, &format!("{name}[{i}]"), item)?);
+                vs.push(value(op, target, &format!("{name}[{i}]"), item, res)?);
             }
             AttrValue::Array(array_of(vs).ok_or_else(|| {
                 why("a list of mixed or nested values (arrays are of one scalar type)")
             })?)
         }
-        Attr::Dict(d) => AttrValue::Dict(dict(op, target, d)?),
+        Attr::Dict(d) => AttrValue::Dict(dict(op, target, d, res)?),
+        // JAX prints a numpy array keyword as `dense<[3, 4]> : tensor<2xi64>`.
+        Attr::Dense { ty, .. } | Attr::DenseResource { ty, .. } => {
+            let (Some(dims), Type::Tensor { elem, .. }) = (ty.static_shape(), ty) else {
+                return refuse(&format!("a dense value of type {ty}"));
+            };
+            if dims.len() > 1 {
+                return refuse(&format!(
+                    "a dense tensor of rank {} (arrays have rank 1)",
+                    dims.len()
+                ));
+            }
+            let bytes = dense::decode(a, res, MAX_DENSE_ATTR_BYTES, &op.name)?;
+            AttrValue::Array(dense_bytes(*elem, &bytes).ok_or_else(|| {
+                why(&format!(
+                    "a dense {ty} (bool, integer, f32 and f64 arrays are passed; integers \
+                     must fit i32 up to 32 bits, i64 at 64)"
+                ))
+            })?)
+        }
         _ => return refuse("not a scalar, string, array or dictionary"),
     })
 }
@@ -280,6 +305,57 @@ fn dense_array(elem: Type, values: &[Literal]) -> Option<AttrArray> {
         Type::Scalar(ElementType::F64) => {
             AttrArray::F64(values.iter().map(float).collect::<Option<_>>()?)
         }
+        _ => return None,
+    })
+}
+
+/// A rank-0 or rank-1 dense value's little-endian bytes as an array.
+fn dense_bytes(elem: ElementType, bytes: &[u8]) -> Option<AttrArray> {
+    let ints = |width: u16, signed: bool| -> Vec<i128> {
+        let n = usize::from(width).div_ceil(8);
+        bytes
+            .chunks_exact(n)
+            .map(|c| {
+                let mut b = [0u8; 16];
+                b[..n].copy_from_slice(c);
+                let v = u128::from_le_bytes(b);
+                let shift = 128 - u32::from(width);
+                if signed {
+                    ((v << shift) as i128) >> shift
+                } else {
+                    v as i128
+                }
+            })
+            .collect()
+    };
+    Some(match elem {
+        ElementType::Int { width: 1, .. } => {
+            AttrArray::Bool(bytes.iter().map(|b| *b != 0).collect())
+        }
+        ElementType::Int { width, signed } if width <= 32 => AttrArray::I32(
+            ints(width, signed != Some(false))
+                .into_iter()
+                .map(|v| i32::try_from(v).ok())
+                .collect::<Option<_>>()?,
+        ),
+        ElementType::Int { width: 64, signed } => AttrArray::I64(
+            ints(64, signed != Some(false))
+                .into_iter()
+                .map(|v| i64::try_from(v).ok())
+                .collect::<Option<_>>()?,
+        ),
+        ElementType::F32 => AttrArray::F32(
+            bytes
+                .chunks_exact(4)
+                .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+                .collect(),
+        ),
+        ElementType::F64 => AttrArray::F64(
+            bytes
+                .chunks_exact(8)
+                .map(|c| f64::from_le_bytes([c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7]]))
+                .collect(),
+        ),
         _ => return None,
     })
 }
