@@ -40,62 +40,17 @@ pub fn looks_like_mlir(text: &str) -> bool {
 
 /// Imports and lowers StableHLO text into a validated program.
 pub fn program_from_mlir(text: &str) -> Result<Executable, ProtoError> {
+    Ok(import_mlir(text)?.0)
+}
+
+/// [`program_from_mlir`], and JAX's names of the program's parameters and results.
+fn import_mlir(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
     let fail = |message: String| ProtoError::Import {
         format: FORMAT,
         message,
     };
     let imported = xthunk_stablehlo::import::import_text(text).map_err(|e| fail(e.to_string()))?;
     let lowered = xthunk_tensor::lower::lower(&imported.graph).map_err(|e| fail(e.to_string()))?;
-    Ok(lowered.executable)
-}
-
-fn read_mlir(path: &Path) -> Result<Executable, ProtoError> {
-    let bytes = std::fs::read(path).map_err(|source| ProtoError::Io {
-        path: path.to_path_buf(),
-        source,
-    })?;
-    let text = std::str::from_utf8(&bytes).map_err(|e| ProtoError::Import {
-        format: FORMAT,
-        message: format!("byte {}: the file is not valid UTF-8", e.valid_up_to()),
-    })?;
-    program_from_mlir(text)
-}
-
-/// Reads, converts (imports) and validates a program file: `.mlir` is StableHLO text, any
-/// other extension as `xthunk_proto::load_file` takes it.
-pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
-    let path = path.as_ref();
-    if is_mlir_path(path) {
-        read_mlir(path)
-    } else {
-        xthunk_proto::load_file(path)
-    }
-}
-
-/// [`load_file`] as a [`Program`], what the executor loads (verified once, here).
-pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
-    let path = path.as_ref();
-    if is_mlir_path(path) {
-        Ok(Program::new(read_mlir(path)?)?)
-    } else {
-        xthunk_proto::load_program(path)
-    }
-}
-
-/// JAX's own names of a StableHLO program's parameters and results, for `inspect`: per
-/// `argN` its attributes (`jax.arg_info = x`, …), per `outN` its `jax.result_info`
-/// (`result['b1']`); pairs of xthunk's name and JAX's. Empty when the file is not a
-/// StableHLO program that imports, or names nothing.
-pub fn jax_names(path: &Path) -> Vec<(String, String)> {
-    if !is_mlir_path(path) {
-        return vec![];
-    }
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return vec![];
-    };
-    let Ok(imported) = xthunk_stablehlo::import::import_text(&text) else {
-        return vec![];
-    };
     let mut names = vec![];
     for (i, attrs) in imported.arg_info.iter().enumerate() {
         if !attrs.is_empty() {
@@ -108,7 +63,56 @@ pub fn jax_names(path: &Path) -> Vec<(String, String)> {
             names.push((format!("out{i}"), info.clone()));
         }
     }
-    names
+    Ok((lowered.executable, names))
+}
+
+/// JAX's own names of a StableHLO program's parameters and results: per `argN` its
+/// attributes (`jax.arg_info = x`, …), per `outN` its `jax.result_info` (`result['b1']`);
+/// pairs of xthunk's name and JAX's.
+pub type JaxNames = Vec<(String, String)>;
+
+fn read_mlir(path: &Path) -> Result<(Executable, JaxNames), ProtoError> {
+    let bytes = std::fs::read(path).map_err(|source| ProtoError::Io {
+        path: path.to_path_buf(),
+        source,
+    })?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| ProtoError::Import {
+        format: FORMAT,
+        message: format!("byte {}: the file is not valid UTF-8", e.valid_up_to()),
+    })?;
+    import_mlir(text)
+}
+
+/// Reads, converts (imports) and validates a program file: `.mlir` is StableHLO text, any
+/// other extension as `xthunk_proto::load_file` takes it.
+pub fn load_file(path: impl AsRef<Path>) -> Result<Executable, ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        Ok(read_mlir(path)?.0)
+    } else {
+        xthunk_proto::load_file(path)
+    }
+}
+
+/// [`load_file`] as a [`Program`], what the executor loads (verified once, here).
+pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        Ok(Program::new(read_mlir(path)?.0)?)
+    } else {
+        xthunk_proto::load_program(path)
+    }
+}
+
+/// [`load_file`], with JAX's names of a StableHLO program's parameters and results (empty
+/// for other formats, or when JAX named nothing); one import.
+pub fn load_file_with_names(path: impl AsRef<Path>) -> Result<(Executable, JaxNames), ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        read_mlir(path)
+    } else {
+        Ok((xthunk_proto::load_file(path)?, vec![]))
+    }
 }
 
 #[cfg(test)]

@@ -25,9 +25,9 @@ pub struct InspectArgs {
 pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()> {
     let program = &args.program;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let exe = xthunk::load_file(program).map_err(|e| CliError::program(program, e))?;
+    let (exe, names) = xthunk::program_file::load_file_with_names(program)
+        .map_err(|e| CliError::program(program, e))?;
     out.write_all(listing(&exe).as_bytes())?;
-    let names = xthunk::program_file::jax_names(program);
     if !names.is_empty() {
         let mut s = String::from("\nJAX names:\n");
         for (ours, theirs) in names {

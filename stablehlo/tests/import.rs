@@ -499,7 +499,11 @@ fn the_ffi_fixture_passes_jaxs_keyword_arguments_typed() {
             })
             .collect();
         let targets: Vec<&str> = calls.iter().map(|c| c.target.as_str()).collect();
-        assert_eq!(targets, ["test.scaled_add", "test.top_k", "test.attrs"], "{name}");
+        assert_eq!(
+            targets,
+            ["test.scaled_add", "test.top_k", "test.attrs"],
+            "{name}"
+        );
         let a = &calls[2].attributes;
         let want = [
             ("flag", AttrValue::Bool(true)),
