@@ -159,3 +159,20 @@ __global__ void cas_exch(unsigned* count, int* slots, int* seen, long long n, in
     seen[i] = xt_atomic_exch(&slots[i % nslots], (int)i);
   }
 }
+// Float max/min with NaN operands, signalling ones included: the number wins, a NaN only when
+// both are (CUDA's fmaxf/fminf; the CPU execution must not follow glibc, which returns a quiet
+// NaN for a signalling one). Also xt_max/xt_min, the double forms and the f32 atomics.
+__global__ void nan_minmax(float* out, double* outd, const float* a, const float* b, const double* da, const double* db, long long n) {
+  XT_FOR(i, n) {
+    out[i] = fmaxf(a[i], b[i]);
+    out[n + i] = fminf(a[i], b[i]);
+    out[2 * n + i] = xt_max(a[i], b[i]);
+    out[3 * n + i] = xt_min(a[i], b[i]);
+    out[4 * n + i] = a[i];
+    xt_atomic_max(&out[4 * n + i], b[i]);
+    out[5 * n + i] = a[i];
+    xt_atomic_min(&out[5 * n + i], b[i]);
+    outd[i] = fmax(da[i], db[i]);
+    outd[n + i] = fmin(da[i], db[i]);
+  }
+}

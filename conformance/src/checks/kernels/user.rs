@@ -1,7 +1,7 @@
 //! `kernels/user/`: a set of non-trivial kernels written in the portable subset
 //! (`conformance/kernels/user/checked_set.cu`: the training kernels, warp shuffles with segment
 //! widths, ballots, block reductions, atomics with CAS and exchange, dynamic and static shared
-//! memory, f16 and bf16) compiled from source by the device under test, on fresh random
+//! memory, f16 and bf16, float max/min with signalling NaNs) compiled from source by the device under test, on fresh random
 //! inputs and NaN-poisoned outputs. Every output is compared with an independent f64
 //! reference, and with what the host backend's CPU execution of the same source computes with
 //! warps of the device's width.
@@ -41,6 +41,7 @@ pub fn module() -> Module {
 }
 
 mod cases;
+mod nan;
 mod types;
 
 use types::{Arg, Case, Expect};
@@ -65,6 +66,7 @@ const CASES: &[(&str, CaseFn)] = &[
     ("atomics", atomics),
     ("cas_exch", cas_exch),
     ("reverse_blocks", reverse_blocks),
+    ("nan_minmax", nan::nan_minmax),
 ];
 
 /// The `kernels/user/` checks on the built-in set ([`module`]).

@@ -70,6 +70,37 @@ using std::isfinite;
 using std::isinf;
 using std::isnan;
 using std::signbit;
+// Float max/min as GPUs compute them: a NaN operand, quiet or signalling, loses; the result is
+// NaN only when both are. glibc's fmax follows IEEE 754-2008's maxNum instead and returns a
+// quiet NaN for a signalling one. Kernels' fmaxf/fminf/fmax/fmin are these (macros at the end
+// of this file; std:: spellings too).
+template <typename T> inline T xt_cpu_fmax(T a, T b) {
+  if (a != a) return b != b ? a + b : b;
+  if (b != b) return a;
+  return std::fmax(a, b);
+}
+template <typename T> inline T xt_cpu_fmin(T a, T b) {
+  if (a != a) return b != b ? a + b : b;
+  if (b != b) return a;
+  return std::fmin(a, b);
+}
+inline float xt_cpu_fmaxf(float a, float b) { return xt_cpu_fmax(a, b); }
+inline float xt_cpu_fminf(float a, float b) { return xt_cpu_fmin(a, b); }
+// fmax/fmin: float for two floats, else double (CUDA's overloads).
+template <typename A, typename B>
+using xt_cpu_fm_t = std::conditional_t<std::is_same_v<A, float> && std::is_same_v<B, float>, float, double>;
+template <typename A, typename B> inline xt_cpu_fm_t<A, B> xt_cpu_fmaxd(A a, B b) {
+  return xt_cpu_fmax<xt_cpu_fm_t<A, B>>(a, b);
+}
+template <typename A, typename B> inline xt_cpu_fm_t<A, B> xt_cpu_fmind(A a, B b) {
+  return xt_cpu_fmin<xt_cpu_fm_t<A, B>>(a, b);
+}
+namespace std {
+using ::xt_cpu_fmaxd;
+using ::xt_cpu_fmind;
+using ::xt_cpu_fmaxf;
+using ::xt_cpu_fminf;
+}  // namespace std
 inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
 inline double rsqrt(double x) { return 1.0 / sqrt(x); }
 inline float __expf(float x) { return expf(x); }
@@ -154,13 +185,13 @@ struct xt_cpu_add {
 };
 struct xt_cpu_max {
   template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return std::fmax(a, b);
+    if constexpr (std::is_floating_point_v<T>) return xt_cpu_fmax(a, b);
     else return a > b ? a : b;
   }
 };
 struct xt_cpu_min {
   template <typename T> T operator()(T a, T b) const {
-    if constexpr (std::is_floating_point_v<T>) return std::fmin(a, b);
+    if constexpr (std::is_floating_point_v<T>) return xt_cpu_fmin(a, b);
     else return a < b ? a : b;
   }
 };
@@ -248,10 +279,10 @@ XT_CPU_ATOMIC_MINMAX(unsigned int)
 XT_CPU_ATOMIC_MINMAX(unsigned long long)
 #undef XT_CPU_ATOMIC_MINMAX
 inline float xt_atomic_min(float* p, float v) {
-  return xt_cpu_atomic_float<float, unsigned int>(p, [v](float o) { return std::fmin(o, v); });
+  return xt_cpu_atomic_float<float, unsigned int>(p, [v](float o) { return xt_cpu_fmin(o, v); });
 }
 inline float xt_atomic_max(float* p, float v) {
-  return xt_cpu_atomic_float<float, unsigned int>(p, [v](float o) { return std::fmax(o, v); });
+  return xt_cpu_atomic_float<float, unsigned int>(p, [v](float o) { return xt_cpu_fmax(o, v); });
 }
 #define XT_CPU_ATOMIC_CAS(T)                                                         \
   inline T xt_atomic_cas(T* p, T compare, T val) {                                   \
@@ -334,3 +365,8 @@ inline xt_bf16 xt_bf16_from_bits(unsigned short b) { xt_bf16 h; h.bits = b; retu
 
 // What prelude.cuh may leave to this file on the CPU (the v2 names above).
 #define XT_CPU_PRELUDE_V2 1
+// Kernels' float max/min: GPUs' NaN rule (xt_cpu_fmax above), not glibc's.
+#define fmaxf xt_cpu_fmaxf
+#define fminf xt_cpu_fminf
+#define fmax xt_cpu_fmaxd
+#define fmin xt_cpu_fmind

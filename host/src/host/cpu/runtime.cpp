@@ -9,6 +9,11 @@
 // runs its whole block as one loop on one fiber. Once every thread has started, barriers are
 // released when every live (not yet exited) thread of the block (of the warp, for warp
 // operations) has arrived; a state where none can be released is a deadlock, reported.
+// The kernels' float max/min macros (prelude_cpu.h) end with the kernels.
+#undef fmaxf
+#undef fminf
+#undef fmax
+#undef fmin
 #include <cstdio>
 #include <cstdlib>
 #include <new>
