@@ -152,7 +152,12 @@ def test_refused_op_names_op_and_position(host):
     with pytest.raises(xthunk.XthunkError) as e:
         f(np.ones(5, np.float32))
     msg = str(e.value)
-    assert "sort" in msg and R.re.search(r"\b\d+:\d+\b", msg), msg
+    m = R.re.search(r"\b(\d+):(\d+)\b", msg)
+    assert "sort" in msg and m, msg
+    # .lower gives the module even though xthunk refuses it; the position points at the op.
+    line = f.lower(np.ones(5, np.float32)).splitlines()[int(m.group(1)) - 1]
+    assert "sort" in line[int(m.group(2)) - 1:], (msg, line)
+    assert f.cache_size() == 0
 
 
 def test_import_xthunk_without_jax():

@@ -159,9 +159,9 @@ class Jitted:
         static_kw = tuple(sorted((k, v) for k, v in kwargs.items() if k in self._static_argnames))
         return (dyn, dyn_kw), (static, static_kw)
 
-    def _entry(self, args: tuple, kwargs: dict):
-        tree_args, static = self._split(args, kwargs)
-        leaves, treedef = _jax.tree_util.tree_flatten(tree_args)
+    @staticmethod
+    def _key(treedef, leaves, static):
+        """The signature: what of the arguments decides the lowering."""
         key = (
             treedef,
             tuple(_leaf_key(x) for x in leaves),
@@ -169,9 +169,16 @@ class Jitted:
             bool(_jax.config.read("jax_enable_x64")),
         )
         try:
-            entry = self._cache.get(key)
+            hash(key)
         except TypeError as e:  # an unhashable static argument
             raise ValueError(f"static arguments must be hashable: {e}") from e
+        return key
+
+    def _entry(self, args: tuple, kwargs: dict):
+        tree_args, static = self._split(args, kwargs)
+        leaves, treedef = _jax.tree_util.tree_flatten(tree_args)
+        key = self._key(treedef, leaves, static)
+        entry = self._cache.get(key)
         if entry is None:
             with self._lock:
                 entry = self._cache.get(key)
@@ -212,8 +219,14 @@ class Jitted:
         return _jax.tree_util.tree_unflatten(entry.out_tree, outs)
 
     def lower(self, *args, **kwargs) -> str:
-        """The StableHLO text xthunk runs for these arguments (loaded, and cached)."""
-        return self._entry(args, kwargs)[0].text
+        """The StableHLO text xthunk runs for these arguments: the cached program's, else
+        JAX's lowering (nothing imported or loaded, so it shows a module xthunk refuses)."""
+        tree_args, static = self._split(args, kwargs)
+        leaves, treedef = _jax.tree_util.tree_flatten(tree_args)
+        entry = self._cache.get(self._key(treedef, leaves, static))
+        if entry is not None:
+            return entry.text
+        return self._jitted.lower(*args, **kwargs).as_text()
 
     def executable(self, *args, **kwargs) -> Optional[_xthunk.Executable]:
         """The xthunk executable for these arguments' signature (loaded, and cached):
@@ -252,7 +265,7 @@ def jit(
     StableHLO imported and loaded; later calls with that signature only run it. Python
     scalars are weakly typed, as in JAX: their values are inputs, not part of the signature.
     An op xthunk refuses raises ``xthunk.ProgramError`` naming it and its line:column in the
-    lowered module (``.lower(*args)`` gives the text). Usable as a decorator, with or
+    lowered module (``.lower(*args)`` gives the text, even then). Usable as a decorator, with or
     without arguments."""
     kw = dict(
         backend=backend,
