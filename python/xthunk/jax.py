@@ -27,6 +27,7 @@ except ImportError as _e:  # pragma: no cover - exercised where jax is absent
 import numpy as np
 
 from . import _xthunk
+from .errors import InvalidArgumentError, ProgramError
 
 __all__ = ["Jitted", "jit"]
 
@@ -77,25 +78,17 @@ class _Entry:
             return
         params = exe.parameters
         if len(params) != n_leaves:
-            raise _xthunk_error(
-                "InvalidArgumentError",
+            raise InvalidArgumentError(
                 f"the lowered module has {len(params)} parameters for {n_leaves} array "
                 "arguments",
             )
         self.params = [(p.name, _numpy_dtype(p.dtype)) for p in params]
         self.outputs = [o.name for o in exe.outputs]
         if len(self.outputs) != out_tree.num_leaves:
-            raise _xthunk_error(
-                "ProgramError",
+            raise ProgramError(
                 f"the program has {len(self.outputs)} outputs, f returns "
                 f"{out_tree.num_leaves} arrays",
             )
-
-
-def _xthunk_error(cls: str, message: str):
-    from . import errors
-
-    return getattr(errors, cls)(message)
 
 
 class Jitted:
@@ -118,7 +111,7 @@ class Jitted:
         if runtime is not None and backend is not None and runtime.backend != backend:
             raise ValueError(f"backend={backend!r} but the runtime's backend is {runtime.backend!r}")
         self._fun = fun
-        self._backend = backend or "auto"
+        self._backend = runtime.backend if runtime is not None else (backend or "auto")
         self._rt = runtime
         self._device = device
         self._static_argnums = (
@@ -191,8 +184,7 @@ class Jitted:
         lowered = self._jitted.lower(*args, **kwargs)
         self.lowerings += 1
         if lowered.in_tree != treedef:
-            raise _xthunk_error(
-                "InvalidArgumentError",
+            raise InvalidArgumentError(
                 f"JAX flattened the arguments as {lowered.in_tree}, xthunk.jax as {treedef}",
             )
         text = lowered.as_text()
