@@ -104,7 +104,8 @@ step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-
 # standard and of a user kernel failing their checks there.
 step emu-user-kernels env XTHUNK_USER_KERNELS_REQUIRE_DEVICES=1 ci/with-emulator.sh cargo test -q --all-features -p xthunk --test user_kernels
 # The Python package (python/, built by maturin into a venv kept in the cache folder) and its
-# pytest tests; then the MLP through Python on the emulated CUDA backend.
+# pytest tests; then the MLP, and the user programs of stablehlo/jax/ through xthunk.jax.jit,
+# on the emulated CUDA and ROCm backends.
 venv="${XTHUNK_VENV:-$HOME/.cache/xthunk/venv}"
 python_package() {
     if [ ! -x "${venv}/bin/python" ]; then
@@ -118,7 +119,7 @@ python_package() {
 }
 step py-build python_package
 step pytest env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/bin/python" -m pytest -q python/tests
-step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py
+step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py python/tests/test_jax.py::test_program_emulated
 # The StableHLO test set's comparison (bit-exact, ULP and relative bounds) checked on its own.
 step jax-compare "${venv}/bin/python" -m pytest -q stablehlo/jax/test_compare.py
 # StableHLO through xthunk against JAX's CPU results (stablehlo/jax/README.md): one random case

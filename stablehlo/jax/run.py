@@ -3,6 +3,7 @@
 
     run.py --xthunk PATH --backend host [--ops PATTERN] [--programs] [--seed N] [--count N]
            [--keep DIR] [--allow-unsupported]
+    run.py --via jit --backend host ...   (through xthunk.jax.jit in this Python, no CLI)
     run.py --self-check ...   (XLA:CPU runs each module from its text: checks the test set)
 
 For each case: the module text and the inputs (.npy, bf16 as its raw bits `<u2`) go to a
@@ -13,8 +14,8 @@ import (xthunk exits non-zero with `unsupported` in its error) is counted apart,
 fails the run unless --allow-unsupported. One line per failure, then a summary per op.
 Exit code: 0 when every case passed (or was refused, with --allow-unsupported), else 1.
 
-An adapter runs one lowered case: `CliAdapter` (the xthunk CLI), `SelfCheckAdapter` (jaxlib);
-a Python adapter (`xthunk.jax.jit`) only needs a `run(case, text, workdir)` of its own.
+An adapter runs one lowered case: `CliAdapter` (the xthunk CLI), `JitAdapter` (`--via jit`:
+the Python package's `xthunk.jax.jit`, no CLI needed), `SelfCheckAdapter` (jaxlib).
 """
 
 from __future__ import annotations
@@ -145,6 +146,38 @@ class SelfCheckAdapter:
 
     def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
         return Outcome("ok", C.run_text(text, case.args))
+
+
+class JitAdapter:
+    """The Python door: `xthunk.jax.jit(case.fn)` called on the case's arguments (its pytree
+    when it has one), the result's leaves compared. A case with a module text of its own (an
+    op JAX never emits, a patched module) runs that text through `Runtime.load`."""
+
+    def __init__(self, backend: str, unsupported: str, runtime=None):
+        import xthunk
+        import xthunk.jax
+
+        self.name = f"jit-{backend}"
+        self.xthunk = xthunk
+        self.rt = runtime if runtime is not None else xthunk.Runtime(backend)
+        self.unsupported = re.compile(unsupported)
+
+    def run(self, case, text: str, n_out: int, workdir: str) -> Outcome:
+        import jax
+
+        try:
+            if case.fn is not None and case.text is None and case.patch is None:
+                f = self.xthunk.jax.jit(case.fn, runtime=self.rt)
+                outs = jax.tree_util.tree_leaves(f(*C.call_args(case, case.args)))
+            else:
+                exe = self.rt.load(text.encode())
+                res = exe.run({p.name: np.asarray(a) for p, a in zip(exe.parameters, case.args)})
+                outs = [res[o.name] for o in exe.outputs]
+        except self.xthunk.XthunkError as e:
+            kind = "unsupported" if self.unsupported.search(str(e)) else "error"
+            lines = str(e).splitlines()
+            return Outcome(kind, message=f"{type(e).__name__}: {lines[0] if lines else ''}")
+        return Outcome("ok", [np.asarray(o) for o in outs])
 
 
 class WideAdapter:
@@ -299,6 +332,8 @@ def main(argv=None) -> int:
     p.add_argument("--backend", default="host", type=backends,
                    help="host, cuda or rocm; a comma list (host,cuda,rocm) runs each case on\n"
                         "each, lowered by JAX once")
+    p.add_argument("--via", default="cli", choices=["cli", "jit"],
+                   help="cli: the xthunk executable (--xthunk); jit: xthunk.jax.jit in this Python")
     p.add_argument("--self-check", nargs="?", const="xla", choices=["xla", "wide"],
                    help="instead of xthunk: run each module with XLA:CPU from its text (xla),\n"
                         "or the cases with tolerances evaluated in f64 (wide)")
@@ -322,7 +357,7 @@ def main(argv=None) -> int:
     a = p.parse_args(argv)
     if a.list:
         return list_ops(a.ops)
-    if not a.self_check and not a.xthunk:
+    if not a.self_check and a.via == "cli" and not a.xthunk:
         p.error("--xthunk PATH (or --self-check) is required")
     seed = a.seed if a.seed is not None else int.from_bytes(os.urandom(4), "little")
     print(f"seed {seed} (rerun with --seed {seed})", flush=True)
@@ -332,6 +367,8 @@ def main(argv=None) -> int:
         adapters = [SelfCheckAdapter()]
     elif a.self_check == "wide":
         adapters = [WideAdapter()]
+    elif a.via == "jit":
+        adapters = [JitAdapter(b, a.unsupported_pattern) for b in a.backend]
     else:
         adapters = [CliAdapter(a.xthunk, b, a.unsupported_pattern, a.timeout, a.compile)
                     for b in a.backend]
