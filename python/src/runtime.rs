@@ -8,7 +8,7 @@ use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid};
 use crate::executable::Executable;
 use pyo3::prelude::*;
-use pyo3::types::{PyByteArray, PyBytes, PyDict};
+use pyo3::types::{PyByteArray, PyBytes, PyDict, PyString};
 use std::sync::Arc;
 use xthunk::core::executor::{ExecutorConfig, Program as VerifiedProgram};
 use xthunk::ir::MemorySpace;
@@ -70,8 +70,9 @@ impl Runtime {
         })
     }
 
-    /// Loads a program onto device `device`: a path (`.txtpb` / `.pb`), the bytes of a
-    /// program in either encoding, or a `Program` from `ProgramBuilder.build()`.
+    /// Loads a program onto device `device`: a path (`.txtpb` / `.pb` / `.mlir`), the bytes of
+    /// a program in either encoding or of StableHLO text, StableHLO text as a `str`, or a
+    /// `Program` from `ProgramBuilder.build()`.
     #[pyo3(signature = (program, device = 0))]
     fn load(
         slf: &Bound<'_, Self>,
@@ -86,6 +87,15 @@ impl Runtime {
             xthunk::embed::load_program_bytes(b.as_bytes())?
         } else if let Ok(b) = program.cast::<PyByteArray>() {
             xthunk::embed::load_program_bytes(&b.to_vec())?
+        } else if let Some(text) = program
+            .cast::<PyString>()
+            .ok()
+            .map(|t| t.to_cow())
+            .transpose()?
+            .filter(|t| xthunk::program_file::looks_like_mlir(t))
+        {
+            // StableHLO text itself (a path never starts with `module`, `func.func`, ...).
+            xthunk::embed::load_program_bytes(text.as_bytes())?
         } else if let Ok(path) = program.extract::<std::path::PathBuf>() {
             py.detach(|| xthunk::load_program(&path))?
         } else {

@@ -101,7 +101,7 @@ def test_loads_stablehlo_from_a_path_and_from_text(host):
 
     path = REPO / "stablehlo" / "tests" / "fixtures" / "while.mlir"
     a = {"arg0": np.array(2.5, dtype=np.float32), "arg1": np.array([1, 2, 3], dtype=np.float32)}
-    for program in (path, str(path), path.read_bytes()):
+    for program in (path, str(path), path.read_bytes(), path.read_text()):
         exe = host.load(program)
         assert [p.name for p in exe.parameters] == ["arg0", "arg1"]
         out = exe.run(a)
