@@ -161,3 +161,69 @@ fn import_then_run_gives_the_same_outputs() {
     let o = xthunk(&["import", "examples/mlp.txtpb", "-o", pb.to_str().unwrap()]);
     assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
 }
+
+/// The rows of `bench --filter stablehlo` in a `--json` document.
+fn bench_rows(extra: &[&str], dir: &Path) -> Vec<serde_json::Value> {
+    let json = dir.join("bench.json");
+    let mut args = vec![
+        "bench",
+        "--backend",
+        "host",
+        "--filter",
+        "stablehlo",
+        "--quick",
+    ];
+    args.extend_from_slice(extra);
+    args.extend_from_slice(&["--json", json.to_str().unwrap()]);
+    let stdout = ok(&args);
+    assert!(stdout.contains("stablehlo_mlp_step"), "{stdout}");
+    let doc: serde_json::Value = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+    let rows = doc["results"].as_array().unwrap().clone();
+    let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
+    assert_eq!(
+        names,
+        ["stablehlo_mlp_step", "stablehlo_transformer_step"],
+        "{stdout}"
+    );
+    rows
+}
+
+/// `bench --filter stablehlo --quick` (the small programs) on the host: each row has its
+/// ratio against XLA:CPU on the same StableHLO text and the kernels-per-step line, or, where
+/// the Python found has no jax, is skipped with the reason (never failed); a Python that does
+/// not exist skips both rows with the reason, exit status 0.
+#[test]
+fn bench_rows_compare_with_xla_or_say_why_not() {
+    let dir = scratch("bench");
+    for row in bench_rows(&[], &dir) {
+        match row["status"].as_str().unwrap() {
+            "ran" => {
+                assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
+                assert_eq!(row["goal"], serde_json::Value::Null, "{row}");
+                assert_eq!(row["verdict"], "info", "{row}");
+                let notes = row["notes"].to_string();
+                assert!(
+                    notes.contains("kernels per step: xthunk ")
+                        && notes.contains("kernel launches")
+                        && notes.contains("fusions"),
+                    "{notes}"
+                );
+                assert!(notes.contains("results checked once"), "{notes}");
+            }
+            "skipped" => {
+                let why = row["reason"].as_str().unwrap();
+                assert!(why.starts_with("no XLA:CPU baseline: "), "{why}");
+            }
+            other => panic!("row {other}: {row}"),
+        }
+    }
+    let missing = dir.join("no-such-python");
+    for row in bench_rows(&["--python", missing.to_str().unwrap()], &dir) {
+        assert_eq!(row["status"], "skipped", "{row}");
+        let why = row["reason"].as_str().unwrap();
+        assert!(
+            why.contains("cannot start") && why.contains("no-such-python"),
+            "{why}"
+        );
+    }
+}

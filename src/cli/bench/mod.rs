@@ -10,6 +10,7 @@
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
 //! | `stream_ordered_scratch` | 64 `add_f32` kernels, each writing a temp of its own, repeated, the temp arenas from the device's stream-ordered memory pool per execution | the same with the arenas kept in the pooled execution state | same | none (informational: the cost per execution, and in a note the memory held between executions) |
+//! | `stablehlo_mlp_step`, `stablehlo_transformer_step` | a JAX training step (MLP; transformer block) as StableHLO text, imported, lowered and run through a `Session` (host backend) | XLA:CPU compiling the same text through jaxlib, in a Python child process ([`xla`]); skipped with the reason without jax | none: host only (skipped on GPUs) | none (informational; a note gives kernels per step vs XLA's fusions) |
 //! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
 //! The GPU baselines are the device's raw vendor baselines
@@ -30,7 +31,8 @@
 //! Modules: [`stats`] (goals, spreads, interleaved rounds), [`report`] (rows, the table, the
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
 //! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
-//! [`graph`], [`device_loop`], [`scratch`].
+//! [`graph`], [`device_loop`], [`scratch`], [`trace`], [`stablehlo`] (with [`xla`], its
+//! baseline's child process).
 
 mod copy;
 mod device_loop;
@@ -43,9 +45,11 @@ mod replay;
 mod report;
 mod scratch;
 mod setup;
+mod stablehlo;
 mod stats;
 mod trace;
 mod wide;
+mod xla;
 
 use super::error::{CliError, CliResult, one_line};
 use super::run::backend_choice;
@@ -65,7 +69,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 11] = [
+pub const NAMES: [&str; 13] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -77,6 +81,8 @@ pub const NAMES: [&str; 11] = [
     "device_loop",
     "stream_ordered_scratch",
     "trace_overhead",
+    "stablehlo_mlp_step",
+    "stablehlo_transformer_step",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -94,6 +100,10 @@ pub struct BenchArgs {
     /// Fewer rounds (a smoke run).
     #[arg(long)]
     pub quick: bool,
+    /// The Python (with jax and jaxlib) of the StableHLO rows' XLA:CPU baseline [default:
+    /// $XTHUNK_PYTHON, else the CI venv's (~/.cache/xthunk/venv), else python3].
+    #[arg(long, value_name = "PYTHON")]
+    pub python: Option<PathBuf>,
     /// Also write the results as JSON to this file (atomically).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
@@ -149,6 +159,7 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         gpu: info.vendor != Vendor::Host && !info.emulated,
         emulated: info.emulated,
         quick: args.quick,
+        python: args.python.clone(),
     };
     let ctx = Context::new(backend.name(), DeviceSummary::of(&info), args.quick);
     eprintln!(
@@ -203,6 +214,14 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         || trace::trace_overhead(&setup),
         &mut rows,
     );
+    for step in [stablehlo::MLP, stablehlo::TRANSFORMER] {
+        one(
+            step.name,
+            filter,
+            || stablehlo::stablehlo_step(&setup, &step),
+            &mut rows,
+        );
+    }
     bar.finish_and_clear();
     eprintln!(
         "xthunk bench: done in {:.1} s",

@@ -50,6 +50,11 @@ impl Prepared {
         Ok(self.session.execute(opts)?.as_secs_f64())
     }
 
+    /// Every output of the last execution, copied to the host.
+    pub fn outputs(&self) -> Res<Vec<Vec<u8>>> {
+        crate::cli::tensor::read_back(&self.session)
+    }
+
     pub fn read(&self, buf: &dyn DeviceMemory, offset: u64, len: u64) -> Res<Vec<u8>> {
         let mut v = vec![0u8; len as usize];
         self.session

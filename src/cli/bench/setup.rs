@@ -24,6 +24,8 @@ pub(super) struct Setup {
     pub(super) gpu: bool,
     pub(super) emulated: bool,
     pub(super) quick: bool,
+    /// `--python`: the Python of the StableHLO rows' XLA:CPU baseline.
+    pub(super) python: Option<std::path::PathBuf>,
 }
 
 impl Setup {
