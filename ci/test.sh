@@ -118,6 +118,9 @@ python_package() {
     VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --quiet
 }
 step py-build python_package
+# The bench rows against XLA:CPU, now that the venv has jax (the test step ran before it and may
+# have skipped them): here a skipped comparison fails.
+step bench-xla env XTHUNK_REQUIRE_JAX=1 XTHUNK_VENV="${venv}" cargo test -q -p xthunk --test stablehlo bench_rows
 step pytest env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/bin/python" -m pytest -q python/tests
 step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py python/tests/test_jax.py::test_program_emulated
 # The StableHLO test set's comparison (bit-exact, ULP and relative bounds) checked on its own.

@@ -191,7 +191,8 @@ fn bench_rows(extra: &[&str], dir: &Path) -> Vec<serde_json::Value> {
 /// `bench --filter stablehlo --quick` (the small programs) on the host: each row has its
 /// ratio against XLA:CPU on the same StableHLO text and the kernels-per-step line, or, where
 /// the Python found has no jax, is skipped with the reason (never failed); a Python that does
-/// not exist skips both rows with the reason, exit status 0.
+/// not exist skips both rows with the reason, exit status 0. With `XTHUNK_REQUIRE_JAX` set (CI,
+/// once its venv has jax) a skipped comparison fails.
 #[test]
 fn bench_rows_compare_with_xla_or_say_why_not() {
     let dir = scratch("bench");
@@ -213,6 +214,12 @@ fn bench_rows_compare_with_xla_or_say_why_not() {
             "skipped" => {
                 let why = row["reason"].as_str().unwrap();
                 assert!(why.starts_with("no XLA:CPU baseline: "), "{why}");
+                // CI sets this once its venv has jax: the comparison must then run.
+                assert!(
+                    std::env::var_os("XTHUNK_REQUIRE_JAX").is_none(),
+                    "XTHUNK_REQUIRE_JAX is set: {why}"
+                );
+                eprintln!("SKIPPED the XLA:CPU comparison: {why}");
             }
             other => panic!("row {other}: {row}"),
         }
