@@ -291,7 +291,8 @@ impl Lowerer {
                     self.dot(&s, node, dims, dest, &mut out)?;
                     homes[v.0 as usize] = Home::Buf(dest);
                 }
-                Op::Reduce { dims, body } => {
+                // Ops writing every result into a buffer of its own (claimed, or a temp).
+                Op::Reduce { .. } | Op::Scatter { .. } | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
                         .iter()
@@ -301,41 +302,23 @@ impl Lowerer {
                         graph: g,
                         homes: &homes,
                     };
-                    out.extend(self.reduce(&s, node, dims, body, &dests)?);
-                    for (r, d) in node.results.iter().zip(dests) {
-                        homes[r.0 as usize] = Home::Buf(d);
+                    match &node.op {
+                        Op::Reduce { dims, body } => {
+                            out.extend(self.reduce(&s, node, dims, body, &dests)?);
+                        }
+                        Op::Scatter {
+                            dims,
+                            body,
+                            unique_indices,
+                        } => {
+                            let u = *unique_indices;
+                            self.scatter(&s, node, dims, body, u, &dests, &mut out)?;
+                        }
+                        Op::CustomCall(call) => {
+                            self.custom_call(&s, node, call, &dests, &mut out)?;
+                        }
+                        _ => {}
                     }
-                }
-                Op::Scatter {
-                    dims,
-                    body,
-                    unique_indices,
-                } => {
-                    let dests: Vec<Slice> = node
-                        .results
-                        .iter()
-                        .map(|r| self.dest(&claims, g, *r))
-                        .collect();
-                    let s = Scope {
-                        graph: g,
-                        homes: &homes,
-                    };
-                    self.scatter(&s, node, dims, body, *unique_indices, &dests, &mut out)?;
-                    for (r, d) in node.results.iter().zip(dests) {
-                        homes[r.0 as usize] = Home::Buf(d);
-                    }
-                }
-                Op::CustomCall(call) => {
-                    let dests: Vec<Slice> = node
-                        .results
-                        .iter()
-                        .map(|r| self.dest(&claims, g, *r))
-                        .collect();
-                    let s = Scope {
-                        graph: g,
-                        homes: &homes,
-                    };
-                    self.custom_call(&s, node, call, &dests, &mut out)?;
                     for (r, d) in node.results.iter().zip(dests) {
                         homes[r.0 as usize] = Home::Buf(d);
                     }
