@@ -3,8 +3,9 @@
 //! are gone within the grace period, the launcher prints exactly one line of its own
 //! (`xthunk launch: job J ended by SIGTERM: …`) and exits 143 (SIGINT: 130), its socket
 //! folder is gone, no segment (nor, with etcd, key) of the job is left, and the job id can be
-//! launched again at once. A rank that cannot stop (SIGSTOP) is killed after the grace, or
-//! at once on a second signal.
+//! launched again at once; SIGHUP reaches the ranks as SIGTERM and exits 129. A rank that
+//! cannot stop (SIGSTOP) is killed after the grace, or at once on a second signal. A rank sent
+//! SIGTERM by someone else stops the same way and is the job's root cause.
 //!
 //! Each test binds its own ranks and a private `TMPDIR` (where the launcher makes its socket
 //! folder); the etcd test is skipped, with a printed reason, where etcd is not installed
@@ -143,6 +144,12 @@ fn relaunch_at_once(tmp: &Path, job: &str, extra: &[&str]) {
 /// Stops a running job with `signal`, checks everything the module promises, and returns
 /// how long the launcher took to exit.
 fn stop_with(signal: &str, name: &str, code: i32, extra: &[&str], tmp: &Scratch) -> Duration {
+    // What the ranks get: SIGINT stays SIGINT, the others become SIGTERM.
+    let sent = if name == "SIGINT" {
+        "SIGINT"
+    } else {
+        "SIGTERM"
+    };
     let job = job_id(name);
     let (mut launch, pids) = start_long(&tmp.0, &job, extra);
     let folders = tmp.entries();
@@ -164,13 +171,13 @@ fn stop_with(signal: &str, name: &str, code: i32, extra: &[&str], tmp: &Scratch)
     assert_eq!(own.len(), 1, "not one line of the launcher's own:\n{text}");
     assert!(
         own[0].starts_with(&format!(
-            "xthunk launch: job {job} ended by {name}: ranks 0-1 sent"
+            "xthunk launch: job {job} ended by {name}: ranks 0-1 sent {sent}, all exited"
         )) && own[0].ends_with("all exited within the grace period (4s)"),
         "{text}"
     );
     for (r, pid) in &pids {
         assert!(gone(*pid), "rank {r} (pid {pid}) is still there:\n{text}");
-        let stopping = format!("[rank {r}] xthunk: job {job}: rank {r} stopping: {name} received");
+        let stopping = format!("[rank {r}] xthunk: job {job}: rank {r} stopping: {sent} received");
         assert!(
             text.contains(&stopping),
             "rank {r} did not say it stops:\n{text}"
@@ -200,6 +207,48 @@ fn sigint_stops_the_ranks_within_the_grace_and_leaves_nothing() {
     let tmp = Scratch::new("int");
     let took = stop_with("-INT", "SIGINT", 130, &[], &tmp);
     eprintln!("SIGINT: the launcher exited {took:.2?} after the signal");
+}
+
+#[test]
+fn sighup_stops_the_ranks_with_sigterm_and_exits_129() {
+    let tmp = Scratch::new("hup");
+    let took = stop_with("-HUP", "SIGHUP", 129, &[], &tmp);
+    eprintln!("SIGHUP: the launcher exited {took:.2?} after the signal");
+}
+
+/// A rank sent SIGTERM by someone else (not its launcher) stops the same way, and the job
+/// fails with that stop as its root cause (the launcher itself got no signal: exit 1).
+#[test]
+fn a_rank_stopped_by_someone_else_is_the_job_s_root_cause() {
+    let tmp = Scratch::new("one");
+    let job = job_id("one");
+    let (mut launch, pids) = start_long(&tmp.0, &job, &[]);
+    kill("-TERM", pids[&1]);
+    let (status, _) = launch.wait(GRACE + Duration::from_secs(10));
+    let text = launch.text();
+    assert_eq!(status.code(), Some(1), "{text}");
+    assert!(
+        text.contains(&format!(
+            "[rank 1] xthunk: job {job}: rank 1 stopping: SIGTERM received"
+        )),
+        "{text}"
+    );
+    assert!(
+        text.contains("xthunk launch: rank 1: exit status: 143"),
+        "{text}"
+    );
+    let last = text.lines().last().unwrap_or("");
+    assert!(
+        last.starts_with(&format!(
+            "error: job {job}: rank 1 stopped: SIGTERM received"
+        )),
+        "the launcher's last line is not the stop: {last}\n{text}"
+    );
+    assert!(!text.contains("panicked"), "{text}");
+    for (r, pid) in &pids {
+        assert!(gone(*pid), "rank {r} (pid {pid}) is still there:\n{text}");
+    }
+    assert!(tmp.entries().is_empty(), "{:?}", tmp.entries());
 }
 
 /// A rank that cannot act on the signal (stopped with SIGSTOP) is killed when the grace ends,
