@@ -9,6 +9,8 @@
 //!   `--collective-timeout` + a few seconds naming the stopped rank as stuck, communicators
 //!   aborted, nothing left behind (processes, the emulator's rendezvous folders);
 //! - a rank killed (SIGKILL) likewise, named by every survivor.
+//! - SIGTERM of the launcher: every rank aborts its communicators, says it stops and is gone
+//!   within the grace, the launcher prints one line and exits 143, nothing is left.
 //!
 //! Needs the emulator library (built by `cargo test --workspace`); without it every test is
 //! SKIPPED with the reason, a failure with `XTHUNK_REQUIRE_EMULATOR=1` (CI).
@@ -374,5 +376,89 @@ fn without_nccl_collectives_are_off_not_the_backend() {
             last.starts_with("error: ") && last.contains("is unavailable") && last.contains(lib),
             "{backend}: {last}\n{text}"
         );
+    }
+}
+
+/// The parent of process `pid` (0 if it is gone).
+fn parent_of(pid: u32) -> u32 {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let (_, rest) = s.rsplit_once(") ")?;
+            rest.split(' ').nth(1)?.parse().ok()
+        })
+        .unwrap_or(0)
+}
+
+/// SIGTERM of the launcher of an emulated GPU job (2 processes, mid-run): every rank aborts
+/// its NCCL/RCCL communicators, says it stops and is gone within the grace; the launcher
+/// prints one line of its own and exits 143; no rendezvous folder is left.
+#[test]
+fn sigterm_of_the_launcher_of_an_emulated_gpu_job_stops_every_rank() {
+    if !have_emulator("sigterm_of_the_launcher_of_an_emulated_gpu_job_stops_every_rank") {
+        return;
+    }
+    let grace = Duration::from_secs(6);
+    for backend in ["cuda", "rocm"] {
+        let scratch = Scratch::new(&format!("term{backend}"));
+        let cmd = emulated(
+            &scratch,
+            2,
+            &[
+                "launch",
+                "-n",
+                "2",
+                "--lease-ttl",
+                "2",
+                "--grace",
+                &grace.as_secs().to_string(),
+                "--",
+                "run",
+                "--backend",
+                backend,
+                "--iterations",
+                "100000000",
+                example("dp_step").to_str().unwrap(),
+            ],
+        );
+        let mut launch = Launch::spawn(cmd);
+        launch.wait_for(" started", 2, Duration::from_secs(120));
+        let (pids, job) = launch.pids();
+        assert_eq!(pids.len(), 2, "{}", launch.text());
+        // The launcher runs under ci/with-emulator.sh: it is the ranks' parent.
+        let launcher = parent_of(pids[&0]);
+        assert!(launcher > 0 && launcher == parent_of(pids[&1]));
+        let kill = Command::new("kill")
+            .args(["-TERM", &launcher.to_string()])
+            .status()
+            .unwrap();
+        assert!(kill.success());
+        let hit = Instant::now();
+        let (status, exited) = launch.wait(grace + Duration::from_secs(10));
+        let text = launch.text();
+        assert_eq!(status.code(), Some(143), "{backend}: {text}");
+        assert!(exited - hit < grace, "{backend}: took {:?}", exited - hit);
+        let own: Vec<&str> = text
+            .lines()
+            .filter(|l| l.starts_with("xthunk launch:") || l.starts_with("error:"))
+            .collect();
+        assert_eq!(own.len(), 1, "{backend}: {text}");
+        assert!(
+            own[0].starts_with(&format!("xthunk launch: job {job} ended by SIGTERM")),
+            "{backend}: {text}"
+        );
+        for (p, pid) in &pids {
+            assert!(
+                text.contains(&format!("rank {p} stopping: SIGTERM received")),
+                "{backend}: process {p} did not say it stops:\n{text}"
+            );
+            assert!(
+                !Path::new(&format!("/proc/{pid}")).exists(),
+                "{backend}: process {p} (pid {pid}) is still there:\n{text}"
+            );
+        }
+        assert!(!text.contains("panicked"), "{backend}: {text}");
+        let left = scratch.rendezvous_left();
+        assert!(left.is_empty(), "{backend}: left {left:?}:\n{text}");
     }
 }

@@ -18,6 +18,7 @@ mod cli {
     pub mod outfiles;
     pub mod profile;
     pub mod progress;
+    pub mod rank_stop;
     pub mod run;
     pub mod run_args;
     pub mod summary;

@@ -51,7 +51,9 @@
 //! nothing more.
 
 use super::error::{CliError, CliResult};
+use super::logging::note;
 use super::outfiles;
+use super::rank_stop::{StopHandler, StopTargets};
 use super::run_args::RunArgs;
 use super::summary::{print_outputs, print_temp_memory, print_times};
 use std::io::Write;
@@ -199,25 +201,25 @@ fn local_coordinator_error(config: &DistributedConfig) -> String {
 /// claims it first; and whether the main thread has let go of the job's device resources
 /// (its run returned), which the failure handler waits for, briefly, before it exits.
 #[derive(Default)]
-struct ExitClaim {
+pub struct ExitClaim {
     claimed: AtomicBool,
     released: AtomicBool,
 }
 
 impl ExitClaim {
-    fn claim(&self) -> bool {
+    pub fn claim(&self) -> bool {
         !self.claimed.swap(true, Ordering::SeqCst)
     }
 
     /// The main thread's run has returned: its buffers, streams and modules are freed.
-    fn release(&self) {
+    pub fn release(&self) {
         self.released.store(true, Ordering::SeqCst);
     }
 
     /// Waits at most `limit` for [`ExitClaim::release`]: the communicators are aborted by
     /// then, so a main thread inside a collective returns at once; one stuck elsewhere is
     /// not waited for longer.
-    fn wait_released(&self, limit: Duration) {
+    pub fn wait_released(&self, limit: Duration) {
         let since = Instant::now();
         while !self.released.load(Ordering::SeqCst) && since.elapsed() < limit {
             std::thread::sleep(Duration::from_millis(5));
@@ -336,6 +338,15 @@ pub fn run_job(
         )));
     }
     let job = config.job_id.clone();
+    let which = if per_process == 1 {
+        format!("rank {}", ranks.start)
+    } else {
+        format!("ranks {}..={}", ranks.start, ranks.end - 1)
+    };
+    // SIGTERM, SIGINT and SIGHUP stop this rank cleanly from now on (`rank_stop`).
+    let exit = Arc::new(ExitClaim::default());
+    let stop = StopHandler::install(which.clone(), job.clone(), exit.clone())
+        .map_err(|e| CliError::Usage(format!("cannot watch for stop signals: {e}")))?;
     let (backend, skipped) = rt.select(&xthunk::embed::backend_choice(&args.backend))?;
     for s in skipped {
         tracing::info!("skipped {s}");
@@ -390,15 +401,18 @@ pub fn run_job(
         // No collective library (e.g. no libnccl): the backend still runs programs without
         // collectives; a collective fails with the reason.
         Err(xthunk::Error::Unavailable { backend: b, reason }) => {
-            eprintln!(
+            note(format_args!(
                 "xthunk: job {job}: collectives are off on backend {}: {b}: {reason}",
                 backend.name()
-            );
+            ));
             Arc::new(UnavailableCliques::new(b, reason, world))
         }
         Err(e) => return Err(e.into()),
     };
-    let exit = Arc::new(ExitClaim::default());
+    stop.arm(StopTargets {
+        provider: Arc::downgrade(&provider),
+        coordinator: Arc::downgrade(&coordinator),
+    });
     {
         let weak_provider = Arc::downgrade(&provider);
         let weak_coordinator = Arc::downgrade(&coordinator);
@@ -408,12 +422,7 @@ pub fn run_job(
         })
         .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
     }
-    let which = if per_process == 1 {
-        format!("rank {}", ranks.start)
-    } else {
-        format!("ranks {}..={}", ranks.start, ranks.end - 1)
-    };
-    eprintln!(
+    note(format_args!(
         "xthunk: job {job}: process {} of {} (pid {}), {which} of {world}, {} coordinator {}, \
          backend {} on {placed}, collectives through {}",
         config.rank,
@@ -423,7 +432,7 @@ pub fn run_job(
         config.coordinator,
         backend.name(),
         factory.transport()
-    );
+    ));
     // Leaving may take longer than a collective (processes finish writing and exit).
     let barrier_timeout = args.collective_timeout.max(Duration::from_secs(60));
     let result = run_ranks(
@@ -496,7 +505,9 @@ fn on_rank_failure(
         _ => super::logging::print_error_line(&format!("{text} (job {job})")),
     }
     if let Some(cause) = cause {
-        eprintln!("xthunk: the collectives of this rank had already failed: {cause}");
+        note(format_args!(
+            "xthunk: the collectives of this rank had already failed: {cause}"
+        ));
     }
     exit.wait_released(RELEASE_WAIT);
     // Leave the coordinator (its shutdown fails fast once a rank is known dead, then revokes
@@ -719,13 +730,13 @@ fn start_barrier(c: &dyn Coordinator, timeout: Duration) -> CliResult<()> {
         }
         if now >= warn_at {
             if present.iter().position(|p| *p) == Some(rank) {
-                eprintln!(
+                note(format_args!(
                     "xthunk: job {}: waiting for {} to start ({:.0?} so far; the job fails after \
                      the start timeout of {timeout:?})",
                     c.job_id(),
                     list_ranks(&missing),
                     now - begun
-                );
+                ));
             }
             warn_at += START_WARN_EVERY;
         }
@@ -786,10 +797,10 @@ fn run_ranks(
     } else {
         format!("ranks {first}..={}", first + devices.len() - 1)
     };
-    eprintln!(
+    note(format_args!(
         "xthunk: job {}: {names} of {world} started",
         coordinator.job_id()
-    );
+    ));
     let progress = Arc::new(Progress::new(world));
     let local_ranks = &(first..first + devices.len());
     let every =

@@ -77,3 +77,12 @@ pub fn print_error_line(text: &str) {
     let line = format!("error: {text}\n");
     let _ = std::io::stderr().lock().write_all(line.as_bytes());
 }
+
+/// Prints `args` as one line on stderr in a single write, as [`print_error_line`], and never
+/// panics: a write that fails (the rank's launcher is gone and its pipe closed) is dropped,
+/// where `eprintln!` would panic (exit status 101).
+pub fn note(args: std::fmt::Arguments<'_>) {
+    use std::io::Write as _;
+    let line = format!("{args}\n");
+    let _ = std::io::stderr().lock().write_all(line.as_bytes());
+}

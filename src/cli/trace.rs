@@ -45,12 +45,12 @@ impl TraceArgs {
         tracer.save(&path).map_err(|e| CliError::io(&path, e))?;
         let dropped = tracer.dropped_executions();
         if dropped > 0 {
-            eprintln!(
+            super::logging::note(format_args!(
                 "xthunk: trace: {dropped} executions left out (over {} thunk records)",
                 xthunk::core::trace::MAX_THUNK_RECORDS
-            );
+            ));
         }
-        eprintln!("xthunk: wrote trace {}", path.display());
+        super::logging::note(format_args!("xthunk: wrote trace {}", path.display()));
         Ok(())
     }
 }
@@ -74,10 +74,10 @@ impl TraceArgs {
         let n = docs.len();
         let output = name("all");
         write_merged(&output, docs)?;
-        eprintln!(
+        super::logging::note(format_args!(
             "xthunk: wrote the job's trace {} ({n} processes merged)",
             output.display()
-        );
+        ));
         Ok(())
     }
 }

@@ -11,14 +11,24 @@
 //! gives the others `--grace` to exit on their own (a coordinator tells them their peer is
 //! gone), then kills those still running, and exits 1. No rank outlives the launcher: every
 //! exit path of the launcher kills and reaps the ranks still running, and on Linux each rank
-//! is also killed by the kernel when the launcher dies (`PR_SET_PDEATHSIG`: Ctrl-C, SIGTERM,
-//! SIGKILL, a crash). Ctrl-C at a terminal reaches the ranks directly too (same process
-//! group).
+//! is also killed by the kernel when the launcher dies (`PR_SET_PDEATHSIG`: SIGKILL, a
+//! crash). Ctrl-C at a terminal reaches the ranks directly too (same process group).
 //!
 //! When the ranks have ended, the launcher removes whatever `/dev/shm` segment of the job is
 //! still there (a rank killed while setting a clique up can leave one).
+//!
+//! # Stop signals
+//!
+//! SIGTERM, SIGINT and SIGHUP (a scheduler's cancel, Ctrl-C, a closed terminal) do not end
+//! the launcher at once ([`signals`]): it forwards the signal to every rank still running
+//! (SIGINT as SIGINT, SIGTERM and SIGHUP as SIGTERM; a rank then aborts its communicators and
+//! exits 128 + the signal, see `cli::job`), gives them `--grace`, kills those still running
+//! (at once on a second stop signal), reaps them, removes its socket folder, the job's keys
+//! and its claims (the job id can be launched again at once, with etcd too), prints one line
+//! (`xthunk launch: job J ended by SIGTERM: …`) and exits 128 + the signal.
 
 mod ranks;
+mod signals;
 
 use super::error::{CliError, CliResult};
 use super::job::{
@@ -26,6 +36,7 @@ use super::job::{
     cause_text,
 };
 use ranks::{RootCause, run_ranks};
+use signals::StopSignals;
 use std::ffi::OsString;
 use std::io::Write;
 use std::process::ExitStatus;
@@ -67,6 +78,14 @@ Timeouts (all of a job's timers):
                    clean up before the launcher kills them (default: the lease TTL + 5 s; at
                    least the lease TTL + 1 s)
 
+Signals:
+  SIGTERM, SIGINT (Ctrl-C) and SIGHUP stop the job: the launcher sends every rank SIGTERM
+  (SIGINT for SIGINT), each rank aborts its collectives and exits (128 + the signal), those
+  still running after --grace are killed (at once on a second SIGTERM or Ctrl-C); then the
+  launcher removes its socket folder, the job's etcd keys and its claim of the job id (the
+  id can be launched again at once), prints one line
+  `xthunk launch: job J ended by SIGTERM: ...` and exits 128 + the signal.
+
 Exit status:
   0  every rank exited 0
   1  a rank failed: the root cause the coordinator recorded first is named (the cause a rank
@@ -74,7 +93,9 @@ Exit status:
      this launcher; else the first rank to exit non-zero), the others get --grace to exit on
      their own and are then killed; or the ranks could not be started
   2  a usage error (an unknown coordinator, `local` for several processes, --grace shorter
-     than the lease TTL), caught before any rank starts";
+     than the lease TTL), caught before any rank starts
+  129, 130, 143
+     the launcher got SIGHUP, SIGINT or SIGTERM (see Signals)";
 
 /// The default of `--grace`: the lease TTL plus this.
 pub const GRACE_AFTER_TTL: Duration = Duration::from_secs(5);
@@ -319,6 +340,13 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let exe = std::env::current_exe().map_err(|e| {
         CliError::Usage(format!("cannot find the xthunk executable to launch: {e}"))
     })?;
+    // From here a stop signal waits for the ranks' loop (which forwards it), so that every
+    // exit path cleans up: the socket folder, the claims, the job's keys.
+    let mut stop_signals = StopSignals::install().map_err(|e| {
+        CliError::Usage(format!(
+            "cannot watch for stop signals (SIGTERM, SIGINT): {e}"
+        ))
+    })?;
     let server =
         match &args.coordinator {
             LaunchCoordinator::Embedded => Some(EmbeddedServer::start().map_err(|e| {
@@ -412,6 +440,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         world,
         &env,
         grace,
+        &mut || stop_signals.pending(),
         &mut on_exit,
         out,
         &mut stderr,
@@ -430,7 +459,13 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         }
         None => etcd_cause,
     };
-    for line in outcome.failure_report(&job_id, cause.as_ref()) {
+    // Stopped by a signal: one line says so (what the ranks said when they stopped is no
+    // failure to report).
+    let report = match outcome.stop_line(&job_id, grace) {
+        Some(line) => vec![line],
+        None => outcome.failure_report(&job_id, cause.as_ref()),
+    };
+    for line in report {
         let _ = writeln!(stderr, "{line}");
     }
     // With etcd, nothing of the job is left: its keys go now (rather than when their leases

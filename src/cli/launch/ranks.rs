@@ -2,9 +2,11 @@
 //! behind `[rank R] ` (whole lines, one writer), their ends watched; after the first failure
 //! the others get a grace, then are killed; every rank still running is killed and reaped
 //! whatever the launcher's exit path, and on Linux a rank dies with the launcher's main
-//! thread (`PR_SET_PDEATHSIG`).
+//! thread (`PR_SET_PDEATHSIG`). A stop signal of the launcher (SIGTERM, SIGINT, SIGHUP) is
+//! forwarded to the ranks, which get the grace to exit; a second one kills them at once.
 
-use std::ffi::OsString;
+use super::signals;
+use std::ffi::{OsString, c_int};
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
@@ -20,11 +22,60 @@ pub struct Outcome {
     pub first_failure: Option<(usize, ExitStatus)>,
     /// Writing the ranks' stdout failed (e.g. a closed pipe); later lines were dropped.
     pub stdout_error: Option<std::io::Error>,
+    /// The launcher was stopped by a signal: how the ranks were stopped.
+    pub stopped: Option<Stopped>,
+}
+
+/// How a stop signal of the launcher ended the ranks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stopped {
+    /// The signal the launcher got first.
+    pub signal: c_int,
+    /// The ranks still running then: each was sent [`signals::forwarded`]`(signal)`.
+    pub running: Vec<usize>,
+    /// The ranks the launcher killed: after the grace, or at once on a second signal.
+    pub killed: Vec<usize>,
+    /// A second stop signal, which killed the ranks still running at once.
+    pub second: Option<c_int>,
 }
 
 impl Outcome {
+    /// 0 when every rank exited 0, 128 + the signal when a signal stopped the launch, else 1.
     pub fn exit_code(&self) -> u8 {
-        if self.first_failure.is_some() { 1 } else { 0 }
+        match (&self.stopped, &self.first_failure) {
+            (Some(s), _) => signals::exit_code(s.signal),
+            (None, Some(_)) => 1,
+            (None, None) => 0,
+        }
+    }
+
+    /// The one line a launch stopped by a signal prints: the signal, the ranks it reached,
+    /// and those that had to be killed.
+    pub fn stop_line(&self, job: &str, grace: Duration) -> Option<String> {
+        let s = self.stopped.as_ref()?;
+        let sig = signals::name(s.signal);
+        let what = if s.running.is_empty() {
+            "no rank was running".to_string()
+        } else {
+            let sent = format!(
+                "{} sent {}",
+                rank_spans(&s.running),
+                signals::name(signals::forwarded(s.signal))
+            );
+            match (s.killed.is_empty(), s.second) {
+                (true, _) => format!("{sent}, all exited within the grace period ({grace:?})"),
+                (false, Some(second)) => format!(
+                    "{sent}; {} killed at once on a second {}",
+                    rank_spans(&s.killed),
+                    signals::name(second)
+                ),
+                (false, None) => format!(
+                    "{sent}; {} killed after the grace period ({grace:?})",
+                    rank_spans(&s.killed)
+                ),
+            }
+        };
+        Some(format!("xthunk launch: job {job} ended by {sig}: {what}"))
     }
 
     /// After a failure: one line per rank that did not exit 0, then the `error:` line that
@@ -61,6 +112,26 @@ impl Outcome {
         }
         lines
     }
+}
+
+/// `rank 2`, `ranks 0-3`, `ranks 0-1, 3` (`ranks` ascending).
+pub fn rank_spans(ranks: &[usize]) -> String {
+    let mut spans: Vec<String> = Vec::new();
+    let mut i = 0;
+    while i < ranks.len() {
+        let mut j = i;
+        while j + 1 < ranks.len() && ranks[j + 1] == ranks[j] + 1 {
+            j += 1;
+        }
+        spans.push(if i == j {
+            ranks[i].to_string()
+        } else {
+            format!("{}-{}", ranks[i], ranks[j])
+        });
+        i = j + 1;
+    }
+    let one = ranks.len() == 1;
+    format!("rank{} {}", if one { "" } else { "s" }, spans.join(", "))
 }
 
 /// The root cause of a failed job, as the launcher learnt it.
@@ -171,7 +242,10 @@ fn forward(rank: usize, pipe: Pipe, stream: impl Read, tx: mpsc::Sender<Msg>) {
 /// Starts `world` processes `program args...` (rank `r` with the variables `env(r)`), copies
 /// their output lines to `out`/`err` behind `[rank R] `, and waits for them all (`on_exit`
 /// is told of each exit as it is seen); after the first failure the others get `grace`, then
-/// are killed. Call it from the thread that lives
+/// are killed. `stop` is polled for a stop signal of the launcher: the first is forwarded to
+/// the ranks still running ([`signals::forwarded`]), which get `grace` to exit before they
+/// are killed (exits after it are not failures: `on_exit` is not told); a second kills them
+/// at once. A signal before any rank started starts none. Call it from the thread that lives
 /// as long as the ranks should: on Linux a rank is killed when that thread ends.
 #[allow(clippy::too_many_arguments)]
 pub fn run_ranks(
@@ -180,10 +254,24 @@ pub fn run_ranks(
     world: usize,
     env: &dyn Fn(usize) -> Vec<(&'static str, String)>,
     grace: Duration,
+    stop: &mut dyn FnMut() -> Option<c_int>,
     on_exit: &mut dyn FnMut(usize, ExitStatus),
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> std::io::Result<Outcome> {
+    if let Some(signal) = stop() {
+        return Ok(Outcome {
+            ranks: Vec::new(),
+            first_failure: None,
+            stdout_error: None,
+            stopped: Some(Stopped {
+                signal,
+                running: Vec::new(),
+                killed: Vec::new(),
+                second: None,
+            }),
+        });
+    }
     let (tx, rx) = mpsc::channel::<Msg>();
     let mut ranks = Ranks(Vec::with_capacity(world));
     let mut readers = Vec::new();
@@ -222,6 +310,7 @@ pub fn run_ranks(
     let mut first_failure: Option<(usize, ExitStatus)> = None;
     let mut kill_at: Option<Instant> = None;
     let mut all_exited_at: Option<Instant> = None;
+    let mut stopped: Option<Stopped> = None;
     loop {
         // Output first: at most one poll interval of waiting.
         match rx.recv_timeout(Duration::from_millis(20)) {
@@ -238,12 +327,43 @@ pub fn run_ranks(
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => open_pipes = 0,
         }
+        if let Some(signal) = stop() {
+            match &mut stopped {
+                None => {
+                    let running: Vec<usize> = (0..ranks.0.len())
+                        .filter(|r| ranks.0[*r].status.is_none())
+                        .collect();
+                    let to_ranks = signals::forwarded(signal);
+                    for r in &running {
+                        if let Err(e) = signals::send(ranks.0[*r].child.id(), to_ranks) {
+                            tracing::warn!(rank = r, error = %e, "could not signal the rank");
+                        }
+                    }
+                    let at = Instant::now() + grace;
+                    kill_at = Some(kill_at.map_or(at, |k| k.min(at)));
+                    stopped = Some(Stopped {
+                        signal,
+                        running,
+                        killed: Vec::new(),
+                        second: None,
+                    });
+                }
+                Some(s) => {
+                    s.second.get_or_insert(signal);
+                    kill_at = Some(Instant::now());
+                }
+            }
+        }
         for (r, rank) in ranks.0.iter_mut().enumerate() {
             if rank.status.is_some() {
                 continue;
             }
             if let Some(status) = rank.child.try_wait()? {
                 rank.status = Some(status);
+                if stopped.is_some() {
+                    // Stopping: no exit is a failure of the job.
+                    continue;
+                }
                 on_exit(r, status);
                 if !status.success() && first_failure.is_none() {
                     first_failure = Some((r, status));
@@ -260,7 +380,12 @@ pub fn run_ranks(
             && let Some(at) = kill_at
             && Instant::now() >= at
         {
-            for r in ranks.kill_running() {
+            let killed = ranks.kill_running();
+            if let Some(s) = &mut stopped {
+                s.killed.extend(killed);
+                continue;
+            }
+            for r in killed {
                 sink.note(&format!(
                     "xthunk launch: killed rank {r} (still running {grace:?} after the first \
                      failure)"
@@ -295,6 +420,7 @@ pub fn run_ranks(
         ranks: statuses,
         first_failure,
         stdout_error,
+        stopped,
     })
 }
 
@@ -371,6 +497,7 @@ mod tests {
             world,
             &env,
             grace,
+            &mut || None,
             &mut |_, _| {},
             &mut out,
             &mut err,
@@ -481,6 +608,47 @@ mod tests {
     }
 
     #[test]
+    fn a_stop_signal_is_forwarded_and_the_ranks_that_ignore_it_are_killed_after_the_grace() {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        // Polled before the spawn (nothing), then: the launcher got SIGTERM once the ranks
+        // said they are ready.
+        let mut polls = 0;
+        let started = Instant::now();
+        let o = run_ranks(
+            &sh(),
+            &script(concat!(
+                r#"if [ "$XTHUNK_RANK" = 0 ]; then trap 'echo got it; exit 0' TERM; "#,
+                r#"else trap '' TERM; fi; "#,
+                r#"while :; do sleep 0.05; done"#
+            )),
+            2,
+            &env,
+            Duration::from_millis(400),
+            &mut || {
+                polls += 1;
+                (polls == 10).then_some(signal_hook::consts::SIGTERM)
+            },
+            &mut |_, _| panic!("a stopped rank is no failure"),
+            &mut out,
+            &mut err,
+        )
+        .unwrap();
+        assert!(started.elapsed() < Duration::from_secs(10));
+        let s = o.stopped.clone().unwrap();
+        assert_eq!((s.running, s.killed), (vec![0, 1], vec![1]));
+        assert_eq!(o.exit_code(), 143);
+        assert_eq!(
+            o.stop_line("j", Duration::from_millis(400)).unwrap(),
+            "xthunk launch: job j ended by SIGTERM: ranks 0-1 sent SIGTERM; rank 1 killed \
+             after the grace period (400ms)"
+        );
+        assert!(String::from_utf8(err).unwrap().is_empty());
+        let out = String::from_utf8(out).unwrap();
+        assert!(out.contains("[rank 0] got it"), "{out}");
+        assert_eq!(rank_spans(&[0, 1, 2, 5, 7, 8]), "ranks 0-2, 5, 7-8");
+    }
+
+    #[test]
     fn a_rank_that_cannot_start_is_an_error() {
         let (mut out, mut err) = (Vec::new(), Vec::new());
         let e = run_ranks(
@@ -489,6 +657,7 @@ mod tests {
             2,
             &env,
             Duration::ZERO,
+            &mut || None,
             &mut |_, _| {},
             &mut out,
             &mut err,
