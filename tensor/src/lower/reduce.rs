@@ -1,6 +1,7 @@
 //! `reduce` as one generated kernel, the inputs' elementwise producers fused into its loop and
-//! the body emitted inline over scalar variables. Few reduced elements per result: a thread per
-//! result folds them in row-major order. Many (at least [`BLOCK_FOLD`]): a block per result,
+//! the body emitted inline over scalar variables. Few reduced elements per result, or more
+//! results than elements per result: a thread per result folds them in row-major order. Many
+//! (at least [`BLOCK_FOLD`], and at least as many as there are results): a block per result,
 //! each thread folding a contiguous chunk from the init value, then an in-order tree through
 //! shared memory (the spec's schedule: a tree whose in-order traversal is the elements in
 //! order, init values interspersed), so an associative body gives the sequential result.
@@ -11,7 +12,7 @@ use crate::graph::{Graph, Node, Op};
 use xthunk_core::ir::{Slice, Thunk};
 
 /// Reduced elements per result from which a block, not a thread, computes a result.
-pub(crate) const BLOCK_FOLD: u64 = 256;
+pub(crate) const BLOCK_FOLD: u64 = 1024;
 
 /// Refuses a body (of `op`) with ops that cannot be fused.
 pub(super) fn check_body(op: &'static str, body: &Graph) -> Result<(), LowerError> {
@@ -87,7 +88,12 @@ impl Lowerer {
             .iter()
             .map(|r| scalar::compute(s.graph.ty(*r).dtype))
             .collect();
-        let block = count >= BLOCK_FOLD;
+        let elements: u64 = kept_dims.iter().product();
+        // A block per result only when each result is long and results are no more than the
+        // elements each folds: otherwise a thread per result. (As blocks, the transformer
+        // step's 256 and 1,024 results of 256 elements each took 40 to 170 ms per reduction on
+        // the CPU execution, where each of a block's 9 barriers switches its 256 fibers.)
+        let block = count >= BLOCK_FOLD && count >= elements;
         let mut k = KernelText::new();
         let outs: Vec<String> = (0..n)
             .map(|j| k.output(dests[j], s.graph.ty(node.results[j]).dtype))
@@ -132,7 +138,6 @@ impl Lowerer {
         }
         apply(&mut k, body, &accs, &xs)?;
         k.close("}");
-        let elements: u64 = kept_dims.iter().product();
         if !block {
             for j in 0..n {
                 let d = s.graph.ty(node.results[j]).dtype;

@@ -181,8 +181,8 @@ fn large_reductions_use_a_block_per_result() {
     let mut r = rand_chacha::ChaCha8Rng::seed_from_u64(5);
     let d = DType::F32;
     let mut g = Graph::new("large_reduce");
-    let x = g.parameter("x", d, &[3, 1000]).unwrap();
-    let sp = g.parameter("specials", d, &[2, 900]).unwrap();
+    let x = g.parameter("x", d, &[3, 1200]).unwrap();
+    let sp = g.parameter("specials", d, &[2, 1100]).unwrap();
     let i = g.parameter("i", DType::I32, &[2, 3000]).unwrap();
     let zero = constant(&mut g, Arr::floats(d, &[], vec![0.0]));
     let ninf = constant(&mut g, Arr::floats(d, &[], vec![f64::NEG_INFINITY]));
@@ -203,16 +203,16 @@ fn large_reductions_use_a_block_per_result() {
         .reduce(&[i], &[izero], &[1], body(BinaryOp::Add, DType::I32))
         .unwrap();
     g.result("wrapping_sum", is[0]).unwrap();
-    let io = g.iota(DType::I32, &[3, 1000], 1).unwrap();
+    let io = g.iota(DType::I32, &[3, 1200], 1).unwrap();
     let am = g
         .reduce(&[x, io], &[ninf, izero], &[1], argmax_body())
         .unwrap();
     g.result("max", am[0]).unwrap();
     g.result("argmax", am[1]).unwrap();
-    let ints: Vec<f64> = (0..3000).map(|_| r.random_range(-3i32..4) as f64).collect();
+    let ints: Vec<f64> = (0..3600).map(|_| r.random_range(-3i32..4) as f64).collect();
     let inputs = vec![
-        Arr::floats(d, &[3, 1000], ints),
-        random(d, &[2, 900], 51),
+        Arr::floats(d, &[3, 1200], ints),
+        random(d, &[2, 1100], 51),
         random(DType::I32, &[2, 3000], 52),
     ];
     let low = check(&g, &inputs);
