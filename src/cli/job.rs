@@ -53,11 +53,10 @@
 use super::error::{CliError, CliResult};
 use super::logging::note;
 use super::outfiles;
-use super::rank_stop::{StopHandler, StopTargets};
+use super::rank_stop::{ExitClaim, StopHandler, StopTargets};
 use super::run_args::RunArgs;
 use super::summary::{print_outputs, print_temp_memory, print_times};
 use std::io::Write;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 use xthunk::core::collectives::{CliqueProvider, JobPlacement, Timeouts, UnavailableCliques};
@@ -195,36 +194,6 @@ fn local_coordinator_error(config: &DistributedConfig) -> String {
          ranks), or with --coordinator etcd://HOST:PORT",
         config.job_id, config.world_size
     )
-}
-
-/// Who ends the process after a failure: the failure handler or the main thread, whichever
-/// claims it first; and whether the main thread has let go of the job's device resources
-/// (its run returned), which the failure handler waits for, briefly, before it exits.
-#[derive(Default)]
-pub struct ExitClaim {
-    claimed: AtomicBool,
-    released: AtomicBool,
-}
-
-impl ExitClaim {
-    pub fn claim(&self) -> bool {
-        !self.claimed.swap(true, Ordering::SeqCst)
-    }
-
-    /// The main thread's run has returned: its buffers, streams and modules are freed.
-    pub fn release(&self) {
-        self.released.store(true, Ordering::SeqCst);
-    }
-
-    /// Waits at most `limit` for [`ExitClaim::release`]: the communicators are aborted by
-    /// then, so a main thread inside a collective returns at once; one stuck elsewhere is
-    /// not waited for longer.
-    pub fn wait_released(&self, limit: Duration) {
-        let since = Instant::now();
-        while !self.released.load(Ordering::SeqCst) && since.elapsed() < limit {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
 }
 
 /// How long the failure handler waits for the main thread to free the job's device

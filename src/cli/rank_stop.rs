@@ -10,11 +10,11 @@
 //! already failing ([`ExitClaim`]); further signals while it stops are ignored (a Ctrl-C at a
 //! terminal reaches a rank both directly and through its launcher).
 
-use super::job::ExitClaim;
 use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
 use signal_hook::iterator::Signals;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 use xthunk::core::collectives::CliqueProvider;
 use xthunk::core::distributed::Coordinator;
 use xthunk::core::host::remove_job_segments;
@@ -106,5 +106,35 @@ fn bounded(f: impl FnOnce() + Send + 'static) {
     });
     if spawned.is_ok() {
         let _ = rx.recv_timeout(STOP_COORDINATOR_WAIT + Duration::from_millis(200));
+    }
+}
+
+/// Who ends the process after a failure: the failure handler or the main thread, whichever
+/// claims it first; and whether the main thread has let go of the job's device resources
+/// (its run returned), which the failure handler waits for, briefly, before it exits.
+#[derive(Default)]
+pub struct ExitClaim {
+    claimed: AtomicBool,
+    released: AtomicBool,
+}
+
+impl ExitClaim {
+    pub fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::SeqCst)
+    }
+
+    /// The main thread's run has returned: its buffers, streams and modules are freed.
+    pub fn release(&self) {
+        self.released.store(true, Ordering::SeqCst);
+    }
+
+    /// Waits at most `limit` for [`ExitClaim::release`]: the communicators are aborted by
+    /// then, so a main thread inside a collective returns at once; one stuck elsewhere is
+    /// not waited for longer.
+    pub fn wait_released(&self, limit: Duration) {
+        let since = Instant::now();
+        while !self.released.load(Ordering::SeqCst) && since.elapsed() < limit {
+            std::thread::sleep(Duration::from_millis(5));
+        }
     }
 }
