@@ -209,6 +209,13 @@ struct XthunkError *xthunk_buffer_read(const struct XthunkBuffer *buffer,
                                        uint8_t *data,
                                        size_t size);
 
+// Loads the custom-call plugin at `path` (a shared library implementing `xthunk_ffi.h`) into
+// this process: its handlers serve the programs loaded afterwards, on the backends it
+// registers for. A file already loaded is not loaded again. Errors: `XTHUNK_STATUS_UNAVAILABLE`
+// when the file cannot be loaded (the dynamic loader's reason in the message) or does not
+// register properly, `XTHUNK_STATUS_INVALID_ARGUMENT` for a target already registered.
+struct XthunkError *xthunk_load_plugin(const char *path);
+
 #ifdef __cplusplus
 }  // extern "C"
 #endif  // __cplusplus

@@ -6,6 +6,7 @@ use std::ffi::{CStr, CString, c_char};
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::ptr;
 use xthunk::Error;
+use xthunk::core::custom_call::{CustomCallError, CustomCallKind};
 use xthunk::proto::ProtoError;
 
 /// What kind of failure an error is.
@@ -89,6 +90,13 @@ fn code_of(e: &Error) -> XthunkStatus {
         Error::Invalid(_) => XthunkStatus::InvalidProgram,
         Error::OutOfMemory { .. } | Error::ProgramMemory { .. } => XthunkStatus::OutOfMemory,
         Error::Thunk { source, .. } => code_of(source),
+        Error::CustomCall(_) => match CustomCallError::kind_of(e) {
+            Some(CustomCallKind::Unsupported) => XthunkStatus::Unsupported,
+            Some(CustomCallKind::Program) => XthunkStatus::InvalidProgram,
+            Some(CustomCallKind::Unavailable) => XthunkStatus::Unavailable,
+            Some(CustomCallKind::InvalidArgument) => XthunkStatus::InvalidArgument,
+            Some(CustomCallKind::Execution) | None => XthunkStatus::Execution,
+        },
         _ => XthunkStatus::Execution,
     }
 }

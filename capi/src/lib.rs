@@ -18,10 +18,12 @@
 mod error;
 mod executable;
 mod handles;
+mod plugin;
 
 pub use error::*;
 pub use executable::*;
 pub use handles::*;
+pub use plugin::*;
 
 use std::ffi::c_char;
 

@@ -244,3 +244,41 @@ fn stablehlo_loads_from_a_file_and_from_bytes() {
         xthunk_runtime_free(rt);
     }
 }
+
+#[test]
+fn plugins_load_from_c_and_missing_handlers_are_load_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let bogus = dir.path().join("libbogus.so");
+    std::fs::write(&bogus, b"not an ELF file").unwrap();
+    let cbogus = std::ffi::CString::new(bogus.to_str().unwrap()).unwrap();
+    let (rt, dev) = host_device();
+    // A call to a target nobody registered, as JAX prints a `jax.ffi.ffi_call`.
+    let text = "module {\n  func.func public @main(%arg0: tensor<4xf32>) -> tensor<4xf32> {\n    %0 = stablehlo.custom_call @test.nobody(%arg0) {backend_config = \"\", mhlo.backend_config = {k = 3 : i64}} : (tensor<4xf32>) -> tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n";
+    // SAFETY: valid strings, live handles, `text` of the size passed.
+    unsafe {
+        let (code, msg) = take(xthunk_load_plugin(cbogus.as_ptr())).unwrap();
+        assert_eq!(code, XthunkStatus::Unavailable, "{msg}");
+        assert!(
+            msg.contains("libbogus.so: cannot be loaded: dlopen failed: "),
+            "the loader's reason: {msg}"
+        );
+        let (code, _) = take(xthunk_load_plugin(ptr::null())).unwrap();
+        assert_eq!(code, XthunkStatus::InvalidArgument);
+        let mut exe = ptr::null_mut();
+        let (code, msg) = take(xthunk_executable_load_bytes(
+            dev,
+            text.as_ptr(),
+            text.len(),
+            &mut exe,
+        ))
+        .unwrap();
+        assert_eq!(code, XthunkStatus::Unsupported, "{msg}");
+        assert!(
+            msg.contains("custom call `test.nobody` has no handler on backend `host`"),
+            "{msg}"
+        );
+        assert!(exe.is_null());
+        xthunk_device_free(dev);
+        xthunk_runtime_free(rt);
+    }
+}

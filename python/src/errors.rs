@@ -6,6 +6,7 @@ use pyo3::exceptions::PyRuntimeError;
 use pyo3::prelude::*;
 use pyo3::types::PyList;
 use xthunk::Error;
+use xthunk::core::custom_call::{CustomCallError, CustomCallKind};
 use xthunk::proto::ProtoError;
 
 /// The exception class an error is raised as (a name in `xthunk.errors`).
@@ -40,6 +41,13 @@ fn kind_of(e: &Error) -> Kind {
         Error::Invalid(_) => Kind::Program,
         Error::OutOfMemory { .. } | Error::ProgramMemory { .. } => Kind::OutOfMemory,
         Error::Thunk { source, .. } => kind_of(source),
+        Error::CustomCall(_) => match CustomCallError::kind_of(e) {
+            Some(CustomCallKind::Unsupported) => Kind::Unsupported,
+            Some(CustomCallKind::Program) => Kind::Program,
+            Some(CustomCallKind::Unavailable) => Kind::Unavailable,
+            Some(CustomCallKind::InvalidArgument) => Kind::InvalidArgument,
+            Some(CustomCallKind::Execution) | None => Kind::Execution,
+        },
         _ => Kind::Execution,
     }
 }

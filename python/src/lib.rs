@@ -30,6 +30,7 @@ fn _xthunk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<builder::Arg>()?;
     m.add_class::<builder::Program>()?;
     m.add_function(wrap_pyfunction!(runtime::devices, m)?)?;
+    m.add_function(wrap_pyfunction!(runtime::load_plugin, m)?)?;
     m.add_function(wrap_pyfunction!(builder::scalar, m)?)?;
     Ok(())
 }

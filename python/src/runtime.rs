@@ -166,3 +166,15 @@ pub fn devices(py: Python<'_>) -> XResult<Vec<Bound<'_, PyDict>>> {
     }
     Ok(out)
 }
+
+/// Loads the custom-call plugin at `path` (a shared library implementing
+/// `include/xthunk_ffi.h`) into this process, as `xthunk run --plugin` does; its handlers serve
+/// the programs loaded afterwards. Returns the `(backend, target)` pairs it registered (empty
+/// when the file was loaded before).
+#[pyfunction]
+pub fn load_plugin(py: Python<'_>, path: std::path::PathBuf) -> XResult<Vec<(String, String)>> {
+    let plugins = py
+        .detach(|| xthunk::plugins::load_plugins(&[path]))
+        .map_err(xthunk::Error::from)?;
+    Ok(plugins.into_iter().flat_map(|p| p.targets).collect())
+}

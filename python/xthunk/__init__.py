@@ -22,6 +22,7 @@ from ._xthunk import (
     TensorSpec,
     __version__,
     devices,
+    load_plugin,
     scalar,
 )
 from .errors import (
@@ -50,6 +51,7 @@ def from_dlpack(array, runtime=None, device=0):
 
 __all__ = [
     "PROGRAM_ABI_VERSION",
+    "load_plugin",
     "Arg",
     "Device",
     "DeviceArray",

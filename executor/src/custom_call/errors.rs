@@ -64,6 +64,42 @@ pub enum CustomCallError {
     Plugin { file: PathBuf, message: String },
 }
 
+/// What kind of failure a custom-call error is, for the bindings' error classes: what is
+/// known when a program is loaded is not an execution error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CustomCallKind {
+    /// No handler for a target on the device's backend.
+    Unsupported,
+    /// A call does not match its handler (attributes, buffers).
+    Program,
+    /// A plugin file that cannot be loaded or does not register properly.
+    Unavailable,
+    /// A target registered twice.
+    InvalidArgument,
+    /// A handler failed while running.
+    Execution,
+}
+
+impl CustomCallError {
+    pub fn kind(&self) -> CustomCallKind {
+        match self {
+            CustomCallError::MissingHandler { .. } => CustomCallKind::Unsupported,
+            CustomCallError::Mismatch { .. } => CustomCallKind::Program,
+            CustomCallError::Plugin { .. } => CustomCallKind::Unavailable,
+            CustomCallError::Duplicate { .. } => CustomCallKind::InvalidArgument,
+            CustomCallError::Failed { .. } => CustomCallKind::Execution,
+        }
+    }
+
+    /// The kind of the custom-call error `e` carries, if it carries one.
+    pub fn kind_of(e: &crate::Error) -> Option<CustomCallKind> {
+        match e {
+            crate::Error::CustomCall(b) => b.downcast_ref::<CustomCallError>().map(Self::kind),
+            _ => None,
+        }
+    }
+}
+
 /// The core error carries a custom-call error boxed as a plain error (the error row imports
 /// nothing of this one); its message and causes are this error's own.
 impl From<CustomCallError> for crate::Error {

@@ -26,7 +26,7 @@ mod registry;
 mod signature;
 
 pub use call::{Call, CallBuffer, FromAttr};
-pub use errors::{CustomCallError, HandlerError};
+pub use errors::{CustomCallError, CustomCallKind, HandlerError};
 pub use ffi::{
     XTHUNK_FFI_API_VERSION, XTHUNK_FFI_REGISTER_SYMBOL, XTHUNK_FFI_TRAIT_COMMAND_BUFFER_COMPATIBLE,
     XTHUNK_FFI_VERSION_SYMBOL,

@@ -212,8 +212,13 @@ pub fn load_plugin(file: &Path, registry: &Registry) -> Result<Plugin, CustomCal
     };
     // SAFETY: loading a library runs its initializers: the user named it as a plugin, which
     // is the trust decision (docs/custom-calls.md).
-    let library =
-        unsafe { Library::new(file) }.map_err(|e| fail(format!("cannot be loaded: {e}")))?;
+    let library = unsafe { Library::new(file) }.map_err(|e| {
+        // libloading says "dlopen failed"; the loader's reason is its source.
+        fail(format!(
+            "cannot be loaded: {}",
+            xthunk_backend::backend::search::error_chain(&e)
+        ))
+    })?;
     let library = Arc::new(library);
     // SAFETY: the symbol's type is the ABI's `uint32_t xthunk_ffi_api_version(void)`.
     let version = unsafe {
