@@ -1,12 +1,17 @@
-//! Host gemm through the `gemm` crate (blocked, SIMD, multithreaded). f16 and bf16 are
-//! widened to f32, multiplied with f32 accumulation and rounded once when stored, which is
-//! what cuBLAS/rocBLAS do with an f32 compute type.
+//! Host gemm: through the CPU BLAS when one was found ([`super::blas`]: OpenBLAS or BLIS,
+//! `cblas_sgemm`/`cblas_dgemm` row-major, one call per batch entry), else through the `gemm`
+//! crate (blocked, SIMD, multithreaded). f16 and bf16 are widened to f32, multiplied with f32
+//! accumulation (by the same f32 path) and rounded once when stored, which is what
+//! cuBLAS/rocBLAS do with an f32 compute type. A gemm with k = 0, or a size past the CBLAS's
+//! 32-bit integers, takes the `gemm` crate.
 
+use super::blas::{CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CpuBlas};
 use super::memory::Region;
 use crate::backend::GemmLaunch;
 use crate::error::{Error, Result};
 use crate::ir::DType;
 use gemm::Parallelism;
+use std::ffi::c_int;
 
 /// Below this many multiply-adds a single thread is faster.
 const PARALLEL_THRESHOLD: u64 = 1 << 18;
@@ -38,6 +43,17 @@ fn blas_strides(trans: bool, ld: u64) -> (isize, isize) {
 /// Runs a gemm on its operands' regions (`g`'s ranges, looked up: host addresses are device
 /// addresses, so checking `g` checks the regions).
 pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
+    run_with(g, a, b, c, super::blas::choice().blas())
+}
+
+/// [`run`] through `blas` (`None`: the `gemm` crate).
+pub(crate) fn run_with(
+    g: &GemmLaunch,
+    a: &Region,
+    b: &Region,
+    c: &Region,
+    blas: Option<&CpuBlas>,
+) -> Result<()> {
     g.check().map_err(|e| err(e.to_string()))?;
     if g.m == 0 || g.n == 0 {
         return Ok(());
@@ -47,13 +63,14 @@ pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<
             // SAFETY: regions are checked for size and alignment; C does not overlap A or B
             // (checked when the gemm was queued); the stream gives exclusive use of C.
             unsafe {
-                native::<f32>(
+                dispatch::<f32>(
                     g,
                     a.ptr() as *const f32,
                     b.ptr() as *const f32,
                     c.ptr() as *mut f32,
                     g.alpha as f32,
                     g.beta as f32,
+                    blas,
                 );
             }
             Ok(())
@@ -61,37 +78,199 @@ pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<
         DType::F64 => {
             // SAFETY: as for f32.
             unsafe {
-                native::<f64>(
+                dispatch::<f64>(
                     g,
                     a.ptr() as *const f64,
                     b.ptr() as *const f64,
                     c.ptr() as *mut f64,
                     g.alpha,
                     g.beta,
+                    blas,
                 );
             }
             Ok(())
         }
-        DType::F16 => widened(g, a, b, c, |x: half::f16| x.to_f32(), half::f16::from_f32),
-        DType::BF16 => widened(g, a, b, c, |x: half::bf16| x.to_f32(), half::bf16::from_f32),
+        DType::F16 => widened(
+            g,
+            a,
+            b,
+            c,
+            |x: half::f16| x.to_f32(),
+            half::f16::from_f32,
+            blas,
+        ),
+        DType::BF16 => widened(
+            g,
+            a,
+            b,
+            c,
+            |x: half::bf16| x.to_f32(),
+            half::bf16::from_f32,
+            blas,
+        ),
         other => Err(err(format!("unsupported dtype {other}"))),
+    }
+}
+
+/// The row-major gemm's sizes as CBLAS's 32-bit integers, when they fit.
+#[derive(Clone, Copy)]
+struct Dims {
+    m: c_int,
+    n: c_int,
+    k: c_int,
+    lda: c_int,
+    ldb: c_int,
+    ldc: c_int,
+}
+
+impl Dims {
+    fn of(g: &GemmLaunch) -> Option<Dims> {
+        let i = |v: u64| c_int::try_from(v).ok();
+        Some(Dims {
+            m: i(g.m)?,
+            n: i(g.n)?,
+            k: i(g.k)?,
+            lda: i(g.lda)?,
+            ldb: i(g.ldb)?,
+            ldc: i(g.ldc)?,
+        })
     }
 }
 
 trait Zero: Copy + 'static {
     const ZERO: Self;
     fn mul(self, o: Self) -> Self;
+    /// One row-major `cblas_?gemm` call.
+    ///
+    /// # Safety
+    /// As [`native`] for one batch entry at `a`, `b`, `c`.
+    #[allow(clippy::too_many_arguments)]
+    unsafe fn cblas(
+        blas: &CpuBlas,
+        d: Dims,
+        ta: c_int,
+        tb: c_int,
+        a: *const Self,
+        b: *const Self,
+        c: *mut Self,
+        alpha: Self,
+        beta: Self,
+    );
 }
 impl Zero for f32 {
     const ZERO: f32 = 0.0;
     fn mul(self, o: f32) -> f32 {
         self * o
     }
+    unsafe fn cblas(
+        blas: &CpuBlas,
+        d: Dims,
+        ta: c_int,
+        tb: c_int,
+        a: *const f32,
+        b: *const f32,
+        c: *mut f32,
+        alpha: f32,
+        beta: f32,
+    ) {
+        // SAFETY: the caller's contract; the sizes are the checked gemm's.
+        unsafe {
+            (blas.table.cblas_sgemm)(
+                CBLAS_ROW_MAJOR,
+                ta,
+                tb,
+                d.m,
+                d.n,
+                d.k,
+                alpha,
+                a,
+                d.lda,
+                b,
+                d.ldb,
+                beta,
+                c,
+                d.ldc,
+            )
+        }
+    }
 }
 impl Zero for f64 {
     const ZERO: f64 = 0.0;
     fn mul(self, o: f64) -> f64 {
         self * o
+    }
+    unsafe fn cblas(
+        blas: &CpuBlas,
+        d: Dims,
+        ta: c_int,
+        tb: c_int,
+        a: *const f64,
+        b: *const f64,
+        c: *mut f64,
+        alpha: f64,
+        beta: f64,
+    ) {
+        // SAFETY: the caller's contract; the sizes are the checked gemm's.
+        unsafe {
+            (blas.table.cblas_dgemm)(
+                CBLAS_ROW_MAJOR,
+                ta,
+                tb,
+                d.m,
+                d.n,
+                d.k,
+                alpha,
+                a,
+                d.lda,
+                b,
+                d.ldb,
+                beta,
+                c,
+                d.ldc,
+            )
+        }
+    }
+}
+
+/// Runs the gemm through `blas` when there is one and it can take the gemm (k > 0, sizes
+/// within 32 bits), else through [`native`].
+///
+/// # Safety
+/// As [`native`].
+unsafe fn dispatch<T: Zero>(
+    g: &GemmLaunch,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+    blas: Option<&CpuBlas>,
+) {
+    let usable = blas.filter(|_| g.k > 0).zip(Dims::of(g));
+    let Some((blas, d)) = usable else {
+        // SAFETY: the caller's contract.
+        unsafe { native(g, a, b, c, alpha, beta) };
+        return;
+    };
+    let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+    for bi in 0..g.batch as usize {
+        // SAFETY: each batch entry lies inside the operands (checked against their sizes);
+        // CBLAS reads op(A) and op(B) and writes C only within the row-major shapes and
+        // leading dimensions the check covered, and with beta = 0 it does not read C (which
+        // may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
+        unsafe {
+            T::cblas(
+                blas,
+                d,
+                op(g.trans_a),
+                op(g.trans_b),
+                a.add(bi * g.stride_a as usize),
+                b.add(bi * g.stride_b as usize),
+                c.add(bi * g.stride_c as usize),
+                alpha,
+                beta,
+            );
+        }
     }
 }
 
@@ -172,6 +351,7 @@ fn widened<H: bytemuck::Pod>(
     c: &Region,
     to: impl Fn(H) -> f32,
     from: impl Fn(f32) -> H,
+    blas: Option<&CpuBlas>,
 ) -> Result<()> {
     let af: Vec<f32> = load::<H>(a).into_iter().map(&to).collect();
     let bf: Vec<f32> = load::<H>(b).into_iter().map(&to).collect();
@@ -183,13 +363,14 @@ fn widened<H: bytemuck::Pod>(
     };
     // SAFETY: the f32 copies have the same element counts as the checked operands.
     unsafe {
-        native::<f32>(
+        dispatch::<f32>(
             g,
             af.as_ptr(),
             bf.as_ptr(),
             cf.as_mut_ptr(),
             g.alpha as f32,
             g.beta as f32,
+            blas,
         );
     }
     let es = std::mem::size_of::<H>();
