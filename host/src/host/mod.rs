@@ -44,6 +44,13 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
+/// The gemm the host backend runs f32 and f64 gemms on, in one line: the CPU BLAS found
+/// (`OpenBLAS 0.3.21 (/usr/lib/…/libopenblas.so.0, 2 threads)`) or the built-in `gemm` crate
+/// and why. The search runs (once per process) on first use.
+pub fn gemm_library() -> String {
+    blas::choice().describe()
+}
+
 /// Shared registry of host kernel libraries (besides the standard one).
 type Libraries = Arc<RwLock<BTreeMap<String, Arc<KernelLibrary>>>>;
 
