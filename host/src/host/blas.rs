@@ -23,6 +23,10 @@
 //! runs on one of the two, so they are not busy at once. BLIS runs single-threaded unless told
 //! otherwise: when neither `BLIS_NUM_THREADS` nor `OMP_NUM_THREADS` is set, it is given one
 //! thread per core. Small gemms are left to the library (OpenBLAS runs them on one thread).
+//! Work on other streams (kernels over the CPU worker pool, [`super::cpu`]) may run beside a
+//! gemm, as it did beside the gemm crate's pool; `OPENBLAS_NUM_THREADS` caps the gemm's share.
+//! Concurrent gemms of several streams or devices call the library from several threads, which
+//! OpenBLAS's threaded builds and BLIS allow.
 
 use crate::backend::dylib::{Loaded, Loader, Probe, Version, symbol_table};
 use crate::backend::search::{self, split_paths};
@@ -37,39 +41,23 @@ pub(crate) const CBLAS_NO_TRANS: c_int = 111;
 /// `CblasTrans`.
 pub(crate) const CBLAS_TRANS: c_int = 112;
 
-/// `void cblas_sgemm(order, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)`
-/// (the enums are `int`-sized; LP64: `blasint` is `int`).
-pub(crate) type SgemmFn = unsafe extern "C" fn(
+/// `void cblas_?gemm(order, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)`
+/// on `T` (`float` for `cblas_sgemm`, `double` for `cblas_dgemm`; the enums are `int`-sized;
+/// LP64: `blasint` is `int`).
+pub(crate) type GemmFn<T> = unsafe extern "C" fn(
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
     c_int,
-    f32,
-    *const f32,
+    T,
+    *const T,
     c_int,
-    *const f32,
+    *const T,
     c_int,
-    f32,
-    *mut f32,
-    c_int,
-);
-/// `cblas_dgemm`: as [`SgemmFn`] on doubles.
-pub(crate) type DgemmFn = unsafe extern "C" fn(
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    f64,
-    *const f64,
-    c_int,
-    *const f64,
-    c_int,
-    f64,
-    *mut f64,
+    T,
+    *mut T,
     c_int,
 );
 /// `char *openblas_get_config(void)`, `char *bli_info_get_version_str(void)`.
@@ -85,8 +73,8 @@ symbol_table! {
     /// The CBLAS gemms, and what tells OpenBLAS and BLIS apart and sets their threads.
     pub(crate) struct CblasApi {
         required {
-            cblas_sgemm: SgemmFn,
-            cblas_dgemm: DgemmFn,
+            cblas_sgemm: GemmFn<f32>,
+            cblas_dgemm: GemmFn<f64>,
         }
         optional {
             openblas_get_config: StrFn,
@@ -108,12 +96,11 @@ pub(crate) enum Flavour {
 }
 
 /// The sonames tried, in order of preference.
-pub(crate) const NAMES: [&str; 8] = [
+pub(crate) const NAMES: [&str; 7] = [
     "libopenblas.so.0",
     "libopenblas.so",
     "libblis.so.4",
     "libblis.so",
-    "libopenblasp-r0.3.so",
     "libblas.so.3",
     "libcblas.so.3",
     "libblas.so",

@@ -5,7 +5,7 @@
 //! cuBLAS/rocBLAS do with an f32 compute type. A gemm with k = 0, or a size past the CBLAS's
 //! 32-bit integers, takes the `gemm` crate.
 
-use super::blas::{CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CpuBlas};
+use super::blas::{CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CpuBlas, GemmFn};
 use super::memory::Region;
 use crate::backend::GemmLaunch;
 use crate::error::{Error, Result};
@@ -140,58 +140,16 @@ impl Dims {
 trait Zero: Copy + 'static {
     const ZERO: Self;
     fn mul(self, o: Self) -> Self;
-    /// One row-major `cblas_?gemm` call.
-    ///
-    /// # Safety
-    /// As [`native`] for one batch entry at `a`, `b`, `c`.
-    #[allow(clippy::too_many_arguments)]
-    unsafe fn cblas(
-        blas: &CpuBlas,
-        d: Dims,
-        ta: c_int,
-        tb: c_int,
-        a: *const Self,
-        b: *const Self,
-        c: *mut Self,
-        alpha: Self,
-        beta: Self,
-    );
+    /// The library's `cblas_?gemm` for this type.
+    fn cblas(blas: &CpuBlas) -> GemmFn<Self>;
 }
 impl Zero for f32 {
     const ZERO: f32 = 0.0;
     fn mul(self, o: f32) -> f32 {
         self * o
     }
-    unsafe fn cblas(
-        blas: &CpuBlas,
-        d: Dims,
-        ta: c_int,
-        tb: c_int,
-        a: *const f32,
-        b: *const f32,
-        c: *mut f32,
-        alpha: f32,
-        beta: f32,
-    ) {
-        // SAFETY: the caller's contract; the sizes are the checked gemm's.
-        unsafe {
-            (blas.table.cblas_sgemm)(
-                CBLAS_ROW_MAJOR,
-                ta,
-                tb,
-                d.m,
-                d.n,
-                d.k,
-                alpha,
-                a,
-                d.lda,
-                b,
-                d.ldb,
-                beta,
-                c,
-                d.ldc,
-            )
-        }
+    fn cblas(blas: &CpuBlas) -> GemmFn<f32> {
+        blas.table.cblas_sgemm
     }
 }
 impl Zero for f64 {
@@ -199,36 +157,8 @@ impl Zero for f64 {
     fn mul(self, o: f64) -> f64 {
         self * o
     }
-    unsafe fn cblas(
-        blas: &CpuBlas,
-        d: Dims,
-        ta: c_int,
-        tb: c_int,
-        a: *const f64,
-        b: *const f64,
-        c: *mut f64,
-        alpha: f64,
-        beta: f64,
-    ) {
-        // SAFETY: the caller's contract; the sizes are the checked gemm's.
-        unsafe {
-            (blas.table.cblas_dgemm)(
-                CBLAS_ROW_MAJOR,
-                ta,
-                tb,
-                d.m,
-                d.n,
-                d.k,
-                alpha,
-                a,
-                d.lda,
-                b,
-                d.ldb,
-                beta,
-                c,
-                d.ldc,
-            )
-        }
+    fn cblas(blas: &CpuBlas) -> GemmFn<f64> {
+        blas.table.cblas_dgemm
     }
 }
 
@@ -253,22 +183,28 @@ unsafe fn dispatch<T: Zero>(
         return;
     };
     let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+    let gemm = T::cblas(blas);
     for bi in 0..g.batch as usize {
         // SAFETY: each batch entry lies inside the operands (checked against their sizes);
         // CBLAS reads op(A) and op(B) and writes C only within the row-major shapes and
         // leading dimensions the check covered, and with beta = 0 it does not read C (which
         // may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
         unsafe {
-            T::cblas(
-                blas,
-                d,
+            gemm(
+                CBLAS_ROW_MAJOR,
                 op(g.trans_a),
                 op(g.trans_b),
-                a.add(bi * g.stride_a as usize),
-                b.add(bi * g.stride_b as usize),
-                c.add(bi * g.stride_c as usize),
+                d.m,
+                d.n,
+                d.k,
                 alpha,
+                a.add(bi * g.stride_a as usize),
+                d.lda,
+                b.add(bi * g.stride_b as usize),
+                d.ldb,
                 beta,
+                c.add(bi * g.stride_c as usize),
+                d.ldc,
             );
         }
     }

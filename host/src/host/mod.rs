@@ -4,9 +4,10 @@
 //! mappings, checked against the memory still available); streams are worker threads with
 //! bounded queues; kernels are the standard library's host implementations (and any
 //! registered host library), and source modules run through the CPU execution of portable
-//! kernels ([`cpu`]); gemm runs on a CPU BLAS opened at run time ([`blas`]: OpenBLAS or BLIS)
-//! for f32 and f64 (f16/bf16 widened to f32), else on the `gemm` crate. A host backend can expose several devices (for collectives and
-//! multi-device tests); they share the machine but not their allocations. Its collectives, in
+//! kernels ([`cpu`]); gemm runs on a CPU BLAS opened at run time ([`blas`]: OpenBLAS or
+//! BLIS) for f32 and f64 (f16/bf16 widened to f32), else on the `gemm` crate. A host backend
+//! can expose several devices (for collectives and multi-device tests); they share the
+//! machine but not their allocations. Its collectives, in
 //! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
 //! memory ([`ShmCliqueProvider`]), implement the traits of [`crate::collectives`].
 
