@@ -9,11 +9,15 @@
 //! 2. `/usr/local/lib` and `/opt/OpenBLAS/lib` (where `make install` of OpenBLAS or BLIS puts
 //!    them), then the names through the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld
 //!    cache: Debian's `libopenblas0-pthread`, `libblis4`, and `libblas.so.3` / `libcblas.so.3`
-//!    when an alternative points them at OpenBLAS or BLIS).
+//!    when an alternative points them at OpenBLAS or BLIS);
+//! 3. the OpenBLAS that numpy's and scipy's wheels bundle (`numpy.libs/libscipy_openblas64_*.so`,
+//!    `scipy_openblas64/lib/libscipy_openblas64_.so`) in the Python package folders core's
+//!    search knows (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local`, pyenv, `/usr/local`, `/usr`):
+//!    an ILP64 build (64-bit integers) whose symbols are `scipy_cblas_sgemm64_` and the like.
 //!
-//! A candidate needs `cblas_sgemm` and `cblas_dgemm` (the LP64 CBLAS API: 32-bit integers;
-//! ILP64 builds such as `libopenblas64.so` or numpy's bundled `scipy_openblas64_` are not
-//! looked for). Found by the search, it must also be OpenBLAS (`openblas_get_config`) or BLIS
+//! A candidate of 1 and 2 needs `cblas_sgemm` and `cblas_dgemm` (the LP64 CBLAS API: 32-bit
+//! integers; ILP64 builds such as `libopenblas64.so` are not looked for). Found by the search,
+//! it must also be OpenBLAS (`openblas_get_config`) or BLIS
 //! (`bli_info_get_version_str`): a reference BLAS is slower than the built-in gemm, so it is
 //! refused unless `XTHUNK_BLAS_PATH` names it. `XTHUNK_HOST_BLAS=off` (or `0`, `none`,
 //! `builtin`) skips the search. The choice is made once per process and logged once.
@@ -42,24 +46,14 @@ pub(crate) const CBLAS_NO_TRANS: c_int = 111;
 pub(crate) const CBLAS_TRANS: c_int = 112;
 
 /// `void cblas_?gemm(order, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)`
-/// on `T` (`float` for `cblas_sgemm`, `double` for `cblas_dgemm`; the enums are `int`-sized;
-/// LP64: `blasint` is `int`).
-pub(crate) type GemmFn<T> = unsafe extern "C" fn(
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    c_int,
-    T,
-    *const T,
-    c_int,
-    *const T,
-    c_int,
-    T,
-    *mut T,
-    c_int,
-);
+/// on `T` (`float` for `cblas_sgemm`, `double` for `cblas_dgemm`; the enums are `int`-sized)
+/// with sizes of type `I` (`blasint`: `int` in LP64 builds, `int64_t` in ILP64 ones).
+pub(crate) type CblasGemm<T, I> =
+    unsafe extern "C" fn(c_int, c_int, c_int, I, I, I, T, *const T, I, *const T, I, T, *mut T, I);
+/// The LP64 `cblas_?gemm`.
+pub(crate) type GemmFn<T> = CblasGemm<T, c_int>;
+/// The ILP64 `scipy_cblas_?gemm64_` of numpy's bundled OpenBLAS.
+pub(crate) type Gemm64Fn<T> = CblasGemm<T, i64>;
 /// `char *openblas_get_config(void)`, `char *bli_info_get_version_str(void)`.
 type StrFn = unsafe extern "C" fn() -> *const c_char;
 /// `int openblas_get_num_threads(void)`.
@@ -84,6 +78,29 @@ symbol_table! {
             bli_thread_set_num_threads: SetDimFn,
         }
     }
+}
+
+symbol_table! {
+    /// numpy's and scipy's bundled OpenBLAS (`scipy_openblas64`): ILP64, every symbol
+    /// prefixed `scipy_` and suffixed `64_`.
+    pub(crate) struct Scipy64Api {
+        required {
+            scipy_cblas_sgemm64_: Gemm64Fn<f32>,
+            scipy_cblas_dgemm64_: Gemm64Fn<f64>,
+        }
+        optional {
+            scipy_openblas_get_config64_: StrFn,
+            scipy_openblas_get_num_threads64_: GetIntFn,
+        }
+    }
+}
+
+/// The table a CPU BLAS was bound through.
+pub(crate) enum Api {
+    /// The standard LP64 CBLAS (OpenBLAS, BLIS, another one named by the override).
+    Lp64(CblasApi),
+    /// numpy's bundled ILP64 OpenBLAS.
+    Scipy64(Scipy64Api),
 }
 
 /// Which library a table came from.
@@ -111,7 +128,7 @@ const SYSTEM_DIRS: [&str; 2] = ["/usr/local/lib", "/opt/OpenBLAS/lib"];
 
 /// A loaded CPU BLAS.
 pub(crate) struct CpuBlas {
-    pub(crate) table: CblasApi,
+    pub(crate) api: Api,
     pub(crate) flavour: Flavour,
     /// The file loaded (where the dynamic loader found it, for a bare name).
     pub(crate) path: PathBuf,
@@ -133,7 +150,11 @@ impl CpuBlas {
             .threads
             .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
             .unwrap_or_default();
-        format!("{name}{version} ({}{threads})", self.path.display())
+        let ilp64 = match self.api {
+            Api::Scipy64(_) => " ILP64",
+            Api::Lp64(_) => "",
+        };
+        format!("{name}{version}{ilp64} ({}{threads})", self.path.display())
     }
 }
 
@@ -180,6 +201,8 @@ pub(crate) struct Search {
     pub(crate) dirs: Vec<PathBuf>,
     /// Whether to finish with the dynamic loader's search by name.
     pub(crate) system_search: bool,
+    /// Python package folders whose wheels may bundle numpy's OpenBLAS.
+    pub(crate) python_dirs: Vec<PathBuf>,
 }
 
 impl Search {
@@ -190,7 +213,33 @@ impl Search {
                 .unwrap_or_default(),
             dirs: SYSTEM_DIRS.iter().map(PathBuf::from).collect(),
             system_search: true,
+            python_dirs: search::installed_site_packages(search::env_path, true),
         }
+    }
+
+    /// The wheel libraries of numpy's bundled OpenBLAS under the Python folders.
+    pub(crate) fn wheel_candidates(&self) -> Vec<PathBuf> {
+        let mut out = vec![];
+        for py in &self.python_dirs {
+            let libs = py.join("numpy.libs");
+            if let Ok(rd) = std::fs::read_dir(&libs) {
+                let mut found: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().is_some_and(|n| {
+                            let n = n.to_string_lossy();
+                            n.starts_with("libscipy_openblas64_") && n.contains(".so")
+                        })
+                    })
+                    .collect();
+                found.sort();
+                out.extend(found);
+            }
+            out.push(py.join("scipy_openblas64/lib/libscipy_openblas64_.so"));
+        }
+        search::dedup_paths(&mut out);
+        out
     }
 
     /// The override's candidates (a file as it is, a folder joined with each name), then the
@@ -234,7 +283,12 @@ impl Search {
             }
         };
         match loader.load(&rest, strict) {
-            Ok(l) => Ok(finish(l)),
+            Ok(l) => return Ok(finish(l)),
+            Err(e) => tried.extend(e.tried),
+        }
+        let wheels = self.wheel_candidates();
+        match loader.load(&wheels, |t: &Scipy64Api| Ok(probe64(t))) {
+            Ok(l) => Ok(finish64(l)),
             Err(mut e) => {
                 tried.append(&mut e.tried);
                 e.tried = tried;
@@ -281,6 +335,32 @@ fn probe(t: &CblasApi) -> Probe<Flavour> {
     }
 }
 
+/// The version of numpy's OpenBLAS (`OpenBLAS 0.3.31.188.0 USE64BITINT …`).
+fn probe64(t: &Scipy64Api) -> Probe<Flavour> {
+    // SAFETY: returns a pointer to a static string of the library (or NULL).
+    let config = unsafe { c_string(t.scipy_openblas_get_config64_) };
+    let v = config
+        .as_deref()
+        .and_then(|c| c.trim().strip_prefix("OpenBLAS"))
+        .and_then(Version::parse_leading);
+    Probe::with(v, Flavour::OpenBlas)
+}
+
+/// numpy's OpenBLAS, loaded.
+fn finish64(l: Loaded<Scipy64Api, Flavour>) -> CpuBlas {
+    // SAFETY: a plain getter of the library's thread count.
+    let threads = unsafe { l.table.scipy_openblas_get_num_threads64_.map(|f| f()) };
+    CpuBlas {
+        flavour: l.extra,
+        path: l.path,
+        version: l.version,
+        threads: threads
+            .and_then(|n| u64::try_from(n).ok())
+            .map(|n| n.max(1)),
+        api: Api::Scipy64(l.table),
+    }
+}
+
 /// The loaded library with its threads set (BLIS) and read back.
 fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
     let t = &l.table;
@@ -309,7 +389,7 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
         threads: threads
             .and_then(|n| u64::try_from(n).ok())
             .map(|n| n.max(1)),
-        table: l.table,
+        api: Api::Lp64(l.table),
     }
 }
 

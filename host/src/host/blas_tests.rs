@@ -1,10 +1,11 @@
 //! Tests of the host gemm through the CPU BLAS against the built-in `gemm` crate (random
 //! shapes, transposes, batches, padded leading dimensions, alpha and beta, NaN-poisoned
-//! outputs), and of the BLAS search and its switch. Without an OpenBLAS or BLIS on the
+//! outputs), and of the BLAS search and its switch; the same through numpy's bundled ILP64
+//! OpenBLAS where a Python folder has one (the CI venv's). Without an OpenBLAS or BLIS on the
 //! machine the comparisons are skipped, saying why (`ci/test.sh` installs one).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::blas::{Choice, Flavour, Search, choose, forced_off};
+use super::blas::{Api, Choice, CpuBlas, Flavour, Search, choose, forced_off};
 use super::gemm::run_with;
 use super::memory::{MemoryRegistry, Region};
 use crate::backend::{DevicePtr, DeviceRange, GemmLaunch};
@@ -189,9 +190,12 @@ fn both(
 }
 
 fn compare(dtype: DType, cases: usize, seed: u64) {
-    let Some(blas) = blas_or_skip(&format!("blas_matches_builtin_{dtype}")) else {
-        return;
-    };
+    if let Some(blas) = blas_or_skip(&format!("blas_matches_builtin_{dtype}")) {
+        compare_with(&blas, dtype, cases, seed);
+    }
+}
+
+fn compare_with(blas: &CpuBlas, dtype: DType, cases: usize, seed: u64) {
     let tol = match dtype {
         DType::F64 => 1e-12,
         DType::F32 => 1e-5,
@@ -201,7 +205,7 @@ fn compare(dtype: DType, cases: usize, seed: u64) {
     let mut rng = ChaCha8Rng::seed_from_u64(seed);
     for case in 0..cases {
         let shape = random_shape(&mut rng, dtype);
-        let (got, want, written) = both(&mut rng, &shape, &blas);
+        let (got, want, written) = both(&mut rng, &shape, blas);
         for &idx in &written {
             let (x, y) = (got[idx], want[idx]);
             // Entries are sums of k products of values below 1 in magnitude, plus beta·C.
@@ -280,6 +284,7 @@ fn without_a_blas_the_search_says_where_it_looked() {
         override_paths: vec![dir.clone(), PathBuf::from("libm.so.6")],
         dirs: vec![],
         system_search: false,
+        python_dirs: vec![],
     };
     let c = choose(None, &search);
     let Choice::Builtin { forced: false, why } = &c else {
@@ -306,8 +311,39 @@ fn the_override_names_a_library_file_or_its_folder() {
             override_paths: vec![entry.clone()],
             dirs: vec![],
             system_search: false,
+            python_dirs: vec![],
         };
         let again = search.load().unwrap();
         assert_eq!(again.flavour, blas.flavour, "{}", entry.display());
     }
+}
+
+/// numpy's bundled OpenBLAS (ILP64, `scipy_cblas_sgemm64_`), found in the CI venv's package
+/// folder (`$XTHUNK_VENV` or `~/.cache/xthunk/venv`), computes what the built-in gemm does.
+#[test]
+fn numpys_bundled_openblas_is_found_in_a_python_folder_and_matches() {
+    let venv = std::env::var_os("XTHUNK_VENV")
+        .filter(|v| !v.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/xthunk/venv")));
+    let python_dirs = venv
+        .map(|v| crate::backend::search::site_packages_under(&v))
+        .unwrap_or_default();
+    let search = Search {
+        override_paths: vec![],
+        dirs: vec![],
+        system_search: false,
+        python_dirs,
+    };
+    let blas = match search.load() {
+        Ok(b) => b,
+        Err(why) => {
+            eprintln!("numpys_bundled_openblas: skipped, no numpy wheel with its OpenBLAS: {why}");
+            return;
+        }
+    };
+    assert!(matches!(blas.api, Api::Scipy64(_)), "{}", blas.describe());
+    assert!(blas.describe().contains(" ILP64 ("), "{}", blas.describe());
+    compare_with(&blas, DType::F32, 30, 5);
+    compare_with(&blas, DType::F64, 20, 6);
 }

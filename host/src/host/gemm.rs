@@ -5,7 +5,9 @@
 //! cuBLAS/rocBLAS do with an f32 compute type. A gemm with k = 0, or a size past the CBLAS's
 //! 32-bit integers, takes the `gemm` crate.
 
-use super::blas::{CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CpuBlas, GemmFn};
+use super::blas::{
+    Api, CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CblasApi, CblasGemm, CpuBlas, Scipy64Api,
+};
 use super::memory::Region;
 use crate::backend::GemmLaunch;
 use crate::error::{Error, Result};
@@ -112,44 +114,24 @@ pub(crate) fn run_with(
     }
 }
 
-/// The row-major gemm's sizes as CBLAS's 32-bit integers, when they fit.
-#[derive(Clone, Copy)]
-struct Dims {
-    m: c_int,
-    n: c_int,
-    k: c_int,
-    lda: c_int,
-    ldb: c_int,
-    ldc: c_int,
-}
-
-impl Dims {
-    fn of(g: &GemmLaunch) -> Option<Dims> {
-        let i = |v: u64| c_int::try_from(v).ok();
-        Some(Dims {
-            m: i(g.m)?,
-            n: i(g.n)?,
-            k: i(g.k)?,
-            lda: i(g.lda)?,
-            ldb: i(g.ldb)?,
-            ldc: i(g.ldc)?,
-        })
-    }
-}
-
 trait Zero: Copy + 'static {
     const ZERO: Self;
     fn mul(self, o: Self) -> Self;
     /// The library's `cblas_?gemm` for this type.
-    fn cblas(blas: &CpuBlas) -> GemmFn<Self>;
+    fn lp64(t: &CblasApi) -> CblasGemm<Self, c_int>;
+    /// numpy's OpenBLAS's `scipy_cblas_?gemm64_` for this type.
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<Self, i64>;
 }
 impl Zero for f32 {
     const ZERO: f32 = 0.0;
     fn mul(self, o: f32) -> f32 {
         self * o
     }
-    fn cblas(blas: &CpuBlas) -> GemmFn<f32> {
-        blas.table.cblas_sgemm
+    fn lp64(t: &CblasApi) -> CblasGemm<f32, c_int> {
+        t.cblas_sgemm
+    }
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<f32, i64> {
+        t.scipy_cblas_sgemm64_
     }
 }
 impl Zero for f64 {
@@ -157,13 +139,16 @@ impl Zero for f64 {
     fn mul(self, o: f64) -> f64 {
         self * o
     }
-    fn cblas(blas: &CpuBlas) -> GemmFn<f64> {
-        blas.table.cblas_dgemm
+    fn lp64(t: &CblasApi) -> CblasGemm<f64, c_int> {
+        t.cblas_dgemm
+    }
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<f64, i64> {
+        t.scipy_cblas_dgemm64_
     }
 }
 
 /// Runs the gemm through `blas` when there is one and it can take the gemm (k > 0, sizes
-/// within 32 bits), else through [`native`].
+/// within the library's integers), else through [`native`].
 ///
 /// # Safety
 /// As [`native`].
@@ -176,38 +161,65 @@ unsafe fn dispatch<T: Zero>(
     beta: T,
     blas: Option<&CpuBlas>,
 ) {
-    let usable = blas.filter(|_| g.k > 0).zip(Dims::of(g));
-    let Some((blas, d)) = usable else {
+    let done = match blas.filter(|_| g.k > 0).map(|b| &b.api) {
+        // SAFETY: the caller's contract.
+        Some(Api::Lp64(t)) => unsafe { cblas(g, T::lp64(t), a, b, c, alpha, beta) },
+        // SAFETY: the caller's contract.
+        Some(Api::Scipy64(t)) => unsafe { cblas(g, T::ilp64(t), a, b, c, alpha, beta) },
+        None => false,
+    };
+    if !done {
         // SAFETY: the caller's contract.
         unsafe { native(g, a, b, c, alpha, beta) };
-        return;
+    }
+}
+
+/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`, one call per
+/// batch entry; false (nothing done) when a size does not fit in `I`.
+///
+/// # Safety
+/// As [`native`]; `f` must be the library's gemm for `T` with integers `I`.
+unsafe fn cblas<T: Zero, I: TryFrom<u64> + Copy>(
+    g: &GemmLaunch,
+    f: CblasGemm<T, I>,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+) -> bool {
+    let i = |v: u64| I::try_from(v).ok();
+    let (Some(m), Some(n), Some(k), Some(lda), Some(ldb), Some(ldc)) =
+        (i(g.m), i(g.n), i(g.k), i(g.lda), i(g.ldb), i(g.ldc))
+    else {
+        return false;
     };
     let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
-    let gemm = T::cblas(blas);
     for bi in 0..g.batch as usize {
         // SAFETY: each batch entry lies inside the operands (checked against their sizes);
         // CBLAS reads op(A) and op(B) and writes C only within the row-major shapes and
         // leading dimensions the check covered, and with beta = 0 it does not read C (which
         // may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
         unsafe {
-            gemm(
+            f(
                 CBLAS_ROW_MAJOR,
                 op(g.trans_a),
                 op(g.trans_b),
-                d.m,
-                d.n,
-                d.k,
+                m,
+                n,
+                k,
                 alpha,
                 a.add(bi * g.stride_a as usize),
-                d.lda,
+                lda,
                 b.add(bi * g.stride_b as usize),
-                d.ldb,
+                ldb,
                 beta,
                 c.add(bi * g.stride_c as usize),
-                d.ldc,
+                ldc,
             );
         }
     }
+    true
 }
 
 /// # Safety
