@@ -349,7 +349,16 @@ fn probe64(t: &Scipy64Api) -> Probe<Flavour> {
 /// numpy's OpenBLAS, loaded.
 fn finish64(l: Loaded<Scipy64Api, Flavour>) -> CpuBlas {
     // SAFETY: a plain getter of the library's thread count.
-    let threads = unsafe { l.table.scipy_openblas_get_num_threads64_.map(|f| f()) };
+    let threads = unsafe {
+        l.table
+            .scipy_openblas_get_num_threads64_
+            .map(|f| f() as i64)
+    };
+    cpu_blas(l, threads, Api::Scipy64)
+}
+
+/// A loaded table as a [`CpuBlas`] running gemms on `threads` threads (when known).
+fn cpu_blas<T>(l: Loaded<T, Flavour>, threads: Option<i64>, api: fn(T) -> Api) -> CpuBlas {
     CpuBlas {
         flavour: l.extra,
         path: l.path,
@@ -357,7 +366,7 @@ fn finish64(l: Loaded<Scipy64Api, Flavour>) -> CpuBlas {
         threads: threads
             .and_then(|n| u64::try_from(n).ok())
             .map(|n| n.max(1)),
-        api: Api::Scipy64(l.table),
+        api: api(l.table),
     }
 }
 
@@ -382,15 +391,7 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
             Flavour::Other => None,
         }
     };
-    CpuBlas {
-        flavour: l.extra,
-        path: l.path,
-        version: l.version,
-        threads: threads
-            .and_then(|n| u64::try_from(n).ok())
-            .map(|n| n.max(1)),
-        api: Api::Lp64(l.table),
-    }
+    cpu_blas(l, threads, Api::Lp64)
 }
 
 /// True when `XTHUNK_HOST_BLAS`'s value turns the CPU BLAS off.
