@@ -53,6 +53,12 @@ if ! dpkg -s libamdhip64-5 libamdhip64-dev libamd-comgr-dev >/dev/null 2>&1; the
     echo "==> installing the HIP runtime (libamdhip64-5, libamdhip64-dev, libamd-comgr-dev)"
     apt_install libamdhip64-5 libamdhip64-dev libamd-comgr-dev
 fi
+# OpenBLAS from Debian: the host backend's f32/f64 gemm runs through it (found at run time,
+# like cuBLAS); its tests compare it with the built-in gemm crate, and skip without it.
+if ! dpkg -s libopenblas0-pthread >/dev/null 2>&1 && ! dpkg -s libopenblas0 >/dev/null 2>&1; then
+    echo "==> installing OpenBLAS (libopenblas0-pthread) for the host backend's gemm"
+    apt_install libopenblas0-pthread
+fi
 # etcd for multi-process jobs: the etcd crate builds with protoc (etcd-client's build script),
 # and its tests start a real etcd server on loopback.
 if ! command -v protoc >/dev/null || ! command -v etcd >/dev/null; then

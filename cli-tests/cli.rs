@@ -386,6 +386,75 @@ fn devices_lists_host() {
     assert!(s.contains("rocm: "), "{s}");
 }
 
+/// The host's line names the gemm it runs on: a CPU BLAS where one is found (CI installs
+/// OpenBLAS), the built-in gemm crate with `XTHUNK_HOST_BLAS=off`.
+#[test]
+fn devices_names_the_host_gemm_and_the_switch_turns_the_blas_off() {
+    let s = ok(&["devices"]);
+    let host = s
+        .lines()
+        .find(|l| l.starts_with("host: available"))
+        .unwrap();
+    assert!(
+        host.contains("; gemm: OpenBLAS")
+            || host.contains("; gemm: BLIS")
+            || host.contains("; gemm: built-in gemm crate (no OpenBLAS or BLIS found"),
+        "{host}"
+    );
+    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
+        .arg("devices")
+        .current_dir(root())
+        .env_remove("RUST_LOG")
+        .env("XTHUNK_HOST_BLAS", "off")
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let s = text(&o.stdout);
+    assert!(
+        s.contains("; gemm: built-in gemm crate (XTHUNK_HOST_BLAS turns the CPU BLAS off)"),
+        "{s}"
+    );
+}
+
+/// `bench --filter numpy --quick` on the host: the row compares with numpy's matmul (a ratio
+/// and the 0.95 goal) or, where the Python found has no numpy, is skipped with the reason;
+/// a Python that does not exist skips it, exit status 0.
+#[test]
+fn bench_numpy_row_compares_with_numpy_or_says_why_not() {
+    let dir = scratch("bench-numpy");
+    let json = dir.join("bench.json");
+    let missing = dir.join("no-such-python");
+    for extra in [vec![], vec!["--python", missing.to_str().unwrap()]] {
+        let mut args = vec!["bench", "--backend", "host", "--filter", "numpy", "--quick"];
+        args.extend_from_slice(&extra);
+        args.extend_from_slice(&["--json", json.to_str().unwrap()]);
+        let stdout = ok(&args);
+        let doc: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
+        let rows = doc["results"].as_array().unwrap();
+        assert_eq!(rows.len(), 1, "{stdout}");
+        let row = &rows[0];
+        assert_eq!(row["name"], "gemm_f32_numpy", "{row}");
+        match row["status"].as_str().unwrap() {
+            "ran" if extra.is_empty() => {
+                assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
+                assert_eq!(row["goal"]["value"].as_f64(), Some(0.95), "{row}");
+                assert!(stdout.contains("numpy"), "{stdout}");
+            }
+            "skipped" => {
+                let why = row["reason"].as_str().unwrap();
+                assert!(why.starts_with("no numpy baseline: "), "{why}");
+                if !extra.is_empty() {
+                    assert!(why.contains("cannot start"), "{why}");
+                } else {
+                    eprintln!("SKIPPED the numpy comparison: {why}");
+                }
+            }
+            other => panic!("row {other}: {row}"),
+        }
+    }
+}
+
 #[test]
 fn conformance_on_host_passes_and_missing_backends_are_skipped() {
     let s = ok(&[

@@ -1,12 +1,19 @@
-//! Host gemm through the `gemm` crate (blocked, SIMD, multithreaded). f16 and bf16 are
-//! widened to f32, multiplied with f32 accumulation and rounded once when stored, which is
-//! what cuBLAS/rocBLAS do with an f32 compute type.
+//! Host gemm: through the CPU BLAS when one was found ([`super::blas`]: OpenBLAS or BLIS,
+//! `cblas_sgemm`/`cblas_dgemm` row-major, one call per batch entry), else through the `gemm`
+//! crate (blocked, SIMD, multithreaded). f16 and bf16 are widened to f32, multiplied with f32
+//! accumulation (by the same f32 path) and rounded once when stored, which is what
+//! cuBLAS/rocBLAS do with an f32 compute type. A gemm with k = 0, or a size past the CBLAS's
+//! 32-bit integers, takes the `gemm` crate.
 
+use super::blas::{
+    Api, CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CblasApi, CblasGemm, CpuBlas, Scipy64Api,
+};
 use super::memory::Region;
 use crate::backend::GemmLaunch;
 use crate::error::{Error, Result};
 use crate::ir::DType;
 use gemm::Parallelism;
+use std::ffi::c_int;
 
 /// Below this many multiply-adds a single thread is faster.
 const PARALLEL_THRESHOLD: u64 = 1 << 18;
@@ -38,6 +45,17 @@ fn blas_strides(trans: bool, ld: u64) -> (isize, isize) {
 /// Runs a gemm on its operands' regions (`g`'s ranges, looked up: host addresses are device
 /// addresses, so checking `g` checks the regions).
 pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<()> {
+    run_with(g, a, b, c, super::blas::choice().blas())
+}
+
+/// [`run`] through `blas` (`None`: the `gemm` crate).
+pub(crate) fn run_with(
+    g: &GemmLaunch,
+    a: &Region,
+    b: &Region,
+    c: &Region,
+    blas: Option<&CpuBlas>,
+) -> Result<()> {
     g.check().map_err(|e| err(e.to_string()))?;
     if g.m == 0 || g.n == 0 {
         return Ok(());
@@ -47,13 +65,14 @@ pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<
             // SAFETY: regions are checked for size and alignment; C does not overlap A or B
             // (checked when the gemm was queued); the stream gives exclusive use of C.
             unsafe {
-                native::<f32>(
+                dispatch::<f32>(
                     g,
                     a.ptr() as *const f32,
                     b.ptr() as *const f32,
                     c.ptr() as *mut f32,
                     g.alpha as f32,
                     g.beta as f32,
+                    blas,
                 );
             }
             Ok(())
@@ -61,19 +80,36 @@ pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<
         DType::F64 => {
             // SAFETY: as for f32.
             unsafe {
-                native::<f64>(
+                dispatch::<f64>(
                     g,
                     a.ptr() as *const f64,
                     b.ptr() as *const f64,
                     c.ptr() as *mut f64,
                     g.alpha,
                     g.beta,
+                    blas,
                 );
             }
             Ok(())
         }
-        DType::F16 => widened(g, a, b, c, |x: half::f16| x.to_f32(), half::f16::from_f32),
-        DType::BF16 => widened(g, a, b, c, |x: half::bf16| x.to_f32(), half::bf16::from_f32),
+        DType::F16 => widened(
+            g,
+            a,
+            b,
+            c,
+            |x: half::f16| x.to_f32(),
+            half::f16::from_f32,
+            blas,
+        ),
+        DType::BF16 => widened(
+            g,
+            a,
+            b,
+            c,
+            |x: half::bf16| x.to_f32(),
+            half::bf16::from_f32,
+            blas,
+        ),
         other => Err(err(format!("unsupported dtype {other}"))),
     }
 }
@@ -81,11 +117,21 @@ pub(crate) fn run(g: &GemmLaunch, a: &Region, b: &Region, c: &Region) -> Result<
 trait Zero: Copy + 'static {
     const ZERO: Self;
     fn mul(self, o: Self) -> Self;
+    /// The library's `cblas_?gemm` for this type.
+    fn lp64(t: &CblasApi) -> CblasGemm<Self, c_int>;
+    /// numpy's OpenBLAS's `scipy_cblas_?gemm64_` for this type.
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<Self, i64>;
 }
 impl Zero for f32 {
     const ZERO: f32 = 0.0;
     fn mul(self, o: f32) -> f32 {
         self * o
+    }
+    fn lp64(t: &CblasApi) -> CblasGemm<f32, c_int> {
+        t.cblas_sgemm
+    }
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<f32, i64> {
+        t.scipy_cblas_sgemm64_
     }
 }
 impl Zero for f64 {
@@ -93,6 +139,87 @@ impl Zero for f64 {
     fn mul(self, o: f64) -> f64 {
         self * o
     }
+    fn lp64(t: &CblasApi) -> CblasGemm<f64, c_int> {
+        t.cblas_dgemm
+    }
+    fn ilp64(t: &Scipy64Api) -> CblasGemm<f64, i64> {
+        t.scipy_cblas_dgemm64_
+    }
+}
+
+/// Runs the gemm through `blas` when there is one and it can take the gemm (k > 0, sizes
+/// within the library's integers), else through [`native`].
+///
+/// # Safety
+/// As [`native`].
+unsafe fn dispatch<T: Zero>(
+    g: &GemmLaunch,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+    blas: Option<&CpuBlas>,
+) {
+    let done = match blas.filter(|_| g.k > 0).map(|b| &b.api) {
+        // SAFETY: the caller's contract.
+        Some(Api::Lp64(t)) => unsafe { cblas(g, T::lp64(t), a, b, c, alpha, beta) },
+        // SAFETY: the caller's contract.
+        Some(Api::Scipy64(t)) => unsafe { cblas(g, T::ilp64(t), a, b, c, alpha, beta) },
+        None => false,
+    };
+    if !done {
+        // SAFETY: the caller's contract.
+        unsafe { native(g, a, b, c, alpha, beta) };
+    }
+}
+
+/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`, one call per
+/// batch entry; false (nothing done) when a size does not fit in `I`.
+///
+/// # Safety
+/// As [`native`]; `f` must be the library's gemm for `T` with integers `I`.
+unsafe fn cblas<T: Zero, I: TryFrom<u64> + Copy>(
+    g: &GemmLaunch,
+    f: CblasGemm<T, I>,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+) -> bool {
+    let i = |v: u64| I::try_from(v).ok();
+    let (Some(m), Some(n), Some(k), Some(lda), Some(ldb), Some(ldc)) =
+        (i(g.m), i(g.n), i(g.k), i(g.lda), i(g.ldb), i(g.ldc))
+    else {
+        return false;
+    };
+    let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+    for bi in 0..g.batch as usize {
+        // SAFETY: each batch entry lies inside the operands (checked against their sizes);
+        // CBLAS reads op(A) and op(B) and writes C only within the row-major shapes and
+        // leading dimensions the check covered, and with beta = 0 it does not read C (which
+        // may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
+        unsafe {
+            f(
+                CBLAS_ROW_MAJOR,
+                op(g.trans_a),
+                op(g.trans_b),
+                m,
+                n,
+                k,
+                alpha,
+                a.add(bi * g.stride_a as usize),
+                lda,
+                b.add(bi * g.stride_b as usize),
+                ldb,
+                beta,
+                c.add(bi * g.stride_c as usize),
+                ldc,
+            );
+        }
+    }
+    true
 }
 
 /// # Safety
@@ -172,6 +299,7 @@ fn widened<H: bytemuck::Pod>(
     c: &Region,
     to: impl Fn(H) -> f32,
     from: impl Fn(f32) -> H,
+    blas: Option<&CpuBlas>,
 ) -> Result<()> {
     let af: Vec<f32> = load::<H>(a).into_iter().map(&to).collect();
     let bf: Vec<f32> = load::<H>(b).into_iter().map(&to).collect();
@@ -183,13 +311,14 @@ fn widened<H: bytemuck::Pod>(
     };
     // SAFETY: the f32 copies have the same element counts as the checked operands.
     unsafe {
-        native::<f32>(
+        dispatch::<f32>(
             g,
             af.as_ptr(),
             bf.as_ptr(),
             cf.as_mut_ptr(),
             g.alpha as f32,
             g.beta as f32,
+            blas,
         );
     }
     let es = std::mem::size_of::<H>();

@@ -4,12 +4,17 @@
 //! mappings, checked against the memory still available); streams are worker threads with
 //! bounded queues; kernels are the standard library's host implementations (and any
 //! registered host library), and source modules run through the CPU execution of portable
-//! kernels ([`cpu`]); gemm runs on the `gemm` crate. A host backend can expose several devices (for collectives and
-//! multi-device tests); they share the machine but not their allocations. Its collectives, in
+//! kernels ([`cpu`]); gemm runs on a CPU BLAS opened at run time ([`blas`]: OpenBLAS or
+//! BLIS) for f32 and f64 (f16/bf16 widened to f32), else on the `gemm` crate. A host backend
+//! can expose several devices (for collectives and multi-device tests); they share the
+//! machine but not their allocations. Its collectives, in
 //! one process ([`HostCliqueProvider`]) and across the processes of one host through shared
 //! memory ([`ShmCliqueProvider`]), implement the traits of [`crate::collectives`].
 
 mod available;
+mod blas;
+#[cfg(test)]
+mod blas_tests;
 mod collectives;
 mod conditional;
 pub mod cpu;
@@ -39,6 +44,13 @@ use parking_lot::{Mutex, RwLock};
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
+
+/// The gemm the host backend runs f32 and f64 gemms on, in one line: the CPU BLAS found
+/// (`OpenBLAS 0.3.21 (/usr/lib/…/libopenblas.so.0, 2 threads)`) or the built-in `gemm` crate
+/// and why. The search runs (once per process) on first use.
+pub fn gemm_library() -> String {
+    blas::choice().describe()
+}
 
 /// Shared registry of host kernel libraries (besides the standard one).
 type Libraries = Arc<RwLock<BTreeMap<String, Arc<KernelLibrary>>>>;
@@ -141,8 +153,9 @@ impl Backend for HostBackend {
     fn probe(&self) -> Result<BackendInfo> {
         Ok(BackendInfo {
             version: format!(
-                "xthunk {} host reference backend",
-                env!("CARGO_PKG_VERSION")
+                "xthunk {} host reference backend; gemm: {}",
+                env!("CARGO_PKG_VERSION"),
+                blas::choice().describe()
             ),
             devices: (0..self.num_devices).map(Self::info).collect(),
         })

@@ -32,7 +32,7 @@ fn rounded(v: f32, dtype: DType) -> f32 {
     }
 }
 
-fn encode(count: u64, salt: u64, dtype: DType) -> Vec<u8> {
+pub(super) fn encode(count: u64, salt: u64, dtype: DType) -> Vec<u8> {
     let mut out = Vec::with_capacity(count as usize * dtype.size());
     for i in 0..count {
         let v = gemm_value(i, salt);
@@ -58,10 +58,10 @@ fn decode(bytes: &[u8], dtype: DType) -> f64 {
     }
 }
 
-const SALT_A: u64 = 0xA;
-const SALT_B: u64 = 0xB;
+pub(super) const SALT_A: u64 = 0xA;
+pub(super) const SALT_B: u64 = 0xB;
 
-fn gemm_program(dtype: DType, n: u64, reps: usize) -> Res<Executable> {
+pub(super) fn gemm_program(dtype: DType, n: u64, reps: usize) -> Res<Executable> {
     let mut b = ExecutableBuilder::new(format!("gemm_{dtype}_{n}"));
     let a = b.parameter("a", dtype, &[n, n]);
     let bm = b.parameter("b", dtype, &[n, n]);
@@ -74,7 +74,7 @@ fn gemm_program(dtype: DType, n: u64, reps: usize) -> Res<Executable> {
 
 /// Checks a few entries of the row-major `c = a @ b` against an f64 reference computed from
 /// the same (rounded) inputs, within a bound proportional to `sum |a||b|`.
-fn check_gemm(p: &Prepared, dtype: DType, n: u64) -> Res<()> {
+pub(super) fn check_gemm(p: &Prepared, dtype: DType, n: u64) -> Res<()> {
     let es = dtype.size() as u64;
     let tol = match dtype {
         DType::F16 | DType::BF16 => 1e-2,

@@ -7,6 +7,7 @@
 //! | `command_buffer` | 1,000 such kernels as one `CommandBuffer` (recorded once, replayed) | the same kernels launched directly (in the entry) | same | ≥ 3× / ≥ 2× faster |
 //! | `copy_bandwidth` | 256 MiB device-to-device `Copy` thunks | `copy_nonoverlapping` (`copy_from_slice`) | `cuMemcpyDtoDAsync` / `hipMemcpyDtoDAsync` | ≥ 0.9× bandwidth |
 //! | `gemm_<dtype>` | a `Gemm` thunk (f32 1024³ on the host; f32 4096³, bf16 and f16 8192³ on GPUs) | a plain triple loop at 256³, its rate scaled | cuBLAS `cublasGemmEx` / rocBLAS `rocblas_gemm_ex` called directly, same shapes | ≥ 0.95× of the vendor BLAS / none |
+//! | `gemm_f32_numpy` | the same `Gemm` thunk, f32 1024³, on the host (its CPU BLAS, else the built-in gemm crate) | numpy's `matmul` of the same shape (numpy's own BLAS) in a Python child process ([`numpy`]); skipped with the reason without numpy | none: host only (skipped on GPUs) | ≥ 0.95× numpy's rate (host) |
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
 //! | `stream_ordered_scratch` | 64 `add_f32` kernels, each writing a temp of its own, repeated, the temp arenas from the device's stream-ordered memory pool per execution | the same with the arenas kept in the pooled execution state | same | none (informational: the cost per execution, and in a note the memory held between executions) |
@@ -32,13 +33,14 @@
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
 //! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
 //! [`graph`], [`device_loop`], [`scratch`], [`trace`], [`stablehlo`] (with [`xla`], its
-//! baseline's child process).
+//! baseline's child process), [`numpy`] (its child speaks [`xla`]'s protocol).
 
 mod copy;
 mod device_loop;
 mod gemm;
 mod graph;
 mod load;
+mod numpy;
 mod overhead;
 mod program;
 mod replay;
@@ -69,13 +71,14 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 13] = [
+pub const NAMES: [&str; 14] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
     "gemm_f32",
     "gemm_bf16",
     "gemm_f16",
+    "gemm_f32_numpy",
     "wide_dag",
     "graph_build",
     "device_loop",
@@ -100,8 +103,9 @@ pub struct BenchArgs {
     /// Fewer rounds (a smoke run).
     #[arg(long)]
     pub quick: bool,
-    /// The Python (with jax and jaxlib) of the StableHLO rows' XLA:CPU baseline [default:
-    /// $XTHUNK_PYTHON, else the CI venv's (~/.cache/xthunk/venv), else python3].
+    /// The Python (with jax and jaxlib) of the StableHLO rows' XLA:CPU baseline, and (with
+    /// numpy) of `gemm_f32_numpy`'s numpy baseline [default: $XTHUNK_PYTHON, else the CI
+    /// venv's (~/.cache/xthunk/venv), else python3].
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
     /// Also write the results as JSON to this file (atomically).
@@ -189,6 +193,12 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         &mut rows,
     );
     rows.extend(gemm::gemms(&setup, filter));
+    one(
+        "gemm_f32_numpy",
+        filter,
+        || numpy::gemm_f32_numpy(&setup),
+        &mut rows,
+    );
     one("wide_dag", filter, || wide::wide_dag(&setup), &mut rows);
     one(
         "graph_build",

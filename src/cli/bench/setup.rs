@@ -24,7 +24,7 @@ pub(super) struct Setup {
     pub(super) gpu: bool,
     pub(super) emulated: bool,
     pub(super) quick: bool,
-    /// `--python`: the Python of the StableHLO rows' XLA:CPU baseline.
+    /// `--python`: the Python of the StableHLO rows' XLA:CPU baseline and of the numpy one.
     pub(super) python: Option<std::path::PathBuf>,
 }
 

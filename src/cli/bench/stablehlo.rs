@@ -53,10 +53,10 @@ const ATOL_OF_MAX: f64 = 2e-5;
 const SEED: u64 = 26;
 
 /// A temp folder removed when dropped.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(pub(super) PathBuf);
 
 impl TempDir {
-    fn new(name: &str) -> Res<TempDir> {
+    pub(super) fn new(name: &str) -> Res<TempDir> {
         let p = std::env::temp_dir().join(format!("xthunk-bench-{}-{name}", std::process::id()));
         let _ = std::fs::remove_dir_all(&p);
         std::fs::create_dir_all(&p).map_err(|e| io(&p, e))?;
@@ -70,7 +70,7 @@ impl Drop for TempDir {
     }
 }
 
-fn io(path: &Path, e: impl std::fmt::Display) -> xthunk::Error {
+pub(super) fn io(path: &Path, e: impl std::fmt::Display) -> xthunk::Error {
     xthunk::Error::InvalidArgument(format!("{}: {e}", path.display()))
 }
 

@@ -1,7 +1,8 @@
 //! The XLA:CPU baseline of the StableHLO rows: a Python child process (`jax/xla_child.py`,
 //! embedded here) that compiles the same StableHLO text once with jaxlib's CPU client and then
 //! runs one timed execution per request, over a line protocol on its stdin and stdout, so the
-//! rounds interleave it with xthunk as every other row's baseline.
+//! rounds interleave it with xthunk as every other row's baseline. The numpy baseline of
+//! `gemm_f32_numpy` ([`super::numpy`]) is a child of the same protocol ([`XlaChild::spawn`]).
 
 use super::setup::Res;
 use std::collections::BTreeMap;
@@ -39,12 +40,17 @@ pub fn python(option: Option<&Path>) -> (PathBuf, &'static str) {
     (PathBuf::from("python3"), "PATH")
 }
 
-fn failed(what: &str) -> xthunk::Error {
-    xthunk::Error::InvalidArgument(format!("the XLA:CPU child process: {what}"))
+/// The XLA:CPU child's name in errors.
+pub const XLA: &str = "the XLA:CPU child process";
+
+fn failed_as(who: &str, what: &str) -> xthunk::Error {
+    xthunk::Error::InvalidArgument(format!("{who}: {what}"))
 }
 
 /// A running child that compiled one module.
 pub struct XlaChild {
+    /// Its name in errors ([`XLA`], `the numpy child process`).
+    who: &'static str,
     child: Child,
     stdin: Option<ChildStdin>,
     lines: Receiver<String>,
@@ -54,13 +60,18 @@ pub struct XlaChild {
     pub ready: Ready,
 }
 
-/// The child's `ready` line.
+/// The child's `ready` line (each child fills its own fields).
 #[derive(Debug, Default, serde::Deserialize)]
+#[serde(default)]
 pub struct Ready {
     /// jaxlib's version.
     pub jaxlib: String,
     /// Kernel-ish instructions of XLA's optimized HLO, per opcode (`fusion(kLoop)`, `dot`, …).
     pub kernels: BTreeMap<String, u64>,
+    /// numpy's version (the numpy child).
+    pub numpy: String,
+    /// numpy's BLAS, `name version (details)` (the numpy child).
+    pub blas: String,
 }
 
 /// What starting the child gave.
@@ -81,13 +92,34 @@ impl XlaChild {
         n_inputs: usize,
         stderr: &Path,
     ) -> Res<Started> {
+        let n = n_inputs.to_string();
+        Self::spawn(
+            XLA,
+            "compiling the module",
+            python,
+            &[
+                script.as_os_str(),
+                module.as_os_str(),
+                inputs.as_os_str(),
+                n.as_ref(),
+            ],
+            stderr,
+        )
+    }
+
+    /// Starts `python args…` (its stderr into `stderr`; `who` names it in errors) and waits
+    /// (`doing` that) for its first line: `ready <json>` or `unavailable <reason>`.
+    pub fn spawn(
+        who: &'static str,
+        doing: &str,
+        python: &Path,
+        args: &[&std::ffi::OsStr],
+        stderr: &Path,
+    ) -> Res<Started> {
         let err_file = std::fs::File::create(stderr)
-            .map_err(|e| failed(&format!("creating {}: {e}", stderr.display())))?;
+            .map_err(|e| failed_as(who, &format!("creating {}: {e}", stderr.display())))?;
         let spawned = Command::new(python)
-            .arg(script)
-            .arg(module)
-            .arg(inputs)
-            .arg(n_inputs.to_string())
+            .args(args)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(err_file)
@@ -104,7 +136,7 @@ impl XlaChild {
         let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(failed("no pipes to the child"));
+            return Err(failed_as(who, "no pipes to the child"));
         };
         // A reader thread, so that a child that hangs is a timeout, not a hang.
         let (tx, lines) = channel();
@@ -117,21 +149,25 @@ impl XlaChild {
             }
         });
         let mut me = XlaChild {
+            who,
             child,
             stdin: Some(stdin),
             lines,
             stderr: stderr.to_path_buf(),
             ready: Ready::default(),
         };
-        let first = me.line(START_TIMEOUT, "compiling the module")?;
+        let first = me.line(START_TIMEOUT, doing)?;
         if let Some(why) = first.strip_prefix("unavailable ") {
             return Ok(Started::Unavailable(why.to_string()));
         }
         let Some(json) = first.strip_prefix("ready ") else {
-            return Err(failed(&format!("expected `ready`, got `{first}`")));
+            return Err(failed_as(
+                me.who,
+                &format!("expected `ready`, got `{first}`"),
+            ));
         };
         me.ready = serde_json::from_str(json)
-            .map_err(|e| failed(&format!("its `ready` line `{json}`: {e}")))?;
+            .map_err(|e| failed_as(me.who, &format!("its `ready` line `{json}`: {e}")))?;
         Ok(Started::Ready(me))
     }
 
@@ -139,22 +175,25 @@ impl XlaChild {
     fn line(&mut self, timeout: Duration, doing: &str) -> Res<String> {
         match self.lines.recv_timeout(timeout) {
             Ok(l) => match l.strip_prefix("error ") {
-                Some(e) => Err(failed(&format!("{doing}: {e}"))),
+                Some(e) => Err(failed_as(self.who, &format!("{doing}: {e}"))),
                 None => Ok(l),
             },
-            Err(RecvTimeoutError::Timeout) => Err(failed(&format!(
-                "{doing}: no answer within {} s",
-                timeout.as_secs()
-            ))),
+            Err(RecvTimeoutError::Timeout) => Err(failed_as(
+                self.who,
+                &format!("{doing}: no answer within {} s", timeout.as_secs()),
+            )),
             Err(RecvTimeoutError::Disconnected) => {
                 let status = self.child.wait().map(|s| s.to_string());
                 let said = std::fs::read_to_string(&self.stderr).unwrap_or_default();
                 let last = said.lines().rev().find(|l| !l.trim().is_empty());
-                Err(failed(&format!(
-                    "{doing}: it ended ({}){}",
-                    status.unwrap_or_else(|e| e.to_string()),
-                    last.map(|l| format!(": {}", l.trim())).unwrap_or_default()
-                )))
+                Err(failed_as(
+                    self.who,
+                    &format!(
+                        "{doing}: it ended ({}){}",
+                        status.unwrap_or_else(|e| e.to_string()),
+                        last.map(|l| format!(": {}", l.trim())).unwrap_or_default()
+                    ),
+                ))
             }
         }
     }
@@ -164,7 +203,7 @@ impl XlaChild {
             Some(s) => writeln!(s, "{line}").and_then(|()| s.flush()),
             None => Err(std::io::Error::other("stdin closed")),
         };
-        sent.map_err(|e| failed(&format!("{doing}: {e}")))?;
+        sent.map_err(|e| failed_as(self.who, &format!("{doing}: {e}")))?;
         self.line(REQUEST_TIMEOUT, doing)
     }
 
@@ -174,7 +213,7 @@ impl XlaChild {
         let l = self.request("run", "running the module")?;
         l.strip_prefix("time ")
             .and_then(|t| t.trim().parse::<f64>().ok())
-            .ok_or_else(|| failed(&format!("expected `time <seconds>`, got `{l}`")))
+            .ok_or_else(|| failed_as(self.who, &format!("expected `time <seconds>`, got `{l}`")))
     }
 
     /// One execution with its outputs written as `dir/out<i>.npy`; their number.
@@ -182,11 +221,11 @@ impl XlaChild {
         let text = dir
             .to_str()
             .filter(|t| !t.contains('\n'))
-            .ok_or_else(|| failed("the temp folder's path is not plain UTF-8"))?;
+            .ok_or_else(|| failed_as(self.who, "the temp folder's path is not plain UTF-8"))?;
         let l = self.request(&format!("save {text}"), "saving the outputs")?;
         l.strip_prefix("saved ")
             .and_then(|t| t.trim().parse::<usize>().ok())
-            .ok_or_else(|| failed(&format!("expected `saved <n>`, got `{l}`")))
+            .ok_or_else(|| failed_as(self.who, &format!("expected `saved <n>`, got `{l}`")))
     }
 }
 

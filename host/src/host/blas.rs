@@ -1,0 +1,435 @@
+//! The host backend's CPU BLAS: OpenBLAS or BLIS opened at run time (as the GPU backends open
+//! cuBLAS and rocBLAS), through which f32 and f64 gemms run; without one, gemm stays on the
+//! built-in `gemm` crate ([`super::gemm`]).
+//!
+//! Search order ([`Search::candidates`]), through core's shared library search:
+//!
+//! 1. every entry of `XTHUNK_BLAS_PATH` (`:`-separated): a file is tried as it is, a folder
+//!    for each of the names below;
+//! 2. `/usr/local/lib` and `/opt/OpenBLAS/lib` (where `make install` of OpenBLAS or BLIS puts
+//!    them), then the names through the dynamic loader's own search (`LD_LIBRARY_PATH`, the ld
+//!    cache: Debian's `libopenblas0-pthread`, `libblis4`, and `libblas.so.3` / `libcblas.so.3`
+//!    when an alternative points them at OpenBLAS or BLIS);
+//! 3. the OpenBLAS that numpy's and scipy's wheels bundle (`numpy.libs/libscipy_openblas64_*.so`,
+//!    `scipy_openblas64/lib/libscipy_openblas64_.so`) in the Python package folders core's
+//!    search knows (`$VIRTUAL_ENV`, `$CONDA_PREFIX`, `~/.local`, pyenv, `/usr/local`, `/usr`):
+//!    an ILP64 build (64-bit integers) whose symbols are `scipy_cblas_sgemm64_` and the like.
+//!
+//! A candidate of 1 and 2 needs `cblas_sgemm` and `cblas_dgemm` (the LP64 CBLAS API: 32-bit
+//! integers; ILP64 builds such as `libopenblas64.so` are not looked for). Found by the search,
+//! it must also be OpenBLAS (`openblas_get_config`) or BLIS
+//! (`bli_info_get_version_str`): a reference BLAS is slower than the built-in gemm, so it is
+//! refused unless `XTHUNK_BLAS_PATH` names it. `XTHUNK_HOST_BLAS=off` (or `0`, `none`,
+//! `builtin`) skips the search. The choice is made once per process and logged once.
+//!
+//! Threads: OpenBLAS runs a gemm on its own pool (`OPENBLAS_NUM_THREADS`, by default one
+//! thread per core), as the built-in gemm runs on Rayon's pool of one thread per core; a gemm
+//! runs on one of the two, so they are not busy at once. BLIS runs single-threaded unless told
+//! otherwise: when neither `BLIS_NUM_THREADS` nor `OMP_NUM_THREADS` is set, it is given one
+//! thread per core. Small gemms are left to the library (OpenBLAS runs them on one thread).
+//! Work on other streams (kernels over the CPU worker pool, [`super::cpu`]) may run beside a
+//! gemm, as it did beside the gemm crate's pool; `OPENBLAS_NUM_THREADS` caps the gemm's share.
+//! Concurrent gemms of several streams or devices call the library from several threads, which
+//! OpenBLAS's threaded builds and BLIS allow.
+
+use crate::backend::dylib::{Loaded, Loader, Probe, Version, symbol_table};
+use crate::backend::search::{self, split_paths};
+use std::ffi::{CStr, c_char, c_int, c_longlong};
+use std::path::PathBuf;
+use std::sync::OnceLock;
+
+/// `cblas.h`'s `CblasRowMajor`.
+pub(crate) const CBLAS_ROW_MAJOR: c_int = 101;
+/// `CblasNoTrans`.
+pub(crate) const CBLAS_NO_TRANS: c_int = 111;
+/// `CblasTrans`.
+pub(crate) const CBLAS_TRANS: c_int = 112;
+
+/// `void cblas_?gemm(order, transa, transb, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc)`
+/// on `T` (`float` for `cblas_sgemm`, `double` for `cblas_dgemm`; the enums are `int`-sized)
+/// with sizes of type `I` (`blasint`: `int` in LP64 builds, `int64_t` in ILP64 ones).
+pub(crate) type CblasGemm<T, I> =
+    unsafe extern "C" fn(c_int, c_int, c_int, I, I, I, T, *const T, I, *const T, I, T, *mut T, I);
+/// The LP64 `cblas_?gemm`.
+pub(crate) type GemmFn<T> = CblasGemm<T, c_int>;
+/// The ILP64 `scipy_cblas_?gemm64_` of numpy's bundled OpenBLAS.
+pub(crate) type Gemm64Fn<T> = CblasGemm<T, i64>;
+/// `char *openblas_get_config(void)`, `char *bli_info_get_version_str(void)`.
+type StrFn = unsafe extern "C" fn() -> *const c_char;
+/// `int openblas_get_num_threads(void)`.
+type GetIntFn = unsafe extern "C" fn() -> c_int;
+/// `dim_t bli_thread_get_num_threads(void)` (`dim_t` is a 64-bit integer).
+type GetDimFn = unsafe extern "C" fn() -> c_longlong;
+/// `void bli_thread_set_num_threads(dim_t)`.
+type SetDimFn = unsafe extern "C" fn(c_longlong);
+
+symbol_table! {
+    /// The CBLAS gemms, and what tells OpenBLAS and BLIS apart and sets their threads.
+    pub(crate) struct CblasApi {
+        required {
+            cblas_sgemm: GemmFn<f32>,
+            cblas_dgemm: GemmFn<f64>,
+        }
+        optional {
+            openblas_get_config: StrFn,
+            openblas_get_num_threads: GetIntFn,
+            bli_info_get_version_str: StrFn,
+            bli_thread_get_num_threads: GetDimFn,
+            bli_thread_set_num_threads: SetDimFn,
+        }
+    }
+}
+
+symbol_table! {
+    /// numpy's and scipy's bundled OpenBLAS (`scipy_openblas64`): ILP64, every symbol
+    /// prefixed `scipy_` and suffixed `64_`.
+    pub(crate) struct Scipy64Api {
+        required {
+            scipy_cblas_sgemm64_: Gemm64Fn<f32>,
+            scipy_cblas_dgemm64_: Gemm64Fn<f64>,
+        }
+        optional {
+            scipy_openblas_get_config64_: StrFn,
+            scipy_openblas_get_num_threads64_: GetIntFn,
+        }
+    }
+}
+
+/// The table a CPU BLAS was bound through.
+pub(crate) enum Api {
+    /// The standard LP64 CBLAS (OpenBLAS, BLIS, another one named by the override).
+    Lp64(CblasApi),
+    /// numpy's bundled ILP64 OpenBLAS.
+    Scipy64(Scipy64Api),
+}
+
+/// Which library a table came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Flavour {
+    OpenBlas,
+    Blis,
+    /// Another CBLAS, named by `XTHUNK_BLAS_PATH`.
+    Other,
+}
+
+/// The sonames tried, in order of preference.
+pub(crate) const NAMES: [&str; 7] = [
+    "libopenblas.so.0",
+    "libopenblas.so",
+    "libblis.so.4",
+    "libblis.so",
+    "libblas.so.3",
+    "libcblas.so.3",
+    "libblas.so",
+];
+
+/// Folders searched after the override, before the dynamic loader's search.
+const SYSTEM_DIRS: [&str; 2] = ["/usr/local/lib", "/opt/OpenBLAS/lib"];
+
+/// A loaded CPU BLAS.
+pub(crate) struct CpuBlas {
+    pub(crate) api: Api,
+    pub(crate) flavour: Flavour,
+    /// The file loaded (where the dynamic loader found it, for a bare name).
+    pub(crate) path: PathBuf,
+    pub(crate) version: Option<Version>,
+    /// The threads a gemm runs on, when the library says.
+    pub(crate) threads: Option<u64>,
+}
+
+impl CpuBlas {
+    /// `OpenBLAS 0.3.21 (/usr/lib/…/libopenblas.so.0, 2 threads)`.
+    pub(crate) fn describe(&self) -> String {
+        let name = match self.flavour {
+            Flavour::OpenBlas => "OpenBLAS",
+            Flavour::Blis => "BLIS",
+            Flavour::Other => "CBLAS",
+        };
+        let version = self.version.map(|v| format!(" {v}")).unwrap_or_default();
+        let threads = self
+            .threads
+            .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
+            .unwrap_or_default();
+        let ilp64 = match self.api {
+            Api::Scipy64(_) => " ILP64",
+            Api::Lp64(_) => "",
+        };
+        format!("{name}{version}{ilp64} ({}{threads})", self.path.display())
+    }
+}
+
+/// The gemm the host backend uses: a CPU BLAS, or the built-in one and why.
+pub(crate) enum Choice {
+    Blas(CpuBlas),
+    /// `forced`: `XTHUNK_HOST_BLAS` turned the BLAS off; else `why` lists the places tried.
+    Builtin {
+        forced: bool,
+        why: String,
+    },
+}
+
+impl Choice {
+    pub(crate) fn blas(&self) -> Option<&CpuBlas> {
+        match self {
+            Choice::Blas(b) => Some(b),
+            Choice::Builtin { .. } => None,
+        }
+    }
+
+    /// One line for `xthunk devices`: `OpenBLAS 0.3.21 (…)`, `built-in gemm crate (…)`.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Choice::Blas(b) => b.describe(),
+            Choice::Builtin { forced: true, .. } => {
+                "built-in gemm crate (XTHUNK_HOST_BLAS turns the CPU BLAS off)".into()
+            }
+            Choice::Builtin { forced: false, .. } => {
+                "built-in gemm crate (no OpenBLAS or BLIS found; the places tried are logged \
+                 at info level)"
+                    .into()
+            }
+        }
+    }
+}
+
+/// Where to look, from the environment ([`Search::from_env`]) or given (tests).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Search {
+    /// `XTHUNK_BLAS_PATH`'s entries: files and folders.
+    pub(crate) override_paths: Vec<PathBuf>,
+    /// Folders tried after the override.
+    pub(crate) dirs: Vec<PathBuf>,
+    /// Whether to finish with the dynamic loader's search by name.
+    pub(crate) system_search: bool,
+    /// Python package folders whose wheels may bundle numpy's OpenBLAS.
+    pub(crate) python_dirs: Vec<PathBuf>,
+}
+
+impl Search {
+    pub(crate) fn from_env() -> Self {
+        Search {
+            override_paths: std::env::var("XTHUNK_BLAS_PATH")
+                .map(|v| split_paths(&v))
+                .unwrap_or_default(),
+            dirs: SYSTEM_DIRS.iter().map(PathBuf::from).collect(),
+            system_search: true,
+            python_dirs: search::installed_site_packages(search::env_path, true),
+        }
+    }
+
+    /// The wheel libraries of numpy's bundled OpenBLAS under the Python folders.
+    pub(crate) fn wheel_candidates(&self) -> Vec<PathBuf> {
+        let mut out = vec![];
+        for py in &self.python_dirs {
+            let libs = py.join("numpy.libs");
+            if let Ok(rd) = std::fs::read_dir(&libs) {
+                let mut found: Vec<PathBuf> = rd
+                    .filter_map(|e| e.ok())
+                    .map(|e| e.path())
+                    .filter(|p| {
+                        p.file_name().is_some_and(|n| {
+                            let n = n.to_string_lossy();
+                            n.starts_with("libscipy_openblas64_") && n.contains(".so")
+                        })
+                    })
+                    .collect();
+                found.sort();
+                out.extend(found);
+            }
+            out.push(py.join("scipy_openblas64/lib/libscipy_openblas64_.so"));
+        }
+        search::dedup_paths(&mut out);
+        out
+    }
+
+    /// The override's candidates (a file as it is, a folder joined with each name), then the
+    /// search's.
+    pub(crate) fn candidates(&self) -> (Vec<PathBuf>, Vec<PathBuf>) {
+        let mut first = vec![];
+        for p in &self.override_paths {
+            if p.is_dir() {
+                first.extend(NAMES.iter().map(|n| p.join(n)));
+            } else {
+                first.push(p.clone());
+            }
+        }
+        search::dedup_paths(&mut first);
+        let rest = search::candidates(&self.dirs, &NAMES, self.system_search);
+        (first, rest)
+    }
+
+    /// Loads the first usable BLAS: any CBLAS among the override's candidates, OpenBLAS or
+    /// BLIS among the others. The error lists every place tried.
+    pub(crate) fn load(&self) -> Result<CpuBlas, String> {
+        let (first, rest) = self.candidates();
+        let loader = Loader::new("CPU BLAS (OpenBLAS or BLIS)");
+        let mut tried = vec![];
+        if !first.is_empty() {
+            match loader.load(&first, |t: &CblasApi| Ok(probe(t))) {
+                Ok(l) => return Ok(finish(l)),
+                Err(e) => tried.extend(e.tried),
+            }
+        }
+        let strict = |t: &CblasApi| {
+            let p = probe(t);
+            if p.extra == Flavour::Other {
+                Err(
+                    "a CBLAS that is neither OpenBLAS nor BLIS (name it in XTHUNK_BLAS_PATH \
+                     to use it)"
+                        .to_string(),
+                )
+            } else {
+                Ok(p)
+            }
+        };
+        match loader.load(&rest, strict) {
+            Ok(l) => return Ok(finish(l)),
+            Err(e) => tried.extend(e.tried),
+        }
+        let wheels = self.wheel_candidates();
+        match loader.load(&wheels, |t: &Scipy64Api| Ok(probe64(t))) {
+            Ok(l) => Ok(finish64(l)),
+            Err(mut e) => {
+                tried.append(&mut e.tried);
+                e.tried = tried;
+                Err(e.describe())
+            }
+        }
+    }
+}
+
+/// A C string returned by the library, if any.
+///
+/// # Safety
+/// `f` must return NULL or a NUL-terminated string that lives as long as the library.
+unsafe fn c_string(f: Option<StrFn>) -> Option<String> {
+    let f = f?;
+    // SAFETY: the caller's contract: NULL or a static NUL-terminated string.
+    let p = unsafe { f() };
+    if p.is_null() {
+        return None;
+    }
+    // SAFETY: not NULL, NUL-terminated (above).
+    Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
+}
+
+/// Which library, and its version (`OpenBLAS 0.3.21 DYNAMIC_ARCH …`, BLIS's `0.9.0`).
+fn probe(t: &CblasApi) -> Probe<Flavour> {
+    // SAFETY: both return a pointer to a static string of the library (or NULL).
+    let (config, blis) = unsafe {
+        (
+            c_string(t.openblas_get_config),
+            c_string(t.bli_info_get_version_str),
+        )
+    };
+    if let Some(c) = config {
+        let v = c
+            .trim()
+            .strip_prefix("OpenBLAS")
+            .and_then(Version::parse_leading);
+        Probe::with(v, Flavour::OpenBlas)
+    } else if let Some(v) = blis {
+        Probe::with(Version::parse_leading(&v), Flavour::Blis)
+    } else {
+        Probe::with(None, Flavour::Other)
+    }
+}
+
+/// The version of numpy's OpenBLAS (`OpenBLAS 0.3.31.188.0 USE64BITINT …`).
+fn probe64(t: &Scipy64Api) -> Probe<Flavour> {
+    // SAFETY: returns a pointer to a static string of the library (or NULL).
+    let config = unsafe { c_string(t.scipy_openblas_get_config64_) };
+    let v = config
+        .as_deref()
+        .and_then(|c| c.trim().strip_prefix("OpenBLAS"))
+        .and_then(Version::parse_leading);
+    Probe::with(v, Flavour::OpenBlas)
+}
+
+/// numpy's OpenBLAS, loaded.
+fn finish64(l: Loaded<Scipy64Api, Flavour>) -> CpuBlas {
+    // SAFETY: a plain getter of the library's thread count.
+    let threads = unsafe {
+        l.table
+            .scipy_openblas_get_num_threads64_
+            .map(|f| f() as i64)
+    };
+    cpu_blas(l, threads, Api::Scipy64)
+}
+
+/// A loaded table as a [`CpuBlas`] running gemms on `threads` threads (when known).
+fn cpu_blas<T>(l: Loaded<T, Flavour>, threads: Option<i64>, api: fn(T) -> Api) -> CpuBlas {
+    CpuBlas {
+        flavour: l.extra,
+        path: l.path,
+        version: l.version,
+        threads: threads
+            .and_then(|n| u64::try_from(n).ok())
+            .map(|n| n.max(1)),
+        api: api(l.table),
+    }
+}
+
+/// The loaded library with its threads set (BLIS) and read back.
+fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
+    let t = &l.table;
+    if l.extra == Flavour::Blis
+        && std::env::var_os("BLIS_NUM_THREADS").is_none()
+        && std::env::var_os("OMP_NUM_THREADS").is_none()
+    {
+        if let Some(set) = t.bli_thread_set_num_threads {
+            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+            // SAFETY: BLIS's global thread count, set once before any gemm of ours.
+            unsafe { set(n as c_longlong) };
+        }
+    }
+    // SAFETY: plain getters of the library's thread count.
+    let threads = unsafe {
+        match l.extra {
+            Flavour::OpenBlas => t.openblas_get_num_threads.map(|f| f() as i64),
+            Flavour::Blis => t.bli_thread_get_num_threads.map(|f| f()),
+            Flavour::Other => None,
+        }
+    };
+    cpu_blas(l, threads, Api::Lp64)
+}
+
+/// True when `XTHUNK_HOST_BLAS`'s value turns the CPU BLAS off.
+pub(crate) fn forced_off(value: Option<&str>) -> bool {
+    value.is_some_and(|v| {
+        matches!(
+            v.trim().to_ascii_lowercase().as_str(),
+            "off" | "0" | "no" | "none" | "false" | "builtin" | "built-in"
+        )
+    })
+}
+
+/// The choice for `XTHUNK_HOST_BLAS`'s value `setting` and a search.
+pub(crate) fn choose(setting: Option<&str>, search: &Search) -> Choice {
+    if let Some(v) = setting.filter(|v| forced_off(Some(v))) {
+        return Choice::Builtin {
+            forced: true,
+            why: format!("XTHUNK_HOST_BLAS={v}"),
+        };
+    }
+    match search.load() {
+        Ok(b) => Choice::Blas(b),
+        Err(why) => Choice::Builtin { forced: false, why },
+    }
+}
+
+/// The process's choice, made (and logged) on first use.
+pub(crate) fn choice() -> &'static Choice {
+    static CHOICE: OnceLock<Choice> = OnceLock::new();
+    CHOICE.get_or_init(|| {
+        let setting = std::env::var("XTHUNK_HOST_BLAS").ok();
+        let c = choose(setting.as_deref(), &Search::from_env());
+        match &c {
+            Choice::Blas(b) => tracing::info!("host gemm (f32, f64): {}", b.describe()),
+            Choice::Builtin { why, .. } => {
+                tracing::info!("host gemm: the built-in gemm crate, no CPU BLAS: {why}")
+            }
+        }
+        c
+    })
+}
