@@ -2,9 +2,11 @@
 //! signature, every value not fused away a temp (the executor's temp planner shares their
 //! memory), elementwise and index-only ops fuse into one generated kernel per region
 //! (`fusion.rs` decides, `emit.rs` writes), reductions fuse their producers (`reduce.rs`),
-//! dots become `Gemm` thunks or a generated kernel (`dot.rs`), `while` and `case` the IR's
-//! control-flow thunks (`control.rs`), `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source module,
-//! `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated once.
+//! `sort` is a kernel sorting rows (`sort.rs`), dots become `Gemm` thunks or a generated
+//! kernel (`dot.rs`), `while` and `case` the IR's control-flow thunks (`control.rs`),
+//! `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source
+//! module, `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated
+//! once.
 
 mod call;
 mod control;
@@ -16,6 +18,7 @@ pub mod prelude;
 mod reduce;
 mod scalar;
 mod scatter;
+mod sort;
 
 use crate::error::LowerError;
 use crate::graph::{Graph, Op, TensorType, Value};
@@ -321,6 +324,25 @@ impl Lowerer {
                         homes: &homes,
                     };
                     self.scatter(&s, node, dims, body, *unique_indices, &dests, &mut out)?;
+                    for (r, d) in node.results.iter().zip(dests) {
+                        homes[r.0 as usize] = Home::Buf(d);
+                    }
+                }
+                Op::Sort {
+                    dimension,
+                    comparator,
+                    ..
+                } => {
+                    let dests: Vec<Slice> = node
+                        .results
+                        .iter()
+                        .map(|r| self.dest(&claims, g, *r))
+                        .collect();
+                    let s = Scope {
+                        graph: g,
+                        homes: &homes,
+                    };
+                    self.sort(&s, node, *dimension, comparator, &dests, &mut out)?;
                     for (r, d) in node.results.iter().zip(dests) {
                         homes[r.0 as usize] = Home::Buf(d);
                     }
