@@ -14,7 +14,7 @@ pub fn reference(xs: &[Arr], dim: usize, comparator: &Graph) -> Vec<Arr> {
     let dims = xs[0].dims.clone();
     let len = dims[dim] as usize;
     let inner: usize = dims[dim + 1..].iter().product::<u64>() as usize;
-    let rows = if len == 0 { 0 } else { xs[0].len() / len };
+    let rows = xs[0].len().checked_div(len).unwrap_or(0);
     let mut from: Vec<usize> = (0..xs[0].len()).collect();
     let before = |a: usize, b: usize| {
         let mut args = vec![];
