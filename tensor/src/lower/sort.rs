@@ -18,15 +18,26 @@
 //!   search. So every thread of the block works in every pass (no serial final merge), in
 //!   `O(len log² len)` comparisons, and the passes start in the temp or the result buffer
 //!   so that the last one ends in the result.
+//! - Few long rows (fewer than [`GRID_ROWS`] of at least [`GRID_LEN`]): the same passes, but
+//!   a kernel each with a thread per element of every row, so a single long row uses the
+//!   whole GPU (the kernel boundary is the synchronization between passes).
 
 use super::emit::{Home, KernelText, Scope};
 use super::reduce::check_body;
 use super::{LowerError, Lowerer, scalar};
 use crate::graph::{Graph, Node};
-use xthunk_core::ir::{Slice, Thunk};
+use xthunk_core::ir::{DType, Slice, Thunk};
 
 /// Rows of at most this many elements are sorted by insertion, a thread per row.
 pub(crate) const INSERTION_MAX: u64 = 16;
+
+/// Fewer rows than this, each of at least [`GRID_LEN`] elements, are merged by a kernel per
+/// pass with a thread per element (all the GPU's blocks on a few long rows), not a block
+/// per row.
+pub(crate) const GRID_ROWS: u64 = 64;
+
+/// See [`GRID_ROWS`].
+pub(crate) const GRID_LEN: u64 = 4096;
 
 /// Emits `r = comparator(lhs, rhs)` in a block of its own (so no value computed for one
 /// call is taken for another's); returns `r`, a bool.
@@ -73,6 +84,79 @@ fn load_at(k: &mut KernelText, s: &Scope, node: &Node, bufs: &[String], at: &str
         l.bits.push(bits);
     }
     l
+}
+
+/// The kernel's buffers per input: its element type, the result (`o(2j)`) and the temp
+/// (`o(2j+1)`), both read and written.
+fn buffer_pairs(
+    k: &mut KernelText,
+    s: &Scope,
+    node: &Node,
+    dests: &[Slice],
+    temps: &[Slice],
+) -> Vec<(DType, String, String)> {
+    let mut pairs = vec![];
+    for (j, r) in node.results.iter().enumerate() {
+        let d = s.graph.ty(*r).dtype;
+        pairs.push((d, k.inout(dests[j], d), k.inout(temps[j], d)));
+    }
+    pairs
+}
+
+/// One merge pass's work for element `i` of the row at `b`, runs of `w` merged into runs of
+/// `2w`: reads the temp and writes the result when `flip`, the other way otherwise.
+#[allow(clippy::too_many_arguments)]
+fn place(
+    k: &mut KernelText,
+    s: &Scope,
+    node: &Node,
+    comparator: &Graph,
+    pairs: &[(DType, String, String)],
+    b: &str,
+    len: u64,
+    inner: u64,
+) -> Result<(), LowerError> {
+    let at = |i: &str| format!("{b} + ({i}) * {inner}LL");
+    let (mut src, mut dst) = (vec![], vec![]);
+    for (j, (d, res, tmp)) in pairs.iter().enumerate() {
+        let ty = scalar::storage(*d);
+        k.line(format!("{ty}* s{j} = flip ? {tmp} : {res};"));
+        k.line(format!("{ty}* d{j} = flip ? {res} : {tmp};"));
+        src.push(format!("s{j}"));
+        dst.push(format!("d{j}"));
+    }
+    k.line("const long long start = (i / (2 * w)) * (2 * w);");
+    k.line(format!(
+        "const long long mid = start + w < {len}LL ? start + w : {len}LL;"
+    ));
+    k.line(format!(
+        "const long long end = start + 2 * w < {len}LL ? start + 2 * w : {len}LL;"
+    ));
+    let own = load_at(k, s, node, &src, &at("i"));
+    k.line("long long pos = 0;");
+    k.open("if (i < mid) {");
+    k.line("long long lo = mid, hi = end;");
+    k.open("while (lo < hi) {");
+    k.line("const long long m = lo + (hi - lo) / 2;");
+    let other = load_at(k, s, node, &src, &at("m"));
+    let c = compare(k, comparator, &other.values, &own.values)?;
+    k.line(format!("if ({c}) lo = m + 1; else hi = m;"));
+    k.close("}");
+    k.line("pos = i + (lo - mid);");
+    k.else_branch("} else {");
+    k.line("long long lo = start, hi = mid;");
+    k.open("while (lo < hi) {");
+    k.line("const long long m = lo + (hi - lo) / 2;");
+    let other = load_at(k, s, node, &src, &at("m"));
+    let c = compare(k, comparator, &own.values, &other.values)?;
+    k.line(format!("if (!{c}) lo = m + 1; else hi = m;"));
+    k.close("}");
+    k.line("pos = (i - mid) + lo;");
+    k.close("}");
+    for (d, bits) in dst.iter().zip(&own.bits) {
+        k.line(format!("{d}[{}] = {bits};", at("pos")));
+    }
+    Ok(())
 }
 
 impl Lowerer {
@@ -153,61 +237,35 @@ impl Lowerer {
             out.extend(self.launch(k, rows));
             return Ok(());
         }
-        // Buffer pairs: o(2j) the result, o(2j+1) the temp.
-        let mut pairs = vec![];
-        for (j, r) in node.results.iter().enumerate() {
-            let d = s.graph.ty(*r).dtype;
-            pairs.push((d, k.inout(dests[j], d), k.inout(temps[j], d)));
+        if rows < GRID_ROWS && len >= GRID_LEN {
+            // A kernel per pass, a thread per element of every row.
+            for p in 0..passes {
+                let mut k = KernelText::new();
+                let pairs = buffer_pairs(&mut k, s, node, dests, &temps);
+                k.open("XT_FOR(e, n) {");
+                k.line(format!("const long long r = e / {len}LL;"));
+                k.line(format!("const long long i = e % {len}LL;"));
+                let b = base(&mut k, "r");
+                k.line(format!("const long long w = {}LL;", 1u64 << p));
+                k.line(format!("const bool flip = {};", (passes + p) % 2 == 1));
+                place(&mut k, s, node, comparator, &pairs, &b, len, inner)?;
+                k.close("}");
+                out.extend(self.launch(k, rows * len));
+            }
+            return Ok(());
         }
+        let pairs = buffer_pairs(&mut k, s, node, dests, &temps);
         k.open("for (long long r = xt_block_id(); r < n; r += xt_num_blocks()) {");
         let b = base(&mut k, "r");
         k.open(format!("for (long long p = 0; p < {passes}LL; ++p) {{"));
         k.line("const long long w = 1LL << p;");
         // Pass p reads the temp when (passes + p) is odd, and writes the other buffer.
         k.line(format!("const bool flip = (({passes}LL + p) & 1LL) != 0;"));
-        let (mut src, mut dst) = (vec![], vec![]);
-        for (j, (d, res, tmp)) in pairs.iter().enumerate() {
-            let ty = scalar::storage(*d);
-            k.line(format!("{ty}* s{j} = flip ? {tmp} : {res};"));
-            k.line(format!("{ty}* d{j} = flip ? {res} : {tmp};"));
-            src.push(format!("s{j}"));
-            dst.push(format!("d{j}"));
-        }
         k.open(format!(
             "for (long long i = (long long)xt_thread_in_block(); i < {len}LL; \
              i += (long long)xt_block_threads()) {{"
         ));
-        k.line("const long long start = (i / (2 * w)) * (2 * w);");
-        k.line(format!(
-            "const long long mid = start + w < {len}LL ? start + w : {len}LL;"
-        ));
-        k.line(format!(
-            "const long long end = start + 2 * w < {len}LL ? start + 2 * w : {len}LL;"
-        ));
-        let own = load_at(&mut k, s, node, &src, &at(&b, "i"));
-        k.line("long long pos = 0;");
-        k.open("if (i < mid) {");
-        k.line("long long lo = mid, hi = end;");
-        k.open("while (lo < hi) {");
-        k.line("const long long m = lo + (hi - lo) / 2;");
-        let other = load_at(&mut k, s, node, &src, &at(&b, "m"));
-        let c = compare(&mut k, comparator, &other.values, &own.values)?;
-        k.line(format!("if ({c}) lo = m + 1; else hi = m;"));
-        k.close("}");
-        k.line("pos = i + (lo - mid);");
-        k.else_branch("} else {");
-        k.line("long long lo = start, hi = mid;");
-        k.open("while (lo < hi) {");
-        k.line("const long long m = lo + (hi - lo) / 2;");
-        let other = load_at(&mut k, s, node, &src, &at(&b, "m"));
-        let c = compare(&mut k, comparator, &own.values, &other.values)?;
-        k.line(format!("if (!{c}) lo = m + 1; else hi = m;"));
-        k.close("}");
-        k.line("pos = (i - mid) + lo;");
-        k.close("}");
-        for (d, bits) in dst.iter().zip(&own.bits) {
-            k.line(format!("{d}[{}] = {bits};", at(&b, "pos")));
-        }
+        place(&mut k, s, node, comparator, &pairs, &b, len, inner)?;
         k.close("}");
         k.line("__syncthreads();");
         k.close("}");

@@ -249,3 +249,42 @@ fn sort_rules_refuse() {
     assert!(e(g.sort(&[], 0, true, one())).contains("no inputs"));
     assert!(g.top_k(x, 6).unwrap_err().to_string().contains("k = 6"));
 }
+
+#[test]
+fn sorts_few_long_rows_with_a_kernel_per_pass() {
+    // Three rows of 4,500 (13 passes, each a kernel over every element), along dimension 0.
+    let (len, rows) = (4500usize, 3usize);
+    let mut g = Graph::new("sort_long_rows");
+    let x = g
+        .parameter("x", DType::F32, &[len as u64, rows as u64])
+        .unwrap();
+    let p = g
+        .parameter("p", DType::I32, &[len as u64, rows as u64])
+        .unwrap();
+    let c = comparator(
+        &[DType::F32, DType::I32],
+        1,
+        &[CompareType::TotalOrder],
+        false,
+    );
+    let s = g.sort(&[x, p], 0, true, c).unwrap();
+    g.result("keys", s[0]).unwrap();
+    g.result("payload", s[1]).unwrap();
+    let keys = self::keys(DType::F32, &[len as u64, rows as u64], 3);
+    let xs: Vec<f32> = keys.f.iter().map(|v| *v as f32).collect();
+    let ps: Vec<i32> = (0..(len * rows) as i32).collect();
+    let bytes = |v: &[f32]| v.iter().flat_map(|f| f.to_le_bytes()).collect::<Vec<u8>>();
+    let pbytes: Vec<u8> = ps.iter().flat_map(|f| f.to_le_bytes()).collect();
+    let (low, outs) = run(&g, &[bytes(&xs), pbytes]);
+    assert_eq!(low.launches, 13);
+    for r in 0..rows {
+        let mut order: Vec<usize> = (0..len).collect();
+        order.sort_by(|&a, &b| xs[a * rows + r].total_cmp(&xs[b * rows + r]));
+        for (i, &k) in order.iter().enumerate() {
+            let o = (i * rows + r) * 4;
+            let got = i32::from_le_bytes(outs[1][o..o + 4].try_into().unwrap());
+            assert_eq!(got, (k * rows + r) as i32, "row {r}, position {i}");
+            assert_eq!(&outs[0][o..o + 4], &xs[k * rows + r].to_le_bytes());
+        }
+    }
+}
