@@ -24,15 +24,17 @@ from jax import lax
 import values as V
 from cases import Case
 
-SORT_TYPES = ["f32", "bf16", "f16", "f64", "i32", "i8", "u8", "u32", "i64", "u64", "i16"]
+SORT_TYPES = ["f32", "bf16", "f16", "f64", "i32", "i8", "u8", "u32", "i64", "u64", "i16", "u16",
+              "i1"]
 
 
 def _shape(rng, long: bool):
-    """A shape of rank 1..3 and a dimension to sort along; `long` rows are merged."""
+    """A shape of rank 1..3 and a dimension to sort along; `long` rows are merged (by a block
+    per row, or by a kernel per pass for a few rows of 4,100)."""
     rank = int(rng.integers(1, 4))
     dims = [int(rng.choice([1, 2, 3, 5])) for _ in range(rank)]
     dim = int(rng.integers(0, rank))
-    dims[dim] = int(rng.choice([20, 33, 64, 100])) if long else int(rng.choice([0, 1, 2, 7, 16]))
+    dims[dim] = int(rng.choice([20, 33, 64, 100, 4100])) if long else int(rng.choice([0, 1, 2, 7, 16]))
     return tuple(dims), dim
 
 
@@ -68,6 +70,8 @@ def gen_sort(rng, count):
             x = _keys(rng, d, shape)
             form = ["sort", "argsort", "two_keys", "three", "descending", "unstable"][
                 (k + int(rng.integers(0, 6))) % 6]
+            if d == "i1" and form == "unstable":
+                form = "sort"  # two values: no distinct keys
             attrs = {"form": form, "dim": dim}
             expect = ("stablehlo.sort",)
             if form == "sort":
