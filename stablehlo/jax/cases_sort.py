@@ -29,12 +29,13 @@ SORT_TYPES = ["f32", "bf16", "f16", "f64", "i32", "i8", "u8", "u32", "i64", "u64
 
 
 def _shape(rng, long: bool):
-    """A shape of rank 1..3 and a dimension to sort along; `long` rows are merged (by a block
-    per row, or by a kernel per pass for a few rows of 4,100)."""
+    """A shape of rank 1..3 and a dimension to sort along; `long` rows are merged (by a thread
+    per row up to 512, a block per row for 700, a kernel per pass for a few rows of 4,100)."""
     rank = int(rng.integers(1, 4))
     dims = [int(rng.choice([1, 2, 3, 5])) for _ in range(rank)]
     dim = int(rng.integers(0, rank))
-    dims[dim] = int(rng.choice([20, 33, 64, 100, 4100])) if long else int(rng.choice([0, 1, 2, 7, 16]))
+    sizes = [20, 33, 64, 100, 700, 4100] if long else [0, 1, 2, 7, 16]
+    dims[dim] = int(rng.choice(sizes))
     return tuple(dims), dim
 
 

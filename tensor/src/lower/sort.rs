@@ -1,14 +1,18 @@
 //! `sort`: the inputs written into the result buffers (a copy, or their fused kernel), then
 //! one kernel sorting every row (the elements along the sort dimension; rows along another
 //! dimension than the last are strided, no transpose) with the comparator region emitted
-//! inline over scalar variables. Both schedules are stable whatever `is_stable` says, and
-//! call the comparator only as `comparator(lhs, rhs)` = "lhs goes first", so any strict weak
+//! inline over scalar variables. Every schedule is stable whatever `is_stable` says, and
+//! calls the comparator only as `comparator(lhs, rhs)` = "lhs goes first", so any strict weak
 //! order (the spec's requirement) sorts as XLA's stable sort does. Elements move as their
 //! stored bits (NaN payloads and the sign of zero are kept); only the comparator sees them
 //! as computed values.
 //!
 //! - Short rows (at most [`INSERTION_MAX`] elements): a thread per row, insertion sort in
-//!   place (few comparisons, no temp, no synchronization; many short rows fill the GPU).
+//!   place (few comparisons, no temp, no synchronization).
+//! - Medium rows (at most [`ROW_MERGE_MAX`]): a thread per row, a bottom-up merge sort
+//!   between the result buffer and a temp, each pass merging its runs in order:
+//!   `O(len log len)` comparisons and no synchronization, which suits the CPU execution (a
+//!   block's threads there are not free) and gives a GPU a thread per row.
 //! - Longer rows: a block per row, a bottom-up merge sort in `ceil(log2(len))` passes
 //!   between the result buffer and a temp, `__syncthreads()` between passes. In a pass
 //!   every thread places elements independently: an element of a left run goes to its
@@ -30,6 +34,10 @@ use xthunk_core::ir::{DType, Slice, Thunk};
 
 /// Rows of at most this many elements are sorted by insertion, a thread per row.
 pub(crate) const INSERTION_MAX: u64 = 16;
+
+/// Rows of at most this many elements (and more than [`INSERTION_MAX`]) are merge-sorted by
+/// a thread per row, through a temp.
+pub(crate) const ROW_MERGE_MAX: u64 = 512;
 
 /// Fewer rows than this, each of at least [`GRID_LEN`] elements, are merged by a kernel per
 /// pass with a thread per element (all the GPU's blocks on a few long rows), not a block
@@ -103,6 +111,20 @@ fn buffer_pairs(
     pairs
 }
 
+/// The pass's source and destination pointers per input (`s0`, `d0`, …): the temp is read
+/// and the result written when `flip`, the other way otherwise.
+fn pointers(k: &mut KernelText, pairs: &[(DType, String, String)]) -> (Vec<String>, Vec<String>) {
+    let (mut src, mut dst) = (vec![], vec![]);
+    for (j, (d, res, tmp)) in pairs.iter().enumerate() {
+        let ty = scalar::storage(*d);
+        k.line(format!("{ty}* s{j} = flip ? {tmp} : {res};"));
+        k.line(format!("{ty}* d{j} = flip ? {res} : {tmp};"));
+        src.push(format!("s{j}"));
+        dst.push(format!("d{j}"));
+    }
+    (src, dst)
+}
+
 /// One merge pass's work for element `i` of the row at `b`, runs of `w` merged into runs of
 /// `2w`: reads the temp and writes the result when `flip`, the other way otherwise.
 #[allow(clippy::too_many_arguments)]
@@ -117,14 +139,7 @@ fn place(
     inner: u64,
 ) -> Result<(), LowerError> {
     let at = |i: &str| format!("{b} + ({i}) * {inner}LL");
-    let (mut src, mut dst) = (vec![], vec![]);
-    for (j, (d, res, tmp)) in pairs.iter().enumerate() {
-        let ty = scalar::storage(*d);
-        k.line(format!("{ty}* s{j} = flip ? {tmp} : {res};"));
-        k.line(format!("{ty}* d{j} = flip ? {res} : {tmp};"));
-        src.push(format!("s{j}"));
-        dst.push(format!("d{j}"));
-    }
+    let (src, dst) = pointers(k, pairs);
     k.line("const long long start = (i / (2 * w)) * (2 * w);");
     k.line(format!(
         "const long long mid = start + w < {len}LL ? start + w : {len}LL;"
@@ -232,6 +247,51 @@ impl Lowerer {
             for (o, bits) in bufs.iter().zip(&x.bits) {
                 k.line(format!("{o}[{}] = {bits};", at(&b, "q")));
             }
+            k.close("}");
+            k.close("}");
+            out.extend(self.launch(k, rows));
+            return Ok(());
+        }
+        if len <= ROW_MERGE_MAX {
+            // A thread per row: each pass merges its runs in order.
+            let pairs = buffer_pairs(&mut k, s, node, dests, &temps);
+            k.open("XT_FOR(r, n) {");
+            let b = base(&mut k, "r");
+            k.open(format!("for (long long p = 0; p < {passes}LL; ++p) {{"));
+            k.line("const long long w = 1LL << p;");
+            k.line(format!("const bool flip = (({passes}LL + p) & 1LL) != 0;"));
+            let (src, dst) = pointers(&mut k, &pairs);
+            k.open(format!(
+                "for (long long start = 0; start < {len}LL; start += 2 * w) {{"
+            ));
+            k.line(format!(
+                "const long long mid = start + w < {len}LL ? start + w : {len}LL;"
+            ));
+            k.line(format!(
+                "const long long end = start + 2 * w < {len}LL ? start + 2 * w : {len}LL;"
+            ));
+            k.line("long long li = start, ri = mid;");
+            k.open("for (long long q = start; q < end; ++q) {");
+            k.line("bool right = ri < end && li >= mid;");
+            k.open("if (ri < end && li < mid) {");
+            let l = load_at(&mut k, s, node, &src, &at(&b, "li"));
+            let r = load_at(&mut k, s, node, &src, &at(&b, "ri"));
+            let c = compare(&mut k, comparator, &r.values, &l.values)?;
+            k.line(format!("right = {c};"));
+            k.close("}");
+            k.open("if (right) {");
+            for (sj, dj) in src.iter().zip(&dst) {
+                k.line(format!("{dj}[{}] = {sj}[{}];", at(&b, "q"), at(&b, "ri")));
+            }
+            k.line("++ri;");
+            k.else_branch("} else {");
+            for (sj, dj) in src.iter().zip(&dst) {
+                k.line(format!("{dj}[{}] = {sj}[{}];", at(&b, "q"), at(&b, "li")));
+            }
+            k.line("++li;");
+            k.close("}");
+            k.close("}");
+            k.close("}");
             k.close("}");
             k.close("}");
             out.extend(self.launch(k, rows));

@@ -125,14 +125,16 @@ fn check(g: &Graph, inputs: &[Arr]) -> xthunk_tensor::lower::Lowered {
 #[test]
 fn sorts_keys_with_payloads_short_and_long_rows_any_dimension() {
     for d in [DType::F32, DType::BF16, DType::I32, DType::U8, DType::F64] {
-        // [rows, len] along the last dimension, and [len, 3] along the first: len 5 (insertion)
-        // and 37 (merged, an odd pass count) and 64 (an even one).
+        // [rows, len] along the last dimension, and [len, 3] along the first: len 5 (insertion),
+        // 37 (a thread per row merging, an odd pass count), 64 (an even one), 600 (a block per
+        // row).
         for (dims, dim) in [
             (vec![4u64, 5], 1),
             (vec![3, 37], 1),
             (vec![2, 64], 1),
             (vec![37, 3], 0),
             (vec![2, 9, 3], 1),
+            (vec![600, 2], 0),
         ] {
             let mut g = Graph::new(format!("sort_{d}_{dims:?}_{dim}"));
             let x = g.parameter("x", d, &dims).unwrap();
