@@ -605,3 +605,62 @@ fn sort_fixture_runs() {
         }
     }
 }
+
+const SORT_TEXT: &str = r#"module @m {
+  func.func public @main(%arg0: tensor<2x5xi32>, %arg1: tensor<i32>) -> (tensor<2x5xi32>, tensor<2x5xi32>) {
+    %0:2 = "stablehlo.sort"(%arg0, %arg0) <{DIMENSION}> ({
+    ^bb0(%a: tensor<i32>, %b: tensor<i32>, %c: tensor<i32>, %d: tensor<i32>):
+      %1 = stablehlo.compare GT, %a, %READ, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    }) : (tensor<2x5xi32>, tensor<2x5xi32>) -> (tensor<2x5xi32>, tensor<2x5xi32>)
+    return %0#0, %0#1 : tensor<2x5xi32>, tensor<2x5xi32>
+  }
+}
+"#;
+
+#[test]
+fn sort_takes_the_spec_defaults_and_refusals_name_what_and_where() {
+    // No attributes: the last dimension (-1), descending by the comparator, two operands.
+    let text = SORT_TEXT
+        .replace("<{DIMENSION}>", "")
+        .replace("%READ", "%b");
+    let x: Vec<i32> = vec![3, -1, 7, 0, 7, 5, 5, -9, 2, 8];
+    let xs: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = run(&text, &[xs, 0i32.to_le_bytes().to_vec()]);
+    let got: Vec<i32> = out[1]
+        .chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, [7, 7, 3, 0, -1, 8, 5, 5, 2, -9]);
+    let refused = |dim: &str, read: &str| -> String {
+        let t = SORT_TEXT.replace("DIMENSION", dim).replace("%READ", read);
+        let e = import_text(&t).unwrap_err();
+        assert!(e.pos().line == 3, "{e}");
+        println!("{e}");
+        e.to_string()
+    };
+    assert!(refused("dimension = -3 : i64", "%b").contains("`dimension` -3 of rank 2"));
+    assert!(refused("dimension = 2 : i64", "%b").contains("`dimension` 2 of rank 2"));
+    assert!(
+        refused("dimension = 0 : i64", "%arg1")
+            .contains("its body reads %arg1 from outside (only constants may be)")
+    );
+    assert!(refused("dimension = 0 : i64, foo = 1 : i64", "%b").contains("foo"));
+    // top_k's k past the last dimension, and result types that are not top_k's.
+    let top = |k: u64, idx: &str| {
+        format!(
+            "module @m {{\n  func.func public @main(%arg0: tensor<3x4xf32>) -> (tensor<3x{k}xf32>, tensor<3x{k}x{idx}>) {{\n    %v, %i = chlo.top_k(%arg0, k = {k}) : tensor<3x4xf32> -> (tensor<3x{k}xf32>, tensor<3x{k}x{idx}>)\n    return %v, %i : tensor<3x{k}xf32>, tensor<3x{k}x{idx}>\n  }}\n}}\n"
+        )
+    };
+    let e = import_text(&top(5, "i32")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("3:") && e.contains("k = 5 of a last dimension of 4"),
+        "{e}"
+    );
+    let e = import_text(&top(2, "i64")).unwrap_err().to_string();
+    assert!(
+        e.contains("result 1 is tensor<3x2xi64>, top_k gives tensor<3x2xi32>"),
+        "{e}"
+    );
+    assert!(import_text(&top(4, "i32")).is_ok());
+}
