@@ -112,6 +112,11 @@ def _distinct(rng, d, shape, dim):
     order = np.argsort(rng.random(shape), axis=dim, kind="stable")
     if d in V.UINTS:
         return order.astype(V.dt(d))
+    if d in ("f16", "bf16"):
+        # Consecutive bit patterns from 1.0 up: distinct for rows longer than the type's
+        # exact small integers.
+        one = 0x3C00 if d == "f16" else 0x3F80
+        return (order + one).astype(np.uint16).view(V.dt(d))
     v = order - shape[dim] // 2
     return (v / 2.0 if d in V.FLOATS else v).astype(V.dt(d))
 
