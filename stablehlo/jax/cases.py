@@ -530,10 +530,12 @@ GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_powe
 def all_ops() -> list:
     import cases_ctrl
     import cases_shape
+    import cases_sort
 
     ops = dict(GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
+    ops.update(cases_sort.GENERATORS)
     return ops
 
 

@@ -47,6 +47,7 @@ const IMPORTED: &[&str] = &[
     "select_clamp",
     "shapes",
     "sharded",
+    "sort",
     "transformer",
     "unary_int",
     "while",
@@ -84,7 +85,6 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("random", "op `stablehlo.rng_bit_generator`"),
     ("shard_map", "op `sdy.manual_computation`"),
-    ("sort", "op `stablehlo.sort`"),
     ("unary", "op `chlo.erf`"),
     ("windows", "op `stablehlo.reduce_window`"),
 ];
@@ -529,4 +529,138 @@ fn the_ffi_fixture_passes_jaxs_keyword_arguments_typed() {
             (calls[0].operands[0].slice, calls[0].results[0].slice)
         );
     }
+}
+
+#[test]
+fn sort_fixture_runs() {
+    let nan = f32::NAN;
+    #[rustfmt::skip]
+    let x = [
+        1.0, -0.0, 0.0, nan,
+        3.0, 3.0, -1.0, 3.0,
+        -nan, 2.0, 0.0, -0.0,
+        f32::INFINITY, 1.0, f32::NEG_INFINITY, 1.0,
+        0.5, nan, 0.5, -2.0,
+    ];
+    let y: Vec<i32> = (0..20).map(|k| 100 - k).collect();
+    let ys: Vec<u8> = y.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = run(&fixture("sort.mlir"), &[f32s(&x), ys]);
+    // JAX's comparator: -0 as +0, every NaN as +NaN, then the total order; stable.
+    let canon = |v: f32| {
+        if v == 0.0 {
+            0.0
+        } else if v.is_nan() {
+            f32::NAN
+        } else {
+            v
+        }
+    };
+    let asc = |a: &f32, b: &f32| canon(*a).total_cmp(&canon(*b));
+    let row = |r: usize| -> Vec<usize> {
+        let mut o: Vec<usize> = (0..4).collect();
+        o.sort_by(|&i, &j| asc(&x[r * 4 + i], &x[r * 4 + j]));
+        o
+    };
+    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+    // out0: each column sorted (dimension 0).
+    let mut want0 = vec![0f32; 20];
+    for c in 0..4 {
+        let mut col: Vec<f32> = (0..5).map(|r| x[r * 4 + c]).collect();
+        col.sort_by(asc);
+        for (r, v) in col.into_iter().enumerate() {
+            want0[r * 4 + c] = v;
+        }
+    }
+    assert_eq!(bits(&to_f32(&out[0])), bits(&want0));
+    // out1: argsort of rows (i64); out2, out3: rows with the payload.
+    let got1: Vec<i64> = out[1]
+        .chunks(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let got3: Vec<i32> = out[3]
+        .chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    let got2 = bits(&to_f32(&out[2]));
+    for r in 0..5 {
+        let o = row(r);
+        for (i, &k) in o.iter().enumerate() {
+            assert_eq!(got1[r * 4 + i], k as i64, "argsort row {r}");
+            assert_eq!(got2[r * 4 + i], x[r * 4 + k].to_bits(), "sorted row {r}");
+            assert_eq!(got3[r * 4 + i], y[r * 4 + k], "payload row {r}");
+        }
+    }
+    // top_k(2): the total order, descending, lower index first on ties.
+    let got4 = bits(&to_f32(&out[4]));
+    let got5: Vec<i32> = out[5]
+        .chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    for r in 0..5 {
+        let mut o: Vec<usize> = (0..4).collect();
+        o.sort_by(|&i, &j| x[r * 4 + j].total_cmp(&x[r * 4 + i]));
+        for i in 0..2 {
+            assert_eq!(got5[r * 2 + i], o[i] as i32, "top_k row {r}");
+            assert_eq!(got4[r * 2 + i], x[r * 4 + o[i]].to_bits(), "top_k row {r}");
+        }
+    }
+}
+
+const SORT_TEXT: &str = r#"module @m {
+  func.func public @main(%arg0: tensor<2x5xi32>, %arg1: tensor<i32>) -> (tensor<2x5xi32>, tensor<2x5xi32>) {
+    %0:2 = "stablehlo.sort"(%arg0, %arg0) <{DIMENSION}> ({
+    ^bb0(%a: tensor<i32>, %b: tensor<i32>, %c: tensor<i32>, %d: tensor<i32>):
+      %1 = stablehlo.compare GT, %a, %READ, SIGNED : (tensor<i32>, tensor<i32>) -> tensor<i1>
+      stablehlo.return %1 : tensor<i1>
+    }) : (tensor<2x5xi32>, tensor<2x5xi32>) -> (tensor<2x5xi32>, tensor<2x5xi32>)
+    return %0#0, %0#1 : tensor<2x5xi32>, tensor<2x5xi32>
+  }
+}
+"#;
+
+#[test]
+fn sort_takes_the_spec_defaults_and_refusals_name_what_and_where() {
+    // No attributes: the last dimension (-1), descending by the comparator, two operands.
+    let text = SORT_TEXT
+        .replace("<{DIMENSION}>", "")
+        .replace("%READ", "%b");
+    let x: Vec<i32> = vec![3, -1, 7, 0, 7, 5, 5, -9, 2, 8];
+    let xs: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+    let out = run(&text, &[xs, 0i32.to_le_bytes().to_vec()]);
+    let got: Vec<i32> = out[1]
+        .chunks(4)
+        .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
+        .collect();
+    assert_eq!(got, [7, 7, 3, 0, -1, 8, 5, 5, 2, -9]);
+    let refused = |dim: &str, read: &str| -> String {
+        let t = SORT_TEXT.replace("DIMENSION", dim).replace("%READ", read);
+        let e = import_text(&t).unwrap_err();
+        assert!(e.pos().line == 3, "{e}");
+        println!("{e}");
+        e.to_string()
+    };
+    assert!(refused("dimension = -3 : i64", "%b").contains("`dimension` -3 of rank 2"));
+    assert!(refused("dimension = 2 : i64", "%b").contains("`dimension` 2 of rank 2"));
+    assert!(
+        refused("dimension = 0 : i64", "%arg1")
+            .contains("its body reads %arg1 from outside (only constants may be)")
+    );
+    assert!(refused("dimension = 0 : i64, foo = 1 : i64", "%b").contains("foo"));
+    // top_k's k past the last dimension, and result types that are not top_k's.
+    let top = |k: u64, idx: &str| {
+        format!(
+            "module @m {{\n  func.func public @main(%arg0: tensor<3x4xf32>) -> (tensor<3x{k}xf32>, tensor<3x{k}x{idx}>) {{\n    %v, %i = chlo.top_k(%arg0, k = {k}) : tensor<3x4xf32> -> (tensor<3x{k}xf32>, tensor<3x{k}x{idx}>)\n    return %v, %i : tensor<3x{k}xf32>, tensor<3x{k}x{idx}>\n  }}\n}}\n"
+        )
+    };
+    let e = import_text(&top(5, "i32")).unwrap_err().to_string();
+    assert!(
+        e.starts_with("3:") && e.contains("k = 5 of a last dimension of 4"),
+        "{e}"
+    );
+    let e = import_text(&top(2, "i64")).unwrap_err().to_string();
+    assert!(
+        e.contains("result 1 is tensor<3x2xi64>, top_k gives tensor<3x2xi32>"),
+        "{e}"
+    );
+    assert!(import_text(&top(4, "i32")).is_ok());
 }

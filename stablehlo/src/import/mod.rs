@@ -15,6 +15,7 @@ mod call;
 mod error;
 mod ops;
 mod regions;
+mod sort;
 mod types;
 
 use crate::ast::{Attr, Block, Module, Op, Type, ValueRef};

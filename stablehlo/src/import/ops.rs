@@ -444,6 +444,8 @@ impl Importer<'_> {
                 Ok(many(g.reduce(&x[..n], &x[n..], &dims, body).map_err(gr)?))
             }
             "stablehlo.gather" => self.gather(g, op, env),
+            "stablehlo.sort" => self.sort(g, op, env),
+            "chlo.top_k" => self.top_k(g, op, env),
             "stablehlo.scatter" => self.scatter(g, op, env),
             "stablehlo.while" => self.while_(g, op, env),
             "stablehlo.case" | "stablehlo.if" => self.case(g, op, env),

@@ -2,8 +2,8 @@
 //! named results, and nodes in order (each node's operands are earlier values, so the node
 //! list is a topological order). Every op's rule is checked when it is added (`build.rs`).
 //!
-//! Regions (`reduce`'s body, `while`'s condition and body, `case`'s branches) are graphs of
-//! their own and closed: a value a StableHLO region reads from the enclosing function comes
+//! Regions (`reduce`'s body, `sort`'s comparator, `while`'s condition and body, `case`'s
+//! branches) are graphs of their own and closed: a value a StableHLO region reads from the enclosing function comes
 //! in as a parameter — a `case` operand, or for a `while` an extra carried value the body
 //! passes through unchanged (which costs no copy). A splat constant is best a scalar constant
 //! and a `broadcast_in_dim` (fused into its readers, nothing stored).
@@ -11,6 +11,7 @@
 mod build;
 mod build_call;
 mod build_index;
+mod build_sort;
 mod ops;
 
 pub use ops::*;

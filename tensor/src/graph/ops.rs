@@ -235,6 +235,15 @@ pub enum Op {
         body: Box<Graph>,
         unique_indices: bool,
     },
+    /// `inputs…` of one shape, sorted together along `dimension`: the comparator maps
+    /// `(lhs_0, rhs_0, lhs_1, rhs_1, …)` scalars to a pred scalar, true when the lhs
+    /// elements go first. `is_stable`: elements the comparator finds equivalent keep their
+    /// order (the lowering keeps it in either case).
+    Sort {
+        dimension: usize,
+        is_stable: bool,
+        comparator: Box<Graph>,
+    },
     /// `lhs`, `rhs`.
     DotGeneral(DotDims),
     /// `inputs…`, `init_values…` (as many of each); the body maps
@@ -297,6 +306,7 @@ impl Op {
             Op::Reverse { .. } => "reverse",
             Op::Gather { .. } => "gather",
             Op::Scatter { .. } => "scatter",
+            Op::Sort { .. } => "sort",
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { .. } => "reduce",
             Op::While { .. } => "while",

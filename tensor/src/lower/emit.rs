@@ -98,7 +98,7 @@ impl KernelText {
     }
 
     /// Closes a block and opens the next (`} else {`).
-    fn else_branch(&mut self, s: impl AsRef<str>) {
+    pub fn else_branch(&mut self, s: impl AsRef<str>) {
         self.close(s);
         self.depth += 1;
         self.known.push(HashMap::new());

@@ -3,7 +3,7 @@
 //! that reads them; a value becomes the root of a kernel of its own (a temp) when it is a
 //! result, when its readers end up in different kernels (unless it is cheap to recompute: an
 //! iota, a scalar, an index-only op of a buffer), or when one kernel would compute it more
-//! than [`MAX_COPIES`] times at different indices. A reduction, a dot, a loop or a branch
+//! than [`MAX_COPIES`] times at different indices. A reduction, a sort, a dot, a loop or a branch
 //! reading a fused value computes it in its own kernel. `reshape` and `bitcast_convert` of a
 //! value in a buffer alias that buffer (same bytes, no kernel).
 
@@ -19,6 +19,7 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
     match &node.op {
         Op::Parameter { .. }
         | Op::Scatter { .. }
+        | Op::Sort { .. }
         | Op::DotGeneral(_)
         | Op::Reduce { .. }
         | Op::While { .. }

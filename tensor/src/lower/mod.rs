@@ -2,9 +2,11 @@
 //! signature, every value not fused away a temp (the executor's temp planner shares their
 //! memory), elementwise and index-only ops fuse into one generated kernel per region
 //! (`fusion.rs` decides, `emit.rs` writes), reductions fuse their producers (`reduce.rs`),
-//! dots become `Gemm` thunks or a generated kernel (`dot.rs`), `while` and `case` the IR's
-//! control-flow thunks (`control.rs`), `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source module,
-//! `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated once.
+//! `sort` is a kernel sorting rows (`sort.rs`), dots become `Gemm` thunks or a generated
+//! kernel (`dot.rs`), `while` and `case` the IR's control-flow thunks (`control.rs`),
+//! `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source
+//! module, `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated
+//! once.
 
 mod call;
 mod control;
@@ -16,6 +18,7 @@ pub mod prelude;
 mod reduce;
 mod scalar;
 mod scatter;
+mod sort;
 
 use crate::error::LowerError;
 use crate::graph::{Graph, Op, TensorType, Value};
@@ -292,7 +295,7 @@ impl Lowerer {
                     homes[v.0 as usize] = Home::Buf(dest);
                 }
                 // Ops writing every result into a buffer of its own (claimed, or a temp).
-                Op::Reduce { .. } | Op::Scatter { .. } | Op::CustomCall(_) => {
+                Op::Reduce { .. } | Op::Scatter { .. } | Op::Sort { .. } | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
                         .iter()
@@ -313,6 +316,13 @@ impl Lowerer {
                         } => {
                             let u = *unique_indices;
                             self.scatter(&s, node, dims, body, u, &dests, &mut out)?;
+                        }
+                        Op::Sort {
+                            dimension,
+                            comparator,
+                            ..
+                        } => {
+                            self.sort(&s, node, *dimension, comparator, &dests, &mut out)?;
                         }
                         Op::CustomCall(call) => {
                             self.custom_call(&s, node, call, &dests, &mut out)?;

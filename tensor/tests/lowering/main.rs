@@ -14,6 +14,7 @@ mod reduce;
 mod reference;
 mod rules;
 mod scatter;
+mod sort;
 mod xla;
 
 use std::sync::Arc;
