@@ -282,3 +282,78 @@ fn plugins_load_from_c_and_missing_handlers_are_load_errors() {
         xthunk_runtime_free(rt);
     }
 }
+
+#[test]
+fn an_output_buffer_that_is_an_input_buffer_is_refused() {
+    let (rt, dev) = host_device();
+    let text = "module {\n  func.func public @main(%a: tensor<4xf32>, %b: tensor<4xf32>) -> (tensor<4xf32>, tensor<4xf32>) {\n    %0 = stablehlo.add %b, %b : tensor<4xf32>\n    return %a, %0 : tensor<4xf32>, tensor<4xf32>\n  }\n}\n";
+    // SAFETY: live handles, valid out-pointers, arrays of the counts passed.
+    unsafe {
+        let mut exe = ptr::null_mut();
+        assert!(
+            take(xthunk_executable_load_bytes(
+                dev,
+                text.as_ptr(),
+                text.len(),
+                &mut exe
+            ))
+            .is_none()
+        );
+        let mut bufs = [ptr::null_mut(); 4];
+        for b in &mut bufs {
+            assert!(take(xthunk_buffer_new(dev, 16, b)).is_none());
+        }
+        let [a, b, o1, o2] = bufs.map(|b| b as *const XthunkBuffer);
+        // The case: o1 = copy(a) written into b's buffer while o2 = b + b reads it.
+        let (code, msg) = take(xthunk_executable_run(
+            exe,
+            [a, b].as_ptr(),
+            2,
+            [b, o2].as_ptr(),
+            2,
+        ))
+        .unwrap();
+        assert_eq!(code, XthunkStatus::InvalidArgument, "{msg}");
+        assert!(
+            msg.contains("parameter 1 and output 0") && msg.contains("overlap"),
+            "{msg}"
+        );
+        // Two outputs on one buffer, too.
+        let (code, msg) = take(xthunk_executable_run(
+            exe,
+            [a, b].as_ptr(),
+            2,
+            [o1, o1].as_ptr(),
+            2,
+        ))
+        .unwrap();
+        assert_eq!(code, XthunkStatus::InvalidArgument, "{msg}");
+        // Distinct buffers run; one buffer for both parameters is fine (both only read).
+        assert!(
+            take(xthunk_executable_run(
+                exe,
+                [a, b].as_ptr(),
+                2,
+                [o1, o2].as_ptr(),
+                2
+            ))
+            .is_none()
+        );
+        assert!(
+            take(xthunk_executable_run(
+                exe,
+                [a, a].as_ptr(),
+                2,
+                [o1, o2].as_ptr(),
+                2
+            ))
+            .is_none()
+        );
+        for b in bufs {
+            xthunk_buffer_free(b);
+        }
+        xthunk_executable_free(exe);
+        xthunk_device_free(dev);
+        xthunk_runtime_free(rt);
+    }
+}

@@ -232,7 +232,8 @@ impl LoadedExecutable {
     }
 
     /// Runs the program with device buffers for the parameters and outputs (in signature
-    /// order). Returns when all work finished. On error, issuing stops, queued work is
+    /// order). An output's bytes may not overlap another output's or a parameter's (an
+    /// `InvalidArgument` naming both; parameters may share). Returns when all work finished. On error, issuing stops, queued work is
     /// drained, and the error (naming the thunk where known) is returned.
     pub fn execute(
         &self,
@@ -255,6 +256,9 @@ impl LoadedExecutable {
         let _g = span.enter();
         let start = Instant::now();
         let mut table = vec![DevicePtr(0); self.exe.allocations.len()];
+        // The caller's buffers as (address, bytes used, is an output, index).
+        let mut callers: Vec<(u64, u64, bool, u32)> =
+            Vec::with_capacity(params.len() + outputs.len());
         for a in &self.exe.allocations {
             let (buf, what): (Option<&dyn DeviceMemory>, String) = match &a.kind {
                 AllocationKind::Parameter(n) => {
@@ -290,7 +294,12 @@ impl LoadedExecutable {
                 )));
             }
             table[a.index as usize] = buf.ptr();
+            if let AllocationKind::Parameter(n) | AllocationKind::Output(n) = a.kind {
+                let output = matches!(a.kind, AllocationKind::Output(_));
+                callers.push((buf.ptr().0, a.size, output, n));
+            }
         }
+        refuse_overlaps(&self.exe.name, &mut callers)?;
         let pooled = self.pool.lock().pop();
         let state = match pooled {
             Some(s) => s,
@@ -469,4 +478,71 @@ fn check_memory(device: &dyn Device, exe: &Executable, planned_temps: Option<u64
         ),
         available,
     })
+}
+
+/// Refuses caller buffers where an output's bytes overlap another output's or a parameter's:
+/// the program does not declare such aliasing, so the result would silently be wrong
+/// (parameters may share bytes with each other: they are only read).
+fn refuse_overlaps(program: &str, callers: &mut [(u64, u64, bool, u32)]) -> Result<()> {
+    callers.sort_unstable();
+    let name = |output: bool, n: u32| {
+        if output {
+            format!("output {n}")
+        } else {
+            format!("parameter {n}")
+        }
+    };
+    // The furthest end so far of a parameter and of an output, with who reaches it.
+    let mut reach: [Option<(u64, u32)>; 2] = [None, None];
+    for &(start, size, output, n) in callers.iter() {
+        if size == 0 {
+            continue;
+        }
+        let mut against = vec![(true, reach[1])];
+        if output {
+            against.push((false, reach[0]));
+        }
+        for (other_output, r) in against {
+            if let Some((end, m)) = r
+                && end > start
+            {
+                return Err(Error::InvalidArgument(format!(
+                    "{} and {} of `{program}` overlap in memory: the program does not alias \
+                     them, so pass distinct buffers",
+                    name(other_output, m),
+                    name(output, n)
+                )));
+            }
+        }
+        let end = start.saturating_add(size);
+        let slot = &mut reach[usize::from(output)];
+        if slot.is_none_or(|(e, _)| end > e) {
+            *slot = Some((end, n));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod overlap_tests {
+    use super::refuse_overlaps;
+
+    fn check(v: &[(u64, u64, bool, u32)]) -> Result<(), String> {
+        refuse_overlaps("p", &mut v.to_vec()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn outputs_may_not_share_bytes_with_anything_parameters_may_with_each_other() {
+        // Two parameters on one buffer, outputs apart: fine.
+        assert!(check(&[(0, 64, false, 0), (0, 64, false, 1), (64, 16, true, 0)]).is_ok());
+        // An output that is a parameter's buffer (the issue's C case).
+        let e = check(&[(0, 16, false, 1), (0, 16, true, 0)]).unwrap_err();
+        assert!(e.contains("parameter 1 and output 0 of `p` overlap"), "{e}");
+        // Inside a longer parameter, either order of addresses.
+        assert!(check(&[(0, 100, false, 0), (50, 4, true, 0)]).is_err());
+        assert!(check(&[(0, 10, true, 0), (5, 20, false, 0)]).is_err());
+        // Two outputs overlapping by one byte; touching ones are fine; empty ones never clash.
+        assert!(check(&[(0, 9, true, 0), (8, 8, true, 1)]).is_err());
+        assert!(check(&[(0, 8, true, 0), (8, 8, true, 1), (8, 0, false, 0)]).is_ok());
+    }
 }
