@@ -524,6 +524,7 @@ fn refuse_overlaps(program: &str, callers: &mut [(u64, u64, bool, u32)]) -> Resu
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod overlap_tests {
     use super::refuse_overlaps;
 
