@@ -498,10 +498,8 @@ fn refuse_overlaps(program: &str, callers: &mut [(u64, u64, bool, u32)]) -> Resu
         if size == 0 {
             continue;
         }
-        let mut against = vec![(true, reach[1])];
-        if output {
-            against.push((false, reach[0]));
-        }
+        // An output is checked against outputs and parameters, a parameter against outputs.
+        let against = [(true, reach[1]), (false, reach[0].filter(|_| output))];
         for (other_output, r) in against {
             if let Some((end, m)) = r
                 && end > start
