@@ -2,10 +2,9 @@
 //! unchanged), branches chosen by an i32 index (out of range: the last) or a pred, against
 //! the reference.
 
-use crate::data::{Arr, agree, random};
+use crate::check_exact as check;
+use crate::data::{Arr, random};
 use crate::reduce::body;
-use crate::reference::eval;
-use crate::run;
 use xthunk_core::ir::{DType, Thunk};
 use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, UnaryOp, Value};
 
@@ -17,17 +16,6 @@ fn c32(g: &mut Graph, v: i32) -> Value {
 fn f32c(g: &mut Graph, v: f32) -> Value {
     g.constant(DType::F32, &[], v.to_le_bytes().to_vec())
         .unwrap()
-}
-
-fn check(g: &Graph, inputs: &[Arr]) -> xthunk_tensor::lower::Lowered {
-    let (low, outs) = run(g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
-    let want = eval(g, inputs);
-    for (k, (name, v)) in g.results().iter().enumerate() {
-        let t = g.ty(*v);
-        let got = Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
-        agree(&want[k], &got, 0.0).unwrap_or_else(|e| panic!("{} {name}: {e}", g.name()));
-    }
-    low
 }
 
 /// `while i < limit { x = x * 1.5 + sum(x) / 8; i += 1 }` with `limit` carried unchanged.

@@ -63,6 +63,22 @@ fn device() -> Arc<dyn Device> {
 
 /// Lowers `g`, runs it once on the host with `inputs` (outputs poisoned first) and returns
 /// the lowering and the outputs' bytes.
+/// Runs `g` on `inputs` and requires every result to equal the reference interpreter's
+/// exactly (NaN equal to NaN); the lowering, for further checks.
+pub fn check_exact(g: &Graph, inputs: &[data::Arr]) -> Lowered {
+    let (low, outs) = run(
+        g,
+        &inputs.iter().map(data::Arr::to_bytes).collect::<Vec<_>>(),
+    );
+    let want = reference::eval(g, inputs);
+    for (k, (name, v)) in g.results().iter().enumerate() {
+        let t = g.ty(*v);
+        let got = data::Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
+        data::agree(&want[k], &got, 0.0).unwrap_or_else(|e| panic!("{} {name}: {e}", g.name()));
+    }
+    low
+}
+
 pub fn run(g: &Graph, inputs: &[Vec<u8>]) -> (Lowered, Vec<Vec<u8>>) {
     let low = lower(g).unwrap_or_else(|e| panic!("lowering {}: {e}", g.name()));
     check_portable(&low);

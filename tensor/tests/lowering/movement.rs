@@ -2,22 +2,10 @@
 //! reshapes, iotas, dynamic slices and updates, fused with elementwise ops, against the
 //! reference; reshape and bitcast_convert of a buffer alias it.
 
-use crate::data::{Arr, agree, random};
-use crate::reference::eval;
-use crate::run;
+use crate::check_exact as check;
+use crate::data::{Arr, random};
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{BinaryOp, Graph, UnaryOp, Value};
-
-fn check(g: &Graph, inputs: &[Arr]) -> xthunk_tensor::lower::Lowered {
-    let (low, outs) = run(g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
-    let want = eval(g, inputs);
-    for (k, (name, v)) in g.results().iter().enumerate() {
-        let t = g.ty(*v);
-        let got = Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
-        agree(&want[k], &got, 0.0).unwrap_or_else(|e| panic!("{} {name}: {e}", g.name()));
-    }
-    low
-}
 
 fn int_const(g: &mut Graph, v: i32) -> Value {
     g.constant(DType::I32, &[], v.to_le_bytes().to_vec())

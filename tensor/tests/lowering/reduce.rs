@@ -1,9 +1,8 @@
 //! `reduce`: sums, maxima, an argmax (two operands), a sum of a fused product, integer sums
 //! that wrap, against the reference; the reduction fuses its elementwise producers.
 
-use crate::data::{Arr, agree, random};
-use crate::reference::eval;
-use crate::run;
+use crate::check_exact as check;
+use crate::data::{Arr, random};
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, Value};
 
@@ -19,17 +18,6 @@ pub fn body(op: BinaryOp, d: DType) -> Graph {
 
 fn constant(g: &mut Graph, a: Arr) -> Value {
     g.constant(a.dtype, &a.dims.clone(), a.to_bytes()).unwrap()
-}
-
-fn check(g: &Graph, inputs: &[Arr]) -> xthunk_tensor::lower::Lowered {
-    let (low, outs) = run(g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
-    let want = eval(g, inputs);
-    for (k, (name, v)) in g.results().iter().enumerate() {
-        let t = g.ty(*v);
-        let got = Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
-        agree(&want[k], &got, 0.0).unwrap_or_else(|e| panic!("{} {name}: {e}", g.name()));
-    }
-    low
 }
 
 #[test]

@@ -2,9 +2,9 @@
 //! by insertion and long ones merged, total-order float keys with NaN and ±0, descending,
 //! multi-key comparators as JAX emits them) and `top_k`, against the reference's stable sort.
 
-use crate::data::{Arr, agree, random};
+use crate::data::{Arr, random};
 use crate::reference::eval;
-use crate::run;
+use crate::{check_exact as check, run};
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, Value};
 
@@ -109,17 +109,6 @@ fn keys(d: DType, dims: &[u64], seed: u64) -> Arr {
     } else {
         Arr::ints(d, dims, a.i.iter().map(|v| v.rem_euclid(5)).collect())
     }
-}
-
-fn check(g: &Graph, inputs: &[Arr]) -> xthunk_tensor::lower::Lowered {
-    let (low, outs) = run(g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
-    let want = eval(g, inputs);
-    for (k, (name, v)) in g.results().iter().enumerate() {
-        let t = g.ty(*v);
-        let got = Arr::from_bytes(t.dtype, &t.dims, &outs[k]);
-        agree(&want[k], &got, 0.0).unwrap_or_else(|e| panic!("{} {name}: {e}", g.name()));
-    }
-    low
 }
 
 #[test]
