@@ -29,41 +29,28 @@ fn fails(args: &[&str]) -> String {
     lines[0].to_string()
 }
 
-/// A little-endian f32 `.npy` file.
-fn write_npy(path: &Path, dims: &[usize], data: &[f32]) {
-    let shape = match dims {
-        [] => "()".to_string(),
-        [n] => format!("({n},)"),
-        _ => format!(
-            "({})",
-            dims.iter()
-                .map(|d| d.to_string())
-                .collect::<Vec<_>>()
-                .join(", ")
-        ),
-    };
-    let mut header = format!("{{'descr': '<f4', 'fortran_order': False, 'shape': {shape}, }}");
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
-    }
-    header.push('\n');
-    let mut bytes = b"\x93NUMPY\x01\x00".to_vec();
-    bytes.extend_from_slice(&(header.len() as u16).to_le_bytes());
-    bytes.extend_from_slice(header.as_bytes());
-    for x in data {
-        bytes.extend_from_slice(&x.to_le_bytes());
-    }
-    std::fs::write(path, bytes).unwrap();
+/// A little-endian f32 `.npy` file (npyz writes the header).
+fn write_npy(path: &Path, dims: &[u64], data: &[f32]) {
+    use npyz::WriterBuilder;
+    let mut out = vec![];
+    let mut w = npyz::WriteOptions::new()
+        .default_dtype()
+        .shape(dims)
+        .writer(&mut out)
+        .begin_nd()
+        .unwrap();
+    w.extend(data.iter().copied()).unwrap();
+    w.finish().unwrap();
+    std::fs::write(path, out).unwrap();
 }
 
-/// The f32 data of an `.npy` file (its header skipped).
+/// The f32 data of an `.npy` file.
 fn read_npy(path: &Path) -> Vec<f32> {
     let bytes = std::fs::read(path).unwrap();
-    let len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    bytes[10 + len..]
-        .chunks(4)
-        .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-        .collect()
+    npyz::NpyFile::new(&bytes[..])
+        .unwrap()
+        .into_vec::<f32>()
+        .unwrap()
 }
 
 fn while_inputs(dir: &Path) -> (String, String) {
