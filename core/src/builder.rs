@@ -16,6 +16,83 @@
 use crate::ir::*;
 use crate::verify;
 
+/// A builder call whose arguments do not fit together; it names the call and the argument.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{call}: `{arg}` {message}")]
+pub struct BuildError {
+    pub call: &'static str,
+    pub arg: &'static str,
+    pub message: String,
+}
+
+/// `[batch, m, n, k]` of `c = a @ b`, or what does not fit.
+fn matmul_dims(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<[u64; 4], BuildError> {
+    let err = |arg, message: String| BuildError {
+        call: "matmul",
+        arg,
+        message,
+    };
+    let (batch, m, k) = match a.dims.as_slice() {
+        [m, k] => (None, *m, *k),
+        [bt, m, k] => (Some(*bt), *m, *k),
+        d => {
+            return Err(err(
+                "a",
+                format!(
+                    "must be a matrix [m, k] or a batch of them [batch, m, k], got shape {d:?}"
+                ),
+            ));
+        }
+    };
+    let want_rank = a.dims.len();
+    for (name, t) in [("b", b), ("c", c)] {
+        if t.dims.len() != want_rank {
+            return Err(err(
+                name,
+                format!(
+                    "has shape {:?}; with `a` of shape {:?} it needs rank {want_rank}",
+                    t.dims, a.dims
+                ),
+            ));
+        }
+        if t.dtype != a.dtype {
+            return Err(err(
+                name,
+                format!(
+                    "is {}, `a` is {}: a matmul takes one element type",
+                    t.dtype, a.dtype
+                ),
+            ));
+        }
+        if let Some(bt) = batch {
+            if t.dims[0] != bt {
+                return Err(err(
+                    name,
+                    format!("has batch size {}, `a` has {bt}", t.dims[0]),
+                ));
+            }
+        }
+    }
+    let (bk, n) = (b.dims[want_rank - 2], b.dims[want_rank - 1]);
+    if bk != k {
+        return Err(err(
+            "b",
+            format!(
+                "has {bk} rows (shape {:?}), `a` has {k} columns (shape {:?})",
+                b.dims, a.dims
+            ),
+        ));
+    }
+    let (cm, cn) = (c.dims[want_rank - 2], c.dims[want_rank - 1]);
+    if (cm, cn) != (m, n) {
+        return Err(err(
+            "c",
+            format!("has shape {:?}; `a` @ `b` is {m} x {n}", c.dims),
+        ));
+    }
+    Ok([batch.unwrap_or(1), m, n, k])
+}
+
 /// A typed view of a whole allocation (or part of one) created by the builder.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tensor {
@@ -221,7 +298,8 @@ impl ExecutableBuilder {
     }
 
     /// Row-major `c = alpha * a @ b + beta * c` on whole tensors of shapes `[m,k]`, `[k,n]`,
-    /// `[m,n]` (or with a leading batch dimension on all three).
+    /// `[m,n]` (or with a leading batch dimension on all three). Shapes are not checked here
+    /// (`build` checks the sizes only); [`Self::try_matmul`] checks them and the dtypes.
     pub fn matmul(&mut self, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) {
         let (batch, m, k) = match a.dims.as_slice() {
             [m, k] => (1, *m, *k),
@@ -229,6 +307,35 @@ impl ExecutableBuilder {
             _ => (1, 0, 0),
         };
         let n = *b.dims.last().unwrap_or(&0);
+        self.push_gemm(a, b, c, [batch, m, n, k], alpha, beta);
+    }
+
+    /// [`Self::matmul`] after checking that the three tensors fit together: ranks 2 (or 3, with
+    /// one batch size), one element type, `a`'s columns equal to `b`'s rows and `c` of shape
+    /// `[m, n]`. The error names the argument to fix; nothing is added on error.
+    pub fn try_matmul(
+        &mut self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        alpha: f64,
+        beta: f64,
+    ) -> Result<(), BuildError> {
+        let dims = matmul_dims(a, b, c)?;
+        self.push_gemm(a, b, c, dims, alpha, beta);
+        Ok(())
+    }
+
+    fn push_gemm(
+        &mut self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        dims: [u64; 4],
+        alpha: f64,
+        beta: f64,
+    ) {
+        let [batch, m, n, k] = dims;
         self.push(
             GemmThunk {
                 a: a.slice,

@@ -48,6 +48,11 @@ pub enum ProtoError {
         format: &'static str,
         message: String,
     },
+    /// There is no program: zero bytes, or text with nothing but whitespace and comments.
+    #[error(
+        "the program is empty ({what}): expected a binary program (.pb), its text form (.txtpb) or StableHLO text"
+    )]
+    Empty { what: &'static str },
     /// The file name does not tell the format.
     #[error(
         "{}: unknown program format (use .txtpb, .textproto or .pbtxt for text, .pb or .binpb for binary)",

@@ -90,6 +90,9 @@ pub fn decode_program(bytes: &[u8]) -> Result<xthunk_core::Program, ProtoError> 
 
 /// The message of a binary (`.pb`) program.
 fn decode_message(bytes: &[u8]) -> Result<pb::Executable, ProtoError> {
+    if bytes.is_empty() {
+        return Err(ProtoError::Empty { what: "0 bytes" });
+    }
     pb::Executable::decode(bytes).map_err(|source| ProtoError::Decode { source })
 }
 

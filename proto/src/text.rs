@@ -35,6 +35,15 @@ pub fn parse_program(input: &str) -> Result<xthunk_core::Program, ProtoError> {
 
 /// The message of a text (`.txtpb`) program.
 pub(crate) fn parse_text_message(input: &str) -> Result<pb::Executable, ProtoError> {
+    if input
+        .lines()
+        .map(str::trim)
+        .all(|l| l.is_empty() || l.starts_with('#'))
+    {
+        return Err(ProtoError::Empty {
+            what: "text with no fields",
+        });
+    }
     let depth = check_depth(input)?;
     let msg = if depth <= INLINE_DEPTH {
         parse_message(input)?

@@ -117,8 +117,13 @@ fn garbage_binary() {
     ] {
         assert!(matches!(decode(junk), Err(ProtoError::Decode { .. })));
     }
-    // Valid wire format, but not a program.
-    assert!(matches!(decode(&[]), Err(ProtoError::Invalid { .. })));
+    // Valid wire format, but not a program (abi_version 0).
+    assert!(matches!(
+        decode(b"\x08\x00"),
+        Err(ProtoError::Invalid { .. })
+    ));
+    // Nothing at all is said to be nothing, not a program missing its first field.
+    assert!(matches!(decode(&[]), Err(ProtoError::Empty { .. })));
 }
 
 proptest! {

@@ -125,6 +125,19 @@ pub fn check<'a>(spec: &TensorSpec, arr: &'a Bound<'_, PyUntypedArray>) -> XResu
     let (dtype, dims) = if same {
         (spec.dtype, arr.shape().iter().map(|d| *d as u64).collect())
     } else {
+        let name: String = arr.dtype().getattr("name")?.extract()?;
+        if from_numpy_name(&name).is_none() {
+            let what = if name == "object" {
+                "a Python object that is not an array of numbers (None, a mixed list, ...)"
+            } else {
+                "an array"
+            };
+            return Err(invalid(format!(
+                "`{}` must be {}{:?}, got {what}: arrays of {name} have no xthunk element type",
+                spec.name, spec.dtype, spec.dims
+            ))
+            .into());
+        }
         describe(arr)?
     };
     let size = xthunk::embed::check_array(spec, dtype, &dims)?;

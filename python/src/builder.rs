@@ -118,14 +118,29 @@ fn kernel_arg(obj: &Bound<'_, PyAny>) -> XResult<KernelArg> {
     Err(PyTypeError::new_err(format!("kernel argument {obj}: {hint}")).into())
 }
 
-fn checked_dims(dtype: DType, shape: &[u64]) -> XResult<Vec<u64>> {
+/// Dimensions given from Python as tensor `what` (a parameter's or output's name, or "a
+/// temp"): none negative.
+fn unsigned_dims(what: &str, shape: &[i64]) -> XResult<Vec<u64>> {
+    let mut dims = Vec::with_capacity(shape.len());
+    for (i, d) in shape.iter().enumerate() {
+        dims.push(u64::try_from(*d).map_err(|_| {
+            invalid(format!(
+                "{what}: shape[{i}] is {d}; dimensions are 0 or more (shape {shape:?})"
+            ))
+        })?);
+    }
+    Ok(dims)
+}
+
+/// `shape`, if tensor `what` of it is at most [`MAX_TENSOR_BYTES`].
+fn checked_dims(what: &str, dtype: DType, shape: &[u64]) -> XResult<Vec<u64>> {
     let bytes = shape
         .iter()
         .try_fold(dtype.size() as u64, |a, d| a.checked_mul(*d));
     match bytes {
         Some(b) if b <= MAX_TENSOR_BYTES => Ok(shape.to_vec()),
         _ => Err(invalid(format!(
-            "a tensor of {dtype}{shape:?} is larger than {MAX_TENSOR_BYTES} bytes"
+            "{what}: a tensor of {dtype}{shape:?} is larger than {MAX_TENSOR_BYTES} bytes"
         ))
         .into()),
     }
@@ -158,26 +173,29 @@ impl ProgramBuilder {
         &mut self,
         name: &str,
         dtype: &Bound<'_, PyAny>,
-        shape: Vec<u64>,
+        shape: Vec<i64>,
     ) -> XResult<Tensor> {
         let d = arrays::parse_dtype(dtype)?;
-        let dims = checked_dims(d, &shape)?;
+        let what = &format!("parameter `{name}`");
+        let dims = checked_dims(what, d, &unsigned_dims(what, &shape)?)?;
         Ok(Tensor {
             t: self.b()?.parameter(name, d, &dims),
         })
     }
     /// Declares the next output.
-    fn output(&mut self, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<u64>) -> XResult<Tensor> {
+    fn output(&mut self, name: &str, dtype: &Bound<'_, PyAny>, shape: Vec<i64>) -> XResult<Tensor> {
         let d = arrays::parse_dtype(dtype)?;
-        let dims = checked_dims(d, &shape)?;
+        let what = &format!("output `{name}`");
+        let dims = checked_dims(what, d, &unsigned_dims(what, &shape)?)?;
         Ok(Tensor {
             t: self.b()?.output(name, d, &dims),
         })
     }
     /// Declares a scratch buffer.
-    fn temp(&mut self, dtype: &Bound<'_, PyAny>, shape: Vec<u64>) -> XResult<Tensor> {
+    fn temp(&mut self, dtype: &Bound<'_, PyAny>, shape: Vec<i64>) -> XResult<Tensor> {
         let d = arrays::parse_dtype(dtype)?;
-        let dims = checked_dims(d, &shape)?;
+        let what = "a temp";
+        let dims = checked_dims(what, d, &unsigned_dims(what, &shape)?)?;
         Ok(Tensor {
             t: self.b()?.temp(d, &dims),
         })
@@ -186,7 +204,7 @@ impl ProgramBuilder {
     fn constant(&mut self, array: &Bound<'_, PyAny>) -> XResult<Tensor> {
         let arr = arrays::contiguous(array)?;
         let (d, dims) = arrays::describe(&arr)?;
-        let dims = checked_dims(d, &dims)?;
+        let dims = checked_dims("a constant", d, &dims)?;
         let bytes = arrays::bytes(&arr, arrays::nbytes(&arr)?)?.to_vec();
         Ok(Tensor {
             t: self.b()?.constant(d, &dims, bytes),
@@ -216,7 +234,9 @@ impl ProgramBuilder {
     /// Row-major `c = alpha * a @ b + beta * c`.
     #[pyo3(signature = (a, b, c, alpha = 1.0, beta = 0.0))]
     fn matmul(&mut self, a: &Tensor, b: &Tensor, c: &Tensor, alpha: f64, beta: f64) -> XResult<()> {
-        self.b()?.matmul(&a.t, &b.t, &c.t, alpha, beta);
+        self.b()?
+            .try_matmul(&a.t, &b.t, &c.t, alpha, beta)
+            .map_err(|e| invalid(e.to_string()))?;
         Ok(())
     }
     /// Opens a nested sequence (closed by `end_sequence`).

@@ -4,6 +4,7 @@
 //! `DeviceArray` (`device_array.rs`) wraps them.
 
 use crate::errors::{XResult, invalid, unsupported};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::{PyErr, ffi};
 use std::ffi::c_void;
@@ -270,6 +271,14 @@ pub fn import(
     alignment: u64,
 ) -> XResult<(Buffer, DType, Vec<u64>)> {
     let py = obj.py();
+    if !obj.hasattr("__dlpack__")? {
+        return Err(PyTypeError::new_err(format!(
+            "from_dlpack takes an object that exports DLPack (has `__dlpack__`: a numpy array, a \
+             torch or jax array, ...), not {}; for a list use numpy.asarray first",
+            obj.get_type().name()?
+        ))
+        .into());
+    }
     let capsule = obj.call_method0("__dlpack__")?;
     // SAFETY: `capsule` is a live object; GetPointer checks its type and name.
     let m = unsafe { ffi::PyCapsule_GetPointer(capsule.as_ptr(), CAPSULE.as_ptr()) }

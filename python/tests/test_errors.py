@@ -84,3 +84,92 @@ def test_byte_swapped_arrays_are_refused(mlp, rng):
     a["b1"] = a["b1"].astype(">f4")
     with pytest.raises(xthunk.InvalidArgumentError, match="big-endian array of float32"):
         mlp(**a)
+
+
+# Each message of the embedding issue's "Why" list names its cause and its argument.
+
+
+def test_a_negative_dimension_names_the_tensor_and_the_axis():
+    b = xthunk.ProgramBuilder("p")
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"parameter `x`: shape\[1\] is -3"):
+        b.parameter("x", "f32", [2, -3])
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"output `y`: shape\[0\] is -1"):
+        b.output("y", "f32", [-1])
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"a temp: shape\[0\] is -5"):
+        b.temp("f32", [-5])
+
+
+def test_from_dlpack_of_something_without_dlpack(host):
+    for bad, name in (([1, 2, 3], "list"), (None, "NoneType")):
+        with pytest.raises(TypeError, match=rf"from_dlpack takes an object that exports DLPack.*not {name}"):
+            xthunk.from_dlpack(bad)
+        with pytest.raises(TypeError, match=rf"from_dlpack takes an object that exports DLPack.*not {name}"):
+            host.from_dlpack(bad)
+
+
+def _gelu_program():
+    b = xthunk.ProgramBuilder("p")
+    x = b.parameter("x", "f32", [4])
+    o = b.output("o", "f32", [4])
+    std = b.standard_module()
+    b.kernel(std, "gelu_f32", 4, [x.r(), o.w(), 4])
+    return b.build()
+
+
+def test_none_and_strings_as_inputs_name_the_parameter(host):
+    exe = host.load(_gelu_program())
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"`x` must be f32\[4\], got a Python object that is not an array"):
+        exe(x=None)
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"`x` must be f32\[4\], got an array: arrays of str"):
+        exe(x="abcd")
+
+
+def test_a_float_where_an_extent_is_expected_names_that_argument():
+    b = xthunk.ProgramBuilder("p")
+    x = b.parameter("x", "f32", [4])
+    o = b.output("o", "f32", [4])
+    std = b.standard_module()
+    b.kernel(std, "gelu_f32", 4, [x.r(), o.w(), xthunk.scalar(4.0, "f32")])
+    with pytest.raises(xthunk.ProgramError, match=r"args\[2\]: `n` must be an integer immediate \(an extent of `in`\), got f32"):
+        b.build()
+    b = xthunk.ProgramBuilder("p")
+    x = b.parameter("x", "f32", [4])
+    o = b.output("o", "f32", [4])
+    std = b.standard_module()
+    b.kernel(std, "gelu_f32", 4, [x.r(), o.w(), -4])
+    with pytest.raises(xthunk.ProgramError, match=r"args\[2\]: `n` = -4 is negative"):
+        b.build()
+
+
+@pytest.mark.parametrize(
+    "a, c, out, dtypes, message",
+    [
+        ([4], [4], [4], ("f32", "f32", "f32"), r"matmul: `a` must be a matrix \[m, k\] or a batch of them"),
+        ([4, 3], [3, 2], [4, 2], ("f32", "f16", "f32"), r"matmul: `b` is f16, `a` is f32: a matmul takes one element type"),
+        ([4, 3], [5, 2], [4, 2], ("f32", "f32", "f32"), r"matmul: `b` has 5 rows \(shape \[5, 2\]\), `a` has 3 columns"),
+        ([4, 3], [3, 2], [4, 3], ("f32", "f32", "f32"), r"matmul: `c` has shape \[4, 3\]; `a` @ `b` is 4 x 2"),
+        ([2, 4, 3], [3, 3, 2], [2, 4, 2], ("f32", "f32", "f32"), r"matmul: `b` has batch size 3, `a` has 2"),
+        ([2, 4, 3], [3, 2], [2, 4, 2], ("f32", "f32", "f32"), r"matmul: `b` has shape \[3, 2\]; with `a` of shape \[2, 4, 3\] it needs rank 3"),
+    ],
+)
+def test_matmul_checks_shapes_and_dtypes_at_the_call(a, c, out, dtypes, message):
+    b = xthunk.ProgramBuilder("p")
+    ta = b.parameter("a", dtypes[0], a)
+    tb = b.parameter("b", dtypes[1], c)
+    to = b.output("o", dtypes[2], out)
+    with pytest.raises(xthunk.InvalidArgumentError, match=message):
+        b.matmul(ta, tb, to)
+
+
+def test_empty_programs_say_they_are_empty(host, tmp_path):
+    for empty in (b"", bytearray()):
+        with pytest.raises(xthunk.ProgramError, match=r"the program is empty \(0 bytes\)"):
+            host.load(empty)
+    f = tmp_path / "empty.txtpb"
+    f.write_text("# nothing here\n\n")
+    with pytest.raises(xthunk.ProgramError, match=r"the program is empty \(text with no fields\)"):
+        host.load(f)
+    f = tmp_path / "empty.pb"
+    f.write_bytes(b"")
+    with pytest.raises(xthunk.ProgramError, match=r"the program is empty \(0 bytes\)"):
+        host.load(f)

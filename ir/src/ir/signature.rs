@@ -98,13 +98,8 @@ impl KernelSignature {
                         Extent::Product(idx) => {
                             let mut c: Option<u64> = Some(1);
                             for &j in idx {
-                                let v = match args.get(j) {
-                                    Some(KernelArg::Scalar(s)) => s.as_i64(),
-                                    _ => None,
-                                };
-                                // A negative extent or a product that overflows: None.
-                                let v = v.and_then(|v| u64::try_from(v).ok());
-                                c = c.zip(v).and_then(|(c, v)| c.checked_mul(v));
+                                let v = self.extent_arg(args, j, p.name)?;
+                                c = c.and_then(|c| c.checked_mul(v));
                             }
                             c
                         }
@@ -112,7 +107,7 @@ impl KernelSignature {
                     let Some(bytes) = count.and_then(|c| c.checked_mul(dtype.size() as u64)) else {
                         return Err((
                             i,
-                            format!("`{}`: element count is negative or overflows", p.name),
+                            format!("`{}`: its element count overflows 64 bits", p.name),
                         ));
                     };
                     if slice.size != bytes {
@@ -144,6 +139,37 @@ impl KernelSignature {
             }
         }
         Ok(())
+    }
+
+    /// The value of argument `j`, an extent of buffer parameter `of`: an integer immediate
+    /// that is not negative. The error names argument `j` (not the buffer), since that is the
+    /// one to fix.
+    fn extent_arg(&self, args: &[KernelArg], j: usize, of: &str) -> Result<u64, (usize, String)> {
+        let name = self.params.get(j).map_or("?", |q| q.name);
+        match args.get(j) {
+            Some(KernelArg::Scalar(s)) => match s.as_i64() {
+                Some(v) => u64::try_from(v).map_err(|_| {
+                    (
+                        j,
+                        format!("`{name}` = {v} is negative; it is an extent of `{of}`"),
+                    )
+                }),
+                None => Err((
+                    j,
+                    format!(
+                        "`{name}` must be an integer immediate (an extent of `{of}`), got {}",
+                        s.dtype()
+                    ),
+                )),
+            },
+            Some(KernelArg::Buffer { .. }) => Err((
+                j,
+                format!(
+                    "`{name}` must be an integer immediate (an extent of `{of}`), got a buffer"
+                ),
+            )),
+            None => Err((j, format!("`{name}` (an extent of `{of}`) is missing"))),
+        }
     }
 
     /// Checks that every buffer argument's pointer is aligned to its element type, whatever
