@@ -159,6 +159,7 @@ mod args;
 mod elem;
 mod elementwise;
 pub mod portable;
+pub mod reference;
 mod rows;
 mod sigs;
 mod standard;
