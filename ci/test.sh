@@ -118,8 +118,8 @@ python_package() {
         python3 -m venv "${venv}"
     fi
     # jax and jaxlib (CPU): the reference of the StableHLO tests (stablehlo/jax/).
-    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib" 2>/dev/null; then
-        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib
+    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib, scipy, mpmath" 2>/dev/null; then
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib scipy mpmath
     fi
     VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --quiet
 }

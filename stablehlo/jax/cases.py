@@ -528,11 +528,13 @@ GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_powe
 
 
 def all_ops() -> list:
+    import cases_chlo
     import cases_ctrl
     import cases_shape
     import cases_sort
 
     ops = dict(GENERATORS)
+    ops.update(cases_chlo.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_sort.GENERATORS)

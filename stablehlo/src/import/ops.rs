@@ -205,15 +205,33 @@ impl Importer<'_> {
     /// Imports `op` into `g`; returns its results.
     pub(crate) fn op(&mut self, g: &mut Graph, op: &Op, env: &mut Env) -> R<Vec<Item>> {
         let name = op.name.as_str();
-        let short = name.strip_prefix("stablehlo.").unwrap_or("");
+        // The elementwise ops: StableHLO's as `stablehlo.<name>`, CHLO's as `chlo.<name>`
+        // (`chlo.tan` is StableHLO's `tan`; `chlo.square` is `x * x`).
+        let (short, chlo) = match name.strip_prefix("chlo.") {
+            Some("tan") => ("tan", false),
+            Some(c) => (c, true),
+            None => (name.strip_prefix("stablehlo.").unwrap_or(""), false),
+        };
         let gr = |e| ImportError::graph(op, e);
-        if let Some(u) = UnaryOp::ALL.iter().find(|u| u.name() == short) {
+        if chlo && short == "square" {
+            check_attrs(op, &[])?;
+            let x = tensors(env, op)?;
+            arity(op, &x, 1)?;
+            return Ok(one(g.binary(BinaryOp::Multiply, x[0], x[0]).map_err(gr)?));
+        }
+        if let Some(u) = UnaryOp::ALL
+            .iter()
+            .find(|u| u.name() == short && u.is_chlo() == chlo)
+        {
             check_attrs(op, &["result_accuracy"])?;
             let x = tensors(env, op)?;
             arity(op, &x, 1)?;
             return Ok(one(g.unary(*u, x[0]).map_err(gr)?));
         }
-        if let Some(b) = BinaryOp::ALL.iter().find(|b| b.name() == short) {
+        if let Some(b) = BinaryOp::ALL
+            .iter()
+            .find(|b| b.name() == short && b.is_chlo() == chlo)
+        {
             check_attrs(op, &[])?;
             let x = tensors(env, op)?;
             arity(op, &x, 2)?;

@@ -55,6 +55,11 @@ op_enum!(
         RoundNearestAfz => "round_nearest_afz", RoundNearestEven => "round_nearest_even",
         Rsqrt => "rsqrt", Sign => "sign", Sine => "sine", Sqrt => "sqrt", Tan => "tan",
         Tanh => "tanh",
+        // CHLO's (`chlo.<name>`): the ones JAX emits for its special functions.
+        Acos => "acos", Acosh => "acosh", Asin => "asin", Asinh => "asinh", Atan => "atan",
+        Atanh => "atanh", BesselI1e => "bessel_i1e", Cosh => "cosh", Digamma => "digamma",
+        Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", IsInf => "is_inf",
+        IsNegInf => "is_neg_inf", IsPosInf => "is_pos_inf", Lgamma => "lgamma", Sinh => "sinh",
     }
 );
 
@@ -66,6 +71,8 @@ op_enum!(
         Power => "power", Remainder => "remainder", ShiftLeft => "shift_left",
         ShiftRightArithmetic => "shift_right_arithmetic",
         ShiftRightLogical => "shift_right_logical", Subtract => "subtract", Xor => "xor",
+        // CHLO's.
+        NextAfter => "next_after", Polygamma => "polygamma", Zeta => "zeta",
     }
 );
 
@@ -94,11 +101,36 @@ impl UnaryOp {
 
     /// The result's element type for an operand of type `d`.
     pub fn result(self, d: DType) -> DType {
-        if self == UnaryOp::IsFinite {
+        use UnaryOp::*;
+        if matches!(self, IsFinite | IsInf | IsNegInf | IsPosInf) {
             DType::Pred
         } else {
             d
         }
+    }
+
+    /// Whether the op is CHLO's (`chlo.<name>`) rather than StableHLO's.
+    pub const fn is_chlo(self) -> bool {
+        use UnaryOp::*;
+        matches!(
+            self,
+            Acos | Acosh
+                | Asin
+                | Asinh
+                | Atan
+                | Atanh
+                | BesselI1e
+                | Cosh
+                | Digamma
+                | Erf
+                | Erfc
+                | ErfInv
+                | IsInf
+                | IsNegInf
+                | IsPosInf
+                | Lgamma
+                | Sinh
+        )
     }
 }
 
@@ -109,10 +141,20 @@ impl BinaryOp {
         match self {
             Add | Multiply | Maximum | Minimum => true,
             Subtract | Divide | Remainder | Power => is_int(d) || d.is_float(),
-            Atan2 => d.is_float(),
+            Atan2 | NextAfter | Polygamma | Zeta => d.is_float(),
             And | Or | Xor => is_int(d) || d == DType::Pred,
             ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => is_int(d),
         }
+    }
+}
+
+impl BinaryOp {
+    /// Whether the op is CHLO's (`chlo.<name>`) rather than StableHLO's.
+    pub const fn is_chlo(self) -> bool {
+        matches!(
+            self,
+            BinaryOp::NextAfter | BinaryOp::Polygamma | BinaryOp::Zeta
+        )
     }
 }
 

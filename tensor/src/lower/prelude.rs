@@ -133,6 +133,153 @@ __device__ inline float xh_r16(float x) { return (float)xt_f16(x); }
 __device__ inline float xh_rb16(float x) { return (float)xt_bf16(x); }
 __device__ inline unsigned short xh_h_bits(float x) { return xt_f16(x).bits; }
 __device__ inline unsigned short xh_b_bits(float x) { return xt_bf16(x).bits; }
+// CHLO's special functions that no C library has, in double (float operands are widened, the
+// result rounded once by the caller). Written here from their definitions.
+// erf_inv: a closed-form start (Winitzki's approximation of the inverse) refined by Newton
+// steps on erf(y) = x; for |x| > 0.5 the residual is taken as erfc(y) - (1 - x), both sides
+// exact or nearly so, since erf(y) - x cancels there.
+__device__ inline double xh_erfinv(double x) {
+  if (isnan(x) || x < -1.0 || x > 1.0) return NAN;
+  if (x == 1.0) return INFINITY;
+  if (x == -1.0) return -INFINITY;
+  if (x == 0.0) return x;
+  const double ax = fabs(x);
+  const double a = 0.147;
+  const double l = log((1.0 - ax) * (1.0 + ax));
+  const double t = 2.0 / (M_PI * a) + 0.5 * l;
+  double y = sqrt(sqrt(t * t - l / a) - t);
+  for (int i = 0; i < 4; ++i) {
+    const double r = ax > 0.5 ? (1.0 - ax) - erfc(y) : erf(y) - ax;
+    const double d = M_2_SQRTPI * exp(-y * y);
+    if (!(d > 0.0)) break;
+    y -= r / d;
+  }
+  return x < 0.0 ? -y : y;
+}
+__device__ inline float xh_erfinv(float x) { return (float)xh_erfinv((double)x); }
+// digamma: the reflection psi(x) = psi(1 - x) - pi / tan(pi x) below 1/2, the recurrence
+// psi(x) = psi(x + 1) - 1/x up to 10, then the asymptotic series (Bernoulli numbers).
+// NaN at the poles (0, -1, -2, ...) and at -inf, as XLA.
+__device__ inline double xh_digamma(double x) {
+  if (isnan(x) || x == -INFINITY) return NAN;
+  if (x <= 0.0 && floor(x) == x) return NAN;
+  double r = 0.0;
+  if (x < 0.5) {
+    // tan has period 1 in x: x minus its nearest integer is exact (Sterbenz) and in
+    // [-1/2, 1/2], so pi * f keeps its relative precision next to every pole.
+    const double f = x - rint(x);
+    r = -M_PI / tan(M_PI * f);
+    x = 1.0 - x;
+  }
+  while (x < 10.0) { r -= 1.0 / x; x += 1.0; }
+  const double z = 1.0 / (x * x);
+  const double s = z * (-1.0 / 12 + z * (1.0 / 120 + z * (-1.0 / 252 + z * (1.0 / 240 + z * (-1.0 / 132 + z * (691.0 / 32760 + z * (-1.0 / 12)))))));
+  return r + log(x) - 0.5 / x + s;
+}
+__device__ inline float xh_digamma(float x) { return (float)xh_digamma((double)x); }
+// Hurwitz zeta(s, q) = sum over k >= 0 of (q + k)^-s for s > 1. For q > 0: the terms up to
+// q + k >= 9 directly, the rest by the Euler-Maclaurin formula with the Bernoulli numbers
+// B2..B24.
+__device__ inline double xh_zeta_pos(double s, double q) {
+  double sum = 0.0, a = q;
+  while (a < 9.0) { sum += pow(a, -s); a += 1.0; }
+  const double as = pow(a, -s);
+  sum += a * as / (s - 1.0) + 0.5 * as;
+  const double b2j[12] = {1.0 / 6, -1.0 / 30, 1.0 / 42, -1.0 / 30, 5.0 / 66, -691.0 / 2730, 7.0 / 6,
+                          -3617.0 / 510, 43867.0 / 798, -174611.0 / 330, 854513.0 / 138,
+                          -236364091.0 / 2730};
+  double p = s * as / a;  // (s)_(2j-1) a^(-s-2j+1), j = 1
+  double fact = 2.0;      // (2j)!
+  for (int j = 1; j <= 12; ++j) {
+    const double t = b2j[j - 1] / fact * p;
+    sum += t;
+    if (fabs(t) <= 1e-17 * fabs(sum)) break;
+    p *= (s + 2.0 * j - 1.0) * (s + 2.0 * j) / (a * a);
+    fact *= (2.0 * j + 1.0) * (2.0 * j + 2.0);
+  }
+  return sum;
+}
+// For q < 0 (an integer s only), with q = f - m (0 < f < 1, exact by Sterbenz for q <= -1/2),
+// the negative terms (f - j)^-s, j = 1..m, sum to (-1)^s (zeta(s, 1 - f) - zeta(s, m + 1 - f)):
+// three sums over positive arguments whatever m, and an odd s with f = 1/2 cancels exactly
+// (zeta(9, -2.5) = zeta(9, 3.5)). For -1/2 < q < 0 the one negative term is taken directly.
+// XLA's edges: NaN for s < 1, s = inf, q = +inf, and q < 0 with a non-integer s; inf for s = 1;
+// at the poles q = 0, -1, -2, ... (and -inf) inf for an even s, where both sides tend to +inf,
+// and NaN otherwise.
+__device__ inline double xh_zeta(double s, double q) {
+  if (s == 1.0) return INFINITY;
+  if (isnan(s) || isnan(q)) return NAN;
+  if (s < 1.0 || isinf(s) || q == INFINITY) return NAN;
+  if (q > 0.0) return xh_zeta_pos(s, q);
+  const bool even = fmod(s, 2.0) == 0.0;
+  if (q == floor(q)) return even ? INFINITY : NAN;
+  if (s != floor(s)) return NAN;
+  if (q > -0.5) return pow(q, -s) + xh_zeta_pos(s, q + 1.0);
+  const double m = -floor(q);
+  const double f = q + m;
+  const double sign = even ? 1.0 : -1.0;
+  // The two large terms first: for an odd s and f near 1/2 they cancel, exactly at f = 1/2.
+  return (xh_zeta_pos(s, f) + sign * xh_zeta_pos(s, 1.0 - f)) - sign * xh_zeta_pos(s, m + 1.0 - f);
+}
+__device__ inline float xh_zeta(float s, float q) { return (float)xh_zeta((double)s, (double)q); }
+// polygamma(n, x) = (-1)^(n+1) n! zeta(n + 1, x) for an integer n >= 1, digamma for n = 0;
+// NaN for another n. zeta's edges give XLA's: +inf at the poles for an odd n, NaN for an even
+// one (the sign differs on the two sides); NaN at +inf.
+__device__ inline double xh_polygamma(double n, double x) {
+  if (isnan(n) || isnan(x) || n < 0.0 || n != floor(n)) return NAN;
+  if (n == 0.0) return xh_digamma(x);
+  double fact = 1.0;
+  if (n <= 170.0) {
+    for (int i = 2; i <= (int)n; ++i) fact *= (double)i;
+  } else {
+    fact = INFINITY;
+  }
+  const double sign = fmod(n, 2.0) == 0.0 ? -1.0 : 1.0;
+  return sign * fact * xh_zeta(n + 1.0, x);
+}
+__device__ inline float xh_polygamma(float n, float x) { return (float)xh_polygamma((double)n, (double)x); }
+// bessel_i1e = exp(-|x|) I1(x): I1's power series (all terms positive) up to |x| = 22, its
+// asymptotic expansion beyond; odd in x.
+__device__ inline double xh_i1e(double x) {
+  if (isnan(x)) return x;
+  const double ax = fabs(x);
+  double v;
+  if (ax == INFINITY) {
+    v = 0.0;
+  } else if (ax <= 22.0) {
+    const double h = 0.5 * ax, q = h * h;
+    double term = h, sum = h;
+    for (int k = 1; k < 200 && term > sum * 1e-18; ++k) { term *= q / ((double)k * (double)(k + 1)); sum += term; }
+    v = sum * exp(-ax);
+  } else {
+    double term = 1.0, sum = 1.0;
+    for (int k = 1; k < 40; ++k) {
+      const double m = 2.0 * k - 1.0;
+      const double next = term * -(4.0 - m * m) / (8.0 * k * ax);
+      if (fabs(next) >= fabs(term)) break;
+      term = next;
+      sum += term;
+    }
+    v = sum / sqrt(2.0 * M_PI * ax);
+  }
+  return x < 0.0 ? -v : v;
+}
+__device__ inline float xh_i1e(float x) { return (float)xh_i1e((double)x); }
+// next_after in f16 / bf16 (values held in float): one step of the type's own bits toward y.
+__device__ inline float xh_next16(float x, float y, bool bf) {
+  if (isnan(x) || isnan(y)) return x + y;
+  if (x == y) return y;
+  unsigned short b;
+  if (x == 0.0f) {
+    b = (unsigned short)(y > 0.0f ? 1u : 0x8001u);
+  } else {
+    b = bf ? xt_bf16(x).bits : xt_f16(x).bits;
+    b = (unsigned short)(((x < y) == (x > 0.0f)) ? b + 1u : b - 1u);
+  }
+  return bf ? xt_bf16_to_f32(b) : xt_f16_to_f32(b);
+}
+__device__ inline float xh_next_h(float x, float y) { return xh_next16(x, y, false); }
+__device__ inline float xh_next_b(float x, float y) { return xh_next16(x, y, true); }
 // Clamps a dynamic start index into [0, hi].
 __device__ inline long long xh_clampi(long long v, long long hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
 "#;

@@ -125,6 +125,24 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Sqrt => f1(d, "sqrt", x),
         Tan => f1(d, "tan", x),
         Tanh => f1(d, "tanh", x),
+        Acos => f1(d, "acos", x),
+        Acosh => f1(d, "acosh", x),
+        Asin => f1(d, "asin", x),
+        Asinh => f1(d, "asinh", x),
+        Atan => f1(d, "atan", x),
+        Atanh => f1(d, "atanh", x),
+        Cosh => f1(d, "cosh", x),
+        Sinh => f1(d, "sinh", x),
+        Erf => f1(d, "erf", x),
+        Erfc => f1(d, "erfc", x),
+        Lgamma => f1(d, "lgamma", x),
+        // The prelude's (no C library has them); floats are computed in double.
+        ErfInv => round(d, format!("xh_erfinv({x})")),
+        Digamma => round(d, format!("xh_digamma({x})")),
+        BesselI1e => round(d, format!("xh_i1e({x})")),
+        IsInf => format!("(bool)isinf({x})"),
+        IsNegInf => format!("(bool)(isinf({x}) && signbit({x}))"),
+        IsPosInf => format!("(bool)(isinf({x}) && !signbit({x}))"),
     }
 }
 
@@ -147,6 +165,12 @@ pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         Remainder if float => f1b(d, "fmod", a, b, f64),
         Power if float => f1b(d, "pow", a, b, f64),
         Atan2 => f1b(d, "atan2", a, b, f64),
+        // Steps in the type itself: f16 and bf16 by their bits.
+        NextAfter if d == DType::F16 => format!("xh_next_h({a}, {b})"),
+        NextAfter if d == DType::BF16 => format!("xh_next_b({a}, {b})"),
+        NextAfter => f1b(d, "nextafter", a, b, f64),
+        Polygamma => round(d, format!("xh_polygamma({a}, {b})")),
+        Zeta => round(d, format!("xh_zeta({a}, {b})")),
         Maximum if float => format!("xh_fmax({a}, {b})"),
         Minimum if float => format!("xh_fmin({a}, {b})"),
         Add => format!("xh_add<{t}>({a}, {b})"),

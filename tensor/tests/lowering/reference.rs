@@ -71,6 +71,14 @@ fn unary_f(op: UnaryOp, x: f64) -> f64 {
         Sqrt => x.sqrt(),
         Tan => x.tan(),
         Tanh => x.tanh(),
+        Acos => x.acos(),
+        Acosh => x.acosh(),
+        Asin => x.asin(),
+        Asinh => x.asinh(),
+        Atan => x.atan(),
+        Atanh => x.atanh(),
+        Cosh => x.cosh(),
+        Sinh => x.sinh(),
         other => panic!("{} on floats", other.name()),
     }
 }
@@ -195,7 +203,7 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
                 _ => wrap(d, sa >> amount),
             }
         }
-        Atan2 => panic!("atan2 on integers"),
+        Atan2 | NextAfter | Polygamma | Zeta => panic!("{} on integers", op.name()),
     }
 }
 
@@ -296,11 +304,14 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
             }
             Op::Unary(op) => {
                 let x = arg(0);
-                if *op == UnaryOp::IsFinite {
-                    vec![mk(
-                        vec![],
-                        x.f.iter().map(|v| v.is_finite() as i128).collect(),
-                    )]
+                if x.dtype.is_float() && op.result(x.dtype) == DType::Pred {
+                    let test = |v: f64| match op {
+                        UnaryOp::IsFinite => v.is_finite(),
+                        UnaryOp::IsInf => v.is_infinite(),
+                        UnaryOp::IsNegInf => v == f64::NEG_INFINITY,
+                        _ => v == f64::INFINITY,
+                    };
+                    vec![mk(vec![], x.f.iter().map(|v| test(*v) as i128).collect())]
                 } else if x.dtype.is_float() {
                     vec![mk(
                         x.f.iter().map(|v| rnd(d, unary_f(*op, *v))).collect(),
