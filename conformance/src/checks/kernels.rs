@@ -46,6 +46,7 @@ pub fn checks() -> Vec<Check> {
         in_place(d, r, "softmax_f32")
     }));
     v.extend(user::checks());
+    v.extend(user::cuda_checks());
     v
 }
 

@@ -41,6 +41,7 @@ pub fn module() -> Module {
 }
 
 mod cases;
+pub mod cuda;
 mod nan;
 mod types;
 
@@ -69,6 +70,22 @@ const CASES: &[(&str, CaseFn)] = &[
     ("nan_minmax", nan::nan_minmax),
 ];
 
+/// The CUDA-style cases, by check name (`kernels/user/cuda_*`, on [`cuda::module`]).
+const CUDA_CASES: &[(&str, CaseFn)] = &[
+    ("cuda_gelu", cuda::gelu),
+    ("cuda_residual", cuda::residual),
+    ("cuda_residual_bf16", cuda::residual_bf16),
+    ("cuda_encoder", cuda::encoder),
+    ("cuda_layernorm", cuda::layernorm),
+    ("cuda_softmax", cuda::softmax),
+    ("cuda_embedding_backward", cuda::embedding_backward),
+];
+
+/// The `kernels/user/cuda_*` checks: the CUDA-style training kernels ([`cuda::module`]).
+pub fn cuda_checks() -> Vec<Check> {
+    checks_with(Arc::new(cuda::module()), CUDA_CASES)
+}
+
 /// The `kernels/user/` checks on the built-in set ([`module`]).
 pub fn checks() -> Vec<Check> {
     checks_of(Arc::new(module()))
@@ -78,7 +95,11 @@ pub fn checks() -> Vec<Check> {
 /// defining the same kernels (another build of them, or a deliberately broken copy to show
 /// that the checks catch it).
 pub fn checks_of(module: Arc<Module>) -> Vec<Check> {
-    CASES
+    checks_with(module, CASES)
+}
+
+fn checks_with(module: Arc<Module>, cases: &'static [(&'static str, CaseFn)]) -> Vec<Check> {
+    cases
         .iter()
         .map(|&(name, cases)| {
             let m = module.clone();
@@ -260,6 +281,83 @@ mod tests {
             }
             assert_eq!(report.counts()[0], CASES.len(), "{lanes} lanes: {table}");
         }
+    }
+
+    #[test]
+    fn the_cuda_style_set_passes_on_the_host_with_32_and_64_lane_warps() {
+        for lanes in [32, 64] {
+            let report = run_checks(&host(lanes), 0, &cuda_checks());
+            let table = report.table(true);
+            if report.skipped() && !required() {
+                eprintln!("SKIPPED ({lanes} lanes): {table}");
+                return;
+            }
+            assert_eq!(
+                report.counts()[0],
+                CUDA_CASES.len(),
+                "{lanes} lanes: {table}"
+            );
+        }
+    }
+
+    /// The softmax written for 32-thread blocks: right with 32-lane warps, and on a 64-lane
+    /// warp the CPU execution stops at the shuffle that reads a lane the block does not have.
+    #[test]
+    fn a_32_lane_softmax_on_64_lanes_fails_at_the_shuffle() {
+        if xthunk_core::host::cpu::build::compiler().is_err() && !required() {
+            eprintln!("SKIPPED: no C++ compiler");
+            return;
+        }
+        let (rows, cols) = (3usize, 50usize);
+        let x: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 * 0.25).collect();
+        let run = |lanes: u32| {
+            let dev = HostBackend::new()
+                .with_cpu_warp_size(lanes)
+                .unwrap()
+                .device(0)
+                .unwrap();
+            let m = dev.load_module(&cuda::module()).unwrap();
+            let k = m.kernel("softmax_forward_block32").unwrap();
+            let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+            let inp = crate::util::upload(&dev, &bytes, MemorySpace::Device).unwrap();
+            let out =
+                crate::util::upload(&dev, &vec![0u8; bytes.len()], MemorySpace::Device).unwrap();
+            let s = dev.create_stream().unwrap();
+            s.launch(
+                &k,
+                LaunchDims {
+                    grid: Dim3::x(rows as u32),
+                    block: Dim3::x(32),
+                    shared_mem: 0,
+                },
+                &[
+                    LaunchArg::Buffer {
+                        ptr: out.ptr(),
+                        len: bytes.len() as u64,
+                    },
+                    LaunchArg::Buffer {
+                        ptr: inp.ptr(),
+                        len: bytes.len() as u64,
+                    },
+                    LaunchArg::Scalar(xthunk_core::ir::Scalar::I32(rows as i32)),
+                    LaunchArg::Scalar(xthunk_core::ir::Scalar::I32(cols as i32)),
+                ],
+            )
+            .and_then(|()| s.synchronize())
+            .map(|()| crate::util::download(&dev, out.ptr(), bytes.len()).unwrap())
+        };
+        let ok = run(32).unwrap();
+        let first: Vec<f32> = ok[..4 * cols]
+            .chunks(4)
+            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
+            .collect();
+        let sum: f32 = first.iter().sum();
+        assert!((sum - 1.0).abs() < 1e-5, "{sum}");
+        let e = run(64).unwrap_err().to_string();
+        assert!(
+            e.contains("__shfl_xor_sync") && e.contains("outside the block"),
+            "{e}"
+        );
     }
 
     #[test]
