@@ -310,50 +310,19 @@ mod tests {
         }
         let (rows, cols) = (3usize, 50usize);
         let x: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 * 0.25).collect();
-        let run = |lanes: u32| {
-            let dev = HostBackend::new()
+        let dev = |lanes: u32| {
+            HostBackend::new()
                 .with_cpu_warp_size(lanes)
                 .unwrap()
                 .device(0)
-                .unwrap();
-            let m = dev.load_module(&cuda::module()).unwrap();
-            let k = m.kernel("softmax_forward_block32").unwrap();
-            let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
-            let inp = crate::util::upload(&dev, &bytes, MemorySpace::Device).unwrap();
-            let out =
-                crate::util::upload(&dev, &vec![0u8; bytes.len()], MemorySpace::Device).unwrap();
-            let s = dev.create_stream().unwrap();
-            s.launch(
-                &k,
-                LaunchDims {
-                    grid: Dim3::x(rows as u32),
-                    block: Dim3::x(32),
-                    shared_mem: 0,
-                },
-                &[
-                    LaunchArg::Buffer {
-                        ptr: out.ptr(),
-                        len: bytes.len() as u64,
-                    },
-                    LaunchArg::Buffer {
-                        ptr: inp.ptr(),
-                        len: bytes.len() as u64,
-                    },
-                    LaunchArg::Scalar(xthunk_core::ir::Scalar::I32(rows as i32)),
-                    LaunchArg::Scalar(xthunk_core::ir::Scalar::I32(cols as i32)),
-                ],
-            )
-            .and_then(|()| s.synchronize())
-            .map(|()| crate::util::download(&dev, out.ptr(), bytes.len()).unwrap())
+                .unwrap()
         };
-        let ok = run(32).unwrap();
-        let first: Vec<f32> = ok[..4 * cols]
-            .chunks(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect();
-        let sum: f32 = first.iter().sum();
-        assert!((sum - 1.0).abs() < 1e-5, "{sum}");
-        let e = run(64).unwrap_err().to_string();
+        let y = cuda::softmax_block32(&dev(32), &x, rows, cols).unwrap();
+        for r in 0..rows {
+            let sum: f32 = y[r * cols..(r + 1) * cols].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "row {r}: {sum}");
+        }
+        let e = cuda::softmax_block32(&dev(64), &x, rows, cols).unwrap_err();
         assert!(
             e.contains("__shfl_xor_sync") && e.contains("outside the block"),
             "{e}"

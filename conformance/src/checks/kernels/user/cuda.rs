@@ -17,7 +17,11 @@ use super::types::{Case, Expect};
 use crate::reference;
 use crate::util::{CheckResult, CheckRng, Tol, uniform};
 use rand::Rng;
-use xthunk_core::ir::{DType, HeaderSource, Module, ModuleImage, ModuleOptions};
+use std::sync::Arc;
+use xthunk_core::backend::{Device, LaunchArg, LaunchDims};
+use xthunk_core::ir::{
+    DType, Dim3, HeaderSource, MemorySpace, Module, ModuleImage, ModuleOptions, Scalar,
+};
 
 /// The shared header the kernels include (`#include "common.h"`).
 pub const COMMON_H: &str = include_str!("../../../../kernels/cuda/common.h");
@@ -296,4 +300,52 @@ pub(super) fn embedding_backward(rng: &mut CheckRng, _: u32) -> CheckResult<Vec<
         ],
         expect: vec![f32_out(0, values, tol, c)],
     }])
+}
+
+/// Runs `softmax_forward_block32` (one row per block of 32 threads, butterfly offsets from
+/// `warpSize / 2`) of [`module`] on `device` over `x` (`rows` x `cols`): the rows' softmax
+/// where a warp has 32 lanes; on 64-lane warps the error the device reports (the emulator and
+/// the CPU execution: the shuffle reading a lane the block does not have).
+pub fn softmax_block32(
+    device: &Arc<dyn Device>,
+    x: &[f32],
+    rows: usize,
+    cols: usize,
+) -> Result<Vec<f32>, String> {
+    let run = || -> CheckResult<Vec<f32>> {
+        let m = device.load_module(&module())?;
+        let k = m.kernel("softmax_forward_block32")?;
+        let bytes: Vec<u8> = x.iter().flat_map(|v| v.to_le_bytes()).collect();
+        let inp = crate::util::upload(device, &bytes, MemorySpace::Device)?;
+        let out = crate::util::upload(device, &vec![0xff; bytes.len()], MemorySpace::Device)?;
+        let s = device.create_stream()?;
+        let len = bytes.len() as u64;
+        s.launch(
+            &k,
+            LaunchDims {
+                grid: Dim3::x(rows as u32),
+                block: Dim3::x(32),
+                shared_mem: 0,
+            },
+            &[
+                LaunchArg::Buffer {
+                    ptr: out.ptr(),
+                    len,
+                },
+                LaunchArg::Buffer {
+                    ptr: inp.ptr(),
+                    len,
+                },
+                LaunchArg::Scalar(Scalar::I32(rows as i32)),
+                LaunchArg::Scalar(Scalar::I32(cols as i32)),
+            ],
+        )?;
+        s.synchronize()?;
+        let got = crate::util::download(device, out.ptr(), bytes.len())?;
+        Ok(got
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect())
+    };
+    run().map_err(|e| e.to_string())
 }
