@@ -10,45 +10,16 @@
 use crate::ir::HeaderSource;
 
 mod cuda;
+mod finding;
 mod hints;
 mod lex;
 #[cfg(test)]
 mod tests;
 
-pub use cuda::{
-    WarpWarning, shuffling_kernels, structure_findings, warp_width_warnings,
-    without_covered_includes,
-};
+pub use cuda::{WarpWarning, structure_findings, warp_width_warnings, without_covered_includes};
+pub use finding::Finding;
 use hints::vendor_hint;
 use lex::{Kind, lex};
-
-/// A vendor-only construct found in portable source.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Finding {
-    /// 1-based line in the user's source.
-    pub line: usize,
-    /// The construct as written (the identifier, or the directive's first word).
-    pub construct: String,
-    /// What to use instead.
-    pub hint: &'static str,
-}
-
-impl std::fmt::Display for Finding {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        if let Some(why) = self.hint.strip_prefix("the module does not parse: ") {
-            return write!(
-                f,
-                "line {}: the module does not parse: `{}`: {why}",
-                self.line, self.construct
-            );
-        }
-        write!(
-            f,
-            "line {}: `{}` is not in the portable subset ({})",
-            self.line, self.construct, self.hint
-        )
-    }
-}
 
 /// The constructs of `code` (user source, without the prelude) outside the portable subset, in
 /// source order: kernels that cannot be launched by name everywhere ([`kernel_findings`]), and
@@ -338,6 +309,17 @@ pub fn kernel_names(code: &str) -> Vec<String> {
         }
     }
     names
+}
+
+/// The kernels of `code` that shuffle or vote across the warp (directly or through helper
+/// functions), by name: launched with blocks smaller than a 64-lane warp, their warps are
+/// partial there.
+pub fn shuffling_kernels(code: &str) -> Vec<String> {
+    let kernels = kernel_names(code);
+    cuda::shuffling_functions(code)
+        .into_iter()
+        .filter(|n| kernels.contains(n))
+        .collect()
 }
 
 /// The kernels of `code` that cannot be launched by their plain name on every target:

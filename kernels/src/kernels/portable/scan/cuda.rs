@@ -2,9 +2,9 @@
 //! headers that resolve to the prelude ([`without_covered_includes`]), the cooperative groups
 //! that cannot be mapped ([`group_findings`]), source that does not parse
 //! ([`structure_findings`]), and the warp-width hazards `compile --check` warns about
-//! ([`warp_width_warnings`], [`shuffling_kernels`]).
+//! ([`warp_width_warnings`], [`shuffling_functions`]).
 
-use super::Finding;
+use super::finding::Finding;
 use super::lex::{Kind, Token, lex};
 
 /// The headers whose names `cuda.cuh` and the prelude define: `#include` of one of them is
@@ -297,15 +297,11 @@ fn shufflers<'a>(toks: &[Token<'a>]) -> Vec<(&'a str, usize, usize)> {
     fns.into_iter().filter(|f| names.contains(&f.0)).collect()
 }
 
-/// The kernels of `code` that shuffle or vote across the warp (directly or through helper
-/// functions), by name: launched with blocks smaller than a 64-lane warp, their warps are
-/// partial there.
-pub fn shuffling_kernels(code: &str) -> Vec<String> {
-    let toks = lex(code);
-    let kernels = super::kernel_names(code);
-    shufflers(&toks)
+/// The functions of `code` that shuffle or vote across the warp, directly or through
+/// functions that do.
+pub(super) fn shuffling_functions(code: &str) -> Vec<String> {
+    shufflers(&lex(code))
         .into_iter()
-        .filter(|(n, ..)| kernels.iter().any(|k| k == n))
         .map(|(n, ..)| n.to_string())
         .collect()
 }
