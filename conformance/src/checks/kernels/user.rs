@@ -329,6 +329,70 @@ mod tests {
         );
     }
 
+    /// `spellings.cu` (every accepted CUDA spelling) compiles for the CPU and its kernels run
+    /// without a fault with 32- and 64-lane warps (full warps: blocks of 128 threads).
+    #[test]
+    fn every_accepted_cuda_spelling_runs_on_the_cpu() {
+        if xthunk_core::host::cpu::build::compiler().is_err() && !required() {
+            eprintln!("SKIPPED: no C++ compiler");
+            return;
+        }
+        for lanes in [32u32, 64] {
+            let dev = HostBackend::new()
+                .with_cpu_warp_size(lanes)
+                .unwrap()
+                .device(0)
+                .unwrap();
+            let m = dev
+                .load_module(&cuda::cuda_module("spellings", cuda::SPELLINGS))
+                .unwrap();
+            let bufs: Vec<_> = (0..8)
+                .map(|_| crate::util::upload(&dev, &[0u8; 4096], MemorySpace::Device).unwrap())
+                .collect();
+            let args = |n: usize| -> Vec<LaunchArg> {
+                bufs[..n]
+                    .iter()
+                    .map(|b| LaunchArg::Buffer {
+                        ptr: b.ptr(),
+                        len: 4096,
+                    })
+                    .collect()
+            };
+            let s = dev.create_stream().unwrap();
+            for (k, n) in [
+                ("warp_spellings", 3),
+                ("memory_spellings", 6),
+                ("half_spellings", 3),
+                ("group_spellings", 2),
+                ("atomic_spellings", 8),
+            ] {
+                let kernel = m.kernel(k).unwrap();
+                s.launch(
+                    &kernel,
+                    LaunchDims {
+                        grid: Dim3::x(1),
+                        block: Dim3::x(128),
+                        shared_mem: 0,
+                    },
+                    &args(n),
+                )
+                .and_then(|()| s.synchronize())
+                .unwrap_or_else(|e| panic!("{k} with {lanes} lanes: {e}"));
+                if k == "group_spellings" {
+                    dev.copy_from_host(&[0u8; 4096], bufs[1].ptr()).unwrap();
+                }
+            }
+            // (Last, on a zeroed buffer.)
+            // 128 threads bumped the counters: atomicAdd then atomicSub leaves 0; atomicInc
+            // wraps at 10.
+            let u = crate::util::download(&dev, bufs[1].ptr(), 64).unwrap();
+            let word =
+                |i: usize| u32::from_le_bytes([u[4 * i], u[4 * i + 1], u[4 * i + 2], u[4 * i + 3]]);
+            assert_eq!(word(0), 0, "{lanes} lanes");
+            assert_eq!(word(8), 128 % 11, "{lanes} lanes: atomicInc");
+        }
+    }
+
     #[test]
     fn a_broken_kernel_fails_its_check_and_only_it() {
         // The softmax's row maximum by `shfl_down` instead of `shfl_xor`: only lane 0 ends with

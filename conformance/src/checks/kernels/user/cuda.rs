@@ -51,6 +51,10 @@ pub const FILES: &[(&str, &str)] = &[
     ),
 ];
 
+/// Every CUDA spelling the subset accepts, used once (compiled by the compile tests; run on
+/// the CPU by this crate's tests).
+pub const SPELLINGS: &str = include_str!("../../../../kernels/cuda/spellings.cu");
+
 /// The options every module of the set carries: the shared header.
 pub fn options() -> ModuleOptions {
     ModuleOptions {
