@@ -37,6 +37,7 @@ pub fn vendor_constructs_in(code: &str, headers: &[HeaderSource]) -> Vec<Finding
     let mut out = structure_findings(code);
     let toks = lex(code);
     out.extend(cuda::group_findings(&toks, 1));
+    out.extend(cuda::mask_findings(&toks));
     for t in toks {
         match t.kind {
             Kind::Ident => {

@@ -114,6 +114,56 @@ pub(super) fn group_findings(toks: &[Token<'_>], line_offset: usize) -> Vec<Find
     out
 }
 
+/// Calls of CUDA's masked warp operations whose mask is a literal that does not name the whole
+/// warp (`0xffff`, `1u`, ...): partial masks are not supported, every lane must take part.
+/// Full masks are `0xffffffff`, `0xffffffffffffffff` (any suffix), `~0`, `~0u`, `~0ull`, `-1`.
+pub(super) fn mask_findings(toks: &[Token<'_>]) -> Vec<Finding> {
+    let mut out = vec![];
+    for (i, t) in toks.iter().enumerate() {
+        let masked = matches!(
+            t.text,
+            "__shfl_sync"
+                | "__shfl_up_sync"
+                | "__shfl_down_sync"
+                | "__shfl_xor_sync"
+                | "__ballot_sync"
+                | "__any_sync"
+                | "__all_sync"
+                | "__syncwarp"
+        );
+        if t.kind != Kind::Ident || !masked || toks.get(i + 1).is_none_or(|p| p.text != "(") {
+            continue;
+        }
+        // The first argument, when it is a literal alone: `N`, `~N` or `-N`.
+        let rest = toks.get(i + 2..).unwrap_or(&[]);
+        let (sign, lit, end) = match rest {
+            [n, e, ..] if n.kind == Kind::Number => ("", n.text, e.text),
+            [s, n, e, ..] if matches!(s.text, "~" | "-") && n.kind == Kind::Number => {
+                (s.text, n.text, e.text)
+            }
+            _ => continue,
+        };
+        if !matches!(end, "," | ")") {
+            continue;
+        }
+        let digits = lit
+            .trim_end_matches(['u', 'U', 'l', 'L'])
+            .to_ascii_lowercase();
+        let full = match sign {
+            "~" | "-" => matches!(digits.as_str(), "0" | "1") && (sign == "~") == (digits == "0"),
+            _ => matches!(digits.as_str(), "0xffffffff" | "0xffffffffffffffff"),
+        };
+        if !full {
+            out.push(Finding {
+                line: t.line,
+                construct: format!("{}({sign}{lit}, ...)", t.text),
+                hint: "a partial mask is not supported: every lane of the warp must take part (use 0xffffffff, and keep the lanes converged)",
+            });
+        }
+    }
+    out
+}
+
 /// Source that no compiler can parse: an unterminated comment or string, a `}` that closes
 /// nothing, a `{` (or `(`) never closed. Each a [`Finding`] at its line.
 pub fn structure_findings(code: &str) -> Vec<Finding> {

@@ -271,3 +271,26 @@ fn literal_lane_counts_in_shuffling_code_are_warned_about() {
     assert!(w[1].message.contains("0xffffffff"), "{}", w[1]);
     assert_eq!(shuffling_kernels(code), ["a", "c"]);
 }
+
+#[test]
+fn partial_masks_are_refused_and_full_ones_accepted() {
+    let code = "__global__ void k(float* x, unsigned m) {\n\
+                \x20 x[0] = __shfl_sync(0xffffffff, x[0], 0) + __shfl_xor_sync(~0u, x[0], 1);\n\
+                \x20 x[1] = __ballot_sync(-1, 1) + __any_sync(0xffffffffffffffffull, 1) + __all_sync(m, 1);\n\
+                \x20 x[2] = __shfl_down_sync(0xffff, x[0], 1); __syncwarp(1u);\n\
+                \x20 x[3] = __shfl_up_sync(-2, x[0], 1) + __ballot_sync(~1u, 1); }\n";
+    let got: Vec<(usize, String)> = vendor_constructs(code)
+        .into_iter()
+        .map(|f| (f.line, f.construct))
+        .collect();
+    let want: Vec<(usize, String)> = [
+        (4, "__shfl_down_sync(0xffff, ...)"),
+        (4, "__syncwarp(1u, ...)"),
+        (5, "__shfl_up_sync(-2, ...)"),
+        (5, "__ballot_sync(~1u, ...)"),
+    ]
+    .into_iter()
+    .map(|(l, c)| (l, c.to_string()))
+    .collect();
+    assert_eq!(got, want);
+}
