@@ -16,7 +16,10 @@ mod memory;
 mod seed;
 mod stream;
 
-pub use kernels::{standard_kernel_checks, user_kernel_checks, user_kernels_module};
+pub use kernels::{
+    cuda_kernel_checks, cuda_kernels, standard_kernel_checks, user_kernel_checks,
+    user_kernels_module,
+};
 
 /// Every check, grouped by area.
 pub fn all() -> Vec<Check> {

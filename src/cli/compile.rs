@@ -61,6 +61,10 @@ pub fn check_program(exe: &xthunk::ir::Executable) -> Vec<String> {
                     problems.push(format!("module `{}`, header `{}`, {f}", m.name, h.name));
                 }
             }
+            if !scan::structure_findings(code).is_empty() {
+                // Reported above with its line; the kernels it defines cannot be told.
+                continue;
+            }
             let defined = scan::kernel_names(&scan::inline_headers(code, &m.name, headers));
             let mut missing: Vec<&str> = uses
                 .iter()
@@ -79,6 +83,66 @@ pub fn check_program(exe: &xthunk::ir::Executable) -> Vec<String> {
         }
     }
     problems
+}
+
+/// Every kernel thunk of a list of thunks, nested lists included.
+fn kernel_thunks<'a>(thunks: &'a [xthunk::ir::Thunk], out: &mut Vec<&'a xthunk::ir::KernelThunk>) {
+    for t in thunks {
+        if let Some(k) = t.as_kernel() {
+            out.push(k);
+        }
+        for (_, list) in t.nested() {
+            kernel_thunks(list, out);
+        }
+    }
+}
+
+/// The widest warp of the supported targets (AMD CDNA).
+const WIDEST_WARP: u64 = 64;
+
+/// The warp-width hazards of `exe`'s source modules (`compile --check` prints them as
+/// warnings; they do not fail the check): literal lane counts, offsets and masks in code that
+/// shuffles, and kernels that shuffle launched with blocks smaller than the widest warp.
+pub fn check_warnings(exe: &xthunk::ir::Executable) -> Vec<String> {
+    use xthunk::core::kernels::portable::scan;
+    let mut thunks = vec![];
+    kernel_thunks(&exe.entry, &mut thunks);
+    let mut out = vec![];
+    for m in &exe.modules {
+        for img in &m.images {
+            let ModuleImage::Source { code } = img else {
+                continue;
+            };
+            let headers = &m.options.headers;
+            for w in scan::warp_width_warnings(code) {
+                out.push(format!("module `{}`, {w}", m.name));
+            }
+            for h in headers {
+                for w in scan::warp_width_warnings(&h.code) {
+                    out.push(format!("module `{}`, header `{}`, {w}", m.name, h.name));
+                }
+            }
+            let shuffling = scan::shuffling_kernels(&scan::inline_headers(code, &m.name, headers));
+            let mut seen: Vec<(&str, u64)> = vec![];
+            for k in thunks.iter().filter(|k| k.module == m.name) {
+                let threads = u64::from(k.block.x) * u64::from(k.block.y) * u64::from(k.block.z);
+                if threads >= WIDEST_WARP
+                    || !shuffling.contains(&k.name)
+                    || seen.contains(&(k.name.as_str(), threads))
+                {
+                    continue;
+                }
+                seen.push((k.name.as_str(), threads));
+                out.push(format!(
+                    "module `{}`: kernel `{}` shuffles across the warp and is launched with blocks of {threads} threads: a warp has {WIDEST_WARP} lanes on AMD CDNA (gfx90a), so there lanes {threads}..{} of each warp do not exist (launch blocks of a multiple of {WIDEST_WARP} threads, or shuffle within a cg::thread_block_tile<32>)",
+                    m.name,
+                    k.name,
+                    WIDEST_WARP - 1
+                ));
+            }
+        }
+    }
+    out
 }
 
 /// A compile target's vendor, as the vendor crates tell their target names apart: a CUDA SM
@@ -117,6 +181,9 @@ pub fn compile(args: &CompileArgs, out: &mut dyn Write) -> CliResult<()> {
             input.display(),
             problems.join("\n  ")
         )));
+    }
+    for w in check_warnings(&exe) {
+        writeln!(out, "warning: {w}")?;
     }
     let Some(output) = output else {
         writeln!(out, "{}: every source module is portable", input.display())?;

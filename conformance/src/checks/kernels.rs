@@ -46,6 +46,7 @@ pub fn checks() -> Vec<Check> {
         in_place(d, r, "softmax_f32")
     }));
     v.extend(user::checks());
+    v.extend(user::cuda_checks());
     v
 }
 
@@ -71,7 +72,10 @@ pub fn standard_kernel_checks(module: Module) -> Vec<Check> {
     standard_checks(Some(Arc::new(module)))
 }
 
-pub use user::{checks_of as user_kernel_checks, module as user_kernels_module};
+pub use user::{
+    checks_of as user_kernel_checks, cuda as cuda_kernels, cuda_checks as cuda_kernel_checks,
+    module as user_kernels_module,
+};
 
 fn shapes(op: Op) -> Vec<Shape> {
     if op.is_row() {

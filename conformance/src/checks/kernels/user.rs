@@ -41,6 +41,7 @@ pub fn module() -> Module {
 }
 
 mod cases;
+pub mod cuda;
 mod nan;
 mod types;
 
@@ -69,6 +70,22 @@ const CASES: &[(&str, CaseFn)] = &[
     ("nan_minmax", nan::nan_minmax),
 ];
 
+/// The CUDA-style cases, by check name (`kernels/user/cuda_*`, on [`cuda::module`]).
+const CUDA_CASES: &[(&str, CaseFn)] = &[
+    ("cuda_gelu", cuda::gelu),
+    ("cuda_residual", cuda::residual),
+    ("cuda_residual_bf16", cuda::residual_bf16),
+    ("cuda_encoder", cuda::encoder),
+    ("cuda_layernorm", cuda::layernorm),
+    ("cuda_softmax", cuda::softmax),
+    ("cuda_embedding_backward", cuda::embedding_backward),
+];
+
+/// The `kernels/user/cuda_*` checks: the CUDA-style training kernels ([`cuda::module`]).
+pub fn cuda_checks() -> Vec<Check> {
+    checks_with(Arc::new(cuda::module()), CUDA_CASES)
+}
+
 /// The `kernels/user/` checks on the built-in set ([`module`]).
 pub fn checks() -> Vec<Check> {
     checks_of(Arc::new(module()))
@@ -78,7 +95,11 @@ pub fn checks() -> Vec<Check> {
 /// defining the same kernels (another build of them, or a deliberately broken copy to show
 /// that the checks catch it).
 pub fn checks_of(module: Arc<Module>) -> Vec<Check> {
-    CASES
+    checks_with(module, CASES)
+}
+
+fn checks_with(module: Arc<Module>, cases: &'static [(&'static str, CaseFn)]) -> Vec<Check> {
+    cases
         .iter()
         .map(|&(name, cases)| {
             let m = module.clone();
@@ -259,6 +280,116 @@ mod tests {
                 return;
             }
             assert_eq!(report.counts()[0], CASES.len(), "{lanes} lanes: {table}");
+        }
+    }
+
+    #[test]
+    fn the_cuda_style_set_passes_on_the_host_with_32_and_64_lane_warps() {
+        for lanes in [32, 64] {
+            let report = run_checks(&host(lanes), 0, &cuda_checks());
+            let table = report.table(true);
+            if report.skipped() && !required() {
+                eprintln!("SKIPPED ({lanes} lanes): {table}");
+                return;
+            }
+            assert_eq!(
+                report.counts()[0],
+                CUDA_CASES.len(),
+                "{lanes} lanes: {table}"
+            );
+        }
+    }
+
+    /// The softmax written for 32-thread blocks: right with 32-lane warps, and on a 64-lane
+    /// warp the CPU execution stops at the shuffle that reads a lane the block does not have.
+    #[test]
+    fn a_32_lane_softmax_on_64_lanes_fails_at_the_shuffle() {
+        if xthunk_core::host::cpu::build::compiler().is_err() && !required() {
+            eprintln!("SKIPPED: no C++ compiler");
+            return;
+        }
+        let (rows, cols) = (3usize, 50usize);
+        let x: Vec<f32> = (0..rows * cols).map(|i| (i % 7) as f32 * 0.25).collect();
+        let dev = |lanes: u32| {
+            HostBackend::new()
+                .with_cpu_warp_size(lanes)
+                .unwrap()
+                .device(0)
+                .unwrap()
+        };
+        let y = cuda::softmax_block32(&dev(32), &x, rows, cols).unwrap();
+        for r in 0..rows {
+            let sum: f32 = y[r * cols..(r + 1) * cols].iter().sum();
+            assert!((sum - 1.0).abs() < 1e-5, "row {r}: {sum}");
+        }
+        let e = cuda::softmax_block32(&dev(64), &x, rows, cols).unwrap_err();
+        assert!(
+            e.contains("__shfl_xor_sync") && e.contains("outside the block"),
+            "{e}"
+        );
+    }
+
+    /// `spellings.cu` (every accepted CUDA spelling) compiles for the CPU and its kernels run
+    /// without a fault with 32- and 64-lane warps (full warps: blocks of 128 threads).
+    #[test]
+    fn every_accepted_cuda_spelling_runs_on_the_cpu() {
+        if xthunk_core::host::cpu::build::compiler().is_err() && !required() {
+            eprintln!("SKIPPED: no C++ compiler");
+            return;
+        }
+        for lanes in [32u32, 64] {
+            let dev = HostBackend::new()
+                .with_cpu_warp_size(lanes)
+                .unwrap()
+                .device(0)
+                .unwrap();
+            let m = dev
+                .load_module(&cuda::cuda_module("spellings", cuda::SPELLINGS))
+                .unwrap();
+            let bufs: Vec<_> = (0..8)
+                .map(|_| crate::util::upload(&dev, &[0u8; 4096], MemorySpace::Device).unwrap())
+                .collect();
+            let args = |n: usize| -> Vec<LaunchArg> {
+                bufs[..n]
+                    .iter()
+                    .map(|b| LaunchArg::Buffer {
+                        ptr: b.ptr(),
+                        len: 4096,
+                    })
+                    .collect()
+            };
+            let s = dev.create_stream().unwrap();
+            for (k, n) in [
+                ("warp_spellings", 3),
+                ("memory_spellings", 6),
+                ("half_spellings", 3),
+                ("group_spellings", 2),
+                ("atomic_spellings", 8),
+            ] {
+                let kernel = m.kernel(k).unwrap();
+                s.launch(
+                    &kernel,
+                    LaunchDims {
+                        grid: Dim3::x(1),
+                        block: Dim3::x(128),
+                        shared_mem: 0,
+                    },
+                    &args(n),
+                )
+                .and_then(|()| s.synchronize())
+                .unwrap_or_else(|e| panic!("{k} with {lanes} lanes: {e}"));
+                if k == "group_spellings" {
+                    dev.copy_from_host(&[0u8; 4096], bufs[1].ptr()).unwrap();
+                }
+            }
+            // (Last, on a zeroed buffer.)
+            // 128 threads bumped the counters: atomicAdd then atomicSub leaves 0; atomicInc
+            // wraps at 10.
+            let u = crate::util::download(&dev, bufs[1].ptr(), 64).unwrap();
+            let word =
+                |i: usize| u32::from_le_bytes([u[4 * i], u[4 * i + 1], u[4 * i + 2], u[4 * i + 3]]);
+            assert_eq!(word(0), 0, "{lanes} lanes");
+            assert_eq!(word(8), 128 % 11, "{lanes} lanes: atomicInc");
         }
     }
 

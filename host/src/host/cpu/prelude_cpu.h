@@ -180,6 +180,47 @@ inline unsigned long long xt_ballot(int pred) {
 inline int xt_any(int pred) { return xt_ballot(pred) != 0ull; }
 inline int xt_all(int pred) { return xt_ballot(!pred) == 0ull; }
 
+// ---- CUDA spellings' checks (kernels/src/kernels/portable/cuda.cuh) ----------------------
+// Reports a warp operation that cannot mean what it says here: the kernel fails at its end
+// with the first such report (operation, block, thread, lane and why).
+void xt_cpu_warp_fault(const char* op, const char* why, unsigned long long detail);
+// A mask must name every existing lane of the calling thread's warp (0xffffffff counts as the
+// full warp on 64-lane warps too).
+inline void xt_cpu_check_mask(unsigned long long mask, const char* op) {
+  const unsigned int ws = xt_cpu_cur->warp_size;
+  const unsigned int nt = xt_cpu_cur->block_dim.x * xt_cpu_cur->block_dim.y * xt_cpu_cur->block_dim.z;
+  const unsigned int first = xt_cpu_cur->tid - xt_cpu_cur->tid % ws;
+  const unsigned int lanes = nt - first < ws ? nt - first : ws;
+  const unsigned long long need = lanes == 64 ? ~0ull : ((1ull << lanes) - 1ull);
+  if (mask == 0xffffffffull || (mask & need) == need) return;
+  xt_cpu_warp_fault(op, "its mask does not name every existing lane of the warp (partial masks are not "
+                        "supported: every lane of the warp must take part)", mask);
+}
+// Lane `src`'s `v`, where lane `src` must exist (a lane past the block's last thread, or one
+// that has exited, is a fault).
+template <typename T>
+inline T xt_cpu_shfl_checked(T v, int src, const char* op) {
+  int ok = 0;
+  const unsigned long long got = xt_cpu_warp_exchange(xt_cpu_to_bits(v), src, &ok);
+  if (!ok) xt_cpu_warp_fault(op, "it reads a lane outside the block (or one that has exited)", (unsigned long long)src);
+  return xt_cpu_from_bits<T>(got);
+}
+// A tile of `n` threads must lie inside the block.
+inline void xt_cpu_check_tile(unsigned int n, const char* op) {
+  const unsigned int nt = xt_cpu_cur->block_dim.x * xt_cpu_cur->block_dim.y * xt_cpu_cur->block_dim.z;
+  const unsigned int first = xt_cpu_cur->tid - xt_cpu_cur->tid % n;
+  if (first + n > nt) xt_cpu_warp_fault(op, "its tile reaches past the block's last thread", (unsigned long long)(first + n));
+}
+template <typename T>
+inline T xt_cpu_tile_shfl(T v, int src, unsigned int n, const char* op) {
+  xt_cpu_check_tile(n, op);
+  return xt_cpu_shfl_checked(v, src, op);
+}
+inline void xt_cpu_tile_sync(unsigned int n) {
+  xt_cpu_check_tile(n, "thread_block_tile::sync");
+  (void)xt_cpu_warp_exchange(0ull, xt_lane_id());
+}
+
 struct xt_cpu_add {
   template <typename T> T operator()(T a, T b) const { return a + b; }
 };

@@ -72,6 +72,9 @@ struct xt_cpu_worker {
   unsigned int nfibers;
   unsigned char* dyn;
   size_t dyn_size;
+  // The first warp fault of the launch on this worker (xt_cpu_warp_fault), reported at its end.
+  int faulted;
+  char fault[400];
 };
 
 // ---- context switch ----------------------------------------------------------------------
@@ -318,6 +321,17 @@ unsigned long long xt_cpu_warp_exchange(unsigned long long mine, int src, int* v
   return b.xval[g][s];
 }
 
+void xt_cpu_warp_fault(const char* op, const char* why, unsigned long long detail) {
+  xt_cpu_worker* w = xt_cpu_worker_of();
+  if (w->faulted) return;
+  w->faulted = 1;
+  const xt_cpu_state& s = w->state;
+  std::snprintf(w->fault, sizeof w->fault,
+                "%s in block (%u,%u,%u), thread %u (lane %u of a %u-lane warp): %s (0x%llx)", op,
+                s.block_idx.x, s.block_idx.y, s.block_idx.z, s.tid, s.tid % s.warp_size, s.warp_size,
+                why, detail);
+}
+
 // Resumes fiber `f` (restoring its thread's built-ins) until it parks or goes idle.
 static void xt_cpu_resume(xt_cpu_worker* w, xt_cpu_fiber* f) {
   f->wait = XT_RUNNING;
@@ -489,6 +503,7 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_run(const xt_cpu_ru
     w->dyn_size = w->dyn ? sz : 0;
     if (!w->dyn) return xt_cpu_fail(err, errlen, "out of memory for dynamic shared memory");
   }
+  w->faulted = 0;
   xt_cpu_state* saved = xt_cpu_cur;
   xt_cpu_cur = &w->state;
   xt_cpu_state& s = w->state;
@@ -523,6 +538,7 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_run(const xt_cpu_ru
     std::memset(b.xgen[1], 0, sizeof(unsigned int) * nt);
     for (unsigned int i = 0; i < w->nfibers; i++) w->fibers[i]->wait = XT_IDLE;
     rc = xt_cpu_block_run(w, err, errlen);
+    if (rc == 0 && w->faulted) rc = xt_cpu_fail(err, errlen, w->fault);
     if (rc != 0) {
       __atomic_store_n(r->failed, 1u, __ATOMIC_RELAXED);
       break;

@@ -92,6 +92,10 @@ pub const PORTABLE_SOURCE_VERSION: u32 = 2;
 /// The header-free xthunk prelude, prepended to every portable translation unit.
 pub const PRELUDE: &str = include_str!("prelude.cuh");
 
+/// CUDA's spellings of the subset (`docs/kernels.md`, "bringing CUDA kernels"): follows
+/// [`PRELUDE`] in every user module's unit (not in the standard library's).
+pub const CUDA_SPELLINGS: &str = include_str!("cuda.cuh");
+
 /// The whole standard library as one translation unit: the prelude, then every kernel of
 /// [`standard_library`] (sorted by name).
 pub fn standard_source() -> &'static str {
@@ -189,6 +193,8 @@ pub fn module_unit(module: &str, code: &str, options: &ModuleOptions) -> String 
         s.push('\n');
     }
     s.push_str(PRELUDE);
+    s.push('\n');
+    s.push_str(CUDA_SPELLINGS);
     s.push_str("\n// ---- user source ----\n");
     for d in &options.defines {
         let (name, value) = d.split_once('=').unwrap_or((d.as_str(), "1"));
@@ -197,6 +203,7 @@ pub fn module_unit(module: &str, code: &str, options: &ModuleOptions) -> String 
     let name = line_file_name(module);
     let _ = writeln!(s, "#line 1 \"{name}\"");
     let inlined = scan::inline_headers(code, &name, &options.headers);
+    let inlined = scan::without_covered_includes(&inlined);
     s.push_str(&scan::with_c_linkage(&inlined));
     s.push('\n');
     s.push_str(&hash::stamp_definition(&hash::module_hash(code, options)));
