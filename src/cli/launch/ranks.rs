@@ -80,8 +80,14 @@ impl Outcome {
 
     /// After a failure: one line per rank that did not exit 0, then the `error:` line that
     /// names the root cause: `cause` (what the job's coordinator recorded, or its loss),
-    /// else the first rank that exited non-zero. Nothing when every rank succeeded.
-    pub fn failure_report(&self, job: &str, cause: Option<&RootCause>) -> Vec<String> {
+    /// else the first rank that exited non-zero. Nothing when every rank succeeded. `name`
+    /// names a process (`rank P`, or `process P (ranks A–B, …)` when it holds several).
+    pub fn failure_report(
+        &self,
+        job: &str,
+        cause: Option<&RootCause>,
+        name: &dyn Fn(usize) -> String,
+    ) -> Vec<String> {
         let Some((first, status)) = &self.first_failure else {
             return Vec::new();
         };
@@ -96,19 +102,21 @@ impl Outcome {
                 } else {
                     ""
                 };
-                format!("xthunk launch: rank {r}: {s}{how}")
+                format!("xthunk launch: {}: {s}{how}", name(r))
             })
             .collect();
         match cause {
             Some(RootCause::Recorded(cause)) => lines.push(format!(
-                "error: job {job}: {cause} (the root cause its coordinator recorded; rank {first} \
-                 exited first: {status})"
+                "error: job {job}: {cause} (the root cause its coordinator recorded; {} \
+                 exited first: {status})",
+                name(*first)
             )),
             Some(RootCause::CoordinatorLost(lost)) => lines.push(format!(
-                "error: job {job}: {lost} (the launcher could not reach it either; rank {first} \
-                 exited first: {status})"
+                "error: job {job}: {lost} (the launcher could not reach it either; {} \
+                 exited first: {status})",
+                name(*first)
             )),
-            None => lines.push(format!("error: rank {first} failed first: {status}")),
+            None => lines.push(format!("error: {} failed first: {status}", name(*first))),
         }
         lines
     }
@@ -568,7 +576,7 @@ mod tests {
         assert!(err.contains("rank 1 failed first"), "{err}");
         assert!(err.contains("killed rank 0"), "{err}");
         let lost = RootCause::CoordinatorLost("lost the coordinator etcd://h:1: gone".into());
-        let report = o.failure_report("j", Some(&lost));
+        let report = o.failure_report("j", Some(&lost), &|p| format!("rank {p}"));
         assert_eq!(
             report.last().map(String::as_str),
             Some(
@@ -576,7 +584,7 @@ mod tests {
                  reach it either; rank 1 exited first: exit status: 3)"
             )
         );
-        let report = o.failure_report("j", None);
+        let report = o.failure_report("j", None, &|p| format!("rank {p}"));
         assert_eq!(
             report.last().map(String::as_str),
             Some("error: rank 1 failed first: exit status: 3")
