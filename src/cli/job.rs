@@ -645,11 +645,14 @@ fn run_ranks(
     let naming = Naming {
         per_process: devices.len(),
     };
+    // Whether a rank of this process failed by itself (not as a consequence): the others of
+    // this process then wait for no other cause.
+    let found_here = std::sync::atomic::AtomicBool::new(false);
     let with_positions = |rank: usize, e: xthunk::Error| {
         with_positions(
             e,
             rank,
-            coordinator.as_ref(),
+            (coordinator.as_ref(), &found_here),
             &progress,
             (world, local_ranks, naming),
         )
@@ -766,7 +769,7 @@ fn publishing_progress<T>(
 fn with_positions(
     e: xthunk::Error,
     rank: usize,
-    c: &dyn Coordinator,
+    (c, found_here): (&dyn Coordinator, &std::sync::atomic::AtomicBool),
     progress: &Progress,
     (world, local, naming): (usize, &std::ops::Range<usize>, Naming),
 ) -> xthunk::Error {
@@ -779,8 +782,13 @@ fn with_positions(
     }
     // A failure that follows another's (a peer gone, an abort): wait a moment for that one,
     // so that the ranks of a process that is gone are called dead, not stuck or idle.
+    use std::sync::atomic::Ordering;
     if is_consequence(&super::error::one_line(&e)) {
-        let _ = wait_for_cause(c, naming, PEER_CAUSE_WAIT);
+        let _ = wait_for_cause(c, naming, PEER_CAUSE_WAIT, &|| {
+            found_here.load(Ordering::SeqCst)
+        });
+    } else {
+        found_here.store(true, Ordering::SeqCst);
     }
     let positions: Vec<Option<RankPosition>> = (0..world)
         .map(|r| {

@@ -191,8 +191,14 @@ pub fn is_consequence(message: &str) -> bool {
 pub const PEER_CAUSE_WAIT: Duration = Duration::from_secs(3);
 
 /// The cause of this rank's failure when another's is known: the published cause, else a
-/// failure of another process the coordinator reports, waiting up to `limit` for either.
-pub fn wait_for_cause(c: &dyn Coordinator, naming: Naming, limit: Duration) -> Option<String> {
+/// failure of another process the coordinator reports, waiting up to `limit` for either (and
+/// no longer once `found_here` says that a rank of this process found the cause).
+pub fn wait_for_cause(
+    c: &dyn Coordinator,
+    naming: Naming,
+    limit: Duration,
+    found_here: &dyn Fn() -> bool,
+) -> Option<String> {
     let until = Instant::now() + limit;
     loop {
         if let Ok(Some(cause)) = c.published_cause() {
@@ -206,7 +212,7 @@ pub fn wait_for_cause(c: &dyn Coordinator, naming: Naming, limit: Duration) -> O
             let text = naming.failure(Some(c), &f);
             return Some(c.publish_cause(&text).unwrap_or(text));
         }
-        if Instant::now() >= until {
+        if Instant::now() >= until || found_here() {
             return None;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -353,7 +359,7 @@ pub fn fail(
                 .iter()
                 .any(|f| f.rank != c.rank() && f.coordinator_lost.is_none());
             let peer = (known_gone || !wait.is_zero())
-                .then(|| wait_for_cause(c, naming, wait))
+                .then(|| wait_for_cause(c, naming, wait, &|| false))
                 .flatten();
             match peer {
                 Some(root) => CliError::Usage(format!(
