@@ -450,7 +450,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let mut named = false;
     let mut on_exit = |rank: usize, status: ExitStatus| {
         if status.success() {
-            return;
+            return None;
         }
         // The first failure: every process is named now, while the others still run.
         if !named {
@@ -477,6 +477,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
                 Err(e) => tracing::warn!(error = %e, "could not publish the cause of the failure"),
             }
         }
+        Some(name(rank))
     };
     let outcome = run_ranks(
         &exe,

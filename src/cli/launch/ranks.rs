@@ -249,7 +249,8 @@ fn forward(rank: usize, pipe: Pipe, stream: impl Read, tx: mpsc::Sender<Msg>) {
 
 /// Starts `world` processes `program args...` (rank `r` with the variables `env(r)`), copies
 /// their output lines to `out`/`err` behind `[rank R] `, and waits for them all (`on_exit`
-/// is told of each exit as it is seen); after the first failure the others get `grace`, then
+/// is told of each exit as it is seen, and names the process when it failed: `rank P`
+/// otherwise); after the first failure the others get `grace`, then
 /// are killed. `stop` is polled for a stop signal of the launcher: the first is forwarded to
 /// the ranks still running ([`signals::forwarded`]), which get `grace` to exit before they
 /// are killed (exits after it are not failures: `on_exit` is not told); a second kills them
@@ -263,7 +264,7 @@ pub fn run_ranks(
     env: &dyn Fn(usize) -> Vec<(&'static str, String)>,
     grace: Duration,
     stop: &mut dyn FnMut() -> Option<c_int>,
-    on_exit: &mut dyn FnMut(usize, ExitStatus),
+    on_exit: &mut dyn FnMut(usize, ExitStatus) -> Option<String>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> std::io::Result<Outcome> {
@@ -372,11 +373,11 @@ pub fn run_ranks(
                     // Stopping: no exit is a failure of the job.
                     continue;
                 }
-                on_exit(r, status);
+                let who = on_exit(r, status).unwrap_or_else(|| format!("rank {r}"));
                 if !status.success() && first_failure.is_none() {
                     first_failure = Some((r, status));
                     sink.note(&format!(
-                        "xthunk launch: rank {r} failed first ({status}); the other ranks get \
+                        "xthunk launch: {who} failed first ({status}); the other ranks get \
                          {grace:?} to exit, then are killed"
                     ));
                     kill_at = Some(Instant::now() + grace);
@@ -506,7 +507,7 @@ mod tests {
             &env,
             grace,
             &mut || None,
-            &mut |_, _| {},
+            &mut |_, _| None,
             &mut out,
             &mut err,
         )
@@ -666,7 +667,7 @@ mod tests {
             &env,
             Duration::ZERO,
             &mut || None,
-            &mut |_, _| {},
+            &mut |_, _| None,
             &mut out,
             &mut err,
         )
