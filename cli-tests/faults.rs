@@ -7,7 +7,9 @@
 //!   as the cause, never a CUDA or NCCL error (the consequences of the abort) nor the healthy
 //!   process 0; "where each rank was" never calls ranks 2 and 3 stuck;
 //! - process 1 stopped (SIGSTOP) with `--collective-timeout 3`: the cause is the collective
-//!   timeout, naming ranks 2 and 3 as stuck (alive), never `CUDA_ERROR_LAUNCH_FAILED`.
+//!   timeout, naming ranks 2 and 3 as stuck (alive), never `CUDA_ERROR_LAUNCH_FAILED`;
+//! - and a job of 4 processes × 1 device (a process is a rank), process 1 killed: every
+//!   survivor and the launcher name `rank 1 failed`, no consequence, no healthy rank.
 //!
 //! Bounded and loopback only: one trial per case here (CI), each a few seconds. The soak
 //! (`cargo test -p xthunk --test faults -- --ignored`, `XTHUNK_FAULT_TRIALS` trials per
@@ -44,8 +46,22 @@ enum Meet {
 /// The fault injected into process 1.
 #[derive(Clone, Copy, Debug, PartialEq)]
 enum Fault {
+    /// SIGKILL of process 1 of 2 × 2 devices.
     Kill,
+    /// SIGSTOP of process 1 of 2 × 2 devices, `--collective-timeout 3`.
     Stop,
+    /// SIGKILL of process 1 of 4 × 1 device (a process is a rank).
+    KillOne,
+}
+
+impl Fault {
+    /// Processes, devices per process.
+    fn shape(self) -> (usize, usize) {
+        match self {
+            Fault::Kill | Fault::Stop => (2, 2),
+            Fault::KillOne => (4, 1),
+        }
+    }
 }
 
 /// A scratch folder (the job's `TMPDIR`), removed when dropped.
@@ -117,7 +133,8 @@ const CONSEQUENCES: [&str; 4] = [
 /// said. `Err` with the reason and the whole output when a check does not hold.
 fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), String> {
     let scratch = Scratch::new(&format!("{meet:?}{fault:?}{n}"));
-    let mut args: Vec<String> = vec!["launch".into(), "-n".into(), "2".into()];
+    let (procs, devices) = fault.shape();
+    let mut args: Vec<String> = vec!["launch".into(), "-n".into(), procs.to_string()];
     if let (Meet::Etcd, Some(e)) = (meet, etcd) {
         args.extend(["--coordinator".into(), etcd_url(e)]);
         args.extend([
@@ -139,7 +156,7 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
             "--backend",
             "cuda",
             "--devices",
-            "2",
+            &devices.to_string(),
             "--iterations",
             "100000000",
             "examples/dp_step.txtpb",
@@ -148,7 +165,7 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
     );
     let mut cmd = emulated_command(BIN);
     cmd.args(&args)
-        .env("XTHUNK_EMU_DEVICES", "4")
+        .env("XTHUNK_EMU_DEVICES", (procs * devices).to_string())
         .env("TMPDIR", &scratch.0)
         .env_remove("RUST_LOG")
         .env_remove("XTHUNK_LEASE_TTL")
@@ -156,7 +173,7 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
         .env_remove("XTHUNK_COLLECTIVE_TIMEOUT")
         .stdin(Stdio::null());
     let mut launch = Launch::spawn(cmd);
-    launch.wait_for("started", 2, Duration::from_secs(180));
+    launch.wait_for("started", procs, Duration::from_secs(180));
     let (pids, _) = launch.pids();
     let Some(victim) = pids.get(&1).copied() else {
         return Err(format!("no pid of process 1:\n{}", launch.text()));
@@ -165,7 +182,7 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
     // their positions.
     thread::sleep(Duration::from_millis(1500));
     let signal = match fault {
-        Fault::Kill => "-KILL",
+        Fault::Kill | Fault::KillOne => "-KILL",
         Fault::Stop => "-STOP",
     };
     let sent = Command::new("kill")
@@ -179,9 +196,14 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
     if status.code() != Some(1) {
         return fail(format!("the launcher exited {status}"));
     }
-    let Some((survivor, _)) = launch.error_of(0) else {
-        return fail("process 0 printed no error".into());
-    };
+    let mut survivors = Vec::new();
+    for p in (0..procs).filter(|p| *p != 1) {
+        match launch.error_of(p) {
+            Some((line, _)) => survivors.push((format!("process {p}"), cause_of(line))),
+            None => return fail(format!("process {p} printed no error")),
+        }
+    }
+    let survivor = survivors[0].1;
     let Some(last) = text.lines().rev().find(|l| l.starts_with("error: job ")) else {
         return fail("the launcher printed no root cause".into());
     };
@@ -189,16 +211,24 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
         .split(" (the root cause its coordinator recorded")
         .next()
         .unwrap_or(last);
-    for (who, line) in [("process 0", cause_of(survivor)), ("the launcher", last)] {
+    survivors.push(("the launcher".into(), last));
+    for (who, line) in &survivors {
         if let Some(w) = CONSEQUENCES.iter().find(|w| line.contains(*w)) {
             return fail(format!(
                 "{who} names a consequence ({w}) as the cause: {line}"
             ));
         }
-        if line.contains("process 0 (") || line.contains("rank 0 failed") {
-            return fail(format!("{who} names the healthy process 0: {line}"));
+        for healthy in (0..procs).filter(|p| *p != 1) {
+            if line.contains(&format!("process {healthy} ("))
+                || line.contains(&format!("rank {healthy} failed"))
+            {
+                return fail(format!("{who} names the healthy process {healthy}: {line}"));
+            }
         }
         match fault {
+            Fault::KillOne if !line.contains("rank 1 failed") => {
+                return fail(format!("{who} does not name rank 1: {line}"));
+            }
             Fault::Kill if !line.contains("process 1 (ranks 2–3") => {
                 return fail(format!("{who} does not name process 1 (ranks 2–3): {line}"));
             }
@@ -212,9 +242,10 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
     }
     for line in text.lines().filter(|l| l.contains("where each rank was")) {
         let positions = line.split("where each rank was").nth(1).unwrap_or("");
-        for r in [2, 3] {
+        let dead = if fault == Fault::KillOne { 1..2 } else { 2..4 };
+        for r in dead {
             let stuck = positions.contains(&format!("rank {r} is stuck"));
-            if fault == Fault::Kill && stuck {
+            if fault != Fault::Stop && stuck {
                 return fail(format!("rank {r} (killed) is called stuck: {line}"));
             }
         }
@@ -235,7 +266,7 @@ fn trial(meet: Meet, etcd: Option<&Etcd>, fault: Fault, n: usize) -> Result<(), 
 /// count per case.
 fn cases(meet: Meet, etcd: Option<&Etcd>, trials: usize) -> Vec<String> {
     let mut failed = Vec::new();
-    for fault in [Fault::Kill, Fault::Stop] {
+    for fault in [Fault::Kill, Fault::Stop, Fault::KillOne] {
         let mut held = 0;
         for n in 0..trials {
             match trial(meet, etcd, fault, n) {
