@@ -12,6 +12,7 @@ mod cli {
     pub mod import;
     pub mod inspect;
     pub mod job;
+    pub mod job_cause;
     pub mod launch;
     pub mod logging;
     pub mod npy;

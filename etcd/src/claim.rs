@@ -213,6 +213,16 @@ impl JobClaim {
             .map(|kv| String::from_utf8_lossy(kv.value()).into_owned()))
     }
 
+    /// The value of the job's key `key` (one a rank set with `Coordinator::set`), if set now.
+    pub fn value(&self, key: &str) -> DistributedResult<Option<Vec<u8>>> {
+        let key = Keys {
+            prefix: job_prefix(&self.job),
+        }
+        .kv(key);
+        let resp = self.request("read a key", async |c| c.get(key.as_str(), None).await)?;
+        Ok(resp.kvs().first().map(|kv| kv.value().to_vec()))
+    }
+
     /// The job has ended: deletes every key of the job (the ranks' that have not expired yet,
     /// the published cause, the claim), if the claim still holds this launch's token (the
     /// keys are then this launch's). Returns whether they were deleted.

@@ -51,6 +51,10 @@
 //! nothing more.
 
 use super::error::{CliError, CliResult};
+pub use super::job_cause::cause_text;
+use super::job_cause::{
+    Failing, Naming, PEER_CAUSE_WAIT, fail, is_consequence, process_key, wait_for_cause,
+};
 use super::logging::note;
 use super::outfiles;
 use super::rank_stop::{ExitClaim, StopHandler, StopTargets};
@@ -65,7 +69,7 @@ use xthunk::core::distributed::{
     EmbeddedCoordinator, Overrides, RankFailure, list_ranks, spawn_failure_handler,
 };
 use xthunk::core::executor::spmd::Ranks;
-use xthunk::core::executor::{Program, Progress, RankPosition, describe_positions};
+use xthunk::core::executor::{Program, Progress, RankPosition, describe_positions_gone};
 use xthunk::core::host::remove_job_segments;
 use xthunk::{ExecuteOptions, JobCliques, Runtime};
 
@@ -382,12 +386,21 @@ pub fn run_job(
         provider: Arc::downgrade(&provider),
         coordinator: Arc::downgrade(&coordinator),
     });
+    let naming = Naming { per_process };
+    // Which ranks this process holds, its pid and host: how the others and the launcher name
+    // it when it fails.
+    if let Err(e) = coordinator.set(
+        &process_key(config.rank),
+        naming.describe_self(config.rank).as_bytes(),
+    ) {
+        tracing::warn!(error = %e, "could not publish this process's ranks");
+    }
     {
         let weak_provider = Arc::downgrade(&provider);
         let weak_coordinator = Arc::downgrade(&coordinator);
         let (exit, job) = (exit.clone(), job.clone());
         spawn_failure_handler(coordinator.as_ref(), move |f| {
-            on_rank_failure(&f, &job, &exit, &weak_provider, &weak_coordinator);
+            on_rank_failure(&f, (&job, naming), &exit, &weak_provider, &weak_coordinator);
         })
         .map_err(|e| CliError::Usage(format!("cannot start the failure handler thread: {e}")))?;
     }
@@ -430,9 +443,12 @@ pub fn run_job(
         Ok(()) => Ok(()),
         Err(e) => Err(fail(
             e,
-            &job,
-            &config.coordinator,
-            &exit,
+            Failing {
+                job: &job,
+                spec: &config.coordinator,
+                naming,
+                exit: &exit,
+            },
             provider,
             coordinator,
         )),
@@ -442,7 +458,7 @@ pub fn run_job(
 /// The failure handler: a rank of the job died (or this rank lost its coordinator).
 fn on_rank_failure(
     failure: &RankFailure,
-    job: &str,
+    (job, naming): (&str, Naming),
     exit: &ExitClaim,
     provider: &Weak<dyn CliqueProvider>,
     coordinator: &Weak<dyn Coordinator>,
@@ -451,7 +467,7 @@ fn on_rank_failure(
         // The main thread is already failing (and will say why).
         return;
     }
-    let text = failure.to_string();
+    let text = naming.failure(coordinator.upgrade().as_deref(), failure);
     let mut cause = None;
     if let Some(p) = provider.upgrade() {
         cause = p.failure();
@@ -493,160 +509,6 @@ fn on_rank_failure(
         }
     }
     std::process::exit(1);
-}
-
-/// What a failure of the main thread (`e`) says about the job's coordinator and the other
-/// ranks.
-enum Blame {
-    /// The coordinator is lost: nothing can be published or read.
-    CoordinatorLost,
-    /// Another rank failed (as the coordinator reports it).
-    Another(String),
-    /// This rank failed by itself.
-    Own,
-}
-
-/// What the executor's error says when a communicator failed asynchronously (a peer failed,
-/// aborted, or its process ended): this rank's failure is then most likely another's.
-const PEER_FAILED: &str = "collective watchdog failed";
-
-/// How long a rank whose collectives failed because of a peer waits for that peer's cause.
-const PEER_CAUSE_WAIT: Duration = Duration::from_secs(2);
-
-/// The published cause, waiting up to `limit` for one.
-fn wait_for_cause(c: &dyn Coordinator, limit: Duration) -> Option<String> {
-    let until = Instant::now() + limit;
-    loop {
-        if let Ok(Some(cause)) = c.published_cause() {
-            return Some(cause);
-        }
-        if Instant::now() >= until {
-            return None;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-}
-
-fn blame(e: &CliError, rank: usize) -> Blame {
-    let CliError::Core(xthunk::Error::Distributed(d)) = e else {
-        return Blame::Own;
-    };
-    match d {
-        DistributedError::CoordinatorLost { .. } => Blame::CoordinatorLost,
-        DistributedError::RankFailed { failure, .. } if failure.coordinator_lost.is_some() => {
-            Blame::CoordinatorLost
-        }
-        DistributedError::RankFailed { failure, .. } if failure.rank != rank => {
-            Blame::Another(failure.to_string())
-        }
-        _ => Blame::Own,
-    }
-}
-
-/// When the main thread's failure `e` (`message`, one line) comes from the loss of the
-/// coordinator `spec` (this rank's error, a failure its coordinator reported, or another
-/// rank's that its collectives carried here): `lost the coordinator SPEC: WHY`.
-fn lost_coordinator(
-    e: &CliError,
-    message: &str,
-    job: &str,
-    c: &dyn Coordinator,
-    spec: &CoordinatorSpec,
-) -> Option<String> {
-    if matches!(blame(e, c.rank()), Blame::CoordinatorLost) {
-        return Some(cause_text(message, job));
-    }
-    if let Some(f) = c
-        .failures()
-        .into_iter()
-        .find(|f| f.coordinator_lost.is_some())
-    {
-        return Some(f.to_string());
-    }
-    // Carried as text (a collective aborted by a rank that lost it): up to the next clause.
-    let needle = format!("lost the coordinator {spec}: ");
-    let at = message.find(&needle)?;
-    let rest = message.get(at..)?;
-    Some(rest.split("; ").next().unwrap_or(rest).to_string())
-}
-
-/// `message` as a cause of job `job`'s failure: without a leading "job `J`: " (the launcher
-/// names the job).
-pub fn cause_text(message: &str, job: &str) -> String {
-    let prefix = format!("job `{job}`: ");
-    message.strip_prefix(&prefix).unwrap_or(message).to_string()
-}
-
-/// The main thread failed with `e`: clean up and return it, unless the failure handler is
-/// already ending the process.
-fn fail(
-    e: CliError,
-    job: &str,
-    spec: &CoordinatorSpec,
-    exit: &ExitClaim,
-    provider: Arc<dyn CliqueProvider>,
-    coordinator: Arc<dyn Coordinator>,
-) -> CliError {
-    exit.release();
-    if !exit.claim() {
-        // The failure handler exits the process (it names the dead rank); let it.
-        let since = Instant::now();
-        while since.elapsed() < Duration::from_secs(10) {
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        return e;
-    }
-    let message = super::error::one_line(&e);
-    provider.abort_all(&message);
-    remove_job_segments(job);
-    // The cause of the job's failure: the one published first, else this rank's own or the
-    // failure of another it was told of (then published for the others and the launcher).
-    let lost = lost_coordinator(&e, &message, job, coordinator.as_ref(), spec);
-    let own_text = cause_text(&message, job);
-    let e = match (lost, blame(&e, coordinator.rank())) {
-        // The coordinator is gone: it is the cause, named first (and asked nothing more).
-        (Some(lost), _) if lost == own_text => CliError::Usage(format!("{lost} (job {job})")),
-        (Some(lost), _) => CliError::Usage(format!(
-            "{lost}; this rank aborts because of it ({message})"
-        )),
-        (None, Blame::CoordinatorLost) => e,
-        (None, Blame::Another(failure)) => match coordinator.publish_cause(&failure) {
-            Ok(root) if root != failure => CliError::Usage(format!(
-                "{root}; this rank aborts because of it ({message})"
-            )),
-            _ => e,
-        },
-        (None, Blame::Own) => {
-            // A collective that failed because a peer's communicator failed or was aborted
-            // (the executor's watchdog saw the asynchronous error): the peer that failed
-            // first is the cause, and it publishes it right after aborting; wait for that a
-            // moment.
-            let peer = message
-                .contains(PEER_FAILED)
-                .then(|| wait_for_cause(coordinator.as_ref(), PEER_CAUSE_WAIT))
-                .flatten();
-            match peer {
-                Some(root) => CliError::Usage(format!(
-                    "{root}; this rank aborts because of it ({message})"
-                )),
-                None => {
-                    let cause = format!("{own_text} (found by rank {})", coordinator.rank());
-                    if let Err(err) = coordinator.publish_cause(&cause) {
-                        tracing::warn!(error = %err, "could not publish the cause of the failure");
-                    }
-                    e
-                }
-            }
-        }
-    };
-    drop(provider);
-    // Dropped without shutdown, the coordinator revokes this rank's lease: the other ranks
-    // learn at once that it failed, instead of after the TTL.
-    if Arc::strong_count(&coordinator) > 1 {
-        tracing::warn!("the coordinator is still in use; its lease expires with its TTL");
-    }
-    drop(coordinator);
-    e
 }
 
 /// The start of the job: every rank announces itself, then waits for the others up to
@@ -780,13 +642,19 @@ fn run_ranks(
         trace: tracer.clone(),
         ..Default::default()
     };
+    let naming = Naming {
+        per_process: devices.len(),
+    };
+    // Whether a rank of this process failed by itself (not as a consequence): the others of
+    // this process then wait for no other cause.
+    let found_here = std::sync::atomic::AtomicBool::new(false);
     let with_positions = |rank: usize, e: xthunk::Error| {
         with_positions(
             e,
             rank,
-            coordinator.as_ref(),
+            (coordinator.as_ref(), &found_here),
             &progress,
-            (world, local_ranks),
+            (world, local_ranks, naming),
         )
     };
     let results = publishing_progress(coordinator.as_ref(), &progress, local_ranks, every, || {
@@ -801,8 +669,21 @@ fn run_ranks(
     // A failed run's trace is written too: it shows how far each rank got.
     args.trace.save(tracer.as_deref(), first)?;
     let mut done = Vec::with_capacity(results.len());
+    let mut errors = Vec::new();
     for r in results {
-        done.push(r?);
+        match r {
+            Ok(r) => done.push(r),
+            Err(e) => errors.push(e),
+        }
+    }
+    // The error of this process: the first (by rank) that is a cause (a collective timeout),
+    // rather than a consequence of it (a driver error after the abort it triggered).
+    if !errors.is_empty() {
+        let primary = errors
+            .iter()
+            .position(|e| !is_consequence(&super::error::one_line(e)))
+            .unwrap_or(0);
+        return Err(errors.swap_remove(primary).into());
     }
     for (i, (r, plan)) in done.iter().zip(plans).enumerate() {
         let rank = first + i;
@@ -888,9 +769,9 @@ fn publishing_progress<T>(
 fn with_positions(
     e: xthunk::Error,
     rank: usize,
-    c: &dyn Coordinator,
+    (c, found_here): (&dyn Coordinator, &std::sync::atomic::AtomicBool),
     progress: &Progress,
-    (world, local): (usize, &std::ops::Range<usize>),
+    (world, local, naming): (usize, &std::ops::Range<usize>, Naming),
 ) -> xthunk::Error {
     let own = match (&e, progress.frozen_position(rank)) {
         (xthunk::Error::Distributed(_), _) | (_, None) => return e,
@@ -898,6 +779,16 @@ fn with_positions(
     };
     if let Err(err) = c.set(&progress_key(rank), own.encode().as_bytes()) {
         tracing::warn!(error = %err, "could not publish this rank's position");
+    }
+    // A failure that follows another's (a peer gone, an abort): wait a moment for that one,
+    // so that the ranks of a process that is gone are called dead, not stuck or idle.
+    use std::sync::atomic::Ordering;
+    if is_consequence(&super::error::one_line(&e)) {
+        let _ = wait_for_cause(c, naming, PEER_CAUSE_WAIT, &|| {
+            found_here.load(Ordering::SeqCst)
+        });
+    } else {
+        found_here.store(true, Ordering::SeqCst);
     }
     let positions: Vec<Option<RankPosition>> = (0..world)
         .map(|r| {
@@ -918,7 +809,7 @@ fn with_positions(
         format!(
             "{}; where each rank was: {}",
             super::error::one_line(&e),
-            describe_positions(&positions)
+            describe_positions_gone(&positions, &naming.gone(c, world))
         ),
     )
 }

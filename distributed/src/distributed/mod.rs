@@ -282,6 +282,15 @@ pub trait Coordinator: Send + Sync + fmt::Debug {
             .map(|v| String::from_utf8_lossy(&v).into_owned()))
     }
 
+    /// This rank leaves the job because of another's failure (`cause`, the job's root
+    /// cause): it never shuts down, but says why it goes, so that the others read its
+    /// departure as a consequence (`it aborted because of the job's failure: CAUSE`) and never
+    /// as a cause. The default does nothing: dropping the coordinator then ends the rank's
+    /// registration as it does (etcd revokes its lease).
+    fn abandon(&self, cause: &str) {
+        let _ = cause;
+    }
+
     /// `Err(RankFailed)` with the first failure seen, if any.
     fn check(&self) -> DistributedResult<()> {
         match self.failures().into_iter().next() {

@@ -64,7 +64,7 @@ pub mod white_box;
 pub use crate::program::Program;
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
-pub use progress::{Progress, RankPosition, describe_positions};
+pub use progress::{Progress, RankPosition, describe_positions, describe_positions_gone};
 pub use schedule::ScheduleInfo;
 pub use scratch::ScratchPath;
 pub use session::Session;

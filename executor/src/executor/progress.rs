@@ -310,6 +310,13 @@ impl RankPosition {
 /// started an execution with a collective`), or told nothing (`None`: `rank 2:
 /// no position known`).
 pub fn describe_positions(positions: &[Option<RankPosition>]) -> String {
+    describe_positions_gone(positions, &[])
+}
+
+/// [`describe_positions`], the ranks marked in `gone` (by index; missing: alive) being dead
+/// rather than stuck or waiting: their process is gone (`rank 2 is dead (its process is gone),
+/// last seen after #4 entry[3] all_reduce …`). Only a rank whose process lives is stuck.
+pub fn describe_positions_gone(positions: &[Option<RankPosition>], gone: &[bool]) -> String {
     let frontier = positions
         .iter()
         .flatten()
@@ -319,6 +326,13 @@ pub fn describe_positions(positions: &[Option<RankPosition>]) -> String {
     for (i, pos) in positions.iter().enumerate() {
         if i > 0 {
             out.push_str("; ");
+        }
+        if gone.get(i).copied().unwrap_or(false) {
+            let _ = write!(out, "rank {i} is dead (its process is gone)");
+            if let Some((s, at)) = pos.as_ref().and_then(|p| p.reached.as_ref()) {
+                let _ = write!(out, ", last seen after #{s} {at}");
+            }
+            continue;
         }
         let Some(RankPosition {
             phase,
@@ -414,6 +428,27 @@ mod tests {
         }
         assert_eq!(RankPosition::decode("running\nx y\n-"), None);
         assert_eq!(RankPosition::decode(""), None);
+    }
+
+    #[test]
+    fn a_rank_whose_process_is_gone_is_dead_not_stuck() {
+        let stuck = RankPosition {
+            phase: Phase::Running,
+            reached: at(0, "entry[1] all_gather"),
+            next: at(1, "entry[3] all_reduce"),
+        };
+        let waiting = RankPosition {
+            phase: Phase::Running,
+            reached: at(1, "entry[3] all_reduce"),
+            next: None,
+        };
+        let text =
+            describe_positions_gone(&[Some(waiting), Some(stuck), None], &[false, true, true]);
+        assert_eq!(
+            text,
+            "rank 0 waits in #1 entry[3] all_reduce; rank 1 is dead (its process is gone), last \
+             seen after #0 entry[1] all_gather; rank 2 is dead (its process is gone)"
+        );
     }
 
     #[test]

@@ -35,6 +35,7 @@ use super::job::{
     XTHUNK_COLLECTIVE_TIMEOUT, XTHUNK_INCARNATION, XTHUNK_LEASE_TTL, XTHUNK_START_TIMEOUT,
     cause_text,
 };
+use super::job_cause::{failure_words, process_key, process_words};
 use ranks::{RootCause, run_ranks};
 use signals::StopSignals;
 use std::ffi::OsString;
@@ -294,6 +295,10 @@ impl NoClaim {
         Ok(cause.to_string())
     }
 
+    fn value(&self, _key: &str) -> xthunk_core::distributed::DistributedResult<Option<Vec<u8>>> {
+        Ok(None)
+    }
+
     fn finish(&self) -> xthunk_core::distributed::DistributedResult<bool> {
         Ok(true)
     }
@@ -411,9 +416,48 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     // (unless a rank published one first: then that one is the root cause), which the ranks
     // at the start barrier see at once, the others with the failure they are told of.
     let mut etcd_cause: Option<RootCause> = None;
+    // A process in words: `rank P`, or `process P (ranks A–B, pid N, host H)` when it holds
+    // several ranks (as it published when it joined).
+    // Read once and kept: a process's key goes with it (etcd: with its lease).
+    let published: std::cell::RefCell<Vec<Option<String>>> =
+        std::cell::RefCell::new(vec![None; world]);
+    let name = |p: usize| {
+        let known = published.borrow().get(p).cloned().flatten();
+        let text = known.or_else(|| {
+            let read = match (&server, &claim) {
+                (Some(s), _) => s.value(&job_id, &process_key(p)),
+                (None, Some(c)) => c.value(&process_key(p)).ok().flatten(),
+                (None, None) => None,
+            };
+            let read = read.map(|v| String::from_utf8_lossy(&v).into_owned());
+            if let Some(slot) = published.borrow_mut().get_mut(p) {
+                slot.clone_from(&read);
+            }
+            read
+        });
+        process_words(p, text.as_deref(), &(0..0))
+    };
+    // A process's failure in words (`rank 1 failed: …`, or `process 1 (ranks 2–3, …) was
+    // killed by SIGKILL …`).
+    let failure = |p: usize, reason: &str| {
+        let who = name(p);
+        if who.starts_with("process ") {
+            format!("{who} {}", failure_words(reason))
+        } else {
+            format!("{who} failed: {reason}")
+        }
+    };
+    let mut named = false;
     let mut on_exit = |rank: usize, status: ExitStatus| {
         if status.success() {
-            return;
+            return None;
+        }
+        // The first failure: every process is named now, while the others still run.
+        if !named {
+            named = true;
+            for p in 0..world {
+                let _ = name(p);
+            }
         }
         if let Some(server) = &server {
             server.rank_exited(&job_id, world, rank, &status.to_string());
@@ -421,7 +465,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
         if let Some(claim) = &claim
             && etcd_cause.is_none()
         {
-            let cause = format!("rank {rank} failed: its process ended ({status})");
+            let cause = failure(rank, &format!("its process ended ({status})"));
             match claim.publish_cause(&cause) {
                 Ok(root) => etcd_cause = Some(RootCause::Recorded(root)),
                 Err(e @ DistributedError::CoordinatorLost { .. }) => {
@@ -433,6 +477,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
                 Err(e) => tracing::warn!(error = %e, "could not publish the cause of the failure"),
             }
         }
+        Some(name(rank))
     };
     let outcome = run_ranks(
         &exe,
@@ -454,7 +499,11 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
                 .value(&job_id, CAUSE_KEY)
                 .map(|v| String::from_utf8_lossy(&v).into_owned());
             published
-                .or_else(|| s.failures(&job_id).first().map(ToString::to_string))
+                .or_else(|| {
+                    s.failures(&job_id)
+                        .first()
+                        .map(|f| failure(f.rank, &f.reason))
+                })
                 .map(RootCause::Recorded)
         }
         None => etcd_cause,
@@ -463,7 +512,7 @@ pub fn launch(args: &LaunchArgs, out: &mut dyn Write) -> CliResult<u8> {
     // failure to report).
     let report = match outcome.stop_line(&job_id, grace) {
         Some(line) => vec![line],
-        None => outcome.failure_report(&job_id, cause.as_ref()),
+        None => outcome.failure_report(&job_id, cause.as_ref(), &name),
     };
     for line in report {
         let _ = writeln!(stderr, "{line}");

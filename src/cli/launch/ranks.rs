@@ -80,8 +80,14 @@ impl Outcome {
 
     /// After a failure: one line per rank that did not exit 0, then the `error:` line that
     /// names the root cause: `cause` (what the job's coordinator recorded, or its loss),
-    /// else the first rank that exited non-zero. Nothing when every rank succeeded.
-    pub fn failure_report(&self, job: &str, cause: Option<&RootCause>) -> Vec<String> {
+    /// else the first rank that exited non-zero. Nothing when every rank succeeded. `name`
+    /// names a process (`rank P`, or `process P (ranks A–B, …)` when it holds several).
+    pub fn failure_report(
+        &self,
+        job: &str,
+        cause: Option<&RootCause>,
+        name: &dyn Fn(usize) -> String,
+    ) -> Vec<String> {
         let Some((first, status)) = &self.first_failure else {
             return Vec::new();
         };
@@ -96,19 +102,21 @@ impl Outcome {
                 } else {
                     ""
                 };
-                format!("xthunk launch: rank {r}: {s}{how}")
+                format!("xthunk launch: {}: {s}{how}", name(r))
             })
             .collect();
         match cause {
             Some(RootCause::Recorded(cause)) => lines.push(format!(
-                "error: job {job}: {cause} (the root cause its coordinator recorded; rank {first} \
-                 exited first: {status})"
+                "error: job {job}: {cause} (the root cause its coordinator recorded; {} \
+                 exited first: {status})",
+                name(*first)
             )),
             Some(RootCause::CoordinatorLost(lost)) => lines.push(format!(
-                "error: job {job}: {lost} (the launcher could not reach it either; rank {first} \
-                 exited first: {status})"
+                "error: job {job}: {lost} (the launcher could not reach it either; {} \
+                 exited first: {status})",
+                name(*first)
             )),
-            None => lines.push(format!("error: rank {first} failed first: {status}")),
+            None => lines.push(format!("error: {} failed first: {status}", name(*first))),
         }
         lines
     }
@@ -241,7 +249,8 @@ fn forward(rank: usize, pipe: Pipe, stream: impl Read, tx: mpsc::Sender<Msg>) {
 
 /// Starts `world` processes `program args...` (rank `r` with the variables `env(r)`), copies
 /// their output lines to `out`/`err` behind `[rank R] `, and waits for them all (`on_exit`
-/// is told of each exit as it is seen); after the first failure the others get `grace`, then
+/// is told of each exit as it is seen, and names the process when it failed: `rank P`
+/// otherwise); after the first failure the others get `grace`, then
 /// are killed. `stop` is polled for a stop signal of the launcher: the first is forwarded to
 /// the ranks still running ([`signals::forwarded`]), which get `grace` to exit before they
 /// are killed (exits after it are not failures: `on_exit` is not told); a second kills them
@@ -255,7 +264,7 @@ pub fn run_ranks(
     env: &dyn Fn(usize) -> Vec<(&'static str, String)>,
     grace: Duration,
     stop: &mut dyn FnMut() -> Option<c_int>,
-    on_exit: &mut dyn FnMut(usize, ExitStatus),
+    on_exit: &mut dyn FnMut(usize, ExitStatus) -> Option<String>,
     out: &mut dyn Write,
     err: &mut dyn Write,
 ) -> std::io::Result<Outcome> {
@@ -364,11 +373,11 @@ pub fn run_ranks(
                     // Stopping: no exit is a failure of the job.
                     continue;
                 }
-                on_exit(r, status);
+                let who = on_exit(r, status).unwrap_or_else(|| format!("rank {r}"));
                 if !status.success() && first_failure.is_none() {
                     first_failure = Some((r, status));
                     sink.note(&format!(
-                        "xthunk launch: rank {r} failed first ({status}); the other ranks get \
+                        "xthunk launch: {who} failed first ({status}); the other ranks get \
                          {grace:?} to exit, then are killed"
                     ));
                     kill_at = Some(Instant::now() + grace);
@@ -498,7 +507,7 @@ mod tests {
             &env,
             grace,
             &mut || None,
-            &mut |_, _| {},
+            &mut |_, _| None,
             &mut out,
             &mut err,
         )
@@ -568,7 +577,7 @@ mod tests {
         assert!(err.contains("rank 1 failed first"), "{err}");
         assert!(err.contains("killed rank 0"), "{err}");
         let lost = RootCause::CoordinatorLost("lost the coordinator etcd://h:1: gone".into());
-        let report = o.failure_report("j", Some(&lost));
+        let report = o.failure_report("j", Some(&lost), &|p| format!("rank {p}"));
         assert_eq!(
             report.last().map(String::as_str),
             Some(
@@ -576,7 +585,7 @@ mod tests {
                  reach it either; rank 1 exited first: exit status: 3)"
             )
         );
-        let report = o.failure_report("j", None);
+        let report = o.failure_report("j", None, &|p| format!("rank {p}"));
         assert_eq!(
             report.last().map(String::as_str),
             Some("error: rank 1 failed first: exit status: 3")
@@ -658,7 +667,7 @@ mod tests {
             &env,
             Duration::ZERO,
             &mut || None,
-            &mut |_, _| {},
+            &mut |_, _| None,
             &mut out,
             &mut err,
         )

@@ -410,6 +410,15 @@ impl Coordinator for EmbeddedCoordinator {
         self.board.subscribe()
     }
 
+    fn abandon(&self, cause: &str) {
+        if *self.open.lock() {
+            self.leave(
+                false,
+                Some(format!("it aborted because of the job's failure: {cause}")),
+            );
+        }
+    }
+
     fn shutdown(&self, timeout: Duration) -> DistributedResult<()> {
         if !*self.open.lock() {
             return Ok(());
