@@ -103,8 +103,8 @@ step test cargo test --workspace --all-features
 step smoke cargo run --release -- run examples/mlp.txtpb
 # The CUDA and ROCm backends' execution paths through the driver emulator (emulated devices,
 # labelled as such; never reported as GPU results).
-step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
-step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
+step emu-cuda env XTHUNK_EMU_DEVICES=8 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
+step emu-rocm env XTHUNK_EMU_DEVICES=8 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
 # The conformance area kernels/user/ (conformance/kernels/user/checked_set.cu) on emulated CUDA (32-lane
 # warps) and ROCm (64): the source NVRTC and hipRTC compiled, executed; and broken copies of a
 # standard and of a user kernel failing their checks there.
