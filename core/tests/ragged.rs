@@ -2,6 +2,8 @@
 //! meaning of the offsets, and the errors bad offsets and sizes give (one line naming the
 //! array and the member, on every rank, no hang), and the load-time refusals.
 
+#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
+
 use std::sync::Arc;
 use std::time::Duration;
 use xthunk_core::backend::{Backend, Device};

@@ -284,7 +284,7 @@ pub(super) fn allreduce_sweep(s: &Sweep<'_>, out: &mut String) -> Res<Row> {
         "allreduce_sweep: {n} ranks of {}{mark}, f32 sum in place, collective memory {space}; \
          xthunk = all_reduce thunks through the executor, raw = the same communicator called \
          directly; time per all-reduce (median of {rounds} rounds), GB = 1e9 B, \
-         busbw = algbw * 2(n-1)/n\n",
+         busbw = algbw * 2(n-1)/n, ratio = xthunk busbw / raw busbw\n",
         s.backend.name()
     ));
     out.push_str(&format!(

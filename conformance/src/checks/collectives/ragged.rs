@@ -98,8 +98,8 @@ fn layout(rng: &mut CheckRng, m: usize, empty: bool) -> Layout {
         .collect();
     let (mut input, mut output) = (Vec::new(), Vec::new());
     let (mut in_rows, mut out_rows) = (1, 1);
-    for r in 0..m {
-        let (o, used) = place(rng, &sizes[r]);
+    for (r, mine) in sizes.iter().enumerate() {
+        let (o, used) = place(rng, mine);
         input.push(o);
         in_rows = in_rows.max(used);
         let received: Vec<usize> = (0..m).map(|s| sizes[s][r]).collect();

@@ -307,6 +307,7 @@ impl ThunkKind for RaggedAllToAllThunk {
 impl<T> Nested<T> for RaggedAllToAllThunk {}
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
