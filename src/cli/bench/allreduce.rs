@@ -20,7 +20,7 @@ use super::report::{Row, Status};
 use super::setup::Res;
 use super::stats::{Goal, Spread};
 use crate::cli::devices::human_bytes;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::{Duration, Instant};
 use xthunk::builder::ExecutableBuilder;
 use xthunk::core::backend::{Backend, Device};
@@ -189,6 +189,51 @@ fn through_xthunk(
     Ok(slowest_median(&times) / ops as f64)
 }
 
+/// A barrier for the raw path's rank threads that a failing rank poisons, so that the
+/// others return an error instead of waiting for it forever.
+struct Gate {
+    n: usize,
+    state: Mutex<(usize, u64, bool)>,
+    cv: Condvar,
+}
+
+impl Gate {
+    fn new(n: usize) -> Gate {
+        Gate {
+            n,
+            state: Mutex::new((0, 0, false)),
+            cv: Condvar::new(),
+        }
+    }
+
+    /// Waits for every rank; an error once a rank has failed.
+    fn wait(&self) -> Res<()> {
+        let poisoned = || {
+            Error::InvalidArgument("allreduce_sweep: another rank of the raw path failed".into())
+        };
+        let mut g = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if g.2 {
+            return Err(poisoned());
+        }
+        let generation = g.1;
+        g.0 += 1;
+        if g.0 == self.n {
+            *g = (0, generation.wrapping_add(1), false);
+            self.cv.notify_all();
+            return Ok(());
+        }
+        while g.1 == generation && !g.2 {
+            g = self.cv.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+        if g.2 { Err(poisoned()) } else { Ok(()) }
+    }
+
+    fn poison(&self) {
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).2 = true;
+        self.cv.notify_all();
+    }
+}
+
 /// The raw path's seconds per all-reduce at `bytes`, after checking its result once.
 fn through_raw(
     devices: &[Arc<dyn Device>],
@@ -199,34 +244,43 @@ fn through_raw(
     let n = devices.len();
     let ops = ops_for(bytes);
     let key = CliqueKey::new(0..n, StreamKind::Compute)?;
-    let barrier = Barrier::new(n);
+    let gate = Gate::new(n);
     let rank = |r: usize| -> Res<Vec<Duration>> {
         let dev = &devices[r];
-        let comm = cliques.acquire(&key, r)?;
-        let stream = dev.create_stream()?;
-        let buf = dev.allocate(bytes, 256, MemorySpace::Device)?;
-        let (p, count) = (buf.ptr(), bytes / 4);
-        dev.copy_from_host(&check_input(r, count), p)?;
-        comm.all_reduce(stream.as_ref(), p, p, count, DType::F32, ReduceOp::Sum)?;
-        stream.synchronize()?;
-        let mut got = vec![0u8; bytes as usize];
-        dev.copy_to_host(p, &mut got)?;
-        check_result("the raw communicator", n, &got)?;
-        let mut times = Vec::new();
-        // One warm-up round, then the timed ones.
-        for round in 0..=rounds {
-            barrier.wait();
-            let start = Instant::now();
-            stream.memset(p, bytes, MemsetPattern::U8(0))?;
-            for _ in 0..ops {
-                comm.all_reduce(stream.as_ref(), p, p, count, DType::F32, ReduceOp::Sum)?;
-            }
+        let comm = cliques.acquire(&key, r).inspect_err(|_| gate.poison())?;
+        // A failing rank stops the others: its communicator aborted, the gate poisoned.
+        let fail = |e: Error| {
+            comm.abort(&format!("allreduce_sweep: rank {r} failed: {e}"));
+            gate.poison();
+            e
+        };
+        let run = || -> Res<Vec<Duration>> {
+            let stream = dev.create_stream()?;
+            let buf = dev.allocate(bytes, 256, MemorySpace::Device)?;
+            let (p, count) = (buf.ptr(), bytes / 4);
+            dev.copy_from_host(&check_input(r, count), p)?;
+            comm.all_reduce(stream.as_ref(), p, p, count, DType::F32, ReduceOp::Sum)?;
             stream.synchronize()?;
-            if round > 0 {
-                times.push(start.elapsed());
+            let mut got = vec![0u8; bytes as usize];
+            dev.copy_to_host(p, &mut got)?;
+            check_result("the raw communicator", n, &got)?;
+            let mut times = Vec::new();
+            // One warm-up round, then the timed ones.
+            for round in 0..=rounds {
+                gate.wait()?;
+                let start = Instant::now();
+                stream.memset(p, bytes, MemsetPattern::U8(0))?;
+                for _ in 0..ops {
+                    comm.all_reduce(stream.as_ref(), p, p, count, DType::F32, ReduceOp::Sum)?;
+                }
+                stream.synchronize()?;
+                if round > 0 {
+                    times.push(start.elapsed());
+                }
             }
-        }
-        Ok(times)
+            Ok(times)
+        };
+        run().map_err(fail)
     };
     let results: Vec<Res<Vec<Duration>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..n).map(|r| scope.spawn(move || rank(r))).collect();
