@@ -399,8 +399,11 @@ pub(super) fn allreduce_sweep(s: &Sweep<'_>, out: &mut String) -> Res<Row> {
                          RCCL's, or the host collectives') on one stream, no executor"
             .into();
     if n == 1 {
+        // Nothing to compare: no ratio and no verdict (the per-size times are still printed).
+        row.ratio = None;
+        row.goal = None;
         row.notes.push(
-            "1 rank: busbw is 0 by definition, and xthunk's group of one is no work in place"
+            "1 rank: busbw is 0 by definition and xthunk's group of one is no work in place, so              no ratio and no verdict (a GPU machine needs 2 or more devices for one)"
                 .into(),
         );
     }
