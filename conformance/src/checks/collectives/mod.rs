@@ -122,8 +122,8 @@ pub fn checks() -> Vec<Check> {
     for n in 2..=4usize {
         v.push(send_recv(n));
     }
+    v.extend(ragged::checks());
     v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
     v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
-    v.extend(ragged::checks());
     v
 }
