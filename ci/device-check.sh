@@ -17,7 +17,8 @@
 #    -n 2`: one device per process with 2 or more devices, compared with `run --devices 2`; on
 #    one device both processes share it and run a program without collectives), a trace of the
 #    MLP with device times (kept as mlp-trace.json) and `xthunk profile` of it, `xthunk bench
-#    --backend B --json`, each under `timeout`.
+#    --backend B --json --collective-memory both` (its allreduce_sweep once with the buffer in
+#    device memory, once in collective memory), each under `timeout`.
 # 4. A short table LAST: date, machine, binary, conformance counts, and every benchmark's ratio
 #    against its goal.
 #
@@ -283,8 +284,9 @@ main() {
     *) trace_result="FAILED (exit ${trace_rc}): $(grep -m1 '^error' "$out_dir/trace.txt" 2>/dev/null | cut -c1-200)" ;;
     esac
 
+    # allreduce_sweep (8 B..256 MiB over every device) with collective memory off and on.
     step "${XTHUNK_BENCH_TIMEOUT:-600}" bench "$bin" bench --backend "$backend" --json "$json" \
-        "${bench_args[@]}"
+        --collective-memory both "${bench_args[@]}"
     local bench_rc=$?
     local bench_result
     case $bench_rc in
@@ -315,6 +317,9 @@ main() {
         awk '/^== xthunk bench:/ { on = 1 } /^what each row measures:/ { on = 0 } on' \
             "$out_dir/bench.txt" 2>/dev/null | sed 's/^/  /'
         grep -E '^bench: backend .* SKIPPED' "$out_dir/bench.txt" 2>/dev/null | sed 's/^/  /'
+        # The all-reduce sweeps' tables (per size: time, algbw, busbw; xthunk and raw).
+        awk '/^allreduce_sweep: / { on = 1 } /^$/ { on = 0 } on' "$out_dir/bench.txt" 2>/dev/null |
+            sed 's/^/  /'
         echo '```'
     } >"$table_file"
     echo

@@ -109,6 +109,15 @@ step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-
 # warps) and ROCm (64): the source NVRTC and hipRTC compiled, executed; and broken copies of a
 # standard and of a user kernel failing their checks there.
 step emu-user-kernels env XTHUNK_USER_KERNELS_REQUIRE_DEVICES=1 ci/with-emulator.sh cargo test -q --all-features -p xthunk --test user_kernels
+# The ragged all-to-all's checks on 5 to 8 ranks (the steps above give 4 devices, which skip
+# them): 8 emulated devices, CUDA then ROCm.
+emu_ragged() {
+    for backend in cuda rocm; do
+        env XTHUNK_EMU_DEVICES=8 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" \
+            conformance --backend "${backend}" --filter collectives/ragged_all_to_all || return 1
+    done
+}
+step emu-ragged emu_ragged
 # The Python package (python/, built by maturin into a venv kept in the cache folder) and its
 # pytest tests; then the MLP, and the user programs of stablehlo/jax/ through xthunk.jax.jit,
 # on the emulated CUDA and ROCm backends.

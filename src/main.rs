@@ -135,7 +135,9 @@ fn dispatch(cli: Cli, out: &mut dyn Write) -> CliResult<u8> {
             );
         }
         Command::Bench(args) => {
-            return cli::bench::bench(&xthunk::Runtime::new(), &args, out);
+            // allreduce_sweep's ranks: host devices enough for them (2 unless --ranks).
+            let host = args.ranks.unwrap_or(2).max(1);
+            return cli::bench::bench(&xthunk::Runtime::with_host_devices(host), &args, out);
         }
     }
     Ok(0)

@@ -10,7 +10,7 @@ use xthunk_core::backend::{Backend, Device};
 use xthunk_core::collectives::{CliqueFactory, CliqueProvider, Timeouts, Undetected};
 
 /// The most devices (ranks) a collective check uses.
-pub const MAX_RANKS: usize = 4;
+pub const MAX_RANKS: usize = 8;
 
 /// Rendezvous timeouts of the communicators of ordinary collective checks: generous, so that a
 /// loaded machine never fails a correct run (a hang still fails, after `terminate_after`).

@@ -1,5 +1,5 @@
-//! The conformance suite on the host backend, with 4 devices (the collective checks run on 1
-//! to 4 ranks).
+//! The conformance suite on the host backend, with 8 devices (the collective checks run on 1
+//! to 8 ranks).
 
 fn main() {
     let args = libtest_mimic::Arguments::from_args();

@@ -203,6 +203,22 @@ fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
             f(Knob::Index(peer));
         }
         Thunk::RankId(RankIdThunk { dst }) => slice(dst, f),
+        Thunk::RaggedAllToAll(r) => {
+            for s in [
+                &mut r.operand,
+                &mut r.output,
+                &mut r.input_offsets,
+                &mut r.send_sizes,
+                &mut r.output_offsets,
+                &mut r.recv_sizes,
+            ] {
+                slice(s, f);
+            }
+            f(Knob::DType(&mut r.dtype));
+            f(Knob::DType(&mut r.index_dtype));
+            f(Knob::Size(&mut r.row_elements));
+            f(Knob::Groups(&mut r.groups));
+        }
         Thunk::CustomCall(c) => {
             for b in c.operands.iter_mut().chain(c.results.iter_mut()) {
                 slice(&mut b.slice, f);

@@ -11,7 +11,11 @@ use crate::ir::{
 };
 use std::sync::Arc;
 
-fn communicator(run: &Run<'_>, ranks: &[u32], kind: StreamKind) -> Result<Arc<dyn Communicator>> {
+pub(super) fn communicator(
+    run: &Run<'_>,
+    ranks: &[u32],
+    kind: StreamKind,
+) -> Result<Arc<dyn Communicator>> {
     let (rank, world) = run.rank_world();
     let Some(ctx) = run.collectives else {
         return Err(Error::InvalidArgument(format!(

@@ -12,7 +12,7 @@
 use super::plan::{Op, Planner, Step};
 use super::run::Run;
 use super::state::ExecState;
-use super::{collective, command_buffer, custom_call, device_control};
+use super::{collective, command_buffer, custom_call, device_control, ragged};
 use crate::backend::{LaunchArg, LaunchDims, Stream};
 use crate::collectives::StreamKind;
 use crate::error::{Error, Result};
@@ -34,7 +34,8 @@ pub(super) fn op(planner: &mut Planner<'_>, t: &Thunk, path: &ThunkPath) -> Resu
         | Thunk::CollectivePermute(_)
         | Thunk::Send(_)
         | Thunk::Recv(_)
-        | Thunk::RankId(_) => direct(false),
+        | Thunk::RankId(_)
+        | Thunk::RaggedAllToAll(_) => direct(false),
         Thunk::Gemm(g) => {
             if !planner
                 .device()
@@ -107,10 +108,10 @@ pub(super) fn step(
             match (run.progress, t.is_collective() && run.numbering.get()) {
                 (Some((p, rank)), true) => {
                     p.issue(rank, run.device, stream, &step.path, &step.label)?;
-                    let r = direct(run, t, step.stream_kind, stream);
+                    let r = direct(run, t, step.stream_kind, stream, state);
                     r.and(p.issued(rank, stream))
                 }
-                _ => direct(run, t, step.stream_kind, stream),
+                _ => direct(run, t, step.stream_kind, stream, state),
             }
         }
         Op::Kernel {
@@ -171,7 +172,13 @@ pub(super) fn step(
 }
 
 /// Issues a thunk the planner left as written ([`Op::Direct`]).
-fn direct(run: &Run<'_>, t: &Thunk, kind: StreamKind, stream: &dyn Stream) -> Result<()> {
+fn direct(
+    run: &Run<'_>,
+    t: &Thunk,
+    kind: StreamKind,
+    stream: &dyn Stream,
+    state: &mut ExecState,
+) -> Result<()> {
     match t {
         Thunk::Copy(c) => stream.copy(run.ptr(&c.src), run.ptr(&c.dst), c.src.size),
         Thunk::Memset(m) => stream.memset(run.ptr(&m.dst), m.dst.size, m.pattern),
@@ -187,6 +194,7 @@ fn direct(run: &Run<'_>, t: &Thunk, kind: StreamKind, stream: &dyn Stream) -> Re
         Thunk::RankId(r) => {
             stream.memset(run.ptr(&r.dst), 4, MemsetPattern::U32(run.rank_world().0))
         }
+        Thunk::RaggedAllToAll(r) => ragged::issue(run, r, kind, stream, state),
         Thunk::Kernel(_)
         | Thunk::While(_)
         | Thunk::Conditional(_)

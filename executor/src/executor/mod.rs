@@ -50,6 +50,7 @@ pub mod graph;
 mod loaded;
 mod plan;
 mod progress;
+mod ragged;
 mod run;
 mod schedule;
 mod scratch;

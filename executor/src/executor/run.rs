@@ -206,7 +206,7 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    fn check_deadline(&self, state: &ExecState) -> Result<()> {
+    pub(super) fn check_deadline(&self, state: &ExecState) -> Result<()> {
         if let Some((d, at)) = self.deadline {
             if Instant::now() >= at {
                 return Err(Error::DeadlineExceeded {
@@ -314,7 +314,7 @@ impl<'a> Run<'a> {
     /// This rank's communication step that has waited longer than its provider's
     /// [`completion_timeout`](crate::collectives::CliqueProvider::completion_timeout), if
     /// there is one (needs the progress record).
-    fn stalled(&self) -> Option<String> {
+    pub(super) fn stalled(&self) -> Option<String> {
         let ctx = self.collectives?;
         let limit = ctx.cliques.completion_timeout()?;
         let (progress, rank) = self.progress?;

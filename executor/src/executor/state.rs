@@ -41,6 +41,9 @@ pub(super) struct ExecState {
     pub(super) scratch_done: Vec<Arc<dyn Event>>,
     /// 8 bytes the host reads predicates and branch indices through.
     pub(super) scratch: Buffer,
+    /// The `ragged_all_to_all` staging buffer (device memory, made at the first call, grown
+    /// as needed; see `ragged.rs`).
+    pub(super) ragged: Option<Buffer>,
     /// Command-buffer recordings by command-buffer id.
     pub(super) recordings: HashMap<usize, Recording>,
     /// One event per node, recorded after it when the execution has a deadline.
@@ -115,6 +118,7 @@ impl ExecState {
             scratch_ready,
             scratch_done,
             scratch,
+            ragged: None,
             recordings: HashMap::new(),
             tracking: vec![],
             timing: vec![],

@@ -25,8 +25,9 @@ pub use thunk::{
     AsyncDoneThunk, AsyncKind, AsyncStart, AsyncStartThunk, COLLECTIVE_DTYPES, Checker,
     CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBuffer, CommandBufferThunk,
     Conditional, ConditionalThunk, CopyThunk, KernelThunk, MemsetPattern, MemsetThunk, Nested,
-    RankIdThunk, RecvThunk, ReduceOp, Scope, SendThunk, Thunk, ThunkKind, TraceCost, While,
-    WhileThunk, check_collective_sizes, select_branch,
+    RaggedAllToAllThunk, RaggedIndices, RaggedPart, RaggedParts, RankIdThunk, RecvThunk, ReduceOp,
+    Scope, SendThunk, Thunk, ThunkKind, TraceCost, While, WhileThunk, check_collective_sizes,
+    select_branch,
 };
 pub use types::*;
 pub use verify::{MAX_ALLOCATION_SIZE, ThunkChecker, verify_with};

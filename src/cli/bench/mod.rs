@@ -12,6 +12,7 @@
 //! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
 //! | `stream_ordered_scratch` | 64 `add_f32` kernels, each writing a temp of its own, repeated, the temp arenas from the device's stream-ordered memory pool per execution | the same with the arenas kept in the pooled execution state | same | none (informational: the cost per execution, and in a note the memory held between executions) |
 //! | `stablehlo_mlp_step`, `stablehlo_transformer_step` | a JAX training step (MLP; transformer block) as StableHLO text, imported, lowered and run through a `Session` (host backend) | XLA:CPU compiling the same text through jaxlib, in a Python child process ([`xla`]); skipped with the reason without jax | none: host only (skipped on GPUs) | none (informational; a note gives kernels per step vs XLA's fusions) |
+//! | `allreduce_sweep` | an f32 sum all-reduce over `--ranks` devices at 8 B, doubling, up to `--sweep-max` (256 MiB on a GPU), as `all_reduce` thunks through the executor; `--collective-memory on` puts its buffer in `MEMORY_SPACE_COLLECTIVE` | the same all-reduces on the same communicator called directly (the host collectives) | the same communicator called directly (`ncclAllReduce` / RCCL's), no executor | ≥ 0.95× busbw at the largest size / none; a per-size table like nccl-tests' (time, algbw, busbw) is printed before the rows ([`allreduce`]) |
 //! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
 //! The GPU baselines are the device's raw vendor baselines
@@ -35,6 +36,7 @@
 //! [`graph`], [`device_loop`], [`scratch`], [`trace`], [`stablehlo`] (with [`xla`], its
 //! baseline's child process), [`numpy`] (its child speaks [`xla`]'s protocol).
 
+mod allreduce;
 mod copy;
 mod device_loop;
 mod gemm;
@@ -71,7 +73,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 14] = [
+pub const NAMES: [&str; 16] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -86,6 +88,8 @@ pub const NAMES: [&str; 14] = [
     "trace_overhead",
     "stablehlo_mlp_step",
     "stablehlo_transformer_step",
+    "allreduce_sweep",
+    "allreduce_sweep_collective",
 ];
 
 /// What `xthunk bench` was asked to do.
@@ -108,9 +112,46 @@ pub struct BenchArgs {
     /// venv's (~/.cache/xthunk/venv), else python3].
     #[arg(long, value_name = "PYTHON")]
     pub python: Option<PathBuf>,
+    /// allreduce_sweep: ranks, one device each [default: every device of the backend; on
+    /// the host, 2].
+    #[arg(long)]
+    pub ranks: Option<usize>,
+    /// allreduce_sweep: the largest size, in bytes (K, M, G suffixes: KiB, MiB, GiB)
+    /// [default: 256M on a GPU, 16M on the host, 1M on an emulated device].
+    #[arg(long, value_parser = parse_size)]
+    pub sweep_max: Option<u64>,
+    /// allreduce_sweep: the xthunk program's buffer in MEMORY_SPACE_COLLECTIVE (on), in
+    /// device memory (off), or one sweep each (both).
+    #[arg(long, value_enum, default_value = "off")]
+    pub collective_memory: CollectiveMemory,
     /// Also write the results as JSON to this file (atomically).
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+}
+
+/// `--collective-memory`: where the sweep's xthunk buffer lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum CollectiveMemory {
+    Off,
+    On,
+    Both,
+}
+
+/// A size in bytes with an optional K, M or G suffix (binary multiples).
+fn parse_size(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let (digits, shift) = match t.chars().last() {
+        Some('K' | 'k') => (&t[..t.len() - 1], 10),
+        Some('M' | 'm') => (&t[..t.len() - 1], 20),
+        Some('G' | 'g') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    digits
+        .parse::<u64>()
+        .ok()
+        .and_then(|n| n.checked_mul(1u64 << shift))
+        .filter(|n| *n >= 8)
+        .ok_or_else(|| format!("`{v}` is not a size of at least 8 bytes (e.g. 4096, 64K, 1M)"))
 }
 
 /// Runs the benchmarks; returns the exit status.
@@ -232,7 +273,44 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
             &mut rows,
         );
     }
+    let mut sweeps = String::new();
+    let spaces: &[xthunk::ir::MemorySpace] = match args.collective_memory {
+        CollectiveMemory::Off => &[xthunk::ir::MemorySpace::Device],
+        CollectiveMemory::On => &[xthunk::ir::MemorySpace::Collective],
+        CollectiveMemory::Both => &[
+            xthunk::ir::MemorySpace::Device,
+            xthunk::ir::MemorySpace::Collective,
+        ],
+    };
+    for space in spaces {
+        let sweep = allreduce::Sweep {
+            rt,
+            backend: &backend,
+            ranks: match args.ranks {
+                Some(n) => n,
+                None => backend.probe().map_or(1, |i| i.devices.len()),
+            },
+            max: args.sweep_max.unwrap_or(if setup.emulated {
+                1 << 20
+            } else if setup.gpu {
+                256 << 20
+            } else {
+                16 << 20
+            }),
+            space: *space,
+            quick: args.quick,
+            gpu: setup.gpu,
+            emulated: setup.emulated,
+        };
+        one(
+            sweep.name(),
+            filter,
+            || allreduce::allreduce_sweep(&sweep, &mut sweeps),
+            &mut rows,
+        );
+    }
     bar.finish_and_clear();
+    out.write_all(sweeps.as_bytes())?;
     eprintln!(
         "xthunk bench: done in {:.1} s",
         start.elapsed().as_secs_f64()

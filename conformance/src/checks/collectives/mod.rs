@@ -1,4 +1,4 @@
-//! `collectives/`: collective thunks on 1 to 4 ranks of the backend under test (rank `r` on
+//! `collectives/`: collective thunks on 1 to 4 ranks (the ragged all-to-all on up to 8) of the backend under test (rank `r` on
 //! device `r` of the [`Collectives`](crate::Collectives) context, each on its own thread with
 //! its own loaded executable), compared with references computed here from every rank's inputs.
 //!
@@ -22,6 +22,8 @@
 //! - The core **SPMD driver** (`run_spmd`, 3 iterations: communicators reused) with `RankId`;
 //!   collectives in an **async communication scope** beside compute work, under the default,
 //!   in-order and 4-stream schedules.
+//! - **Ragged all-to-all** (`ragged.rs`) on 2 to 8 ranks: uneven parts with empty ones, all
+//!   parts empty, in groups and leaving a rank out, against a reference from the definition.
 //! - **Failures**: rank 0 all-reduces while rank 1 all-gathers the same data — an error on
 //!   every rank, not a hang; the provider then gives a fresh clique that works. A rank that
 //!   never reaches a collective: the other fails at the terminate timeout naming it. These use
@@ -68,6 +70,7 @@ mod inputs;
 mod matrix;
 mod p2p;
 mod program;
+mod ragged;
 mod runner;
 
 use crate::check::{Check, Provoked};
@@ -119,6 +122,7 @@ pub fn checks() -> Vec<Check> {
     for n in 2..=4usize {
         v.push(send_recv(n));
     }
+    v.extend(ragged::checks());
     v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
     v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
     v

@@ -127,29 +127,7 @@ impl ThunkKind for CollectiveThunk {
                 "overlaps src (only an all_reduce may work in place, on the identical slice)",
             ));
         }
-        let mut seen = BTreeSet::new();
-        let mut size = None;
-        for (i, g) in c.groups.iter().enumerate() {
-            if g.is_empty() {
-                return Err(err(path, format!("groups[{i}]"), "empty replica group"));
-            }
-            for r in g {
-                if !seen.insert(*r) {
-                    return Err(err(
-                        path,
-                        format!("groups[{i}]"),
-                        format!("rank {r} is in two groups or twice in one"),
-                    ));
-                }
-            }
-            if *size.get_or_insert(g.len()) != g.len() {
-                return Err(err(
-                    path,
-                    format!("groups[{i}]"),
-                    "replica groups must all have the same size",
-                ));
-            }
-        }
+        let size = check_groups(&c.groups, path)?;
         // With explicit groups, sizes can be checked now; otherwise at run time.
         if let Some(n) = size {
             let n = u64::try_from(n).unwrap_or(u64::MAX);
@@ -184,6 +162,37 @@ impl ThunkKind for CollectiveThunk {
 }
 
 impl<T> Nested<T> for CollectiveThunk {}
+
+/// Checks replica groups (none empty, disjoint, equal sizes); their common size, if any.
+pub(crate) fn check_groups(
+    groups: &[Vec<u32>],
+    path: &ThunkPath,
+) -> Result<Option<usize>, ValidationError> {
+    let mut seen = BTreeSet::new();
+    let mut size = None;
+    for (i, g) in groups.iter().enumerate() {
+        if g.is_empty() {
+            return Err(err(path, format!("groups[{i}]"), "empty replica group"));
+        }
+        for r in g {
+            if !seen.insert(*r) {
+                return Err(err(
+                    path,
+                    format!("groups[{i}]"),
+                    format!("rank {r} is in two groups or twice in one"),
+                ));
+            }
+        }
+        if *size.get_or_insert(g.len()) != g.len() {
+            return Err(err(
+                path,
+                format!("groups[{i}]"),
+                "replica groups must all have the same size",
+            ));
+        }
+    }
+    Ok(size)
+}
 
 /// Checks the size relations of a collective for a group of `n` ranks; returns the field and
 /// the message on failure. Every product is checked: a size that would overflow fails like any

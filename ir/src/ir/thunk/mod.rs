@@ -29,6 +29,7 @@ mod kind;
 mod memset;
 mod p2p;
 mod permute;
+mod ragged;
 mod rank_id;
 mod sequence;
 mod while_loop;
@@ -45,6 +46,7 @@ pub use kind::{AsyncKind, Checker, Nested, Scope, ThunkKind, TraceCost};
 pub use memset::{MemsetPattern, MemsetThunk};
 pub use p2p::{RecvThunk, SendThunk};
 pub use permute::CollectivePermuteThunk;
+pub use ragged::{RaggedAllToAllThunk, RaggedIndices, RaggedPart, RaggedParts};
 pub use rank_id::RankIdThunk;
 pub use while_loop::While;
 
@@ -84,6 +86,8 @@ pub enum Thunk {
     RankId(RankIdThunk),
     /// Calls the handler registered for a target (a framework's own library call).
     CustomCall(CustomCallThunk),
+    /// An all-to-all with per-peer offsets and sizes in device buffers.
+    RaggedAllToAll(RaggedAllToAllThunk),
 }
 
 /// `From` for every kind held in a variant of its own type.
@@ -113,6 +117,7 @@ thunk_from!(
     Recv(RecvThunk),
     RankId(RankIdThunk),
     CustomCall(CustomCallThunk),
+    RaggedAllToAll(RaggedAllToAllThunk),
 );
 
 /// A list of thunks is a sequence.
@@ -142,6 +147,7 @@ impl Thunk {
             Thunk::Recv(t) => t,
             Thunk::RankId(t) => t,
             Thunk::CustomCall(t) => t,
+            Thunk::RaggedAllToAll(t) => t,
         }
     }
 

@@ -14,6 +14,7 @@ mod kernel;
 mod memset;
 mod p2p;
 mod permute;
+mod ragged;
 mod rank_id;
 mod while_loop;
 
@@ -23,7 +24,7 @@ use pb::thunk::Kind;
 use xthunk_core::ir::Thunk;
 
 /// The kinds a thunk message may hold, as an error lists them.
-const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id or custom_call";
+const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id, custom_call or ragged_all_to_all";
 
 /// A thunk's message.
 pub(super) fn to(t: &Thunk) -> pb::Thunk {
@@ -46,6 +47,7 @@ pub(super) fn to(t: &Thunk) -> pb::Thunk {
         Thunk::Recv(r) => Kind::Recv(p2p::recv_to(r)),
         Thunk::RankId(r) => Kind::RankId(rank_id::to(r)),
         Thunk::CustomCall(c) => Kind::CustomCall(custom_call::to(c)),
+        Thunk::RaggedAllToAll(r) => Kind::RaggedAllToAll(ragged::to(r)),
     };
     pb::Thunk { kind: Some(kind) }
 }
@@ -78,6 +80,7 @@ pub(super) fn from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
         Some(Kind::Recv(c)) => p2p::recv_from(c, loc)?.into(),
         Some(Kind::RankId(c)) => rank_id::from(c, loc)?.into(),
         Some(Kind::CustomCall(c)) => custom_call::from(c, loc)?.into(),
+        Some(Kind::RaggedAllToAll(c)) => ragged::from(c, loc)?.into(),
         None => {
             return Err(loc.invalid(
                 "kind",
