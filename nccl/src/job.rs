@@ -342,6 +342,13 @@ impl CliqueProvider for NcclJobCliqueProvider {
         Ok(self.communicator(key, global_rank)?)
     }
 
+    fn collective_allocator(
+        &self,
+        _global_rank: usize,
+    ) -> Option<Arc<dyn xthunk_core::backend::ExternalAllocator>> {
+        self.lib.allocator()
+    }
+
     /// Colors are exchanged through the coordinator, then the new clique is made as by
     /// `acquire` (one unique id per group).
     fn split(

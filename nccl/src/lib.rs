@@ -23,6 +23,9 @@
 //! - [`NcclJobCliqueProvider`] ([`job`]) does the same across the processes of a job: rank
 //!   0's unique id goes through the job's coordinator, communicators are non-blocking and
 //!   bounded by the terminate timeout.
+//! - [`memory`]: collective memory — `ncclMemAlloc` as the backends' outside allocator,
+//!   windows (2.27) or user-buffer registration (2.19) per communicator, each gated on the
+//!   version and the symbols found, what is not used logged once per library.
 //! - [`result`] maps `ncclResult_t` to names, messages and xthunk errors in one place;
 //!   [`nccl_dtype`] and [`nccl_op`] map element types and reduction operators.
 //!
@@ -37,6 +40,7 @@
 pub mod comm;
 pub mod job;
 pub mod loader;
+pub mod memory;
 pub mod provider;
 pub mod result;
 pub mod sys;
@@ -50,7 +54,8 @@ pub use provider::{BindRank, NcclCliqueCommunicator, NcclCliqueProvider};
 pub use result::{describe_result, result_info};
 pub use types::{nccl_dtype, nccl_op};
 pub use version::{
-    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MIN_VERSION, NcclVersion, SPLIT_SINCE,
+    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MEM_ALLOC_SINCE, MIN_VERSION, NcclVersion,
+    SPLIT_SINCE, WINDOW_SINCE,
 };
 
 /// Bytes of an `ncclUniqueId`.

@@ -620,6 +620,13 @@ impl CliqueProvider for NcclCliqueProvider {
         Ok(self.communicator(key, global_rank)?)
     }
 
+    fn collective_allocator(
+        &self,
+        _global_rank: usize,
+    ) -> Option<Arc<dyn xthunk_core::backend::ExternalAllocator>> {
+        self.lib.allocator()
+    }
+
     fn split(
         &self,
         parent: &CliqueKey,
