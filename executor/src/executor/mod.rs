@@ -27,6 +27,8 @@
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
+//! - `collective_memory`: the collective-space arenas, allocated once per loaded executable
+//!   with the collective library's allocator and registered with each clique that uses them;
 //! - `scratch`: where each execution's temp arenas come from (the device's stream-ordered
 //!   memory pool, or the pooled state);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
@@ -40,6 +42,7 @@
 
 mod arrange;
 mod collective;
+mod collective_memory;
 mod command_buffer;
 mod config;
 mod custom_call;
