@@ -200,6 +200,42 @@ impl CollectiveMemory {
     }
 }
 
+/// What an executable's collective memory is now ([`LoadedExecutable::collective_memory`]).
+///
+/// [`LoadedExecutable::collective_memory`]: super::LoadedExecutable::collective_memory
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct CollectiveMemoryReport {
+    /// Collective arenas allocated (0 before the first execution).
+    pub arenas: usize,
+    /// Of those, from the collective library's allocator.
+    pub from_library: usize,
+    pub bytes: u64,
+    /// One per arena and communicator it was registered with: how (`None`: the library
+    /// registers nothing).
+    pub registrations: Vec<Option<RegistrationKind>>,
+}
+
+impl CollectiveMemory {
+    pub(super) fn report(&self) -> CollectiveMemoryReport {
+        CollectiveMemoryReport {
+            arenas: self.arenas.len(),
+            from_library: self.arenas.iter().filter(|a| a.from_library).count(),
+            bytes: self.arenas.iter().map(|a| a.buffer.size()).sum(),
+            registrations: self
+                .arenas
+                .iter()
+                .flat_map(|a| {
+                    a.registered
+                        .lock()
+                        .iter()
+                        .map(|r| r.registration.as_ref().map(|x| x.kind()))
+                        .collect::<Vec<_>>()
+                })
+                .collect(),
+        }
+    }
+}
+
 impl Drop for CollectiveMemory {
     fn drop(&mut self) {
         // Deregister everything first, then free (the fields would too; explicit for clarity).

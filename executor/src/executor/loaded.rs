@@ -1,7 +1,7 @@
 //! [`LoadedExecutable`]: an executable loaded onto one device (modules, constants, the static
 //! schedule, a pool of per-execution state), and its entry points: load, allocate, execute.
 
-use super::collective_memory::{CollectiveMemory, has_collective};
+use super::collective_memory::{CollectiveMemory, CollectiveMemoryReport, has_collective};
 use super::config::{ExecuteOptions, ExecutorConfig};
 use super::plan::Planner;
 use super::progress::Progress;
@@ -209,6 +209,13 @@ impl LoadedExecutable {
     /// order, or the pooled execution state.
     pub fn scratch_path(&self) -> ScratchPath {
         self.scratch_path
+    }
+
+    /// The program's collective memory (see `collective_memory`): `None` when it has none;
+    /// all zero before its first execution.
+    pub fn collective_memory(&self) -> Option<CollectiveMemoryReport> {
+        let c = self.collective.as_ref()?;
+        Some(c.lock().as_ref().map(|m| m.report()).unwrap_or_default())
     }
 
     /// Frees pooled per-execution state (temporaries, streams, recordings).

@@ -65,6 +65,7 @@ mod trace;
 pub mod white_box;
 
 pub use crate::program::Program;
+pub use collective_memory::{COLLECTIVE_ALIGNMENT, CollectiveMemoryReport};
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions};
