@@ -66,6 +66,7 @@ mod drivers;
 mod failures;
 mod inputs;
 mod matrix;
+mod memory;
 mod p2p;
 mod program;
 mod runner;
@@ -121,5 +122,7 @@ pub fn checks() -> Vec<Check> {
     }
     v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
     v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
+    // Named in the memory area: collective memory (`memory.rs`).
+    v.extend(memory::checks());
     v
 }
