@@ -112,7 +112,8 @@ pub unsafe extern "C" fn xthunk_emu_pool_bytes(used: *mut u64) -> u64 {
 /// The NCCL emulation's collective-memory counters since the process started, in this order:
 /// `ncclMemAlloc` calls, `ncclMemFree` calls, windows registered, windows deregistered, user
 /// buffers registered, user buffers deregistered, empty windows handed back
-/// (`XTHUNK_EMU_NCCL_MODE=rccl-no-windows`), ranks initialized by `ncclCommInitRankScalable`.
+/// (`XTHUNK_EMU_NCCL_MODE=rccl-no-windows`), ranks initialized by `ncclCommInitRankScalable`,
+/// and the roots (unique ids) those ranks named, summed over the ranks.
 /// Writes at most `n` of them to `out` (when not null) and returns how many there are.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_emu_nccl_counters(out: *mut u64, n: usize) -> usize {

@@ -36,7 +36,7 @@ use crate::result::describe_result;
 use crate::sys;
 use crate::version::{
     BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MEM_ALLOC_SINCE, MIN_VERSION, NcclVersion,
-    SPLIT_SINCE, WINDOW_SINCE,
+    SCALABLE_SINCE, SPLIT_SINCE, WINDOW_SINCE,
 };
 use std::ffi::{CStr, c_int};
 use std::fmt;
@@ -237,6 +237,8 @@ symbol_table! {
             ncclCommWindowRegister: sys::ncclCommWindowRegister_t,
             #[since(WINDOW_SINCE.to_version())]
             ncclCommWindowDeregister: sys::ncclCommWindowDeregister_t,
+            #[since(SCALABLE_SINCE.to_version())]
+            ncclCommInitRankScalable: sys::ncclCommInitRankScalable_t,
         }
     }
 }
@@ -385,6 +387,11 @@ impl Nccl {
     /// Whether `ncclCommSplit` can be used (2.18).
     pub fn supports_split(&self) -> bool {
         self.api.ncclCommSplit.is_some()
+    }
+
+    /// Whether `ncclCommInitRankScalable` can be used (2.23): init through several roots.
+    pub fn supports_scalable_init(&self) -> bool {
+        self.api.ncclCommInitRankScalable.is_some()
     }
 
     /// Whether `ncclCommFinalize` can be used (2.14).

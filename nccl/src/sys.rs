@@ -220,3 +220,14 @@ pub type ncclCommWindowRegister_t = unsafe extern "C" fn(
 ) -> ncclResult_t;
 pub type ncclCommWindowDeregister_t =
     unsafe extern "C" fn(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
+
+/// `ncclCommInitRankScalable` (NCCL 2.23): `n_id` unique ids (one per root, the same on every
+/// rank); `config` is declared `ncclConfig_t*`, xthunk passes its smallest layout.
+pub type ncclCommInitRankScalable_t = unsafe extern "C" fn(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut ncclUniqueId,
+    config: *mut ncclConfig_v21400,
+) -> ncclResult_t;

@@ -85,6 +85,8 @@ pub const MEM_ALLOC_SINCE: NcclVersion = NcclVersion::new(2, 19, 0);
 /// Window registration (`ncclCommWindowRegister` / `ncclCommWindowDeregister`,
 /// `NCCL_WIN_COLL_SYMMETRIC`, 4096-byte alignment): NCCL 2.27.
 pub const WINDOW_SINCE: NcclVersion = NcclVersion::new(2, 27, 0);
+/// `ncclCommInitRankScalable` (several unique ids, one per root): NCCL 2.23.
+pub const SCALABLE_SINCE: NcclVersion = NcclVersion::new(2, 23, 0);
 
 #[cfg(test)]
 mod tests {

@@ -6,7 +6,9 @@
 //! freed and deregistered at unload. The same program runs with the emulator playing an NCCL
 //! older than `ncclMemAlloc` (`XTHUNK_EMU_NCCL_MODE=old`: plain device memory, nothing
 //! registered) and an RCCL whose windows are empty (`rccl-no-windows`: user-buffer
-//! registration instead). Each test re-runs itself under `ci/with-emulator.sh` (see
+//! registration instead). And scalable initialization: with 4 ranks per root, a 16-rank
+//! clique initializes through 4 roots (`ncclCommInitRankScalable`, counted by the emulator)
+//! and its all-reduce gives the host's result. Each test re-runs itself under `ci/with-emulator.sh` (see
 //! `tests/provider.rs`), with the mode in the environment.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
@@ -61,6 +63,10 @@ fn say(line: &str) {
 /// True in the child; in the parent, re-runs `test` under the emulator with `mode` and
 /// checks it passed.
 fn under_emulator(test: &str, mode: &str) -> bool {
+    under_emulator_with(test, mode, WORLD)
+}
+
+fn under_emulator_with(test: &str, mode: &str, devices: usize) -> bool {
     if std::env::var(CHILD).is_ok_and(|t| t == test) {
         return true;
     }
@@ -78,7 +84,7 @@ fn under_emulator(test: &str, mode: &str) -> bool {
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
         .env("XTHUNK_EMU_NO_BUILD", "1")
         .env("XTHUNK_EMU_LIB", &lib)
-        .env("XTHUNK_EMU_DEVICES", WORLD.to_string())
+        .env("XTHUNK_EMU_DEVICES", devices.to_string())
         .env("XTHUNK_EMU_NCCL_MODE", mode)
         .env("RUST_LOG", "xthunk_nccl=info")
         .env(CHILD, test)
@@ -99,7 +105,7 @@ fn under_emulator(test: &str, mode: &str) -> bool {
 }
 
 /// The emulator's counters (see `xthunk_emu_nccl_counters`).
-fn counters() -> [u64; 8] {
+fn counters() -> [u64; 9] {
     let path = std::env::var_os("XTHUNK_EMU_LIB").expect("XTHUNK_EMU_LIB in the child");
     // SAFETY: the emulator library, already loaded in this process (as libcuda and friends);
     // opening it again only takes a reference.
@@ -109,10 +115,10 @@ fn counters() -> [u64; 8] {
         lib.get::<unsafe extern "C" fn(*mut u64, usize) -> usize>(b"xthunk_emu_nccl_counters")
     }
     .unwrap();
-    let mut out = [0u64; 8];
-    // SAFETY: `out` holds 8 values.
+    let mut out = [0u64; 9];
+    // SAFETY: `out` holds 9 values.
     let n = unsafe { f(out.as_mut_ptr(), out.len()) };
-    assert_eq!(n, 8);
+    assert_eq!(n, 9);
     out
 }
 
@@ -204,7 +210,7 @@ fn gpu(flavor: Flavor) -> Vec<RankOutput> {
 }
 
 /// Runs the program on both flavors; returns each flavor's counter deltas.
-fn each_flavor() -> Vec<(Flavor, [u64; 8])> {
+fn each_flavor() -> Vec<(Flavor, [u64; 9])> {
     let want = host();
     let mut out = vec![];
     for flavor in [Flavor::Nccl, Flavor::Rccl] {
@@ -233,7 +239,7 @@ fn collective_memory_windows() {
     for (flavor, d) in each_flavor() {
         // ncclMemAlloc, ncclMemFree, windows (world and pair cliques), none deregistered
         // early, no user buffers, no empty windows.
-        assert_eq!(d, [W, W, 2 * W, 2 * W, 0, 0, 0, 0], "{flavor}: counters");
+        assert_eq!(d, [W, W, 2 * W, 2 * W, 0, 0, 0, 0, 0], "{flavor}: counters");
     }
 }
 
@@ -243,7 +249,7 @@ fn collective_memory_old_nccl() {
         return;
     }
     for (flavor, d) in each_flavor() {
-        assert_eq!(d, [0; 8], "{flavor}: an NCCL 2.18 has none of the calls");
+        assert_eq!(d, [0; 9], "{flavor}: an NCCL 2.18 has none of the calls");
     }
 }
 
@@ -263,4 +269,90 @@ fn collective_memory_rccl_without_windows() {
             "{flavor}: an empty window was handed back: {d:?}"
         );
     }
+}
+
+/// With 4 ranks per root, a 16-rank clique on emulated CUDA and ROCm initializes through 4
+/// roots (every rank names 4 unique ids) and all-reduces as the host does.
+#[test]
+fn scalable_init_16_ranks_through_4_roots() {
+    const RANKS: usize = 16;
+    if !under_emulator_with("scalable_init_16_ranks_through_4_roots", "current", RANKS) {
+        return;
+    }
+    let exe = {
+        let mut b = ExecutableBuilder::new("all_reduce16");
+        let x = b.parameter("x", DType::F32, &[N]);
+        let y = b.output("y", DType::F32, &[N]);
+        b.push(Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+            src: x.slice(),
+            dst: y.slice(),
+            dtype: DType::F32,
+            groups: vec![],
+        }));
+        b.build().unwrap()
+    };
+    let inputs: Vec<Vec<Vec<u8>>> = (0..RANKS)
+        .map(|r| {
+            vec![
+                (0..N)
+                    .flat_map(|i| ((i % 5) as f32 + r as f32).to_le_bytes())
+                    .collect(),
+            ]
+        })
+        .collect();
+    let go = |devs: &[Arc<dyn Device>], p: Arc<dyn CliqueProvider>| {
+        run_spmd(
+            &exe,
+            devs,
+            p,
+            &inputs,
+            1,
+            &ExecutorConfig::default(),
+            &ExecuteOptions::default(),
+        )
+        .unwrap()
+    };
+    let hb = HostBackend::with_devices(RANKS);
+    let hosts: Vec<Arc<dyn Device>> = (0..RANKS).map(|i| hb.device(i).unwrap()).collect();
+    let want = go(
+        &hosts,
+        Arc::new(HostCliqueProvider::new(hosts.clone(), Timeouts::default()).unwrap()),
+    );
+    for flavor in [Flavor::Nccl, Flavor::Rccl] {
+        let b: Arc<dyn Backend> = match flavor {
+            Flavor::Nccl => Arc::new(xthunk_cuda::CudaBackend::new()),
+            Flavor::Rccl => Arc::new(xthunk_rocm::RocmBackend::new()),
+        };
+        let devs: Vec<Arc<dyn Device>> = (0..RANKS).map(|i| b.device(i).unwrap()).collect();
+        let bound = devs.clone();
+        let bind: BindRank = Arc::new(move |r: usize| match flavor {
+            Flavor::Nccl => xthunk_cuda::bind_current(bound[r].as_ref()),
+            Flavor::Rccl => xthunk_rocm::bind_current(bound[r].as_ref()),
+        });
+        let p = NcclCliqueProvider::new(flavor, devs.clone(), bind, Timeouts::default())
+            .unwrap()
+            .ranks_per_root(4);
+        let before = counters();
+        let got = go(&devs, Arc::new(p));
+        let after = counters();
+        for (r, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g.outputs, w.outputs,
+                "{flavor}: rank {r} differs from the host"
+            );
+        }
+        assert_eq!(
+            (after[7] - before[7], after[8] - before[8]),
+            (RANKS as u64, 4 * RANKS as u64),
+            "{flavor}: 16 ranks through ncclCommInitRankScalable, 4 roots each"
+        );
+    }
+    assert_eq!(xthunk_nccl::roots_for(16, 4, true), 4);
+    assert_eq!(xthunk_nccl::roots_for(16, 128, true), 1);
+    assert_eq!(xthunk_nccl::roots_for(16, 4, false), 1);
+    let roots: Vec<usize> = (0..16)
+        .filter(|r| xthunk_nccl::is_root(*r, 16, 4))
+        .collect();
+    assert_eq!(roots, [0, 4, 8, 12]);
 }

@@ -41,10 +41,12 @@ pub struct Counters {
     pub buffers_deregistered: u64,
     pub empty_windows: u64,
     pub scalable_inits: u64,
+    /// The roots (unique ids) those ranks named, summed over the ranks.
+    pub scalable_roots: u64,
 }
 
 impl Counters {
-    pub fn as_array(&self) -> [u64; 8] {
+    pub fn as_array(&self) -> [u64; 9] {
         [
             self.mem_allocs,
             self.mem_frees,
@@ -54,11 +56,12 @@ impl Counters {
             self.buffers_deregistered,
             self.empty_windows,
             self.scalable_inits,
+            self.scalable_roots,
         ]
     }
 }
 
-static COUNTS: [AtomicU64; 8] = [const { AtomicU64::new(0) }; 8];
+static COUNTS: [AtomicU64; 9] = [const { AtomicU64::new(0) }; 9];
 const MEM_ALLOCS: usize = 0;
 const MEM_FREES: usize = 1;
 const WIN_REG: usize = 2;
@@ -66,11 +69,17 @@ const WIN_DEREG: usize = 3;
 const BUF_REG: usize = 4;
 const BUF_DEREG: usize = 5;
 const EMPTY_WIN: usize = 6;
-/// Counted by `ncclCommInitRankScalable` (one per rank).
-pub(super) const SCALABLE: usize = 7;
+const SCALABLE: usize = 7;
+const SCALABLE_ROOTS: usize = 8;
 
-pub(super) fn count(which: usize) {
+fn count(which: usize) {
     COUNTS[which].fetch_add(1, Ordering::SeqCst);
+}
+
+/// Counts one rank of `ncclCommInitRankScalable` with `roots` unique ids.
+pub(super) fn count_scalable(roots: u64) {
+    count(SCALABLE);
+    COUNTS[SCALABLE_ROOTS].fetch_add(roots, Ordering::SeqCst);
 }
 
 /// The counters since the process started.
@@ -85,6 +94,7 @@ pub fn counters() -> Counters {
         buffers_deregistered: c(BUF_DEREG),
         empty_windows: c(EMPTY_WIN),
         scalable_inits: c(SCALABLE),
+        scalable_roots: c(SCALABLE_ROOTS),
     }
 }
 
