@@ -31,9 +31,12 @@ pub(super) fn checks() -> Vec<Check> {
     [2usize, 4]
         .into_iter()
         .map(|n| {
-            Check::collective(format!("memory/collective_{n}ranks"), n, move |ctx| {
+            let mut c = Check::collective(format!("memory/collective_{n}ranks"), n, move |ctx| {
                 collective_memory(ctx, n)
-            })
+            });
+            // Alone: it compares the devices' live memory before load and after unload.
+            c.exclusive = true;
+            c
         })
         .collect()
 }
