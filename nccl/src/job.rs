@@ -19,6 +19,12 @@
 //!    timeout: a rank that never comes fails its peers' init instead of hanging them) on its
 //!    own device, and logs the clique: ranks, devices, id hash, library version, init time.
 //!
+//! A clique of more than `ranks_per_root` ranks (default 128, `XTHUNK_NCCL_RANKS_PER_ROOT`,
+//! [`NcclJobCliqueProvider::ranks_per_root`]) on a library with `ncclCommInitRankScalable`
+//! (2.23) has `ceil(size / ranks_per_root)` roots, clique ranks `i * size / roots`: each makes
+//! and publishes one id (root 0 under the name above, root `i` under `<name>.root<i>`), every
+//! rank reads them all in order and calls `ncclCommInitRankScalable` with them.
+//!
 //! The key is bound to the publisher's lease (it goes with its process). Splits exchange
 //! colors through the coordinator (`xthunk.nccl-split/<parent hash>/<n>/<rank>`) and make
 //! each new clique as above (one id per group). Collectives wait without a timeout inside the

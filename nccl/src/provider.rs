@@ -16,6 +16,12 @@
 //!    [non-blocking](NcclCliqueProvider::nonblocking) provider) with the shared id, binding its
 //!    device again right before the call.
 //!
+//! A clique of more than `ranks_per_root` ranks ([`NcclCliqueProvider::ranks_per_root`],
+//! default [`DEFAULT_RANKS_PER_ROOT`] or `XTHUNK_NCCL_RANKS_PER_ROOT`) on a library with
+//! `ncclCommInitRankScalable` (2.23) initializes through `ceil(size / ranks_per_root)` roots:
+//! clique ranks `i * size / roots` each make a unique id in step 1, and step 3 passes them all,
+//! in rank order, to `ncclCommInitRankScalable`.
+//!
 //! The result is cached per `(key, rank)` and reused by later executions. A split
 //! ([`CliqueProvider::split`]) meets on the parent clique (every rank learns the others'
 //! colors) and then uses `ncclCommSplit` (NCCL/RCCL 2.18 and later) or, without it, creates
