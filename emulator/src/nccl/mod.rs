@@ -3,7 +3,8 @@
 //!
 //! - `ncclGetUniqueId` makes a fresh id; `ncclCommInitRank[Config]` from every rank (one thread
 //!   each, or one thread inside `ncclGroupStart/End`) rendezvous on it; `ncclCommInitAll`
-//!   makes a whole clique at once. A rank's device is the current CUDA context's device if the
+//!   makes a whole clique at once; `ncclCommInitRankScalable` (several roots' ids) is counted
+//!   and joins on its first id. A rank's device is the current CUDA context's device if the
 //!   thread has one, else the current HIP device.
 //! - **Non-blocking communicators** (`ncclConfig_t.blocking = 0`): the init returns at once with
 //!   the handle, `ncclInProgress` while ranks are missing; `ncclCommGetAsyncError` reports
