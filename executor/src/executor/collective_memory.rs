@@ -91,7 +91,14 @@ impl CollectiveMemory {
                 continue;
             }
             let align = a.alignment.max(COLLECTIVE_ALIGNMENT);
-            let size = a.size.div_ceil(COLLECTIVE_ALIGNMENT) * COLLECTIVE_ALIGNMENT;
+            // Whole pages: a window's size is a multiple of its alignment on every rank.
+            let size = a
+                .size
+                .div_ceil(COLLECTIVE_ALIGNMENT)
+                .checked_mul(COLLECTIVE_ALIGNMENT)
+                .ok_or_else(|| {
+                    Error::InvalidArgument(format!("a collective arena of {} bytes", a.size))
+                })?;
             let external = match &library {
                 Some(l) => {
                     match device.allocate_external(size, align, MemorySpace::Collective, l.clone())
@@ -193,7 +200,7 @@ impl CollectiveMemory {
             };
             match this {
                 None => return Ok(None),
-                Some(t) => kind = Some(kind.map_or(t, |k: RegistrationKind| k.min_with(t))),
+                Some(t) => kind = Some(kind.map_or(t, |k| weaker(k, t))),
             }
         }
         Ok(kind)
@@ -245,17 +252,11 @@ impl Drop for CollectiveMemory {
     }
 }
 
-trait MinWith {
-    fn min_with(self, other: Self) -> Self;
-}
-
-impl MinWith for RegistrationKind {
-    /// The weaker of two registrations (a user buffer is weaker than a window).
-    fn min_with(self, other: Self) -> Self {
-        if self == RegistrationKind::UserBuffer || other == RegistrationKind::UserBuffer {
-            RegistrationKind::UserBuffer
-        } else {
-            RegistrationKind::Window
-        }
+/// The weaker of two registrations (a user buffer is weaker than a window).
+fn weaker(a: RegistrationKind, b: RegistrationKind) -> RegistrationKind {
+    if a == RegistrationKind::UserBuffer || b == RegistrationKind::UserBuffer {
+        RegistrationKind::UserBuffer
+    } else {
+        RegistrationKind::Window
     }
 }
