@@ -18,13 +18,14 @@ use std::process::Command;
 use std::sync::Arc;
 use xthunk_core::backend::{Backend, Device};
 use xthunk_core::builder::ExecutableBuilder;
-use xthunk_core::collectives::{CliqueProvider, ReduceOp, Timeouts};
+use xthunk_core::collectives::{CliqueProvider, ReduceOp, RegistrationKind, Timeouts};
 use xthunk_core::executor::spmd::{RankOutput, run_spmd};
 use xthunk_core::executor::{ExecuteOptions, ExecutorConfig};
 use xthunk_core::host::{HostBackend, HostCliqueProvider};
 use xthunk_core::ir::{
     CollectiveOp, CollectiveThunk, CopyThunk, DType, Executable, MemorySpace, Thunk,
 };
+use xthunk_core::trace::{TraceConfig, Tracer};
 use xthunk_nccl::{BindRank, Flavor, NcclCliqueProvider};
 
 const CHILD: &str = "XTHUNK_NCCL_COLLECTIVE_MEMORY_TEST";
@@ -173,6 +174,14 @@ fn inputs() -> Vec<Vec<Vec<u8>>> {
 }
 
 fn run(devs: &[Arc<dyn Device>], cliques: Arc<dyn CliqueProvider>) -> Vec<RankOutput> {
+    run_traced(devs, cliques, None)
+}
+
+fn run_traced(
+    devs: &[Arc<dyn Device>],
+    cliques: Arc<dyn CliqueProvider>,
+    trace: Option<Arc<Tracer>>,
+) -> Vec<RankOutput> {
     run_spmd(
         &program(),
         devs,
@@ -180,7 +189,10 @@ fn run(devs: &[Arc<dyn Device>], cliques: Arc<dyn CliqueProvider>) -> Vec<RankOu
         &inputs(),
         ITERATIONS,
         &ExecutorConfig::default(),
-        &ExecuteOptions::default(),
+        &ExecuteOptions {
+            trace,
+            ..Default::default()
+        },
     )
     .unwrap_or_else(|e| panic!("on {}: {e}", devs[0].backend_name()))
 }
@@ -193,6 +205,10 @@ fn host() -> Vec<RankOutput> {
 }
 
 fn gpu(flavor: Flavor) -> Vec<RankOutput> {
+    gpu_traced(flavor, None)
+}
+
+fn gpu_traced(flavor: Flavor, trace: Option<Arc<Tracer>>) -> Vec<RankOutput> {
     let b: Arc<dyn Backend> = match flavor {
         Flavor::Nccl => Arc::new(xthunk_cuda::CudaBackend::new()),
         Flavor::Rccl => Arc::new(xthunk_rocm::RocmBackend::new()),
@@ -206,7 +222,25 @@ fn gpu(flavor: Flavor) -> Vec<RankOutput> {
     });
     let p = NcclCliqueProvider::new(flavor, devs.clone(), bind, Timeouts::default()).unwrap();
     say(&format!("{flavor}: {}", p.library().describe()));
-    run(&devs, Arc::new(p))
+    run_traced(&devs, Arc::new(p), trace)
+}
+
+/// How the traced collectives' buffers were registered, over every rank and execution of a
+/// traced run on `flavor`.
+fn traced_registrations(flavor: Flavor) -> Vec<Option<RegistrationKind>> {
+    let tracer = Arc::new(Tracer::new(TraceConfig::default()));
+    gpu_traced(flavor, Some(tracer.clone()));
+    tracer
+        .executions()
+        .iter()
+        .flat_map(|e| {
+            e.thunks
+                .iter()
+                .filter(|t| e.nodes[t.node as usize].communicates)
+                .map(|t| t.registered)
+                .collect::<Vec<_>>()
+        })
+        .collect()
 }
 
 /// Runs the program on both flavors; returns each flavor's counter deltas.
@@ -240,6 +274,13 @@ fn collective_memory_windows() {
         // ncclMemAlloc, ncclMemFree, windows (world and pair cliques), none deregistered
         // early, no user buffers, no empty windows.
         assert_eq!(d, [W, W, 2 * W, 2 * W, 0, 0, 0, 0, 0], "{flavor}: counters");
+        // The trace says so: both collectives of every rank and execution on windows.
+        let r = traced_registrations(flavor);
+        assert_eq!(r.len(), 2 * WORLD * ITERATIONS as usize, "{flavor}: {r:?}");
+        assert!(
+            r.iter().all(|k| *k == Some(RegistrationKind::Window)),
+            "{flavor}: {r:?}"
+        );
     }
 }
 
@@ -250,6 +291,8 @@ fn collective_memory_old_nccl() {
     }
     for (flavor, d) in each_flavor() {
         assert_eq!(d, [0; 9], "{flavor}: an NCCL 2.18 has none of the calls");
+        let r = traced_registrations(flavor);
+        assert!(r.iter().all(Option::is_none), "{flavor}: {r:?}");
     }
 }
 
