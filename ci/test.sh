@@ -105,6 +105,19 @@ step smoke cargo run --release -- run examples/mlp.txtpb
 # labelled as such; never reported as GPU results).
 step emu-cuda env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend cuda
 step emu-rocm env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend rocm
+# Collective memory's gating: the emulator playing an NCCL older than ncclMemAlloc and windows
+# (old) and an RCCL whose windows are empty (rccl-no-windows); the same checks pass on both
+# backends, each logging once what it did without.
+collective_memory_modes() {
+    for mode in old rccl-no-windows; do
+        for backend in cuda rocm; do
+            env XTHUNK_EMU_DEVICES=4 XTHUNK_EMU_NCCL_MODE="${mode}" ci/with-emulator.sh \
+                "${CARGO_TARGET_DIR:-target}/debug/xthunk" conformance --backend "${backend}" \
+                --filter memory/collective
+        done
+    done
+}
+step emu-collective-memory-modes collective_memory_modes
 # The conformance area kernels/user/ (conformance/kernels/user/checked_set.cu) on emulated CUDA (32-lane
 # warps) and ROCm (64): the source NVRTC and hipRTC compiled, executed; and broken copies of a
 # standard and of a user kernel failing their checks there.

@@ -462,3 +462,109 @@ fn sigterm_of_the_launcher_of_an_emulated_gpu_job_stops_every_rank() {
         assert!(left.is_empty(), "{backend}: left {left:?}:\n{text}");
     }
 }
+
+/// Collective memory and scalable initialization in a launched job: a program whose temps are
+/// in `MEMORY_SPACE_COLLECTIVE` (an all-reduce over the world, an all-gather over pairs), as 4
+/// processes × 1 emulated device with 2 ranks per root (`XTHUNK_NCCL_RANKS_PER_ROOT=2`: the
+/// world clique initializes through 2 roots, each publishing its unique id through the
+/// coordinator), gives the host's outputs on CUDA and ROCm, and the ranks say that their
+/// collective memory was registered and that the clique initialized through several roots.
+#[test]
+fn emulated_gpu_job_with_collective_memory_and_several_roots() {
+    if !have_emulator("emulated_gpu_job_with_collective_memory_and_several_roots") {
+        return;
+    }
+    use xthunk::builder::ExecutableBuilder;
+    use xthunk::ir::Thunk;
+    use xthunk::ir::{CollectiveOp, CollectiveThunk, CopyThunk, DType, MemorySpace, ReduceOp};
+    let scratch = Scratch::new("cmem");
+    let program = scratch.0.join("collective_memory.txtpb");
+    let exe = {
+        let mut b = ExecutableBuilder::new("collective_memory");
+        let x = b.parameter("x", DType::F32, &[256]);
+        let y = b.output("y", DType::F32, &[256]);
+        let z = b.output("z", DType::F32, &[512]);
+        let t1 = b.temp_in(DType::F32, &[256], MemorySpace::Collective);
+        let t2 = b.temp_in(DType::F32, &[256], MemorySpace::Collective);
+        let t3 = b.temp_in(DType::F32, &[512], MemorySpace::Collective);
+        b.push(Thunk::Copy(CopyThunk {
+            src: x.slice(),
+            dst: t1.slice(),
+        }));
+        b.push(Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllReduce { op: ReduceOp::Sum },
+            src: t1.slice(),
+            dst: t2.slice(),
+            dtype: DType::F32,
+            groups: vec![],
+        }));
+        b.push(Thunk::Collective(CollectiveThunk {
+            op: CollectiveOp::AllGather,
+            src: t2.slice(),
+            dst: t3.slice(),
+            dtype: DType::F32,
+            groups: vec![vec![0, 1], vec![2, 3]],
+        }));
+        b.push(Thunk::Copy(CopyThunk {
+            src: t2.slice(),
+            dst: y.slice(),
+        }));
+        b.push(Thunk::Copy(CopyThunk {
+            src: t3.slice(),
+            dst: z.slice(),
+        }));
+        b.build().unwrap()
+    };
+    xthunk::proto::save_file(&program, &exe).unwrap();
+    let host = scratch.0.join("host");
+    let o = Command::new(BIN)
+        .args(["run", "--backend", "host", "--devices", "4", "--seed", "5"])
+        .arg("--output-dir")
+        .arg(&host)
+        .arg(&program)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "on the host: {o:?}");
+    for backend in ["cuda", "rocm"] {
+        let dir = scratch.0.join(backend);
+        let o = emulated(
+            &scratch,
+            4,
+            &[
+                "launch",
+                "-n",
+                "4",
+                "--",
+                "run",
+                "-v",
+                "--backend",
+                backend,
+                "--seed",
+                "5",
+                "--collective-timeout",
+                "30",
+                "--output-dir",
+                dir.to_str().unwrap(),
+                program.to_str().unwrap(),
+            ],
+        )
+        .env("XTHUNK_NCCL_RANKS_PER_ROOT", "2")
+        .output()
+        .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(o.status.success(), "{backend}:\n{text}");
+        for said in [
+            "collective memory registered",
+            "initializing through several roots",
+        ] {
+            assert!(text.contains(said), "{backend}: no `{said}`:\n{text}");
+        }
+        assert_outputs_close(backend, &host, &dir, 1e-6);
+        assert!(scratch.rendezvous_left().is_empty(), "{backend}");
+    }
+}

@@ -4,9 +4,10 @@
 //!
 //! Memory spaces: `Device` -> `cuMemAlloc`; `HostPinned` -> `cuMemAllocHost` (its device
 //! address, equal to the host address under unified addressing); `Unified` ->
-//! `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; `Collective` -> `cuMemAlloc` (plain device
-//! memory is valid for NCCL; symmetric-window registration belongs to the collectives
-//! layer); stream-ordered device memory -> `cuMemAllocFromPoolAsync` from the device's pool,
+//! `cuMemAllocManaged(CU_MEM_ATTACH_GLOBAL)`; `Collective` -> `cuMemAlloc` when allocated
+//! directly (plain device memory is valid for NCCL; the executor's collective arenas come from
+//! NCCL's `ncclMemAlloc` through `Device::allocate_external` and are registered with each
+//! clique by the executor's `collective_memory`); stream-ordered device memory -> `cuMemAllocFromPoolAsync` from the device's pool,
 //! freed with `cuMemFreeAsync` on the stream it was allocated on. Alignment: the driver's own
 //! (256 bytes for device memory, a page for pinned) when it suffices, else the allocation is
 //! padded and the returned address rounded up (no guarantee is assumed: a misaligned address

@@ -460,6 +460,19 @@ impl Device for RocmDevice {
         Ok(Box::new(buffer))
     }
 
+    fn allocate_external(
+        &self,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+        alloc: Arc<dyn xthunk_core::backend::ExternalAllocator>,
+    ) -> Result<Buffer> {
+        let buffer = self
+            .memory
+            .allocate_external(&self.ctx, size, alignment, space, alloc)?;
+        Ok(Box::new(buffer))
+    }
+
     fn memory_stats(&self) -> MemoryStats {
         self.memory.stats()
     }

@@ -16,6 +16,7 @@
 //! | `XTHUNK_EMU_LEAK_CHECK` | 1 | report allocations still live at context destruction and exit |
 //! | `XTHUNK_EMU_NCCL_TIMEOUT` | 60 | seconds an NCCL rank waits for the others (at least 1) |
 //! | `XTHUNK_EMU_MEMORY_POOLS` | 1 | the devices have stream-ordered memory pools (0: the attribute says no, the pool calls fail with `NOT_SUPPORTED`) |
+//! | `XTHUNK_EMU_NCCL_MODE` | current | which NCCL/RCCL the library plays: `current` (NCCL 2.32.3: `ncclMemAlloc`, windows, user-buffer registration, scalable init), `old` (NCCL 2.18.6: none of those; their calls fail), `rccl-no-windows` (2.27.5, but `ncclCommWindowRegister` hands back an empty window, as some RCCL releases do) |
 
 use parking_lot::RwLock;
 use std::sync::Arc;
@@ -37,6 +38,19 @@ pub struct Config {
     pub nccl_timeout: u64,
     /// The devices have stream-ordered memory pools.
     pub memory_pools: bool,
+    /// Which NCCL/RCCL the library plays.
+    pub nccl_mode: NcclMode,
+}
+
+/// Which NCCL/RCCL the emulated library plays (`XTHUNK_EMU_NCCL_MODE`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NcclMode {
+    /// NCCL 2.32.3: everything.
+    Current,
+    /// NCCL 2.18.6: no `ncclMemAlloc`, registration, windows or scalable init (2.19+).
+    Old,
+    /// 2.27.5 whose window registration hands back an empty window (RCCL without windows).
+    RcclNoWindows,
 }
 
 impl Default for Config {
@@ -54,6 +68,7 @@ impl Default for Config {
             leak_check: true,
             nccl_timeout: 60,
             memory_pools: true,
+            nccl_mode: NcclMode::Current,
         }
     }
 }
@@ -104,6 +119,14 @@ impl Config {
             }
             "STRICT" => self.strict = parse_bool(value).ok_or_else(bad)?,
             "MEMORY_POOLS" => self.memory_pools = parse_bool(value).ok_or_else(bad)?,
+            "NCCL_MODE" => {
+                self.nccl_mode = match value.trim().to_ascii_lowercase().as_str() {
+                    "" | "current" => NcclMode::Current,
+                    "old" => NcclMode::Old,
+                    "rccl-no-windows" => NcclMode::RcclNoWindows,
+                    _ => return Err(bad()),
+                }
+            }
             "FAIL_ALLOC" => {
                 self.fail_alloc = opt_count(value)?;
                 ALLOC_COUNT.store(0, Ordering::SeqCst);
@@ -153,6 +176,7 @@ impl Config {
             "LEAK_CHECK",
             "NCCL_TIMEOUT",
             "MEMORY_POOLS",
+            "NCCL_MODE",
         ] {
             if let Ok(v) = std::env::var(format!("XTHUNK_EMU_{key}")) {
                 if let Err(e) = c.set(key, &v) {

@@ -108,3 +108,21 @@ pub unsafe extern "C" fn xthunk_emu_pool_bytes(used: *mut u64) -> u64 {
     }
     reserved
 }
+
+/// The NCCL emulation's collective-memory counters since the process started, in this order:
+/// `ncclMemAlloc` calls, `ncclMemFree` calls, windows registered, windows deregistered, user
+/// buffers registered, user buffers deregistered, empty windows handed back
+/// (`XTHUNK_EMU_NCCL_MODE=rccl-no-windows`), ranks initialized by `ncclCommInitRankScalable`,
+/// and the roots (unique ids) those ranks named, summed over the ranks.
+/// Writes at most `n` of them to `out` (when not null) and returns how many there are.
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn xthunk_emu_nccl_counters(out: *mut u64, n: usize) -> usize {
+    let all = crate::nccl::counters().as_array();
+    if !out.is_null() {
+        for (i, v) in all.iter().take(n).enumerate() {
+            // SAFETY: `out` holds `n` values (this function's contract); `i < n`.
+            unsafe { *out.add(i) = *v };
+        }
+    }
+    all.len()
+}

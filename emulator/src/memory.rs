@@ -137,6 +137,20 @@ pub fn allocate(
     kind: MemKind,
     call: &'static str,
 ) -> EmuResult<usize> {
+    let align = if kind == MemKind::Pinned { 4096 } else { 256 };
+    allocate_aligned(ctx, limit, size, kind, align, call)
+}
+
+/// [`allocate`] at a multiple of `align` (a power of two; `ncclMemAlloc` uses 4096, the
+/// alignment NCCL's windows need).
+pub fn allocate_aligned(
+    ctx: u64,
+    limit: u64,
+    size: usize,
+    kind: MemKind,
+    align: usize,
+    call: &'static str,
+) -> EmuResult<usize> {
     if crate::config::allocation_fails() {
         return Err(EmuError::new(
             Code::OutOfMemory,
@@ -153,7 +167,6 @@ pub fn allocate(
             "out of memory: {size} bytes requested, {used} of {limit} bytes in use"
         )));
     }
-    let align = if kind == MemKind::Pinned { 4096 } else { 256 };
     let cap = size
         .checked_add(align - 1)
         .map(|v| v & !(align - 1))

@@ -13,7 +13,7 @@ use crate::vendor::Vendor;
 use std::ffi::c_void;
 use std::sync::Arc;
 use xthunk_core::backend::accounting::{Accounting, AllocationRegistry};
-use xthunk_core::backend::{DeviceMemory, DevicePtr, MemoryStats};
+use xthunk_core::backend::{DeviceMemory, DevicePtr, ExternalAllocator, MemoryStats};
 use xthunk_core::ir::MemorySpace;
 use xthunk_core::{Error, Result};
 
@@ -24,9 +24,25 @@ pub struct Allocation<V: Vendor> {
     base: u64,
     size: u64,
     space: MemorySpace,
-    raw: V::RawMemory,
+    raw: Raw<V>,
     ctx: Arc<V::Context>,
     accounting: Arc<Accounting>,
+}
+
+/// What goes back when an allocation is freed: the vendor's memory, or an outside
+/// allocator's (a collective library's) at its address.
+enum Raw<V: Vendor> {
+    Vendor(V::RawMemory),
+    External(Arc<dyn ExternalAllocator>, u64),
+}
+
+impl<V: Vendor> std::fmt::Debug for Raw<V> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Raw::Vendor(r) => r.fmt(f),
+            Raw::External(a, addr) => write!(f, "{} at {addr:#x}", a.name()),
+        }
+    }
 }
 
 impl<V: Vendor> std::fmt::Debug for Allocation<V> {
@@ -62,9 +78,13 @@ impl<V: Vendor> Allocation<V> {
 
 impl<V: Vendor> Drop for Allocation<V> {
     fn drop(&mut self) {
-        // SAFETY: `raw` came from the vendor's allocator for this device and is given back
-        // exactly once, here.
-        let r = V::bind(&self.ctx).and_then(|()| unsafe { V::free(&self.ctx, &self.raw) });
+        let r = V::bind(&self.ctx).and_then(|()| match &self.raw {
+            // SAFETY: `raw` came from the vendor's allocator for this device and is given
+            // back exactly once, here.
+            Raw::Vendor(raw) => unsafe { V::free(&self.ctx, raw) },
+            // SAFETY: `addr` came from this outside allocator and is given back once, here.
+            Raw::External(a, addr) => unsafe { a.free(*addr) },
+        });
         if let Err(e) = r {
             tracing::error!(
                 "freeing {} bytes of {} memory at {:#x}: {e}",
@@ -215,7 +235,62 @@ impl<V: Vendor> MemoryRegistry<V> {
             base,
             size,
             space,
-            raw,
+            raw: Raw::Vendor(raw),
+            ctx: ctx.clone(),
+            accounting: self.accounting.clone(),
+        });
+        self.allocations.insert(base, size, a.clone());
+        Ok(Buffer {
+            alloc: a,
+            registry: self.clone(),
+        })
+    }
+
+    /// Allocates `size` bytes of `space` with an outside allocator (called with the device
+    /// current; padded when it returns a misaligned address), registered and counted like
+    /// the vendor's memory; freed with the same allocator.
+    pub fn allocate_external(
+        self: &Arc<Self>,
+        ctx: &Arc<V::Context>,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+        alloc: Arc<dyn ExternalAllocator>,
+    ) -> Result<Buffer<V>> {
+        let align = alignment.max(1);
+        if !align.is_power_of_two() {
+            return Err(Error::InvalidArgument(format!(
+                "alignment {alignment} is not a power of two"
+            )));
+        }
+        let oom = || Error::OutOfMemory {
+            device: V::device_name(ctx).to_string(),
+            requested: size,
+            space,
+        };
+        V::bind(ctx)?;
+        let want = size.max(1);
+        let mut addr = alloc.allocate(want)?;
+        if addr % align != 0 {
+            // SAFETY: just allocated by `alloc`, unused, freed once.
+            if let Err(e) = unsafe { alloc.free(addr) } {
+                tracing::error!("{e}");
+            }
+            addr = alloc.allocate(want.checked_add(align).ok_or_else(oom)?)?;
+        }
+        let Some(base) = align_up(addr, align) else {
+            // SAFETY: as above.
+            if let Err(e) = unsafe { alloc.free(addr) } {
+                tracing::error!("{e}");
+            }
+            return Err(oom());
+        };
+        self.accounting.add(space, size);
+        let a = Arc::new(Allocation {
+            base,
+            size,
+            space,
+            raw: Raw::External(alloc, addr),
             ctx: ctx.clone(),
             accounting: self.accounting.clone(),
         });

@@ -19,6 +19,12 @@
 //!    timeout: a rank that never comes fails its peers' init instead of hanging them) on its
 //!    own device, and logs the clique: ranks, devices, id hash, library version, init time.
 //!
+//! A clique of more than `ranks_per_root` ranks (default 128, `XTHUNK_NCCL_RANKS_PER_ROOT`,
+//! [`NcclJobCliqueProvider::ranks_per_root`]) on a library with `ncclCommInitRankScalable`
+//! (2.23) has `ceil(size / ranks_per_root)` roots, clique ranks `i * size / roots`: each makes
+//! and publishes one id (root 0 under the name above, root `i` under `<name>.root<i>`), every
+//! rank reads them all in order and calls `ncclCommInitRankScalable` with them.
+//!
 //! The key is bound to the publisher's lease (it goes with its process). Splits exchange
 //! colors through the coordinator (`xthunk.nccl-split/<parent hash>/<n>/<rank>`) and make
 //! each new clique as above (one id per group). Collectives wait without a timeout inside the
@@ -27,7 +33,9 @@
 
 use crate::comm::{CommOptions, Meeting, NcclCommunicator};
 use crate::loader::{Flavor, Nccl};
-use crate::provider::{BindRank, check_devices, comms_failure, log_ready};
+use crate::provider::{
+    BindRank, check_devices, comms_failure, is_root, log_ready, ranks_per_root_from_env, roots_for,
+};
 use crate::sys::NCCL_UNIQUE_ID_BYTES;
 use parking_lot::Mutex;
 use std::collections::BTreeMap;
@@ -81,6 +89,8 @@ pub struct NcclJobCliqueProvider {
     placement: JobPlacement,
     bind: BindRank,
     timeouts: Timeouts,
+    /// Ranks per root above which cliques initialize through several roots.
+    ranks_per_root: usize,
     cliques: CliqueCache<Entry>,
     generations: Mutex<BTreeMap<CliqueKey, u64>>,
     splits: Mutex<BTreeMap<(CliqueKey, usize), u64>>,
@@ -164,10 +174,19 @@ impl NcclJobCliqueProvider {
             placement,
             bind,
             timeouts,
+            ranks_per_root: ranks_per_root_from_env(),
             cliques: CliqueCache::new(),
             generations: Mutex::new(BTreeMap::new()),
             splits: Mutex::new(BTreeMap::new()),
         })
+    }
+
+    /// As [`crate::NcclCliqueProvider::ranks_per_root`]: cliques of more than `n` ranks
+    /// initialize through several roots, each publishing its unique id through the
+    /// coordinator.
+    pub fn ranks_per_root(mut self, n: usize) -> Self {
+        self.ranks_per_root = n.max(1);
+        self
     }
 
     /// The library the communicators come from.
@@ -257,41 +276,69 @@ impl NcclJobCliqueProvider {
             self.lib.flavor().name(),
             key.stable_hash()
         );
+        let roots = roots_for(
+            key.size(),
+            self.ranks_per_root,
+            self.lib.supports_scalable_init(),
+        );
         let bound = (self.bind)(local).map_err(|e| error_message(&e));
-        if let (Err(why), false) = (&bound, rank == 0) {
+        if let (Err(why), false) = (&bound, is_root(rank, key.size(), roots)) {
             return Err(fail(Error::backend(
                 self.name(),
                 "bind device",
                 why.clone(),
             )));
         }
-        let id = exchange_unique_id(
-            self.coordinator.as_ref(),
-            &name,
-            rank == 0,
-            self.timeouts.terminate_after,
-            || {
-                bound.clone().and_then(|()| {
-                    self.lib
-                        .unique_id()
-                        .map(|id| id.to_vec())
-                        .map_err(|e| error_message(&e))
-                })
-            },
-        )
-        .map_err(|e| fail(Error::Distributed(e)))?;
-        let id: [u8; NCCL_UNIQUE_ID_BYTES] = id.as_slice().try_into().map_err(|_| {
-            fail(Error::InvalidArgument(format!(
-                "the unique id published for {key} has {} bytes, not {NCCL_UNIQUE_ID_BYTES}",
-                id.len()
-            )))
-        })?;
+        // Root `i` (clique rank `i * size / roots`) publishes its id under `name` (root 0)
+        // or `name.root<i>`; every rank reads them in order (a root publishes its own before
+        // reading later ones, and root 0 reads none first, so no rank waits on itself).
+        let mut ids: Vec<[u8; NCCL_UNIQUE_ID_BYTES]> = Vec::with_capacity(roots);
+        for i in 0..roots {
+            let root_name = if i == 0 {
+                name.clone()
+            } else {
+                format!("{name}.root{i}")
+            };
+            let id = exchange_unique_id(
+                self.coordinator.as_ref(),
+                &root_name,
+                rank == i * key.size() / roots,
+                self.timeouts.terminate_after,
+                || {
+                    bound.clone().and_then(|()| {
+                        self.lib
+                            .unique_id()
+                            .map(|id| id.to_vec())
+                            .map_err(|e| error_message(&e))
+                    })
+                },
+            )
+            .map_err(|e| fail(Error::Distributed(e)))?;
+            ids.push(id.as_slice().try_into().map_err(|_| {
+                fail(Error::InvalidArgument(format!(
+                    "the unique id published for {key} (root {i}) has {} bytes, not {NCCL_UNIQUE_ID_BYTES}",
+                    id.len()
+                )))
+            })?);
+        }
+        let Some(&id) = ids.first() else {
+            return Err(fail(Error::InvalidArgument(format!("{key}: no root"))));
+        };
+        if roots > 1 && rank == 0 {
+            tracing::info!(
+                library = %self.lib.describe(),
+                %key,
+                roots,
+                ranks_per_root = self.ranks_per_root,
+                "initializing through several roots (ncclCommInitRankScalable)"
+            );
+        }
         let bind = self.bind.clone();
         let options = CommOptions::nonblocking(Some(self.timeouts.terminate_after))
             .with_bind_device(move || bind(local));
         let comm = self
             .lib
-            .init_rank_with(key.size(), &id, rank, &options)
+            .init_rank_roots(key.size(), &ids, rank, &options)
             .map_err(fail)?;
         let comm = Arc::new(comm.in_clique(member, failed.clone()));
         log_ready(
@@ -340,6 +387,13 @@ impl CliqueProvider for NcclJobCliqueProvider {
 
     fn acquire(&self, key: &CliqueKey, global_rank: usize) -> Result<Arc<dyn Communicator>> {
         Ok(self.communicator(key, global_rank)?)
+    }
+
+    fn collective_allocator(
+        &self,
+        _global_rank: usize,
+    ) -> Option<Arc<dyn xthunk_core::backend::ExternalAllocator>> {
+        self.lib.allocator()
     }
 
     /// Colors are exchanged through the coordinator, then the new clique is made as by

@@ -20,9 +20,15 @@
 //!   clique share rank 0's unique id through an in-process rendezvous with timeouts, then each
 //!   inits on its own thread with its device current; cached per clique and rank, split with
 //!   `ncclCommSplit` where the library has it.
+//!   Cliques of more than `ranks_per_root` ranks (default 128, `XTHUNK_NCCL_RANKS_PER_ROOT`)
+//!   initialize through `ceil(size / ranks_per_root)` roots with `ncclCommInitRankScalable`
+//!   where the library has it (2.23), each root making one unique id.
 //! - [`NcclJobCliqueProvider`] ([`job`]) does the same across the processes of a job: rank
 //!   0's unique id goes through the job's coordinator, communicators are non-blocking and
 //!   bounded by the terminate timeout.
+//! - [`memory`]: collective memory — `ncclMemAlloc` as the backends' outside allocator,
+//!   windows (2.27) or user-buffer registration (2.19) per communicator, each gated on the
+//!   version and the symbols found, what is not used logged once per library.
 //! - [`result`] maps `ncclResult_t` to names, messages and xthunk errors in one place;
 //!   [`nccl_dtype`] and [`nccl_op`] map element types and reduction operators.
 //!
@@ -37,6 +43,7 @@
 pub mod comm;
 pub mod job;
 pub mod loader;
+pub mod memory;
 pub mod provider;
 pub mod result;
 pub mod sys;
@@ -46,11 +53,15 @@ mod version;
 pub use comm::{BindDevice, CommOptions, NcclCommunicator};
 pub use job::NcclJobCliqueProvider;
 pub use loader::{Flavor, Nccl, SearchConfig};
-pub use provider::{BindRank, NcclCliqueCommunicator, NcclCliqueProvider};
+pub use provider::{
+    BindRank, DEFAULT_RANKS_PER_ROOT, NcclCliqueCommunicator, NcclCliqueProvider, is_root,
+    ranks_per_root_from_env, roots_for,
+};
 pub use result::{describe_result, result_info};
 pub use types::{nccl_dtype, nccl_op};
 pub use version::{
-    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MIN_VERSION, NcclVersion, SPLIT_SINCE,
+    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MEM_ALLOC_SINCE, MIN_VERSION, NcclVersion,
+    SCALABLE_SINCE, SPLIT_SINCE, WINDOW_SINCE,
 };
 
 /// Bytes of an `ncclUniqueId`.

@@ -35,7 +35,8 @@
 use crate::result::describe_result;
 use crate::sys;
 use crate::version::{
-    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MIN_VERSION, NcclVersion, SPLIT_SINCE,
+    BF16_SINCE, CONFIG_SINCE, LAST_ERROR_SINCE, MEM_ALLOC_SINCE, MIN_VERSION, NcclVersion,
+    SCALABLE_SINCE, SPLIT_SINCE, WINDOW_SINCE,
 };
 use std::ffi::{CStr, c_int};
 use std::fmt;
@@ -224,6 +225,20 @@ symbol_table! {
             ncclCommSplit: sys::ncclCommSplit_t,
             #[since(LAST_ERROR_SINCE.to_version())]
             ncclGetLastError: sys::ncclGetLastError_t,
+            #[since(MEM_ALLOC_SINCE.to_version())]
+            ncclMemAlloc: sys::ncclMemAlloc_t,
+            #[since(MEM_ALLOC_SINCE.to_version())]
+            ncclMemFree: sys::ncclMemFree_t,
+            #[since(MEM_ALLOC_SINCE.to_version())]
+            ncclCommRegister: sys::ncclCommRegister_t,
+            #[since(MEM_ALLOC_SINCE.to_version())]
+            ncclCommDeregister: sys::ncclCommDeregister_t,
+            #[since(WINDOW_SINCE.to_version())]
+            ncclCommWindowRegister: sys::ncclCommWindowRegister_t,
+            #[since(WINDOW_SINCE.to_version())]
+            ncclCommWindowDeregister: sys::ncclCommWindowDeregister_t,
+            #[since(SCALABLE_SINCE.to_version())]
+            ncclCommInitRankScalable: sys::ncclCommInitRankScalable_t,
         }
     }
 }
@@ -372,6 +387,11 @@ impl Nccl {
     /// Whether `ncclCommSplit` can be used (2.18).
     pub fn supports_split(&self) -> bool {
         self.api.ncclCommSplit.is_some()
+    }
+
+    /// Whether `ncclCommInitRankScalable` can be used (2.23): init through several roots.
+    pub fn supports_scalable_init(&self) -> bool {
+        self.api.ncclCommInitRankScalable.is_some()
     }
 
     /// Whether `ncclCommFinalize` can be used (2.14).

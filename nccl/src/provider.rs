@@ -16,6 +16,12 @@
 //!    [non-blocking](NcclCliqueProvider::nonblocking) provider) with the shared id, binding its
 //!    device again right before the call.
 //!
+//! A clique of more than `ranks_per_root` ranks ([`NcclCliqueProvider::ranks_per_root`],
+//! default [`DEFAULT_RANKS_PER_ROOT`] or `XTHUNK_NCCL_RANKS_PER_ROOT`) on a library with
+//! `ncclCommInitRankScalable` (2.23) initializes through `ceil(size / ranks_per_root)` roots:
+//! clique ranks `i * size / roots` each make a unique id in step 1, and step 3 passes them all,
+//! in rank order, to `ncclCommInitRankScalable`.
+//!
 //! The result is cached per `(key, rank)` and reused by later executions. A split
 //! ([`CliqueProvider::split`]) meets on the parent clique (every rank learns the others'
 //! colors) and then uses `ncclCommSplit` (NCCL/RCCL 2.18 and later) or, without it, creates
@@ -40,6 +46,35 @@ use xthunk_core::collectives::{
     error_message,
 };
 use xthunk_core::{Error, Result};
+
+/// Ranks per root above which a clique initializes through several roots
+/// (`ncclCommInitRankScalable`), unless `XTHUNK_NCCL_RANKS_PER_ROOT` says otherwise.
+pub const DEFAULT_RANKS_PER_ROOT: usize = 128;
+
+/// `XTHUNK_NCCL_RANKS_PER_ROOT` (at least 1), else [`DEFAULT_RANKS_PER_ROOT`].
+pub fn ranks_per_root_from_env() -> usize {
+    std::env::var("XTHUNK_NCCL_RANKS_PER_ROOT")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|n| *n >= 1)
+        .unwrap_or(DEFAULT_RANKS_PER_ROOT)
+}
+
+/// How many roots a clique of `size` ranks initializes through: one up to `per_root` ranks
+/// or without `ncclCommInitRankScalable` (`scalable`), else `ceil(size / per_root)`.
+pub fn roots_for(size: usize, per_root: usize, scalable: bool) -> usize {
+    if scalable && size > per_root.max(1) {
+        size.div_ceil(per_root.max(1))
+    } else {
+        1
+    }
+}
+
+/// Whether clique rank `rank` of `size` is one of `roots` roots (ranks `i * size / roots`),
+/// which make the unique ids.
+pub fn is_root(rank: usize, size: usize, roots: usize) -> bool {
+    (0..roots).any(|i| i * size / roots.max(1) == rank)
+}
 
 /// Makes device `rank` (an index into the provider's devices) current on the calling thread.
 pub type BindRank = Arc<dyn Fn(usize) -> Result<()> + Send + Sync>;
@@ -126,6 +161,8 @@ pub struct NcclCliqueProvider {
     bind: BindRank,
     timeouts: Timeouts,
     nonblocking: bool,
+    /// Ranks per root above which cliques initialize through several roots.
+    ranks_per_root: usize,
     cliques: CliqueCache<Entry>,
 }
 
@@ -245,8 +282,17 @@ impl NcclCliqueProvider {
             bind,
             timeouts,
             nonblocking: false,
+            ranks_per_root: ranks_per_root_from_env(),
             cliques: CliqueCache::new(),
         })
+    }
+
+    /// Cliques of more than `n` ranks initialize through `ceil(size / n)` roots with
+    /// `ncclCommInitRankScalable` where the library has it (2.23); default
+    /// `XTHUNK_NCCL_RANKS_PER_ROOT`, else [`DEFAULT_RANKS_PER_ROOT`].
+    pub fn ranks_per_root(mut self, n: usize) -> Self {
+        self.ranks_per_root = n.max(1);
+        self
     }
 
     /// Makes communicators non-blocking (`ncclCommInitRankConfig` with `blocking = 0`; needs
@@ -418,9 +464,14 @@ impl NcclCliqueProvider {
         // Everything that can fail before the library is entered, first: a rank that cannot
         // init tells its peers so at the rendezvous, instead of leaving them inside
         // ncclCommInitRank waiting for it.
+        let roots = roots_for(
+            key.size(),
+            self.ranks_per_root,
+            self.lib.supports_scalable_init(),
+        );
         let ready = (self.bind)(global_rank)
             .and_then(|()| {
-                if rank == 0 {
+                if is_root(rank, key.size(), roots) {
                     self.lib.unique_id().map(Some)
                 } else {
                     Ok(None)
@@ -430,7 +481,7 @@ impl NcclCliqueProvider {
         let all = rv
             .arrive(Round::Init, key.ranks(), global_rank, Arrival::Init(ready))
             .map_err(|e| Error::backend(self.name(), CALL, error_message(&e)))?;
-        let mut id: Option<UniqueId> = None;
+        let mut ids: Vec<UniqueId> = vec![];
         for (g, a) in key.ranks().iter().zip(all.iter()) {
             match a {
                 Arrival::Init(Err(why)) => {
@@ -441,8 +492,8 @@ impl NcclCliqueProvider {
                     );
                     return Err(self.fail(&rv, CALL, key, global_rank, &e));
                 }
-                Arrival::Init(Ok(Some(u))) if id.is_none() => id = Some(*u),
-                Arrival::Init(Ok(_)) => {}
+                Arrival::Init(Ok(Some(u))) => ids.push(*u),
+                Arrival::Init(Ok(None)) => {}
                 Arrival::Split { .. } => {
                     let e = Error::InvalidArgument(format!(
                         "rank {g} arrived for a split where a communicator init was expected"
@@ -451,13 +502,25 @@ impl NcclCliqueProvider {
                 }
             }
         }
-        let Some(id) = id else {
-            let e = Error::InvalidArgument("the clique's rank 0 brought no unique id".into());
+        let Some(&id) = ids.first().filter(|_| ids.len() == roots) else {
+            let e = Error::InvalidArgument(format!(
+                "the clique's {roots} root(s) brought {} unique id(s)",
+                ids.len()
+            ));
             return Err(self.fail(&rv, CALL, key, global_rank, &e));
         };
+        if roots > 1 && rank == 0 {
+            tracing::info!(
+                library = %self.lib.describe(),
+                %key,
+                roots,
+                ranks_per_root = self.ranks_per_root,
+                "initializing through several roots (ncclCommInitRankScalable)"
+            );
+        }
         let comm = self
             .lib
-            .init_rank_with(key.size(), &id, rank, &self.options(global_rank))
+            .init_rank_roots(key.size(), &ids, rank, &self.options(global_rank))
             .map_err(|e| self.fail(&rv, CALL, key, global_rank, &e))?;
         let comm = Arc::new(comm.in_clique(member, rv.clone()));
         self.store(key, rank, &rv, &comm);
@@ -618,6 +681,13 @@ impl CliqueProvider for NcclCliqueProvider {
 
     fn acquire(&self, key: &CliqueKey, global_rank: usize) -> Result<Arc<dyn Communicator>> {
         Ok(self.communicator(key, global_rank)?)
+    }
+
+    fn collective_allocator(
+        &self,
+        _global_rank: usize,
+    ) -> Option<Arc<dyn xthunk_core::backend::ExternalAllocator>> {
+        self.lib.allocator()
     }
 
     fn split(

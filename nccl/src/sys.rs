@@ -190,3 +190,44 @@ pub type ncclRecv_t = unsafe extern "C" fn(
 ) -> ncclResult_t;
 pub type ncclGroupStart_t = unsafe extern "C" fn() -> ncclResult_t;
 pub type ncclGroupEnd_t = unsafe extern "C" fn() -> ncclResult_t;
+
+// Collective memory (NCCL 2.19: `ncclMemAlloc`, `ncclCommRegister`; 2.27: windows).
+
+/// `ncclWindow_t`: an opaque handle.
+pub type ncclWindow_t = *mut c_void;
+/// `NCCL_WIN_DEFAULT`.
+pub const NCCL_WIN_DEFAULT: c_int = 0x00;
+/// `NCCL_WIN_COLL_SYMMETRIC`: every rank uses the window at the same offset from its head.
+pub const NCCL_WIN_COLL_SYMMETRIC: c_int = 0x01;
+/// `NCCL_WIN_REQUIRED_ALIGNMENT`: a window's address and size are multiples of it.
+pub const NCCL_WIN_REQUIRED_ALIGNMENT: u64 = 4096;
+pub type ncclMemAlloc_t = unsafe extern "C" fn(ptr: *mut *mut c_void, size: usize) -> ncclResult_t;
+pub type ncclMemFree_t = unsafe extern "C" fn(ptr: *mut c_void) -> ncclResult_t;
+pub type ncclCommRegister_t = unsafe extern "C" fn(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    handle: *mut *mut c_void,
+) -> ncclResult_t;
+pub type ncclCommDeregister_t =
+    unsafe extern "C" fn(comm: ncclComm_t, handle: *mut c_void) -> ncclResult_t;
+pub type ncclCommWindowRegister_t = unsafe extern "C" fn(
+    comm: ncclComm_t,
+    buff: *mut c_void,
+    size: usize,
+    win: *mut ncclWindow_t,
+    win_flags: c_int,
+) -> ncclResult_t;
+pub type ncclCommWindowDeregister_t =
+    unsafe extern "C" fn(comm: ncclComm_t, win: ncclWindow_t) -> ncclResult_t;
+
+/// `ncclCommInitRankScalable` (NCCL 2.23): `n_id` unique ids (one per root, the same on every
+/// rank); `config` is declared `ncclConfig_t*`, xthunk passes its smallest layout.
+pub type ncclCommInitRankScalable_t = unsafe extern "C" fn(
+    newcomm: *mut ncclComm_t,
+    nranks: c_int,
+    myrank: c_int,
+    n_id: c_int,
+    comm_ids: *mut ncclUniqueId,
+    config: *mut ncclConfig_v21400,
+) -> ncclResult_t;

@@ -79,6 +79,14 @@ pub const LAST_ERROR_SINCE: NcclVersion = NcclVersion::new(2, 13, 0);
 pub const CONFIG_SINCE: NcclVersion = NcclVersion::new(2, 14, 0);
 /// `ncclCommSplit`.
 pub const SPLIT_SINCE: NcclVersion = NcclVersion::new(2, 18, 0);
+/// `ncclMemAlloc` / `ncclMemFree` and user-buffer registration (`ncclCommRegister` /
+/// `ncclCommDeregister`): NCCL 2.19.
+pub const MEM_ALLOC_SINCE: NcclVersion = NcclVersion::new(2, 19, 0);
+/// Window registration (`ncclCommWindowRegister` / `ncclCommWindowDeregister`,
+/// `NCCL_WIN_COLL_SYMMETRIC`, 4096-byte alignment): NCCL 2.27.
+pub const WINDOW_SINCE: NcclVersion = NcclVersion::new(2, 27, 0);
+/// `ncclCommInitRankScalable` (several unique ids, one per root): NCCL 2.23.
+pub const SCALABLE_SINCE: NcclVersion = NcclVersion::new(2, 23, 0);
 
 #[cfg(test)]
 mod tests {

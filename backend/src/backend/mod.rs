@@ -30,7 +30,8 @@ pub use limits::{LaunchLimits, check_launch_limits};
 pub use registry::{BackendChoice, BackendRegistry, BackendStatus};
 pub use stream::{Event, Graph, HostWork, Stream};
 pub use types::{
-    Buffer, DeviceMemory, DevicePtr, DeviceRange, GemmLaunch, KernelHandle, LaunchArg, LaunchDims,
+    Buffer, DeviceMemory, DevicePtr, DeviceRange, ExternalAllocator, GemmLaunch, KernelHandle,
+    LaunchArg, LaunchDims,
 };
 
 /// Who made a device.
@@ -121,6 +122,23 @@ pub trait Device: Send + Sync {
     fn capabilities(&self) -> &Capabilities;
     /// Allocates `size` bytes (0 is allowed) aligned to at least `alignment`.
     fn allocate(&self, size: u64, alignment: u64, space: MemorySpace) -> Result<Buffer>;
+    /// Allocates `size` bytes of `space` with `alloc` (a library's allocator, called with
+    /// this device current), registered and checked like the backend's own allocations;
+    /// dropping the buffer gives the memory back to `alloc`. `Unsupported` by default (the
+    /// host backend: its collective memory is plain memory).
+    fn allocate_external(
+        &self,
+        size: u64,
+        alignment: u64,
+        space: MemorySpace,
+        alloc: std::sync::Arc<dyn ExternalAllocator>,
+    ) -> Result<Buffer> {
+        let _ = (size, alignment, space);
+        Err(crate::Error::Unsupported {
+            backend: self.backend_name().into(),
+            feature: format!("memory from {}", alloc.name()),
+        })
+    }
     fn memory_stats(&self) -> MemoryStats;
     fn create_stream(&self) -> Result<Arc<dyn Stream>>;
     fn create_event(&self) -> Result<Arc<dyn Event>>;

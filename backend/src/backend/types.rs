@@ -25,6 +25,23 @@ impl fmt::Display for DevicePtr {
     }
 }
 
+/// An allocator outside the backend, for memory a library must have allocated itself (a
+/// collective library's `ncclMemAlloc`, whose memory it can register as a symmetric window).
+/// The backend calls it with its device current and registers what it returns like its own
+/// allocations ([`Device::allocate_external`](super::Device::allocate_external)).
+pub trait ExternalAllocator: Send + Sync + fmt::Debug {
+    /// The allocator in words (`ncclMemAlloc (NCCL 2.27.5)`), for messages.
+    fn name(&self) -> String;
+    /// Allocates `bytes` on the current device; returns the address.
+    fn allocate(&self, bytes: u64) -> crate::Result<u64>;
+    /// Gives back what [`ExternalAllocator::allocate`] returned.
+    ///
+    /// # Safety
+    /// `addr` came from this allocator's `allocate` and is freed once, with no work pending
+    /// on it.
+    unsafe fn free(&self, addr: u64) -> crate::Result<()>;
+}
+
 /// An allocation. Dropping it frees the memory (after work already queued on it finished).
 pub trait DeviceMemory: Send + Sync + fmt::Debug {
     fn ptr(&self) -> DevicePtr;

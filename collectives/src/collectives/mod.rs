@@ -158,6 +158,44 @@ pub trait Communicator: Send + Sync {
     fn pending(&self) -> Option<String> {
         None
     }
+    /// Registers `bytes` at `ptr` (collective memory of an executable) with this
+    /// communicator, for zero-copy and symmetric collectives: a symmetric window where the
+    /// library has them and the memory came from its allocator (`from_library`), else a
+    /// user-buffer registration, else nothing (`None`). Collective where the library's window
+    /// registration is (every rank of the clique registers in the same order). Dropping the
+    /// registration deregisters; it keeps the communicator alive until then.
+    fn register(
+        self: Arc<Self>,
+        ptr: DevicePtr,
+        bytes: u64,
+        from_library: bool,
+    ) -> Result<Option<Box<dyn Registration>>> {
+        let _ = (ptr, bytes, from_library);
+        Ok(None)
+    }
+}
+
+/// How a buffer is registered with a communicator ([`Communicator::register`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RegistrationKind {
+    /// A symmetric window (`ncclCommWindowRegister` with `NCCL_WIN_COLL_SYMMETRIC`).
+    Window,
+    /// A user-buffer registration (`ncclCommRegister`).
+    UserBuffer,
+}
+
+impl RegistrationKind {
+    pub const fn name(self) -> &'static str {
+        match self {
+            RegistrationKind::Window => "window",
+            RegistrationKind::UserBuffer => "user buffer",
+        }
+    }
+}
+
+/// A buffer's registration with one communicator; dropping it deregisters.
+pub trait Registration: Send + Sync {
+    fn kind(&self) -> RegistrationKind;
 }
 
 /// Which stream a clique's operations run on. Part of the [`CliqueKey`]: the same devices get
@@ -421,6 +459,16 @@ pub trait CliqueProvider: Send + Sync {
     /// Why one of the provider's cliques failed, if one did (for the message of a job that
     /// ends because of another rank). The default: `None`.
     fn failure(&self) -> Option<String> {
+        None
+    }
+    /// The collective library's allocator for the device of `global_rank` (`ncclMemAlloc`),
+    /// for an executable's collective memory, when the library has one; `None` (the default)
+    /// when it has none: the memory is then the device's own.
+    fn collective_allocator(
+        &self,
+        global_rank: usize,
+    ) -> Option<Arc<dyn crate::backend::ExternalAllocator>> {
+        let _ = global_rank;
         None
     }
 }

@@ -455,6 +455,44 @@ pub unsafe extern "C" fn ncclCommInitRankConfig(
     })
 }
 
+/// `ncclCommInitRankScalable` (NCCL 2.23): `n_id` unique ids (one per root), the same on
+/// every rank; counted (ranks, and the roots each named) and then joined as one clique on the
+/// first id (the emulator's rendezvous needs one).
+#[unsafe(no_mangle)]
+pub unsafe extern "C" fn ncclCommInitRankScalable(
+    comm: *mut usize,
+    nranks: c_int,
+    rank: c_int,
+    n_id: c_int,
+    ids: *const UniqueId,
+    config: *mut c_void,
+) -> NcclResult {
+    const C: &str = "ncclCommInitRankScalable";
+    api(C, || {
+        if crate::config::get().nccl_mode == crate::config::NcclMode::Old {
+            return fail(
+                INVALID_USAGE,
+                C,
+                Kind::InvalidState,
+                "not in NCCL 2.18.6 (XTHUNK_EMU_NCCL_MODE=old): gate it on the version",
+            );
+        }
+        if ids.is_null() || n_id < 1 || n_id > nranks.max(1) {
+            return fail(
+                INVALID_ARGUMENT,
+                C,
+                Kind::InvalidValue,
+                format!("{n_id} unique ids at {ids:?} for {nranks} ranks"),
+            );
+        }
+        super::symmetric::count_scalable(n_id as u64);
+        // SAFETY: `ids` holds `n_id >= 1` ids (the caller's contract).
+        let first = unsafe { std::ptr::read(ids) };
+        // SAFETY: the caller's out-pointer and config.
+        unsafe { init_rank(comm, nranks, first, rank, config, C) }
+    })
+}
+
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn ncclCommInitAll(
     comms: *mut usize,

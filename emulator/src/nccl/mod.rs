@@ -3,7 +3,8 @@
 //!
 //! - `ncclGetUniqueId` makes a fresh id; `ncclCommInitRank[Config]` from every rank (one thread
 //!   each, or one thread inside `ncclGroupStart/End`) rendezvous on it; `ncclCommInitAll`
-//!   makes a whole clique at once. A rank's device is the current CUDA context's device if the
+//!   makes a whole clique at once; `ncclCommInitRankScalable` (several roots' ids) is counted
+//!   and joins on its first id. A rank's device is the current CUDA context's device if the
 //!   thread has one, else the current HIP device.
 //! - **Non-blocking communicators** (`ncclConfig_t.blocking = 0`): the init returns at once with
 //!   the handle, `ncclInProgress` while ranks are missing; `ncclCommGetAsyncError` reports
@@ -71,7 +72,8 @@
 //! (what the messages do to slots), `slot` (where the ranks' parts of one operation meet),
 //! `init` (unique ids, initialization, blocking or not), `split` (`ncclCommSplit`), `group`
 //! (`ncclGroupStart/End`), `collectives` (the collective calls), `p2p` (`ncclSend` /
-//! `ncclRecv`), `owner` (`Owner` for the clique: hands the messages to `remote` and `split`).
+//! `ncclRecv`), `symmetric` (`ncclMemAlloc`, user-buffer and window registration, their
+//! counters and the version modes' refusals), `owner` (`Owner` for the clique: hands the messages to `remote` and `split`).
 //! No module names one above it.
 
 #![allow(non_snake_case, clippy::too_many_arguments)]
@@ -90,6 +92,7 @@ mod reduce;
 mod remote;
 mod slot;
 mod split;
+mod symmetric;
 mod types;
 mod wire;
 
@@ -100,6 +103,7 @@ pub use init::*;
 pub use link::{id_hash, rendezvous_dir};
 pub use p2p::*;
 pub use split::*;
+pub use symmetric::*;
 
 use crate::diag::{self, Kind};
 use crate::error::guard;
@@ -119,6 +123,19 @@ pub const IN_PROGRESS: NcclResult = 7;
 
 /// NCCL 2.32.3 (`NCCL_VERSION_CODE`).
 pub const VERSION: c_int = 23203;
+/// What `XTHUNK_EMU_NCCL_MODE=old` reports: NCCL 2.18.6, before `ncclMemAlloc` (2.19).
+pub const OLD_VERSION: c_int = 21806;
+/// What `XTHUNK_EMU_NCCL_MODE=rccl-no-windows` reports: 2.27.5, whose windows are empty.
+pub const NO_WINDOWS_VERSION: c_int = 22705;
+
+/// The version the library reports in its current mode.
+pub fn version() -> c_int {
+    match crate::config::get().nccl_mode {
+        crate::config::NcclMode::Current => VERSION,
+        crate::config::NcclMode::Old => OLD_VERSION,
+        crate::config::NcclMode::RcclNoWindows => NO_WINDOWS_VERSION,
+    }
+}
 
 /// How long a rank waits for the other ranks (`XTHUNK_EMU_NCCL_TIMEOUT` seconds, 60 by default).
 fn timeout() -> Duration {
@@ -165,7 +182,7 @@ pub unsafe extern "C" fn ncclGetVersion(v: *mut c_int) -> NcclResult {
         );
     }
     // SAFETY: the caller's non-null out-pointer.
-    unsafe { *v = VERSION };
+    unsafe { *v = version() };
     SUCCESS
 }
 

@@ -42,6 +42,20 @@ pub(super) fn communicator(
     Ok(comm)
 }
 
+/// Registers the collective memory `slices` lie in with `comm` (the first time) and notes in
+/// the trace when the collective's buffers are all registered.
+fn note_registered(run: &Run<'_>, comm: &Arc<dyn Communicator>, slices: &[&Slice]) -> Result<()> {
+    let Some(memory) = run.collective_memory else {
+        return Ok(());
+    };
+    if let Some(kind) = memory.register(comm, slices)?
+        && let Some(tr) = &run.trace
+    {
+        tr.note_registered(kind);
+    }
+    Ok(())
+}
+
 /// The clique of this rank and `peer`, and the peer's position in it.
 fn pair(run: &Run<'_>, peer: u32, kind: StreamKind) -> Result<(Arc<dyn Communicator>, usize)> {
     let (rank, _) = run.rank_world();
@@ -104,6 +118,7 @@ pub(super) fn collective(
     )
     .entered();
     let comm = communicator(run, &sorted, kind)?;
+    note_registered(run, &comm, &[&c.src, &c.dst])?;
     match c.op {
         CollectiveOp::AllReduce { op } => {
             comm.all_reduce(stream, src, dst, c.src.size / es, c.dtype, op)
@@ -150,6 +165,7 @@ pub(super) fn permute(
     // receives as one group.
     let all: Vec<u32> = (0..world).collect();
     let comm = communicator(run, &all, kind)?;
+    note_registered(run, &comm, &[&src, &dst])?;
     comm.group_start()?;
     let mut r = Ok(());
     if let Some(t) = to {

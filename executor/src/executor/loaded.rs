@@ -1,6 +1,7 @@
 //! [`LoadedExecutable`]: an executable loaded onto one device (modules, constants, the static
 //! schedule, a pool of per-execution state), and its entry points: load, allocate, execute.
 
+use super::collective_memory::{CollectiveMemory, CollectiveMemoryReport, has_collective};
 use super::config::{ExecuteOptions, ExecutorConfig};
 use super::plan::Planner;
 use super::progress::Progress;
@@ -33,6 +34,9 @@ pub struct LoadedExecutable {
     own_progress: std::sync::OnceLock<Arc<Progress>>,
     /// What traces call the schedule's nodes (made by the first traced execution).
     trace_nodes: std::sync::OnceLock<Arc<[crate::trace::NodeInfo]>>,
+    /// The collective-space arenas (made by the first execution, kept until unload; see
+    /// `collective_memory`); held locked by each execution of a program that has them.
+    collective: Option<Mutex<Option<CollectiveMemory>>>,
 }
 
 impl std::fmt::Debug for LoadedExecutable {
@@ -100,7 +104,11 @@ impl LoadedExecutable {
         check_memory(device.as_ref(), exe, None)?;
         let caps = device.capabilities();
         for a in &exe.allocations {
-            if !caps.memory_spaces.contains(&a.memory_space) {
+            // Collective temps are the executor's (`collective_memory`): the library's memory
+            // or the device's own.
+            let executor_owned = a.memory_space == crate::ir::MemorySpace::Collective
+                && matches!(a.kind, AllocationKind::Temp);
+            if !executor_owned && !caps.memory_spaces.contains(&a.memory_space) {
                 return Err(Error::Unsupported {
                     backend: device.backend_name().into(),
                     feature: format!("{} memory (allocation {})", a.memory_space, a.index),
@@ -151,6 +159,7 @@ impl LoadedExecutable {
             let name = format!("load {}", exe.name);
             tracer.span(rank, "load", name, started, Instant::now(), args);
         }
+        let collective = has_collective(&schedule.temps).then(|| Mutex::new(None));
         Ok(LoadedExecutable {
             exe: program.clone(),
             device,
@@ -161,6 +170,7 @@ impl LoadedExecutable {
             pool: Mutex::new(vec![]),
             own_progress: std::sync::OnceLock::new(),
             trace_nodes: std::sync::OnceLock::new(),
+            collective,
         })
     }
 
@@ -199,6 +209,13 @@ impl LoadedExecutable {
     /// order, or the pooled execution state.
     pub fn scratch_path(&self) -> ScratchPath {
         self.scratch_path
+    }
+
+    /// The program's collective memory (see `collective_memory`): `None` when it has none;
+    /// all zero before its first execution.
+    pub fn collective_memory(&self) -> Option<CollectiveMemoryReport> {
+        let c = self.collective.as_ref()?;
+        Some(c.lock().as_ref().map(|m| m.report()).unwrap_or_default())
     }
 
     /// Frees pooled per-execution state (temporaries, streams, recordings).
@@ -300,6 +317,21 @@ impl LoadedExecutable {
             }
         }
         refuse_overlaps(&self.exe.name, &mut callers)?;
+        // A program with collective memory runs one execution at a time (they share it).
+        let mut collective = self.collective.as_ref().map(|c| c.lock());
+        if let Some(c) = collective.as_deref_mut() {
+            if c.is_none() {
+                *c = Some(CollectiveMemory::allocate(
+                    self.device.as_ref(),
+                    &self.schedule.temps,
+                    self.exe.allocations.len(),
+                    opts.collectives.as_ref(),
+                )?);
+            }
+            if let Some(m) = c.as_ref() {
+                m.place(&self.schedule.temps, &mut table);
+            }
+        }
         let pooled = self.pool.lock().pop();
         let state = match pooled {
             Some(s) => s,
@@ -343,6 +375,7 @@ impl LoadedExecutable {
             opts.collectives.as_ref(),
             progress,
         );
+        run.collective_memory = collective.as_deref().and_then(Option::as_ref);
         if let Some(tracer) = opts.trace.as_deref() {
             let nodes = self
                 .trace_nodes

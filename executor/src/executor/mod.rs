@@ -27,6 +27,8 @@
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
+//! - `collective_memory`: the collective-space arenas, allocated once per loaded executable
+//!   with the collective library's allocator and registered with each clique that uses them;
 //! - `scratch`: where each execution's temp arenas come from (the device's stream-ordered
 //!   memory pool, or the pooled state);
 //! - `progress`: the SPMD run's record of where every rank is in its communication steps;
@@ -40,6 +42,7 @@
 
 mod arrange;
 mod collective;
+mod collective_memory;
 mod command_buffer;
 mod config;
 mod custom_call;
@@ -63,6 +66,7 @@ mod trace;
 pub mod white_box;
 
 pub use crate::program::Program;
+pub use collective_memory::{COLLECTIVE_ALIGNMENT, CollectiveMemoryReport};
 pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions, describe_positions_gone};

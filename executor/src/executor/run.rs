@@ -60,6 +60,8 @@ pub(super) struct Run<'a> {
     issued_nodes: Cell<usize>,
     /// This execution's trace, when one was asked for.
     pub(super) trace: Option<super::trace::Recorder<'a>>,
+    /// The executable's collective memory, registered with the cliques that use it.
+    pub(super) collective_memory: Option<&'a super::collective_memory::CollectiveMemory>,
 }
 
 impl<'a> Run<'a> {
@@ -88,6 +90,7 @@ impl<'a> Run<'a> {
             conditional_nodes: Cell::new(0),
             issued_nodes: Cell::new(0),
             trace: None,
+            collective_memory: None,
         }
     }
 }

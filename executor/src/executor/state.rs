@@ -31,7 +31,8 @@ pub(super) struct ExecState {
     /// stream-ordered arenas are placed by each execution (see `scratch`).
     pub(super) temps: Vec<(u32, DevicePtr)>,
     /// The memory of the [temp plan](super::TempPlan)'s arenas that are not stream-ordered,
-    /// held while `temps` point into it (`None` for the stream-ordered ones).
+    /// held while `temps` point into it (`None` for the stream-ordered ones and the
+    /// collective ones, which the loaded executable holds).
     _arenas: Vec<Option<Buffer>>,
     /// Recorded on the first stream after each execution's stream-ordered arenas are
     /// allocated there, for the other streams to wait for (with several streams).
@@ -70,11 +71,15 @@ impl ExecState {
         let plan = &schedule.temps;
         let mut arenas = Vec::with_capacity(plan.arenas.len());
         for a in &plan.arenas {
-            arenas.push(if is_ordered(path, a) {
-                None
-            } else {
-                Some(device.allocate(a.size, a.alignment, a.memory_space)?)
-            });
+            // Stream-ordered arenas come with each execution, collective ones with the
+            // loaded executable (`collective_memory`).
+            arenas.push(
+                if is_ordered(path, a) || a.memory_space == MemorySpace::Collective {
+                    None
+                } else {
+                    Some(device.allocate(a.size, a.alignment, a.memory_space)?)
+                },
+            );
         }
         let mut temps = vec![];
         for p in &plan.placements {
@@ -91,7 +96,7 @@ impl ExecState {
                 }
             }
         }
-        let ordered = arenas.iter().any(Option::is_none);
+        let ordered = plan.arenas.iter().any(|a| is_ordered(path, a));
         let (scratch_ready, scratch_done) = if ordered && streams.len() > 1 {
             let done = (1..streams.len())
                 .map(|_| device.create_event())

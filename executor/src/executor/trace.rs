@@ -134,6 +134,8 @@ pub(super) struct Recorder<'a> {
     command_buffer: Cell<CommandBufferNote>,
     /// Added to by communicator acquisitions of the node being issued.
     clique_wait_ns: Cell<u64>,
+    /// Set by a collective of the node being issued whose buffers are registered.
+    registered: Cell<Option<crate::collectives::RegistrationKind>>,
     /// One of the two above was set since the last mark's notes were taken.
     noted: Cell<bool>,
 }
@@ -164,6 +166,7 @@ impl<'a> Recorder<'a> {
             exact_anchor: false,
             command_buffer: Cell::new(CommandBufferNote::None),
             clique_wait_ns: Cell::new(0),
+            registered: Cell::new(None),
             noted: Cell::new(false),
         }
     }
@@ -188,6 +191,12 @@ impl<'a> Recorder<'a> {
     pub(super) fn add_clique_wait(&self, ns: u64) {
         self.clique_wait_ns
             .set(self.clique_wait_ns.get().saturating_add(ns));
+        self.noted.set(true);
+    }
+
+    /// The node being issued runs a collective on registered buffers (`kind`).
+    pub(super) fn note_registered(&self, kind: crate::collectives::RegistrationKind) {
+        self.registered.set(Some(kind));
         self.noted.set(true);
     }
 
@@ -289,6 +298,7 @@ impl<'a> Recorder<'a> {
             mark: u32::try_from(last).unwrap_or(u32::MAX),
             command_buffer: self.command_buffer.take(),
             clique_wait_ns: self.clique_wait_ns.take(),
+            registered: self.registered.take(),
         });
     }
 

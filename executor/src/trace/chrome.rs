@@ -90,6 +90,9 @@ fn execution_events(e: &Execution, flow_id: &mut u64, out: &mut Vec<Value>) {
         }
         if info.communicates {
             args.insert("clique_wait_us".into(), us(t.clique_wait_ns));
+            if let Some(k) = t.registered {
+                args.insert("registered".into(), json!(k.name()));
+            }
         }
         let span = stream_span(t);
         let mut issue_args = Map::new();

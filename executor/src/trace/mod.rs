@@ -95,6 +95,9 @@ pub struct ThunkTimes {
     pub command_buffer: CommandBufferNote,
     /// Time spent acquiring communicators (the first time: the clique's rendezvous).
     pub clique_wait_ns: u64,
+    /// How the collective's buffers are registered with its communicator, when they are
+    /// (collective memory: a window or a user buffer).
+    pub registered: Option<crate::collectives::RegistrationKind>,
 }
 
 /// What a node's steps noted in one execution (rare: kept apart from the marks).
@@ -104,6 +107,7 @@ pub struct MarkNote {
     pub mark: u32,
     pub command_buffer: CommandBufferNote,
     pub clique_wait_ns: u64,
+    pub registered: Option<crate::collectives::RegistrationKind>,
 }
 
 /// One execution of one rank as recorded: packed marks in raw clock ticks (a node's issue
@@ -152,6 +156,7 @@ impl Recording {
                     if n.mark as usize == i {
                         t.command_buffer = n.command_buffer;
                         t.clique_wait_ns = n.clique_wait_ns;
+                        t.registered = n.registered;
                     }
                 }
                 t

@@ -31,7 +31,41 @@ impl Nccl {
         rank: usize,
         options: &CommOptions,
     ) -> Result<NcclCommunicator> {
+        self.init_rank_roots(nranks, std::slice::from_ref(id), rank, options)
+    }
+
+    /// As [`Nccl::init_rank_with`], through the unique ids of several roots (`ids`, the same
+    /// on every rank, in the same order) with `ncclCommInitRankScalable` (2.23) when there are
+    /// more than one; `Unsupported` on a library without it.
+    pub fn init_rank_roots(
+        self: &Arc<Self>,
+        nranks: usize,
+        ids: &[[u8; sys::NCCL_UNIQUE_ID_BYTES]],
+        rank: usize,
+        options: &CommOptions,
+    ) -> Result<NcclCommunicator> {
         let lib = self.flavor().name();
+        let Some(id) = ids.first() else {
+            return Err(Error::InvalidArgument(format!("{lib}: no unique id")));
+        };
+        let scalable = if ids.len() > 1 {
+            match self.api.ncclCommInitRankScalable {
+                Some(f) => Some(f),
+                None => {
+                    return Err(Error::Unsupported {
+                        backend: lib.into(),
+                        feature: format!(
+                            "init through {} roots ({} {} has no ncclCommInitRankScalable; 2.23 or later has)",
+                            ids.len(),
+                            self.flavor(),
+                            self.version()
+                        ),
+                    });
+                }
+            }
+        } else {
+            None
+        };
         if nranks == 0 || rank >= nranks {
             return Err(Error::InvalidArgument(format!(
                 "{lib}: rank {rank} of a clique of {nranks}"
@@ -63,20 +97,36 @@ impl Nccl {
             internal: id.map(|b| b as c_char),
         };
         let mut comm: sys::ncclComm_t = std::ptr::null_mut();
-        let (call, rc) = match init_config {
-            Some(f) => {
-                let mut config = sys::ncclConfig_v21400::new(false);
-                // SAFETY: `comm` and `config` are valid for writes/reads for the call; the id
-                // is passed by value as the header declares; NCCL copies the config (at most
-                // `config.size` bytes) before returning.
-                let rc = unsafe { f(&mut comm, n, uid, r, &mut config) };
-                ("ncclCommInitRankConfig", rc)
+        let (call, rc) = match (scalable, init_config) {
+            (Some(f), _) => {
+                let mut all: Vec<sys::ncclUniqueId> = ids
+                    .iter()
+                    .map(|i| sys::ncclUniqueId {
+                        internal: i.map(|b| b as c_char),
+                    })
+                    .collect();
+                let n_id = to_c_int(all.len(), "unique ids")?;
+                let mut config = sys::ncclConfig_v21400::new(!options.nonblocking);
+                // SAFETY: `comm` is valid for a write; `all` holds `n_id` ids and `config` is
+                // readable for the call (NCCL copies both before returning).
+                let rc = unsafe { f(&mut comm, n, r, n_id, all.as_mut_ptr(), &mut config) };
+                ("ncclCommInitRankScalable", rc)
             }
-            None => {
-                // SAFETY: `comm` is valid for a write; the id is passed by value.
-                let rc = unsafe { (self.api.ncclCommInitRank)(&mut comm, n, uid, r) };
-                ("ncclCommInitRank", rc)
-            }
+            (None, init_config) => match init_config {
+                Some(f) => {
+                    let mut config = sys::ncclConfig_v21400::new(false);
+                    // SAFETY: `comm` and `config` are valid for writes/reads for the call; the id
+                    // is passed by value as the header declares; NCCL copies the config (at most
+                    // `config.size` bytes) before returning.
+                    let rc = unsafe { f(&mut comm, n, uid, r, &mut config) };
+                    ("ncclCommInitRankConfig", rc)
+                }
+                None => {
+                    // SAFETY: `comm` is valid for a write; the id is passed by value.
+                    let rc = unsafe { (self.api.ncclCommInitRank)(&mut comm, n, uid, r) };
+                    ("ncclCommInitRank", rc)
+                }
+            },
         };
         if rc != sys::ncclSuccess && rc != sys::ncclInProgress {
             if !comm.is_null() {

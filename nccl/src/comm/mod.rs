@@ -23,7 +23,8 @@
 //! ([`Stream::native_handle`]: the `CUstream`/`hipStream_t`), which must belong to that device.
 //!
 //! The module's files: this one holds the communicator and its lock, abort and wait protocol;
-//! `init.rs` makes communicators (init, split, finalize); `ops.rs` issues the operations.
+//! `init.rs` makes communicators (init, split, finalize); `ops.rs` issues the operations;
+//! `register.rs` registers collective memory (windows, user buffers).
 //!
 //! [`Communicator`]: xthunk_core::collectives::Communicator
 //! [`Communicator::abort`]: xthunk_core::collectives::Communicator::abort
@@ -32,6 +33,9 @@
 
 mod init;
 mod ops;
+mod register;
+
+pub use register::NcclRegistration;
 
 use crate::loader::Nccl;
 use crate::result::is_fatal;

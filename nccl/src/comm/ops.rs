@@ -5,6 +5,7 @@ use super::{ABORT_LOCK_WAIT, NcclCommunicator, POLL_LOCK_WAIT, device_ptr, to_c_
 use crate::sys;
 use crate::types::{nccl_dtype, nccl_op};
 use std::ffi::{c_int, c_void};
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use xthunk_core::backend::{DevicePtr, Stream};
 use xthunk_core::collectives::{Communicator, ReduceOp};
@@ -349,5 +350,14 @@ impl Communicator for NcclCommunicator {
         self.clique
             .as_ref()
             .and_then(|c| c.meeting.describe_pending())
+    }
+
+    fn register(
+        self: Arc<Self>,
+        ptr: DevicePtr,
+        bytes: u64,
+        from_library: bool,
+    ) -> Result<Option<Box<dyn xthunk_core::collectives::Registration>>> {
+        self.register_memory(ptr, bytes, from_library)
     }
 }

@@ -68,6 +68,7 @@ mod drivers;
 mod failures;
 mod inputs;
 mod matrix;
+mod memory;
 mod p2p;
 mod program;
 mod ragged;
@@ -125,5 +126,7 @@ pub fn checks() -> Vec<Check> {
     v.extend(ragged::checks());
     v.push(check("mismatch_reported_2ranks", 2, mismatch).provoking(Provoked::Mismatch));
     v.push(check("missing_rank_2ranks", 2, missing_rank).provoking(Provoked::MissingRank));
+    // Named in the memory area: collective memory (`memory.rs`).
+    v.extend(memory::checks());
     v
 }
