@@ -91,6 +91,7 @@ impl ExecutableBuilder {
                 modules: vec![],
                 entry: vec![],
                 signature: Signature::default(),
+                aliases: vec![],
             },
             stack: vec![vec![]],
         }
@@ -143,6 +144,14 @@ impl ExecutableBuilder {
             allocation: index,
         });
         Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares that output `output` may reuse parameter `parameter`'s buffer (checked by
+    /// [`Self::build`]: same dtype and shape, each at most once).
+    pub fn alias(&mut self, output: u32, parameter: u32) {
+        self.exe
+            .aliases
+            .push(crate::ir::IoAlias { output, parameter });
     }
 
     /// Declares a scratch buffer.

@@ -239,6 +239,7 @@ fn empty() -> Executable {
         modules: vec![],
         entry: vec![],
         signature: Signature::default(),
+        aliases: vec![],
     }
 }
 

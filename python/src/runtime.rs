@@ -114,6 +114,7 @@ impl Runtime {
             loaded: Arc::new(loaded),
             rt: this.rt.clone(),
             backend: this.backend.clone(),
+            aliases: vec![],
         })
     }
 

@@ -1,5 +1,6 @@
 //! The executable: a complete program, its allocations, modules, signature and entry thunks.
 
+use super::alias::IoAlias;
 use super::thunk::Thunk;
 use super::types::{BufferAllocation, Module, Signature};
 
@@ -12,6 +13,8 @@ pub struct Executable {
     pub modules: Vec<Module>,
     pub entry: Vec<Thunk>,
     pub signature: Signature,
+    /// Outputs that may reuse a parameter's buffer (none: every output has its own).
+    pub aliases: Vec<IoAlias>,
 }
 
 impl Executable {

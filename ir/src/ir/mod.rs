@@ -1,6 +1,7 @@
 //! The thunk IR: the bottom layer of core. It imports nothing else from the crate: validation
 //! is handed the kernel catalog (the standard library) by its caller (`xthunk_core::verify`).
 
+mod alias;
 mod dtype;
 mod error;
 mod executable;
@@ -11,6 +12,7 @@ mod thunk;
 mod types;
 mod verify;
 
+pub use alias::IoAlias;
 pub use dtype::DType;
 pub use error::ValidationError;
 pub use executable::Executable;
