@@ -233,7 +233,9 @@ impl LoadedExecutable {
 
     /// Runs the program with device buffers for the parameters and outputs (in signature
     /// order). An output's bytes may not overlap another output's or a parameter's (an
-    /// `InvalidArgument` naming both; parameters may share). Returns when all work finished. On error, issuing stops, queued work is
+    /// `InvalidArgument` naming both; parameters may share), except that one buffer may be
+    /// passed as both a parameter and the output the program aliases it to (donation: the
+    /// output is written there; see `alias.rs` for the rule, and for an alias not donated). Returns when all work finished. On error, issuing stops, queued work is
     /// drained, and the error (naming the thunk where known) is returned.
     pub fn execute(
         &self,
@@ -299,12 +301,31 @@ impl LoadedExecutable {
                 callers.push((buf.ptr().0, a.size, output, n));
             }
         }
+        // A donated parameter (one buffer for it and its aliased output) is checked as the
+        // output: against every other buffer.
+        callers.retain(|&(_, _, output, n)| {
+            output
+                || !self
+                    .schedule
+                    .aliases
+                    .iter()
+                    .any(|a| a.parameter == n && super::alias::donated(a, &table))
+        });
         refuse_overlaps(&self.exe.name, &mut callers)?;
         let pooled = self.pool.lock().pop();
-        let state = match pooled {
+        let mut state = match pooled {
             Some(s) => s,
             None => ExecState::new(self.device.as_ref(), &self.schedule, self.scratch_path)?,
         };
+        if !self.schedule.aliases.is_empty() {
+            // Copies may be in flight on a failure: the state is not pooled again.
+            super::alias::bind(
+                self.device.as_ref(),
+                &self.schedule.aliases,
+                &mut state,
+                &mut table,
+            )?;
+        }
         for (i, p) in &state.temps {
             table[*i as usize] = *p;
         }
