@@ -114,7 +114,6 @@ impl Runtime {
             loaded: Arc::new(loaded),
             rt: this.rt.clone(),
             backend: this.backend.clone(),
-            aliases: vec![],
         })
     }
 

@@ -21,6 +21,7 @@ class Device:
     arch: str
     total_memory: int
     emulated: bool
+    def memory_stats(self) -> Dict[str, int]: ...
 
 class TensorSpec:
     name: str
@@ -42,9 +43,10 @@ class Executable:
     parameters: List[TensorSpec]
     outputs: List[TensorSpec]
     signature: Dict[str, List[TensorSpec]]
+    aliases: Dict[str, str]
     device: Device
     def __call__(self, **arrays: Any) -> Any: ...
-    def run(self, inputs: Dict[str, Any], *, keep_on_device: bool = False) -> Dict[str, Any]: ...
+    def run(self, inputs: Dict[str, Any], *, keep_on_device: bool = False, donate: Sequence[str] = (), out: Optional[Dict[str, DeviceArray]] = None) -> Dict[str, Any]: ...
     def run_spmd(self, inputs: Sequence[Dict[str, Any]], *, timeout: float = 60.0) -> List[Dict[str, np.ndarray]]: ...
 
 class Runtime:
