@@ -140,3 +140,30 @@ def test_wrong_donations_and_outputs_are_refused_by_name(host, rng):
     r = exe.run({**w, **data}, donate=WEIGHTS)
     want, _ = reference_step(w, data)
     np.testing.assert_allclose(r["out2"], want[2], rtol=0, atol=1e-5)
+
+
+def test_a_builder_alias_runs_the_issues_case_right(host):
+    """o1 = copy(a), o2 = b + b with b donated to o1: o2 reads b as it was."""
+    b = xthunk.ProgramBuilder("copy_and_double")
+    a = b.parameter("a", "f32", [4])
+    p = b.parameter("b", "f32", [4])
+    o1 = b.output("o1", "f32", [4])
+    o2 = b.output("o2", "f32", [4])
+    std = b.standard_module()
+    b.copy(a, o1)
+    b.kernel(std, "add_f32", 4, [p.r(), p.r(), o2.w(), 4])
+    with pytest.raises(xthunk.InvalidArgumentError, match="alias: the output tensor"):
+        b.alias(a, p)
+    b.alias(o1, p)
+    exe = host.load(b.build())
+    assert exe.aliases == {"o1": "b"}
+    av = np.ones(4, np.float32)
+    bd = host.put(np.array([10, 20, 30, 40], np.float32))
+    r = exe.run({"a": av, "b": bd}, keep_on_device=True, donate=["b"])
+    np.testing.assert_array_equal(r["o2"].numpy(), [20, 40, 60, 80])
+    np.testing.assert_array_equal(bd.numpy(), av)
+    # Not donated: o1 in its own memory, b untouched.
+    bd = np.array([10, 20, 30, 40], np.float32)
+    o1v, o2v = exe(a=av, b=bd)
+    np.testing.assert_array_equal(o1v, av)
+    np.testing.assert_array_equal(o2v, [20, 40, 60, 80])
