@@ -104,6 +104,7 @@ fn an_undeclared_overlap_is_refused_and_a_declared_one_computes_right() {
     // Declared: b is donated to o1. o2 reads b after o1 is written, so the executor reads a
     // copy of b: o2 = 2b, and b's buffer holds o1 = a.
     let aliased = LoadedExecutable::load(dev.clone(), copy_and_double(true)).unwrap();
+    assert_eq!(aliased.aliases_in_place(), [(0, 1, false)]);
     for _ in 0..3 {
         d.copy_from_host(
             &[10.0f32, 20.0, 30.0, 40.0]
@@ -206,6 +207,8 @@ fn a_donated_weight_is_updated_in_place_on_any_schedule() {
         let dev = device();
         let d = dev.as_ref();
         let loaded = LoadedExecutable::load_with(dev.clone(), exe.clone(), &config).unwrap();
+        assert_eq!(loaded.aliases_in_place(), [(0, 0, true)]);
+        assert_eq!(loaded.schedule_info().sequential, streams == 1);
         let w = buffer(d, &[1.0, 2.0, 3.0, 4.0]);
         let g = buffer(d, &[0.5; 4]);
         let other = buffer(d, &[0.0; 4]);

@@ -195,6 +195,17 @@ impl LoadedExecutable {
         &self.schedule.temps
     }
 
+    /// The program's input–output aliases as `(output, parameter, in place)`: in place, a
+    /// donated parameter's buffer is written with no copy; otherwise each donated execution
+    /// first copies the parameter into memory of its pooled state.
+    pub fn aliases_in_place(&self) -> Vec<(u32, u32, bool)> {
+        self.schedule
+            .aliases
+            .iter()
+            .map(|a| (a.output, a.parameter, a.in_place))
+            .collect()
+    }
+
     /// Where each execution's temp arenas come from: the device's memory pool in stream
     /// order, or the pooled execution state.
     pub fn scratch_path(&self) -> ScratchPath {
