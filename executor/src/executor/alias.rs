@@ -12,8 +12,7 @@
 //!   semantics of an alias that was not donated), then the program runs.
 
 use super::graph::NodeUses;
-use super::state::ExecState;
-use crate::backend::{Device, DevicePtr};
+use crate::backend::{Buffer, Device, DevicePtr, Stream};
 use crate::error::Result;
 use crate::ir::{Executable, MemorySpace};
 
@@ -95,19 +94,17 @@ pub(super) fn donated(a: &AliasPlan, table: &[DevicePtr]) -> bool {
     table[a.parameter_allocation as usize] == table[a.output_allocation as usize]
 }
 
-/// Binds every alias for one execution with `state` (see the module documentation): copies
-/// a parameter into the output (not donated) or into the state's own buffer (donated but not
-/// in place), on the state's first stream, and waits for the copies. Returns how many
-/// copies it made.
+/// Binds every alias for one execution (see the module documentation): copies a parameter
+/// into the output (not donated) or into `shadows`, the execution state's own buffers
+/// (donated but not in place), on `stream`, the state's first, and waits for the copies.
+/// Returns how many copies it made.
 pub(super) fn bind(
     device: &dyn Device,
     aliases: &[AliasPlan],
-    state: &mut ExecState,
+    stream: &dyn Stream,
+    shadows: &mut Vec<Option<Buffer>>,
     table: &mut [DevicePtr],
 ) -> Result<usize> {
-    let Some(stream) = state.streams.first().cloned() else {
-        return Ok(0);
-    };
     let mut copies = 0;
     for (k, a) in aliases.iter().enumerate() {
         let (pa, oa) = (
@@ -119,15 +116,15 @@ pub(super) fn bind(
         } else if a.in_place {
             continue;
         } else {
-            if state.shadows.len() <= k {
-                state.shadows.resize_with(k + 1, || None);
+            if shadows.len() <= k {
+                shadows.resize_with(k + 1, || None);
             }
-            let shadow = match &state.shadows[k] {
+            let shadow = match &shadows[k] {
                 Some(b) => b.ptr(),
                 None => {
                     let b = device.allocate(a.size, a.alignment, a.space)?;
                     let p = b.ptr();
-                    state.shadows[k] = Some(b);
+                    shadows[k] = Some(b);
                     p
                 }
             };

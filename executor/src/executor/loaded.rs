@@ -328,12 +328,16 @@ impl LoadedExecutable {
             Some(s) => s,
             None => ExecState::new(self.device.as_ref(), &self.schedule, self.scratch_path)?,
         };
-        if !self.schedule.aliases.is_empty() {
+        if let (false, Some(stream)) = (
+            self.schedule.aliases.is_empty(),
+            state.streams.first().cloned(),
+        ) {
             // Copies may be in flight on a failure: the state is not pooled again.
             super::alias::bind(
                 self.device.as_ref(),
                 &self.schedule.aliases,
-                &mut state,
+                stream.as_ref(),
+                &mut state.shadows,
                 &mut table,
             )?;
         }

@@ -1,20 +1,10 @@
-//! Input–output aliases ([`IoAlias`]): an output that may reuse a parameter's buffer, and
-//! their validation (same size, dtype, shape and memory space; each parameter and each output
+//! The validation of input–output aliases ([`IoAlias`](super::IoAlias), in `types.rs`: an
+//! output that may reuse a parameter's buffer) (same size, dtype, shape and memory space; each parameter and each output
 //! aliased at most once).
 
 use super::error::{ValidationError, err};
 use super::executable::Executable;
 use super::path::ThunkPath;
-
-/// Output `output` may be written into the buffer of parameter `parameter` (XLA's
-/// input–output aliasing): a caller that donates the parameter's buffer gets the output back
-/// in it; a caller that does not gets the output in its own buffer, which starts as a copy of
-/// the parameter's bytes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct IoAlias {
-    pub output: u32,
-    pub parameter: u32,
-}
 
 /// Checks `exe.aliases` against the signature (run after the signature's own checks).
 pub(super) fn check_aliases(exe: &Executable) -> Result<(), ValidationError> {

@@ -1,8 +1,7 @@
 //! The executable: a complete program, its allocations, modules, signature and entry thunks.
 
-use super::alias::IoAlias;
 use super::thunk::Thunk;
-use super::types::{BufferAllocation, Module, Signature};
+use super::types::{BufferAllocation, IoAlias, Module, Signature};
 
 /// A complete program.
 #[derive(Clone, Debug, PartialEq)]

@@ -12,7 +12,6 @@ mod thunk;
 mod types;
 mod verify;
 
-pub use alias::IoAlias;
 pub use dtype::DType;
 pub use error::ValidationError;
 pub use executable::Executable;
