@@ -222,3 +222,20 @@ fn bench_rows_compare_with_xla_or_say_why_not() {
         );
     }
 }
+
+#[test]
+fn donated_arguments_are_listed_as_aliases_and_run() {
+    // JAX's MLP training step lowered with donate_argnums=(0,) (python/tests/test_donate.py).
+    let step = "python/tests/data/mlp_step_donated.mlir";
+    let listing = ok(&["inspect", step]);
+    assert!(
+        listing.contains("aliases (an output that may reuse a parameter's buffer):"),
+        "{listing}"
+    );
+    assert!(
+        listing.contains("output 2 out2  <-  parameter 2 arg2"),
+        "{listing}"
+    );
+    let stdout = ok(&["run", step, "--backend", "host"]);
+    assert!(stdout.contains("output out4: f32[]"), "{stdout}");
+}

@@ -96,6 +96,24 @@ uint32_t xthunk_abi_version(void);
 // The library's version, e.g. "0.1.0" (a static string).
 const char *xthunk_version(void);
 
+// The parameter whose buffer output `index` may reuse (an input–output alias, e.g. JAX's
+// `donate_argnums`), or -1 when it has none, the index is out of range or `exe` is NULL.
+int64_t xthunk_executable_output_alias(const struct XthunkExecutable *exe, size_t index);
+
+// `xthunk_executable_run` with donated parameters:
+// `donate` (NULL, or `param_count` flags) marks the parameters whose buffers the caller
+// gives up; each must be aliased to an output (`xthunk_executable_output_alias`), whose
+// entry in `outputs` is then NULL or that same buffer, and which is written there. Every
+// other output needs its own buffer; buffers that overlap where the program declares no alias
+// are refused (`XTHUNK_STATUS_INVALID_ARGUMENT`, naming both). After the call a donated
+// buffer holds the output, not the parameter. Returns when done.
+struct XthunkError *xthunk_executable_run_donated(const struct XthunkExecutable *exe,
+                                                  const struct XthunkBuffer *const *params,
+                                                  size_t param_count,
+                                                  const bool *donate,
+                                                  const struct XthunkBuffer *const *outputs,
+                                                  size_t output_count);
+
 // The error's kind.
 enum XthunkStatus xthunk_error_code(const struct XthunkError *error);
 

@@ -50,7 +50,16 @@ fn import_mlir(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
         message,
     };
     let imported = xthunk_stablehlo::import::import_text(text).map_err(|e| fail(e.to_string()))?;
-    let lowered = xthunk_tensor::lower::lower(&imported.graph).map_err(|e| fail(e.to_string()))?;
+    let mut lowered =
+        xthunk_tensor::lower::lower(&imported.graph).map_err(|e| fail(e.to_string()))?;
+    if !imported.aliases.is_empty() {
+        lowered.executable.aliases = imported
+            .aliases
+            .iter()
+            .map(|&(output, parameter)| xthunk_core::ir::IoAlias { output, parameter })
+            .collect();
+        xthunk_core::verify(&lowered.executable)?;
+    }
     let mut names = vec![];
     for (i, attrs) in imported.arg_info.iter().enumerate() {
         if !attrs.is_empty() {

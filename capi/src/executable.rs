@@ -38,7 +38,7 @@ pub struct XthunkHostArrayMut {
 
 /// A program loaded onto one device.
 pub struct XthunkExecutable {
-    loaded: Arc<LoadedExecutable>,
+    pub(crate) loaded: Arc<LoadedExecutable>,
     params: Vec<(CString, u64)>,
     outputs: Vec<(CString, u64)>,
 }
@@ -199,7 +199,7 @@ pub unsafe extern "C" fn xthunk_executable_output(
 ///
 /// # Safety
 /// `p` is valid for `n` reads of `T`.
-unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
+pub(crate) unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
     if n == 0 {
         return Ok(&[]);
     }
@@ -210,7 +210,7 @@ unsafe fn array<'a, T>(p: *const T, n: usize, what: &str) -> Result<&'a [T]> {
     Ok(unsafe { std::slice::from_raw_parts(p, n) })
 }
 
-fn check_counts(exe: &XthunkExecutable, inputs: usize, outputs: usize) -> Result<()> {
+pub(crate) fn check_counts(exe: &XthunkExecutable, inputs: usize, outputs: usize) -> Result<()> {
     if inputs != exe.params.len() || outputs != exe.outputs.len() {
         return Err(XthunkError::invalid(format!(
             "`{}` takes {} parameters and {} outputs, got {inputs} and {outputs}",
@@ -296,7 +296,7 @@ pub unsafe extern "C" fn xthunk_executable_run(
     })
 }
 
-fn same_device(e: &XthunkExecutable, b: &XthunkBuffer) -> Result<()> {
+pub(crate) fn same_device(e: &XthunkExecutable, b: &XthunkBuffer) -> Result<()> {
     let (d, bd) = (e.loaded.device(), &b.device);
     let same = d.backend_name() == bd.backend_name() && d.info().ordinal == bd.info().ordinal;
     if !same {

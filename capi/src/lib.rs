@@ -15,11 +15,13 @@
 // The pointer contract is stated once above and in the header, not on every function.
 #![allow(clippy::missing_safety_doc)]
 
+mod donate;
 mod error;
 mod executable;
 mod handles;
 mod plugin;
 
+pub use donate::*;
 pub use error::*;
 pub use executable::*;
 pub use handles::*;

@@ -220,3 +220,18 @@ fn c_api_doc_example_runs_and_passes_its_check() {
     );
     assert!(stdout.contains("max |xthunk - reference| = "), "{stdout}");
 }
+
+#[test]
+fn c_donation_example_refuses_undeclared_overlaps_and_runs_declared_aliases() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("donate");
+    compile_source(&repo().join("examples/c/donate.c"), &bin, &[]);
+    let out = Command::new(&bin).arg("host").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "donate failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("donate: ok"), "{stdout}");
+}

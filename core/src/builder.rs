@@ -168,6 +168,7 @@ impl ExecutableBuilder {
                 modules: vec![],
                 entry: vec![],
                 signature: Signature::default(),
+                aliases: vec![],
             },
             stack: vec![vec![]],
         }
@@ -220,6 +221,35 @@ impl ExecutableBuilder {
             allocation: index,
         });
         Self::tensor(index, dtype, dims)
+    }
+
+    /// Declares that output `output` may reuse parameter `parameter`'s buffer (checked by
+    /// [`Self::build`]: same dtype and shape, each at most once).
+    pub fn alias(&mut self, output: u32, parameter: u32) {
+        self.exe
+            .aliases
+            .push(crate::ir::IoAlias { output, parameter });
+    }
+
+    /// [`Self::alias`] by tensors: `output` (an output's tensor) may reuse `parameter`'s
+    /// buffer. An error says which of the two is not what it should be.
+    pub fn alias_tensors(&mut self, output: &Tensor, parameter: &Tensor) -> Result<(), String> {
+        let kind = |t: &Tensor| {
+            self.exe
+                .allocations
+                .get(t.slice.allocation as usize)
+                .map(|a| a.kind.clone())
+        };
+        let o = match kind(output) {
+            Some(AllocationKind::Output(n)) => n,
+            _ => return Err("the output tensor is not an output of this builder".into()),
+        };
+        let p = match kind(parameter) {
+            Some(AllocationKind::Parameter(n)) => n,
+            _ => return Err("the parameter tensor is not a parameter of this builder".into()),
+        };
+        self.alias(o, p);
+        Ok(())
     }
 
     /// Declares a scratch buffer.

@@ -53,6 +53,7 @@ fn pick_exe(pool: &Pool<Executable>, rng: &mut Rng) -> Executable {
         modules: vec![],
         entry: vec![],
         signature: Default::default(),
+        aliases: vec![],
     })
 }
 

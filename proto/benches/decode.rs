@@ -99,6 +99,7 @@ fn program(n: usize) -> Executable {
         }],
         entry,
         signature,
+        aliases: vec![],
     }
 }
 

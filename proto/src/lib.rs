@@ -14,6 +14,7 @@
 //!     modules: vec![],
 //!     entry: vec![],
 //!     signature: Signature::default(),
+//!     aliases: vec![],
 //! };
 //! let text = xthunk_proto::to_text(&exe);
 //! assert_eq!(xthunk_proto::parse_text(&text).unwrap(), exe);

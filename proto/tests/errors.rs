@@ -244,6 +244,7 @@ fn empty() -> Executable {
         modules: vec![],
         entry: vec![],
         signature: Signature::default(),
+        aliases: vec![],
     }
 }
 

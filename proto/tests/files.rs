@@ -34,6 +34,7 @@ fn program() -> Executable {
             })]),
         ],
         signature: Signature::default(),
+        aliases: vec![],
     }
 }
 

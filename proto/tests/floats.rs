@@ -39,6 +39,7 @@ fn program(f32s: &[u32], f64s: &[u64]) -> Executable {
             args,
         })],
         signature: Signature::default(),
+        aliases: vec![],
     }
 }
 

@@ -723,6 +723,7 @@ fn program() -> impl Strategy<Value = Executable> {
                 modules,
                 entry,
                 signature,
+                aliases: vec![],
             }
         })
 }

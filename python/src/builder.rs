@@ -219,6 +219,14 @@ impl ProgramBuilder {
         self.b()?.copy(src.t.slice(), dst.t.slice());
         Ok(())
     }
+    /// Declares that `output` may reuse `parameter`'s memory (an input–output alias:
+    /// `Executable.run(..., donate=[name])`); checked by `build()`.
+    fn alias(&mut self, output: &Tensor, parameter: &Tensor) -> XResult<()> {
+        self.b()?
+            .alias_tensors(&output.t, &parameter.t)
+            .map_err(|e| invalid(format!("alias: {e}")))?;
+        Ok(())
+    }
     /// Launches kernel `name` of `module` over `threads` work items with `args`.
     fn kernel(
         &mut self,

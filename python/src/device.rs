@@ -38,6 +38,17 @@ impl Device {
     fn emulated(&self) -> bool {
         self.device.info().emulated
     }
+    /// Memory statistics: `live_bytes`, `live_allocations`, `peak_bytes` and
+    /// `allocations_made` (every allocation since the device was opened).
+    fn memory_stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyDict>> {
+        let s = self.device.memory_stats();
+        let d = pyo3::types::PyDict::new(py);
+        d.set_item("live_bytes", s.live_bytes)?;
+        d.set_item("live_allocations", s.live_allocations)?;
+        d.set_item("peak_bytes", s.peak_bytes)?;
+        d.set_item("allocations_made", s.allocations_made)?;
+        Ok(d)
+    }
     fn __repr__(&self) -> String {
         let i = self.device.info();
         format!(

@@ -70,6 +70,23 @@ impl Param {
     }
 }
 
+/// One output's memory for a run: allocated for it, a donated parameter's, or the caller's
+/// (`out=`).
+pub(crate) enum Output {
+    Fresh(Buffer),
+    Shared(Arc<Buffer>),
+    Given(Py<DeviceArray>, Arc<Buffer>),
+}
+
+impl Output {
+    fn memory(&self) -> &dyn DeviceMemory {
+        match self {
+            Output::Fresh(b) => b.as_ref(),
+            Output::Shared(b) | Output::Given(_, b) => b.as_ref().as_ref(),
+        }
+    }
+}
+
 impl Executable {
     fn sig(&self) -> &xthunk::ir::Signature {
         &self.loaded.executable().signature
@@ -128,23 +145,10 @@ impl Executable {
             .allocate(a.size, a.alignment, a.memory_space)?)
     }
 
-    fn param(&self, s: &TensorSpec, value: &Bound<'_, PyAny>) -> XResult<Param> {
+    fn param(&self, s: &TensorSpec, value: &Bound<'_, PyAny>, shared: bool) -> XResult<Param> {
         if let Ok(d) = value.cast::<DeviceArray>() {
             let d = d.get();
-            let dev = self.loaded.device();
-            if d.device.backend_name() != dev.backend_name()
-                || d.device.info().ordinal != dev.info().ordinal
-            {
-                return Err(invalid(format!(
-                    "`{}` is on {} device {}, the executable on {} device {}",
-                    s.name,
-                    d.device.backend_name(),
-                    d.device.info().ordinal,
-                    dev.backend_name(),
-                    dev.info().ordinal
-                ))
-                .into());
-            }
+            self.same_device(&s.name, d)?;
             xthunk::embed::check_array(s, d.dtype, &d.dims)?;
             return Ok(Param::Device(d.buffer.clone()));
         }
@@ -152,36 +156,160 @@ impl Executable {
         let bytes = arrays::check(s, &arr)?;
         let buf = self.allocate(s)?;
         self.loaded.device().copy_from_host(bytes, buf.ptr())?;
-        Ok(Param::Fresh(buf))
+        Ok(if shared {
+            Param::Device(Arc::new(buf))
+        } else {
+            Param::Fresh(buf)
+        })
     }
 
-    /// Runs once; the outputs as device buffers.
-    fn execute(&self, py: Python<'_>, inputs: &Bound<'_, PyDict>) -> XResult<Vec<Buffer>> {
+    /// Runs once; the outputs' memory. `donate` names parameters whose memory becomes their
+    /// aliased output's; `out` gives outputs' memory (`DeviceArray`s) by name.
+    fn execute(
+        &self,
+        py: Python<'_>,
+        inputs: &Bound<'_, PyDict>,
+        donate: &[String],
+        out: Option<&Bound<'_, PyDict>>,
+    ) -> XResult<Vec<Output>> {
+        let exe = self.loaded.executable();
+        let sig = self.sig();
+        // Per output, the parameter donated to it.
+        let mut donated_to: Vec<Option<usize>> = vec![None; sig.outputs.len()];
+        let mut shared = vec![false; sig.parameters.len()];
+        for name in donate {
+            let Some(p) = sig.parameters.iter().position(|p| &p.name == name) else {
+                return Err(invalid(format!(
+                    "donate: `{}` has no parameter `{name}` (its parameters: {})",
+                    exe.name,
+                    self.parameter_names()
+                ))
+                .into());
+            };
+            let Some(a) = exe.aliases.iter().find(|a| a.parameter as usize == p) else {
+                return Err(invalid(format!(
+                    "donate: parameter `{name}` of `{}` is aliased to no output, so it cannot \
+                     be donated (aliased: {})",
+                    exe.name,
+                    self.alias_names()
+                ))
+                .into());
+            };
+            donated_to[a.output as usize] = Some(p);
+            shared[p] = true;
+        }
         let values = self.inputs(inputs)?;
-        let params = self
-            .sig()
+        let params = sig
             .parameters
             .iter()
             .zip(&values)
-            .map(|(s, v)| self.param(s, v))
+            .zip(&shared)
+            .map(|((s, v), shared)| self.param(s, v, *shared))
             .collect::<XResult<Vec<_>>>()?;
-        let outputs = self
-            .sig()
+        let given = self.given_outputs(out)?;
+        let outputs = sig
             .outputs
             .iter()
-            .map(|s| self.allocate(s))
+            .zip(donated_to)
+            .zip(given)
+            .map(|((s, d), g)| match (d, g) {
+                (Some(p), None) => match &params[p] {
+                    Param::Device(b) => Ok(Output::Shared(b.clone())),
+                    Param::Fresh(_) => Ok(Output::Fresh(self.allocate(s)?)),
+                },
+                (Some(p), Some(_)) => Err(invalid(format!(
+                    "output `{}` is in `out` but parameter `{}`, donated, is aliased to it",
+                    s.name, sig.parameters[p].name
+                ))
+                .into()),
+                (None, Some(g)) => Ok(g),
+                (None, None) => Ok(Output::Fresh(self.allocate(s)?)),
+            })
             .collect::<XResult<Vec<_>>>()?;
         let p: Vec<&dyn DeviceMemory> = params.iter().map(Param::memory).collect();
-        let o: Vec<&dyn DeviceMemory> = outputs.iter().map(|b| b.as_ref()).collect();
+        let o: Vec<&dyn DeviceMemory> = outputs.iter().map(Output::memory).collect();
         let loaded = &self.loaded;
         py.detach(|| loaded.execute(&p, &o, &ExecuteOptions::default()))?;
         Ok(outputs)
     }
 
+    /// The `out=` dict's `DeviceArray`s, per output (checked: names, device, dtype, shape).
+    fn given_outputs(&self, out: Option<&Bound<'_, PyDict>>) -> XResult<Vec<Option<Output>>> {
+        let sig = self.sig();
+        let mut given: Vec<Option<Output>> = sig.outputs.iter().map(|_| None).collect();
+        let Some(out) = out else {
+            return Ok(given);
+        };
+        for (k, v) in out.iter() {
+            let name: String = k.extract()?;
+            let Some(i) = sig.outputs.iter().position(|o| o.name == name) else {
+                let names: Vec<&str> = sig.outputs.iter().map(|o| o.name.as_str()).collect();
+                return Err(invalid(format!(
+                    "out: `{}` has no output `{name}` (its outputs: {})",
+                    self.loaded.executable().name,
+                    names.join(", ")
+                ))
+                .into());
+            };
+            let d = v.cast::<DeviceArray>().map_err(|_| {
+                invalid(format!(
+                    "out[`{name}`] is a {}, not an xthunk.DeviceArray",
+                    v.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                ))
+            })?;
+            let a = d.get();
+            self.same_device(&name, a)?;
+            xthunk::embed::check_array(&sig.outputs[i], a.dtype, &a.dims)?;
+            given[i] = Some(Output::Given(d.clone().unbind(), a.buffer.clone()));
+        }
+        Ok(given)
+    }
+
+    fn same_device(&self, name: &str, d: &DeviceArray) -> XResult<()> {
+        let dev = self.loaded.device();
+        if d.device.backend_name() != dev.backend_name()
+            || d.device.info().ordinal != dev.info().ordinal
+        {
+            return Err(invalid(format!(
+                "`{name}` is on {} device {}, the executable on {} device {}",
+                d.device.backend_name(),
+                d.device.info().ordinal,
+                dev.backend_name(),
+                dev.info().ordinal
+            ))
+            .into());
+        }
+        Ok(())
+    }
+
+    /// `out <- param` for every alias, for messages.
+    fn alias_names(&self) -> String {
+        let exe = self.loaded.executable();
+        let sig = &exe.signature;
+        let v: Vec<String> = exe
+            .aliases
+            .iter()
+            .map(|a| {
+                format!(
+                    "{} <- {}",
+                    sig.outputs[a.output as usize].name, sig.parameters[a.parameter as usize].name
+                )
+            })
+            .collect();
+        if v.is_empty() {
+            "none".into()
+        } else {
+            v.join(", ")
+        }
+    }
+
     fn results<'py>(
         &self,
         py: Python<'py>,
-        outputs: Vec<Buffer>,
+        outputs: Vec<Output>,
         keep_on_device: bool,
     ) -> XResult<Vec<Bound<'py, PyAny>>> {
         let device = self.loaded.device();
@@ -189,8 +317,26 @@ impl Executable {
             .outputs
             .iter()
             .zip(outputs)
-            .map(|(s, b)| {
-                let d = DeviceArray::new(b, device.clone(), s.dtype, s.dims.clone());
+            .map(|(s, o)| {
+                let d = match o {
+                    Output::Given(given, _) => {
+                        let given = given.into_bound(py);
+                        return if keep_on_device {
+                            Ok(given.into_any())
+                        } else {
+                            given.get().to_numpy(py)
+                        };
+                    }
+                    Output::Fresh(b) => {
+                        DeviceArray::new(b, device.clone(), s.dtype, s.dims.clone())
+                    }
+                    Output::Shared(buffer) => DeviceArray {
+                        buffer,
+                        device: device.clone(),
+                        dtype: s.dtype,
+                        dims: s.dims.clone(),
+                    },
+                };
                 if keep_on_device {
                     Ok(Bound::new(py, d)?.into_any())
                 } else {
@@ -224,6 +370,23 @@ impl Executable {
         d.set_item("outputs", self.outputs())?;
         Ok(d)
     }
+    /// `{output name: parameter name}`: the outputs that may reuse a parameter's memory
+    /// (`run(..., donate=[parameter name])`).
+    #[getter]
+    fn aliases<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let exe = self.loaded.executable();
+        let d = PyDict::new(py);
+        for a in &exe.aliases {
+            let (o, p) = (
+                exe.signature.outputs.get(a.output as usize),
+                exe.signature.parameters.get(a.parameter as usize),
+            );
+            if let (Some(o), Some(p)) = (o, p) {
+                d.set_item(&o.name, &p.name)?;
+            }
+        }
+        Ok(d)
+    }
     #[getter]
     fn device(&self) -> Device {
         Device {
@@ -240,7 +403,7 @@ impl Executable {
         arrays: Option<Bound<'py, PyDict>>,
     ) -> XResult<Bound<'py, PyAny>> {
         let arrays = arrays.unwrap_or_else(|| PyDict::new(py));
-        let outputs = self.execute(py, &arrays)?;
+        let outputs = self.execute(py, &arrays, &[], None)?;
         let mut results = self.results(py, outputs, false)?;
         if results.len() == 1 {
             if let Some(r) = results.pop() {
@@ -252,14 +415,19 @@ impl Executable {
 
     /// Runs with `{name: array}` (numpy arrays or `DeviceArray`s); returns `{name: array}`:
     /// numpy arrays, or `DeviceArray`s that stay on the device with `keep_on_device=True`.
-    #[pyo3(signature = (inputs, *, keep_on_device = false))]
+    /// `donate`: parameter names whose memory becomes their aliased output's (a donated
+    /// `DeviceArray` then holds the output); `out`: `{output name: DeviceArray}` written in
+    /// place (returned as the same objects with `keep_on_device=True`).
+    #[pyo3(signature = (inputs, *, keep_on_device = false, donate = vec![], out = None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
         inputs: Bound<'py, PyDict>,
         keep_on_device: bool,
+        donate: Vec<String>,
+        out: Option<Bound<'py, PyDict>>,
     ) -> XResult<Bound<'py, PyDict>> {
-        let outputs = self.execute(py, &inputs)?;
+        let outputs = self.execute(py, &inputs, &donate, out.as_ref())?;
         let results = self.results(py, outputs, keep_on_device)?;
         let d = PyDict::new(py);
         for (s, r) in self.sig().outputs.iter().zip(results) {

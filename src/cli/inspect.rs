@@ -69,6 +69,34 @@ pub fn listing(exe: &Executable) -> String {
     })
     .collect();
     table(&mut s, &rows);
+    if !exe.aliases.is_empty() {
+        s.push_str("\naliases (an output that may reuse a parameter's buffer):\n");
+        let rows: Vec<[String; 3]> = exe
+            .aliases
+            .iter()
+            .map(|a| {
+                let name = |list: &[xthunk::ir::TensorSpec], n: u32| {
+                    list.get(n as usize)
+                        .map(|t| t.name.clone())
+                        .unwrap_or_default()
+                };
+                [
+                    format!(
+                        "output {} {}",
+                        a.output,
+                        name(&exe.signature.outputs, a.output)
+                    ),
+                    "<-".into(),
+                    format!(
+                        "parameter {} {}",
+                        a.parameter,
+                        name(&exe.signature.parameters, a.parameter)
+                    ),
+                ]
+            })
+            .collect();
+        table(&mut s, &rows);
+    }
 
     s.push_str("\nallocations:\n");
     let rows: Vec<[String; 6]> = exe

@@ -23,6 +23,7 @@ pub struct Accounting {
 struct AccountingInner {
     live_bytes: u64,
     live_allocations: u64,
+    made: u64,
     peak: u64,
     per_space: BTreeMap<MemorySpace, u64>,
 }
@@ -33,6 +34,7 @@ impl Accounting {
         let mut g = self.inner.lock();
         g.live_bytes = g.live_bytes.saturating_add(size);
         g.live_allocations = g.live_allocations.saturating_add(1);
+        g.made = g.made.saturating_add(1);
         g.peak = g.peak.max(g.live_bytes);
         let e = g.per_space.entry(space).or_default();
         *e = e.saturating_add(size);
@@ -55,6 +57,7 @@ impl Accounting {
             live_allocations: g.live_allocations,
             per_space: g.per_space.iter().map(|(k, v)| (*k, *v)).collect(),
             peak_bytes: g.peak,
+            allocations_made: g.made,
         }
     }
 }

@@ -103,6 +103,9 @@ pub struct MemoryStats {
     pub per_space: Vec<(MemorySpace, u64)>,
     /// The largest `live_bytes` seen.
     pub peak_bytes: u64,
+    /// Allocations made since the device was opened (freed ones too): what a loop that
+    /// should allocate nothing per step compares.
+    pub allocations_made: u64,
 }
 
 /// A backend: a way to reach devices of one kind.

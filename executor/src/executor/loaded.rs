@@ -205,6 +205,17 @@ impl LoadedExecutable {
         &self.schedule.temps
     }
 
+    /// The program's input–output aliases as `(output, parameter, in place)`: in place, a
+    /// donated parameter's buffer is written with no copy; otherwise each donated execution
+    /// first copies the parameter into memory of its pooled state.
+    pub fn aliases_in_place(&self) -> Vec<(u32, u32, bool)> {
+        self.schedule
+            .aliases
+            .iter()
+            .map(|a| (a.output, a.parameter, a.in_place))
+            .collect()
+    }
+
     /// Where each execution's temp arenas come from: the device's memory pool in stream
     /// order, or the pooled execution state.
     pub fn scratch_path(&self) -> ScratchPath {
@@ -250,7 +261,9 @@ impl LoadedExecutable {
 
     /// Runs the program with device buffers for the parameters and outputs (in signature
     /// order). An output's bytes may not overlap another output's or a parameter's (an
-    /// `InvalidArgument` naming both; parameters may share). Returns when all work finished. On error, issuing stops, queued work is
+    /// `InvalidArgument` naming both; parameters may share), except that one buffer may be
+    /// passed as both a parameter and the output the program aliases it to (donation: the
+    /// output is written there; see `alias.rs` for the rule, and for an alias not donated). Returns when all work finished. On error, issuing stops, queued work is
     /// drained, and the error (naming the thunk where known) is returned.
     pub fn execute(
         &self,
@@ -316,6 +329,16 @@ impl LoadedExecutable {
                 callers.push((buf.ptr().0, a.size, output, n));
             }
         }
+        // A donated parameter (one buffer for it and its aliased output) is checked as the
+        // output: against every other buffer.
+        callers.retain(|&(_, _, output, n)| {
+            output
+                || !self
+                    .schedule
+                    .aliases
+                    .iter()
+                    .any(|a| a.parameter == n && super::alias::donated(a, &table))
+        });
         refuse_overlaps(&self.exe.name, &mut callers)?;
         // A program with collective memory runs one execution at a time (they share it).
         let mut collective = self.collective.as_ref().map(|c| c.lock());
@@ -333,10 +356,23 @@ impl LoadedExecutable {
             }
         }
         let pooled = self.pool.lock().pop();
-        let state = match pooled {
+        let mut state = match pooled {
             Some(s) => s,
             None => ExecState::new(self.device.as_ref(), &self.schedule, self.scratch_path)?,
         };
+        if let (false, Some(stream)) = (
+            self.schedule.aliases.is_empty(),
+            state.streams.first().cloned(),
+        ) {
+            // Copies may be in flight on a failure: the state is not pooled again.
+            super::alias::bind(
+                self.device.as_ref(),
+                &self.schedule.aliases,
+                stream.as_ref(),
+                &mut state.shadows,
+                &mut table,
+            )?;
+        }
         for (i, p) in &state.temps {
             table[*i as usize] = *p;
         }

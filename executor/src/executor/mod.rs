@@ -25,6 +25,8 @@
 //!   (shared by the schedule and the temp plan);
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
+//! - `alias`: input–output aliases (in place or not, their ordering resource, what an
+//!   execution binds: a donated buffer, or a copy);
 //! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
 //! - `temps`: the temp memory plan (temps whose live ranges cannot overlap share memory);
 //! - `collective_memory`: the collective-space arenas, allocated once per loaded executable
@@ -40,6 +42,7 @@
 //! - [`spmd`]: one program on several devices of one process, a session and a thread per
 //!   rank ([`spmd::Ranks`]: all the ranks of an SPMD run, or a launched process's share).
 
+mod alias;
 mod arrange;
 mod collective;
 mod collective_memory;

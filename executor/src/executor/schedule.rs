@@ -36,6 +36,8 @@ pub(super) struct Schedule {
     pub(super) unreduced_nodes: usize,
     /// Where each temp lives.
     pub(super) temps: TempPlan,
+    /// The program's input–output aliases.
+    pub(super) aliases: Vec<super::alias::AliasPlan>,
 }
 
 /// What an execution did, for tests and benchmarks.
@@ -83,6 +85,8 @@ pub(super) fn schedule(
             classes.push(c);
         }
     }
+    super::alias::add_resources(exe, &mut uses);
+    let aliases = super::alias::plan(exe, &uses);
     let arranged = arrange(&uses, &classes, config);
     let temps = super::temps::plan_arranged(exe, &uses, &arranged, config)?;
     let Arrangement {
@@ -138,6 +142,7 @@ pub(super) fn schedule(
             coarse_allocations: graph.coarse.len(),
             unreduced_nodes: graph.unreduced,
             temps,
+            aliases,
         });
     }
     let nodes = steps
@@ -159,6 +164,7 @@ pub(super) fn schedule(
         coarse_allocations: graph.coarse.len(),
         unreduced_nodes: graph.unreduced,
         temps,
+        aliases,
     })
 }
 

@@ -53,6 +53,9 @@ pub(super) struct ExecState {
     pub(super) timing: Vec<[Arc<dyn Event>; 2]>,
     /// The event each execution's device times are measured from.
     pub(super) timing_reference: Option<Arc<dyn Event>>,
+    /// Per input–output alias, where a donated parameter's bytes are copied when the program
+    /// cannot write its output in place (made by the first execution that needs it).
+    pub(super) shadows: Vec<Option<Buffer>>,
 }
 
 impl ExecState {
@@ -128,6 +131,7 @@ impl ExecState {
             tracking: vec![],
             timing: vec![],
             timing_reference: None,
+            shadows: vec![],
         })
     }
 }

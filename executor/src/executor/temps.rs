@@ -104,6 +104,7 @@ pub fn plan_temps(exe: &Executable, config: &ExecutorConfig) -> Result<TempPlan>
             Ok(())
         })?;
     }
+    super::alias::add_resources(exe, &mut uses);
     let arranged = arrange(&uses, &classes, config);
     plan_arranged(exe, &uses, &arranged, config)
 }

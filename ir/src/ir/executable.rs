@@ -1,7 +1,7 @@
 //! The executable: a complete program, its allocations, modules, signature and entry thunks.
 
 use super::thunk::Thunk;
-use super::types::{BufferAllocation, Module, Signature};
+use super::types::{BufferAllocation, IoAlias, Module, Signature};
 
 /// A complete program.
 #[derive(Clone, Debug, PartialEq)]
@@ -12,6 +12,8 @@ pub struct Executable {
     pub modules: Vec<Module>,
     pub entry: Vec<Thunk>,
     pub signature: Signature,
+    /// Outputs that may reuse a parameter's buffer (none: every output has its own).
+    pub aliases: Vec<IoAlias>,
 }
 
 impl Executable {

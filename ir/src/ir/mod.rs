@@ -1,6 +1,7 @@
 //! The thunk IR: the bottom layer of core. It imports nothing else from the crate: validation
 //! is handed the kernel catalog (the standard library) by its caller (`xthunk_core::verify`).
 
+mod alias;
 mod dtype;
 mod error;
 mod executable;

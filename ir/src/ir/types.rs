@@ -437,6 +437,16 @@ pub struct Signature {
     pub outputs: Vec<TensorSpec>,
 }
 
+/// Output `output` may be written into the buffer of parameter `parameter` (XLA's
+/// input–output aliasing): a caller that donates the parameter's buffer gets the output back
+/// in it; a caller that does not gets the output in its own buffer, which starts as a copy of
+/// the parameter's bytes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct IoAlias {
+    pub output: u32,
+    pub parameter: u32,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

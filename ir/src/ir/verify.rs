@@ -123,6 +123,7 @@ pub fn verify_with(exe: &Executable, catalog: &dyn KernelCatalog) -> Result<(), 
     check_dense("output", &outputs)?;
     check_signature(exe, "parameters", &exe.signature.parameters, &params)?;
     check_signature(exe, "outputs", &exe.signature.outputs, &outputs)?;
+    super::alias::check_aliases(exe)?;
 
     let mut names = BTreeSet::new();
     for (i, m) in exe.modules.iter().enumerate() {

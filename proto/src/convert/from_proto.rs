@@ -5,8 +5,8 @@ use super::fields::{Loc, dtype_from};
 use crate::{ProtoError, pb};
 use xthunk_core::Program;
 use xthunk_core::ir::{
-    ABI_VERSION, AllocationKind, BufferAllocation, Executable, HeaderSource, MemorySpace, Module,
-    ModuleImage, ModuleOptions, Signature, TensorSpec,
+    ABI_VERSION, AllocationKind, BufferAllocation, Executable, HeaderSource, IoAlias, MemorySpace,
+    Module, ModuleImage, ModuleOptions, Signature, TensorSpec,
 };
 use xthunk_core::verify;
 
@@ -72,6 +72,14 @@ fn convert(msg: &pb::Executable) -> Result<Executable, ProtoError> {
         modules,
         entry,
         signature,
+        aliases: msg
+            .aliases
+            .iter()
+            .map(|a| IoAlias {
+                output: a.output,
+                parameter: a.parameter,
+            })
+            .collect(),
     };
     Ok(exe)
 }

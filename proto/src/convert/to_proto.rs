@@ -24,6 +24,14 @@ pub fn to_proto(exe: &Executable) -> pb::Executable {
         modules: exe.modules.iter().map(module_to).collect(),
         entry: super::thunk::list_to(&exe.entry),
         signature,
+        aliases: exe
+            .aliases
+            .iter()
+            .map(|a| pb::InputOutputAlias {
+                output: a.output,
+                parameter: a.parameter,
+            })
+            .collect(),
     }
 }
 

@@ -11,6 +11,7 @@
 //! with its attributes (`ops.rs`); attributes under `mhlo.`, `jax.` and `sdy.` are ignored,
 //! anything else (an op, an attribute, a type: `types.rs`) is refused with its position.
 
+mod alias;
 mod call;
 mod error;
 mod ops;
@@ -34,6 +35,9 @@ pub struct Imported {
     pub arg_info: Vec<Vec<(String, String)>>,
     /// Per result, JAX's name (`jax.result_info`, e.g. `result['b1']`) if given.
     pub result_info: Vec<Option<String>>,
+    /// Input–output aliases as `(output, parameter)`, from `tf.aliasing_output` and
+    /// `jax.buffer_donor` (JAX's `donate_argnums`).
+    pub aliases: Vec<(u32, u32)>,
 }
 
 /// Reads MLIR text and imports it.
@@ -97,10 +101,12 @@ pub fn import(m: &Module) -> Result<Imported, ImportError> {
             .map(|(_, v)| v);
         result_info.push(info);
     }
+    let aliases = alias::aliases(main, &g)?;
     Ok(Imported {
         graph: g,
         arg_info,
         result_info,
+        aliases,
     })
 }
 
