@@ -469,6 +469,44 @@ def gen_bitcast(rng, count: int) -> list:
     return cases
 
 
+# (exponent bits, mantissa bits, bit width) of each float type.
+_FORMATS = {"f16": (5, 10, 16), "bf16": (8, 7, 16), "f32": (8, 23, 32), "f64": (11, 52, 64)}
+
+
+def gen_reduce_precision(rng, count: int) -> list:
+    """reduce_precision to random formats (narrower and wider than the type, no mantissa
+    bit, one exponent bit, FP8's), on values that include exact ties at the cut."""
+    cases = []
+    for d in V.FLOATS:
+        se, sm, nbits = _FORMATS[d]
+        ut = np.dtype(f"uint{nbits}")
+        for _ in range(count):
+            shape = V.rand_shape(rng)
+            fmts = [(5, 2), (4, 3), (2, 0), (1, 3), (se, sm), (11, 52), (8, 7), (5, 10)]
+            e = int(rng.integers(1, 12)) if rng.random() < 0.5 else fmts[rng.integers(0, len(fmts))][0]
+            m = int(rng.integers(0, 53)) if rng.random() < 0.5 else fmts[rng.integers(0, len(fmts))][1]
+            x = V.draw(rng, d, shape)
+            if m < sm:
+                # Exact ties and their neighbours: the bits below the cut set to 100..0 (+-1).
+                n = int(np.prod(shape, dtype=np.int64))
+                b = np.array(x, copy=True).reshape(-1).view(ut)
+                cut = sm - m
+                half = np.asarray(1 << (cut - 1), ut)
+                low = np.asarray((1 << cut) - 1, ut)
+                tie = (b & ~low) | half
+                delta = rng.integers(-1, 2, n).astype(np.int64)
+                moved = (tie.astype(np.int64) + delta).astype(ut) if nbits < 64 else tie
+                pick = rng.random(n) < 0.4
+                b = np.where(pick, moved, b).astype(ut)
+                x = b.view(x.dtype).reshape(shape)
+            fn = (lambda e, m: lambda a: lax.reduce_precision(a, exponent_bits=e,
+                                                            mantissa_bits=m))(e, m)
+            cases.append(Case("reduce_precision", d, [x], fn=fn, tol=Exact(),
+                              attrs={"format": f"e{e}m{m}"},
+                              expect=("stablehlo.reduce_precision",)))
+    return cases
+
+
 def gen_iota(rng, count: int) -> list:
     cases = []
     for d in V.INTS + V.FLOATS:
@@ -516,6 +554,7 @@ GENERATORS: dict = {
     "convert": gen_convert,
     "bitcast_convert": gen_bitcast,
     "iota": gen_iota,
+    "reduce_precision": gen_reduce_precision,
     "constant": gen_constant,
 }
 for _op in ELEMENTWISE:

@@ -323,6 +323,17 @@ impl Importer<'_> {
                 };
                 Ok(one(self.constant(g, op, t, bytes)?))
             }
+            "stablehlo.reduce_precision" => {
+                check_attrs(op, &["exponent_bits", "mantissa_bits"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 1)?;
+                let bits = |name: &str| -> R<u32> {
+                    u32::try_from(int_attr(op, name)?)
+                        .map_err(|_| ImportError::invalid(op, format!("`{name}` out of range")))
+                };
+                let (e, m) = (bits("exponent_bits")?, bits("mantissa_bits")?);
+                Ok(one(g.reduce_precision(x[0], e, m).map_err(gr)?))
+            }
             "stablehlo.iota" => {
                 check_attrs(op, &["iota_dimension"])?;
                 let t = result(op, 0)?;

@@ -200,6 +200,33 @@ impl Graph {
 
     /// `bitcast_convert` to `to`: same element width keeps the shape; a narrower result adds
     /// a last dimension of the ratio, a wider one drops it.
+    /// `reduce_precision` to `exponent_bits` (at least 1) and `mantissa_bits`; float operands.
+    pub fn reduce_precision(
+        &mut self,
+        x: Value,
+        exponent_bits: u32,
+        mantissa_bits: u32,
+    ) -> R<Value> {
+        let t = self.check("reduce_precision", x)?.clone();
+        if !t.dtype.is_float() {
+            return Err(invalid(
+                "reduce_precision",
+                format!("elements of type {}", t.dtype),
+            ));
+        }
+        if exponent_bits == 0 {
+            return Err(invalid("reduce_precision", "exponent_bits 0 (at least 1)"));
+        }
+        self.add1(
+            Op::ReducePrecision {
+                exponent_bits,
+                mantissa_bits,
+            },
+            vec![x],
+            t,
+        )
+    }
+
     pub fn bitcast_convert(&mut self, x: Value, to: DType) -> R<Value> {
         let t = self.check("bitcast_convert", x)?.clone();
         let (fb, tb) = (bits(t.dtype), bits(to));

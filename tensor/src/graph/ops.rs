@@ -230,6 +230,13 @@ pub enum Op {
     Clamp,
     Convert,
     BitcastConvert,
+    /// Rounded to a float format of `exponent_bits` and `mantissa_bits` and back (XLA's
+    /// bit rounding: nearest even on the raw bits, out of range to ±inf, below the format's
+    /// smallest normal to ±0, NaN unchanged).
+    ReducePrecision {
+        exponent_bits: u32,
+        mantissa_bits: u32,
+    },
     /// `operand`; its dimension `i` is the result's dimension `dims[i]`.
     BroadcastInDim {
         dims: Vec<usize>,
@@ -337,6 +344,7 @@ impl Op {
             Op::Clamp => "clamp",
             Op::Convert => "convert",
             Op::BitcastConvert => "bitcast_convert",
+            Op::ReducePrecision { .. } => "reduce_precision",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Reshape => "reshape",
             Op::Transpose { .. } => "transpose",

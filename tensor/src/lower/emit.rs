@@ -270,6 +270,14 @@ impl KernelText {
                 let x = self.value_at(s, ops[0], idx)?;
                 scalar::convert(ot(0).dtype, t.dtype, &x)
             }
+            Op::ReducePrecision {
+                exponent_bits,
+                mantissa_bits,
+            } => {
+                let x = self.value_at(s, ops[0], idx)?;
+                scalar::reduce_precision(t.dtype, &x, *exponent_bits, *mantissa_bits)
+                    .ok_or_else(|| unsupported("reduce_precision", format!("{}", t.dtype)))?
+            }
             Op::BitcastConvert => {
                 let from = ot(0).dtype;
                 if from.size() != t.dtype.size() {

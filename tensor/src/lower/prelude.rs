@@ -133,6 +133,47 @@ __device__ inline float xh_r16(float x) { return (float)xt_f16(x); }
 __device__ inline float xh_rb16(float x) { return (float)xt_bf16(x); }
 __device__ inline unsigned short xh_h_bits(float x) { return xt_f16(x).bits; }
 __device__ inline unsigned short xh_b_bits(float x) { return xt_bf16(x).bits; }
+// reduce_precision on the raw bits of an nbits-wide float with E exponent and M mantissa bits,
+// to e and m bits (XLA's rounding): round to nearest even at the m-th mantissa bit (the
+// exponent's low bit is the parity when m = 0; subnormals are rounded as their bits), then an
+// exponent above the reduced format's largest becomes +-inf and one at or below its smallest
+// normal's +-0. Callers return NaN unchanged.
+__device__ inline unsigned long long xh_rp_bits(unsigned long long b, int nbits, int E, int M, int e, int m) {
+  if (m < M) {
+    const int shift = M - m;
+    const unsigned long long last = 1ULL << shift;
+    b = (b + ((last >> 1) - 1ULL + ((b & last) >> shift))) & ~(last - 1ULL);
+  }
+  if (e < E) {
+    const unsigned long long sign = 1ULL << (nbits - 1);
+    const unsigned long long expmask = ((1ULL << E) - 1ULL) << M;
+    const unsigned long long diff = (1ULL << (E - 1)) - (1ULL << (e - 1));
+    const unsigned long long maxe = diff + (1ULL << e) - 2ULL;
+    const unsigned long long xe = b & expmask;
+    if (xe > (maxe << M)) {
+      b = (b & sign) | expmask;
+    } else if (xe <= (diff << M)) {
+      b = b & sign;
+    }
+  }
+  return b;
+}
+__device__ inline float xh_rp_h(float x, int e, int m) {
+  if (isnan(x)) return x;
+  return xt_f16_to_f32((unsigned short)xh_rp_bits(xh_h_bits(x), 16, 5, 10, e, m));
+}
+__device__ inline float xh_rp_b(float x, int e, int m) {
+  if (isnan(x)) return x;
+  return xt_bf16_to_f32((unsigned short)xh_rp_bits(xh_b_bits(x), 16, 8, 7, e, m));
+}
+__device__ inline float xh_rp_f(float x, int e, int m) {
+  if (isnan(x)) return x;
+  return xt_bits_f32((unsigned int)xh_rp_bits(xt_f32_bits(x), 32, 8, 23, e, m));
+}
+__device__ inline double xh_rp_d(double x, int e, int m) {
+  if (isnan(x)) return x;
+  return xt_bits_f64(xh_rp_bits((unsigned long long)xt_f64_bits(x), 64, 11, 52, e, m));
+}
 // CHLO's special functions that no C library has, in double (float operands are widened, the
 // result rounded once by the caller). Written here from their definitions.
 // erf_inv: a closed-form start (Winitzki's approximation of the inverse) refined by Newton

@@ -266,6 +266,25 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
 }
 
 /// `bitcast_convert` between two element types of one width.
+/// `reduce_precision` of `x` (a value of float type `d`, held in its compute type). Widths
+/// above 64 bits mean "no reduction" and are written as 64 (every source has fewer).
+pub fn reduce_precision(
+    d: DType,
+    x: &str,
+    exponent_bits: u32,
+    mantissa_bits: u32,
+) -> Option<String> {
+    let (e, m) = (exponent_bits.min(64), mantissa_bits.min(64));
+    let f = match d {
+        DType::F16 => "xh_rp_h",
+        DType::BF16 => "xh_rp_b",
+        DType::F32 => "xh_rp_f",
+        DType::F64 => "xh_rp_d",
+        _ => return None,
+    };
+    Some(format!("{f}({x}, {e}, {m})"))
+}
+
 pub fn bitcast(from: DType, to: DType, x: &str) -> Option<String> {
     let s = match (from, to) {
         _ if from == to => x.to_string(),

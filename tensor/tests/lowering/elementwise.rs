@@ -109,6 +109,23 @@ fn check_dtype(d: DType) {
         let v = g.clamp(b, a, b).unwrap();
         add(&mut g, "clamp_tensor".into(), v);
     }
+    if d.is_float() {
+        // Formats narrower and wider than every source, no mantissa bit, one exponent bit.
+        for (e, m) in [
+            (5, 10),
+            (8, 7),
+            (4, 3),
+            (5, 2),
+            (2, 0),
+            (1, 4),
+            (8, 23),
+            (11, 52),
+            (3, 60),
+        ] {
+            let v = g.reduce_precision(a, e, m).unwrap();
+            add(&mut g, format!("reduce_precision_e{e}m{m}"), v);
+        }
+    }
     for to in DType::ALL {
         let v = g.convert(a, to).unwrap();
         add(&mut g, format!("convert_{to}"), v);

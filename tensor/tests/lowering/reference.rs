@@ -269,6 +269,49 @@ pub fn convert_el(from: DType, to: DType, f: f64, i: i128) -> (f64, i128) {
     }
 }
 
+/// `reduce_precision` by arithmetic on the value (the kernels work on the bits): round to a
+/// multiple of 2^(k - m), k the value's binade (at least the source's smallest normal
+/// exponent), ties to the even multiple; with no mantissa bit left, ties go to the candidate
+/// whose biased source exponent is even (XLA's bit rounding); then at or above
+/// 2^(bias + 1) of the reduced format ±inf, below its smallest normal ±0.
+fn reduce_precision(d: DType, v: f64, e: u32, m: u32) -> f64 {
+    let (se, sm): (u32, u32) = match d {
+        DType::F16 => (5, 10),
+        DType::BF16 => (8, 7),
+        DType::F32 => (8, 23),
+        _ => (11, 52),
+    };
+    if !v.is_finite() {
+        return v;
+    }
+    let src_bias = (1i32 << (se - 1)) - 1;
+    let mut r = v;
+    if m < sm && v != 0.0 {
+        let m = m as i32;
+        let k = (v.abs().log2().floor() as i32).max(1 - src_bias);
+        let q = 2f64.powi(k - m);
+        let t = v.abs() / q;
+        let fl = t.floor();
+        let frac = t - fl;
+        let lower_even = if m > 0 || fl == 0.0 {
+            fl % 2.0 == 0.0
+        } else {
+            (k + src_bias) % 2 == 0
+        };
+        let up = frac > 0.5 || (frac == 0.5 && !lower_even);
+        r = ((fl + if up { 1.0 } else { 0.0 }) * q).copysign(v);
+    }
+    if e < se {
+        let bias = (1i32 << (e - 1)) - 1;
+        if r.abs() >= 2f64.powi(bias + 1) {
+            r = f64::INFINITY.copysign(v);
+        } else if r.abs() < 2f64.powi(1 - bias) {
+            r = 0.0f64.copysign(v);
+        }
+    }
+    r
+}
+
 fn scalar_i(a: &Arr) -> i128 {
     if a.dtype.is_float() {
         a.f[0] as i128
@@ -403,6 +446,16 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                     if d.is_float() { f.push(a) } else { i.push(b) }
                 }
                 vec![mk(f, i)]
+            }
+            Op::ReducePrecision {
+                exponent_bits,
+                mantissa_bits,
+            } => {
+                let x = arg(0);
+                let f = (0..n)
+                    .map(|k| reduce_precision(d, x.f[k], *exponent_bits, *mantissa_bits))
+                    .collect();
+                vec![mk(f, vec![])]
             }
             Op::BitcastConvert | Op::Reshape => {
                 let x = arg(0);
