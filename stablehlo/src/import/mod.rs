@@ -12,6 +12,7 @@
 //! anything else (an op, an attribute, a type: `types.rs`) is refused with its position.
 
 mod alias;
+mod batch_norm;
 mod call;
 mod error;
 mod ops;

@@ -2,6 +2,7 @@
 //! one is refused) and result type mapped to the xthunk-tensor builder call of the same
 //! semantics; control flow through `regions.rs`, calls inlined.
 
+use super::batch_norm::{BatchNorm, batch_norm};
 use super::regions::{captures, region_block};
 use super::{Env, ImportError, Importer, Item, check_attrs, lookup, tensor_type};
 use crate::ast::{Attr, DenseData, Literal, Op, Type};
@@ -73,7 +74,7 @@ fn sizes_of(op: &Op, what: &str, v: &[i64]) -> R<Vec<u64>> {
         .collect()
 }
 
-fn int_attr(op: &Op, name: &str) -> R<i128> {
+pub(super) fn int_attr(op: &Op, name: &str) -> R<i128> {
     op.attr(name)
         .and_then(Attr::as_int)
         .ok_or_else(|| ImportError::invalid(op, format!("no integer `{name}`")))
@@ -472,6 +473,9 @@ impl Importer<'_> {
                 let body = self.closed_body(g, env, op)?;
                 Ok(many(g.reduce(&x[..n], &x[n..], &dims, body).map_err(gr)?))
             }
+            "stablehlo.batch_norm_inference" => batch_norm(g, op, env, BatchNorm::Inference),
+            "stablehlo.batch_norm_training" => batch_norm(g, op, env, BatchNorm::Training),
+            "stablehlo.batch_norm_grad" => batch_norm(g, op, env, BatchNorm::Grad),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),
             "chlo.top_k" => self.top_k(g, op, env),
