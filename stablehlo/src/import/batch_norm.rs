@@ -5,14 +5,14 @@
 //! elementwise parts into the kernels that read them.
 
 use super::ops::{R, int_attr, result, tensors};
-use super::{ImportError, Item, check_attrs};
+use super::{Env, ImportError, Importer, Item, check_attrs};
 use crate::ast::{Attr, Op};
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{BinaryOp, Graph, TensorType, UnaryOp, Value};
 
 /// Which of the three ops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) enum BatchNorm {
+enum BatchNorm {
     Inference,
     Training,
     Grad,
@@ -133,12 +133,20 @@ impl Norm<'_> {
     }
 }
 
-pub(super) fn batch_norm(
-    g: &mut Graph,
-    op: &Op,
-    env: &super::Env,
-    kind: BatchNorm,
-) -> R<Vec<Item>> {
+impl Importer<'_> {
+    /// `stablehlo.batch_norm_inference`, `_training` or `_grad` (by the op's name).
+    pub(super) fn batch_norm(&mut self, g: &mut Graph, op: &Op, env: &Env) -> R<Vec<Item>> {
+        let kind = match op.name.as_str() {
+            "stablehlo.batch_norm_inference" => BatchNorm::Inference,
+            "stablehlo.batch_norm_training" => BatchNorm::Training,
+            "stablehlo.batch_norm_grad" => BatchNorm::Grad,
+            other => return Err(ImportError::unsupported(op, format!("op `{other}`"))),
+        };
+        batch_norm(g, op, env, kind)
+    }
+}
+
+fn batch_norm(g: &mut Graph, op: &Op, env: &Env, kind: BatchNorm) -> R<Vec<Item>> {
     check_attrs(op, &["epsilon", "feature_index"])?;
     let x = tensors(env, op)?;
     if x.len() != kind.operands() {

@@ -2,7 +2,6 @@
 //! one is refused) and result type mapped to the xthunk-tensor builder call of the same
 //! semantics; control flow through `regions.rs`, calls inlined.
 
-use super::batch_norm::{BatchNorm, batch_norm};
 use super::regions::{captures, region_block};
 use super::{Env, ImportError, Importer, Item, check_attrs, lookup, tensor_type};
 use crate::ast::{Attr, DenseData, Literal, Op, Type};
@@ -473,9 +472,9 @@ impl Importer<'_> {
                 let body = self.closed_body(g, env, op)?;
                 Ok(many(g.reduce(&x[..n], &x[n..], &dims, body).map_err(gr)?))
             }
-            "stablehlo.batch_norm_inference" => batch_norm(g, op, env, BatchNorm::Inference),
-            "stablehlo.batch_norm_training" => batch_norm(g, op, env, BatchNorm::Training),
-            "stablehlo.batch_norm_grad" => batch_norm(g, op, env, BatchNorm::Grad),
+            "stablehlo.batch_norm_inference"
+            | "stablehlo.batch_norm_training"
+            | "stablehlo.batch_norm_grad" => self.batch_norm(g, op, env),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),
             "chlo.top_k" => self.top_k(g, op, env),
