@@ -569,6 +569,7 @@ GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_powe
 def all_ops() -> list:
     import cases_chlo
     import cases_ctrl
+    import cases_linalg
     import cases_norm
     import cases_shape
     import cases_sort
@@ -578,6 +579,7 @@ def all_ops() -> list:
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)
+    ops.update(cases_linalg.GENERATORS)
     ops.update(cases_sort.GENERATORS)
     return ops
 

@@ -39,6 +39,7 @@ const IMPORTED: &[&str] = &[
     "embedding",
     "ffi",
     "gather_scatter",
+    "linalg",
     "binary_int",
     "compare",
     "mlp",
@@ -78,7 +79,6 @@ const REFUSED: &[(&str, &str)] = &[
         "handwritten",
         "parameter 2 tensor<?x4xf32>: a dynamic or unranked shape",
     ),
-    ("linalg", "op `stablehlo.cholesky`"),
     ("pmap", "op `sdy.manual_computation`"),
     (
         "rare",

@@ -39,6 +39,9 @@ impl Importer<'_> {
             Some(Attr::Str(s)) if !s.is_empty() => s.clone(),
             _ => return Err(ImportError::invalid(op, "no `call_target_name`")),
         };
+        if let Some(items) = self.lapack(g, op, env, &target)? {
+            return Ok(items);
+        }
         let refuse = |what: String| {
             Err(ImportError::unsupported(
                 op,

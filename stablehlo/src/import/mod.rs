@@ -15,6 +15,7 @@ mod alias;
 mod batch_norm;
 mod call;
 mod error;
+mod linalg;
 mod ops;
 mod regions;
 mod sort;

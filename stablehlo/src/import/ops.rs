@@ -475,6 +475,8 @@ impl Importer<'_> {
             "stablehlo.batch_norm_inference"
             | "stablehlo.batch_norm_training"
             | "stablehlo.batch_norm_grad" => self.batch_norm(g, op, env),
+            "stablehlo.cholesky" => self.cholesky(g, op, env),
+            "stablehlo.triangular_solve" => self.triangular_solve(g, op, env),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),
             "chlo.top_k" => self.top_k(g, op, env),

@@ -11,6 +11,7 @@
 mod build;
 mod build_call;
 mod build_index;
+mod build_linalg;
 mod build_sort;
 mod ops;
 

@@ -237,6 +237,25 @@ pub enum Op {
         exponent_bits: u32,
         mantissa_bits: u32,
     },
+    /// Cholesky factorization of the matrices in the last two dimensions (symmetric
+    /// positive definite; only the `lower` or upper triangle is read). `lapack`: LAPACK's
+    /// `potrf` (the other triangle kept, a second result of i32 `info` per matrix: 0, or the
+    /// 1-based column where the matrix is not positive definite); otherwise StableHLO's
+    /// `cholesky` as XLA gives it (the other triangle zero, the whole matrix NaN when it is
+    /// not positive definite).
+    Cholesky {
+        lower: bool,
+        lapack: bool,
+    },
+    /// `a`, `b` → x with op(a) x = b (`left_side`) or x op(a) = b; op(a) is a or its
+    /// transpose; a triangular (`lower` or upper), its diagonal read as ones when
+    /// `unit_diagonal`.
+    TriangularSolve {
+        left_side: bool,
+        lower: bool,
+        unit_diagonal: bool,
+        transpose_a: bool,
+    },
     /// `operand`; its dimension `i` is the result's dimension `dims[i]`.
     BroadcastInDim {
         dims: Vec<usize>,
@@ -345,6 +364,8 @@ impl Op {
             Op::Convert => "convert",
             Op::BitcastConvert => "bitcast_convert",
             Op::ReducePrecision { .. } => "reduce_precision",
+            Op::Cholesky { .. } => "cholesky",
+            Op::TriangularSolve { .. } => "triangular_solve",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Reshape => "reshape",
             Op::Transpose { .. } => "transpose",

@@ -20,6 +20,8 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
         Op::Parameter { .. }
         | Op::Scatter { .. }
         | Op::Sort { .. }
+        | Op::Cholesky { .. }
+        | Op::TriangularSolve { .. }
         | Op::DotGeneral(_)
         | Op::Reduce { .. }
         | Op::While { .. }

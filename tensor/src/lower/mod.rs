@@ -13,6 +13,7 @@ mod control;
 mod dot;
 mod emit;
 mod fusion;
+mod linalg;
 mod place;
 pub mod prelude;
 mod reduce;
@@ -295,7 +296,12 @@ impl Lowerer {
                     homes[v.0 as usize] = Home::Buf(dest);
                 }
                 // Ops writing every result into a buffer of its own (claimed, or a temp).
-                Op::Reduce { .. } | Op::Scatter { .. } | Op::Sort { .. } | Op::CustomCall(_) => {
+                Op::Reduce { .. }
+                | Op::Scatter { .. }
+                | Op::Sort { .. }
+                | Op::Cholesky { .. }
+                | Op::TriangularSolve { .. }
+                | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
                         .iter()
@@ -326,6 +332,19 @@ impl Lowerer {
                         }
                         Op::CustomCall(call) => {
                             self.custom_call(&s, node, call, &dests, &mut out)?;
+                        }
+                        Op::Cholesky { lower, lapack } => {
+                            self.cholesky(&s, node, *lower, *lapack, &dests, &mut out)?;
+                        }
+                        Op::TriangularSolve {
+                            left_side,
+                            lower,
+                            unit_diagonal,
+                            transpose_a,
+                        } => {
+                            let (l, lo) = (*left_side, *lower);
+                            let (u, tr) = (*unit_diagonal, *transpose_a);
+                            self.triangular_solve(&s, node, l, lo, u, tr, dests[0], &mut out)?;
                         }
                         _ => {}
                     }

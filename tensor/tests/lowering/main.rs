@@ -8,6 +8,7 @@ mod data;
 mod dot;
 mod elementwise;
 mod gather;
+mod linalg;
 mod movement;
 mod programs;
 mod reduce;

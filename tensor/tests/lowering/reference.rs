@@ -312,6 +312,43 @@ fn reduce_precision(d: DType, v: f64, e: u32, m: u32) -> f64 {
     r
 }
 
+/// Cholesky of one n x n matrix (row-major, f64) by the outer-product (right-looking) order;
+/// returns the factor laid out as the kernels write it and the 1-based failing column.
+fn cholesky(a: &[f64], n: usize, lower: bool, lapack: bool) -> (Vec<f64>, i128) {
+    let at = |i: usize, j: usize| if lower { i * n + j } else { j * n + i };
+    let mut w = a.to_vec();
+    let mut fail = 0;
+    for k in 0..n {
+        let p = w[at(k, k)];
+        if p.is_nan() || p <= 0.0 {
+            fail = k as i128 + 1;
+            break;
+        }
+        let l = p.sqrt();
+        w[at(k, k)] = l;
+        for i in k + 1..n {
+            w[at(i, k)] /= l;
+        }
+        for j in k + 1..n {
+            for i in j..n {
+                w[at(i, j)] -= w[at(i, k)] * w[at(j, k)];
+            }
+        }
+    }
+    if !lapack {
+        for i in 0..n {
+            for j in 0..n {
+                if fail != 0 {
+                    w[i * n + j] = f64::NAN;
+                } else if (lower && j > i) || (!lower && j < i) {
+                    w[i * n + j] = 0.0;
+                }
+            }
+        }
+    }
+    (w, fail)
+}
+
 fn scalar_i(a: &Arr) -> i128 {
     if a.dtype.is_float() {
         a.f[0] as i128
@@ -455,6 +492,92 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                 let f = (0..n)
                     .map(|k| reduce_precision(d, x.f[k], *exponent_bits, *mantissa_bits))
                     .collect();
+                vec![mk(f, vec![])]
+            }
+            Op::Cholesky { lower, lapack } => {
+                let a = arg(0);
+                let m = dims[dims.len() - 1] as usize;
+                let (mut f, mut info) = (vec![], vec![]);
+                for mat in a.f.chunks(m * m.max(1)).take(n / (m * m).max(1)) {
+                    let (w, fail) = cholesky(mat, m, *lower, *lapack);
+                    f.extend(w.into_iter().map(|v| rnd(d, v)));
+                    info.push(fail);
+                }
+                let mut out = vec![mk(f, vec![])];
+                if *lapack {
+                    let bd = &dims[..dims.len() - 2];
+                    out.push(Arr {
+                        dtype: DType::I32,
+                        dims: bd.to_vec(),
+                        f: vec![],
+                        i: info,
+                    });
+                }
+                out
+            }
+            Op::TriangularSolve {
+                left_side,
+                lower,
+                unit_diagonal,
+                transpose_a,
+            } => {
+                let (a, b) = (arg(0), arg(1));
+                let r = dims.len();
+                let (rows, cols) = (dims[r - 2] as usize, dims[r - 1] as usize);
+                let m = if *left_side { rows } else { cols };
+                let mut f = b.f.clone();
+                let batches = n / (rows * cols).max(1);
+                for bi in 0..batches {
+                    let am = &a.f[bi * m * m..(bi + 1) * m * m];
+                    // op(a)(i, j), zero outside the stored triangle.
+                    let op_a = |i: usize, j: usize| {
+                        let (p, q) = if *transpose_a { (j, i) } else { (i, j) };
+                        let inside = if *lower { q <= p } else { q >= p };
+                        if p == q && *unit_diagonal {
+                            1.0
+                        } else if inside {
+                            am[p * m + q]
+                        } else {
+                            0.0
+                        }
+                    };
+                    let x = &mut f[bi * rows * cols..(bi + 1) * rows * cols];
+                    // Gaussian elimination on the dense op(a) (it is triangular), one
+                    // right-hand side at a time.
+                    let sides = if *left_side { cols } else { rows };
+                    for c in 0..sides {
+                        let idx = |p: usize| {
+                            if *left_side {
+                                p * cols + c
+                            } else {
+                                c * cols + p
+                            }
+                        };
+                        let mut y: Vec<f64> = (0..m).map(|p| x[idx(p)]).collect();
+                        // left: op(a) y = b; right: y op(a) = b, i.e. op(a)^T y = b.
+                        let mat = |p: usize, q: usize| {
+                            if *left_side { op_a(p, q) } else { op_a(q, p) }
+                        };
+                        let lower_system = (0..m).all(|p| (p + 1..m).all(|q| mat(p, q) == 0.0));
+                        let order: Vec<usize> = if lower_system {
+                            (0..m).collect()
+                        } else {
+                            (0..m).rev().collect()
+                        };
+                        for &p in &order {
+                            let mut v = y[p];
+                            for (q, yq) in y.iter().enumerate() {
+                                if q != p && mat(p, q) != 0.0 {
+                                    v -= mat(p, q) * yq;
+                                }
+                            }
+                            y[p] = rnd(d, v / mat(p, p));
+                        }
+                        for p in 0..m {
+                            x[idx(p)] = y[p];
+                        }
+                    }
+                }
                 vec![mk(f, vec![])]
             }
             Op::BitcastConvert | Op::Reshape => {

@@ -1,0 +1,79 @@
+//! Adding `cholesky` and `triangular_solve` (over batches of matrices in the last two
+//! dimensions) to a [`Graph`].
+
+use super::build::R;
+use super::ops::Op;
+use super::{Graph, TensorType, Value};
+use crate::error::invalid;
+use xthunk_core::ir::DType;
+
+/// The batch dimensions and the two matrix dimensions of a float tensor of rank >= 2.
+fn matrices(op: &'static str, t: &TensorType) -> R<(Vec<u64>, u64, u64)> {
+    if !t.dtype.is_float() {
+        return Err(invalid(op, format!("elements of type {}", t.dtype)));
+    }
+    let r = t.rank();
+    if r < 2 {
+        return Err(invalid(op, format!("{t}: rank 2 or more expected")));
+    }
+    Ok((t.dims[..r - 2].to_vec(), t.dims[r - 2], t.dims[r - 1]))
+}
+
+impl Graph {
+    /// `cholesky` of `a` (square matrices in the last two dimensions); see
+    /// [`Op::Cholesky`]. With `lapack`, a second result: i32 `info` per matrix.
+    pub fn cholesky(&mut self, a: Value, lower: bool, lapack: bool) -> R<Vec<Value>> {
+        let op = "cholesky";
+        let t = self.check(op, a)?.clone();
+        let (batch, m, n) = matrices(op, &t)?;
+        if m != n {
+            return Err(invalid(op, format!("{t}: square matrices expected")));
+        }
+        let mut results = vec![t.clone()];
+        if lapack {
+            results.push(TensorType::new(DType::I32, &batch));
+        }
+        self.add(Op::Cholesky { lower, lapack }, vec![a], results)
+    }
+
+    /// `triangular_solve(a, b)`; see [`Op::TriangularSolve`].
+    pub fn triangular_solve(
+        &mut self,
+        a: Value,
+        b: Value,
+        left_side: bool,
+        lower: bool,
+        unit_diagonal: bool,
+        transpose_a: bool,
+    ) -> R<Value> {
+        let op = "triangular_solve";
+        let ta = self.check(op, a)?.clone();
+        let tb = self.check(op, b)?.clone();
+        let (batch_a, m, n) = matrices(op, &ta)?;
+        let (batch_b, rows, cols) = matrices(op, &tb)?;
+        if m != n {
+            return Err(invalid(op, format!("a {ta}: square matrices expected")));
+        }
+        let side = if left_side { rows } else { cols };
+        if ta.dtype != tb.dtype || batch_a != batch_b || side != m {
+            return Err(invalid(
+                op,
+                format!(
+                    "a {ta} and b {tb}: one element type, the same batch dimensions, and b's \
+                     {} dimension equal to a's",
+                    if left_side { "row" } else { "column" }
+                ),
+            ));
+        }
+        self.add1(
+            Op::TriangularSolve {
+                left_side,
+                lower,
+                unit_diagonal,
+                transpose_a,
+            },
+            vec![a, b],
+            tb,
+        )
+    }
+}
