@@ -43,8 +43,31 @@ pub fn program_from_mlir(text: &str) -> Result<Executable, ProtoError> {
     Ok(import_mlir(text)?.0)
 }
 
-/// [`program_from_mlir`], and JAX's names of the program's parameters and results.
+/// [`program_from_mlir`], and JAX's names of the program's parameters and results. The
+/// lowering recurses once per nested region (and the reader and importer once per nesting
+/// level): all of it runs on a thread with `xthunk_stablehlo::STACK` bytes of stack, so a
+/// program a hundred `while`/`case` levels deep loads from any caller's thread.
 fn import_mlir(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("xthunk-import".into())
+            .stack_size(xthunk_stablehlo::STACK)
+            .spawn_scoped(s, || import_mlir_here(text))
+            .map_err(|e| ProtoError::Import {
+                format: FORMAT,
+                message: format!("could not start the import thread: {e}"),
+            })?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(ProtoError::Import {
+                    format: FORMAT,
+                    message: "the import thread panicked (a bug: please report it)".into(),
+                })
+            })
+    })
+}
+
+fn import_mlir_here(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
     let fail = |message: String| ProtoError::Import {
         format: FORMAT,
         message,

@@ -367,6 +367,7 @@ fn class_of(e: &ParseError) -> String {
         ParseError::TooDeep { .. } => "deep",
         ParseError::TooLarge { .. } => "large",
         ParseError::Dense { .. } => "dense",
+        ParseError::Thread { .. } => "thread",
     };
     let text = e.to_string();
     let message = text.split_once(": ").map_or("", |(_, m)| m);

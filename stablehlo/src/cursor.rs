@@ -5,8 +5,9 @@
 use crate::ast::Pos;
 use crate::error::{ParseError, one_line};
 
-/// How deep regions, attributes, types and locations may nest.
-pub const MAX_DEPTH: usize = 128;
+/// How deep regions, attributes, types and locations may nest (the reader runs on a stack
+/// of its own, `stack::STACK`, which this depth fits many times over).
+pub const MAX_DEPTH: usize = 1024;
 /// The largest input read (bytes).
 pub const MAX_INPUT: usize = 1 << 30;
 

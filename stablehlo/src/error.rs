@@ -33,6 +33,9 @@ pub enum ParseError {
         op: String,
         message: String,
     },
+    /// The reader's or importer's own thread (see `stack.rs`) could not run.
+    #[error("{message}")]
+    Thread { message: String },
 }
 
 impl ParseError {
@@ -43,6 +46,7 @@ impl ParseError {
             | ParseError::TooDeep { pos, .. }
             | ParseError::TooLarge { pos, .. }
             | ParseError::Dense { pos, .. } => *pos,
+            ParseError::Thread { .. } => Pos::default(),
         }
     }
 
@@ -53,6 +57,7 @@ impl ParseError {
             | ParseError::TooDeep { op, .. }
             | ParseError::TooLarge { op, .. }
             | ParseError::Dense { op, .. } => op,
+            ParseError::Thread { .. } => "",
         }
     }
 }

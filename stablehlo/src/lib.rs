@@ -40,6 +40,7 @@ pub mod import;
 mod ops;
 mod pretty;
 mod pretty_regions;
+mod stack;
 pub mod types;
 mod values;
 
@@ -49,3 +50,4 @@ pub use ast::{
 pub use cursor::{MAX_DEPTH, MAX_INPUT};
 pub use error::ParseError;
 pub use ops::parse;
+pub use stack::STACK;

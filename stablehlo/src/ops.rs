@@ -10,8 +10,14 @@ use crate::ast::{
 use crate::cursor::{Cursor, MAX_INPUT, hex_bytes};
 use crate::error::ParseError;
 
-/// Reads a whole file: one module, location aliases, resources.
+/// Reads a whole file: one module, location aliases, resources. On a thread with a stack of
+/// its own ([`crate::stack::STACK`]), whatever the caller's.
 pub fn parse(src: &str) -> Result<Module, ParseError> {
+    crate::stack::on_big_stack("reader", || parse_here(src))
+        .unwrap_or_else(|message| Err(ParseError::Thread { message }))
+}
+
+fn parse_here(src: &str) -> Result<Module, ParseError> {
     let mut c = Cursor::new(src);
     if src.len() > MAX_INPUT {
         return Err(ParseError::TooLarge {

@@ -346,8 +346,8 @@ fn a_while_whose_regions_take_too_few_arguments_is_refused() {
 #[test]
 fn long_call_chains_are_refused() {
     let mut text = String::from("module {\n");
-    for i in 0..100 {
-        let body = if i == 99 {
+    for i in 0..300 {
+        let body = if i == 299 {
             "return %a : tensor<f32>".to_string()
         } else {
             format!(
@@ -365,7 +365,52 @@ fn long_call_chains_are_refused() {
     }
     text += "}\n";
     let e = import_text(&text).expect_err("refused").to_string();
-    assert!(e.contains("nested deeper than 32"), "{e}");
+    assert!(e.contains("nested deeper than 256"), "{e}");
+}
+
+/// 120 `if`s nested in each other's true branch (each returning 2x + 1 at the bottom, the
+/// false branches x - 1): imported and lowered from a thread with a 1 MiB stack (the reader,
+/// the importer and the lowering run on a stack of their own), in time linear in the depth.
+#[test]
+fn a_hundred_nested_conditionals_import_and_lower() {
+    let depth = 120;
+    let t = "tensor<f32>";
+    let mut body = format!(
+        "%c2 = stablehlo.constant dense<2.0> : {t}\n%c1 = stablehlo.constant dense<1.0> : {t}\n\
+         %m = stablehlo.multiply %a, %c2 : {t}\n%s = stablehlo.add %m, %c1 : {t}\n\
+         stablehlo.return %s : {t}\n"
+    );
+    for level in 0..depth {
+        body = format!(
+            "%r{level} = \"stablehlo.if\"(%p) ({{\n{body}}}, {{\n\
+             %o{level} = stablehlo.constant dense<1.0> : {t}\n\
+             %d{level} = stablehlo.subtract %a, %o{level} : {t}\n\
+             stablehlo.return %d{level} : {t}\n}}) : (tensor<i1>) -> {t}\n\
+             stablehlo.return %r{level} : {t}\n"
+        );
+    }
+    // The outermost level returns from main.
+    let body = body.replacen(
+        &format!("stablehlo.return %r{} : {t}\n", depth - 1),
+        &format!("return %r{} : {t}\n", depth - 1),
+        1,
+    );
+    let text = format!(
+        "module {{\n  func.func @main(%p: tensor<i1>, %a: {t}) -> {t} {{\n{body}  }}\n}}\n"
+    );
+    let started = std::time::Instant::now();
+    let r = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || {
+            let imported = import_text(&text).map_err(|e| e.to_string())?;
+            let lowered = xthunk_tensor::lower::lower(&imported.graph).map_err(|e| e.to_string());
+            lowered.map(|l| l.executable.entry.len())
+        })
+        .unwrap()
+        .join();
+    let thunks = r.expect("no stack overflow").expect("imported and lowered");
+    assert!(thunks >= 1, "{thunks} thunks");
+    eprintln!("{depth} nested ifs: {:?}", started.elapsed());
 }
 
 /// A module with one `custom_call @t` on a `tensor<2x3xf32>`; `attrs` its attribute dict.

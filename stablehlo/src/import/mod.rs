@@ -22,6 +22,7 @@ mod sort;
 mod types;
 
 use crate::ast::{Attr, Block, Module, Op, Type, ValueRef};
+use crate::error::ParseError;
 use std::collections::HashMap;
 use xthunk_tensor::graph::{Graph, Value};
 
@@ -58,11 +59,18 @@ pub(crate) enum Item {
 pub(crate) type Env = HashMap<ValueRef, Item>;
 
 /// How deep function bodies and regions may nest, calls included (recursion is refused; this
-/// bounds long call chains of deeply nested regions, and so the importer's stack).
-const MAX_NESTING: usize = 32;
+/// bounds long call chains of deeply nested regions, and so the importer's stack, its own:
+/// `stack::STACK`).
+pub const MAX_NESTING: usize = 256;
 
-/// Imports `m`: its `main` as the graph.
+/// Imports `m`: its `main` as the graph. On a thread with a stack of its own
+/// ([`crate::stack::STACK`]), whatever the caller's.
 pub fn import(m: &Module) -> Result<Imported, ImportError> {
+    crate::stack::on_big_stack("importer", || import_here(m))
+        .unwrap_or_else(|message| Err(ImportError::Parse(ParseError::Thread { message })))
+}
+
+fn import_here(m: &Module) -> Result<Imported, ImportError> {
     let Some(main) = m.function("main") else {
         return Err(ImportError::invalid(&m.op, "no function `main`"));
     };

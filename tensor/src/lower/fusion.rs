@@ -14,6 +14,13 @@ use std::collections::HashSet;
 /// computed once into a temp instead.
 const MAX_COPIES: usize = 4;
 
+/// The longest chain of fused values one kernel computes: a value whose fused operands reach
+/// this depth becomes a root. It bounds the emitter's recursion (one level per fused value:
+/// a chain of 10^5 elementwise ops must not overflow the stack) and the size of one
+/// kernel's expression; chains this long are rare in real programs, and a temp every 64 ops
+/// costs little.
+pub(super) const MAX_FUSED_DEPTH: usize = 64;
+
 /// Whether the node's value can be computed inside its readers' kernels.
 pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
     match &node.op {
@@ -98,6 +105,29 @@ pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
         } else {
             kernel[vi] = ks.into_iter().next();
             copies[vi] = n;
+        }
+    }
+    // Bound the depth of fused chains (in program order, so that a new root shortens the
+    // chains of its readers). A root is always valid: it only materializes one more value.
+    let mut depth = vec![0usize; g.values().len()];
+    for node in nodes {
+        if !fusible(g, node) {
+            continue;
+        }
+        let vi = node.results[0].0 as usize;
+        if root[vi] {
+            continue;
+        }
+        let d = 1 + node
+            .operands
+            .iter()
+            .map(|o| depth[o.0 as usize])
+            .max()
+            .unwrap_or(0);
+        if d > MAX_FUSED_DEPTH && !cheap(g, node) {
+            root[vi] = true;
+        } else {
+            depth[vi] = d;
         }
     }
     root

@@ -53,6 +53,31 @@ pub struct Lowered {
 /// Lowers `g`: parameter `i` is the program's parameter `i`, result `i` its output `i`, both
 /// under the graph's names.
 pub fn lower(g: &Graph) -> Result<Lowered, LowerError> {
+    // The lowering recurses once per nested region: it runs on a stack of its own (reserved,
+    // not committed), whatever the caller's thread has.
+    let fail = |message: String| LowerError::Graph {
+        graph: g.name().into(),
+        message,
+    };
+    std::thread::scope(|s| {
+        std::thread::Builder::new()
+            .name("xthunk-lower".into())
+            .stack_size(STACK)
+            .spawn_scoped(s, || lower_here(g))
+            .map_err(|e| fail(format!("could not start the lowering thread: {e}")))?
+            .join()
+            .unwrap_or_else(|_| {
+                Err(fail(
+                    "the lowering thread panicked (a bug: please report it)".into(),
+                ))
+            })
+    })
+}
+
+/// The stack of the lowering's thread (256 MiB, reserved and not committed).
+pub const STACK: usize = 256 << 20;
+
+fn lower_here(g: &Graph) -> Result<Lowered, LowerError> {
     if g.results().is_empty() {
         return Err(LowerError::Graph {
             graph: g.name().into(),

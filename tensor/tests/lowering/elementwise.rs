@@ -352,3 +352,44 @@ fn values_read_by_several_kernels_are_roots() {
         .unwrap();
     }
 }
+
+/// A chain of 3000 fused elementwise ops (what a long unrolled JAX loop gives): lowered from
+/// a thread with a 1 MiB stack without overflowing it (fused chains are cut every
+/// `MAX_FUSED_DEPTH` values, and the lowering runs on a stack of its own), the right values,
+/// and one kernel per cut (not one per op).
+#[test]
+fn a_long_fused_chain_is_cut_into_kernels() {
+    let n = 3000usize;
+    let mut g = Graph::new("long_chain");
+    let x = g.parameter("x", DType::F32, &[16]).unwrap();
+    let c = scalar(&mut g, DType::F32, 0.999);
+    let c = g.broadcast_in_dim(c, &[16], &[]).unwrap();
+    let mut v = x;
+    for i in 0..n {
+        let op = if i % 2 == 0 {
+            BinaryOp::Multiply
+        } else {
+            BinaryOp::Add
+        };
+        v = g.binary(op, v, c).unwrap();
+    }
+    g.result("y", v).unwrap();
+    let input = random(DType::F32, &[16], 7);
+    let bytes = vec![input.to_bytes()];
+    let g2 = g.clone();
+    let (low, outs) = std::thread::Builder::new()
+        .stack_size(1 << 20)
+        .spawn(move || run(&g2, &bytes))
+        .unwrap()
+        .join()
+        .expect("no stack overflow");
+    let want = eval(&g, &[input]);
+    let got = Arr::from_bytes(DType::F32, &[16], &outs[0]);
+    // The reference rounds every op to f32 as the kernels do: bit-exact.
+    agree(&want[0], &got, 0.0).unwrap();
+    assert!(
+        (n / 64..=n / 32).contains(&low.launches),
+        "{} kernels for {n} ops",
+        low.launches
+    );
+}
