@@ -1,6 +1,7 @@
 //! How a program is scheduled ([`ExecutorConfig`]) and how one execution runs
 //! ([`ExecuteOptions`], with the [`CollectiveContext`] of an SPMD rank).
 
+use super::cancel::CancelToken;
 use super::progress::Progress;
 use crate::collectives::CliqueProvider;
 use std::sync::Arc;
@@ -78,6 +79,11 @@ pub struct ExecuteOptions {
     /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
     /// execution has not finished after this long.
     pub deadline: Option<Duration>,
+    /// Stop when this token is cancelled: checked before every top-level thunk, before every
+    /// trip of a host-driven loop and while waiting for the streams; the run then stops
+    /// issuing, waits for what it issued, and fails with `Cancelled`. `None`: the blocking
+    /// wait is a plain stream synchronize.
+    pub cancel: Option<CancelToken>,
     /// This device's place in an SPMD run, for collective thunks. Without it the program
     /// runs as rank 0 of a world of 1.
     pub collectives: Option<CollectiveContext>,

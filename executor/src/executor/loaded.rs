@@ -412,6 +412,9 @@ impl LoadedExecutable {
             progress,
         );
         run.collective_memory = collective.as_deref().and_then(Option::as_ref);
+        if let Some(token) = &opts.cancel {
+            run.set_cancel(token);
+        }
         if let Some(tracer) = opts.trace.as_deref() {
             let nodes = self
                 .trace_nodes
