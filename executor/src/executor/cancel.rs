@@ -1,6 +1,6 @@
 //! [`CancelToken`]: how a caller stops an execution in progress. A flag that the run reads
-//! (one relaxed atomic load) before every top-level node it issues, before every trip of a
-//! host-driven loop, and while it waits for its streams; optionally a probe, a function the
+//! (one relaxed atomic load) before every top-level node it issues and before every trip of a
+//! host-driven loop; optionally a probe, a function the
 //! run calls at those points at most once per [`CancelToken::with_probe`]'s interval once the
 //! execution has run that long (Python's bindings check for a pending `KeyboardInterrupt`
 //! there). A cancelled run stops issuing, waits for the work already issued, and fails with

@@ -79,10 +79,10 @@ pub struct ExecuteOptions {
     /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
     /// execution has not finished after this long.
     pub deadline: Option<Duration>,
-    /// Stop when this token is cancelled: checked before every top-level thunk, before every
-    /// trip of a host-driven loop and while waiting for the streams; the run then stops
-    /// issuing, waits for what it issued, and fails with `Cancelled`. `None`: the blocking
-    /// wait is a plain stream synchronize.
+    /// Stop when this token is cancelled: checked (one atomic load) before every top-level
+    /// thunk and before every trip of a host-driven loop; the run then stops issuing, waits
+    /// for what it issued, and fails with `Cancelled`. Waiting for the streams stays a plain
+    /// synchronize (work already issued is not stopped).
     pub cancel: Option<CancelToken>,
     /// This device's place in an SPMD run, for collective thunks. Without it the program
     /// runs as rank 0 of a world of 1.

@@ -2,10 +2,11 @@
 //! the cross-stream event waits and records), runs `While` and `Conditional` by reading
 //! predicates back, waits for the streams with the deadline and the collective watchdog,
 //! and names the pending thunks when it gives up. The deadline and the cancel token
-//! ([`CancelToken`]) are checked before every top-level node, before every trip of every
-//! host-driven loop, and while waiting for a stream; a stream with a full queue lets its
-//! issuer go at the deadline. A command buffer (an implicit one included) runs to its end
-//! once issued: a cancel is seen before it and after it.
+//! ([`CancelToken`]) are checked before every top-level node and before every trip of every
+//! host-driven loop; the deadline also while waiting for a stream (a cancel does not stop
+//! work already issued, so a cancelled run waits for it: a plain synchronize); a stream with
+//! a full queue lets its issuer go at the deadline. A command buffer (an implicit one
+//! included) runs to its end once issued: a cancel is seen before it.
 //!
 //! A run knows no thunk kind: each step is issued by the executor's dispatch table
 //! ([`IssueStep`], `dispatch::step`, handed in by the loader), which calls the kinds' issue
@@ -297,7 +298,9 @@ impl<'a> Run<'a> {
         // timeout in the library) aborts every communicator of this execution instead of
         // leaving the streams blocked forever (the hang watchdog).
         let watch = !self.used.borrow().is_empty();
-        if self.deadline.is_none() && !watch && self.cancel.is_none() {
+        // A cancel alone does not poll: the work is issued, and a cancelled run waits for
+        // it anyway before it returns.
+        if self.deadline.is_none() && !watch {
             let mut first = Ok(());
             for s in &state.streams {
                 let r = s.synchronize();
@@ -376,7 +379,7 @@ impl<'a> Run<'a> {
     /// Reads `size` bytes at `slice` on the host after the stream's work so far.
     fn read_back(&self, slice: &Slice, stream: &dyn Stream, state: &ExecState) -> Result<[u8; 8]> {
         stream.copy(self.ptr(slice), state.scratch.ptr(), slice.size)?;
-        if self.deadline.is_some() || self.cancel.is_some() {
+        if self.deadline.is_some() {
             let mut sleep = Duration::from_micros(10);
             while !stream.query()? {
                 self.check_stop(state)?;
