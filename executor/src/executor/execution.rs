@@ -3,7 +3,8 @@
 //! runtime), and [`LoadedExecutable::execute_async`], one execution of a loaded program on
 //! buffers the handle owns until it completes.
 //!
-//! What overlaps: every execution started with `execute_async` runs on its own thread, and
+//! What overlaps: every execution started with `execute_async` runs on its own thread (an idle
+//! worker of `workers`, else a new one: no execution waits for another's thread), and
 //! draws its own per-execution state (streams, events, temps) from the executable's pool, so
 //! executions of one executable on different buffers overlap on the device, as do executions
 //! started from several threads with the blocking `execute`. Programs with collective memory
@@ -91,7 +92,7 @@ impl<T> std::fmt::Debug for Execution<T> {
 }
 
 impl<T: Send + 'static> Execution<T> {
-    /// Runs `job` on a new thread; `cancel` is the token [`Execution::cancel`] cancels (the job
+    /// Runs `job` on a thread of its own (an idle worker's, else a new one); `cancel` is the token [`Execution::cancel`] cancels (the job
     /// is expected to watch it). A panic in the job becomes an error result.
     pub fn spawn(
         cancel: CancelToken,
@@ -106,21 +107,19 @@ impl<T: Send + 'static> Execution<T> {
             done: AtomicBool::new(false),
         });
         let theirs = shared.clone();
-        std::thread::Builder::new()
-            .name("xthunk-execution".into())
-            .spawn(move || {
-                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
-                    .unwrap_or_else(|p| {
-                        let what = p
-                            .downcast_ref::<&str>()
-                            .map(|s| s.to_string())
-                            .or_else(|| p.downcast_ref::<String>().cloned())
-                            .unwrap_or_else(|| "a panic".into());
-                        Err(Error::backend("executor", "execution thread", what))
-                    });
-                theirs.finish(result);
-            })
-            .map_err(|e| Error::backend("executor", "spawn an execution thread", e.to_string()))?;
+        super::workers::run(Box::new(move || {
+            let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job))
+                .unwrap_or_else(|p| {
+                    let what = p
+                        .downcast_ref::<&str>()
+                        .map(|s| s.to_string())
+                        .or_else(|| p.downcast_ref::<String>().cloned())
+                        .unwrap_or_else(|| "a panic".into());
+                    Err(Error::backend("executor", "execution thread", what))
+                });
+            theirs.finish(result);
+        }))
+        .map_err(|e| Error::backend("executor", "spawn an execution thread", e.to_string()))?;
         Ok(Execution { shared, cancel })
     }
 }

@@ -27,8 +27,8 @@
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
 //! - `execution`: [`Execution`], the handle of an asynchronous execution
 //!   ([`LoadedExecutable::execute_async`]: wait, poll, timeout, callback, `Future`), and what
-//!   overlaps; `cancel`: [`CancelToken`], the flag (and optional probe) a run checks between
-//!   thunks;
+//!   overlaps; `workers`: the threads they run on; `cancel`: [`CancelToken`], the flag (and
+//!   optional probe) a run checks between thunks;
 //! - `alias`: input–output aliases (in place or not, their ordering resource, what an
 //!   execution binds: a donated buffer, or a copy);
 //! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
@@ -73,6 +73,7 @@ mod temps;
 mod trace;
 #[doc(hidden)]
 pub mod white_box;
+mod workers;
 
 pub use crate::program::Program;
 pub use cancel::{CancelProbe, CancelToken};
