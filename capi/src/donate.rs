@@ -56,6 +56,9 @@ pub unsafe extern "C" fn xthunk_executable_run_donated(
     })
 }
 
+/// A run's parameter and output memory, in signature order.
+pub(crate) type Bound<'a> = (Vec<&'a dyn DeviceMemory>, Vec<&'a dyn DeviceMemory>);
+
 /// The parameter and output memory of a run with donated parameters (see
 /// `xthunk_executable_run_donated`), checked: counts, devices, donations.
 ///
@@ -69,7 +72,7 @@ pub(crate) unsafe fn resolve<'a>(
     donate: *const bool,
     outputs: *const *const XthunkBuffer,
     output_count: usize,
-) -> Result<(Vec<&'a dyn DeviceMemory>, Vec<&'a dyn DeviceMemory>)> {
+) -> Result<Bound<'a>> {
     check_counts(e, param_count, output_count)?;
     // SAFETY: the caller's arrays of the counts given and live handles (this function's
     // contract).

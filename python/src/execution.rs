@@ -25,7 +25,7 @@ pub(crate) fn deadline(seconds: Option<f64>) -> XResult<Option<Duration>> {
 }
 
 fn checked_seconds(s: f64, what: &str) -> XResult<Duration> {
-    if !(s.is_finite() && s >= 0.0 && s <= MAX_SECONDS) {
+    if !(s.is_finite() && (0.0..=MAX_SECONDS).contains(&s)) {
         return Err(invalid(format!(
             "{what} must be in [0, {MAX_SECONDS}] seconds, got {s}"
         ))
