@@ -7,16 +7,15 @@ use crate::arrays;
 use crate::device::Device;
 use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid};
-use crate::execution::{PyExecution, deadline, interruptible};
+use crate::execution::{Outputs, PyExecution, deadline, interruptible};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use std::sync::Arc;
 use std::time::Duration;
 use xthunk::core::collectives::Timeouts;
-use xthunk::core::executor::ExecutorConfig;
-use xthunk::core::executor::RunBuffers;
+use xthunk::core::executor::{Execution, ExecutorConfig, RunBuffers};
 use xthunk::ir::TensorSpec;
-use xthunk::{Backend, Buffer, DeviceMemory, ExecuteOptions, LoadedExecutable};
+use xthunk::{Backend, Buffer, CancelToken, DeviceMemory, ExecuteOptions, LoadedExecutable};
 
 /// A parameter or output: `name`, `dtype` (numpy's name), `shape`.
 #[pyclass(module = "xthunk", frozen, name = "TensorSpec")]
@@ -94,6 +93,22 @@ impl Output {
 pub(crate) struct Prepared {
     params: Vec<Param>,
     pub(crate) outputs: Vec<Output>,
+}
+
+/// An asynchronous run's outputs, made into `run`'s dict when its result is asked for.
+struct Finished {
+    exe: Py<Executable>,
+    outputs: Vec<Output>,
+    keep_on_device: bool,
+}
+
+impl Outputs for Finished {
+    fn into_dict(self: Box<Self>, py: Python<'_>) -> XResult<Py<PyDict>> {
+        let exe = self.exe.bind(py).get();
+        Ok(exe
+            .result_dict(py, self.outputs, self.keep_on_device)?
+            .unbind())
+    }
 }
 
 impl RunBuffers for Prepared {
@@ -511,12 +526,27 @@ impl Executable {
         let this = slf.get();
         let limit = self::deadline(deadline)?;
         let prepared = this.prepare(&inputs, &donate, out.as_ref())?;
+        let cancel = CancelToken::new();
         let opts = ExecuteOptions {
             deadline: limit,
+            cancel: Some(cancel.clone()),
             ..Default::default()
         };
-        let exec = this.loaded.execute_async(prepared, opts)?;
-        Ok(PyExecution::new(exec, slf.clone().unbind(), keep_on_device))
+        let loaded = this.loaded.clone();
+        let exe = slf.clone().unbind();
+        let exec = Execution::spawn(cancel, move || {
+            {
+                let (p, o) = prepared.buffers();
+                loaded.execute(&p, &o, &opts)?;
+            }
+            let done: Box<dyn Outputs> = Box::new(Finished {
+                exe,
+                outputs: prepared.outputs,
+                keep_on_device,
+            });
+            Ok(done)
+        })?;
+        Ok(PyExecution::new(exec))
     }
 
     /// SPMD: the program on devices `0..len(inputs)` of this executable's backend, one thread

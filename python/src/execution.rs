@@ -4,7 +4,6 @@
 //! the cancel token whose probe turns a pending `KeyboardInterrupt` into a cancel.
 
 use crate::errors::{XResult, invalid};
-use crate::executable::{Executable, Prepared};
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -64,22 +63,24 @@ pub(crate) fn interruptible() -> (CancelToken, Caught) {
     )
 }
 
+/// A finished run's outputs, made into `run`'s dict with the GIL (by `executable.rs`, which
+/// knows the outputs).
+pub(crate) trait Outputs: Send + 'static {
+    fn into_dict(self: Box<Self>, py: Python<'_>) -> XResult<Py<PyDict>>;
+}
+
 /// A run started by `Executable.execute_async`.
 #[pyclass(module = "xthunk", frozen, name = "Execution")]
 pub struct PyExecution {
-    exec: Execution<Prepared>,
-    exe: Py<Executable>,
-    keep_on_device: bool,
+    exec: Execution<Box<dyn Outputs>>,
     /// The result once collected: `run`'s dict, or the run's error.
     outcome: Mutex<Option<Result<Py<PyDict>, PyErr>>>,
 }
 
 impl PyExecution {
-    pub(crate) fn new(exec: Execution<Prepared>, exe: Py<Executable>, keep: bool) -> Self {
+    pub(crate) fn new(exec: Execution<Box<dyn Outputs>>) -> Self {
         PyExecution {
             exec,
-            exe,
-            keep_on_device: keep,
             outcome: Mutex::new(None),
         }
     }
@@ -90,12 +91,7 @@ impl PyExecution {
         if outcome.is_none() {
             let taken = self.exec.try_take()?;
             let r = match taken {
-                Ok(prepared) => self
-                    .exe
-                    .get()
-                    .result_dict(py, prepared.outputs, self.keep_on_device)
-                    .map(Bound::unbind)
-                    .map_err(PyErr::from),
+                Ok(outputs) => outputs.into_dict(py).map_err(PyErr::from),
                 Err(e) => Err(PyErr::from(crate::errors::XErr::from(e))),
             };
             *outcome = Some(r);
