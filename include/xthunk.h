@@ -157,7 +157,8 @@ void xthunk_error_free(struct XthunkError *error);
 // donation flags as for `xthunk_executable_run_donated` (`donate` may be NULL). Every buffer
 // must stay alive, and no other run may write them, until the event has completed
 // (`xthunk_event_wait` returned, `xthunk_event_poll` said true, or the callback ran). Runs of
-// one executable on different buffers overlap. `options` may be NULL.
+// one executable on different buffers overlap. `options` may be NULL. After a deadline, free
+// the buffers only after `xthunk_event_free`.
 struct XthunkError *xthunk_executable_run_async(const struct XthunkExecutable *exe,
                                                 const struct XthunkBuffer *const *params,
                                                 size_t param_count,
@@ -184,8 +185,9 @@ bool xthunk_event_poll(const struct XthunkEvent *ev);
 // unless it finished first. Returns at once; NULL is ignored.
 void xthunk_event_cancel(const struct XthunkEvent *ev);
 
-// Waits for the run (so that its buffers may be freed after), then frees the event. NULL is
-// ignored.
+// Waits for the run and for every piece of work it issued (so that its buffers may be freed
+// after: after `XTHUNK_STATUS_DEADLINE_EXCEEDED`, work the run abandoned may still use them
+// until then), then frees the event. NULL is ignored.
 void xthunk_event_free(struct XthunkEvent *ev);
 
 // Loads a program file (`.txtpb` text, `.pb` binary or `.mlir` StableHLO text, by extension)

@@ -9,7 +9,7 @@ use crate::error::{Result, XthunkError, arg, guard, guard_value};
 use crate::executable::XthunkExecutable;
 use crate::handles::XthunkBuffer;
 use std::ffi::c_void;
-use std::sync::OnceLock;
+use std::sync::{Arc, Condvar, Mutex, OnceLock, PoisonError};
 use std::time::Duration;
 use xthunk::core::executor::Execution;
 use xthunk::{CancelToken, DeviceMemory, ExecuteOptions};
@@ -39,6 +39,38 @@ pub struct XthunkEvent {
     exec: Execution<()>,
     /// The run's outcome once it was collected: `None` for success.
     outcome: OnceLock<Option<XthunkError>>,
+    /// Set once no work of the run uses the caller's buffers any more.
+    released: Arc<Released>,
+}
+
+/// Whether the caller's buffers are free of the run's work.
+#[derive(Default)]
+struct Released {
+    yes: Mutex<bool>,
+    changed: Condvar,
+}
+
+impl Released {
+    fn wait(&self) {
+        let mut yes = self.yes.lock().unwrap_or_else(PoisonError::into_inner);
+        while !*yes {
+            yes = self
+                .changed
+                .wait(yes)
+                .unwrap_or_else(PoisonError::into_inner);
+        }
+    }
+}
+
+/// Kept by the run (and, after a deadline, by the work it abandoned) until it is done with
+/// the caller's buffers; dropping the last one releases them.
+struct Releaser(Arc<Released>);
+
+impl Drop for Releaser {
+    fn drop(&mut self) {
+        *self.0.yes.lock().unwrap_or_else(PoisonError::into_inner) = true;
+        self.0.changed.notify_all();
+    }
 }
 
 /// The caller's buffers, held by the run's thread.
@@ -76,7 +108,8 @@ fn into_ptr(e: Option<XthunkError>) -> *mut XthunkError {
 /// donation flags as for `xthunk_executable_run_donated` (`donate` may be NULL). Every buffer
 /// must stay alive, and no other run may write them, until the event has completed
 /// (`xthunk_event_wait` returned, `xthunk_event_poll` said true, or the callback ran). Runs of
-/// one executable on different buffers overlap. `options` may be NULL.
+/// one executable on different buffers overlap. `options` may be NULL. After a deadline, free
+/// the buffers only after `xthunk_event_free`.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_executable_run_async(
     exe: *const XthunkExecutable,
@@ -112,7 +145,9 @@ pub unsafe extern "C" fn xthunk_executable_run_async(
             user_data: options.map_or(std::ptr::null_mut(), |o| o.user_data),
         };
         let cancel = CancelToken::new();
+        let released = Arc::new(Released::default());
         let opts = ExecuteOptions {
+            keep_alive: Some(Arc::new(Releaser(released.clone()))),
             deadline: options
                 .map(|o| o.deadline_ms)
                 .filter(|ms| *ms > 0)
@@ -146,6 +181,7 @@ pub unsafe extern "C" fn xthunk_executable_run_async(
         let event = Box::new(XthunkEvent {
             exec,
             outcome: OnceLock::new(),
+            released,
         });
         // SAFETY: `out` is non-NULL and valid for a write (the ABI's contract).
         unsafe { out.write(Box::into_raw(event)) };
@@ -211,8 +247,9 @@ pub unsafe extern "C" fn xthunk_event_cancel(ev: *const XthunkEvent) {
     })
 }
 
-/// Waits for the run (so that its buffers may be freed after), then frees the event. NULL is
-/// ignored.
+/// Waits for the run and for every piece of work it issued (so that its buffers may be freed
+/// after: after `XTHUNK_STATUS_DEADLINE_EXCEEDED`, work the run abandoned may still use them
+/// until then), then frees the event. NULL is ignored.
 #[unsafe(no_mangle)]
 pub unsafe extern "C" fn xthunk_event_free(ev: *mut XthunkEvent) {
     guard_value((), || {
@@ -220,6 +257,7 @@ pub unsafe extern "C" fn xthunk_event_free(ev: *mut XthunkEvent) {
             // SAFETY: a live event from this library, freed once (the ABI's contract).
             let e = unsafe { Box::from_raw(ev) };
             e.exec.wait_timeout(Duration::MAX);
+            e.released.wait();
             drop(e);
         }
     })

@@ -15,7 +15,7 @@ use std::time::Duration;
 use xthunk_core::Error;
 use xthunk_core::backend::{Backend, Buffer, Device};
 use xthunk_core::builder::*;
-use xthunk_core::executor::{CancelToken, ExecuteOptions, Execution, LoadedExecutable};
+use xthunk_core::executor::{CancelToken, ExecuteOptions, Execution, LoadedExecutable, RunBuffers};
 use xthunk_core::host::HostBackend;
 use xthunk_core::ir::*;
 
@@ -312,4 +312,117 @@ fn the_blocking_path_takes_a_cancel_token_too() {
         .unwrap_err();
     canceller.join().unwrap();
     assert!(matches!(err.innermost(), Error::Cancelled { .. }), "{err}");
+}
+
+static RELEASE: AtomicBool = AtomicBool::new(false);
+const BIG: u64 = 1024; // f32 elements of the blocking kernel's buffer
+
+/// A host kernel that blocks until [`RELEASE`] is set (30 s at most).
+unsafe fn block_kernel(
+    _args: &[xthunk_core::kernels::HostArg],
+) -> Result<(), xthunk_core::kernels::KernelError> {
+    let start = std::time::Instant::now();
+    while !RELEASE.load(Ordering::SeqCst) {
+        if start.elapsed() > Duration::from_secs(30) {
+            return Err(xthunk_core::kernels::KernelError::Failed(
+                "never released".into(),
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    Ok(())
+}
+
+#[test]
+fn a_deadline_keeps_the_callers_buffers_until_the_abandoned_work_finished() {
+    use xthunk_core::kernels::{
+        Extent, HostKernel, KernelLibrary, KernelSignature, Param, ParamKind,
+    };
+    let backend = HostBackend::new();
+    let mut lib = KernelLibrary::new("test");
+    lib.register(HostKernel {
+        signature: KernelSignature {
+            name: "block".into(),
+            params: vec![Param {
+                name: "y",
+                kind: ParamKind::Buffer {
+                    dtype: DType::F32,
+                    access: Access::ReadWrite,
+                    elems: Extent::Fixed(BIG),
+                },
+            }],
+        },
+        func: block_kernel,
+    });
+    backend.register_library(lib);
+    let dev = backend.device(0).unwrap();
+    let mut b = ExecutableBuilder::new("blocking");
+    let y = b.output("y", DType::F32, &[BIG]);
+    b.module(Module {
+        name: "test".into(),
+        images: vec![ModuleImage::Host {
+            library: "test".into(),
+        }],
+        options: Default::default(),
+    });
+    b.push(Thunk::Kernel(KernelThunk {
+        module: "test".into(),
+        name: "block".into(),
+        grid: Dim3::x(1),
+        block: Dim3::x(1),
+        shared_mem: 0,
+        args: vec![y.rw()],
+    }));
+    let exe = Arc::new(LoadedExecutable::load(dev.clone(), b.build().unwrap()).unwrap());
+    let dropped = Arc::new(AtomicBool::new(false));
+    let tracked = Tracked {
+        buffers: (vec![], exe.allocate_outputs().unwrap()),
+        dropped: dropped.clone(),
+    };
+    let e = exe
+        .execute_async(
+            tracked,
+            ExecuteOptions {
+                deadline: Some(Duration::from_millis(100)),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    let err = finish(e).unwrap_err();
+    assert!(err.is_deadline_exceeded(), "{err}");
+    // The kernel still runs on the output: the buffers are kept.
+    assert!(
+        !dropped.load(Ordering::SeqCst),
+        "the buffers were dropped under the running kernel"
+    );
+    RELEASE.store(true, Ordering::SeqCst);
+    let start = std::time::Instant::now();
+    while !dropped.load(Ordering::SeqCst) && start.elapsed() < Duration::from_secs(30) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert!(dropped.load(Ordering::SeqCst), "never dropped");
+}
+
+/// Buffers that say when they are dropped.
+#[derive(Debug)]
+struct Tracked {
+    buffers: (Vec<Buffer>, Vec<Buffer>),
+    dropped: Arc<AtomicBool>,
+}
+
+impl RunBuffers for Tracked {
+    fn buffers(
+        &self,
+    ) -> (
+        Vec<&dyn xthunk_core::backend::DeviceMemory>,
+        Vec<&dyn xthunk_core::backend::DeviceMemory>,
+    ) {
+        self.buffers.buffers()
+    }
+}
+
+impl Drop for Tracked {
+    fn drop(&mut self) {
+        self.dropped.store(true, Ordering::SeqCst);
+    }
 }

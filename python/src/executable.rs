@@ -228,18 +228,15 @@ impl Executable {
             ..Default::default()
         };
         let loaded = &self.loaded;
-        let ran = py.detach(|| {
-            let (p, o) = prepared.buffers();
-            loaded.execute(&p, &o, &opts)
-        });
-        if let Err(e) = ran {
+        // Owned by the run: after a deadline, the memory outlives the work it abandoned.
+        match py.detach(|| loaded.execute_owned(prepared, opts)) {
+            Ok(prepared) => Ok(prepared.outputs),
             // A signal handler's exception (`KeyboardInterrupt`) cancelled it: raised as is.
-            if let Some(interrupt) = caught.take() {
-                return Err(interrupt.into());
-            }
-            return Err(e.into());
+            Err(e) => match caught.take() {
+                Some(interrupt) => Err(interrupt.into()),
+                None => Err(e.into()),
+            },
         }
-        Ok(prepared.outputs)
     }
 
     /// A run's memory: parameters checked and uploaded (or the caller's device arrays),
@@ -535,10 +532,7 @@ impl Executable {
         let loaded = this.loaded.clone();
         let exe = slf.clone().unbind();
         let exec = Execution::spawn(cancel, move || {
-            {
-                let (p, o) = prepared.buffers();
-                loaded.execute(&p, &o, &opts)?;
-            }
+            let prepared = loaded.execute_owned(prepared, opts)?;
             let done: Box<dyn Outputs> = Box::new(Finished {
                 exe,
                 outputs: prepared.outputs,

@@ -73,6 +73,10 @@ impl ExecutorConfig {
     }
 }
 
+/// Anything kept alive by an execution until its work has finished
+/// ([`ExecuteOptions::keep_alive`]).
+pub type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+
 /// Options of one execution.
 #[derive(Clone, Debug, Default)]
 pub struct ExecuteOptions {
@@ -91,6 +95,10 @@ pub struct ExecuteOptions {
     /// its communication steps there, so that a hang's message can say where every rank is
     /// (see [`Progress`]); a failure freezes it.
     pub progress: Option<Arc<Progress>>,
+    /// What the caller's buffers belong to, when it must outlive work a deadline abandons:
+    /// an execution past its deadline returns without waiting for what it issued (a hung
+    /// kernel must not block the caller), and keeps this until that work has finished.
+    pub keep_alive: Option<KeepAlive>,
     /// Record this execution in a trace (`crate::trace`): every top-level thunk's issue
     /// span, with the tracer's device times its stream time too. `None`: nothing is recorded.
     pub trace: Option<Arc<crate::trace::Tracer>>,

@@ -225,8 +225,9 @@ impl<T> Future for Execution<T> {
 }
 
 /// The parameter and output buffers of one asynchronous execution, owned by it until it
-/// completes (and handed back by it).
-pub trait RunBuffers: Send + 'static {
+/// completes (and handed back by it; after a deadline, kept until the work it abandoned has
+/// finished).
+pub trait RunBuffers: Send + Sync + 'static {
     /// The parameters' and the outputs' memory, in signature order.
     fn buffers(&self) -> (Vec<&dyn DeviceMemory>, Vec<&dyn DeviceMemory>);
 }
@@ -247,16 +248,41 @@ impl LoadedExecutable {
     pub fn execute_async<B: RunBuffers>(
         self: &Arc<Self>,
         buffers: B,
-        mut opts: ExecuteOptions,
+        opts: ExecuteOptions,
     ) -> Result<Execution<B>> {
-        let cancel = opts.cancel.get_or_insert_with(CancelToken::new).clone();
+        let cancel = opts.cancel.clone().unwrap_or_default();
         let exe = self.clone();
+        let token = cancel.clone();
         Execution::spawn(cancel, move || {
-            {
-                let (p, o) = buffers.buffers();
-                exe.execute(&p, &o, &opts)?;
-            }
-            Ok(buffers)
+            exe.execute_owned(
+                buffers,
+                ExecuteOptions {
+                    cancel: Some(token),
+                    ..opts
+                },
+            )
+        })
+    }
+
+    /// [`Self::execute`] on buffers it owns, handed back after a success; after an error they
+    /// are dropped once the work issued is finished (a deadline's abandoned work included).
+    pub fn execute_owned<B: RunBuffers>(&self, buffers: B, opts: ExecuteOptions) -> Result<B> {
+        let buffers = Arc::new(buffers);
+        let opts = ExecuteOptions {
+            keep_alive: Some(buffers.clone()),
+            ..opts
+        };
+        {
+            let (p, o) = buffers.buffers();
+            self.execute(&p, &o, &opts)?;
+        }
+        drop(opts);
+        Arc::try_unwrap(buffers).map_err(|_| {
+            Error::backend(
+                "executor",
+                "execute",
+                "a finished execution still holds its buffers",
+            )
         })
     }
 }

@@ -78,7 +78,9 @@ mod workers;
 pub use crate::program::Program;
 pub use cancel::{CancelProbe, CancelToken};
 pub use collective_memory::{COLLECTIVE_ALIGNMENT, CollectiveMemoryReport};
-pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
+pub use config::{
+    AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig, KeepAlive,
+};
 pub use execution::{DoneCallback, Execution, RunBuffers};
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions, describe_positions_gone};
