@@ -7,6 +7,7 @@ use crate::errors::{XResult, invalid};
 use pyo3::exceptions::PyTimeoutError;
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use xthunk::CancelToken;
@@ -44,16 +45,29 @@ impl Caught {
 
 /// A cancel token for a blocking run: once the run has taken 50 ms, every 50 ms at its check
 /// points it takes the GIL and runs Python's pending signal handlers; an exception from one
-/// (`KeyboardInterrupt`) cancels the run and is kept in the returned slot.
+/// (`KeyboardInterrupt`) cancels the run and is kept in the returned slot. Signal handlers run
+/// on the main thread only: a run called from another thread checks once, and no more.
 pub(crate) fn interruptible() -> (CancelToken, Caught) {
     let slot = Arc::new(Mutex::new(None));
     let theirs = slot.clone();
+    let other_thread = AtomicBool::new(false);
     let probe = move || {
-        Python::attach(|py| match py.check_signals() {
-            Ok(()) => false,
-            Err(e) => {
-                *theirs.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
-                true
+        if other_thread.load(Ordering::Relaxed) {
+            return false;
+        }
+        Python::attach(|py| {
+            // Signals first; then whether later checks can see any (that check runs Python
+            // code, which may raise a `KeyboardInterrupt` arriving meanwhile: kept the same).
+            let checked = py.check_signals().and_then(|()| on_main_thread(py));
+            match checked {
+                Ok(main) => {
+                    other_thread.store(!main, Ordering::Relaxed);
+                    false
+                }
+                Err(e) => {
+                    *theirs.lock().unwrap_or_else(PoisonError::into_inner) = Some(e);
+                    true
+                }
             }
         })
     };
@@ -61,6 +75,14 @@ pub(crate) fn interruptible() -> (CancelToken, Caught) {
         CancelToken::with_probe(Box::new(probe), SIGNAL_CHECK),
         Caught(slot),
     )
+}
+
+/// Whether this is Python's main thread (where signal handlers run).
+fn on_main_thread(py: Python<'_>) -> PyResult<bool> {
+    let threading = py.import("threading")?;
+    let current = threading.call_method0("current_thread")?;
+    let main = threading.call_method0("main_thread")?;
+    Ok(current.is(&main))
 }
 
 /// A finished run's outputs, made into `run`'s dict with the GIL (by `executable.rs`, which

@@ -125,6 +125,27 @@ def test_timeout_cancel_and_deadline_are_told_apart(exe, rng):
         exe.execute_async(inputs(rng, 1)[0]).result(timeout=float("nan"))
 
 
+def test_a_blocking_run_on_another_thread_keeps_its_deadline(exe, rng):
+    """Off the main thread signal handlers never run: the run's signal check stops there, and
+    the run still ends at its deadline."""
+    import threading
+
+    args, _ = inputs(rng, ENDLESS)
+    caught = []
+
+    def run():
+        try:
+            exe.run(args, deadline=0.3)
+        except BaseException as e:  # noqa: BLE001 - the test looks at it
+            caught.append(e)
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join(60)
+    assert not t.is_alive()
+    assert len(caught) == 1 and isinstance(caught[0], xthunk.DeadlineExceededError), caught
+
+
 def test_input_errors_are_raised_by_execute_async_itself(exe):
     with pytest.raises(xthunk.InvalidArgumentError, match="no parameter `n`"):
         exe.execute_async({"n": np.array(1, np.int32)})
