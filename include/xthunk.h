@@ -25,12 +25,16 @@ typedef enum XthunkStatus {
   XTHUNK_STATUS_INVALID_PROGRAM = 4,
   // An allocation failed, or the program needs more memory than the device has.
   XTHUNK_STATUS_OUT_OF_MEMORY = 5,
-  // Running failed (a kernel, a vendor call, a deadline, a collective).
+  // Running failed (a kernel, a vendor call, a collective).
   XTHUNK_STATUS_EXECUTION = 6,
   // A file could not be read or written.
   XTHUNK_STATUS_IO = 7,
   // A bug in xthunk (a caught panic).
   XTHUNK_STATUS_INTERNAL = 8,
+  // The run was cancelled (`xthunk_event_cancel`): it stopped between thunks.
+  XTHUNK_STATUS_CANCELLED = 9,
+  // The run did not finish before its deadline (`XthunkRunOptions::deadline_ms`).
+  XTHUNK_STATUS_DEADLINE_EXCEEDED = 10,
 } XthunkStatus;
 
 // Element types (the values are part of the ABI).
@@ -59,11 +63,31 @@ typedef struct XthunkDevice XthunkDevice;
 // An error: code, message and causes (outermost first). Freed with `xthunk_error_free`.
 typedef struct XthunkError XthunkError;
 
+// An asynchronous run in progress or finished (`xthunk_executable_run_async`). Freed with
+// `xthunk_event_free`, which waits for the run first.
+typedef struct XthunkEvent XthunkEvent;
+
 // A program loaded onto one device.
 typedef struct XthunkExecutable XthunkExecutable;
 
 // The backends of this build (cuda, rocm, host, in `auto` order).
 typedef struct XthunkRuntime XthunkRuntime;
+
+// Called once when an asynchronous run finishes, on the run's thread, before its event
+// reports done: `error` is NULL on success, else the run's error (borrowed: valid during the
+// call only). It must not wait for the event (`xthunk_event_wait`) nor free it.
+typedef void (*XthunkCallback)(void *user_data, const struct XthunkError *error);
+
+// Options of `xthunk_executable_run_async` (NULL for none: no deadline, no callback).
+typedef struct XthunkRunOptions {
+  // The run fails with `XTHUNK_STATUS_DEADLINE_EXCEEDED` when it has not finished this many
+  // milliseconds after it started; 0: no deadline.
+  uint64_t deadline_ms;
+  // Called when the run finishes (NULL: none).
+  XthunkCallback callback;
+  // Passed to `callback` as is.
+  void *user_data;
+} XthunkRunOptions;
 
 // A parameter or output of an executable. Pointers are valid while the executable lives.
 typedef struct XthunkTensorInfo {
@@ -128,6 +152,43 @@ const char *xthunk_error_cause(const struct XthunkError *error, size_t index);
 
 // Frees an error (NULL is ignored).
 void xthunk_error_free(struct XthunkError *error);
+
+// Starts a run on device buffers and returns at once with its event: the buffers and the
+// donation flags as for `xthunk_executable_run_donated` (`donate` may be NULL). Every buffer
+// must stay alive, and no other run may write them, until the event has completed
+// (`xthunk_event_wait` returned, `xthunk_event_poll` said true, or the callback ran). Runs of
+// one executable on different buffers overlap. `options` may be NULL. After a deadline, free
+// the buffers only after `xthunk_event_free`.
+struct XthunkError *xthunk_executable_run_async(const struct XthunkExecutable *exe,
+                                                const struct XthunkBuffer *const *params,
+                                                size_t param_count,
+                                                const bool *donate,
+                                                const struct XthunkBuffer *const *outputs,
+                                                size_t output_count,
+                                                const struct XthunkRunOptions *options,
+                                                struct XthunkEvent **out);
+
+// Waits for the run; returns its error (NULL on success; a new error object each call).
+struct XthunkError *xthunk_event_wait(const struct XthunkEvent *ev);
+
+// Waits for the run at most `timeout_ms` milliseconds: `*done` says whether it finished;
+// when it did, returns its error (NULL on success), else NULL.
+struct XthunkError *xthunk_event_wait_timeout(const struct XthunkEvent *ev,
+                                              uint64_t timeout_ms,
+                                              bool *done);
+
+// Whether the run has finished (false for NULL). Never blocks.
+bool xthunk_event_poll(const struct XthunkEvent *ev);
+
+// Asks the run to stop: it stops issuing at its next check point (before the next thunk or
+// loop trip; a kernel already running finishes), and fails with `XTHUNK_STATUS_CANCELLED`,
+// unless it finished first. Returns at once; NULL is ignored.
+void xthunk_event_cancel(const struct XthunkEvent *ev);
+
+// Waits for the run and for every piece of work it issued (so that its buffers may be freed
+// after: after `XTHUNK_STATUS_DEADLINE_EXCEEDED`, work the run abandoned may still use them
+// until then), then frees the event. NULL is ignored.
+void xthunk_event_free(struct XthunkEvent *ev);
 
 // Loads a program file (`.txtpb` text, `.pb` binary or `.mlir` StableHLO text, by extension)
 // onto `device`.

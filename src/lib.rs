@@ -19,7 +19,7 @@ pub use xthunk_core::backend::{
     Backend, BackendChoice, BackendRegistry, Buffer, Device, DeviceInfo, DeviceMemory, Stream,
 };
 pub use xthunk_core::builder;
-pub use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
+pub use xthunk_core::executor::{CancelToken, ExecuteOptions, Execution, LoadedExecutable};
 pub use xthunk_core::ir;
 pub use xthunk_core::{Error, Result};
 pub use xthunk_cuda::Target as CudaTarget;

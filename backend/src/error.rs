@@ -52,6 +52,11 @@ pub enum Error {
     /// An execution did not finish before its deadline.
     #[error("deadline of {deadline:?} exceeded; first pending thunks: {pending}")]
     DeadlineExceeded { deadline: Duration, pending: String },
+    /// An execution was cancelled by its caller (a cancel token, `Execution::cancel`, the C
+    /// API's `xthunk_event_cancel`, Python's `KeyboardInterrupt`): it stopped issuing at `at`
+    /// and the work already issued finished.
+    #[error("execution cancelled; it stopped at {at}")]
+    Cancelled { at: String },
     /// Coordination with the other processes of a job failed (a dead rank, a timeout).
     #[error(transparent)]
     Distributed(#[from] crate::distributed::DistributedError),
@@ -78,6 +83,24 @@ impl Error {
             call: call.into(),
             message: message.into(),
         }
+    }
+
+    /// The error inside any [`Error::Thunk`] wrappers (what a caller classifies by).
+    pub fn innermost(&self) -> &Error {
+        match self {
+            Error::Thunk { source, .. } => source.innermost(),
+            e => e,
+        }
+    }
+
+    /// Whether the execution was cancelled (see [`Error::Cancelled`]), wrapped or not.
+    pub fn is_cancelled(&self) -> bool {
+        matches!(self.innermost(), Error::Cancelled { .. })
+    }
+
+    /// Whether the execution ran past its deadline, wrapped or not.
+    pub fn is_deadline_exceeded(&self) -> bool {
+        matches!(self.innermost(), Error::DeadlineExceeded { .. })
     }
 
     /// Wraps this error with the thunk that caused it (once: an error that already names a

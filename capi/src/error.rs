@@ -24,15 +24,20 @@ pub enum XthunkStatus {
     InvalidProgram = 4,
     /// An allocation failed, or the program needs more memory than the device has.
     OutOfMemory = 5,
-    /// Running failed (a kernel, a vendor call, a deadline, a collective).
+    /// Running failed (a kernel, a vendor call, a collective).
     Execution = 6,
     /// A file could not be read or written.
     Io = 7,
     /// A bug in xthunk (a caught panic).
     Internal = 8,
+    /// The run was cancelled (`xthunk_event_cancel`): it stopped between thunks.
+    Cancelled = 9,
+    /// The run did not finish before its deadline (`XthunkRunOptions::deadline_ms`).
+    DeadlineExceeded = 10,
 }
 
 /// An error: code, message and causes (outermost first). Freed with `xthunk_error_free`.
+#[derive(Clone)]
 pub struct XthunkError {
     code: XthunkStatus,
     message: CString,
@@ -77,8 +82,14 @@ impl XthunkError {
 
 impl From<Error> for XthunkError {
     fn from(e: Error) -> Self {
-        let code = code_of(&e);
-        XthunkError::new(code, e.to_string()).with_causes(&e)
+        XthunkError::from_ref(&e)
+    }
+}
+
+impl XthunkError {
+    /// The error object of `e` (its code, message and causes).
+    pub(crate) fn from_ref(e: &Error) -> Self {
+        XthunkError::new(code_of(e), e.to_string()).with_causes(e)
     }
 }
 
@@ -89,6 +100,8 @@ fn code_of(e: &Error) -> XthunkStatus {
         Error::Unsupported { .. } => XthunkStatus::Unsupported,
         Error::Invalid(_) => XthunkStatus::InvalidProgram,
         Error::OutOfMemory { .. } | Error::ProgramMemory { .. } => XthunkStatus::OutOfMemory,
+        Error::Cancelled { .. } => XthunkStatus::Cancelled,
+        Error::DeadlineExceeded { .. } => XthunkStatus::DeadlineExceeded,
         Error::Thunk { source, .. } => code_of(source),
         Error::CustomCall(_) => match CustomCallError::kind_of(e) {
             Some(CustomCallKind::Unsupported) => XthunkStatus::Unsupported,

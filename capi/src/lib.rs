@@ -17,12 +17,14 @@
 
 mod donate;
 mod error;
+mod event;
 mod executable;
 mod handles;
 mod plugin;
 
 pub use donate::*;
 pub use error::*;
+pub use event::*;
 pub use executable::*;
 pub use handles::*;
 pub use plugin::*;

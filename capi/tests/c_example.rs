@@ -235,3 +235,19 @@ fn c_donation_example_refuses_undeclared_overlaps_and_runs_declared_aliases() {
     );
     assert!(stdout.contains("donate: ok"), "{stdout}");
 }
+
+#[test]
+fn c_async_example_waits_polls_calls_back_cancels_and_times_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let bin = dir.path().join("async");
+    compile_source(&repo().join("examples/c/async.c"), &bin, &["-lpthread"]);
+    let out = Command::new(&bin).arg("host").output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "async failed: {stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("async: ok"), "{stdout}");
+    println!("{stdout}");
+}

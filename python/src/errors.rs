@@ -18,6 +18,8 @@ pub enum Kind {
     Program,
     OutOfMemory,
     Execution,
+    Cancelled,
+    DeadlineExceeded,
 }
 
 impl Kind {
@@ -29,6 +31,8 @@ impl Kind {
             Kind::Program => "ProgramError",
             Kind::OutOfMemory => "OutOfMemoryError",
             Kind::Execution => "ExecutionError",
+            Kind::Cancelled => "CancelledError",
+            Kind::DeadlineExceeded => "DeadlineExceededError",
         }
     }
 }
@@ -40,6 +44,8 @@ fn kind_of(e: &Error) -> Kind {
         Error::Unsupported { .. } => Kind::Unsupported,
         Error::Invalid(_) => Kind::Program,
         Error::OutOfMemory { .. } | Error::ProgramMemory { .. } => Kind::OutOfMemory,
+        Error::Cancelled { .. } => Kind::Cancelled,
+        Error::DeadlineExceeded { .. } => Kind::DeadlineExceeded,
         Error::Thunk { source, .. } => kind_of(source),
         Error::CustomCall(_) => match CustomCallError::kind_of(e) {
             Some(CustomCallKind::Unsupported) => Kind::Unsupported,

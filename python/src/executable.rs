@@ -1,19 +1,21 @@
 //! `xthunk.Executable`: a program loaded onto one device, its signature, and running it with
-//! numpy arrays or device arrays (the GIL released while it runs), on one device or SPMD on
-//! several.
+//! numpy arrays or device arrays (the GIL released while it runs; a blocking run checks for
+//! signals every 50 ms and is cancelled by a `KeyboardInterrupt`), on one device or SPMD on
+//! several, blocking or asynchronously (`execute_async`, an `xthunk.Execution`).
 
 use crate::arrays;
 use crate::device::Device;
 use crate::device_array::DeviceArray;
 use crate::errors::{XResult, invalid};
+use crate::execution::{Outputs, PyExecution, deadline, interruptible};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use std::sync::Arc;
 use std::time::Duration;
 use xthunk::core::collectives::Timeouts;
-use xthunk::core::executor::ExecutorConfig;
+use xthunk::core::executor::{Execution, ExecutorConfig, RunBuffers};
 use xthunk::ir::TensorSpec;
-use xthunk::{Backend, Buffer, DeviceMemory, ExecuteOptions, LoadedExecutable};
+use xthunk::{Backend, Buffer, CancelToken, DeviceMemory, ExecuteOptions, LoadedExecutable};
 
 /// A parameter or output: `name`, `dtype` (numpy's name), `shape`.
 #[pyclass(module = "xthunk", frozen, name = "TensorSpec")]
@@ -56,7 +58,7 @@ pub struct Executable {
 }
 
 /// One parameter's memory for a run: uploaded for this run, or a caller's device array.
-enum Param {
+pub(crate) enum Param {
     Fresh(Buffer),
     Device(Arc<Buffer>),
 }
@@ -87,7 +89,52 @@ impl Output {
     }
 }
 
+/// A run's parameters and outputs, checked and uploaded, ready to execute.
+pub(crate) struct Prepared {
+    params: Vec<Param>,
+    pub(crate) outputs: Vec<Output>,
+}
+
+/// An asynchronous run's outputs, made into `run`'s dict when its result is asked for.
+struct Finished {
+    exe: Py<Executable>,
+    outputs: Vec<Output>,
+    keep_on_device: bool,
+}
+
+impl Outputs for Finished {
+    fn into_dict(self: Box<Self>, py: Python<'_>) -> XResult<Py<PyDict>> {
+        let exe = self.exe.bind(py).get();
+        Ok(exe
+            .result_dict(py, self.outputs, self.keep_on_device)?
+            .unbind())
+    }
+}
+
+impl RunBuffers for Prepared {
+    fn buffers(&self) -> (Vec<&dyn DeviceMemory>, Vec<&dyn DeviceMemory>) {
+        let p = self.params.iter().map(Param::memory).collect();
+        let o = self.outputs.iter().map(Output::memory).collect();
+        (p, o)
+    }
+}
+
 impl Executable {
+    /// `{output name: array}` of a finished run's outputs.
+    pub(crate) fn result_dict<'py>(
+        &self,
+        py: Python<'py>,
+        outputs: Vec<Output>,
+        keep_on_device: bool,
+    ) -> XResult<Bound<'py, PyDict>> {
+        let results = self.results(py, outputs, keep_on_device)?;
+        let d = PyDict::new(py);
+        for (s, r) in self.sig().outputs.iter().zip(results) {
+            d.set_item(&s.name, r)?;
+        }
+        Ok(d)
+    }
+
     fn sig(&self) -> &xthunk::ir::Signature {
         &self.loaded.executable().signature
     }
@@ -163,15 +210,44 @@ impl Executable {
         })
     }
 
-    /// Runs once; the outputs' memory. `donate` names parameters whose memory becomes their
-    /// aliased output's; `out` gives outputs' memory (`DeviceArray`s) by name.
+    /// Runs once, blocking (a `KeyboardInterrupt` cancels it); the outputs' memory. See
+    /// [`Self::prepare`] for `donate` and `out`.
     fn execute(
         &self,
         py: Python<'_>,
         inputs: &Bound<'_, PyDict>,
         donate: &[String],
         out: Option<&Bound<'_, PyDict>>,
+        deadline: Option<Duration>,
     ) -> XResult<Vec<Output>> {
+        let prepared = self.prepare(inputs, donate, out)?;
+        let (token, caught) = interruptible();
+        let opts = ExecuteOptions {
+            deadline,
+            cancel: Some(token),
+            ..Default::default()
+        };
+        let loaded = &self.loaded;
+        // Owned by the run: after a deadline, the memory outlives the work it abandoned.
+        match py.detach(|| loaded.execute_owned(prepared, opts)) {
+            Ok(prepared) => Ok(prepared.outputs),
+            // A signal handler's exception (`KeyboardInterrupt`) cancelled it: raised as is.
+            Err(e) => match caught.take() {
+                Some(interrupt) => Err(interrupt.into()),
+                None => Err(e.into()),
+            },
+        }
+    }
+
+    /// A run's memory: parameters checked and uploaded (or the caller's device arrays),
+    /// outputs allocated. `donate` names parameters whose memory becomes their aliased
+    /// output's; `out` gives outputs' memory (`DeviceArray`s) by name.
+    pub(crate) fn prepare(
+        &self,
+        inputs: &Bound<'_, PyDict>,
+        donate: &[String],
+        out: Option<&Bound<'_, PyDict>>,
+    ) -> XResult<Prepared> {
         let exe = self.loaded.executable();
         let sig = self.sig();
         // Per output, the parameter donated to it.
@@ -226,11 +302,7 @@ impl Executable {
                 (None, None) => Ok(Output::Fresh(self.allocate(s)?)),
             })
             .collect::<XResult<Vec<_>>>()?;
-        let p: Vec<&dyn DeviceMemory> = params.iter().map(Param::memory).collect();
-        let o: Vec<&dyn DeviceMemory> = outputs.iter().map(Output::memory).collect();
-        let loaded = &self.loaded;
-        py.detach(|| loaded.execute(&p, &o, &ExecuteOptions::default()))?;
-        Ok(outputs)
+        Ok(Prepared { params, outputs })
     }
 
     /// The `out=` dict's `DeviceArray`s, per output (checked: names, device, dtype, shape).
@@ -306,7 +378,7 @@ impl Executable {
         }
     }
 
-    fn results<'py>(
+    pub(crate) fn results<'py>(
         &self,
         py: Python<'py>,
         outputs: Vec<Output>,
@@ -403,7 +475,7 @@ impl Executable {
         arrays: Option<Bound<'py, PyDict>>,
     ) -> XResult<Bound<'py, PyAny>> {
         let arrays = arrays.unwrap_or_else(|| PyDict::new(py));
-        let outputs = self.execute(py, &arrays, &[], None)?;
+        let outputs = self.execute(py, &arrays, &[], None, None)?;
         let mut results = self.results(py, outputs, false)?;
         if results.len() == 1 {
             if let Some(r) = results.pop() {
@@ -417,8 +489,10 @@ impl Executable {
     /// numpy arrays, or `DeviceArray`s that stay on the device with `keep_on_device=True`.
     /// `donate`: parameter names whose memory becomes their aliased output's (a donated
     /// `DeviceArray` then holds the output); `out`: `{output name: DeviceArray}` written in
-    /// place (returned as the same objects with `keep_on_device=True`).
-    #[pyo3(signature = (inputs, *, keep_on_device = false, donate = vec![], out = None))]
+    /// place (returned as the same objects with `keep_on_device=True`); `deadline`: seconds
+    /// after which the run fails with `DeadlineExceededError`. A `KeyboardInterrupt` (Ctrl-C)
+    /// cancels the run at its next check point and is raised.
+    #[pyo3(signature = (inputs, *, keep_on_device = false, donate = vec![], out = None, deadline = None))]
     fn run<'py>(
         &self,
         py: Python<'py>,
@@ -426,14 +500,47 @@ impl Executable {
         keep_on_device: bool,
         donate: Vec<String>,
         out: Option<Bound<'py, PyDict>>,
+        deadline: Option<f64>,
     ) -> XResult<Bound<'py, PyDict>> {
-        let outputs = self.execute(py, &inputs, &donate, out.as_ref())?;
-        let results = self.results(py, outputs, keep_on_device)?;
-        let d = PyDict::new(py);
-        for (s, r) in self.sig().outputs.iter().zip(results) {
-            d.set_item(&s.name, r)?;
-        }
-        Ok(d)
+        let limit = self::deadline(deadline)?;
+        let outputs = self.execute(py, &inputs, &donate, out.as_ref(), limit)?;
+        self.result_dict(py, outputs, keep_on_device)
+    }
+
+    /// `run` started on a thread of its own: returns at once with an `xthunk.Execution`
+    /// (awaitable; `result(timeout=None)`, `done()`, `cancel()`), whose result is what `run`
+    /// returns. The inputs are checked and uploaded before it returns; device arrays passed
+    /// in, donated or in `out` belong to the run until it completes.
+    #[pyo3(signature = (inputs, *, keep_on_device = false, donate = vec![], out = None, deadline = None))]
+    fn execute_async<'py>(
+        slf: &Bound<'py, Self>,
+        inputs: Bound<'py, PyDict>,
+        keep_on_device: bool,
+        donate: Vec<String>,
+        out: Option<Bound<'py, PyDict>>,
+        deadline: Option<f64>,
+    ) -> XResult<PyExecution> {
+        let this = slf.get();
+        let limit = self::deadline(deadline)?;
+        let prepared = this.prepare(&inputs, &donate, out.as_ref())?;
+        let cancel = CancelToken::new();
+        let opts = ExecuteOptions {
+            deadline: limit,
+            cancel: Some(cancel.clone()),
+            ..Default::default()
+        };
+        let loaded = this.loaded.clone();
+        let exe = slf.clone().unbind();
+        let exec = Execution::spawn(cancel, move || {
+            let prepared = loaded.execute_owned(prepared, opts)?;
+            let done: Box<dyn Outputs> = Box::new(Finished {
+                exe,
+                outputs: prepared.outputs,
+                keep_on_device,
+            });
+            Ok(done)
+        })?;
+        Ok(PyExecution::new(exec))
     }
 
     /// SPMD: the program on devices `0..len(inputs)` of this executable's backend, one thread

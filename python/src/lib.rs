@@ -9,6 +9,7 @@ mod device_array;
 mod dlpack;
 mod errors;
 mod executable;
+mod execution;
 mod runtime;
 
 use pyo3::prelude::*;
@@ -24,6 +25,7 @@ fn _xthunk(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<device::Device>()?;
     m.add_class::<executable::Executable>()?;
     m.add_class::<executable::PyTensorSpec>()?;
+    m.add_class::<execution::PyExecution>()?;
     m.add_class::<device_array::DeviceArray>()?;
     m.add_class::<builder::ProgramBuilder>()?;
     m.add_class::<builder::Tensor>()?;

@@ -88,3 +88,24 @@ def test_donated_training_steps_on_emulated_cuda(cuda, rng):
     assert fresh - donated == 5, (fresh, donated)
     for k in WEIGHTS:
         np.testing.assert_allclose(weights[k].numpy(), plain[k], rtol=0, atol=1e-6)
+
+
+def test_async_runs_cancel_and_deadline_on_emulated_cuda(cuda, rng):
+    """execute_async, cancel and deadline (test_async.py) on the emulated device: the endless
+    host-driven `while` stops with CancelledError or DeadlineExceededError, a short run gives
+    x + n."""
+    from test_async import ENDLESS, PROGRAM, inputs
+
+    exe = cuda.load(PROGRAM)
+    args, want = inputs(rng, int(rng.integers(1, 40)))
+    got = exe.execute_async(args).result(timeout=120)
+    np.testing.assert_array_equal(got["out0"].astype(np.float64), want)
+    endless, _ = inputs(rng, ENDLESS)
+    e = exe.execute_async(endless)
+    with pytest.raises(TimeoutError):
+        e.result(timeout=0.1)
+    e.cancel()
+    with pytest.raises(xthunk.CancelledError):
+        e.result(timeout=120)
+    with pytest.raises(xthunk.DeadlineExceededError):
+        exe.run(endless, deadline=0.2)

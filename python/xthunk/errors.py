@@ -34,3 +34,12 @@ class OutOfMemoryError(XthunkError, MemoryError):
 
 class ExecutionError(XthunkError, RuntimeError):
     """Running failed: a kernel, a vendor call, a deadline, a collective."""
+
+
+class CancelledError(ExecutionError):
+    """A run was cancelled (``Execution.cancel()``, or ``KeyboardInterrupt`` during a blocking
+    run, which raises ``KeyboardInterrupt`` itself): it stopped between thunks."""
+
+
+class DeadlineExceededError(ExecutionError, TimeoutError):
+    """A run did not finish before its ``deadline``."""

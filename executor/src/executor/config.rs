@@ -1,6 +1,7 @@
 //! How a program is scheduled ([`ExecutorConfig`]) and how one execution runs
 //! ([`ExecuteOptions`], with the [`CollectiveContext`] of an SPMD rank).
 
+use super::cancel::CancelToken;
 use super::progress::Progress;
 use crate::collectives::CliqueProvider;
 use std::sync::Arc;
@@ -72,12 +73,21 @@ impl ExecutorConfig {
     }
 }
 
+/// Anything kept alive by an execution until its work has finished
+/// ([`ExecuteOptions::keep_alive`]).
+pub type KeepAlive = Arc<dyn std::any::Any + Send + Sync>;
+
 /// Options of one execution.
 #[derive(Clone, Debug, Default)]
 pub struct ExecuteOptions {
     /// Fail with `DeadlineExceeded` (naming the first pending thunk of every stream) if the
     /// execution has not finished after this long.
     pub deadline: Option<Duration>,
+    /// Stop when this token is cancelled: checked (one atomic load) before every top-level
+    /// thunk and before every trip of a host-driven loop; the run then stops issuing, waits
+    /// for what it issued, and fails with `Cancelled`. Waiting for the streams stays a plain
+    /// synchronize (work already issued is not stopped).
+    pub cancel: Option<CancelToken>,
     /// This device's place in an SPMD run, for collective thunks. Without it the program
     /// runs as rank 0 of a world of 1.
     pub collectives: Option<CollectiveContext>,
@@ -85,6 +95,10 @@ pub struct ExecuteOptions {
     /// its communication steps there, so that a hang's message can say where every rank is
     /// (see [`Progress`]); a failure freezes it.
     pub progress: Option<Arc<Progress>>,
+    /// What the caller's buffers belong to, when it must outlive work a deadline abandons:
+    /// an execution past its deadline returns without waiting for what it issued (a hung
+    /// kernel must not block the caller), and keeps this until that work has finished.
+    pub keep_alive: Option<KeepAlive>,
     /// Record this execution in a trace (`crate::trace`): every top-level thunk's issue
     /// span, with the tracer's device times its stream time too. `None`: nothing is recorded.
     pub trace: Option<Arc<crate::trace::Tracer>>,

@@ -412,6 +412,9 @@ impl LoadedExecutable {
             progress,
         );
         run.collective_memory = collective.as_deref().and_then(Option::as_ref);
+        if let Some(token) = &opts.cancel {
+            run.set_cancel(token);
+        }
         if let Some(tracer) = opts.trace.as_deref() {
             let nodes = self
                 .trace_nodes
@@ -435,7 +438,7 @@ impl LoadedExecutable {
         if let Some((p, rank)) = run.progress {
             p.start(rank);
         }
-        let result = self.run(&mut run, state, scratch);
+        let result = self.run(&mut run, state, scratch, opts.keep_alive.clone());
         if let Some((p, rank)) = run.progress {
             p.end(rank, result.is_ok());
         }
@@ -451,6 +454,7 @@ impl LoadedExecutable {
         run: &mut Run<'_>,
         mut state: ExecState,
         mut scratch: OrderedScratch,
+        keep_alive: Option<super::config::KeepAlive>,
     ) -> Result<()> {
         // Everything issued: the scratch goes back to the pool in stream order, so that the
         // pool has it again once the execution completes.
@@ -484,6 +488,7 @@ impl LoadedExecutable {
                     }
                     drop(scratch);
                     drop(state);
+                    drop(keep_alive);
                 });
             if let Err(spawn) = reaper {
                 tracing::error!("could not spawn a reaper thread: {spawn}");

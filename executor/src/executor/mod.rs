@@ -25,6 +25,10 @@
 //!   (shared by the schedule and the temp plan);
 //! - `schedule`: the steps on streams, with their cross-stream events;
 //! - `loaded`: [`LoadedExecutable`], its loading and its `execute`;
+//! - `execution`: [`Execution`], the handle of an asynchronous execution
+//!   ([`LoadedExecutable::execute_async`]: wait, poll, timeout, callback, `Future`), and what
+//!   overlaps; `workers`: the threads they run on; `cancel`: [`CancelToken`], the flag (and
+//!   optional probe) a run checks between thunks;
 //! - `alias`: input–output aliases (in place or not, their ordering resource, what an
 //!   execution binds: a donated buffer, or a copy);
 //! - `state`: the pooled per-execution resources, and each execution's stream-ordered arenas;
@@ -44,6 +48,7 @@
 
 mod alias;
 mod arrange;
+mod cancel;
 mod collective;
 mod collective_memory;
 mod command_buffer;
@@ -51,6 +56,7 @@ mod config;
 mod custom_call;
 mod device_control;
 mod dispatch;
+mod execution;
 pub use device_control::recorded_conditional_nodes;
 pub mod graph;
 mod loaded;
@@ -67,10 +73,15 @@ mod temps;
 mod trace;
 #[doc(hidden)]
 pub mod white_box;
+mod workers;
 
 pub use crate::program::Program;
+pub use cancel::{CancelProbe, CancelToken};
 pub use collective_memory::{COLLECTIVE_ALIGNMENT, CollectiveMemoryReport};
-pub use config::{AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig};
+pub use config::{
+    AUTO_COMMAND_BUFFER_MIN, CollectiveContext, ExecuteOptions, ExecutorConfig, KeepAlive,
+};
+pub use execution::{DoneCallback, Execution, RunBuffers};
 pub use loaded::LoadedExecutable;
 pub use progress::{Progress, RankPosition, describe_positions, describe_positions_gone};
 pub use schedule::ScheduleInfo;

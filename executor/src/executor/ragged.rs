@@ -148,7 +148,7 @@ fn wait(
 ) -> Result<()> {
     let mut sleep = Duration::from_micros(10);
     while !stream.query()? {
-        run.check_deadline(state)?;
+        run.check_stop(state)?;
         let failed = comm.and_then(|c| c.async_error().err());
         if let Some(e) = failed {
             let why = format!(

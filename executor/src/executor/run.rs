@@ -1,14 +1,18 @@
 //! One execution in progress ([`Run`]): issues the schedule's nodes on their streams (with
 //! the cross-stream event waits and records), runs `While` and `Conditional` by reading
 //! predicates back, waits for the streams with the deadline and the collective watchdog,
-//! and names the pending thunks when it gives up. The deadline is checked before every
-//! top-level node, before every trip of every loop, and while waiting for a stream; a
-//! stream with a full queue lets its issuer go at the deadline.
+//! and names the pending thunks when it gives up. The deadline and the cancel token
+//! ([`CancelToken`]) are checked before every top-level node and before every trip of every
+//! host-driven loop; the deadline also while waiting for a stream (a cancel does not stop
+//! work already issued, so a cancelled run waits for it: a plain synchronize); a stream with
+//! a full queue lets its issuer go at the deadline. A command buffer (an implicit one
+//! included) runs to its end once issued: a cancel is seen before it.
 //!
 //! A run knows no thunk kind: each step is issued by the executor's dispatch table
 //! ([`IssueStep`], `dispatch::step`, handed in by the loader), which calls the kinds' issue
 //! functions (`collective`, `command_buffer`, `device_control`, `custom_call`) with the run.
 
+use super::cancel::CancelToken;
 use super::config::CollectiveContext;
 use super::plan::Step;
 use super::progress::Progress;
@@ -37,6 +41,8 @@ pub(super) struct Run<'a> {
     pub(super) table: &'a [DevicePtr],
     /// The deadline's length and the instant it expires.
     pub(super) deadline: Option<(Duration, Instant)>,
+    /// The caller's cancel token, and when its probe (if any) is called next.
+    cancel: Option<(&'a CancelToken, Cell<Instant>)>,
     pub(super) collectives: Option<&'a CollectiveContext>,
     /// Communicators this execution used: aborted if it fails, so peers fail fast instead of
     /// waiting for this rank until their terminate timeout.
@@ -80,6 +86,7 @@ impl<'a> Run<'a> {
             issue,
             table,
             deadline,
+            cancel: None,
             collectives,
             used: RefCell::new(vec![]),
             progress: progress.zip(collectives.map(|c| c.rank)),
@@ -96,6 +103,13 @@ impl<'a> Run<'a> {
 }
 
 impl<'a> Run<'a> {
+    /// Makes `token` stop this run at its check points (its probe first called after its
+    /// interval from now).
+    pub(super) fn set_cancel(&mut self, token: &'a CancelToken) {
+        let first = Instant::now() + token.probe_interval().unwrap_or_default();
+        self.cancel = Some((token, Cell::new(first)));
+    }
+
     /// At a failure: keeps where every rank of the SPMD run is now, before this failure's
     /// aborts move them (see [`Progress::freeze`]).
     pub(super) fn freeze_progress(&self) {
@@ -138,6 +152,7 @@ impl<'a> Run<'a> {
             t.begin(self.device, first.as_ref(), state)?;
         }
         if let (Some(fused), None, false) = (&self.schedule.fused, self.deadline, per_thunk) {
+            self.check_stop(state)?;
             let stream = state.streams[0].clone();
             if let Some(t) = &mut self.trace {
                 t.start_node(nodes.len());
@@ -167,11 +182,12 @@ impl<'a> Run<'a> {
     fn issue_nodes<const TRACED: bool>(&mut self, state: &mut ExecState) -> Result<()> {
         let nodes = &self.schedule.nodes;
         let tracking = self.deadline.is_some();
+        let stoppable = tracking || self.cancel.is_some();
         // Timing events around every node (device times).
         let timed = TRACED && self.trace.as_ref().is_some_and(|t| t.timed());
         for (i, node) in nodes.iter().enumerate() {
-            if tracking {
-                self.check_deadline(state)?;
+            if stoppable {
+                self.check_stop(state)?;
             }
             if let Some(t) = self.recorder::<TRACED>() {
                 t.start_node(i);
@@ -200,6 +216,8 @@ impl<'a> Run<'a> {
             }
             if tracking {
                 stream.record(state.tracking[i].as_ref())?;
+            }
+            if stoppable {
                 self.issued_nodes.set(i + 1);
             }
         }
@@ -209,7 +227,9 @@ impl<'a> Run<'a> {
         Ok(())
     }
 
-    pub(super) fn check_deadline(&self, state: &ExecState) -> Result<()> {
+    /// Fails with `DeadlineExceeded` past the deadline, or `Cancelled` once the cancel token
+    /// is (its probe called when due).
+    pub(super) fn check_stop(&self, state: &ExecState) -> Result<()> {
         if let Some((d, at)) = self.deadline {
             if Instant::now() >= at {
                 return Err(Error::DeadlineExceeded {
@@ -218,7 +238,34 @@ impl<'a> Run<'a> {
                 });
             }
         }
+        if let Some((token, next_probe)) = &self.cancel {
+            let mut cancelled = token.is_cancelled();
+            if let (false, Some(every)) = (cancelled, token.probe_interval()) {
+                let now = Instant::now();
+                if now >= next_probe.get() {
+                    next_probe.set(now + every);
+                    cancelled = token.probe();
+                }
+            }
+            if cancelled {
+                return Err(Error::Cancelled {
+                    at: self.stopped_at(state),
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Where a cancelled run stopped: the pending thunks (with tracking events), else the
+    /// first node not issued completely.
+    fn stopped_at(&self, state: &ExecState) -> String {
+        if !state.tracking.is_empty() {
+            return self.pending(state);
+        }
+        match self.schedule.nodes.get(self.issued_nodes.get()) {
+            Some(n) => format!("{} ({})", n.step.path, n.step.label),
+            None => "every thunk issued, waiting for them".into(),
+        }
     }
 
     /// The first unfinished node of every stream (needs tracking events).
@@ -251,6 +298,8 @@ impl<'a> Run<'a> {
         // timeout in the library) aborts every communicator of this execution instead of
         // leaving the streams blocked forever (the hang watchdog).
         let watch = !self.used.borrow().is_empty();
+        // A cancel alone does not poll: the work is issued, and a cancelled run waits for
+        // it anyway before it returns.
         if self.deadline.is_none() && !watch {
             let mut first = Ok(());
             for s in &state.streams {
@@ -272,7 +321,7 @@ impl<'a> Run<'a> {
             if done {
                 return Ok(());
             }
-            self.check_deadline(state)?;
+            self.check_stop(state)?;
             if let Some(stall) = self.stalled() {
                 let (rank, _) = self.rank_world();
                 let why = format!(
@@ -333,7 +382,7 @@ impl<'a> Run<'a> {
         if self.deadline.is_some() {
             let mut sleep = Duration::from_micros(10);
             while !stream.query()? {
-                self.check_deadline(state)?;
+                self.check_stop(state)?;
                 std::thread::sleep(sleep);
                 sleep = (sleep * 2).min(Duration::from_millis(2));
             }
@@ -394,14 +443,14 @@ impl<'a> Run<'a> {
         };
         if let Some(n) = trip_count {
             for trip in 0..n {
-                self.check_deadline(state).map_err(issued(trip))?;
+                self.check_stop(state).map_err(issued(trip))?;
                 self.steps(body, stream, state).map_err(issued(trip))?;
             }
             return Ok(());
         }
         let mut trip = 0u64;
         loop {
-            self.check_deadline(state).map_err(issued(trip))?;
+            self.check_stop(state).map_err(issued(trip))?;
             self.steps(cond, stream, state).map_err(issued(trip))?;
             let b = self.read_back(pred, stream, state).map_err(issued(trip))?;
             if b[0] == 0 {
@@ -449,13 +498,16 @@ impl<'a> Run<'a> {
     }
 }
 
-/// Adds `note` to the pending-thunk text of a deadline error, also when thunk paths wrap it;
-/// other errors pass unchanged.
+/// Adds `note` to the pending-thunk text of a deadline or cancel error, also when thunk paths
+/// wrap it; other errors pass unchanged.
 fn note_deadline(e: Error, note: impl FnOnce() -> String) -> Error {
     match e {
         Error::DeadlineExceeded { deadline, pending } => Error::DeadlineExceeded {
             deadline,
             pending: format!("{pending}; {}", note()),
+        },
+        Error::Cancelled { at } => Error::Cancelled {
+            at: format!("{at}; {}", note()),
         },
         Error::Thunk { path, kind, source } => Error::Thunk {
             path,
