@@ -476,6 +476,32 @@ impl Importer<'_> {
             | "stablehlo.batch_norm_training"
             | "stablehlo.batch_norm_grad" => self.batch_norm(g, op, env),
             "stablehlo.cholesky" => self.cholesky(g, op, env),
+            "stablehlo.rng_bit_generator" => {
+                check_attrs(op, &["rng_algorithm"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 1)?;
+                let algorithm = match op.attr("rng_algorithm").and_then(Attr::enum_value) {
+                    // XLA's DEFAULT on its CPU and GPU backends.
+                    Some("DEFAULT" | "PHILOX") | None => xthunk_tensor::graph::RngAlgorithm::Philox,
+                    Some("THREE_FRY") => xthunk_tensor::graph::RngAlgorithm::ThreeFry,
+                    Some(other) => {
+                        return Err(ImportError::invalid(op, format!("rng_algorithm `{other}`")));
+                    }
+                };
+                let out = result(op, 1)?;
+                let vs = g
+                    .rng_bit_generator(x[0], algorithm, out.dtype, &out.dims)
+                    .map_err(gr)?;
+                for (i, v) in vs.iter().enumerate() {
+                    if *g.ty(*v) != result(op, i)? {
+                        return Err(ImportError::invalid(
+                            op,
+                            format!("result {i} {}, {} computed", result(op, i)?, g.ty(*v)),
+                        ));
+                    }
+                }
+                Ok(many(vs))
+            }
             "stablehlo.triangular_solve" => self.triangular_solve(g, op, env),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),

@@ -20,6 +20,38 @@ fn matrices(op: &'static str, t: &TensorType) -> R<(Vec<u64>, u64, u64)> {
 }
 
 impl Graph {
+    /// `rng_bit_generator(state)` with results (the new state, bits of `dtype` and `dims`):
+    /// `state` is u64 of 2 words (3 allowed for Philox); `dtype` an integer or float type of
+    /// 8 to 64 bits.
+    pub fn rng_bit_generator(
+        &mut self,
+        state: Value,
+        algorithm: super::RngAlgorithm,
+        dtype: DType,
+        dims: &[u64],
+    ) -> R<Vec<Value>> {
+        let op = "rng_bit_generator";
+        let t = self.check(op, state)?.clone();
+        let words = match algorithm {
+            super::RngAlgorithm::ThreeFry => &[2u64][..],
+            super::RngAlgorithm::Philox => &[2, 3][..],
+        };
+        if t.dtype != DType::U64 || t.rank() != 1 || !words.contains(&t.dims[0]) {
+            return Err(invalid(
+                op,
+                format!("initial state {t}: ui64 of {words:?} words expected for {algorithm:?}"),
+            ));
+        }
+        if dtype == DType::Pred {
+            return Err(invalid(op, "pred results"));
+        }
+        self.add(
+            Op::RngBitGenerator { algorithm },
+            vec![state],
+            vec![t, TensorType::new(dtype, dims)],
+        )
+    }
+
     /// `cholesky` of `a` (square matrices in the last two dimensions); see
     /// [`Op::Cholesky`]. With `lapack`, a second result: i32 `info` per matrix.
     pub fn cholesky(&mut self, a: Value, lower: bool, lapack: bool) -> R<Vec<Value>> {

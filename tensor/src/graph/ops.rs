@@ -200,6 +200,13 @@ pub struct ScatterDims {
     pub index_vector_dim: usize,
 }
 
+/// `rng_bit_generator`'s algorithm (`DEFAULT` is Philox, as on XLA:CPU and XLA:GPU).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RngAlgorithm {
+    ThreeFry,
+    Philox,
+}
+
 /// One node's operation; its operands are the node's operand list, in the order each
 /// variant names.
 #[derive(Clone, Debug, PartialEq)]
@@ -255,6 +262,11 @@ pub enum Op {
         lower: bool,
         unit_diagonal: bool,
         transpose_a: bool,
+    },
+    /// `initial_state` (u64, 2 words; 3 for Philox) → (output state, random bits of the
+    /// second result's type), bit-exact with XLA: see `lower/rng.rs`.
+    RngBitGenerator {
+        algorithm: RngAlgorithm,
     },
     /// `operand`; its dimension `i` is the result's dimension `dims[i]`.
     BroadcastInDim {
@@ -365,6 +377,7 @@ impl Op {
             Op::BitcastConvert => "bitcast_convert",
             Op::ReducePrecision { .. } => "reduce_precision",
             Op::Cholesky { .. } => "cholesky",
+            Op::RngBitGenerator { .. } => "rng_bit_generator",
             Op::TriangularSolve { .. } => "triangular_solve",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Reshape => "reshape",

@@ -17,6 +17,7 @@ mod linalg;
 mod place;
 pub mod prelude;
 mod reduce;
+mod rng;
 mod scalar;
 mod scatter;
 mod sort;
@@ -326,6 +327,7 @@ impl Lowerer {
                 | Op::Sort { .. }
                 | Op::Cholesky { .. }
                 | Op::TriangularSolve { .. }
+                | Op::RngBitGenerator { .. }
                 | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
@@ -357,6 +359,9 @@ impl Lowerer {
                         }
                         Op::CustomCall(call) => {
                             self.custom_call(&s, node, call, &dests, &mut out)?;
+                        }
+                        Op::RngBitGenerator { algorithm } => {
+                            self.rng_bit_generator(&s, node, *algorithm, &dests, &mut out)?;
                         }
                         Op::Cholesky { lower, lapack } => {
                             self.cholesky(&s, node, *lower, *lapack, &dests, &mut out)?;

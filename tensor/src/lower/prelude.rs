@@ -174,6 +174,38 @@ __device__ inline double xh_rp_d(double x, int e, int m) {
   if (isnan(x)) return x;
   return xt_bits_f64(xh_rp_bits((unsigned long long)xt_f64_bits(x), 64, 11, 52, e, m));
 }
+// Threefry-2x32 (Salmon et al., SC 2011), 20 rounds, as XLA's rng_bit_generator uses it.
+__device__ inline unsigned int xh_rotl32(unsigned int v, int d) { return (v << d) | (v >> (32 - d)); }
+__device__ inline void xh_threefry(unsigned int* x0, unsigned int* x1, unsigned int k0, unsigned int k1) {
+  const unsigned int ks[3] = {k0, k1, 0x1BD11BDAu ^ k0 ^ k1};
+  const int rot[8] = {13, 15, 26, 6, 17, 29, 16, 24};
+  unsigned int a = *x0 + ks[0], b = *x1 + ks[1];
+  for (int i = 0; i < 5; ++i) {
+    for (int r = 0; r < 4; ++r) {
+      a += b;
+      b = xh_rotl32(b, rot[(i % 2) * 4 + r]) ^ a;
+    }
+    a += ks[(i + 1) % 3];
+    b += ks[(i + 2) % 3] + (unsigned int)(i + 1);
+  }
+  *x0 = a;
+  *x1 = b;
+}
+// Philox-4x32 (same paper), 10 rounds, the key raised by the Weyl constants each round.
+__device__ inline void xh_philox(unsigned int* x, unsigned int k0, unsigned int k1) {
+  for (int r = 0; r < 10; ++r) {
+    const unsigned long long p0 = (unsigned long long)x[0] * 0xD2511F53ull;
+    const unsigned long long p1 = (unsigned long long)x[2] * 0xCD9E8D57ull;
+    const unsigned int y0 = (unsigned int)(p1 >> 32) ^ x[1] ^ k0;
+    const unsigned int y2 = (unsigned int)(p0 >> 32) ^ x[3] ^ k1;
+    x[0] = y0;
+    x[1] = (unsigned int)p1;
+    x[2] = y2;
+    x[3] = (unsigned int)p0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+}
 // CHLO's special functions that no C library has, in double (float operands are widened, the
 // result rounded once by the caller). Written here from their definitions.
 // erf_inv: a closed-form start (Winitzki's approximation of the inverse) refined by Newton

@@ -494,6 +494,9 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
                     .collect();
                 vec![mk(f, vec![])]
             }
+            Op::RngBitGenerator { .. } => {
+                panic!("rng_bit_generator: checked bit for bit against XLA (stablehlo/jax)")
+            }
             Op::Cholesky { lower, lapack } => {
                 let a = arg(0);
                 let m = dims[dims.len() - 1] as usize;
