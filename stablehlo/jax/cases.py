@@ -532,12 +532,14 @@ def all_ops() -> list:
     import cases_ctrl
     import cases_shape
     import cases_sort
+    import cases_window
 
     ops = dict(GENERATORS)
     ops.update(cases_chlo.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_sort.GENERATORS)
+    ops.update(cases_window.GENERATORS)
     return ops
 
 

@@ -18,6 +18,7 @@ mod ops;
 mod regions;
 mod sort;
 mod types;
+mod window;
 
 use crate::ast::{Attr, Block, Module, Op, Type, ValueRef};
 use std::collections::HashMap;

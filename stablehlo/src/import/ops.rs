@@ -461,6 +461,8 @@ impl Importer<'_> {
                 let body = self.closed_body(g, env, op)?;
                 Ok(many(g.reduce(&x[..n], &x[n..], &dims, body).map_err(gr)?))
             }
+            "stablehlo.reduce_window" => self.reduce_window(g, op, env),
+            "stablehlo.convolution" => self.convolution(g, op, env),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),
             "chlo.top_k" => self.top_k(g, op, env),

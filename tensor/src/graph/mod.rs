@@ -12,6 +12,7 @@ mod build;
 mod build_call;
 mod build_index;
 mod build_sort;
+mod build_window;
 mod ops;
 
 pub use ops::*;
