@@ -259,7 +259,54 @@ def gen_convolution(rng, count):
     return cases
 
 
+def gen_select_and_scatter(rng, count):
+    """`jax.grad` of max and min pooling (JAX lowers the gradient to `select_and_scatter`,
+    GE or LE select, add scatter, the padding made explicitly with -inf/+inf before it):
+    random windows, strides (overlapping windows included) and padding (`SAME`, `VALID` or
+    explicit), weights on the pooled values so the scattered sources differ. Ties are drawn
+    on purpose (values from a small pool): the first element of a window in row-major order
+    wins. The weights are positive, so a sum of several sources has a rounding error bounded
+    relative to itself: `sum_tol` of the overlap."""
+    cases = []
+    for d in ["f32", "f64", "bf16", "f16"]:
+        for i in range(count * 2):
+            r = int(rng.integers(1, 5))
+            shape = tuple(int(rng.choice([1, 2, 3, 5, 6, 8])) for _ in range(r))
+            dims = tuple(int(rng.choice([1, 2, 3])) for _ in range(r))
+            strides = tuple(int(rng.choice([1, 2, 3])) for _ in range(r))
+            pad = ["SAME", "VALID", "explicit"][i % 3]
+            if pad == "explicit":
+                pad = tuple((int(rng.integers(0, w)), int(rng.integers(0, w))) for w in dims)
+            x = V.draw(rng, d, shape, "moderate")
+            if x.size and rng.random() < 0.5:
+                pool = V.draw(rng, d, (3,), "moderate")
+                x = np.where(rng.random(shape) < 0.5, pool[rng.integers(0, 3, shape)], x)
+                x = x.astype(V.dt(d))
+            kind = ("max", lax.max, -np.inf) if i % 2 == 0 else ("min", lax.min, np.inf)
+            out = jax.eval_shape(lambda v, k=kind: lax.reduce_window(
+                v, np.asarray(k[2], v.dtype), k[1], dims, strides, pad), x).shape
+            w = (np.abs(V.draw(rng, d, out, "moderate").astype(np.float64)) + 0.1)
+            w = w.astype(V.dt(d))
+            if 0 in out or x.size == 0:
+                continue
+
+            def fn(v, wt, k=kind, win=(dims, strides, pad)):
+                def pooled(v):
+                    p = lax.reduce_window(v, np.asarray(k[2], v.dtype), k[1], *win)
+                    return (p * wt).sum()
+                return jax.grad(pooled)(v)
+
+            overlap = int(np.prod([-(-a // b) for a, b in zip(dims, strides)]))
+            cases.append(Case("select_and_scatter", d, [x, w], fn=fn,
+                              tol=sum_tol(d, overlap + 1),
+                              attrs={"pool": kind[0], "window": list(dims),
+                                     "strides": list(strides), "pad": pad},
+                              expect=("stablehlo.select_and_scatter",)))
+    return cases
+
+
 GENERATORS = {
+    "select_and_scatter": gen_select_and_scatter,
     "reduce_window": gen_reduce_window,
     "convolution": gen_convolution,
 }

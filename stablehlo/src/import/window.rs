@@ -243,3 +243,43 @@ impl Importer<'_> {
         Ok(vec![Item::Tensor(v)])
     }
 }
+
+impl Importer<'_> {
+    pub(super) fn select_and_scatter(
+        &mut self,
+        g: &mut Graph,
+        op: &Op,
+        env: &mut Env,
+    ) -> R<Vec<Item>> {
+        check_attrs(op, &["window_dimensions", "window_strides", "padding"])?;
+        let x = tensors(env, op)?;
+        let [operand, source, init] = x.as_slice() else {
+            return Err(ImportError::invalid(
+                op,
+                "an operand, a source and an init value expected",
+            ));
+        };
+        let r = g.ty(*operand).rank();
+        let window = positive(op, "window_dimensions", r)?;
+        let strides = positive(op, "window_strides", r)?;
+        let pad = padding(self, op, r)?;
+        if op.regions.len() != 2 {
+            return Err(ImportError::invalid(op, "a select and a scatter region expected"));
+        }
+        let select = self.closed_region(g, env, op, 0, "select")?;
+        let scatter = self.closed_region(g, env, op, 1, "scatter")?;
+        let v = g
+            .select_and_scatter(
+                *operand, *source, *init, &window, &strides, &pad, select, scatter,
+            )
+            .map_err(|e| ImportError::graph(op, e))?;
+        let want = result(op, 0)?;
+        if *g.ty(v) != want {
+            return Err(ImportError::invalid(
+                op,
+                format!("the result is {want}, the operand gives {}", g.ty(v)),
+            ));
+        }
+        Ok(vec![Item::Tensor(v)])
+    }
+}

@@ -437,3 +437,260 @@ impl Graph {
         Ok(res)
     }
 }
+
+impl Graph {
+    /// Copies `other`'s nodes into this graph, its parameters bound to `args`; its results.
+    fn inline(&mut self, op: &'static str, other: &Graph, args: &[Value]) -> R<Vec<Value>> {
+        if other.params.len() != args.len() {
+            return Err(invalid(
+                op,
+                format!(
+                    "region `{}` takes {} values, {} given",
+                    other.name,
+                    other.params.len(),
+                    args.len()
+                ),
+            ));
+        }
+        for (p, a) in other.params.iter().zip(args) {
+            if other.ty(*p) != self.check(op, *a)? {
+                return Err(invalid(
+                    op,
+                    format!("region `{}`: a parameter of another type", other.name),
+                ));
+            }
+        }
+        let mut map: Vec<Option<Value>> = vec![None; other.values.len()];
+        for (p, a) in other.params.iter().zip(args) {
+            map[p.0 as usize] = Some(*a);
+        }
+        let get = |map: &[Option<Value>], v: Value| {
+            map.get(v.0 as usize).copied().flatten().ok_or_else(|| {
+                invalid(op, format!("region `{}`: value %{} undefined", other.name, v.0))
+            })
+        };
+        for node in &other.nodes {
+            if matches!(node.op, super::Op::Parameter { .. }) {
+                continue;
+            }
+            let operands = node
+                .operands
+                .iter()
+                .map(|v| get(&map, *v))
+                .collect::<R<Vec<_>>>()?;
+            let types = node
+                .results
+                .iter()
+                .map(|v| other.ty(*v).clone())
+                .collect();
+            let out = self.add(node.op.clone(), operands, types)?;
+            for (r, v) in node.results.iter().zip(out) {
+                map[r.0 as usize] = Some(v);
+            }
+        }
+        other.results.iter().map(|(_, v)| get(&map, *v)).collect()
+    }
+
+    /// `select_and_scatter`: in every window of `operand` (padded; a padding element is never
+    /// selected), the element `select` picks (`select(current, x)` true keeps the current
+    /// one, the first element in row-major order starts), then each `source` element (one
+    /// per window) combined by `scatter` into the result (starting as `init` everywhere) at
+    /// its window's selected element. A window of padding only scatters nothing.
+    #[allow(clippy::too_many_arguments)]
+    pub fn select_and_scatter(
+        &mut self,
+        operand: Value,
+        source: Value,
+        init: Value,
+        window: &[u64],
+        strides: &[u64],
+        padding: &[(i64, i64)],
+        select: Graph,
+        scatter: Graph,
+    ) -> R<Value> {
+        let op = "select_and_scatter";
+        let t = self.check(op, operand)?.clone();
+        let st = self.check(op, source)?.clone();
+        let it = self.check(op, init)?.clone();
+        let r = t.rank();
+        if window.len() != r || strides.len() != r || padding.len() != r {
+            return Err(invalid(
+                op,
+                format!("window attributes of another rank than the operand {t}"),
+            ));
+        }
+        if it.rank() != 0 || it.dtype != t.dtype || st.dtype != t.dtype {
+            return Err(invalid(
+                op,
+                format!("operand {t}, source {st} and init {it} of one element type expected"),
+            ));
+        }
+        let scalar = super::TensorType::new(t.dtype, &[]);
+        let pred = super::TensorType::new(DType::Pred, &[]);
+        if select.param_types() != [scalar.clone(), scalar.clone()]
+            || select.result_types() != [pred]
+        {
+            return Err(invalid(
+                op,
+                format!("`select` must map two {scalar} to a pred scalar"),
+            ));
+        }
+        if r == 0 {
+            // One window of the one element: it is selected.
+            let both = self.scatter_combine(op, &scatter, init, source)?;
+            return Ok(both);
+        }
+        // The window counts (the source's dimensions).
+        let mut counts = vec![];
+        for i in 0..r {
+            let size = padded(t.dims[i], padding[i].0, padding[i].1, 0)
+                .filter(|s| *s >= 0)
+                .ok_or_else(|| invalid(op, format!("dimension {i} padded to a negative size")))?;
+            let n = window_count(size as u64, window[i], strides[i], 1).ok_or_else(|| {
+                invalid(op, format!("dimension {i}: window and stride must be positive"))
+            })?;
+            counts.push(n);
+        }
+        if st.dims != counts {
+            return Err(invalid(
+                op,
+                format!("source {st}: one element per window ({counts:?}) expected"),
+            ));
+        }
+        let result = self.filled(init, &t.dims)?;
+        if counts.contains(&0) || t.elements() == 0 {
+            return Ok(result);
+        }
+        // The windows of the operand, of "not padding", and each element's row-major
+        // position in its window.
+        let low: Vec<i64> = padding.iter().map(|p| p.0).collect();
+        let high: Vec<i64> = padding.iter().map(|p| p.1).collect();
+        let zeros = vec![0u64; r];
+        let ones = vec![1u64; r];
+        let all = vec![true; r];
+        let z = self.constant(t.dtype, &[], vec![0; t.dtype.size()])?;
+        let p = self.pad(operand, z, &low, &high, &zeros)?;
+        let wv = self.windows(op, p, window, strides, &ones, &all)?;
+        let yes = self.constant(DType::Pred, &[], vec![1])?;
+        let no = self.constant(DType::Pred, &[], vec![0])?;
+        let yes = self.filled(yes, &t.dims)?;
+        let valid = self.pad(yes, no, &low, &high, &zeros)?;
+        let wok = self.windows(op, valid, window, strides, &ones, &all)?;
+        let wdims = self.ty(wv).dims.clone();
+        let mut pos: Option<Value> = None;
+        let mut inner = 1u64;
+        for i in (0..r).rev() {
+            let mut k = self.iota(DType::I64, &wdims, r + i)?;
+            if inner != 1 {
+                let c = self.i64_splat(inner, &wdims)?;
+                k = self.binary(BinaryOp::Multiply, k, c)?;
+            }
+            pos = Some(match pos {
+                None => k,
+                Some(q) => self.binary(BinaryOp::Add, q, k)?,
+            });
+            inner = inner.saturating_mul(window[i]);
+        }
+        let pos = match pos {
+            Some(p) => p,
+            None => return Err(invalid(op, "internal: no window dimension")),
+        };
+        // The selection as a reduce over the window dimensions of (value, valid, position).
+        let body = select_body(op, &select, t.dtype)?;
+        let any = self.constant(t.dtype, &[], vec![0; t.dtype.size()])?;
+        let none = self.constant(DType::Pred, &[], vec![0])?;
+        let minus1 = self.constant(DType::I64, &[], (-1i64).to_le_bytes().to_vec())?;
+        let dims: Vec<usize> = (r..2 * r).collect();
+        let sel = self.reduce(&[wv, wok, pos], &[any, none, minus1], &dims, body)?;
+        let (found, k) = (sel[1], sel[2]);
+        // The selected element's operand index, per window (-1: none, skipped).
+        let mut cols = vec![];
+        let mut col_dims = counts.clone();
+        col_dims.push(1);
+        let mut inner = 1u64;
+        let mut inners = vec![0u64; r];
+        for i in (0..r).rev() {
+            inners[i] = inner;
+            inner = inner.saturating_mul(window[i]);
+        }
+        let neg = self.i64_splat(u64::MAX, &counts)?; // -1
+        for i in 0..r {
+            let mut c = self.iota(DType::I64, &counts, i)?;
+            if strides[i] != 1 {
+                let s = self.i64_splat(strides[i], &counts)?;
+                c = self.binary(BinaryOp::Multiply, c, s)?;
+            }
+            let div = self.i64_splat(inners[i], &counts)?;
+            let wi = self.binary(BinaryOp::Divide, k, div)?;
+            let m = self.i64_splat(window[i], &counts)?;
+            let wi = self.binary(BinaryOp::Remainder, wi, m)?;
+            c = self.binary(BinaryOp::Add, c, wi)?;
+            if low[i] != 0 {
+                let l = self.i64_splat(low[i] as u64, &counts)?;
+                c = self.binary(BinaryOp::Subtract, c, l)?;
+            }
+            let c = self.select(found, c, neg)?;
+            cols.push(self.reshape(c, &col_dims)?);
+        }
+        let idx = if cols.len() == 1 {
+            cols[0]
+        } else {
+            self.concatenate(&cols, r)?
+        };
+        let d = super::ScatterDims {
+            update_window_dims: vec![],
+            inserted_window_dims: (0..r).collect(),
+            input_batching_dims: vec![],
+            scatter_indices_batching_dims: vec![],
+            scatter_dims_to_operand_dims: (0..r).collect(),
+            index_vector_dim: r,
+        };
+        let out = self.scatter(&[result], idx, &[source], d, scatter, false)?;
+        Ok(out[0])
+    }
+
+    /// `scatter(init, source)` for a rank-0 `select_and_scatter`.
+    fn scatter_combine(
+        &mut self,
+        op: &'static str,
+        scatter: &Graph,
+        init: Value,
+        source: Value,
+    ) -> R<Value> {
+        let out = self.inline(op, scatter, &[init, source])?;
+        match out.as_slice() {
+            [v] if self.ty(*v) == self.check(op, init)? => Ok(*v),
+            _ => Err(invalid(op, "`scatter` must map two scalars to one")),
+        }
+    }
+}
+
+/// The reduce body choosing an element per window: over `(value, valid, position)`, a
+/// valid element replaces the current one when there is none yet or `select(current, x)`
+/// is false.
+fn select_body(op: &'static str, select: &Graph, d: DType) -> R<Graph> {
+    use super::UnaryOp;
+    let mut b = Graph::new("select_and_scatter_select");
+    let av = b.parameter("acc", d, &[])?;
+    let aok = b.parameter("acc_valid", DType::Pred, &[])?;
+    let ak = b.parameter("acc_pos", DType::I64, &[])?;
+    let xv = b.parameter("x", d, &[])?;
+    let xok = b.parameter("x_valid", DType::Pred, &[])?;
+    let xk = b.parameter("x_pos", DType::I64, &[])?;
+    let keep = b.inline(op, select, &[av, xv])?;
+    let keep = match keep.as_slice() {
+        [k] => *k,
+        _ => return Err(invalid(op, "`select` must have one result")),
+    };
+    let replace = b.unary(UnaryOp::Not, keep)?;
+    let empty = b.unary(UnaryOp::Not, aok)?;
+    let take = b.binary(BinaryOp::Or, empty, replace)?;
+    let take = b.binary(BinaryOp::And, xok, take)?;
+    let v = b.select(take, xv, av)?;
+    let ok = b.select(take, xok, aok)?;
+    let k = b.select(take, xk, ak)?;
+    b.result("value", v)?;
+    b.result("valid", ok)?;
+    b.result("position", k)?;
+    Ok(b)
+}
