@@ -264,7 +264,10 @@ impl Importer<'_> {
         let strides = positive(op, "window_strides", r)?;
         let pad = padding(self, op, r)?;
         if op.regions.len() != 2 {
-            return Err(ImportError::invalid(op, "a select and a scatter region expected"));
+            return Err(ImportError::invalid(
+                op,
+                "a select and a scatter region expected",
+            ));
         }
         let select = self.closed_region(g, env, op, 0, "select")?;
         let scatter = self.closed_region(g, env, op, 1, "scatter")?;

@@ -198,8 +198,8 @@ impl Graph {
                 format!("window sizes, strides and dilations must be positive: {w:?}"),
             ));
         }
-        for i in 0..n {
-            let u = self.check(op, inputs[i])?;
+        for x in inputs {
+            let u = self.check(op, *x)?;
             if u.dims != t.dims {
                 return Err(invalid(op, format!("inputs {t} and {u} differ in shape")));
             }
@@ -466,7 +466,10 @@ impl Graph {
         }
         let get = |map: &[Option<Value>], v: Value| {
             map.get(v.0 as usize).copied().flatten().ok_or_else(|| {
-                invalid(op, format!("region `{}`: value %{} undefined", other.name, v.0))
+                invalid(
+                    op,
+                    format!("region `{}`: value %{} undefined", other.name, v.0),
+                )
             })
         };
         for node in &other.nodes {
@@ -478,11 +481,7 @@ impl Graph {
                 .iter()
                 .map(|v| get(&map, *v))
                 .collect::<R<Vec<_>>>()?;
-            let types = node
-                .results
-                .iter()
-                .map(|v| other.ty(*v).clone())
-                .collect();
+            let types = node.results.iter().map(|v| other.ty(*v).clone()).collect();
             let out = self.add(node.op.clone(), operands, types)?;
             for (r, v) in node.results.iter().zip(out) {
                 map[r.0 as usize] = Some(v);
@@ -544,10 +543,18 @@ impl Graph {
         let mut counts = vec![];
         for i in 0..r {
             let size = padded(t.dims[i], padding[i].0, padding[i].1, 0)
-                .filter(|s| *s >= 0)
-                .ok_or_else(|| invalid(op, format!("dimension {i} padded to a negative size")))?;
-            let n = window_count(size as u64, window[i], strides[i], 1).ok_or_else(|| {
-                invalid(op, format!("dimension {i}: window and stride must be positive"))
+                .and_then(|s| u64::try_from(s).ok())
+                .ok_or_else(|| {
+                    invalid(
+                        op,
+                        format!("dimension {i} padded to a negative or huge size"),
+                    )
+                })?;
+            let n = window_count(size, window[i], strides[i], 1).ok_or_else(|| {
+                invalid(
+                    op,
+                    format!("dimension {i}: window and stride must be positive"),
+                )
             })?;
             counts.push(n);
         }

@@ -4,14 +4,16 @@
 //! convolution's inputs are small integers, so every sum is exact).
 
 use crate::data::{Arr, random, wrap};
-use crate::run;
 use crate::reduce::body;
+use crate::run;
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{BinaryOp, ConvDims, Graph, WindowDims};
 
 /// Row-major flat index of `c` in `dims`.
 fn flat(c: &[u64], dims: &[u64]) -> usize {
-    c.iter().zip(dims).fold(0, |a, (x, n)| a * *n as usize + *x as usize)
+    c.iter()
+        .zip(dims)
+        .fold(0, |a, (x, n)| a * *n as usize + *x as usize)
 }
 
 /// Every index of `dims`, row-major.
@@ -71,7 +73,9 @@ fn reduce_window_matches_a_direct_loop() {
     let init = 7i128;
     let mut g = Graph::new("reduce_window_i32");
     let x = g.parameter("x", d, &dims).unwrap();
-    let c = g.constant(d, &[], (init as i32).to_le_bytes().to_vec()).unwrap();
+    let c = g
+        .constant(d, &[], (init as i32).to_le_bytes().to_vec())
+        .unwrap();
     let s = g
         .reduce_window(&[x], &[c], &w, body(BinaryOp::Add, d))
         .unwrap();
@@ -146,7 +150,11 @@ fn conv_reference(lhs: &Arr, rhs: &Arr, c: &ConvDims, out_dims: &[u64]) -> Arr {
                 ki[c.kernel_output_feature] = f;
                 ki[c.kernel_input_feature] = ch;
                 for j in 0..ns {
-                    let kk = if c.window_reversal[j] { ksp[j] - 1 - k[j] } else { k[j] };
+                    let kk = if c.window_reversal[j] {
+                        ksp[j] - 1 - k[j]
+                    } else {
+                        k[j]
+                    };
                     ki[c.kernel_spatial[j]] = kk;
                 }
                 let (a, b) = (flat(&li, &lhs.dims), flat(&ki, &rhs.dims));
@@ -218,7 +226,10 @@ fn convolution_matches_a_direct_loop() {
             let v = g.convolution(l, r, c, d).unwrap();
             g.result("out", v).unwrap();
             let (a, b) = if d.is_float() {
-                (small_ints(d, ld, 40 + i as u64), small_ints(d, rd, 50 + i as u64))
+                (
+                    small_ints(d, ld, 40 + i as u64),
+                    small_ints(d, rd, 50 + i as u64),
+                )
             } else {
                 (random(d, ld, 40 + i as u64), random(d, rd, 50 + i as u64))
             };
