@@ -199,7 +199,7 @@ def _conv_case(rng, d):
     cg = int(rng.integers(1, 4))
     og = int(rng.integers(1, 4))
     cin, cout = cg * g, og * g * bgc
-    n = int(rng.integers(1, 3)) * bgc
+    n = int(rng.integers(1, 3)) * bgc if rng.random() > 0.05 else 0
     size_choices = [3, 4, 5] if ns == 3 else [3, 5, 6, 8]
     sp = [int(rng.choice(size_choices)) for _ in range(ns)]
     ks = [int(rng.choice([1, 2, 3])) for _ in range(ns)]
@@ -255,6 +255,23 @@ def gen_convolution(rng, count):
                 def fn(x, y, kw=kw):
                     return lax.conv_general_dilated(x, y, **kw)
             cases.append(Case("convolution", d, [a, b], fn=fn, tol=tol, mag=flt, shape=lsh,
+                              attrs=attrs, expect=("stablehlo.convolution",)))
+    # A wider result type (`preferred_element_type`): bf16/f16 products accumulated in f32,
+    # i8 in i32 (the generated dot kernel; not a Gemm).
+    for d, pref in [("bf16", "f32"), ("f16", "f32"), ("i8", "i32")]:
+        for _ in range(count):
+            lsh, rsh, kw, attrs, k = _conv_case(rng, d)
+            a = V.draw(rng, d, lsh, "moderate")
+            b = V.draw(rng, d, rsh, "moderate")
+            pt = V.dt(pref)
+
+            def fn(x, y, kw=kw, pt=pt):
+                p = pt if x.dtype != np.float64 else None
+                return lax.conv_general_dilated(x, y, **kw, preferred_element_type=p)
+
+            flt = d in V.FLOATS
+            cases.append(Case("convolution", f"{d}->{pref}", [a, b], fn=fn,
+                              tol=dot_tol(pref, k) if flt else Exact(), mag=flt, shape=lsh,
                               attrs=attrs, expect=("stablehlo.convolution",)))
     return cases
 
