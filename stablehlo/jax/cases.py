@@ -580,6 +580,7 @@ def all_ops() -> list:
     import cases_rng
     import cases_shape
     import cases_sort
+    import cases_window
 
     ops = dict(GENERATORS)
     ops.update(cases_chlo.GENERATORS)
@@ -589,6 +590,7 @@ def all_ops() -> list:
     ops.update(cases_linalg.GENERATORS)
     ops.update(cases_rng.GENERATORS)
     ops.update(cases_sort.GENERATORS)
+    ops.update(cases_window.GENERATORS)
     return ops
 
 

@@ -7,7 +7,7 @@ flattening order (arg0, arg1, ...), its results the leaves of f's result (out0, 
 Tolerances (compare.py `Rel`: |got - want| <= rtol * |want| + atol_of_max * max|want|, per
 output array):
 * f32 programs with dots, reductions and transcendental ops (the MLP, the transformer block,
-  the RNN, the embedding): rtol 2e-4, atol_of_max 2e-5 (summation order and a few ulp of
+  the RNN, the embedding, the CNN): rtol 2e-4, atol_of_max 2e-5 (summation order and a few ulp of
   exp/tanh/rsqrt, carried through a forward and a backward pass);
 * the bf16 program: rtol 5e-2, atol_of_max 2e-2 (bf16 keeps 8 bits; whether an elementwise
   chain rounds to bf16 after every op or only at its end changes the last bits);
@@ -183,6 +183,38 @@ def embedding_inputs(rng):
     return (p, ids, rng.integers(0, classes, size=(bsz,)).astype(np.int32))
 
 
+# ----------------------------------------------------------------------------- CNN
+
+
+def cnn_loss(p, x, y):
+    dn = ("NHWC", "HWIO", "NHWC")
+    h = lax.conv_general_dilated(x, p["k1"], (1, 1), "SAME", dimension_numbers=dn) + p["c1"]
+    h = jax.nn.relu(h)
+    h = lax.reduce_window(h, -jnp.inf, lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+    h = lax.conv_general_dilated(h, p["k2"], (2, 2), ((1, 1), (1, 1)), dimension_numbers=dn,
+                                 feature_group_count=2) + p["c2"]
+    h = jnp.tanh(h)
+    h = lax.reduce_window(h, 0.0, lax.add, (1, 2, 2, 1), (1, 1, 1, 1), "SAME") / 4.0
+    out = h.reshape(h.shape[0], -1) @ p["w"]
+    return jnp.mean((out - y) ** 2)
+
+
+def cnn_train_step(p, x, y, lr):
+    """Convolutions (a grouped, strided one), max and average pooling, and their gradients:
+    transposed convolutions, batch-grouped kernel gradients, `select_and_scatter`."""
+    loss, grads = jax.value_and_grad(cnn_loss)(p, x, y)
+    return loss, jax.tree_util.tree_map(lambda a, g: a - lr * g, p, grads)
+
+
+def cnn_inputs(rng):
+    bsz, hw, cin, c1, c2, out = 4, 12, 3, 8, 6, 5
+    p = {"k1": _normal(rng, (3, 3, cin, c1), (9 * cin) ** -0.5), "c1": _normal(rng, (c1,), 0.1),
+         "k2": _normal(rng, (3, 3, c1 // 2, c2), (9 * c1 // 2) ** -0.5),
+         "c2": _normal(rng, (c2,), 0.1),
+         "w": _normal(rng, (3 * 3 * c2, out), (9 * c2) ** -0.5)}
+    return (p, _normal(rng, (bsz, hw, hw, cin)), _normal(rng, (bsz, out)), np.float32(0.05))
+
+
 # ----------------------------------------------------------------------------- integers
 
 
@@ -234,6 +266,7 @@ PROGRAMS = [
     ("embedding_grad", embedding_step, embedding_inputs, F32_TOL, "f32"),
     ("integer", integer_program, integer_inputs, Exact(), "i32"),
     ("bf16", bf16_program, bf16_inputs, BF16_TOL, "bf16"),
+    ("cnn_train_step", cnn_train_step, cnn_inputs, F32_TOL, "f32"),
 ]
 
 

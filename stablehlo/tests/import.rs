@@ -54,6 +54,7 @@ const IMPORTED: &[&str] = &[
     "unary",
     "unary_int",
     "while",
+    "windows",
 ];
 
 const REFUSED: &[(&str, &str)] = &[
@@ -86,7 +87,6 @@ const REFUSED: &[(&str, &str)] = &[
     ),
     ("random", "op `stablehlo.rng_bit_generator`"),
     ("shard_map", "op `sdy.manual_computation`"),
-    ("windows", "op `stablehlo.reduce_window`"),
 ];
 
 #[test]
@@ -708,4 +708,65 @@ fn sort_takes_the_spec_defaults_and_refusals_name_what_and_where() {
         "{e}"
     );
     assert!(import_text(&top(4, "i32")).is_ok());
+}
+
+/// `select_and_scatter` with a `padding` attribute (JAX pads explicitly, so its cases never
+/// set one): padding is never selected, a window of padding only scatters nothing, ties
+/// keep the first element in row-major order. Values are halves and small integers, so
+/// every sum is exact and the reference (the spec's loop, written here) compares exactly.
+#[test]
+fn select_and_scatter_with_padding_runs() {
+    let text = r#"module {
+  func.func public @main(%arg0: tensor<5x7xf32>, %arg1: tensor<3x6xf32>) -> tensor<5x7xf32> {
+    %cst = stablehlo.constant dense<5.000000e-01> : tensor<f32>
+    %0 = "stablehlo.select_and_scatter"(%arg0, %arg1, %cst) <{padding = dense<[[1, 1], [2, 4]]> : tensor<2x2xi64>, window_dimensions = array<i64: 3, 3>, window_strides = array<i64: 2, 2>}> ({
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %c = stablehlo.compare GE, %a, %b, FLOAT : (tensor<f32>, tensor<f32>) -> tensor<i1>
+      stablehlo.return %c : tensor<i1>
+    }, {
+    ^bb0(%a: tensor<f32>, %b: tensor<f32>):
+      %s = stablehlo.add %a, %b : tensor<f32>
+      stablehlo.return %s : tensor<f32>
+    }) : (tensor<5x7xf32>, tensor<3x6xf32>, tensor<f32>) -> tensor<5x7xf32>
+    return %0 : tensor<5x7xf32>
+  }
+}"#;
+    let mut seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as u64
+        | 1;
+    let mut next = move || {
+        seed ^= seed << 13;
+        seed ^= seed >> 7;
+        seed ^= seed << 17;
+        seed
+    };
+    // Values from a pool of 9 halves: ties are common.
+    let x: Vec<f32> = (0..35).map(|_| (next() % 9) as f32 * 0.5 - 2.0).collect();
+    let src: Vec<f32> = (0..18).map(|_| (next() % 16) as f32).collect();
+    let mut want = vec![0.5f32; 35];
+    for (w, s) in src.iter().enumerate() {
+        let (oi, oj) = (w / 6, w % 6);
+        let mut best: Option<(usize, f32)> = None;
+        for di in 0..3 {
+            for dj in 0..3 {
+                let i = (oi * 2 + di) as i64 - 1;
+                let j = (oj * 2 + dj) as i64 - 2;
+                if !(0..5).contains(&i) || !(0..7).contains(&j) {
+                    continue;
+                }
+                let k = (i * 7 + j) as usize;
+                match best {
+                    Some((_, b)) if b >= x[k] => {}
+                    _ => best = Some((k, x[k])),
+                }
+            }
+        }
+        if let Some((k, _)) = best {
+            want[k] += s;
+        }
+    }
+    let out = run(text, &[f32s(&x), f32s(&src)]);
+    assert_eq!(to_f32(&out[0]), want, "x = {x:?}, source = {src:?}");
 }

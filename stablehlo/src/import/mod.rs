@@ -20,6 +20,7 @@ mod ops;
 mod regions;
 mod sort;
 mod types;
+mod window;
 
 use crate::ast::{Attr, Block, Module, Op, Type, ValueRef};
 use crate::error::ParseError;

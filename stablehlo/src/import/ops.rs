@@ -503,6 +503,9 @@ impl Importer<'_> {
                 Ok(many(vs))
             }
             "stablehlo.triangular_solve" => self.triangular_solve(g, op, env),
+            "stablehlo.reduce_window" => self.reduce_window(g, op, env),
+            "stablehlo.convolution" => self.convolution(g, op, env),
+            "stablehlo.select_and_scatter" => self.select_and_scatter(g, op, env),
             "stablehlo.gather" => self.gather(g, op, env),
             "stablehlo.sort" => self.sort(g, op, env),
             "chlo.top_k" => self.top_k(g, op, env),

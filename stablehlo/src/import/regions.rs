@@ -151,7 +151,19 @@ impl Importer<'_> {
         env: &Env,
         op: &Op,
     ) -> Result<Graph, ImportError> {
-        let block = region_block(op, 0)?;
+        self.closed_region(outer, env, op, 0, "body")
+    }
+
+    /// Region `i` of `op` as a closed graph named `name` (see [`Self::closed_body`]).
+    pub(crate) fn closed_region(
+        &mut self,
+        outer: &Graph,
+        env: &Env,
+        op: &Op,
+        i: usize,
+        name: &str,
+    ) -> Result<Graph, ImportError> {
+        let block = region_block(op, i)?;
         let caps = captures(outer, env, op, &[block])?;
         if let Some((r, _)) = caps.passed.first() {
             return Err(ImportError::unsupported(
@@ -162,6 +174,6 @@ impl Importer<'_> {
                 ),
             ));
         }
-        self.region_graph(outer, op, "body", block, &caps)
+        self.region_graph(outer, op, name, block, &caps)
     }
 }

@@ -13,6 +13,7 @@ mod build_call;
 mod build_index;
 mod build_linalg;
 mod build_sort;
+mod build_window;
 mod ops;
 
 pub use ops::*;

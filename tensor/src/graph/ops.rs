@@ -207,6 +207,39 @@ pub enum RngAlgorithm {
     Philox,
 }
 
+/// `reduce_window`'s window (StableHLO's attributes of the same names, one entry per
+/// dimension; `padding` is `(low, high)`, either may be negative).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct WindowDims {
+    pub dimensions: Vec<u64>,
+    pub strides: Vec<u64>,
+    pub base_dilations: Vec<u64>,
+    pub window_dilations: Vec<u64>,
+    pub padding: Vec<(i64, i64)>,
+}
+
+/// `convolution`'s dimension numbers and window (StableHLO's attributes; the lists have one
+/// entry per spatial dimension, `padding` is `(low, high)`, either may be negative).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ConvDims {
+    pub input_batch: usize,
+    pub input_feature: usize,
+    pub input_spatial: Vec<usize>,
+    pub kernel_input_feature: usize,
+    pub kernel_output_feature: usize,
+    pub kernel_spatial: Vec<usize>,
+    pub output_batch: usize,
+    pub output_feature: usize,
+    pub output_spatial: Vec<usize>,
+    pub window_strides: Vec<u64>,
+    pub padding: Vec<(i64, i64)>,
+    pub lhs_dilation: Vec<u64>,
+    pub rhs_dilation: Vec<u64>,
+    pub window_reversal: Vec<bool>,
+    pub feature_group_count: u64,
+    pub batch_group_count: u64,
+}
+
 /// One node's operation; its operands are the node's operand list, in the order each
 /// variant names.
 #[derive(Clone, Debug, PartialEq)]

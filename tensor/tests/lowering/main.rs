@@ -16,6 +16,7 @@ mod reference;
 mod rules;
 mod scatter;
 mod sort;
+mod window;
 mod xla;
 
 use std::sync::Arc;
