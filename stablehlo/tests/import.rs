@@ -44,6 +44,7 @@ const IMPORTED: &[&str] = &[
     "compare",
     "mlp",
     "mlp_bf16",
+    "random",
     "reduce",
     "scan",
     "select_clamp",
@@ -85,7 +86,6 @@ const REFUSED: &[(&str, &str)] = &[
         "rare",
         "parameter 0 tensor<?x4xf32>: a dynamic or unranked shape",
     ),
-    ("random", "op `stablehlo.rng_bit_generator`"),
     ("shard_map", "op `sdy.manual_computation`"),
 ];
 
