@@ -1,11 +1,13 @@
 //! `xthunk.DeviceArray`: a typed buffer that stays on its device between runs; `numpy()`
 //! copies it to the host, `__dlpack__` shares it without a copy where the memory is the
-//! host's.
+//! host's. Views (`reshape`, `a[i:j]`, layout-keeping `transpose`) share their base's memory
+//! through a [`views::Window`] and keep it alive.
 
 use crate::arrays;
 use crate::device::Device;
 use crate::dlpack;
 use crate::errors::XResult;
+use crate::views;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 use std::sync::Arc;
@@ -49,6 +51,24 @@ impl DeviceArray {
         Ok(DeviceArray::new(buffer, device, dtype, dims))
     }
 
+    /// The bytes its elements take (`nbytes` may be more for an allocation padded by a
+    /// program).
+    pub fn data_bytes(&self) -> XResult<u64> {
+        views::elements(&self.dims)?
+            .checked_mul(self.dtype.size() as u64)
+            .ok_or_else(|| crate::errors::invalid("array size overflows 64 bits").into())
+    }
+
+    /// The same memory with other extents.
+    fn with_dims(&self, dims: Vec<u64>) -> DeviceArray {
+        DeviceArray {
+            buffer: self.buffer.clone(),
+            device: self.device.clone(),
+            dtype: self.dtype,
+            dims,
+        }
+    }
+
     /// Copies the array into a new numpy array.
     pub fn to_numpy<'py>(&self, py: Python<'py>) -> XResult<Bound<'py, PyAny>> {
         let arr = arrays::empty(py, self.dtype, &self.dims)?;
@@ -84,6 +104,100 @@ impl DeviceArray {
         Device {
             device: self.device.clone(),
         }
+    }
+    #[getter]
+    fn ndim(&self) -> usize {
+        self.dims.len()
+    }
+    /// The number of elements.
+    #[getter]
+    fn size(&self) -> XResult<u64> {
+        views::elements(&self.dims)
+    }
+    fn __len__(&self) -> PyResult<usize> {
+        match self.dims.first() {
+            Some(&d) => usize::try_from(d)
+                .map_err(|_| pyo3::exceptions::PyOverflowError::new_err("extent too large")),
+            None => Err(pyo3::exceptions::PyTypeError::new_err(
+                "len() of a 0-d device array",
+            )),
+        }
+    }
+    /// A view with other extents (the same elements, the same memory): `a.reshape(2, 3)`,
+    /// `a.reshape((2, -1))`.
+    #[pyo3(signature = (*shape))]
+    fn reshape(&self, shape: &Bound<'_, PyTuple>) -> XResult<DeviceArray> {
+        let shape: Vec<i64> = match shape.len() {
+            1 => {
+                let s = shape.get_item(0)?;
+                match s.extract::<i64>() {
+                    Ok(d) => vec![d],
+                    Err(_) => s.extract().map_err(|_| {
+                        crate::errors::invalid(format!(
+                            "reshape: shape must be integers or a tuple of them, got a {}",
+                            s.get_type()
+                                .name()
+                                .map(|n| n.to_string())
+                                .unwrap_or_default()
+                        ))
+                    })?,
+                }
+            }
+            _ => shape.extract().map_err(|_| {
+                crate::errors::invalid("reshape: shape must be integers or a tuple of them")
+            })?,
+        };
+        let n = views::elements(&self.dims)?;
+        let dims = views::reshape(&self.dims, n, &shape)?;
+        Ok(self.with_dims(dims))
+    }
+    /// `a[2:5]`, `a[1]`, `a[0, 1:3]`, `a[..., :]`: a view sharing the memory (an offset into
+    /// it). Strided selections (steps, slicing an inner axis after an outer one) are refused
+    /// with `UnsupportedError`.
+    fn __getitem__(&self, key: &Bound<'_, PyAny>) -> XResult<DeviceArray> {
+        let ix = views::index(&self.dims, key)?;
+        let item = self.dtype.size() as u64;
+        let offset = ix
+            .offset
+            .checked_mul(item)
+            .ok_or_else(|| crate::errors::invalid("index offset overflows 64 bits"))?;
+        let size = views::elements(&ix.dims)?
+            .checked_mul(item)
+            .ok_or_else(|| crate::errors::invalid("view size overflows 64 bits"))?;
+        let window = views::Window::new(self.buffer.clone(), offset, size)?;
+        Ok(DeviceArray {
+            buffer: Arc::new(Box::new(window)),
+            device: self.device.clone(),
+            dtype: self.dtype,
+            dims: ix.dims,
+        })
+    }
+    /// A view with the axes permuted (reversed without `axes`), where that keeps the layout
+    /// (only axes of extent 1 move); otherwise `UnsupportedError` (it would need a copy).
+    #[pyo3(signature = (*axes))]
+    fn transpose(&self, axes: &Bound<'_, PyTuple>) -> XResult<DeviceArray> {
+        let axes: Vec<i64> = match axes.len() {
+            1 => {
+                let a = axes.get_item(0)?;
+                match a.extract::<i64>() {
+                    Ok(d) => vec![d],
+                    Err(_) => a.extract().map_err(|_| {
+                        crate::errors::invalid(
+                            "transpose: axes must be integers or a tuple of them",
+                        )
+                    })?,
+                }
+            }
+            _ => axes.extract().map_err(|_| {
+                crate::errors::invalid("transpose: axes must be integers or a tuple of them")
+            })?,
+        };
+        Ok(self.with_dims(views::transpose(&self.dims, &axes)?))
+    }
+    /// `transpose()`.
+    #[getter(T)]
+    fn t(&self) -> XResult<DeviceArray> {
+        Ok(self.with_dims(views::transpose(&self.dims, &[])?))
     }
     /// A copy on the host, as a numpy array.
     fn numpy<'py>(&self, py: Python<'py>) -> XResult<Bound<'py, PyAny>> {

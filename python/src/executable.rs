@@ -192,12 +192,54 @@ impl Executable {
             .allocate(a.size, a.alignment, a.memory_space)?)
     }
 
+    /// Why memory `m` cannot be `s`'s buffer as it is (a view off the program's alignment or
+    /// shorter than its allocation), or `None`.
+    fn misfit(&self, s: &TensorSpec, m: &dyn DeviceMemory) -> XResult<Option<String>> {
+        let exe = self.loaded.executable();
+        let a = exe
+            .allocations
+            .get(s.allocation as usize)
+            .ok_or_else(|| invalid(format!("`{}` has no allocation", s.name)))?;
+        Ok(if a.alignment > 0 && m.ptr().0 % a.alignment != 0 {
+            Some(format!(
+                "its memory at {} is not aligned to the program's {} bytes",
+                m.ptr(),
+                a.alignment
+            ))
+        } else if m.size() < a.size {
+            Some(format!(
+                "it has {} bytes, the program's buffer {}",
+                m.size(),
+                a.size
+            ))
+        } else {
+            None
+        })
+    }
+
     fn param(&self, s: &TensorSpec, value: &Bound<'_, PyAny>, shared: bool) -> XResult<Param> {
         if let Ok(d) = value.cast::<DeviceArray>() {
             let d = d.get();
             self.same_device(&s.name, d)?;
             xthunk::embed::check_array(s, d.dtype, &d.dims)?;
-            return Ok(Param::Device(d.buffer.clone()));
+            let Some(why) = self.misfit(s, d.memory())? else {
+                return Ok(Param::Device(d.buffer.clone()));
+            };
+            // A view the program cannot take in place (`why`): copied on the device for this
+            // run.
+            if shared {
+                return Err(invalid(format!(
+                    "donate: `{}` cannot be donated: {why} (a view at an offset; donate its \
+                     base, or a copy)",
+                    s.name
+                ))
+                .into());
+            }
+            let buf = self.allocate(s)?;
+            let stream = self.loaded.device().create_stream()?;
+            stream.copy(d.buffer.ptr(), buf.ptr(), d.data_bytes()?)?;
+            stream.synchronize()?;
+            return Ok(Param::Fresh(buf));
         }
         let arr = arrays::contiguous(value)?;
         let bytes = arrays::check(s, &arr)?;
@@ -335,6 +377,12 @@ impl Executable {
             let a = d.get();
             self.same_device(&name, a)?;
             xthunk::embed::check_array(&sig.outputs[i], a.dtype, &a.dims)?;
+            if let Some(why) = self.misfit(&sig.outputs[i], a.memory())? {
+                return Err(invalid(format!(
+                    "out[`{name}`] cannot be written in place: {why} (a view at an offset)"
+                ))
+                .into());
+            }
             given[i] = Some(Output::Given(d.clone().unbind(), a.buffer.clone()));
         }
         Ok(given)
@@ -545,14 +593,16 @@ impl Executable {
 
     /// SPMD: the program on devices `0..len(inputs)` of this executable's backend, one thread
     /// per rank, collectives among them; `inputs[rank]` is that rank's `{name: array}`.
-    /// Returns one `{name: numpy array}` per rank. A collective that waits `timeout` seconds
-    /// for a peer fails.
-    #[pyo3(signature = (inputs, *, timeout = 60.0))]
+    /// Returns one `{name: numpy array}` per rank, or with `keep_on_device=True` one
+    /// `{name: DeviceArray}` per rank, each on its rank's device. A collective that waits
+    /// `timeout` seconds for a peer fails.
+    #[pyo3(signature = (inputs, *, timeout = 60.0, keep_on_device = false))]
     fn run_spmd<'py>(
         &self,
         py: Python<'py>,
         inputs: Vec<Bound<'py, PyDict>>,
         timeout: f64,
+        keep_on_device: bool,
     ) -> XResult<Vec<Bound<'py, PyDict>>> {
         if !(timeout.is_finite() && timeout > 0.0 && timeout <= 86_400.0) {
             return Err(invalid(format!(
@@ -590,6 +640,30 @@ impl Executable {
             PyErr::warn(py, &category, &msg, 1)?;
         }
         let program = self.loaded.program();
+        if keep_on_device {
+            let buffers = py.detach(|| {
+                xthunk::core::executor::spmd::run_program_on_devices(
+                    program,
+                    &devices,
+                    cliques,
+                    &per_rank,
+                    &ExecutorConfig::default(),
+                    &ExecuteOptions::default(),
+                )
+            })?;
+            return buffers
+                .into_iter()
+                .zip(&devices)
+                .map(|(outputs, device)| {
+                    let d = PyDict::new(py);
+                    for (s, b) in sig.outputs.iter().zip(outputs) {
+                        let a = DeviceArray::new(b, device.clone(), s.dtype, s.dims.clone());
+                        d.set_item(&s.name, Bound::new(py, a)?)?;
+                    }
+                    Ok(d)
+                })
+                .collect();
+        }
         let results = py.detach(|| {
             xthunk::core::executor::spmd::run_program(
                 program,

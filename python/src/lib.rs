@@ -11,6 +11,7 @@ mod errors;
 mod executable;
 mod execution;
 mod runtime;
+mod views;
 
 use pyo3::prelude::*;
 

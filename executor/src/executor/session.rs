@@ -113,6 +113,11 @@ impl Session {
         Ok(times)
     }
 
+    /// The output buffers (signature order), the session ended.
+    pub fn into_outputs(self) -> Vec<Buffer> {
+        self.io.outputs
+    }
+
     /// Every output's bytes (signature order), each in a zeroed vector.
     pub fn read_outputs(&self) -> Result<Vec<Vec<u8>>> {
         self.read_outputs_with(&zeroed)

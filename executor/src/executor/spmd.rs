@@ -6,7 +6,7 @@
 use super::config::{CollectiveContext, ExecuteOptions, ExecutorConfig};
 use super::progress::Progress;
 use super::session::{HostAlloc, Session, zeroed};
-use crate::backend::Device;
+use crate::backend::{Buffer, Device};
 use crate::collectives::CliqueProvider;
 use crate::error::{Error, Result};
 use crate::ir::Executable;
@@ -140,6 +140,23 @@ impl Ranks {
         on_error: &(dyn Fn(usize, Error) -> Error + Sync),
         alloc: HostAlloc<'_>,
     ) -> Vec<Result<RankOutput>> {
+        let read = |s: &Session| s.read_outputs_with(alloc);
+        self.execute_then(cliques, iterations, opts, on_error, &read)
+            .into_iter()
+            .map(|r| r.map(|(times, outputs)| RankOutput { outputs, times }))
+            .collect()
+    }
+
+    /// [`Self::execute`], with `then(session)` in place of reading the outputs: each rank's
+    /// times and what `then` gave, by rank.
+    pub fn execute_then<T: Send>(
+        &self,
+        cliques: &Arc<dyn CliqueProvider>,
+        iterations: u32,
+        opts: &ExecuteOptions,
+        on_error: &(dyn Fn(usize, Error) -> Error + Sync),
+        then: &(dyn Fn(&Session) -> Result<T> + Sync),
+    ) -> Vec<Result<(Vec<Duration>, T)>> {
         on_rank_threads(self.sessions.len(), self.first, &|i| {
             let rank = self.first + i;
             let session = &self.sessions[i];
@@ -152,9 +169,13 @@ impl Ranks {
             let times = session
                 .execute_iterations(iterations, &opts, |_, _| {})
                 .map_err(|e| on_error(rank, e))?;
-            let outputs = session.read_outputs_with(alloc)?;
-            Ok(RankOutput { outputs, times })
+            Ok((times, then(session)?))
         })
+    }
+
+    /// The sessions, by rank (their output buffers hold the last execution's results).
+    pub fn into_sessions(self) -> Vec<Session> {
+        self.sessions
     }
 }
 
@@ -217,6 +238,34 @@ pub fn run_program(
     let ranks = Ranks::new(0, world, first_failure(loaded, world, &progress)?);
     let results = ranks.execute(&cliques, iterations.max(1), &opts, &|_, e| e, &zeroed);
     first_failure(results, world, &progress)
+}
+
+/// [`run_program`] once, with the outputs left on the devices: each rank's output buffers
+/// (signature order), by rank.
+pub fn run_program_on_devices(
+    program: &Program,
+    devices: &[Arc<dyn Device>],
+    cliques: Arc<dyn CliqueProvider>,
+    inputs: &[Vec<Vec<u8>>],
+    config: &ExecutorConfig,
+    opts: &ExecuteOptions,
+) -> Result<Vec<Vec<Buffer>>> {
+    let world = devices.len();
+    check_inputs(world, inputs)?;
+    let mut opts = opts.clone();
+    let progress = opts
+        .progress
+        .get_or_insert_with(|| Arc::new(Progress::new(world)))
+        .clone();
+    let loaded = Ranks::load(program, devices, inputs, 0, config, opts.trace.as_deref());
+    let ranks = Ranks::new(0, world, first_failure(loaded, world, &progress)?);
+    let results = ranks.execute_then(&cliques, 1, &opts, &|_, e| e, &|_| Ok(()));
+    first_failure(results, world, &progress)?;
+    Ok(ranks
+        .into_sessions()
+        .into_iter()
+        .map(Session::into_outputs)
+        .collect())
 }
 
 /// The ranks' values, or the first failure (by rank) naming its rank and where every rank
