@@ -25,16 +25,39 @@ pub struct BuildError {
     pub message: String,
 }
 
+fn build_err(call: &'static str, arg: &'static str, message: impl Into<String>) -> BuildError {
+    BuildError {
+        call,
+        arg,
+        message: message.into(),
+    }
+}
+
 /// `[batch, m, n, k]` of `c = a @ b`, or what does not fit.
 fn matmul_dims(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<[u64; 4], BuildError> {
-    let err = |arg, message: String| BuildError {
-        call: "matmul",
-        arg,
-        message,
-    };
-    let (batch, m, k) = match a.dims.as_slice() {
-        [m, k] => (None, *m, *k),
-        [bt, m, k] => (Some(*bt), *m, *k),
+    gemm_dims("matmul", a, b, c, false, false)
+}
+
+/// `[batch, m, n, k]` of `c = op(a) @ op(b)` (`op` transposes the last two axes of an operand
+/// whose flag is set), or what does not fit, for call `call`.
+fn gemm_dims(
+    call: &'static str,
+    a: &Tensor,
+    b: &Tensor,
+    c: &Tensor,
+    trans_a: bool,
+    trans_b: bool,
+) -> Result<[u64; 4], BuildError> {
+    let err = |arg, message: String| BuildError { call, arg, message };
+    if !crate::ir::GEMM_DTYPES.contains(&a.dtype) {
+        return Err(err(
+            "a",
+            format!("is {}; a gemm takes {:?}", a.dtype, crate::ir::GEMM_DTYPES),
+        ));
+    }
+    let (batch, m, k) = match (a.dims.as_slice(), trans_a) {
+        ([m, k], false) | ([k, m], true) => (None, *m, *k),
+        ([bt, m, k], false) | ([bt, k, m], true) => (Some(*bt), *m, *k),
         d => {
             return Err(err(
                 "a",
@@ -73,12 +96,25 @@ fn matmul_dims(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<[u64; 4], BuildErro
             }
         }
     }
-    let (bk, n) = (b.dims[want_rank - 2], b.dims[want_rank - 1]);
+    let (b0, b1) = (b.dims[want_rank - 2], b.dims[want_rank - 1]);
+    let (bk, n) = if trans_b { (b1, b0) } else { (b0, b1) };
     if bk != k {
+        let (rows, cols) = (
+            if trans_b {
+                "columns (transposed)"
+            } else {
+                "rows"
+            },
+            if trans_a {
+                "rows (transposed)"
+            } else {
+                "columns"
+            },
+        );
         return Err(err(
             "b",
             format!(
-                "has {bk} rows (shape {:?}), `a` has {k} columns (shape {:?})",
+                "has {bk} {rows} (shape {:?}), `a` has {k} {cols} (shape {:?})",
                 b.dims, a.dims
             ),
         ));
@@ -91,6 +127,44 @@ fn matmul_dims(a: &Tensor, b: &Tensor, c: &Tensor) -> Result<[u64; 4], BuildErro
         ));
     }
     Ok([batch.unwrap_or(1), m, n, k])
+}
+
+/// Checks replica groups (none empty, disjoint, equal sizes) for `call`; their common size.
+fn group_size(call: &'static str, groups: &[Vec<u32>]) -> Result<Option<u64>, BuildError> {
+    let mut seen = std::collections::BTreeSet::new();
+    let mut size = None;
+    for (i, g) in groups.iter().enumerate() {
+        if g.is_empty() {
+            return Err(build_err(call, "groups", format!("groups[{i}] is empty")));
+        }
+        if let Some(r) = g.iter().find(|r| !seen.insert(**r)) {
+            return Err(build_err(
+                call,
+                "groups",
+                format!("rank {r} is in two groups or twice in one (groups[{i}])"),
+            ));
+        }
+        if *size.get_or_insert(g.len()) != g.len() {
+            return Err(build_err(
+                call,
+                "groups",
+                format!(
+                    "groups[{i}] has {} ranks, groups[0] {}: replica groups have one size",
+                    g.len(),
+                    groups[0].len()
+                ),
+            ));
+        }
+    }
+    Ok(size.map(|n| n as u64))
+}
+
+/// The arguments of [`ExecutableBuilder::try_custom_call`] besides the target and buffers.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct CustomCallOptions {
+    pub attributes: Attributes,
+    /// Kept in program order with the other side-effecting calls, never removed.
+    pub side_effect: bool,
 }
 
 /// A typed view of a whole allocation (or part of one) created by the builder.
@@ -156,6 +230,9 @@ pub const DEFAULT_BLOCK: u32 = 256;
 pub struct ExecutableBuilder {
     exe: Executable,
     stack: Vec<Vec<Thunk>>,
+    /// The next async scope id, and the scopes started and not yet done.
+    next_async: u32,
+    open_async: Vec<u32>,
 }
 
 impl ExecutableBuilder {
@@ -171,6 +248,8 @@ impl ExecutableBuilder {
                 aliases: vec![],
             },
             stack: vec![vec![]],
+            next_async: 0,
+            open_async: vec![],
         }
     }
 
@@ -389,6 +468,462 @@ impl ExecutableBuilder {
             }
             .into(),
         );
+    }
+
+    /// Fills `dst` with a repeated 1-, 2- or 4-byte `pattern` (a memset); `dst`'s byte size
+    /// must be a multiple of the pattern's width.
+    pub fn try_memset(&mut self, dst: &Tensor, pattern: MemsetPattern) -> Result<(), BuildError> {
+        let w = pattern.width();
+        if dst.slice.size % w != 0 {
+            return Err(build_err(
+                "memset",
+                "dst",
+                format!(
+                    "has {} bytes, not a multiple of the {w}-byte pattern",
+                    dst.slice.size
+                ),
+            ));
+        }
+        self.memset(dst.slice, pattern);
+        Ok(())
+    }
+
+    /// Sets every element of `dst` to `value` (of `dst`'s element type) with a memset: the
+    /// value's bytes are the pattern (an 8-byte value only when its two halves are equal, such
+    /// as 0; the IR's patterns are at most 4 bytes).
+    pub fn try_fill(&mut self, dst: &Tensor, value: Scalar) -> Result<(), BuildError> {
+        if value.dtype() != dst.dtype {
+            return Err(build_err(
+                "fill",
+                "value",
+                format!("is {}, `dst` is {}", value.dtype(), dst.dtype),
+            ));
+        }
+        let b = value.to_le_bytes();
+        let pattern = match b.as_slice() {
+            [x] => MemsetPattern::U8(*x),
+            [x, y] => MemsetPattern::U16(u16::from_le_bytes([*x, *y])),
+            [x, y, z, w] => MemsetPattern::U32(u32::from_le_bytes([*x, *y, *z, *w])),
+            _ if b.len() == 8 && b[..4] == b[4..] => {
+                MemsetPattern::U32(u32::from_le_bytes([b[0], b[1], b[2], b[3]]))
+            }
+            _ => {
+                return Err(build_err(
+                    "fill",
+                    "value",
+                    format!(
+                        "{value:?} is 8 bytes whose halves differ; a memset repeats at most 4 \
+                         bytes (write it with a kernel or a constant)"
+                    ),
+                ));
+            }
+        };
+        self.try_memset(dst, pattern)
+            .map_err(|e| BuildError { call: "fill", ..e })
+    }
+
+    /// Row-major `c = alpha * op(a) @ op(b) + beta * c`, `op` transposing the last two axes
+    /// of an operand whose flag is set (`a` is `[k, m]` with `trans_a`, `b` `[n, k]` with
+    /// `trans_b`; or with one leading batch axis on all three). Checked like
+    /// [`Self::try_matmul`], errors naming the argument.
+    #[allow(clippy::too_many_arguments)]
+    pub fn try_gemm(
+        &mut self,
+        a: &Tensor,
+        b: &Tensor,
+        c: &Tensor,
+        trans_a: bool,
+        trans_b: bool,
+        alpha: f64,
+        beta: f64,
+    ) -> Result<(), BuildError> {
+        let [batch, m, n, k] = gemm_dims("gemm", a, b, c, trans_a, trans_b)?;
+        self.push(
+            GemmThunk {
+                a: a.slice,
+                b: b.slice,
+                c: c.slice,
+                m,
+                n,
+                k,
+                lda: if trans_a { m } else { k },
+                ldb: if trans_b { k } else { n },
+                ldc: n,
+                trans_a,
+                trans_b,
+                alpha,
+                beta,
+                dtype: a.dtype,
+                batch,
+                stride_a: m * k,
+                stride_b: k * n,
+                stride_c: m * n,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// A collective `op` from `src` to `dst` among replica `groups` (empty: one group of every
+    /// rank). Checked here: one collective element type, the groups (none empty, disjoint, one
+    /// size), a broadcast's root inside a group, `src` and `dst` not overlapping (except an
+    /// all_reduce in place) and their sizes for the group size (when `groups` gives it; with
+    /// every rank, what can be checked without the number of ranks).
+    pub fn try_collective(
+        &mut self,
+        op: CollectiveOp,
+        src: &Tensor,
+        dst: &Tensor,
+        groups: &[Vec<u32>],
+    ) -> Result<(), BuildError> {
+        let call = op.name();
+        let e = |arg, m: String| build_err(call, arg, m);
+        if !COLLECTIVE_DTYPES.contains(&src.dtype) {
+            return Err(e(
+                "src",
+                format!("is {}; collectives take {COLLECTIVE_DTYPES:?}", src.dtype),
+            ));
+        }
+        if dst.dtype != src.dtype {
+            return Err(e(
+                "dst",
+                format!("is {}, `src` is {}: one element type", dst.dtype, src.dtype),
+            ));
+        }
+        let n = group_size(call, groups)?;
+        if let (CollectiveOp::Broadcast { root }, Some(n)) = (&op, n) {
+            if u64::from(*root) >= n {
+                return Err(e(
+                    "root",
+                    format!("is {root}, a position in groups of {n} ranks"),
+                ));
+            }
+        }
+        let in_place = src.slice == dst.slice;
+        if src.slice.overlaps(&dst.slice)
+            && !(in_place && matches!(op, CollectiveOp::AllReduce { .. }))
+        {
+            return Err(e(
+                "dst",
+                "overlaps `src` (only an all_reduce may work in place, on the same tensor)".into(),
+            ));
+        }
+        let (s, d) = (src.slice.size, dst.slice.size);
+        let thunk = CollectiveThunk {
+            op,
+            src: src.slice,
+            dst: dst.slice,
+            dtype: src.dtype,
+            groups: groups.to_vec(),
+        };
+        match n {
+            Some(n) => check_collective_sizes(&thunk, n)
+                .map_err(|(field, m)| e(if field == "src" { "src" } else { "dst" }, m))?,
+            None => {
+                let bad = match thunk.op {
+                    CollectiveOp::AllReduce { .. }
+                    | CollectiveOp::Broadcast { .. }
+                    | CollectiveOp::AllToAll => (s != d).then_some("dst"),
+                    CollectiveOp::AllGather => (s == 0 || d % s != 0).then_some("dst"),
+                    CollectiveOp::ReduceScatter { .. } => (d == 0 || s % d != 0).then_some("src"),
+                };
+                if let Some(arg) = bad {
+                    return Err(e(
+                        arg,
+                        format!(
+                            "`src` has {s} bytes, `dst` {d}: sizes that fit no number of ranks \
+                             for {call}"
+                        ),
+                    ));
+                }
+            }
+        }
+        self.push(thunk.into());
+        Ok(())
+    }
+
+    /// `dst` on rank `b` = `src` on rank `a` for each `(a, b)` of `pairs` (a rank sends and
+    /// receives at most once); a rank that receives nothing gets zeros.
+    pub fn try_collective_permute(
+        &mut self,
+        src: &Tensor,
+        dst: &Tensor,
+        pairs: &[(u32, u32)],
+    ) -> Result<(), BuildError> {
+        let call = "collective_permute";
+        if !COLLECTIVE_DTYPES.contains(&src.dtype) {
+            return Err(build_err(
+                call,
+                "src",
+                format!("is {}, not a collective type", src.dtype),
+            ));
+        }
+        if dst.dtype != src.dtype || dst.slice.size != src.slice.size {
+            return Err(build_err(
+                call,
+                "dst",
+                format!(
+                    "is {}{:?}, `src` {}{:?}: the same type and size",
+                    dst.dtype, dst.dims, src.dtype, src.dims
+                ),
+            ));
+        }
+        if src.slice.overlaps(&dst.slice) {
+            return Err(build_err(call, "dst", "overlaps `src`"));
+        }
+        let (mut from, mut to) = (
+            std::collections::BTreeSet::new(),
+            std::collections::BTreeSet::new(),
+        );
+        for (i, (a, b)) in pairs.iter().enumerate() {
+            if !from.insert(*a) || !to.insert(*b) {
+                return Err(build_err(
+                    call,
+                    "pairs",
+                    format!("pairs[{i}] = ({a}, {b}): a rank sends or receives twice"),
+                ));
+            }
+        }
+        self.push(
+            CollectivePermuteThunk {
+                src: src.slice,
+                dst: dst.slice,
+                dtype: src.dtype,
+                pairs: pairs.to_vec(),
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// Writes this rank's number (an i32) into `dst`, which must be an i32 or u32 scalar or
+    /// one-element tensor.
+    pub fn try_rank_id(&mut self, dst: &Tensor) -> Result<(), BuildError> {
+        if !matches!(dst.dtype, DType::I32 | DType::U32) || dst.slice.size != 4 {
+            return Err(build_err(
+                "rank_id",
+                "dst",
+                format!("is {}{:?}; it needs one i32", dst.dtype, dst.dims),
+            ));
+        }
+        self.push(RankIdThunk { dst: dst.slice }.into());
+        Ok(())
+    }
+
+    /// Opens a block: thunks pushed until [`Self::end_block`] (given the token returned
+    /// here) are collected for a thunk that nests them (a loop's body, a branch, a command
+    /// buffer, an async scope).
+    pub fn begin_block(&mut self) -> usize {
+        self.stack.push(vec![]);
+        self.stack.len()
+    }
+
+    /// Closes the block that [`Self::begin_block`] opened (and the sequences left open in
+    /// it) and returns its thunks; an error when that block is no longer open.
+    pub fn end_block(&mut self, token: usize) -> Result<Vec<Thunk>, BuildError> {
+        if token < 2 || self.stack.len() < token {
+            return Err(build_err("end_block", "token", "that block is not open"));
+        }
+        while self.stack.len() > token {
+            self.end_sequence();
+        }
+        Ok(self.stack.pop().unwrap_or_default())
+    }
+
+    /// The thunks `f` pushes, as a block.
+    pub fn block(
+        &mut self,
+        f: impl FnOnce(&mut Self) -> Result<(), BuildError>,
+    ) -> Result<Vec<Thunk>, BuildError> {
+        let token = self.begin_block();
+        let r = f(self);
+        let body = self.end_block(token)?;
+        r.map(|()| body)
+    }
+
+    fn check_pred(call: &'static str, arg: &'static str, t: &Tensor) -> Result<(), BuildError> {
+        if t.dtype != DType::Pred || t.slice.size != 1 {
+            return Err(build_err(
+                call,
+                arg,
+                format!("is {}{:?}; it must be one pred (a bool)", t.dtype, t.dims),
+            ));
+        }
+        Ok(())
+    }
+
+    /// A loop of blocks: `loop { cond; if !pred { break }; body }`, or with `trip_count` the
+    /// body `trip_count` times (`cond` not run; give an empty one). `pred` is one pred,
+    /// written by `cond`.
+    pub fn try_while_blocks(
+        &mut self,
+        pred: &Tensor,
+        trip_count: Option<u64>,
+        cond: Vec<Thunk>,
+        body: Vec<Thunk>,
+    ) -> Result<(), BuildError> {
+        Self::check_pred("while", "pred", pred)?;
+        if trip_count.is_some_and(|n| n > i64::MAX as u64) {
+            return Err(build_err("while", "trip_count", "is larger than i64::MAX"));
+        }
+        if trip_count.is_none() && cond.is_empty() {
+            return Err(build_err(
+                "while",
+                "cond",
+                "is empty: without a trip_count, cond must write `pred`",
+            ));
+        }
+        self.push(
+            WhileThunk {
+                cond,
+                pred: pred.slice,
+                body,
+                trip_count,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// [`Self::try_while_blocks`] with the blocks that `cond` and `body` push.
+    pub fn try_while_loop(
+        &mut self,
+        pred: &Tensor,
+        trip_count: Option<u64>,
+        cond: impl FnOnce(&mut Self) -> Result<(), BuildError>,
+        body: impl FnOnce(&mut Self) -> Result<(), BuildError>,
+    ) -> Result<(), BuildError> {
+        let cond = self.block(cond)?;
+        let body = self.block(body)?;
+        self.try_while_blocks(pred, trip_count, cond, body)
+    }
+
+    /// Runs branch `index` (an i32 scalar; out of range runs the last branch) or, with a pred
+    /// `index`, `branches[0]` when true and `branches[1]` when false (XLA's order).
+    pub fn try_conditional(
+        &mut self,
+        index: &Tensor,
+        branches: Vec<Vec<Thunk>>,
+    ) -> Result<(), BuildError> {
+        let index_type = match (index.dtype, index.slice.size) {
+            (DType::I32, 4) => DType::I32,
+            (DType::Pred, 1) => DType::Pred,
+            _ => {
+                return Err(build_err(
+                    "conditional",
+                    "index",
+                    format!(
+                        "is {}{:?}; it must be one i32 or one pred",
+                        index.dtype, index.dims
+                    ),
+                ));
+            }
+        };
+        if branches.is_empty() || (index_type == DType::Pred && branches.len() != 2) {
+            return Err(build_err(
+                "conditional",
+                "branches",
+                format!(
+                    "has {} branches; a {index_type} index needs {}",
+                    branches.len(),
+                    if index_type == DType::Pred {
+                        "2"
+                    } else {
+                        "at least 1"
+                    }
+                ),
+            ));
+        }
+        self.push(
+            ConditionalThunk {
+                index: index.slice,
+                index_type,
+                branches,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// Its body captured once and replayed as a whole (a CUDA / HIP graph where the backend
+    /// has them; in order otherwise). Collectives cannot be in it.
+    pub fn command_buffer(&mut self, body: Vec<Thunk>) {
+        self.push(CommandBufferThunk { body }.into());
+    }
+
+    /// Starts `body` on another stream (`kind`) as async scope `id`, which
+    /// [`Self::try_async_done`] waits for; the id is returned (a new one for each scope).
+    pub fn async_start(&mut self, kind: AsyncKind, body: Vec<Thunk>) -> u32 {
+        let id = self.next_async;
+        self.next_async += 1;
+        self.open_async.push(id);
+        self.push(AsyncStartThunk { id, kind, body }.into());
+        id
+    }
+
+    /// Waits for async scope `id` (started by [`Self::async_start`], not yet waited for).
+    pub fn try_async_done(&mut self, id: u32) -> Result<(), BuildError> {
+        let Some(i) = self.open_async.iter().position(|&o| o == id) else {
+            return Err(build_err(
+                "async_done",
+                "id",
+                format!(
+                    "{id} is no async scope started and not yet done (open: {:?})",
+                    self.open_async
+                ),
+            ));
+        };
+        self.open_async.remove(i);
+        self.push(AsyncDoneThunk { id }.into());
+        Ok(())
+    }
+
+    /// Calls the handler registered for `target` with `operands` (read) and `results`
+    /// (written, not overlapping one another), each passed with its tensor's dtype and shape.
+    pub fn try_custom_call(
+        &mut self,
+        target: &str,
+        operands: &[&Tensor],
+        results: &[&Tensor],
+        options: CustomCallOptions,
+    ) -> Result<(), BuildError> {
+        let call = "custom_call";
+        if target.is_empty() || target.len() > 256 || target.chars().any(char::is_control) {
+            return Err(build_err(
+                call,
+                "target",
+                format!("{target:?}: a name of 1 to 256 bytes without control characters"),
+            ));
+        }
+        for (i, r) in results.iter().enumerate() {
+            if let Some(j) = results[..i].iter().position(|o| o.slice.overlaps(&r.slice)) {
+                return Err(build_err(
+                    call,
+                    "results",
+                    format!("results[{i}] overlaps results[{j}]"),
+                ));
+            }
+        }
+        let mut names = std::collections::BTreeSet::new();
+        if let Some((n, _)) = options
+            .attributes
+            .0
+            .iter()
+            .find(|(n, _)| !names.insert(n.as_str()))
+        {
+            return Err(build_err(
+                call,
+                "attributes",
+                format!("`{n}` is given twice"),
+            ));
+        }
+        let mut c = CustomCallThunk::new(target);
+        c.operands = operands.iter().map(|t| t.buffer()).collect();
+        c.results = results.iter().map(|t| t.buffer()).collect();
+        c.attributes = options.attributes;
+        c.side_effect = options.side_effect;
+        self.push(c.into());
+        Ok(())
     }
 
     /// Opens a nested sequence; thunks pushed until [`Self::end_sequence`] go into it.
