@@ -404,7 +404,9 @@ impl ProgramBuilder {
             2 => MemsetPattern::U16(u16::try_from(pattern).map_err(|_| too_big())?),
             4 => MemsetPattern::U32(u32::try_from(pattern).map_err(|_| too_big())?),
             w => {
-                return Err(invalid(format!("memset: `width` is {w}; it must be 1, 2 or 4")).into());
+                return Err(
+                    invalid(format!("memset: `width` is {w}; it must be 1, 2 or 4")).into(),
+                );
             }
         };
         self.b()?.try_memset(&dst.t, p).map_err(build_error)

@@ -3,6 +3,8 @@ printed, so a failure can be replayed with XTHUNK_TEST_SEED), and the MLP's f64 
 
 import os
 import pathlib
+import shutil
+import subprocess
 
 import numpy as np
 import pytest
@@ -54,3 +56,25 @@ def mlp_reference(a):
     """softmax(gelu(x @ w1 + b1) @ w2 + b2), computed in f64."""
     f = {k: v.astype(np.float64) for k, v in a.items()}
     return softmax(gelu(f["x"] @ f["w1"] + f["b1"]) @ f["w2"] + f["b2"])
+
+
+@pytest.fixture(scope="session")
+def plugin(tmp_path_factory):
+    """The C test plugin (cli-tests/plugins/test_plugin.c), built with `cc` (not loaded)."""
+    cc = shutil.which("cc")
+    if cc is None:
+        pytest.skip("no C compiler (`cc`) to build the test plugin")
+    out = tmp_path_factory.mktemp("plugin") / "libxthunk_py_test_plugin.so"
+    subprocess.run(
+        [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", str(REPO / "include"), "-o",
+         str(out), str(REPO / "cli-tests" / "plugins" / "test_plugin.c"), "-ldl"],
+        check=True,
+    )
+    return out
+
+
+@pytest.fixture(scope="session")
+def plugin_targets(plugin):
+    """What the process's first `load_plugin` of the test plugin registered (a plugin loads
+    once per process: later loads return [])."""
+    return xthunk.load_plugin(plugin)

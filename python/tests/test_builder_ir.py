@@ -4,15 +4,10 @@ command buffers, async scopes and custom calls, each built, run on the host and 
 numpy with fresh random data; wrong shapes, dtypes and arguments are refused at the call, the
 error naming the call and the argument."""
 
-import shutil
-import subprocess
-
 import numpy as np
 import pytest
 
 import xthunk
-from conftest import REPO
-
 RANKS = 4
 
 
@@ -282,22 +277,8 @@ def test_control_flow_errors_name_the_argument():
     assert b.build().thunk_count == 1
 
 
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (`cc`) to build the test plugin")
-    out = tmp_path_factory.mktemp("plugin") / "libxthunk_py_builder_plugin.so"
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", str(REPO / "include"), "-o",
-         str(out), str(REPO / "cli-tests" / "plugins" / "test_plugin.c"), "-ldl"],
-        check=True,
-    )
-    xthunk.load_plugin(out)
-    return out
-
-
-def test_custom_call_runs_a_plugin_handler(host, plugin, rng):
+def test_custom_call_runs_a_plugin_handler(host, plugin_targets, rng):
+    assert ("host", "test.scaled_add") in plugin_targets
     s = float(np.float32(rng.uniform(-3, 3)))
     x = rng.standard_normal((4, 8)).astype(np.float32)
     y = rng.standard_normal((4, 8)).astype(np.float32)

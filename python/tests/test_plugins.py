@@ -4,14 +4,11 @@ targets as ``jax.ffi.ffi_call`` prints them runs on the host against numpy; a fi
 be loaded raises UnavailableError with the dynamic loader's reason; a target with no handler is
 refused when the program is loaded (UnsupportedError), naming it."""
 
-import shutil
-import subprocess
 
 import numpy as np
 import pytest
 
 import xthunk
-from conftest import REPO
 
 
 def module(target="test.scaled_add"):
@@ -24,20 +21,6 @@ def module(target="test.scaled_add"):
   }}
 }}
 """
-
-
-@pytest.fixture(scope="module")
-def plugin(tmp_path_factory):
-    cc = shutil.which("cc")
-    if cc is None:
-        pytest.skip("no C compiler (`cc`) to build the test plugin")
-    out = tmp_path_factory.mktemp("plugin") / "libxthunk_py_test_plugin.so"
-    subprocess.run(
-        [cc, "-shared", "-fPIC", "-O1", "-Wall", "-Werror", "-I", str(REPO / "include"), "-o",
-         str(out), str(REPO / "cli-tests" / "plugins" / "test_plugin.c"), "-ldl"],
-        check=True,
-    )
-    return out
 
 
 def test_a_target_without_a_handler_is_refused_at_load(host):
@@ -57,8 +40,8 @@ def test_a_file_that_cannot_be_loaded_names_the_loaders_reason(tmp_path):
         xthunk.load_plugin(tmp_path / "missing.so")
 
 
-def test_plugin_handlers_run_a_stablehlo_program(host, plugin, rng):
-    targets = xthunk.load_plugin(plugin)
+def test_plugin_handlers_run_a_stablehlo_program(host, plugin, plugin_targets, rng):
+    targets = plugin_targets
     assert ("host", "test.scaled_add") in targets and ("host", "test.top_k") in targets
     assert xthunk.load_plugin(str(plugin)) == []  # loaded once per process
     exe = host.load(module())
