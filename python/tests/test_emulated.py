@@ -49,6 +49,13 @@ def test_spmd_on_emulated_cuda_devices(cuda, rng):
     for r, o in enumerate(out):
         np.testing.assert_array_equal(o["shifted"], xs[(r - 1) % n])
         assert o["from_rank"].tolist() == [float((r - 1) % n)]
+    # Kept on the devices: each rank's outputs on its own emulated device.
+    kept = exe.run_spmd([{"x": x} for x in xs], keep_on_device=True)
+    for r, o in enumerate(kept):
+        d = o["shifted"]
+        assert isinstance(d, xthunk.DeviceArray) and d.device.ordinal == r and d.device.emulated
+        np.testing.assert_array_equal(d.numpy(), xs[(r - 1) % n])
+        assert o["from_rank"].numpy().tolist() == [float((r - 1) % n)]
 
 
 def test_donated_training_steps_on_emulated_cuda(cuda, rng):
@@ -109,3 +116,29 @@ def test_async_runs_cancel_and_deadline_on_emulated_cuda(cuda, rng):
         e.result(timeout=120)
     with pytest.raises(xthunk.DeadlineExceededError):
         exe.run(endless, deadline=0.2)
+
+
+def test_device_array_views_on_emulated_cuda(cuda, rng):
+    """Views are offsets into the device allocation: run in place when aligned, copied on the
+    device when not, written through `out=`, and keep no extra allocation."""
+    b = xthunk.ProgramBuilder("double")
+    x = b.parameter("x", "f32", [3, 4])
+    y = b.output("y", "f32", [3, 4])
+    m = b.standard_module()
+    b.copy(x, y)
+    b.kernel(m, "scale_f32", 12, [y.rw(), xthunk.scalar(2.0, "f32"), 12])
+    exe = cuda.load(b.build())
+    arr = rng.standard_normal((8, 3, 4)).astype(np.float32)
+    a = cuda.put(arr)
+    stats = cuda.device(0).memory_stats
+    before = stats()["allocations_made"]
+    views = {i: a[i] for i in (4, 1)}  # 192 bytes in (aligned), 48 bytes in (not)
+    assert stats()["allocations_made"] == before
+    for i, v in views.items():
+        np.testing.assert_array_equal(exe.run({"x": v})["y"], 2 * arr[i], err_msg=f"row {i}")
+    base = cuda.put(np.zeros((8, 3, 4), np.float32))
+    exe.run({"x": views[4]}, out={"y": base[4]})
+    want = np.zeros((8, 3, 4), np.float32)
+    want[4] = 2 * arr[4]
+    np.testing.assert_array_equal(base.numpy(), want)
+    np.testing.assert_array_equal(a.reshape(24, 4)[4:16].numpy(), arr.reshape(24, 4)[4:16])
