@@ -367,6 +367,46 @@ impl ExecutableBuilder {
         "std".into()
     }
 
+    /// Adds module `name` of portable kernel source (the xthunk CUDA-C subset, compiled by
+    /// NVRTC / hipRTC on GPUs and by a C++ compiler on the host; `docs/kernels.md`) with
+    /// `options` (defines, fast math, headers); returns its name for [`Self::kernel`]. The
+    /// name must be new and not `std`, the code not empty, the headers' names unique.
+    pub fn try_source_module(
+        &mut self,
+        name: &str,
+        code: &str,
+        options: ModuleOptions,
+    ) -> Result<String, BuildError> {
+        let call = "source_module";
+        if name.is_empty() || name == "std" || self.exe.module(name).is_some() {
+            return Err(build_err(
+                call,
+                "name",
+                format!("{name:?} is empty, `std` or a module this builder already has"),
+            ));
+        }
+        if code.trim().is_empty() {
+            return Err(build_err(call, "code", "is empty"));
+        }
+        let mut seen = std::collections::BTreeSet::new();
+        if let Some(h) = options
+            .headers
+            .iter()
+            .find(|h| !seen.insert(h.name.as_str()))
+        {
+            return Err(build_err(
+                call,
+                "headers",
+                format!("`{}` is given twice", h.name),
+            ));
+        }
+        Ok(self.module(Module {
+            name: name.into(),
+            images: vec![ModuleImage::Source { code: code.into() }],
+            options,
+        }))
+    }
+
     /// Adds a module.
     pub fn module(&mut self, module: Module) -> String {
         let name = module.name.clone();
@@ -690,6 +730,143 @@ impl ExecutableBuilder {
                 dst: dst.slice,
                 dtype: src.dtype,
                 pairs: pairs.to_vec(),
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// Sends `src` to global rank `peer` (matched by a receive there, in order); typically in
+    /// a branch of a [`Self::try_conditional`] on the rank ([`Self::try_rank_id`]).
+    pub fn try_send(&mut self, src: &Tensor, peer: u32) -> Result<(), BuildError> {
+        if !COLLECTIVE_DTYPES.contains(&src.dtype) {
+            return Err(build_err(
+                "send",
+                "src",
+                format!("is {}, not a collective type", src.dtype),
+            ));
+        }
+        self.push(
+            SendThunk {
+                src: src.slice,
+                dtype: src.dtype,
+                peer,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// Receives `dst` from global rank `peer` (its matching send).
+    pub fn try_recv(&mut self, dst: &Tensor, peer: u32) -> Result<(), BuildError> {
+        if !COLLECTIVE_DTYPES.contains(&dst.dtype) {
+            return Err(build_err(
+                "recv",
+                "dst",
+                format!("is {}, not a collective type", dst.dtype),
+            ));
+        }
+        self.push(
+            RecvThunk {
+                dst: dst.slice,
+                dtype: dst.dtype,
+                peer,
+            }
+            .into(),
+        );
+        Ok(())
+    }
+
+    /// A ragged all-to-all among replica `groups` (empty: every rank): rows of `operand`
+    /// (its leading axis; a row is the rest of its shape) go to each member at the offsets and
+    /// sizes (in rows) of the four index tensors, one i32 or i64 entry per member each
+    /// (`input_offsets`, `send_sizes`: what this rank sends to member `j`; `output_offsets`:
+    /// where they land in member `j`'s `output`; `recv_sizes`: what it receives from member
+    /// `j`). Rows of `output` nothing is written to keep their contents.
+    pub fn try_ragged_all_to_all(
+        &mut self,
+        operand: &Tensor,
+        output: &Tensor,
+        index: [&Tensor; 4],
+        groups: &[Vec<u32>],
+    ) -> Result<(), BuildError> {
+        let call = "ragged_all_to_all";
+        if !COLLECTIVE_DTYPES.contains(&operand.dtype) {
+            return Err(build_err(
+                call,
+                "operand",
+                format!("is {}, not a collective type", operand.dtype),
+            ));
+        }
+        let row = |t: &Tensor| t.dims.get(1..).map(<[u64]>::to_vec);
+        if operand.dims.is_empty()
+            || output.dtype != operand.dtype
+            || output.dims.is_empty()
+            || row(output) != row(operand)
+        {
+            return Err(build_err(
+                call,
+                "output",
+                format!(
+                    "is {}{:?}, `operand` {}{:?}: the same element type and rows (all axes after the first)",
+                    output.dtype, output.dims, operand.dtype, operand.dims
+                ),
+            ));
+        }
+        if operand.slice.overlaps(&output.slice) {
+            return Err(build_err(call, "output", "overlaps `operand`"));
+        }
+        let names = [
+            "input_offsets",
+            "send_sizes",
+            "output_offsets",
+            "recv_sizes",
+        ];
+        let index_dtype = index[0].dtype;
+        let entries = index[0].elements();
+        for (name, t) in names.into_iter().zip(index) {
+            if !matches!(t.dtype, DType::I32 | DType::I64)
+                || t.dtype != index_dtype
+                || t.dims.len() != 1
+                || t.elements() != entries
+                || entries == 0
+            {
+                return Err(build_err(
+                    call,
+                    name,
+                    format!(
+                        "is {}{:?}; the four index tensors are 1-D, i32 or i64, one type and one \
+                         length (≥ 1): input_offsets is {}{:?}",
+                        t.dtype, t.dims, index_dtype, index[0].dims
+                    ),
+                ));
+            }
+            if t.slice.overlaps(&output.slice) {
+                return Err(build_err(call, name, "overlaps `output`"));
+            }
+        }
+        if let Some(n) = group_size(call, groups)? {
+            if entries != n {
+                return Err(build_err(
+                    call,
+                    "input_offsets",
+                    format!("has {entries} entries for groups of {n} ranks"),
+                ));
+            }
+        }
+        let row_elements = operand.dims[1..].iter().product::<u64>().max(1);
+        self.push(
+            RaggedAllToAllThunk {
+                operand: operand.slice,
+                output: output.slice,
+                input_offsets: index[0].slice,
+                send_sizes: index[1].slice,
+                output_offsets: index[2].slice,
+                recv_sizes: index[3].slice,
+                dtype: operand.dtype,
+                index_dtype,
+                row_elements,
+                groups: groups.to_vec(),
             }
             .into(),
         );

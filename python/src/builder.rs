@@ -358,6 +358,32 @@ impl ProgramBuilder {
     fn standard_module(&mut self) -> XResult<String> {
         Ok(self.b()?.standard_module())
     }
+    /// Adds module `name` of portable kernel source (the xthunk CUDA-C subset,
+    /// docs/kernels.md: NVRTC / hipRTC on GPUs, a C++ compiler on the host) and returns its
+    /// name for `kernel`; `defines`: `NAME` or `NAME=VALUE`; `headers`: `{name: code}` the
+    /// source includes.
+    #[pyo3(signature = (name, code, defines = vec![], fast_math = false, headers = None))]
+    fn source_module(
+        &mut self,
+        name: &str,
+        code: &str,
+        defines: Vec<String>,
+        fast_math: bool,
+        headers: Option<std::collections::BTreeMap<String, String>>,
+    ) -> XResult<String> {
+        let options = xthunk::ir::ModuleOptions {
+            defines,
+            fast_math,
+            headers: headers
+                .unwrap_or_default()
+                .into_iter()
+                .map(|(name, code)| xthunk::ir::HeaderSource { name, code })
+                .collect(),
+        };
+        self.b()?
+            .try_source_module(name, code, options)
+            .map_err(build_error)
+    }
     /// Copies `src` into `dst` (same byte size).
     fn copy(&mut self, src: &Tensor, dst: &Tensor) -> XResult<()> {
         self.b()?.copy(src.t.slice(), dst.t.slice());
@@ -505,6 +531,41 @@ impl ProgramBuilder {
         self.b()?
             .try_collective_permute(&src.t, &dst.t, &pairs)
             .map_err(build_error)
+    }
+    /// Rows (the leading axis) of `operand` to each member of the group, at the offsets and
+    /// sizes (in rows, one i32 or i64 entry per member) of `input_offsets`, `send_sizes`
+    /// (what this rank sends to member `j`), `output_offsets` (where those rows land in
+    /// member `j`'s `output`) and `recv_sizes` (what it receives from member `j`).
+    #[pyo3(signature = (operand, output, input_offsets, send_sizes, output_offsets, recv_sizes, groups = None))]
+    #[allow(clippy::too_many_arguments)]
+    fn ragged_all_to_all(
+        &mut self,
+        operand: &Tensor,
+        output: &Tensor,
+        input_offsets: &Tensor,
+        send_sizes: &Tensor,
+        output_offsets: &Tensor,
+        recv_sizes: &Tensor,
+        groups: Option<Vec<Vec<u32>>>,
+    ) -> XResult<()> {
+        let index = [
+            &input_offsets.t,
+            &send_sizes.t,
+            &output_offsets.t,
+            &recv_sizes.t,
+        ];
+        self.b()?
+            .try_ragged_all_to_all(&operand.t, &output.t, index, &self::groups(groups))
+            .map_err(build_error)
+    }
+    /// Sends `src` to global rank `peer` (matched by a `recv` there, in order); usually in a
+    /// branch of a `conditional` on `rank_id`.
+    fn send(&mut self, src: &Tensor, peer: u32) -> XResult<()> {
+        self.b()?.try_send(&src.t, peer).map_err(build_error)
+    }
+    /// Receives `dst` from global rank `peer`.
+    fn recv(&mut self, dst: &Tensor, peer: u32) -> XResult<()> {
+        self.b()?.try_recv(&dst.t, peer).map_err(build_error)
     }
     /// Writes this rank's number into `dst` (one i32).
     fn rank_id(&mut self, dst: &Tensor) -> XResult<()> {

@@ -301,3 +301,99 @@ def test_custom_call_errors_name_the_argument():
     with pytest.raises(xthunk.InvalidArgumentError, match=r"attributes\[\"bad\"\]: a object is not an attribute value"):
         b.custom_call("t", [x], [o], attributes={"bad": object()})
     b.custom_call("t", [x], [o], attributes={"k": 3, "xs": [1.0, 2.0], "d": {"s": "v"}, "on": True})
+
+
+SOURCE = """
+extern "C" __global__ void axpb(const float* x, float* y, float a, long long n) {
+  XT_FOR(i, n) y[i] = a * x[i] + B;
+}
+"""
+
+
+def test_source_module_runs_a_users_kernel(host, rng):
+    a = float(np.float32(rng.uniform(-2, 2)))
+    x = rng.standard_normal(100).astype(np.float32)
+    b = xthunk.ProgramBuilder("user")
+    tx = b.parameter("x", "f32", [100])
+    y = b.output("y", "f32", [100])
+    m = b.source_module("mine", SOURCE, defines=["B=3.0f"])
+    b.kernel(m, "axpb", 100, [tx.r(), y.w(), xthunk.scalar(a, "f32"), 100])
+    try:
+        exe = host.load(b.build())
+    except xthunk.UnavailableError as e:  # the host compiles portable source with a C++ compiler
+        pytest.skip(f"no C++ compiler for portable source on the host: {e}")
+    got = exe.run({"x": x})["y"]
+    np.testing.assert_allclose(got, np.float32(a) * x.astype(np.float64) + 3.0, rtol=1e-6, atol=1e-6)
+
+
+def test_source_module_errors_name_the_argument():
+    b = xthunk.ProgramBuilder("bad")
+    b.source_module("mine", SOURCE)
+    with pytest.raises(xthunk.InvalidArgumentError, match="source_module: `name` \"mine\""):
+        b.source_module("mine", SOURCE)
+    with pytest.raises(xthunk.InvalidArgumentError, match="source_module: `name` \"std\""):
+        b.source_module("std", SOURCE)
+    with pytest.raises(xthunk.InvalidArgumentError, match="source_module: `code` is empty"):
+        b.source_module("other", "  ")
+
+
+def test_send_and_recv_in_branches_on_the_rank(rt4, rng):
+    """Rank 0 sends to rank 2, rank 2 receives from 0; the others keep their zeros."""
+    b = xthunk.ProgramBuilder("p2p")
+    x = b.parameter("x", "f32", [16])
+    y = b.output("y", "f32", [16])
+    r = b.temp("i32", [])
+    b.fill(y, 0.0)
+    b.rank_id(r)
+    none = lambda b: None  # noqa: E731
+    b.conditional(r, [lambda b: b.send(x, 2), none, lambda b: b.recv(y, 0), none])
+    exe = rt4.load(b.build())
+    xs = [rng.standard_normal(16).astype(np.float32) for _ in range(RANKS)]
+    out = exe.run_spmd([{"x": v} for v in xs])
+    for rank, o in enumerate(out):
+        want = xs[0] if rank == 2 else np.zeros(16, np.float32)
+        np.testing.assert_array_equal(o["y"], want, err_msg=f"rank {rank}")
+    with pytest.raises(xthunk.InvalidArgumentError, match="send: `src` is i16"):
+        b2 = xthunk.ProgramBuilder("bad")
+        b2.send(b2.parameter("s", "i16", [2]), 1)
+
+
+def test_ragged_all_to_all(rt4, rng):
+    rows, width = 8, 2
+    send = rng.integers(0, 3, size=(RANKS, RANKS))  # send[i][j]: rows rank i sends to rank j
+    b = xthunk.ProgramBuilder("ragged")
+    x = b.parameter("x", "f32", [rows, width])
+    idx = {k: b.parameter(k, "i64", [RANKS]) for k in ("io", "ss", "oo", "rs")}
+    y = b.output("y", "f32", [rows, width])
+    b.fill(y, 0.0)
+    b.ragged_all_to_all(x, y, idx["io"], idx["ss"], idx["oo"], idx["rs"])
+    exe = rt4.load(b.build())
+    xs = [rng.standard_normal((rows, width)).astype(np.float32) for _ in range(RANKS)]
+    ins = []
+    for i in range(RANKS):
+        io = np.concatenate([[0], np.cumsum(send[i])[:-1]])
+        # Where rank i's rows land in rank j's output: after those of the ranks before i.
+        oo = np.array([send[:i, j].sum() for j in range(RANKS)])
+        ins.append({"x": xs[i], "io": io.astype(np.int64), "ss": send[i].astype(np.int64),
+                    "oo": oo.astype(np.int64), "rs": send[:, i].astype(np.int64)})
+    out = exe.run_spmd(ins)
+    for j, o in enumerate(out):
+        want = np.zeros((rows, width), np.float32)
+        at = 0
+        for i in range(RANKS):
+            start = int(ins[i]["io"][j])
+            n = int(send[i][j])
+            want[at:at + n] = xs[i][start:start + n]
+            at += n
+        np.testing.assert_array_equal(o["y"], want, err_msg=f"rank {j}")
+    b = xthunk.ProgramBuilder("bad")
+    x = b.parameter("x", "f32", [rows, width])
+    i32 = b.parameter("i32", "i32", [RANKS])
+    i64 = b.parameter("i64", "i64", [RANKS])
+    with pytest.raises(xthunk.InvalidArgumentError, match="ragged_all_to_all: `output` is f32\\[8, 3\\]"):
+        b.ragged_all_to_all(x, b.output("y3", "f32", [rows, 3]), i64, i64, i64, i64)
+    y = b.output("y", "f32", [rows, width])
+    with pytest.raises(xthunk.InvalidArgumentError, match="ragged_all_to_all: `send_sizes` is i32"):
+        b.ragged_all_to_all(x, y, i64, i32, i64, i64)
+    with pytest.raises(xthunk.InvalidArgumentError, match="ragged_all_to_all: `input_offsets` has 4 entries for groups of 2"):
+        b.ragged_all_to_all(x, y, i64, i64, i64, i64, groups=[[0, 1], [2, 3]])
