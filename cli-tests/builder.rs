@@ -329,4 +329,27 @@ fn wrong_arguments_are_refused_naming_the_argument() {
             .unwrap_err()),
         ("custom_call", "results")
     );
+    let code =
+        "extern \"C\" __global__ void k(float* y, long long n) { XT_FOR(i, n) y[i] = 1.0f; }";
+    b.try_source_module("mine", code, ModuleOptions::default())
+        .unwrap();
+    let e = b.try_source_module("mine", code, ModuleOptions::default());
+    assert_eq!(at(e.unwrap_err()), ("source_module", "name"));
+    let e = b.try_source_module("other", " ", ModuleOptions::default());
+    assert_eq!(at(e.unwrap_err()), ("source_module", "code"));
+    assert_eq!(at(b.try_send(&i16, 1).unwrap_err()), ("send", "src"));
+    assert_eq!(at(b.try_recv(&i16, 1).unwrap_err()), ("recv", "dst"));
+    let rows = b.parameter("rows", DType::F32, &[4, 2]);
+    let out3 = b.output("out3", DType::F32, &[4, 3]);
+    let out2 = b.output("out2", DType::F32, &[4, 2]);
+    let i64s = b.parameter("idx", DType::I64, &[2]);
+    let i32s = b.parameter("idx32", DType::I32, &[2]);
+    let e = b.try_ragged_all_to_all(&rows, &out3, [&i64s; 4], &[]);
+    assert_eq!(at(e.unwrap_err()), ("ragged_all_to_all", "output"));
+    let e = b.try_ragged_all_to_all(&rows, &out2, [&i64s, &i64s, &i32s, &i64s], &[]);
+    assert_eq!(at(e.unwrap_err()), ("ragged_all_to_all", "output_offsets"));
+    let e = b.try_ragged_all_to_all(&rows, &out2, [&i64s; 4], &[vec![0, 1, 2]]);
+    assert_eq!(at(e.unwrap_err()), ("ragged_all_to_all", "input_offsets"));
+    b.try_ragged_all_to_all(&rows, &out2, [&i64s; 4], &[vec![0, 1], vec![2, 3]])
+        .unwrap();
 }
