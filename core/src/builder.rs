@@ -12,6 +12,12 @@
 //! let exe = b.build().unwrap();
 //! assert_eq!(exe.thunk_count(), 2);
 //! ```
+//!
+//! The `try_*` calls cover every thunk kind (memset and fill, gemm with transposes,
+//! collectives with replica groups, ragged all-to-all, collective permute, send and receive,
+//! rank id, while, conditional, command buffers, async scopes, custom calls, source modules)
+//! and check their arguments at the call: a [`BuildError`] names the call and the argument.
+//! Nested bodies are blocks ([`ExecutableBuilder::block`], or `begin_block` / `end_block`).
 
 use crate::ir::*;
 use crate::verify;
@@ -23,6 +29,12 @@ pub struct BuildError {
     pub call: &'static str,
     pub arg: &'static str,
     pub message: String,
+}
+
+/// `f32, f64, …`: element types' names, for messages.
+fn dtype_names(d: &[DType]) -> String {
+    let v: Vec<String> = d.iter().map(ToString::to_string).collect();
+    v.join(", ")
 }
 
 fn build_err(call: &'static str, arg: &'static str, message: impl Into<String>) -> BuildError {
@@ -52,7 +64,11 @@ fn gemm_dims(
     if !crate::ir::GEMM_DTYPES.contains(&a.dtype) {
         return Err(err(
             "a",
-            format!("is {}; a gemm takes {:?}", a.dtype, crate::ir::GEMM_DTYPES),
+            format!(
+                "is {}; a gemm takes {}",
+                a.dtype,
+                dtype_names(&crate::ir::GEMM_DTYPES)
+            ),
         ));
     }
     let (batch, m, k) = match (a.dims.as_slice(), trans_a) {
@@ -621,7 +637,11 @@ impl ExecutableBuilder {
         if !COLLECTIVE_DTYPES.contains(&src.dtype) {
             return Err(e(
                 "src",
-                format!("is {}; collectives take {COLLECTIVE_DTYPES:?}", src.dtype),
+                format!(
+                    "is {}; collectives take {}",
+                    src.dtype,
+                    dtype_names(&COLLECTIVE_DTYPES)
+                ),
             ));
         }
         if dst.dtype != src.dtype {

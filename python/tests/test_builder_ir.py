@@ -92,7 +92,7 @@ def test_gemm_errors_name_the_argument():
         b.gemm(a, bm, b.output("c2", "f32", [4, 2]), trans_a=True)
     with pytest.raises(xthunk.InvalidArgumentError, match="gemm: `b` is f16, `a` is f32"):
         b.gemm(a, h, c, trans_a=True)
-    with pytest.raises(xthunk.InvalidArgumentError, match=r"gemm: `a` is i32; a gemm takes \[F32"):
+    with pytest.raises(xthunk.InvalidArgumentError, match=r"gemm: `a` is i32; a gemm takes f32, f64, f16, bf16"):
         b.gemm(i, i, c)
     b.gemm(a, bm, c, trans_a=True)  # [3,4] @ [4,2]: fits
 
