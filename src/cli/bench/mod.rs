@@ -41,6 +41,7 @@ mod copy;
 mod device_loop;
 mod gemm;
 mod graph;
+mod import;
 mod load;
 mod numpy;
 mod overhead;
@@ -73,7 +74,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 20] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -88,6 +89,10 @@ pub const NAMES: [&str; 16] = [
     "trace_overhead",
     "stablehlo_mlp_step",
     "stablehlo_transformer_step",
+    "stablehlo_cnn_forward",
+    "stablehlo_load_cold",
+    "stablehlo_load_warm",
+    "stablehlo_import_scale",
     "allreduce_sweep",
     "allreduce_sweep_collective",
 ];
@@ -265,7 +270,35 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         || trace::trace_overhead(&setup),
         &mut rows,
     );
-    for step in [stablehlo::MLP, stablehlo::TRANSFORMER] {
+    // First of the StableHLO rows: the cold load must be the process's first of its kernels.
+    if ["stablehlo_load_cold", "stablehlo_load_warm"]
+        .iter()
+        .any(|n| selected(n, filter))
+    {
+        let mut pair = vec![];
+        let mut warm = None;
+        one(
+            "stablehlo_load_cold",
+            None,
+            || {
+                let (cold, w) = import::stablehlo_load(&setup)?;
+                warm = w;
+                Ok(cold)
+            },
+            &mut pair,
+        );
+        if let Some(w) = warm {
+            pair.push(w);
+        }
+        rows.extend(pair.into_iter().filter(|r| selected(&r.name, filter)));
+    }
+    one(
+        "stablehlo_import_scale",
+        filter,
+        || import::stablehlo_import_scale(&setup),
+        &mut rows,
+    );
+    for step in [stablehlo::MLP, stablehlo::TRANSFORMER, stablehlo::CNN] {
         one(
             step.name,
             filter,
