@@ -1,7 +1,8 @@
 //! Benchmarks of loading StableHLO: `stablehlo_load_cold` and `stablehlo_load_warm` (import +
 //! lower + kernel compile of the transformer step, the first and the later loads of the same
 //! text in one process), and `stablehlo_import_scale` (import + lower of generated programs of
-//! 2.5·10⁴ to 10⁵ ops, with the peak memory each takes, and of 50 and 100 nested `if`s).
+//! 2.5·10⁴ to 10⁵ ops, with the peak memory each takes, and of 50, 100 and 200 nested
+//! `if`s).
 //!
 //! The host backend compiles a program's generated kernels with the machine's C++ compiler
 //! (`xthunk_host::cpu`): once per process and unit (a later load of the same unit runs no
@@ -368,19 +369,27 @@ pub fn stablehlo_import_scale(s: &Setup) -> Res<Row> {
         fmt_num(time_ratio)
     ));
     let mut deep = vec![];
-    for depth in [50, 100] {
+    for depth in [50, 100, 200] {
         let (secs, _, _) = import_best("stablehlo_import_scale (nested ifs)", &nested(depth))?;
         deep.push((depth, secs));
     }
     row.notes.push(format!(
         "nested `stablehlo.if`s (each level in the previous one's true branch), import + \
          lower, fastest of {REPEATS}: {} (no stack overflow: the import runs on a stack of \
-         its own); 100 / 50 levels: {}x the time (2 is linear)",
+         its own); twice the depth took {} the time (2 is linear, 4 quadratic)",
         deep.iter()
             .map(|(d, t)| format!("{d} levels {} ms", fmt_num(t * 1e3)))
             .collect::<Vec<_>>()
             .join(", "),
-        fmt_num(deep[1].1 / deep[0].1)
+        deep.windows(2)
+            .map(|w| format!(
+                "{}x ({} / {} levels)",
+                fmt_num(w[1].1 / w[0].1),
+                w[1].0,
+                w[0].0
+            ))
+            .collect::<Vec<_>>()
+            .join(", ")
     ));
     Ok(row)
 }
