@@ -19,7 +19,8 @@ use super::stats::{Goal, Spread, fmt_num};
 use crate::cli::devices::human_bytes;
 use std::time::Instant;
 use xthunk::core::executor::ExecutorConfig;
-use xthunk::core::host::cpu::{LoadCounts, load_counts};
+use xthunk::core::host::cpu::{self, LoadCounts, load_counts};
+use xthunk::ir::ModuleImage;
 
 /// `row` skipped when `s` is not the host (the rows load through the host backend).
 fn skipped_off_host(s: &Setup, row: &mut Row) -> bool {
@@ -58,6 +59,8 @@ struct Load {
     session: f64,
     counts: LoadCounts,
     kernels: usize,
+    /// The portable units of its source modules.
+    units: Vec<String>,
 }
 
 impl Load {
@@ -91,6 +94,16 @@ fn load(s: &Setup, name: &str, text: &str) -> Res<Load> {
         .map_err(|e| xthunk::Error::InvalidArgument(format!("{name}: {e}")))?;
     let import = t0.elapsed().as_secs_f64();
     let kernels = exe.modules.len();
+    let units = exe
+        .modules
+        .iter()
+        .flat_map(|m| {
+            m.images.iter().filter_map(move |i| match i {
+                ModuleImage::Source { code } => Some(cpu::module_unit(m, code)),
+                _ => None,
+            })
+        })
+        .collect();
     let t1 = Instant::now();
     let p = Prepared::new(&s.dev, exe, &ExecutorConfig::default())?;
     let session = t1.elapsed().as_secs_f64();
@@ -100,6 +113,7 @@ fn load(s: &Setup, name: &str, text: &str) -> Res<Load> {
         session,
         counts: minus(load_counts(), before),
         kernels,
+        units,
     })
 }
 
@@ -185,6 +199,20 @@ pub fn stablehlo_load(s: &Setup) -> Res<(Row, Option<Row>)> {
         } else {
             " (a later load RECOMPILED: the in-process kernel cache missed)".to_string()
         }
+    ));
+    // Each run's salt makes new kernels: their disk-cache entries go, not to pile up.
+    let mut removed = 0;
+    for u in &first.units {
+        match cpu::forget_on_disk(u) {
+            Ok(there) => removed += usize::from(there),
+            Err(e) => cold
+                .notes
+                .push(format!("the salted kernels stay in the disk cache: {e}")),
+        }
+    }
+    cold.notes.push(format!(
+        "the salted program's compiled kernels removed from the disk cache after the loads \
+         ({removed} entries)"
     ));
     Ok((cold, Some(warm)))
 }

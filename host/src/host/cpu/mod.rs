@@ -138,6 +138,29 @@ pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError>
     Ok(program)
 }
 
+/// The host backend's portable unit of a source module (what [`load`] is given for it).
+pub fn module_unit(module: &crate::ir::Module, code: &str) -> String {
+    crate::kernels::portable::module_unit(&module.name, code, &module.options)
+}
+
+/// Removes `portable_unit`'s library from the disk cache of compiled kernels, if there;
+/// returns whether an entry was there. For benchmarks and tests that compile salted units
+/// (each one of a kind), so that they leave no entries behind.
+pub fn forget_on_disk(portable_unit: &str) -> Result<bool, CpuError> {
+    let cc = build::compiler()?;
+    let (tu, _) = build::translation_unit(&cc, portable_unit);
+    let key = build::cache_key(&cc, &tu);
+    let Some(cache) = crate::backend::kernel_cache::KernelCache::default_location("cpu") else {
+        return Ok(false);
+    };
+    let there = matches!(
+        cache.get(&key),
+        crate::backend::kernel_cache::Lookup::Hit(_)
+    );
+    cache.remove(&key);
+    Ok(there)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -182,6 +205,12 @@ mod tests {
         let third = load("salted", &other)?;
         assert!(!Arc::ptr_eq(&first, &third));
         assert_eq!(load_counts().process_hits, after_second.process_hits);
+        // The salted entries leave the disk cache (written where it is usable).
+        for u in [&unit, &other] {
+            let cached = forget_on_disk(u)?;
+            assert!(!forget_on_disk(u)?, "removed");
+            eprintln!("salted unit was in the disk cache: {cached}");
+        }
         Ok(())
     }
 }
