@@ -170,21 +170,58 @@ fn bench_rows(extra: &[&str], dir: &Path) -> Vec<serde_json::Value> {
     let names: Vec<&str> = rows.iter().map(|r| r["name"].as_str().unwrap()).collect();
     assert_eq!(
         names,
-        ["stablehlo_mlp_step", "stablehlo_transformer_step"],
+        [
+            "stablehlo_load_cold",
+            "stablehlo_load_warm",
+            "stablehlo_import_scale",
+            "stablehlo_mlp_step",
+            "stablehlo_transformer_step",
+            "stablehlo_cnn_forward"
+        ],
         "{stdout}"
     );
     rows
 }
 
+/// The rows without an XLA:CPU baseline (loading and importing) ran, whatever the Python:
+/// the warm loads compiled nothing, and the scale row has its memory ratio.
+fn check_load_rows(row: &serde_json::Value) {
+    let name = row["name"].as_str().unwrap();
+    assert_eq!(row["status"], "ran", "{row}");
+    assert!(row["value"]["median"].as_f64().unwrap() > 0.0, "{row}");
+    let notes = row["notes"].to_string();
+    match name {
+        "stablehlo_load_cold" => assert!(notes.contains("1 C++ compiles"), "{notes}"),
+        "stablehlo_load_warm" => assert!(
+            notes.contains("0 C++ compiles, 0 from the disk cache")
+                && notes.contains("a second load compiles nothing"),
+            "{notes}"
+        ),
+        _ => {
+            assert!(notes.contains("100 levels"), "{notes}");
+            if std::path::Path::new("/proc/self/clear_refs").exists() {
+                assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
+            }
+        }
+    }
+}
+
 /// `bench --filter stablehlo --quick` (the small programs) on the host: each row has its
 /// ratio against XLA:CPU on the same StableHLO text and the kernels-per-step line, or, where
 /// the Python found has no jax, is skipped with the reason (never failed); a Python that does
-/// not exist skips both rows with the reason, exit status 0. With `XTHUNK_REQUIRE_JAX` set (CI,
+/// not exist skips them with the reason, exit status 0. The loading rows (cold and warm
+/// loads, the import at scale) run either way. With `XTHUNK_REQUIRE_JAX` set (CI,
 /// once its venv has jax) a skipped comparison fails.
 #[test]
 fn bench_rows_compare_with_xla_or_say_why_not() {
     let dir = scratch("bench");
     for row in bench_rows(&[], &dir) {
+        if !row["name"].as_str().unwrap().ends_with("_step")
+            && row["name"] != "stablehlo_cnn_forward"
+        {
+            check_load_rows(&row);
+            continue;
+        }
         match row["status"].as_str().unwrap() {
             "ran" => {
                 assert!(row["ratio"]["median"].as_f64().unwrap() > 0.0, "{row}");
@@ -214,6 +251,12 @@ fn bench_rows_compare_with_xla_or_say_why_not() {
     }
     let missing = dir.join("no-such-python");
     for row in bench_rows(&["--python", missing.to_str().unwrap()], &dir) {
+        if !row["name"].as_str().unwrap().ends_with("_step")
+            && row["name"] != "stablehlo_cnn_forward"
+        {
+            check_load_rows(&row);
+            continue;
+        }
         assert_eq!(row["status"], "skipped", "{row}");
         let why = row["reason"].as_str().unwrap();
         assert!(

@@ -1,13 +1,15 @@
-"""Writes the StableHLO programs of `xthunk bench`'s rows stablehlo_mlp_step and
-stablehlo_transformer_step: programs.py's MLP training step and transformer block training
-step, lowered by JAX at bench sizes (and at the test set's small sizes, for `--quick`).
+"""Writes the StableHLO programs of `xthunk bench`'s rows stablehlo_mlp_step,
+stablehlo_transformer_step and stablehlo_cnn_forward: programs.py's MLP training step and
+transformer block training step, and a small CNN's forward pass, lowered by JAX at bench
+sizes (and at small sizes, for `--quick`).
 
 Every array is a parameter of main (the weights too, no constants), so the text stays small;
-main's parameters are the leaves of (params, x, y, lr) in JAX's flattening order.
+main's parameters are the leaves of (params, x, y, lr) (the CNN: (params, x)) in JAX's
+flattening order.
 
     ~/.cache/xthunk/venv/bin/python stablehlo/jax/bench_programs.py
 
-writes src/cli/bench/jax/{mlp_step,transformer_step}{,.small}.mlir (the pretty form,
+writes src/cli/bench/jax/{mlp_step,transformer_step,cnn_forward}{,.small}.mlir (the pretty form,
 `as_text()`), which the xthunk binary embeds.
 
 Sizes (f32):
@@ -16,6 +18,9 @@ Sizes (f32):
 * transformer block step: batch 2, seq 128, d_model 256, 4 heads, MLP 4x (1024), pre-norm,
   causal softmax attention, tanh GELU, mean squared error, SGD; small: batch 2, seq 8,
   d_model 16, 2 heads, MLP 32.
+* CNN forward: batch 32 of 32x32x3 images (NHWC), conv 3x3 3->16 (stride 1, SAME) + bias +
+  relu, 2x2 max pool (stride 2), conv 3x3 16->32 (SAME) + bias + relu, 2x2 max pool, dense
+  2048 -> 10 + bias; small: batch 2 of 8x8x3, channels 4 and 8, dense 32 -> 10.
 """
 
 from __future__ import annotations
@@ -59,11 +64,33 @@ def transformer(batch, seq, d, heads, ff):
     return step, (p, spec(batch, seq, d), spec(batch, seq, d), spec())
 
 
+def cnn(batch, hw, c1, c2):
+    def pool(x):
+        return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
+
+    def conv(x, w, b):
+        y = jax.lax.conv_general_dilated(x, w, (1, 1), "SAME",
+                                         dimension_numbers=("NHWC", "HWIO", "NHWC"))
+        return jax.nn.relu(y + b)
+
+    def forward(p, x):
+        h = pool(conv(x, p["k1"], p["c1"]))
+        h = pool(conv(h, p["k2"], p["c2"]))
+        return h.reshape(h.shape[0], -1) @ p["w"] + p["b"]
+
+    flat = (hw // 4) * (hw // 4) * c2
+    p = {"k1": spec(3, 3, 3, c1), "c1": spec(c1), "k2": spec(3, 3, c1, c2), "c2": spec(c2),
+         "w": spec(flat, 10), "b": spec(10)}
+    return forward, (p, spec(batch, hw, hw, 3))
+
+
 PROGRAMS = {
     "mlp_step": mlp(128, 784, 512, 10),
     "mlp_step.small": mlp(8, 16, 32, 4),
     "transformer_step": transformer(2, 128, 256, 4, 1024),
     "transformer_step.small": transformer(2, 8, 16, 2, 32),
+    "cnn_forward": cnn(32, 32, 16, 32),
+    "cnn_forward.small": cnn(2, 8, 4, 8),
 }
 
 

@@ -282,8 +282,7 @@ impl Device for HostDevice {
                     }));
                 }
                 ModuleImage::Source { code } => {
-                    let unit =
-                        crate::kernels::portable::module_unit(&module.name, code, &module.options);
+                    let unit = cpu::module_unit(module, code);
                     let program = cpu::load(&module.name, &unit).map_err(|e| match e {
                         cpu::CpuError::Unavailable { reason } => Error::Unavailable {
                             backend: "host (CPU execution of source modules)".to_string(),

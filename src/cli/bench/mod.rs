@@ -11,7 +11,9 @@
 //! | `wide_dag` | 8 independent chains of 4 elementwise kernels on 2 streams | the same on 1 stream | same | 2 streams faster (> 1×) |
 //! | `device_loop` | a data-dependent `while` of 1,000 trips over a tiny body inside a `CommandBuffer` (a conditional `While` node where the backend has them) | the same loop in the entry (host-driven: the predicate read back every trip) | same | ≥ 10× faster / none |
 //! | `stream_ordered_scratch` | 64 `add_f32` kernels, each writing a temp of its own, repeated, the temp arenas from the device's stream-ordered memory pool per execution | the same with the arenas kept in the pooled execution state | same | none (informational: the cost per execution, and in a note the memory held between executions) |
-//! | `stablehlo_mlp_step`, `stablehlo_transformer_step` | a JAX training step (MLP; transformer block) as StableHLO text, imported, lowered and run through a `Session` (host backend) | XLA:CPU compiling the same text through jaxlib, in a Python child process ([`xla`]); skipped with the reason without jax | none: host only (skipped on GPUs) | none (informational; a note gives kernels per step vs XLA's fusions) |
+//! | `stablehlo_mlp_step`, `stablehlo_transformer_step`, `stablehlo_cnn_forward` | a JAX training step (MLP; transformer block) or a CNN forward (convolutions, max pooling, dense) as StableHLO text, imported, lowered and run through a `Session` (host backend) | XLA:CPU compiling the same text through jaxlib, in a Python child process ([`xla`]); skipped with the reason without jax | none: host only (skipped on GPUs) | none (informational; a note gives kernels per step vs XLA's fusions) |
+//! | `stablehlo_load_cold`, `stablehlo_load_warm` | import + lower + `Session::load` (kernel compile) of the transformer step: the process's first load (salted, so no cache holds its kernels), then later loads of the same text ([`import`]) | none (warm: the ratio is to the cold load) | none: host only (skipped on GPUs) | none (informational; notes: each phase, compiles and cache hits) |
+//! | `stablehlo_import_scale` | import + lower of generated elementwise chains of 2.5·10⁴, 5·10⁴ and 10⁵ ops, each with its peak memory; 50, 100 and 200 nested `if`s in a note | none (the ratio: peak memory per op, largest / smallest program) | none: host only (skipped on GPUs) | ≤ 1.5× (memory linear in the size) / same |
 //! | `allreduce_sweep` | an f32 sum all-reduce over `--ranks` devices at 8 B, doubling, up to `--sweep-max` (256 MiB on a GPU), as `all_reduce` thunks through the executor; `--collective-memory on` puts its buffer in `MEMORY_SPACE_COLLECTIVE` | the same all-reduces on the same communicator called directly (the host collectives) | the same communicator called directly (`ncclAllReduce` / RCCL's), no executor | ≥ 0.95× busbw at the largest size / none; a per-size table like nccl-tests' (time, algbw, busbw) is printed before the rows ([`allreduce`]) |
 //! | `graph_build` | loading 10,000 memsets to distinct offsets then 10,000 whole-buffer copies (the dependency graph's worst shape) | loading the same number of thunks, each copy taking one element | same | ≤ 3× time (and under 1 s, in a note) |
 //!
@@ -34,13 +36,15 @@
 //! JSON document), [`program`] (loaded programs and the shared tiny chain), [`load`] (machine
 //! load), and one per benchmark: [`overhead`], [`replay`], [`copy`], [`gemm`], [`wide`],
 //! [`graph`], [`device_loop`], [`scratch`], [`trace`], [`stablehlo`] (with [`xla`], its
-//! baseline's child process), [`numpy`] (its child speaks [`xla`]'s protocol).
+//! baseline's child process), [`import`] (loading and importing StableHLO), [`numpy`] (its
+//! child speaks [`xla`]'s protocol).
 
 mod allreduce;
 mod copy;
 mod device_loop;
 mod gemm;
 mod graph;
+mod import;
 mod load;
 mod numpy;
 mod overhead;
@@ -73,7 +77,7 @@ pub const EXIT_FAILED: u8 = 1;
 pub const EXIT_SKIPPED: u8 = 2;
 
 /// Every benchmark row name (a `--filter` must match one).
-pub const NAMES: [&str; 16] = [
+pub const NAMES: [&str; 20] = [
     "executor_overhead",
     "command_buffer",
     "copy_bandwidth",
@@ -88,6 +92,10 @@ pub const NAMES: [&str; 16] = [
     "trace_overhead",
     "stablehlo_mlp_step",
     "stablehlo_transformer_step",
+    "stablehlo_cnn_forward",
+    "stablehlo_load_cold",
+    "stablehlo_load_warm",
+    "stablehlo_import_scale",
     "allreduce_sweep",
     "allreduce_sweep_collective",
 ];
@@ -265,7 +273,35 @@ pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u
         || trace::trace_overhead(&setup),
         &mut rows,
     );
-    for step in [stablehlo::MLP, stablehlo::TRANSFORMER] {
+    // First of the StableHLO rows: the cold load must be the process's first of its kernels.
+    if ["stablehlo_load_cold", "stablehlo_load_warm"]
+        .iter()
+        .any(|n| selected(n, filter))
+    {
+        let mut pair = vec![];
+        let mut warm = None;
+        one(
+            "stablehlo_load_cold",
+            None,
+            || {
+                let (cold, w) = import::stablehlo_load(&setup)?;
+                warm = w;
+                Ok(cold)
+            },
+            &mut pair,
+        );
+        if let Some(w) = warm {
+            pair.push(w);
+        }
+        rows.extend(pair.into_iter().filter(|r| selected(&r.name, filter)));
+    }
+    one(
+        "stablehlo_import_scale",
+        filter,
+        || import::stablehlo_import_scale(&setup),
+        &mut rows,
+    );
+    for step in [stablehlo::MLP, stablehlo::TRANSFORMER, stablehlo::CNN] {
         one(
             step.name,
             filter,

@@ -1,5 +1,7 @@
-//! Benchmarks `stablehlo_mlp_step` and `stablehlo_transformer_step`: JAX training steps
-//! (`stablehlo/jax/bench_programs.py` writes their StableHLO text into `jax/`, embedded here)
+//! Benchmarks `stablehlo_mlp_step`, `stablehlo_transformer_step` (JAX training steps) and
+//! `stablehlo_cnn_forward` (a JAX CNN's forward pass: convolutions, max pooling, a dense
+//! layer); `stablehlo/jax/bench_programs.py` writes their StableHLO text into `jax/`,
+//! embedded here,
 //! imported, lowered and run by xthunk through a `Session`, against XLA:CPU compiling the same
 //! text through jaxlib in a Python child process ([`super::xla`]), on the same random inputs;
 //! with each side's kernels per step.
@@ -22,8 +24,10 @@ use xthunk::ir::{DType, Executable, TensorSpec, Thunk};
 /// (`--quick`), and what it is.
 pub struct Step {
     pub name: &'static str,
-    text: &'static str,
-    small: &'static str,
+    pub(super) text: &'static str,
+    pub(super) small: &'static str,
+    /// What kind of program it is, e.g. `a JAX training step (value_and_grad + SGD, f32`.
+    kind: &'static str,
     what: &'static str,
     small_what: &'static str,
 }
@@ -32,6 +36,7 @@ pub const MLP: Step = Step {
     name: "stablehlo_mlp_step",
     text: include_str!("jax/mlp_step.mlir"),
     small: include_str!("jax/mlp_step.small.mlir"),
+    kind: TRAINING,
     what: "batch 128, 784-512-512-10 (tanh, relu), mean squared error",
     small_what: "--quick: batch 8, 16-32-32-4 (tanh, relu), mean squared error",
 };
@@ -40,10 +45,23 @@ pub const TRANSFORMER: Step = Step {
     name: "stablehlo_transformer_step",
     text: include_str!("jax/transformer_step.mlir"),
     small: include_str!("jax/transformer_step.small.mlir"),
+    kind: TRAINING,
     what: "batch 2, seq 128, d_model 256, 4 heads, MLP 1024 (pre-norm, causal softmax \
            attention, tanh GELU), mean squared error",
     small_what: "--quick: batch 2, seq 8, d_model 16, 2 heads, MLP 32",
 };
+
+pub const CNN: Step = Step {
+    name: "stablehlo_cnn_forward",
+    text: include_str!("jax/cnn_forward.mlir"),
+    small: include_str!("jax/cnn_forward.small.mlir"),
+    kind: "a JAX CNN forward pass (f32",
+    what: "batch 32 of 32x32x3 NHWC images, conv 3x3 3->16 SAME + bias + relu, 2x2 max \
+           pool, conv 3x3 16->32 + bias + relu, 2x2 max pool, dense 2048->10",
+    small_what: "--quick: batch 2 of 8x8x3, conv channels 4 and 8, dense 32->10",
+};
+
+const TRAINING: &str = "a JAX training step (value_and_grad + SGD, f32";
 
 /// The comparison of outputs (programs.py's `F32_TOL`, per output array):
 /// `|got - want| <= RTOL * |want| + ATOL_OF_MAX * max|want|`.
@@ -256,8 +274,9 @@ pub fn stablehlo_step(s: &Setup, step: &Step) -> Res<Row> {
     let params = exe.signature.parameters.clone();
     let outputs = exe.signature.outputs.clone();
     row.work = format!(
-        "a JAX training step (value_and_grad + SGD, f32; {what}) as StableHLO text, imported \
-         and lowered by xthunk, one Session::execute per step ({} parameters, {} outputs)",
+        "{}; {what}) as StableHLO text, imported and lowered by xthunk, one \
+         Session::execute per step ({} parameters, {} outputs)",
+        step.kind,
         params.len(),
         outputs.len()
     );

@@ -85,6 +85,7 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
         module: m,
         calls: vec!["main".into()],
         nesting: 0,
+        free: FreeValues::new(),
     };
     let mut arg_info = vec![];
     for (i, arg) in block.args.iter().enumerate() {
@@ -148,12 +149,19 @@ pub(crate) fn ref0(name: &str) -> ValueRef {
     }
 }
 
+/// The free values of blocks already walked, by block (a block's are a property of its text,
+/// so a function body inlined again, or a region inside a region, is walked once).
+pub(crate) type FreeValues =
+    std::collections::HashMap<*const crate::ast::Block, std::rc::Rc<Vec<crate::ast::ValueRef>>>;
+
 pub(crate) struct Importer<'m> {
     pub(crate) module: &'m Module,
     /// The functions being inlined, outermost first.
     calls: Vec<String>,
     /// Blocks being imported (function bodies and regions), one inside the other.
     nesting: usize,
+    /// The free values of the blocks walked so far (`regions::captures`).
+    free: FreeValues,
 }
 
 impl Importer<'_> {

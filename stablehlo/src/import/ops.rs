@@ -668,7 +668,7 @@ impl Importer<'_> {
                 ),
             ));
         }
-        let caps = captures(g, env, op, &[cb, bb])?;
+        let caps = captures(g, env, op, &[cb, bb], &mut self.free)?;
         let cond = self.region_graph(g, op, "cond", cb, &caps)?;
         let mut body = self.region_graph(g, op, "body", bb, &caps)?;
         let passed: Vec<Value> = body.params()[x.len()..].to_vec();
@@ -693,7 +693,7 @@ impl Importer<'_> {
         let blocks = (0..op.regions.len())
             .map(|i| region_block(op, i))
             .collect::<R<Vec<_>>>()?;
-        let caps = captures(g, env, op, &blocks)?;
+        let caps = captures(g, env, op, &blocks, &mut self.free)?;
         let mut branches = vec![];
         for (i, b) in blocks.iter().enumerate() {
             if !b.args.is_empty() {

@@ -3,9 +3,10 @@
 //! values as parameters — except constants, made again inside (so a reduction body or a
 //! loop condition keeps its constants fused, and `reduce`/`scatter` bodies stay closed).
 
-use super::{Env, ImportError, Importer, Item, lookup, ref0, tensor_type};
+use super::{Env, FreeValues, ImportError, Importer, Item, lookup, ref0, tensor_type};
 use crate::ast::{Block, Op, ValueRef};
 use std::collections::HashSet;
+use std::rc::Rc;
 use xthunk_tensor::graph::{Graph, Op as TOp, TensorType, Value};
 
 /// Constants up to this size are made again inside a region rather than passed in.
@@ -18,37 +19,56 @@ pub(crate) struct Captures {
     consts: Vec<(ValueRef, Value)>,
 }
 
-/// Values `blocks` use that none of them defines (nested regions included), in first-use order.
-fn free_values(blocks: &[&Block]) -> Vec<ValueRef> {
-    fn walk(b: &Block, defined: &mut HashSet<ValueRef>, free: &mut Vec<ValueRef>) {
-        for a in &b.args {
-            defined.insert(ref0(&a.name));
+/// Values `b` uses that it does not define (nested regions included), in first-use order;
+/// through `memo`, so that importing nested regions level by level walks each block once,
+/// not once per level above it.
+fn free_of(b: &Block, memo: &mut FreeValues) -> Rc<Vec<ValueRef>> {
+    let key: *const Block = b;
+    if let Some(f) = memo.get(&key) {
+        return f.clone();
+    }
+    let mut defined: HashSet<ValueRef> = b.args.iter().map(|a| ref0(&a.name)).collect();
+    let mut free = vec![];
+    let mut seen = HashSet::new();
+    for op in &b.ops {
+        for r in &op.operands {
+            if !defined.contains(r) && seen.insert(r.clone()) {
+                free.push(r.clone());
+            }
         }
-        for op in &b.ops {
-            for r in &op.operands {
-                if !defined.contains(r) && !free.contains(r) {
-                    free.push(r.clone());
+        for region in &op.regions {
+            for inner in &region.blocks {
+                for r in free_of(inner, memo).iter() {
+                    if !defined.contains(r) && seen.insert(r.clone()) {
+                        free.push(r.clone());
+                    }
                 }
             }
-            for region in &op.regions {
-                for inner in &region.blocks {
-                    walk(inner, defined, free);
-                }
-            }
-            for group in &op.results {
-                for index in 0..group.count {
-                    defined.insert(ValueRef {
-                        name: group.name.clone(),
-                        index,
-                    });
-                }
+        }
+        for group in &op.results {
+            for index in 0..group.count {
+                defined.insert(ValueRef {
+                    name: group.name.clone(),
+                    index,
+                });
             }
         }
     }
+    let free = Rc::new(free);
+    memo.insert(key, free.clone());
+    free
+}
+
+/// Values `blocks` use that none of them defines (nested regions included), in first-use order.
+fn free_values(blocks: &[&Block], memo: &mut FreeValues) -> Vec<ValueRef> {
     let mut free = vec![];
+    let mut seen = HashSet::new();
     for b in blocks {
-        let mut defined = HashSet::new();
-        walk(b, &mut defined, &mut free);
+        for r in free_of(b, memo).iter() {
+            if seen.insert(r.clone()) {
+                free.push(r.clone());
+            }
+        }
     }
     free
 }
@@ -64,18 +84,19 @@ pub(crate) fn region_block(op: &Op, i: usize) -> Result<&Block, ImportError> {
     }
 }
 
-/// What `blocks` (the regions of `op`) read from `env`.
+/// What `blocks` (the regions of `op`) read from `env` (`memo`: see [`FreeValues`]).
 pub(crate) fn captures(
     g: &Graph,
     env: &Env,
     op: &Op,
     blocks: &[&Block],
+    memo: &mut FreeValues,
 ) -> Result<Captures, ImportError> {
     let mut c = Captures {
         passed: vec![],
         consts: vec![],
     };
-    for r in free_values(blocks) {
+    for r in free_values(blocks, memo) {
         let Item::Tensor(v) = lookup(env, &r, op)? else {
             return Err(ImportError::unsupported(
                 op,
@@ -164,7 +185,7 @@ impl Importer<'_> {
         name: &str,
     ) -> Result<Graph, ImportError> {
         let block = region_block(op, i)?;
-        let caps = captures(outer, env, op, &[block])?;
+        let caps = captures(outer, env, op, &[block], &mut self.free)?;
         if let Some((r, _)) = caps.passed.first() {
             return Err(ImportError::unsupported(
                 op,

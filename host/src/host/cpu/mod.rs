@@ -12,7 +12,9 @@
 //!   operations, without one OS thread per GPU thread).
 //!
 //! Programs are loaded once per process and unit ([`load`]): every module of the same source
-//! shares one library and one worker pool.
+//! shares one library and one worker pool, and a second load of a unit already loaded runs
+//! no compiler at all (not even the preprocessor that finds its kernels); [`load_counts`]
+//! says what the loads of the calling thread did (compiles, disk-cache hits, process hits).
 
 pub mod build;
 mod error;
@@ -22,15 +24,67 @@ pub mod source;
 pub use error::CpuError;
 pub use program::{Entry, Param, Program, Shape};
 
+use crate::backend::kernel_cache::{CacheKey, KeyInputs};
 use parking_lot::Mutex;
+use std::cell::Cell;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-/// One lock per unit being compiled, by cache key.
+/// One lock per unit being compiled, by unit key.
 type Gates = HashMap<[u8; 32], Arc<Mutex<()>>>;
 
-/// Programs loaded in this process, by cache key (at most this many are kept).
+/// Programs loaded in this process, by unit key (at most this many are kept).
 const MAX_PROGRAMS: usize = 64;
+
+/// What the [`load`] calls of one thread did, counted since the thread started.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LoadCounts {
+    /// Calls of [`load`].
+    pub loads: u64,
+    /// Loads answered by a program this process had loaded (no compiler run).
+    pub process_hits: u64,
+    /// Loads whose library came from the disk cache (the preprocessor ran, the compiler not).
+    pub disk_hits: u64,
+    /// Loads that ran the C++ compiler.
+    pub compiles: u64,
+}
+
+thread_local! {
+    static COUNTS: Cell<LoadCounts> = const { Cell::new(LoadCounts {
+        loads: 0,
+        process_hits: 0,
+        disk_hits: 0,
+        compiles: 0,
+    }) };
+}
+
+/// What the [`load`] calls of the calling thread did so far.
+pub fn load_counts() -> LoadCounts {
+    COUNTS.with(Cell::get)
+}
+
+fn count(f: impl FnOnce(&mut LoadCounts)) {
+    COUNTS.with(|c| {
+        let mut v = c.get();
+        f(&mut v);
+        c.set(v);
+    });
+}
+
+/// The in-process key of a portable unit: the unit and the compiler's identity (what
+/// determines its translation unit, and so its library), without running the preprocessor.
+fn unit_key(cc: &build::Compiler, portable_unit: &str) -> [u8; 32] {
+    *CacheKey::new(&KeyInputs {
+        backend: "cpu-unit",
+        compiler: &cc.path.to_string_lossy(),
+        compiler_version: &cc.version,
+        target: std::env::consts::ARCH,
+        kind: "portable unit",
+        options: &[],
+        source: portable_unit,
+    })
+    .as_bytes()
+}
 
 /// The program of a complete portable unit (`portable::with_prelude(code)`,
 /// `portable::standard_source()`), compiled (or taken from the disk cache) and loaded once
@@ -38,11 +92,22 @@ const MAX_PROGRAMS: usize = 64;
 pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError> {
     static LOADED: Mutex<Vec<([u8; 32], Arc<Program>)>> = parking_lot::const_mutex(Vec::new());
     static BUILDING: Mutex<Option<Gates>> = parking_lot::const_mutex(None);
+    count(|c| c.loads += 1);
     let cc = build::compiler()?;
-    let (tu, _) = build::translation_unit(&cc, portable_unit);
-    let key = *build::cache_key(&cc, &tu).as_bytes();
-    if let Some((_, p)) = LOADED.lock().iter().find(|(k, _)| *k == key) {
-        return Ok(p.clone());
+    let key = unit_key(&cc, portable_unit);
+    let loaded = |key: &[u8; 32]| {
+        let hit = LOADED
+            .lock()
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, p)| p.clone());
+        if hit.is_some() {
+            count(|c| c.process_hits += 1);
+        }
+        hit
+    };
+    if let Some(p) = loaded(&key) {
+        return Ok(p);
     }
     // One compile per unit at a time: concurrent loads of the same source wait for it.
     let gate = BUILDING
@@ -52,10 +117,18 @@ pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError>
         .or_default()
         .clone();
     let _g = gate.lock();
-    if let Some((_, p)) = LOADED.lock().iter().find(|(k, _)| *k == key) {
-        return Ok(p.clone());
+    if let Some(p) = loaded(&key) {
+        return Ok(p);
     }
+    let (tu, _) = build::translation_unit(&cc, portable_unit);
     let built = build::build(module, &tu)?;
+    count(|c| {
+        if built.cached {
+            c.disk_hits += 1;
+        } else {
+            c.compiles += 1;
+        }
+    });
     let program = Arc::new(Program::load(&built.image, built.log)?);
     let mut loaded = LOADED.lock();
     if loaded.len() >= MAX_PROGRAMS {
@@ -63,4 +136,81 @@ pub fn load(module: &str, portable_unit: &str) -> Result<Arc<Program>, CpuError>
     }
     loaded.push((key, program.clone()));
     Ok(program)
+}
+
+/// The host backend's portable unit of a source module (what [`load`] is given for it).
+pub fn module_unit(module: &crate::ir::Module, code: &str) -> String {
+    crate::kernels::portable::module_unit(&module.name, code, &module.options)
+}
+
+/// Removes `portable_unit`'s library from the disk cache of compiled kernels, if there;
+/// returns whether an entry was there. For benchmarks and tests that compile salted units
+/// (each one of a kind), so that they leave no entries behind.
+pub fn forget_on_disk(portable_unit: &str) -> Result<bool, CpuError> {
+    let cc = build::compiler()?;
+    let (tu, _) = build::translation_unit(&cc, portable_unit);
+    let key = build::cache_key(&cc, &tu);
+    let Some(cache) = crate::backend::kernel_cache::KernelCache::default_location("cpu") else {
+        return Ok(false);
+    };
+    let there = matches!(
+        cache.get(&key),
+        crate::backend::kernel_cache::Lookup::Hit(_)
+    );
+    cache.remove(&key);
+    Ok(there)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A unit no cache holds: a kernel whose body carries a fresh random value.
+    fn fresh_unit() -> (String, u64) {
+        let salt: u64 = rand::random();
+        let code = format!(
+            "extern \"C\" __global__ void salted(unsigned long long* out) {{\n  \
+             out[threadIdx.x] = {salt}ull + threadIdx.x;\n}}\n"
+        );
+        (crate::kernels::portable::with_prelude(&code), salt)
+    }
+
+    #[test]
+    fn a_second_load_of_a_unit_runs_no_compiler() -> Result<(), CpuError> {
+        if let Err(e) = build::compiler() {
+            eprintln!("skipped: no C++ compiler ({e})");
+            return Ok(());
+        }
+        let (unit, _) = fresh_unit();
+        let before = load_counts();
+        let first = load("salted", &unit)?;
+        let after_first = load_counts();
+        assert_eq!(after_first.loads, before.loads + 1);
+        // A fresh unit: the disk cache has no entry unless this very salt was drawn before.
+        assert_eq!(
+            after_first.compiles + after_first.disk_hits,
+            before.compiles + before.disk_hits + 1,
+            "{after_first:?}"
+        );
+        assert_eq!(after_first.process_hits, before.process_hits);
+        let second = load("salted", &unit)?;
+        let after_second = load_counts();
+        assert!(Arc::ptr_eq(&first, &second));
+        assert_eq!(after_second.loads, after_first.loads + 1);
+        assert_eq!(after_second.process_hits, after_first.process_hits + 1);
+        assert_eq!(after_second.compiles, after_first.compiles);
+        assert_eq!(after_second.disk_hits, after_first.disk_hits);
+        // Another unit is another program.
+        let (other, _) = fresh_unit();
+        let third = load("salted", &other)?;
+        assert!(!Arc::ptr_eq(&first, &third));
+        assert_eq!(load_counts().process_hits, after_second.process_hits);
+        // The salted entries leave the disk cache (written where it is usable).
+        for u in [&unit, &other] {
+            let cached = forget_on_disk(u)?;
+            assert!(!forget_on_disk(u)?, "removed");
+            eprintln!("salted unit was in the disk cache: {cached}");
+        }
+        Ok(())
+    }
 }
