@@ -65,6 +65,16 @@ if ! command -v protoc >/dev/null || ! command -v etcd >/dev/null; then
     echo "==> installing protobuf-compiler and etcd-server"
     apt_install protobuf-compiler etcd-server
 fi
+# The aarch64 check of the Python package (below): Rust's aarch64 standard library and a C
+# cross compiler (a dependency's build script assembles a few lines for the target).
+if ! command -v aarch64-linux-gnu-gcc >/dev/null; then
+    echo "==> installing gcc-aarch64-linux-gnu (the aarch64 check of the Python package)"
+    apt_install gcc-aarch64-linux-gnu
+fi
+if command -v rustup >/dev/null && ! rustup target list --installed | grep -qx aarch64-unknown-linux-gnu; then
+    echo "==> adding the aarch64-unknown-linux-gnu Rust target"
+    rustup target add aarch64-unknown-linux-gnu
+fi
 # The etcd TLS tests make their certificates with the openssl command.
 if ! command -v openssl >/dev/null; then
     echo "==> installing openssl (certificates for the etcd TLS tests)"
@@ -143,7 +153,8 @@ python_package() {
     if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib, scipy, mpmath" 2>/dev/null; then
         "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib scipy mpmath
     fi
-    VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --quiet
+    # A release build, as `pip install .` makes it: the Python tests below run on what users get.
+    VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --release --quiet
 }
 step py-build python_package
 # The bench rows against XLA:CPU, now that the venv has jax (the test step ran before it and may
@@ -165,6 +176,18 @@ step jax-emu env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "
 step jax-aot env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend host,cuda,rocm --programs-only --compile sm_90,gfx90a
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
+# Release wheels are built for x86_64 (above) and aarch64: the Python package and everything it
+# links must compile for aarch64 (a cross `cargo check`; PyO3's abi3 build needs no aarch64
+# Python).
+aarch64_check() {
+    if ! rustup target list --installed 2>/dev/null | grep -qx aarch64-unknown-linux-gnu; then
+        echo "aarch64-check: SKIPPED: no aarch64-unknown-linux-gnu Rust target (rustup could not add it)"
+        return 0
+    fi
+    CC_aarch64_unknown_linux_gnu=aarch64-linux-gnu-gcc PYO3_CROSS_PYTHON_VERSION=3.9 \
+        cargo check -q --release -p xthunk-python --target aarch64-unknown-linux-gnu
+}
+step aarch64-check aarch64_check
 step compile-smoke bash -c "cargo run -q --release -- compile examples/mlp.txtpb --target sm_80 --target sm_90 --target gfx90a -o '${scratch}/mlp-aot.pb' && cargo run -q --release -- run '${scratch}/mlp-aot.pb'"
 
 echo
