@@ -151,8 +151,12 @@ def test_input_errors_are_raised_by_execute_async_itself(exe):
         exe.execute_async({"n": np.array(1, np.int32)})
 
 
+# The child restores Python's SIGINT handler: a process started from a background job (as CI
+# runs its steps) inherits SIGINT ignored, and Python then installs no KeyboardInterrupt
+# handler at all; a terminal's Ctrl-C reaches a process that has one.
 CHILD = """
-import sys, time
+import signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np, xthunk
 exe = xthunk.Runtime("host").load(sys.stdin.buffer.read())
 args = {"arg0": np.array(2**31 - 1, np.int32), "arg1": np.zeros(4, np.float32)}
