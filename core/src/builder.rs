@@ -37,6 +37,18 @@ fn dtype_names(d: &[DType]) -> String {
     v.join(", ")
 }
 
+/// `t`'s element type must be one the collectives take.
+fn collective_dtype(call: &'static str, arg: &'static str, t: &Tensor) -> Result<(), BuildError> {
+    if COLLECTIVE_DTYPES.contains(&t.dtype) {
+        return Ok(());
+    }
+    Err(build_err(
+        call,
+        arg,
+        format!("is {}, not a collective type", t.dtype),
+    ))
+}
+
 fn build_err(call: &'static str, arg: &'static str, message: impl Into<String>) -> BuildError {
     BuildError {
         call,
@@ -711,13 +723,7 @@ impl ExecutableBuilder {
         pairs: &[(u32, u32)],
     ) -> Result<(), BuildError> {
         let call = "collective_permute";
-        if !COLLECTIVE_DTYPES.contains(&src.dtype) {
-            return Err(build_err(
-                call,
-                "src",
-                format!("is {}, not a collective type", src.dtype),
-            ));
-        }
+        collective_dtype(call, "src", src)?;
         if dst.dtype != src.dtype || dst.slice.size != src.slice.size {
             return Err(build_err(
                 call,
@@ -759,13 +765,7 @@ impl ExecutableBuilder {
     /// Sends `src` to global rank `peer` (matched by a receive there, in order); typically in
     /// a branch of a [`Self::try_conditional`] on the rank ([`Self::try_rank_id`]).
     pub fn try_send(&mut self, src: &Tensor, peer: u32) -> Result<(), BuildError> {
-        if !COLLECTIVE_DTYPES.contains(&src.dtype) {
-            return Err(build_err(
-                "send",
-                "src",
-                format!("is {}, not a collective type", src.dtype),
-            ));
-        }
+        collective_dtype("send", "src", src)?;
         self.push(
             SendThunk {
                 src: src.slice,
@@ -779,13 +779,7 @@ impl ExecutableBuilder {
 
     /// Receives `dst` from global rank `peer` (its matching send).
     pub fn try_recv(&mut self, dst: &Tensor, peer: u32) -> Result<(), BuildError> {
-        if !COLLECTIVE_DTYPES.contains(&dst.dtype) {
-            return Err(build_err(
-                "recv",
-                "dst",
-                format!("is {}, not a collective type", dst.dtype),
-            ));
-        }
+        collective_dtype("recv", "dst", dst)?;
         self.push(
             RecvThunk {
                 dst: dst.slice,
@@ -811,13 +805,7 @@ impl ExecutableBuilder {
         groups: &[Vec<u32>],
     ) -> Result<(), BuildError> {
         let call = "ragged_all_to_all";
-        if !COLLECTIVE_DTYPES.contains(&operand.dtype) {
-            return Err(build_err(
-                call,
-                "operand",
-                format!("is {}, not a collective type", operand.dtype),
-            ));
-        }
+        collective_dtype(call, "operand", operand)?;
         let row = |t: &Tensor| t.dims.get(1..).map(<[u64]>::to_vec);
         if operand.dims.is_empty()
             || output.dtype != operand.dtype
