@@ -198,12 +198,7 @@ impl<V: Vendor> MemoryRegistry<V> {
         space: MemorySpace,
         alloc: &RawAlloc<'_, V>,
     ) -> Result<Buffer<V>> {
-        let align = alignment.max(1);
-        if !align.is_power_of_two() {
-            return Err(Error::InvalidArgument(format!(
-                "alignment {alignment} is not a power of two"
-            )));
-        }
+        let align = power_of_two(alignment)?;
         let oom = || Error::OutOfMemory {
             device: V::device_name(ctx).to_string(),
             requested: size,
@@ -257,12 +252,7 @@ impl<V: Vendor> MemoryRegistry<V> {
         space: MemorySpace,
         alloc: Arc<dyn ExternalAllocator>,
     ) -> Result<Buffer<V>> {
-        let align = alignment.max(1);
-        if !align.is_power_of_two() {
-            return Err(Error::InvalidArgument(format!(
-                "alignment {alignment} is not a power of two"
-            )));
-        }
+        let align = power_of_two(alignment)?;
         let oom = || Error::OutOfMemory {
             device: V::device_name(ctx).to_string(),
             requested: size,
@@ -369,6 +359,17 @@ impl<V: Vendor> Drop for Buffer<V> {
     fn drop(&mut self) {
         self.registry.release(self.ptr());
     }
+}
+
+/// `alignment` (0 meaning 1), which must be a power of two.
+fn power_of_two(alignment: u64) -> Result<u64> {
+    let align = alignment.max(1);
+    if !align.is_power_of_two() {
+        return Err(Error::InvalidArgument(format!(
+            "alignment {alignment} is not a power of two"
+        )));
+    }
+    Ok(align)
 }
 
 #[cfg(test)]
