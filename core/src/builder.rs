@@ -895,6 +895,21 @@ impl ExecutableBuilder {
         Ok(())
     }
 
+    /// Writes the execution's seed (a u64 that differs from one execution of the loaded
+    /// program to the next; see [`ExecutionSeedThunk`]) into `dst`, which must be a u64 or
+    /// i64 scalar or one-element tensor.
+    pub fn try_execution_seed(&mut self, dst: &Tensor) -> Result<(), BuildError> {
+        if !matches!(dst.dtype, DType::U64 | DType::I64) || dst.slice.size != 8 {
+            return Err(build_err(
+                "execution_seed",
+                "dst",
+                format!("is {}{:?}; it needs one u64", dst.dtype, dst.dims),
+            ));
+        }
+        self.push(ExecutionSeedThunk { dst: dst.slice }.into());
+        Ok(())
+    }
+
     /// Opens a block: thunks pushed until [`Self::end_block`] (given the token returned
     /// here) are collected for a thunk that nests them (a loop's body, a branch, a command
     /// buffer, an async scope).

@@ -635,3 +635,39 @@ fn implicit_command_buffer_matches_in_order() {
         assert_eq!(fused.run_with_host_data(&[&x], &opts).unwrap(), want);
     }
 }
+
+/// `execution_seed` writes a value of its own for every execution of a loaded program (run
+/// `n` of a load gets `execution_seed(n)`), the same sequence after a new load, and a
+/// program built with a wrong destination is refused naming the call.
+#[test]
+fn execution_seed_differs_per_execution_and_repeats_per_load() {
+    let dev = device();
+    let program = || {
+        let mut b = ExecutableBuilder::new("seed");
+        let s = b.output("s", DType::U64, &[]);
+        b.try_execution_seed(&s).unwrap();
+        b.build().unwrap()
+    };
+    let seeds = |l: &LoadedExecutable, n: usize| -> Vec<u64> {
+        (0..n)
+            .map(|_| {
+                let out = l
+                    .run_with_host_data(&[], &ExecuteOptions::default())
+                    .unwrap();
+                u64::from_le_bytes(out[0][..8].try_into().unwrap())
+            })
+            .collect()
+    };
+    let first = seeds(&LoadedExecutable::load(dev.clone(), program()).unwrap(), 4);
+    let want: Vec<u64> = (0..4).map(execution_seed).collect();
+    assert_eq!(first, want);
+    let distinct: std::collections::BTreeSet<u64> = first.iter().copied().collect();
+    assert_eq!(distinct.len(), 4, "{first:x?}");
+    let again = seeds(&LoadedExecutable::load(dev, program()).unwrap(), 2);
+    assert_eq!(again, first[..2]);
+
+    let mut b = ExecutableBuilder::new("bad");
+    let s = b.output("s", DType::I32, &[2]);
+    let e = b.try_execution_seed(&s).unwrap_err();
+    assert_eq!((e.call, e.arg), ("execution_seed", "dst"));
+}

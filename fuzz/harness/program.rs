@@ -203,6 +203,7 @@ fn visit_thunk(t: &mut Thunk, f: &mut dyn FnMut(Knob<'_>)) {
             f(Knob::Index(peer));
         }
         Thunk::RankId(RankIdThunk { dst }) => slice(dst, f),
+        Thunk::ExecutionSeed(e) => slice(&mut e.dst, f),
         Thunk::RaggedAllToAll(r) => {
             for s in [
                 &mut r.operand,

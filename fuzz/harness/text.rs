@@ -90,6 +90,7 @@ const IDENTS: &[&str] = &[
     "send",
     "recv",
     "rank_id",
+    "execution_seed",
     "src",
     "dst",
     "width",

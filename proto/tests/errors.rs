@@ -560,7 +560,7 @@ fn unknown_enum_numbers() {
 
 #[test]
 fn a_newer_thunk_kind_is_reported() {
-    // Field 22 of Thunk (the first number not yet used: 21 is ragged_all_to_all) as a newer
+    // Field 23 of Thunk (the first number not yet used: 22 is execution_seed) as a newer
     // writer would emit it.
     let mut bytes = Vec::new();
     pb::Executable {
@@ -569,8 +569,8 @@ fn a_newer_thunk_kind_is_reported() {
     }
     .encode(&mut bytes)
     .unwrap();
-    // entry (field 5, length-delimited) { field 22, length-delimited, empty }
-    bytes.extend_from_slice(&[0x2a, 0x03, 0xb2, 0x01, 0x00]);
+    // entry (field 5, length-delimited) { field 23, length-delimited, empty }
+    bytes.extend_from_slice(&[0x2a, 0x03, 0xba, 0x01, 0x00]);
     let e = decode(&bytes).unwrap_err();
     assert_eq!(e.thunk_path().unwrap().to_string(), "entry[0]");
     assert_eq!(e.field(), Some("kind"));

@@ -571,6 +571,11 @@ impl ProgramBuilder {
     fn rank_id(&mut self, dst: &Tensor) -> XResult<()> {
         self.b()?.try_rank_id(&dst.t).map_err(build_error)
     }
+    /// Writes the execution's seed into `dst` (one u64): a value that differs from one run of
+    /// the loaded program to the next (run n of a load gets the same value every time).
+    fn execution_seed(&mut self, dst: &Tensor) -> XResult<()> {
+        self.b()?.try_execution_seed(&dst.t).map_err(build_error)
+    }
     /// `loop { cond(b); if not pred: break; body(b) }`, or `body(b)` `trip_count` times.
     /// `pred` is one bool; `cond` and `body` are callables taking this builder, adding the
     /// thunks of the loop's condition and body.

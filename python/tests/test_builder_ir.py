@@ -44,6 +44,22 @@ def test_fill_and_memset(host, rng):
     np.testing.assert_array_equal(out["m"], np.full(7, 0xA5, np.uint8))
 
 
+def test_execution_seed_differs_per_run_and_repeats_per_load(host):
+    def program():
+        b = xthunk.ProgramBuilder("seed")
+        b.execution_seed(b.output("s", "u64", []))
+        return b.build()
+
+    exe = host.load(program())
+    seeds = [int(exe.run({})["s"]) for _ in range(3)]
+    assert len(set(seeds)) == 3, seeds
+    again = host.load(program())
+    assert int(again.run({})["s"]) == seeds[0]
+    b = xthunk.ProgramBuilder("bad")
+    with pytest.raises(xthunk.InvalidArgumentError, match="execution_seed: `dst` is f32"):
+        b.execution_seed(b.output("s", "f32", [2]))
+
+
 def test_fill_and_memset_errors_name_the_argument():
     b = xthunk.ProgramBuilder("bad")
     z = b.output("z", "f64", [3])

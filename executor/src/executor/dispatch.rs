@@ -35,6 +35,7 @@ pub(super) fn op(planner: &mut Planner<'_>, t: &Thunk, path: &ThunkPath) -> Resu
         | Thunk::Send(_)
         | Thunk::Recv(_)
         | Thunk::RankId(_)
+        | Thunk::ExecutionSeed(_)
         | Thunk::RaggedAllToAll(_) => direct(false),
         Thunk::Gemm(g) => {
             if !planner
@@ -193,6 +194,16 @@ fn direct(
         Thunk::Recv(r) => collective::recv(run, &r.dst, r.dtype, r.peer, kind, stream),
         Thunk::RankId(r) => {
             stream.memset(run.ptr(&r.dst), 4, MemsetPattern::U32(run.rank_world().0))
+        }
+        Thunk::ExecutionSeed(e) => {
+            // Two 4-byte halves, little-endian: every backend has 32-bit memsets.
+            let dst = run.ptr(&e.dst);
+            stream.memset(dst, 4, MemsetPattern::U32(run.seed as u32))?;
+            stream.memset(
+                dst.offset(4),
+                4,
+                MemsetPattern::U32((run.seed >> 32) as u32),
+            )
         }
         Thunk::RaggedAllToAll(r) => ragged::issue(run, r, kind, stream, state),
         Thunk::Kernel(_)

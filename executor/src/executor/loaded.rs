@@ -37,6 +37,8 @@ pub struct LoadedExecutable {
     /// The collective-space arenas (made by the first execution, kept until unload; see
     /// `collective_memory`); held locked by each execution of a program that has them.
     collective: Option<Mutex<Option<CollectiveMemory>>>,
+    /// Executions started so far (their `execution_seed`s are its successive values).
+    executions: std::sync::atomic::AtomicU64,
 }
 
 impl std::fmt::Debug for LoadedExecutable {
@@ -171,6 +173,7 @@ impl LoadedExecutable {
             own_progress: std::sync::OnceLock::new(),
             trace_nodes: std::sync::OnceLock::new(),
             collective,
+            executions: Default::default(),
         })
     }
 
@@ -412,6 +415,10 @@ impl LoadedExecutable {
             progress,
         );
         run.collective_memory = collective.as_deref().and_then(Option::as_ref);
+        run.seed = crate::ir::execution_seed(
+            self.executions
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+        );
         if let Some(token) = &opts.cancel {
             run.set_cancel(token);
         }

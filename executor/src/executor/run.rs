@@ -68,6 +68,9 @@ pub(super) struct Run<'a> {
     pub(super) trace: Option<super::trace::Recorder<'a>>,
     /// The executable's collective memory, registered with the cliques that use it.
     pub(super) collective_memory: Option<&'a super::collective_memory::CollectiveMemory>,
+    /// What `execution_seed` thunks write: a function of how many executions of the loaded
+    /// program started before this one.
+    pub(super) seed: u64,
 }
 
 impl<'a> Run<'a> {
@@ -98,6 +101,7 @@ impl<'a> Run<'a> {
             issued_nodes: Cell::new(0),
             trace: None,
             collective_memory: None,
+            seed: 0,
         }
     }
 }

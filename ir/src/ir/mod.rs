@@ -25,10 +25,10 @@ pub use thunk::custom_call::{
 pub use thunk::{
     AsyncDoneThunk, AsyncKind, AsyncStart, AsyncStartThunk, COLLECTIVE_DTYPES, Checker,
     CollectiveOp, CollectivePermuteThunk, CollectiveThunk, CommandBuffer, CommandBufferThunk,
-    Conditional, ConditionalThunk, CopyThunk, KernelThunk, MemsetPattern, MemsetThunk, Nested,
-    RaggedAllToAllThunk, RaggedIndices, RaggedPart, RaggedParts, RankIdThunk, RecvThunk, ReduceOp,
-    Scope, SendThunk, Thunk, ThunkKind, TraceCost, While, WhileThunk, check_collective_sizes,
-    select_branch,
+    Conditional, ConditionalThunk, CopyThunk, ExecutionSeedThunk, KernelThunk, MemsetPattern,
+    MemsetThunk, Nested, RaggedAllToAllThunk, RaggedIndices, RaggedPart, RaggedParts, RankIdThunk,
+    RecvThunk, ReduceOp, Scope, SendThunk, Thunk, ThunkKind, TraceCost, While, WhileThunk,
+    check_collective_sizes, execution_seed, select_branch,
 };
 pub use types::*;
 pub use verify::{MAX_ALLOCATION_SIZE, ThunkChecker, verify_with};

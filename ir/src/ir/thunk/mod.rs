@@ -23,6 +23,7 @@ mod command_buffer;
 mod conditional;
 mod copy;
 pub(super) mod custom_call;
+mod execution_seed;
 mod gemm;
 mod kernel;
 mod kind;
@@ -41,6 +42,7 @@ pub use collective::{
 pub use command_buffer::CommandBuffer;
 pub use conditional::{Conditional, select_branch};
 pub use copy::CopyThunk;
+pub use execution_seed::{ExecutionSeedThunk, execution_seed};
 pub use kernel::KernelThunk;
 pub use kind::{AsyncKind, Checker, Nested, Scope, ThunkKind, TraceCost};
 pub use memset::{MemsetPattern, MemsetThunk};
@@ -88,6 +90,8 @@ pub enum Thunk {
     CustomCall(CustomCallThunk),
     /// An all-to-all with per-peer offsets and sizes in device buffers.
     RaggedAllToAll(RaggedAllToAllThunk),
+    /// Writes a u64 that differs between executions (the seed of `rng`).
+    ExecutionSeed(ExecutionSeedThunk),
 }
 
 /// `From` for every kind held in a variant of its own type.
@@ -118,6 +122,7 @@ thunk_from!(
     RankId(RankIdThunk),
     CustomCall(CustomCallThunk),
     RaggedAllToAll(RaggedAllToAllThunk),
+    ExecutionSeed(ExecutionSeedThunk),
 );
 
 /// A list of thunks is a sequence.
@@ -148,6 +153,7 @@ impl Thunk {
             Thunk::RankId(t) => t,
             Thunk::CustomCall(t) => t,
             Thunk::RaggedAllToAll(t) => t,
+            Thunk::ExecutionSeed(t) => t,
         }
     }
 

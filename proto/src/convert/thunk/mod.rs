@@ -9,6 +9,7 @@ mod command_buffer;
 mod conditional;
 mod copy;
 pub(super) mod custom_call;
+mod execution_seed;
 mod gemm;
 mod kernel;
 mod memset;
@@ -24,7 +25,7 @@ use pb::thunk::Kind;
 use xthunk_core::ir::Thunk;
 
 /// The kinds a thunk message may hold, as an error lists them.
-const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id, custom_call or ragged_all_to_all";
+const THUNK_KINDS: &str = "copy, memset, kernel, gemm, sequence, while, conditional, async_start, async_done, command_buffer, collectives, rank_id, custom_call, ragged_all_to_all or execution_seed";
 
 /// A thunk's message.
 pub(super) fn to(t: &Thunk) -> pb::Thunk {
@@ -48,6 +49,7 @@ pub(super) fn to(t: &Thunk) -> pb::Thunk {
         Thunk::RankId(r) => Kind::RankId(rank_id::to(r)),
         Thunk::CustomCall(c) => Kind::CustomCall(custom_call::to(c)),
         Thunk::RaggedAllToAll(r) => Kind::RaggedAllToAll(ragged::to(r)),
+        Thunk::ExecutionSeed(r) => Kind::ExecutionSeed(execution_seed::to(r)),
     };
     pb::Thunk { kind: Some(kind) }
 }
@@ -81,6 +83,7 @@ pub(super) fn from(t: &pb::Thunk, loc: &Loc<'_>) -> Result<Thunk, ProtoError> {
         Some(Kind::RankId(c)) => rank_id::from(c, loc)?.into(),
         Some(Kind::CustomCall(c)) => custom_call::from(c, loc)?.into(),
         Some(Kind::RaggedAllToAll(c)) => ragged::from(c, loc)?.into(),
+        Some(Kind::ExecutionSeed(c)) => execution_seed::from(c, loc)?.into(),
         None => {
             return Err(loc.invalid(
                 "kind",
