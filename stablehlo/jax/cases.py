@@ -68,6 +68,11 @@ class Case:
     # the one the program declares (its rng_bit_generator's float results come back as the
     # unsigned integers of their width): a view of the same bits, never a recomputation.
     xla_view: Optional[Callable[[list], list]] = None
+    # For ops whose values the spec leaves to the implementation (`rng`): no XLA run (XLA:CPU
+    # aborts on integer `rng`); the outputs must have the types and shapes of `stat_like`
+    # (arrays), and `stat(outs)` returns None or what is wrong (a statistical test).
+    stat: Optional[Callable[[list], Optional[str]]] = None
+    stat_like: tuple = ()
 
     def label(self) -> str:
         shape = self.shape if self.shape is not None else (
@@ -147,6 +152,9 @@ def widen(a):
 
 
 def expected(case: Case, text: str) -> Expected:
+    if case.stat is not None:
+        outs = [np.asarray(o) for o in case.stat_like]
+        return Expected(outs, [[] for _ in outs], [None] * len(outs))
     if case.fn is not None and case.patch is None and case.text is None:
         outs = [np.asarray(o) for o in jax.tree_util.tree_leaves(
             jax.jit(case.fn, keep_unused=True)(*call_args(case, case.args)))]

@@ -502,6 +502,39 @@ impl Importer<'_> {
                 }
                 Ok(many(vs))
             }
+            "stablehlo.rng" => {
+                check_attrs(op, &["rng_distribution"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 3)?;
+                let distribution = match op.attr("rng_distribution").and_then(Attr::enum_value) {
+                    Some("UNIFORM") => xthunk_tensor::graph::RngDistribution::Uniform,
+                    Some("NORMAL") => xthunk_tensor::graph::RngDistribution::Normal,
+                    other => {
+                        return Err(ImportError::invalid(
+                            op,
+                            format!("rng_distribution {other:?}: UNIFORM or NORMAL expected"),
+                        ));
+                    }
+                };
+                let out = result(op, 0)?;
+                // The shape operand gives the result's shape, which the result type states.
+                let shape = g.ty(x[2]).clone();
+                if shape.rank() != 1 || shape.dims[0] != out.rank() as u64 || !shape.dtype.is_int()
+                {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("shape operand {shape} for a result {out}"),
+                    ));
+                }
+                let v = g.rng(x[0], x[1], distribution, &out.dims).map_err(gr)?;
+                if *g.ty(v) != out {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("result {out}, {} computed", g.ty(v)),
+                    ));
+                }
+                Ok(one(v))
+            }
             "stablehlo.triangular_solve" => self.triangular_solve(g, op, env),
             "stablehlo.reduce_window" => self.reduce_window(g, op, env),
             "stablehlo.convolution" => self.convolution(g, op, env),

@@ -52,6 +52,37 @@ impl Graph {
         )
     }
 
+    /// `rng`: numbers of type `dtype` and shape `dims` drawn from `distribution` with the
+    /// scalar parameters `a` and `b` (of that type; see [`Op::Rng`]).
+    pub fn rng(
+        &mut self,
+        a: Value,
+        b: Value,
+        distribution: super::RngDistribution,
+        dims: &[u64],
+    ) -> R<Value> {
+        let op = "rng";
+        let ta = self.check(op, a)?.clone();
+        let tb = self.check(op, b)?.clone();
+        if ta.rank() != 0 || tb.rank() != 0 || ta.dtype != tb.dtype {
+            return Err(invalid(
+                op,
+                format!("a {ta} and b {tb}: scalars of one type expected"),
+            ));
+        }
+        if distribution == super::RngDistribution::Normal && !ta.dtype.is_float() {
+            return Err(invalid(
+                op,
+                format!("NORMAL draws floating-point numbers, not {}", ta.dtype),
+            ));
+        }
+        Ok(self.add(
+            Op::Rng { distribution },
+            vec![a, b],
+            vec![TensorType::new(ta.dtype, dims)],
+        )?[0])
+    }
+
     /// `cholesky` of `a` (square matrices in the last two dimensions); see
     /// [`Op::Cholesky`]. With `lapack`, a second result: i32 `info` per matrix.
     pub fn cholesky(&mut self, a: Value, lower: bool, lapack: bool) -> R<Vec<Value>> {

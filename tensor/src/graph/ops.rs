@@ -207,6 +207,15 @@ pub enum RngAlgorithm {
     Philox,
 }
 
+/// `rng`'s distribution.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum RngDistribution {
+    /// Uniform in `[a, b)`.
+    Uniform,
+    /// Normal with mean `a` and standard deviation `b` (floating-point types only).
+    Normal,
+}
+
 /// `reduce_window`'s window (StableHLO's attributes of the same names, one entry per
 /// dimension; `padding` is `(low, high)`, either may be negative).
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
@@ -300,6 +309,12 @@ pub enum Op {
     /// second result's type), bit-exact with XLA: see `lower/rng.rs`.
     RngBitGenerator {
         algorithm: RngAlgorithm,
+    },
+    /// `a`, `b` (scalars of the result's type) → numbers drawn from `distribution` with a
+    /// generator seeded by the execution (the program's `execution_seed`); each draw of a
+    /// program, a loop's trips included, gets numbers of its own: see `lower/rng.rs`.
+    Rng {
+        distribution: RngDistribution,
     },
     /// `operand`; its dimension `i` is the result's dimension `dims[i]`.
     BroadcastInDim {
@@ -411,6 +426,7 @@ impl Op {
             Op::ReducePrecision { .. } => "reduce_precision",
             Op::Cholesky { .. } => "cholesky",
             Op::RngBitGenerator { .. } => "rng_bit_generator",
+            Op::Rng { .. } => "rng",
             Op::TriangularSolve { .. } => "triangular_solve",
             Op::BroadcastInDim { .. } => "broadcast_in_dim",
             Op::Reshape => "reshape",

@@ -29,6 +29,7 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
         | Op::Sort { .. }
         | Op::Cholesky { .. }
         | Op::RngBitGenerator { .. }
+        | Op::Rng { .. }
         | Op::TriangularSolve { .. }
         | Op::DotGeneral(_)
         | Op::Reduce { .. }

@@ -92,6 +92,7 @@ fn lower_here(g: &Graph) -> Result<Lowered, LowerError> {
         launches: 0,
         gemms: 0,
         in_place: Default::default(),
+        rng_state: None,
     };
     let mut params = vec![];
     for (i, p) in g.params().iter().enumerate() {
@@ -108,6 +109,13 @@ fn lower_here(g: &Graph) -> Result<Lowered, LowerError> {
         dests.push(Some(l.b.output(name, t.dtype, &t.dims).slice));
     }
     let thunks = l.region(g, &params, &dests)?;
+    if let Some(state) = l.rng_state {
+        // The `rng` generator's state, set once before anything draws: the key from the
+        // execution's seed, the counter from 0.
+        for t in rng::init(state) {
+            l.b.push(t);
+        }
+    }
     for t in thunks {
         l.b.push(t);
     }
@@ -141,6 +149,8 @@ pub(crate) struct Lowerer {
     /// `dynamic_update_slice` values (by graph address and value) written into their
     /// operand's buffer in place (a loop body's update of a carried value).
     in_place: std::collections::HashSet<(usize, Value)>,
+    /// The `rng` generator's state (u64 key, u64 counter), once a node draws.
+    rng_state: Option<Slice>,
 }
 
 impl Lowerer {
@@ -328,6 +338,7 @@ impl Lowerer {
                 | Op::Cholesky { .. }
                 | Op::TriangularSolve { .. }
                 | Op::RngBitGenerator { .. }
+                | Op::Rng { .. }
                 | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
@@ -362,6 +373,9 @@ impl Lowerer {
                         }
                         Op::RngBitGenerator { algorithm } => {
                             self.rng_bit_generator(&s, node, *algorithm, &dests, &mut out)?;
+                        }
+                        Op::Rng { distribution } => {
+                            self.rng(&s, node, *distribution, dests[0], &mut out)?;
                         }
                         Op::Cholesky { lower, lapack } => {
                             self.cholesky(&s, node, *lower, *lapack, &dests, &mut out)?;

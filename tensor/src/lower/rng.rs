@@ -16,11 +16,46 @@
 //!
 //! A thread per block; a second one-thread kernel writes the new state once every block has
 //! read the old one (the two may share a buffer).
+//!
+//! `rng` (whose numbers the spec leaves to the implementation) draws from one generator per
+//! program: a state of two u64 words in a temp, the key set from the execution's seed
+//! (`execution_seed`, a different value for every execution of a loaded program) and the
+//! counter from 0 before the program's first thunk. Element `i` of a draw is Philox-4x32
+//! of counter + `i` (high words a fixed tag), and the draw then advances the counter by its
+//! size — so every draw, each trip of a loop included, gets numbers of its own, and one
+//! execution is reproducible from its seed. From the block's 128 bits: UNIFORM floats
+//! `a + (b - a)·u` with `u` the top 53 bits of the first word over 2⁵³, computed in double
+//! and rounded to the type (a value that rounds up to `b` is replaced by the type's next
+//! value below `b`); UNIFORM integers and pred `a + w mod (b - a)` in 64 bits (`a` when
+//! `b <= a`, which the spec leaves undefined); NORMAL `a + b·z` with `z` from Box–Muller
+//! over two 53-bit uniforms.
 
 use super::emit::{KernelText, Scope, linear};
 use super::{LowerError, Lowerer};
-use crate::graph::{Node, RngAlgorithm};
-use xthunk_core::ir::{DType, Slice, Thunk};
+use crate::graph::{Node, RngAlgorithm, RngDistribution};
+use xthunk_core::ir::{DType, ExecutionSeedThunk, MemsetPattern, MemsetThunk, Slice, Thunk};
+
+/// The Philox counter's high words for `rng`'s draws (ASCII `rng.`), so its blocks are not
+/// `rng_bit_generator`'s for the same key.
+const RNG_TAG: u32 = 0x2e67_6e72;
+
+/// The thunks that set `rng`'s generator `state` (16 bytes): the key from the execution's
+/// seed, the counter 0.
+pub(super) fn init(state: Slice) -> Vec<Thunk> {
+    let half = |offset| Slice {
+        allocation: state.allocation,
+        offset: state.offset + offset,
+        size: 8,
+    };
+    vec![
+        ExecutionSeedThunk { dst: half(0) }.into(),
+        MemsetThunk {
+            dst: half(8),
+            pattern: MemsetPattern::U32(0),
+        }
+        .into(),
+    ]
+}
 
 /// The unsigned type of `d`'s width, for writing raw bits.
 fn bits_type(d: DType) -> DType {
@@ -147,6 +182,92 @@ impl Lowerer {
         if words == 3 {
             k.line(format!("{so}[2] = {p}[2] + (lo < {p}[1] ? 1ULL : 0ULL);"));
         }
+        k.close("}");
+        out.extend(self.launch(k, 1));
+        Ok(())
+    }
+}
+
+impl Lowerer {
+    /// Lowers the `rng` `node` into `dest`: a kernel drawing one Philox block per element from
+    /// the program's generator, then a one-thread kernel advancing its counter.
+    pub(super) fn rng(
+        &mut self,
+        s: &Scope,
+        node: &Node,
+        distribution: RngDistribution,
+        dest: Slice,
+        out: &mut Vec<Thunk>,
+    ) -> Result<(), LowerError> {
+        let state = match self.rng_state {
+            Some(state) => state,
+            None => {
+                let state = self.b.temp(DType::U64, &[2]).slice;
+                self.rng_state = Some(state);
+                state
+            }
+        };
+        let t = s.graph.ty(node.results[0]).clone();
+        let n = t.elements();
+        let d = t.dtype;
+        let ct = super::scalar::compute(d);
+        let mut k = KernelText::new();
+        let o = k.output(dest, d);
+        let p = k.input(state, DType::U64);
+        k.open("XT_FOR(i, n) {");
+        let a = k.value_at(s, node.operands[0], &[])?;
+        let b = k.value_at(s, node.operands[1], &[])?;
+        k.line(format!("const unsigned long long key = {p}[0];"));
+        k.line(format!(
+            "const unsigned long long c = {p}[1] + (unsigned long long)i;"
+        ));
+        k.line(format!(
+            "unsigned int x[4] = {{(unsigned int)c, (unsigned int)(c >> 32), {RNG_TAG}u, {RNG_TAG}u}};"
+        ));
+        k.line("xh_philox(x, (unsigned int)key, (unsigned int)(key >> 32));");
+        k.line("const unsigned long long w0 = (unsigned long long)x[0] | ((unsigned long long)x[1] << 32);");
+        k.line("const unsigned long long w1 = (unsigned long long)x[2] | ((unsigned long long)x[3] << 32);");
+        // 2^-53: a 53-bit integer times this is a double in [0, 1), exactly.
+        let scale = "(1.0 / 9007199254740992.0)";
+        let r = match distribution {
+            RngDistribution::Uniform if d.is_float() => {
+                k.line(format!("const double u = (double)(w0 >> 11) * {scale};"));
+                let wide = format!("((double){a} + ((double){b} - (double){a}) * u)");
+                let narrowed = super::scalar::round(d, format!("({ct}){wide}"));
+                let r = k.mut_var(ct, narrowed);
+                let below = super::scalar::binary(crate::graph::BinaryOp::NextAfter, d, &b, &a);
+                k.line(format!("if (!({r} < {b})) {r} = {below};"));
+                r
+            }
+            RngDistribution::Uniform => {
+                k.line(format!(
+                    "const unsigned long long range = (unsigned long long)({b}) - (unsigned long long)({a});"
+                ));
+                k.var(
+                    ct,
+                    format!(
+                        "({ct})((unsigned long long)({a}) + (({b}) > ({a}) ? w0 % range : 0ULL))"
+                    ),
+                )
+            }
+            RngDistribution::Normal => {
+                k.line(format!(
+                    "const double u1 = (double)((w0 >> 11) + 1ULL) * {scale};"
+                ));
+                k.line(format!("const double u2 = (double)(w1 >> 11) * {scale};"));
+                k.line("const double z = sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);");
+                let e = format!("({ct})((double){a} + (double){b} * z)");
+                k.var(ct, super::scalar::round(d, e))
+            }
+        };
+        k.line(format!("{o}[i] = {};", super::scalar::store(d, &r)));
+        k.close("}");
+        out.extend(self.launch(k, n));
+        // The counter moves past this draw's blocks.
+        let mut k = KernelText::new();
+        let st = k.inout(state, DType::U64);
+        k.open("XT_FOR(i, n) {");
+        k.line(format!("{st}[1] = {st}[1] + {n}ULL;"));
         k.close("}");
         out.extend(self.launch(k, 1));
         Ok(())

@@ -497,6 +497,11 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
             Op::RngBitGenerator { .. } => {
                 panic!("rng_bit_generator: checked bit for bit against XLA (stablehlo/jax)")
             }
+            Op::Rng { .. } => {
+                panic!(
+                    "rng: its numbers are the implementation's; tested statistically (stablehlo/jax)"
+                )
+            }
             Op::Cholesky { lower, lapack } => {
                 let a = arg(0);
                 let m = dims[dims.len() - 1] as usize;
