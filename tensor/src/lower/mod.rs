@@ -109,12 +109,9 @@ fn lower_here(g: &Graph) -> Result<Lowered, LowerError> {
         dests.push(Some(l.b.output(name, t.dtype, &t.dims).slice));
     }
     let thunks = l.region(g, &params, &dests)?;
-    if let Some(state) = l.rng_state {
-        // The `rng` generator's state, set once before anything draws: the key from the
-        // execution's seed, the counter from 0.
-        for t in rng::init(state) {
-            l.b.push(t);
-        }
+    // The `rng` generator's state, set once before anything draws.
+    for t in l.rng_prologue() {
+        l.b.push(t);
     }
     for t in thunks {
         l.b.push(t);

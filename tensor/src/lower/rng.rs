@@ -39,24 +39,6 @@ use xthunk_core::ir::{DType, ExecutionSeedThunk, MemsetPattern, MemsetThunk, Sli
 /// `rng_bit_generator`'s for the same key.
 const RNG_TAG: u32 = 0x2e67_6e72;
 
-/// The thunks that set `rng`'s generator `state` (16 bytes): the key from the execution's
-/// seed, the counter 0.
-pub(super) fn init(state: Slice) -> Vec<Thunk> {
-    let half = |offset| Slice {
-        allocation: state.allocation,
-        offset: state.offset + offset,
-        size: 8,
-    };
-    vec![
-        ExecutionSeedThunk { dst: half(0) }.into(),
-        MemsetThunk {
-            dst: half(8),
-            pattern: MemsetPattern::U32(0),
-        }
-        .into(),
-    ]
-}
-
 /// The unsigned type of `d`'s width, for writing raw bits.
 fn bits_type(d: DType) -> DType {
     match d.size() {
@@ -68,6 +50,27 @@ fn bits_type(d: DType) -> DType {
 }
 
 impl Lowerer {
+    /// The thunks that set `rng`'s generator state (16 bytes), when a node draws: the key
+    /// from the execution's seed, the counter 0 (run before the program's first thunk).
+    pub(super) fn rng_prologue(&self) -> Vec<Thunk> {
+        let Some(state) = self.rng_state else {
+            return vec![];
+        };
+        let half = |offset| Slice {
+            allocation: state.allocation,
+            offset: state.offset + offset,
+            size: 8,
+        };
+        vec![
+            ExecutionSeedThunk { dst: half(0) }.into(),
+            MemsetThunk {
+                dst: half(8),
+                pattern: MemsetPattern::U32(0),
+            }
+            .into(),
+        ]
+    }
+
     /// Lowers the rng_bit_generator `node` into `dests` (the new state, the bits).
     pub(super) fn rng_bit_generator(
         &mut self,
