@@ -584,6 +584,7 @@ def all_ops() -> list:
     import cases_chlo
     import cases_ctrl
     import cases_linalg
+    import cases_misc
     import cases_norm
     import cases_rng
     import cases_shape
@@ -596,6 +597,7 @@ def all_ops() -> list:
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)
     ops.update(cases_linalg.GENERATORS)
+    ops.update(cases_misc.GENERATORS)
     ops.update(cases_rng.GENERATORS)
     ops.update(cases_sort.GENERATORS)
     ops.update(cases_window.GENERATORS)

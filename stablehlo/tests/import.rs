@@ -770,3 +770,38 @@ fn select_and_scatter_with_padding_runs() {
     let out = run(text, &[f32s(&x), f32s(&src)]);
     assert_eq!(to_f32(&out[0]), want, "x = {x:?}, source = {src:?}");
 }
+
+#[test]
+fn the_excluded_op_classes_are_refused_naming_why() {
+    let module = |body: &str| {
+        format!(
+            "module {{\n  func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {{\n{body}\n    return %a : tensor<4xf32>\n  }}\n}}\n"
+        )
+    };
+    let cases = [
+        (
+            "    %t = stablehlo.after_all : !stablehlo.token",
+            "tokens and transfers to the host are not supported",
+        ),
+        (
+            "    %s = stablehlo.constant dense<4> : tensor<1xi64>\n    %i = stablehlo.dynamic_iota %s, dim = 0 : (tensor<1xi64>) -> tensor<4xf32>",
+            "dynamic shapes are not supported",
+        ),
+        (
+            "    %e = stablehlo.einsum %a, %a, config = \"i,i->i\" : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>",
+            "deprecated in StableHLO",
+        ),
+    ];
+    for (body, want) in cases {
+        let e = refusal(&module(body)).to_string();
+        assert!(e.contains("unsupported") && e.contains(want), "{e}");
+    }
+    // A map body with what is not elementwise (rng's shape operand, a constant of 0
+    // elements, is met first).
+    let map = "module {\n  func.func @main(%a: tensor<4xf32>) -> tensor<4xf32> {\n    %0 = \"stablehlo.map\"(%a) <{dimensions = array<i64: 0>}> ({\n    ^bb0(%x: tensor<f32>):\n      %c = stablehlo.constant dense<[]> : tensor<0xi64>\n      %r = stablehlo.rng %x, %x, %c, distribution = UNIFORM : (tensor<f32>, tensor<f32>, tensor<0xi64>) -> tensor<f32>\n      stablehlo.return %r : tensor<f32>\n    }) : (tensor<4xf32>) -> tensor<4xf32>\n    return %0 : tensor<4xf32>\n  }\n}\n";
+    let e = refusal(map).to_string();
+    assert!(
+        e.starts_with("3:5: unsupported: `constant` in a map body"),
+        "{e}"
+    );
+}

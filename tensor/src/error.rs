@@ -9,6 +9,9 @@ pub enum GraphError {
     /// The operands, attributes or types break the op's rule.
     #[error("{op}: {message}")]
     Invalid { op: &'static str, message: String },
+    /// A valid operation with something the graph does not take (the op and what).
+    #[error("{op}: not supported: {reason}")]
+    Unsupported { op: &'static str, reason: String },
     /// A value of another graph (or of none) was passed.
     #[error("{op}: value %{value} is not a value of graph `{graph}`")]
     UnknownValue {

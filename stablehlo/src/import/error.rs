@@ -41,7 +41,10 @@ impl ImportError {
     }
 
     pub(crate) fn graph(op: &Op, e: GraphError) -> Self {
-        Self::invalid(op, e.to_string())
+        match e {
+            GraphError::Unsupported { reason, .. } => Self::unsupported(op, reason),
+            e => Self::invalid(op, e.to_string()),
+        }
     }
 
     /// Where the error is.

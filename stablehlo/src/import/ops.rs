@@ -385,6 +385,70 @@ impl Importer<'_> {
                 )?;
                 Ok(one(g.broadcast_in_dim(x[0], &t.dims, &map).map_err(gr)?))
             }
+            // Deprecated in StableHLO (a `broadcast_in_dim` whose new dimensions lead).
+            "stablehlo.broadcast" => {
+                check_attrs(op, &["broadcast_sizes"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 1)?;
+                let t = result(op, 0)?;
+                let sizes = sizes_of(op, "broadcast_sizes", &ints(op, "broadcast_sizes")?)?;
+                let rank = g.ty(x[0]).rank();
+                let lead = sizes.len();
+                let map: Vec<usize> = (lead..lead + rank).collect();
+                Ok(one(g.broadcast_in_dim(x[0], &t.dims, &map).map_err(gr)?))
+            }
+            // A static dimension's size, as an i32 constant (dynamic shapes are refused).
+            "stablehlo.get_dimension_size" => {
+                check_attrs(op, &["dimension"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 1)?;
+                let d = int_attr(op, "dimension")?;
+                let dims = g.ty(x[0]).dims.clone();
+                let size = usize::try_from(d)
+                    .ok()
+                    .and_then(|d| dims.get(d))
+                    .ok_or_else(|| {
+                        ImportError::invalid(
+                            op,
+                            format!("dimension {d} of a rank-{} operand", dims.len()),
+                        )
+                    })?;
+                let size = i32::try_from(*size).map_err(|_| {
+                    ImportError::invalid(op, format!("size {size} does not fit the i32 result"))
+                })?;
+                let t = result(op, 0)?;
+                if t.dtype != DType::I32 || t.rank() != 0 {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("result {t}: tensor<i32> expected"),
+                    ));
+                }
+                Ok(one(g
+                    .constant(DType::I32, &[], size.to_le_bytes().to_vec())
+                    .map_err(gr)?))
+            }
+            "stablehlo.map" => {
+                check_attrs(op, &["dimensions"])?;
+                let x = tensors(env, op)?;
+                let rank = x.first().map(|v| g.ty(*v).rank()).unwrap_or(0);
+                let dims = dims_of(op, "dimensions", &ints(op, "dimensions")?)?;
+                // The spec's constraint: the dimensions are all of them, in order.
+                if dims != (0..rank).collect::<Vec<_>>() {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("dimensions {dims:?}: [0, …, {}) expected", rank),
+                    ));
+                }
+                let body = self.closed_body(g, env, op)?;
+                let v = g.map(&x, body).map_err(gr)?;
+                if *g.ty(v) != result(op, 0)? {
+                    return Err(ImportError::invalid(
+                        op,
+                        format!("result {}, {} computed", result(op, 0)?, g.ty(v)),
+                    ));
+                }
+                Ok(one(v))
+            }
             "stablehlo.reshape" => {
                 check_attrs(op, &[])?;
                 let x = tensors(env, op)?;
@@ -546,6 +610,48 @@ impl Importer<'_> {
             "stablehlo.while" => self.while_(g, op, env),
             "stablehlo.case" | "stablehlo.if" => self.case(g, op, env),
             "stablehlo.custom_call" => self.custom_call(g, op, env),
+            "stablehlo.after_all"
+            | "stablehlo.create_token"
+            | "stablehlo.infeed"
+            | "stablehlo.outfeed"
+            | "stablehlo.send"
+            | "stablehlo.recv" => Err(ImportError::unsupported(
+                op,
+                format!(
+                    "op `{name}`: tokens and transfers to the host are not supported (an \
+                         xthunk program has no host I/O channel; see docs/stablehlo.md)"
+                ),
+            )),
+            "stablehlo.dynamic_broadcast_in_dim"
+            | "stablehlo.dynamic_conv"
+            | "stablehlo.dynamic_gather"
+            | "stablehlo.dynamic_iota"
+            | "stablehlo.dynamic_pad"
+            | "stablehlo.dynamic_reshape"
+            | "stablehlo.real_dynamic_slice"
+            | "stablehlo.set_dimension_size" => Err(ImportError::unsupported(
+                op,
+                format!(
+                    "op `{name}`: dynamic shapes are not supported (every shape must be static)"
+                ),
+            )),
+            "stablehlo.uniform_quantize" | "stablehlo.uniform_dequantize" => {
+                Err(ImportError::unsupported(
+                    op,
+                    format!("op `{name}`: quantized types are not supported"),
+                ))
+            }
+            "stablehlo.einsum"
+            | "stablehlo.unary_einsum"
+            | "stablehlo.torch_index_select"
+            | "stablehlo.cross-replica-sum"
+            | "stablehlo.trace" => Err(ImportError::unsupported(
+                op,
+                format!(
+                    "op `{name}`: deprecated in StableHLO and not emitted by JAX (its replacement: \
+                     dot_general, gather or all_reduce)"
+                ),
+            )),
             _ => Err(ImportError::unsupported(op, format!("op `{name}`"))),
         }
     }

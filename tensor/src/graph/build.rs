@@ -177,6 +177,72 @@ impl Graph {
         self.add1(Op::Select, vec![pred, on_true, on_false], t)
     }
 
+    /// `map` of `body` over `inputs` (one shape): `body` takes one scalar of each input's
+    /// type and gives one scalar, made of elementwise ops only.
+    pub fn map(&mut self, inputs: &[Value], body: Graph) -> R<Value> {
+        let op = "map";
+        let Some(&first) = inputs.first() else {
+            return Err(invalid(op, "no inputs"));
+        };
+        let shape = self.check(op, first)?.dims.clone();
+        if body.params().len() != inputs.len() || body.results().len() != 1 {
+            return Err(invalid(
+                op,
+                format!(
+                    "a body of {} parameters and {} results for {} inputs (one result expected)",
+                    body.params().len(),
+                    body.results().len(),
+                    inputs.len()
+                ),
+            ));
+        }
+        for (i, (&x, p)) in inputs.iter().zip(body.params()).enumerate() {
+            let t = self.check(op, x)?;
+            let pt = body.ty(*p);
+            if t.dims != shape || pt.rank() != 0 || pt.dtype != t.dtype {
+                return Err(invalid(
+                    op,
+                    format!("input {i} {t} for body parameter {pt} (shape {shape:?} expected)"),
+                ));
+            }
+        }
+        let rt = body.ty(body.results()[0].1).clone();
+        if rt.rank() != 0 {
+            return Err(invalid(op, format!("the body returns {rt}, not a scalar")));
+        }
+        if let Some(bad) = body.nodes().iter().find(|n| {
+            !matches!(
+                n.op,
+                Op::Parameter { .. }
+                    | Op::Unary(_)
+                    | Op::Binary(_)
+                    | Op::Compare { .. }
+                    | Op::Select
+                    | Op::Clamp
+                    | Op::Convert
+                    | Op::BitcastConvert
+                    | Op::ReducePrecision { .. }
+                    | Op::Map { .. }
+            ) && !matches!(n.op, Op::Constant { .. } if body.ty(n.results[0]).elements() == 1)
+        }) {
+            return Err(GraphError::Unsupported {
+                op,
+                reason: format!(
+                    "`{}` in a map body (only elementwise ops and scalar constants)",
+                    bad.op.name()
+                ),
+            });
+        }
+        let t = TensorType::new(rt.dtype, &shape);
+        self.add1(
+            Op::Map {
+                body: Box::new(body),
+            },
+            inputs.to_vec(),
+            t,
+        )
+    }
+
     /// `clamp(min, operand, max)`; `min` and `max` are scalars or of the operand's shape.
     pub fn clamp(&mut self, min: Value, x: Value, max: Value) -> R<Value> {
         let t = self.check("clamp", x)?.clone();

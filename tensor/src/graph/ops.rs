@@ -275,6 +275,11 @@ pub enum Op {
     },
     /// `pred`, `on_true`, `on_false`.
     Select,
+    /// `inputs…` (one shape) → `body` applied element by element: the body maps one scalar
+    /// of each input to one scalar (elementwise ops only, so it fuses like them).
+    Map {
+        body: Box<Graph>,
+    },
     /// `min`, `operand`, `max`.
     Clamp,
     Convert,
@@ -442,6 +447,7 @@ impl Op {
             Op::Sort { .. } => "sort",
             Op::DotGeneral(_) => "dot_general",
             Op::Reduce { .. } => "reduce",
+            Op::Map { .. } => "map",
             Op::While { .. } => "while",
             Op::Case { .. } => "case",
             Op::CustomCall(_) => "custom_call",

@@ -256,6 +256,28 @@ impl KernelText {
                 self.close("}");
                 return Ok(r);
             }
+            Op::Map { body } => {
+                let mut xs = vec![];
+                for &x in ops {
+                    xs.push(self.value_at(s, x, idx)?);
+                }
+                let r = self.mut_var(ct, format!("({ct})0"));
+                // The body's values are scalars (index []): a block of their own, so that
+                // two positions of one map in a kernel do not share them.
+                self.open("{");
+                let mut homes = vec![Home::Fused; body.values().len()];
+                for (p, x) in body.params().iter().zip(xs) {
+                    homes[p.0 as usize] = Home::Var(x);
+                }
+                let bs = Scope {
+                    graph: body,
+                    homes: &homes,
+                };
+                let v = self.value_at(&bs, body.results()[0].1, &[])?;
+                self.line(format!("{r} = {v};"));
+                self.close("}");
+                return Ok(r);
+            }
             Op::Clamp => {
                 let lo = self.at_or_scalar(s, ops[0], idx)?;
                 let x = self.value_at(s, ops[1], idx)?;

@@ -11,7 +11,9 @@ use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, DotDims, Gra
 
 fn op_of(e: GraphError) -> &'static str {
     match e {
-        GraphError::Invalid { op, .. } | GraphError::UnknownValue { op, .. } => op,
+        GraphError::Invalid { op, .. }
+        | GraphError::Unsupported { op, .. }
+        | GraphError::UnknownValue { op, .. } => op,
     }
 }
 
