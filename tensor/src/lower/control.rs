@@ -176,7 +176,7 @@ impl Lowerer {
             target.push(k.var("long long", format!("{c} + {ui}")));
         }
         let x = k.value_at(s, node.operands[1], &uidx)?;
-        let lin = super::emit::linear(&target, &t.dims);
+        let lin = super::emit::offset(&target, &t.dims);
         k.line(format!("{o}[{lin}] = {};", scalar::store(t.dtype, &x)));
         k.close("}");
         Ok(self.launch(k, u.elements()))

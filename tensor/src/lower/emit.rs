@@ -57,16 +57,15 @@ fn unsupported(op: &'static str, reason: impl Into<String>) -> LowerError {
     }
 }
 
-/// The row-major linear index of `idx` in `dims`.
+/// The row-major linear index of `idx` in `dims` (digits merged where they can be: see
+/// `index.rs`).
 pub(crate) fn linear(idx: &[String], dims: &[u64]) -> String {
-    if idx.is_empty() {
-        return "0".into();
-    }
-    let mut e = idx[0].clone();
-    for (i, d) in idx.iter().zip(dims).skip(1) {
-        e = format!("({e}) * {d}LL + {i}");
-    }
-    e
+    super::index::linear(idx, dims)
+}
+
+/// [`linear`] as an element offset (a buffer's subscript).
+pub(crate) fn offset(idx: &[String], dims: &[u64]) -> String {
+    super::index::offset(idx, dims)
 }
 
 impl KernelText {
@@ -152,24 +151,32 @@ impl KernelText {
     /// unless it is one already; each index is computed where it is used, so an index a
     /// kernel does not read costs nothing).
     pub fn delinearize(&mut self, lin: &str, dims: &[u64]) -> Vec<String> {
+        let parts = super::index::split(lin, dims);
         let mut idx = vec![String::new(); dims.len()];
-        if dims.is_empty() {
-            return idx;
-        }
-        let plain = lin.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
-        let l = if plain {
-            lin.to_string()
-        } else {
-            self.var("long long", lin)
-        };
+        let mut l = None;
         let mut stride = 1u64;
         for d in (0..dims.len()).rev() {
-            idx[d] = if d == 0 {
-                format!("({l} / {stride}LL)")
-            } else {
-                format!("(({l} / {stride}LL) % {}LL)", dims[d])
+            idx[d] = match &parts[d] {
+                Some(e) => e.clone(),
+                None => {
+                    let l = l
+                        .get_or_insert_with(|| {
+                            let plain = lin.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+                            if plain {
+                                lin.to_string()
+                            } else {
+                                self.var("long long", lin)
+                            }
+                        })
+                        .clone();
+                    if d == 0 {
+                        format!("({l} / {stride}LL)")
+                    } else {
+                        format!("(({l} / {stride}LL) % {}LL)", dims[d])
+                    }
+                }
             };
-            stride *= dims[d];
+            stride = stride.saturating_mul(dims[d]);
         }
         idx
     }
@@ -210,7 +217,7 @@ impl KernelText {
         match s.home(v) {
             Home::Buf(slice) => {
                 let p = self.input(*slice, t.dtype);
-                let lin = linear(idx, &t.dims);
+                let lin = offset(idx, &t.dims);
                 return Ok(self.var(ct, scalar::load(t.dtype, &format!("{p}[{lin}]"))));
             }
             Home::Var(name) => return Ok(name.clone()),

@@ -13,6 +13,7 @@ mod control;
 mod dot;
 mod emit;
 mod fusion;
+mod index;
 mod linalg;
 mod place;
 pub mod prelude;

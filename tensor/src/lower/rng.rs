@@ -30,7 +30,7 @@
 //! `b <= a`, which the spec leaves undefined); NORMAL `a + b·z` with `z` from Box–Muller
 //! over two 53-bit uniforms.
 
-use super::emit::{KernelText, Scope, linear};
+use super::emit::{KernelText, Scope, offset};
 use super::{LowerError, Lowerer};
 use crate::graph::{Node, RngAlgorithm, RngDistribution};
 use xthunk_core::ir::{DType, ExecutionSeedThunk, MemsetPattern, MemsetThunk, Slice, Thunk};
@@ -122,7 +122,7 @@ impl Lowerer {
                     for (w, var) in ["x0", "x1"].iter().enumerate() {
                         let mut idx = h.clone();
                         idx[split] = format!("(2LL * {} + {w}LL)", h[split]);
-                        let at = linear(&idx, &dims);
+                        let at = offset(&idx, &dims);
                         if w == 1 && dims[split] % 2 == 1 {
                             k.line(format!(
                                 "if ({} < {}LL) {o}[{at}] = ({ct}){var};",

@@ -7,7 +7,7 @@
 //! applying its updates in order; otherwise one thread applies them all in row-major order.
 //! Colliding updates combine in order, deterministically, in every case.
 
-use super::emit::{KernelText, Scope, linear};
+use super::emit::{KernelText, Scope, offset};
 use super::reduce::{apply, check_body};
 use super::{LowerError, Lowerer, scalar};
 use crate::graph::{Graph, Node, ScatterDims};
@@ -131,7 +131,7 @@ impl Lowerer {
             conds.join(" && ")
         };
         k.open(format!("if ({cond}) {{"));
-        let lin = k.var("long long", linear(&rid, &t.dims));
+        let lin = k.var("long long", offset(&rid, &t.dims));
         let mut cur = vec![];
         for (j, o) in outs.iter().enumerate() {
             let dt = s.graph.ty(node.results[j]).dtype;

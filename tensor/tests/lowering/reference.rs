@@ -497,6 +497,17 @@ pub fn eval(g: &Graph, inputs: &[Arr]) -> Vec<Arr> {
             Op::RngBitGenerator { .. } => {
                 panic!("rng_bit_generator: checked bit for bit against XLA (stablehlo/jax)")
             }
+            Op::Map { body } => {
+                let xs: Vec<Arr> = (0..node.operands.len()).map(arg).collect();
+                let mut out = mk(vec![], vec![]);
+                for k in 0..n {
+                    let args: Vec<Arr> = xs.iter().map(|x| x.gather(&[], |_| k)).collect();
+                    let r = eval(body, &args).remove(0);
+                    out.f.extend(r.f);
+                    out.i.extend(r.i);
+                }
+                vec![out]
+            }
             Op::Rng { .. } => {
                 panic!(
                     "rng: its numbers are the implementation's; tested statistically (stablehlo/jax)"
