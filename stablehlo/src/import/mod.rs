@@ -14,10 +14,13 @@
 mod alias;
 mod batch_norm;
 mod call;
+mod collective;
 mod error;
 mod linalg;
 mod ops;
+mod ranks;
 mod regions;
+mod shard;
 mod sort;
 mod types;
 mod window;
@@ -81,11 +84,15 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
     let name = m.op.symbol().unwrap_or("main").to_string();
     let mut g = Graph::new(name);
     let mut env = Env::new();
+    let spmd = ranks::Spmd::of(&m.op)?;
     let mut imp = Importer {
         module: m,
         calls: vec!["main".into()],
         nesting: 0,
         free: FreeValues::new(),
+        spmd,
+        in_manual: false,
+        manual_seen: false,
     };
     let mut arg_info = vec![];
     for (i, arg) in block.args.iter().enumerate() {
@@ -113,6 +120,9 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
             .map(|(_, v)| v);
         result_info.push(info);
     }
+    if spmd.ranks() > 1 && !imp.manual_seen {
+        automatic_partitioning(m, main)?;
+    }
     let aliases = alias::aliases(main, &g)?;
     Ok(Imported {
         graph: g,
@@ -120,6 +130,31 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
         result_info,
         aliases,
     })
+}
+
+/// A program of several partitions or replicas without a manual computation: refused
+/// where a sharding splits a value (`sdy.sharding` or `mhlo.sharding` on `main`'s
+/// parameters or results), since only an automatic partitioner could run it; otherwise
+/// every rank runs it whole.
+fn automatic_partitioning(m: &Module, main: &Op) -> Result<(), ImportError> {
+    let split = ["arg_attrs", "res_attrs"].iter().any(|key| {
+        let Some(Attr::Array(dicts)) = main.attr(key) else {
+            return false;
+        };
+        dicts.iter().any(|d| {
+            d.field("sdy.sharding").is_some_and(ranks::splits)
+                || d.field("mhlo.sharding")
+                    .and_then(Attr::as_str)
+                    .is_some_and(|t| t.contains("devices="))
+        })
+    });
+    if split {
+        return Err(ImportError::unsupported(
+            &m.op,
+            "sharded parameters or results outside a manual computation: this program needs an automatic partitioner (GSPMD/Shardy), which xthunk does not have; write it with shard_map or pmap",
+        ));
+    }
+    Ok(())
 }
 
 /// The entries of a function's `arg_attrs`/`res_attrs` dictionary `i`, values as text.
@@ -162,6 +197,12 @@ pub(crate) struct Importer<'m> {
     nesting: usize,
     /// The free values of the blocks walked so far (`regions::captures`).
     free: FreeValues,
+    /// The ranks the program runs on (`collective.rs`).
+    spmd: ranks::Spmd,
+    /// Inside a manual computation's body (`shard.rs`).
+    in_manual: bool,
+    /// A manual computation was imported.
+    manual_seen: bool,
 }
 
 impl Importer<'_> {
@@ -193,7 +234,10 @@ impl Importer<'_> {
         env: &mut Env,
     ) -> Result<Vec<Item>, ImportError> {
         for op in &block.ops {
-            if matches!(op.name.as_str(), "func.return" | "stablehlo.return") {
+            if matches!(
+                op.name.as_str(),
+                "func.return" | "stablehlo.return" | "sdy.return"
+            ) {
                 check_attrs(op, &[])?;
                 return op.operands.iter().map(|r| lookup(env, r, op)).collect();
             }
