@@ -45,6 +45,17 @@ pub struct Imported {
     /// Input–output aliases as `(output, parameter)`, from `tf.aliasing_output` and
     /// `jax.buffer_donor` (JAX's `donate_argnums`).
     pub aliases: Vec<(u32, u32)>,
+    /// For an SPMD program (`mhlo.num_replicas × mhlo.num_partitions` > 1): how many ranks
+    /// it runs on. With `global`, every rank takes the same GLOBAL inputs and gives the same
+    /// GLOBAL outputs (a manual computation splits and gathers inside the program).
+    pub spmd: Option<SpmdInfo>,
+}
+
+/// The ranks an SPMD program runs on, and whether its inputs and outputs are global values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpmdInfo {
+    pub ranks: u64,
+    pub global: bool,
 }
 
 /// Reads MLIR text and imports it.
@@ -124,11 +135,16 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
         automatic_partitioning(m, main)?;
     }
     let aliases = alias::aliases(main, &g)?;
+    let spmd = (spmd.ranks() > 1).then_some(SpmdInfo {
+        ranks: spmd.ranks(),
+        global: imp.manual_seen,
+    });
     Ok(Imported {
         graph: g,
         arg_info,
         result_info,
         aliases,
+        spmd,
     })
 }
 
