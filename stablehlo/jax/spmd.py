@@ -2,12 +2,14 @@
 """Sharded JAX programs (shard_map, pmap) through xthunk against JAX's own results.
 
     spmd.py --xthunk PATH [--backend host,cuda] [--mode devices,launch] [--cases PATTERN]
-            [--seed N] [--keep DIR] [--list]
+            [--seed N] [--keep DIR] [--list] [--gspmd]
 
 JAX runs each case on 4 CPU devices (XLA_FLAGS=--xla_force_host_platform_device_count=4,
 set here before jax is imported) and gives the expected outputs; its lowered StableHLO
 (`jax.jit(f).lower(...).as_text()`: `sdy.mesh` + `sdy.manual_computation`, pmap's too) runs
-through xthunk with the GLOBAL inputs, every rank given the same files:
+through xthunk with the GLOBAL inputs, every rank given the same files (`--gspmd`: lowered
+with Shardy off, GSPMD's `@Sharding` / `@SPMDFullToShardShape` / `@SPMDShardToFullShape`
+form):
 
     devices: xthunk run case.mlir --devices 4 --backend B --input arg0=arg0.npy ... --output-dir out
     launch:  xthunk launch -n 4 -- run case.mlir --backend B --input ... --output-dir out
@@ -207,7 +209,11 @@ def main():
     ap.add_argument("--keep")
     ap.add_argument("--timeout", type=float, default=300)
     ap.add_argument("--list", action="store_true")
+    ap.add_argument("--gspmd", action="store_true",
+                    help="lower with Shardy off: GSPMD's @Sharding / @SPMDFullToShardShape form")
     a = ap.parse_args()
+    if a.gspmd:
+        jax.config.update("jax_use_shardy_partitioner", False)
     if len(jax.devices()) < N:
         print(f"spmd.py: JAX has {len(jax.devices())} devices, {N} needed", file=sys.stderr)
         return 1

@@ -313,13 +313,32 @@ fn what_needs_an_automatic_partitioner_is_refused() {
         e.starts_with("4:") && e.contains("automatic partitioner"),
         "{e}"
     );
-    // GSPMD's custom calls.
-    let gspmd = "module @m attributes {mhlo.num_partitions = 4 : i32} {\n  func.func public @main(%a: tensor<8xf32>) -> tensor<2xf32> {\n    %0 = stablehlo.custom_call @SPMDFullToShardShape(%a) {mhlo.sharding = \"{manual}\"} : (tensor<8xf32>) -> tensor<2xf32>\n    return %0 : tensor<2xf32>\n  }\n}\n";
-    let e = refusal(gspmd);
+    // GSPMD's form: a tiled `@Sharding` no full-to-shard consumes (what `jax.jit` with
+    // in_shardings gives with Shardy off), a full-to-shard with no sharding before it, a
+    // transposed device order.
+    let gspmd = |body: &str| {
+        format!(
+            "module @m attributes {{mhlo.num_partitions = 4 : i32}} {{\n  func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {{\n{body}\n  }}\n}}\n"
+        )
+    };
+    let e = refusal(&gspmd(
+        "    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = \"{devices=[4]<=[4]}\"} : (tensor<8xf32>) -> tensor<8xf32>\n    %1 = stablehlo.add %0, %0 : tensor<8xf32>\n    return %1 : tensor<8xf32>",
+    ));
     assert!(
-        e.contains("@SPMDFullToShardShape") && e.contains("Shardy"),
+        e.starts_with("3:5:") && e.contains("automatic partitioner"),
         "{e}"
     );
+    let e = refusal(&gspmd(
+        "    %0 = stablehlo.custom_call @SPMDFullToShardShape(%a) {mhlo.sharding = \"{manual}\"} : (tensor<8xf32>) -> tensor<2xf32>\n    %1 = stablehlo.custom_call @SPMDShardToFullShape(%0) {mhlo.sharding = \"{devices=[4]<=[4]}\"} : (tensor<2xf32>) -> tensor<8xf32>\n    return %1 : tensor<8xf32>",
+    ));
+    assert!(
+        e.starts_with("3:5:") && e.contains("no tiled `@Sharding`"),
+        "{e}"
+    );
+    let e = refusal(&gspmd(
+        "    %0 = stablehlo.custom_call @Sharding(%a) {mhlo.sharding = \"{devices=[2,2]<=[2,2]T(1,0) last_tile_dim_replicate}\"} : (tensor<8xf32>) -> tensor<8xf32>\n    return %0 : tensor<8xf32>",
+    ));
+    assert!(e.starts_with("3:5:") && e.contains("device order"), "{e}");
 }
 
 #[test]
@@ -337,4 +356,13 @@ fn collectives_xthunk_cannot_express_are_refused() {
     let text = region("stablehlo.add", "f32").replace("[[0, 1, 2, 3]]", "[[0, 1, 2, 7]]");
     let e = refusal(&text);
     assert!(e.contains("id 7"), "{e}");
+}
+
+#[test]
+fn gspmds_form_splits_and_gathers_like_shardys() {
+    // Rows split 4 ways, each shard doubled plus its rank, put back in place.
+    let text = "module @m attributes {mhlo.num_partitions = 4 : i32, mhlo.num_replicas = 1 : i32} {\n  func.func public @main(%a: tensor<8x3xf32> {mhlo.sharding = \"{devices=[4,1]<=[4]}\"}) -> tensor<8x3xf32> {\n    %0 = stablehlo.custom_call @Sharding(%a) {backend_config = \"\", mhlo.sharding = \"{devices=[4,1]<=[4]}\"} : (tensor<8x3xf32>) -> tensor<8x3xf32>\n    %1 = stablehlo.custom_call @SPMDFullToShardShape(%0) {backend_config = \"\", mhlo.sharding = \"{manual}\"} : (tensor<8x3xf32>) -> tensor<2x3xf32>\n    %2 = call @body(%1) : (tensor<2x3xf32>) -> tensor<2x3xf32>\n    %3 = stablehlo.custom_call @Sharding(%2) {backend_config = \"\", mhlo.sharding = \"{manual}\"} : (tensor<2x3xf32>) -> tensor<2x3xf32>\n    %4 = stablehlo.custom_call @SPMDShardToFullShape(%3) {backend_config = \"\", mhlo.sharding = \"{devices=[4,1]<=[4]}\"} : (tensor<2x3xf32>) -> tensor<8x3xf32>\n    return %4 : tensor<8x3xf32>\n  }\n  func.func private @body(%x: tensor<2x3xf32>) -> tensor<2x3xf32> {\n    %id = stablehlo.partition_id : tensor<ui32>\n    %f = stablehlo.convert %id : (tensor<ui32>) -> tensor<f32>\n    %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<2x3xf32>\n    %d = stablehlo.add %x, %x : tensor<2x3xf32>\n    %r = stablehlo.add %d, %b : tensor<2x3xf32>\n    return %r : tensor<2x3xf32>\n  }\n}\n";
+    let x = random(24);
+    let want: Vec<f32> = (0..24).map(|i| 2.0 * x[i] + (i / 6) as f32).collect();
+    all_ranks(&run4(text, &x), &want, "GSPMD form");
 }

@@ -42,16 +42,8 @@ impl Importer<'_> {
         if let Some(items) = self.lapack(g, op, env, &target)? {
             return Ok(items);
         }
-        if matches!(
-            target.as_str(),
-            "Sharding" | "SPMDFullToShardShape" | "SPMDShardToFullShape"
-        ) {
-            return Err(ImportError::unsupported(
-                op,
-                format!(
-                    "custom_call @{target}: GSPMD's sharding form (`mhlo.sharding`) needs XLA's partitioner; lower the program with Shardy (JAX's default: `sdy.manual_computation`)"
-                ),
-            ));
+        if let Some(items) = self.gspmd_call(g, op, env, &target) {
+            return items;
         }
         let refuse = |what: String| {
             Err(ImportError::unsupported(

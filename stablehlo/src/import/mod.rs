@@ -16,6 +16,7 @@ mod batch_norm;
 mod call;
 mod collective;
 mod error;
+mod gspmd;
 mod linalg;
 mod ops;
 mod ranks;
@@ -104,6 +105,7 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
         spmd,
         in_manual: false,
         manual_seen: false,
+        gspmd_pending: vec![],
     };
     let mut arg_info = vec![];
     for (i, arg) in block.args.iter().enumerate() {
@@ -131,6 +133,7 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
             .map(|(_, v)| v);
         result_info.push(info);
     }
+    imp.gspmd_leftover()?;
     if spmd.ranks() > 1 && !imp.manual_seen {
         automatic_partitioning(m, main)?;
     }
@@ -219,6 +222,9 @@ pub(crate) struct Importer<'m> {
     in_manual: bool,
     /// A manual computation was imported.
     manual_seen: bool,
+    /// GSPMD's tiled `@Sharding` values not yet consumed by a full-to-shard (`gspmd.rs`):
+    /// the value, its sharding, and the op's position and name.
+    gspmd_pending: Vec<(Value, ranks::HloSharding, crate::ast::Pos, String)>,
 }
 
 impl Importer<'_> {

@@ -61,3 +61,15 @@ pub(crate) fn splits(a: &Attr) -> bool {
         _ => false,
     }
 }
+
+/// An `mhlo.sharding` as the importer reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum HloSharding {
+    Replicated,
+    Manual,
+    /// Tiles per dimension, and copies of each tile (`last_tile_dim_replicate`).
+    Tiled {
+        tiles: Vec<u64>,
+        copies: u64,
+    },
+}

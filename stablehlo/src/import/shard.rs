@@ -35,7 +35,7 @@ impl Mesh {
 
 /// One value's sharding: per dimension, the mesh axes (indices) it is split over, major
 /// first.
-type Sharding = Vec<Vec<usize>>;
+pub(super) type Sharding = Vec<Vec<usize>>;
 
 /// The quoted names in `text` (`"x", "y"`), refusing anything else but commas and blanks.
 fn quoted_names(text: &str) -> Option<Vec<String>> {
@@ -311,7 +311,7 @@ impl Importer<'_> {
     }
 
     /// Each mesh axis's coordinate of this rank, an i32 scalar each.
-    fn coordinates(&self, g: &mut Graph, op: &Op, mesh: &Mesh) -> R<Vec<Value>> {
+    pub(super) fn coordinates(&self, g: &mut Graph, op: &Op, mesh: &Mesh) -> R<Vec<Value>> {
         let gr = |e| ImportError::graph(op, e);
         let rank = g.rank_id().map_err(gr)?;
         let mut stride = 1u64;
@@ -363,7 +363,7 @@ fn split_dims(op: &Op, mesh: &Mesh, s: &Sharding, global: &[u64]) -> R<Vec<(u64,
 }
 
 /// This rank's shard of the global value `x`.
-fn shard_of(
+pub(super) fn shard_of(
     g: &mut Graph,
     op: &Op,
     mesh: &Mesh,
@@ -421,7 +421,7 @@ fn shard_of(
 
 /// The global value whose shards the ranks hold in `v`: every rank's shard gathered, then
 /// put in place (mesh axes the sharding does not name hold copies: the first is taken).
-fn whole_of(
+pub(super) fn whole_of(
     g: &mut Graph,
     op: &Op,
     mesh: &Mesh,
