@@ -356,6 +356,13 @@ fn collectives_xthunk_cannot_express_are_refused() {
     let text = region("stablehlo.add", "f32").replace("[[0, 1, 2, 3]]", "[[0, 1, 2, 7]]");
     let e = refusal(&text);
     assert!(e.contains("id 7"), "{e}");
+    // An all_gather's group order places the blocks: an order xthunk's groups lack.
+    let gather = "module attributes {mhlo.num_partitions = 4 : i32} {\n  func.func @main(%a: tensor<2xf32>) -> tensor<8xf32> {\n    %r = \"stablehlo.all_gather\"(%a) <{all_gather_dim = 0 : i64, channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[3, 2, 1, 0]]> : tensor<1x4xi64>, use_global_device_ids}> : (tensor<2xf32>) -> tensor<8xf32>\n    return %r : tensor<8xf32>\n  }\n}\n";
+    let e = refusal(gather);
+    assert!(
+        e.starts_with("3:5:") && e.contains("not in ascending order"),
+        "{e}"
+    );
 }
 
 #[test]
@@ -365,4 +372,51 @@ fn gspmds_form_splits_and_gathers_like_shardys() {
     let x = random(24);
     let want: Vec<f32> = (0..24).map(|i| 2.0 * x[i] + (i / 6) as f32).collect();
     all_ranks(&run4(text, &x), &want, "GSPMD form");
+}
+
+#[test]
+fn collective_broadcast_sends_the_first_members_value() {
+    // Groups [1, 0] and [3, 2]: ranks 0 and 1 get rank 1's shard, ranks 2 and 3 rank 3's.
+    let body = "      %r = \"stablehlo.collective_broadcast\"(%l) <{channel_handle = #stablehlo.channel_handle<handle = 1, type = 1>, replica_groups = dense<[[1, 0], [3, 2]]> : tensor<2x2xi64>}> : (tensor<2x3xf32>) -> tensor<2x3xf32>";
+    let text = module(
+        "\"x\"=4",
+        &manual(
+            "8x3xf32",
+            "8x3xf32",
+            "[{\"x\"}, {}]",
+            "[{\"x\"}, {}]",
+            "2x3xf32",
+            "2x3xf32",
+            body,
+        ),
+    );
+    let x = random(24);
+    let from = [1, 1, 3, 3];
+    let want: Vec<f32> = (0..4)
+        .flat_map(|r| x[from[r] * 6..from[r] * 6 + 6].to_vec())
+        .collect();
+    all_ranks(&run4(&text, &x), &want, "collective_broadcast");
+}
+
+#[test]
+fn a_replica_program_without_a_mesh_runs_per_rank() {
+    // Older pmap: 4 replicas, per-replica inputs, a cross-replica sum (no channel) and
+    // replica_id; not global (each rank its own inputs), so no split or gather.
+    let text = format!(
+        "module attributes {{mhlo.num_partitions = 1 : i32, mhlo.num_replicas = 4 : i32}} {{\n  func.func @main(%a: tensor<3xf32>) -> tensor<3xf32> {{\n    %s = \"stablehlo.all_reduce\"(%a) <{{replica_groups = dense<[[0, 1, 2, 3]]> : tensor<1x4xi64>}}> {ADD} : (tensor<3xf32>) -> tensor<3xf32>\n    %id = stablehlo.replica_id : tensor<ui32>\n    %f = stablehlo.convert %id : (tensor<ui32>) -> tensor<f32>\n    %b = stablehlo.broadcast_in_dim %f, dims = [] : (tensor<f32>) -> tensor<3xf32>\n    %r = stablehlo.multiply %s, %b : tensor<3xf32>\n    return %r : tensor<3xf32>\n  }}\n}}\n"
+    );
+    let imp = import_text(&text).unwrap();
+    assert_eq!(
+        imp.spmd,
+        Some(xthunk_stablehlo::import::SpmdInfo {
+            ranks: 4,
+            global: false
+        })
+    );
+    let x = random(3);
+    let got = run4(&text, &x);
+    for (r, g) in got.iter().enumerate() {
+        let want: Vec<f32> = x.iter().map(|v| 4.0 * v * r as f32).collect();
+        assert_eq!(*g, want, "rank {r}");
+    }
 }

@@ -73,6 +73,24 @@ fn int_matrix(imp: &Importer, op: &Op, name: &str) -> R<Vec<Vec<i64>>> {
         .collect())
 }
 
+/// `groups` with each group's ranks ascending, as xthunk's collectives take them. Where the
+/// order matters (the position in the group places a block) a group out of order is refused.
+fn ascending(op: &Op, mut groups: Vec<Vec<u32>>, order_matters: bool) -> R<Vec<Vec<u32>>> {
+    for g in &mut groups {
+        if g.is_sorted() {
+            continue;
+        }
+        if order_matters {
+            return Err(ImportError::unsupported(
+                op,
+                format!("replica group {g:?} not in ascending order (xthunk's groups are)"),
+            ));
+        }
+        g.sort_unstable();
+    }
+    Ok(groups)
+}
+
 impl Importer<'_> {
     /// The mode of `op`'s groups.
     fn mode(&self, op: &Op, global_ids: bool) -> R<Mode> {
@@ -215,7 +233,7 @@ impl Importer<'_> {
             &["replica_groups", "channel_handle", "use_global_device_ids"],
         )?;
         let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = self.rank_groups(op, mode)?;
+        let groups = ascending(op, self.rank_groups(op, mode)?, false)?;
         let red = self.reduction(op)?;
         let gr = |e| ImportError::graph(op, e);
         tensors(env, op)?
@@ -240,7 +258,7 @@ impl Importer<'_> {
             ],
         )?;
         let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = self.rank_groups(op, mode)?;
+        let groups = ascending(op, self.rank_groups(op, mode)?, true)?;
         let dim = self.dim_attr(op, "all_gather_dim")?;
         let gr = |e| ImportError::graph(op, e);
         tensors(env, op)?
@@ -266,7 +284,7 @@ impl Importer<'_> {
             ],
         )?;
         let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = self.rank_groups(op, mode)?;
+        let groups = ascending(op, self.rank_groups(op, mode)?, true)?;
         let red = self.reduction(op)?;
         let dim = self.dim_attr(op, "scatter_dimension")?;
         let x = one_operand(env, op)?;
@@ -290,7 +308,7 @@ impl Importer<'_> {
             ],
         )?;
         let mode = self.mode(op, false)?;
-        let groups = self.rank_groups(op, mode)?;
+        let groups = ascending(op, self.rank_groups(op, mode)?, true)?;
         let split = self.dim_attr(op, "split_dimension")?;
         let concat = self.dim_attr(op, "concat_dimension")?;
         let n = int_attr(op, "split_count")?;
@@ -375,9 +393,24 @@ impl Importer<'_> {
         check_attrs(op, &["replica_groups", "channel_handle"])?;
         let mode = self.mode(op, false)?;
         let groups = self.rank_groups(op, mode)?;
+        // The first member of each group sends: its position once the group is ascending,
+        // one position for every group.
+        let mut root = None;
+        for g in &groups {
+            let first = g.first().copied().unwrap_or(0);
+            let at = g.iter().filter(|r| **r < first).count() as u32;
+            if *root.get_or_insert(at) != at {
+                return Err(ImportError::unsupported(
+                    op,
+                    "groups whose first members sit at different positions once ascending",
+                ));
+            }
+        }
+        let groups = ascending(op, groups, false)?;
         let x = one_operand(env, op)?;
+        let root = root.unwrap_or(0);
         let v = g
-            .collective(CollectiveKind::Broadcast { root: 0 }, groups, x)
+            .collective(CollectiveKind::Broadcast { root }, groups, x)
             .map_err(|e| ImportError::graph(op, e))?;
         Ok(vec![Item::Tensor(v)])
     }
