@@ -306,6 +306,13 @@ fn what_needs_an_automatic_partitioner_is_refused() {
         "{e}"
     );
     assert!(e.starts_with("4:"), "{e}");
+    // A sharded op result outside a manual computation.
+    let op_sharding = "module @m attributes {mhlo.num_partitions = 4 : i32} {\n  sdy.mesh @mesh = <[\"x\"=4]>\n  func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {\n    %0 = stablehlo.add %a, %a {sdy.sharding = #sdy.sharding_per_value<[<@mesh, [{\"x\"}]>]>} : tensor<8xf32>\n    return %0 : tensor<8xf32>\n  }\n}\n";
+    let e = refusal(op_sharding);
+    assert!(
+        e.starts_with("4:5:") && e.contains("automatic partitioner"),
+        "{e}"
+    );
     // A sharding constraint outside a manual computation.
     let constraint = "module @m attributes {mhlo.num_partitions = 4 : i32} {\n  sdy.mesh @mesh = <[\"x\"=4]>\n  func.func public @main(%a: tensor<8xf32>) -> tensor<8xf32> {\n    %0 = sdy.sharding_constraint %a <@mesh, [{\"x\"}]> : tensor<8xf32>\n    return %0 : tensor<8xf32>\n  }\n}\n";
     let e = refusal(constraint);

@@ -263,6 +263,15 @@ impl Importer<'_> {
                 check_attrs(op, &[])?;
                 return op.operands.iter().map(|r| lookup(env, r, op)).collect();
             }
+            if self.spmd.ranks() > 1
+                && !self.in_manual
+                && op.attr("sdy.sharding").is_some_and(ranks::splits)
+            {
+                return Err(ImportError::unsupported(
+                    op,
+                    "a sharding on a value outside a manual computation: this needs an automatic partitioner, which xthunk does not have",
+                ));
+            }
             let items = self.op(g, op, env)?;
             if items.len() != op.result_count() {
                 return Err(ImportError::invalid(
