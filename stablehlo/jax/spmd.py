@@ -17,7 +17,8 @@ form):
 Every rank writes out/rank<R>/out<i>.npy, each the GLOBAL output (xthunk gathers the shards
 inside the program); each rank's is compared with JAX's. Inputs are fresh normal random
 values (the seed is printed); tolerances are explicit per case: the collectives that only
-move data are bit-exact, sums use a relative bound of a few ulp times the number of terms
+move data are bit-exact (so is a bf16 sum of values whose partial sums are exact), sums use
+a relative bound of a few ulp times the number of terms
 (XLA:CPU and NCCL may add in other orders), the training step one of 1e-5 relative with a
 1e-6 absolute floor. On emulated CUDA (ci/with-emulator.sh, XTHUNK_EMU_DEVICES=4) the
 collectives go through the emulator's NCCL: within one process for `devices`, across four
@@ -82,6 +83,14 @@ def train_step(p, x, y):
     return jax.tree.map(lambda a, b: a - 0.05 * b, p, g), loss
 
 
+def fsdp_step(w, x, y):
+    # Parameters sharded by rows: gathered for the forward pass, gradients reduce-scattered.
+    full = jax.lax.all_gather(w, "x", tiled=True)
+    loss, g = jax.value_and_grad(lambda p: jnp.mean((x @ p - y) ** 2))(full)
+    g = jax.lax.psum_scatter(g, "x", scatter_dimension=0, tiled=True) / N
+    return w - 0.1 * g, jax.lax.pmean(loss, "x")
+
+
 def cases(rng):
     def r(*shape):
         return rng.standard_normal(shape).astype(np.float32)
@@ -126,6 +135,17 @@ def cases(rng):
                           P("a", "b"), P("a"), mesh2()), (r(8, 6),), **sums),
         Case("mesh2d_both", sm(lambda v: jax.lax.psum(v, ("a", "b")), P(None, ("a", "b")),
                                P(), mesh2()), (r(3, 8),), **sums),
+        Case("outside_ops", jax.jit(lambda v: shard_map(
+            lambda a: jax.lax.psum(a * 2, "x"), mesh=mesh1(), in_specs=P("x"),
+            out_specs=P())(v + 1) - 3), (r(8, 6),), **sums),
+        Case("loop_psum", sm(lambda v: jax.lax.fori_loop(
+            0, 3, lambda i, a: jax.lax.psum(a, "x") * 0.25 + a, v), P("x"), P("x")),
+            (r(8, 6),), rtol=1e-5, atol=1e-6),
+        Case("fsdp_step", sm(fsdp_step, (P("x"), P("x"), P("x")), (P("x"), P())),
+             (r(16, 4) * 0.3, r(8, 16), r(8, 4)), rtol=1e-5, atol=1e-6),
+        # Multiples of 1/8 below 8 in magnitude: every partial sum of 4 is exact in bf16.
+        Case("psum_bf16", sm(lambda v: jax.lax.psum(v, "x"), P("x"), P()),
+             ((rng.integers(-63, 64, (8, 6)) / 8).astype(jnp.bfloat16),)),
         Case("pmap", jax.pmap(lambda v, w: jax.lax.psum(v * w, "i") + jax.lax.axis_index("i"),
                               axis_name="i"), (r(N, 3), r(N, 3)), **sums),
         Case("pmap_mean", jax.pmap(lambda v: (v - jax.lax.pmean(v, "i")) ** 2,
@@ -138,12 +158,17 @@ def save_inputs(leaves, folder):
     paths = []
     for i, a in enumerate(leaves):
         p = os.path.join(folder, f"arg{i}.npy")
-        np.save(p, np.asarray(a), allow_pickle=False)
+        a = np.asarray(a)
+        if a.dtype == jnp.bfloat16:  # bf16 travels as its raw bits (`<u2`)
+            a = a.view(np.uint16)
+        np.save(p, a, allow_pickle=False)
         paths.append(p)
     return paths
 
 
 def check(name, got, want, rtol, atol):
+    if want.dtype == jnp.bfloat16 and got.dtype == np.uint16:
+        got = got.view(jnp.bfloat16)
     if got.shape != want.shape or got.dtype != want.dtype:
         return f"{name}: got {got.dtype}{list(got.shape)}, want {want.dtype}{list(want.shape)}"
     if rtol == 0 and atol == 0:
