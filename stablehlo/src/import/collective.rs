@@ -353,7 +353,9 @@ impl Importer<'_> {
             perm.extend(concat + 1..=rank);
             let moved = g.transpose(got, &perm).map_err(gr)?;
             let mut joined = cut.clone();
-            joined[concat] = cut[concat] * n;
+            joined[concat] = cut[concat].checked_mul(n).ok_or_else(|| {
+                ImportError::unsupported(op, "a concatenated dimension too large")
+            })?;
             out.push(Item::Tensor(g.reshape(moved, &joined).map_err(gr)?));
         }
         Ok(out)

@@ -109,7 +109,7 @@ impl Importer<'_> {
     /// The mesh of a tiled sharding, checked against the program's ranks.
     fn tiled_mesh(&self, op: &Op, tiles: &[u64], copies: u64) -> R<(Mesh, Sharding)> {
         let (mesh, s) = mesh_of(tiles, copies);
-        let n = mesh.axes.iter().map(|a| a.1).product::<u64>();
+        let n = mesh.axes.iter().fold(1u64, |a, x| a.saturating_mul(x.1));
         if n != self.spmd.ranks() || self.spmd.replicas != 1 {
             return Err(ImportError::unsupported(
                 op,

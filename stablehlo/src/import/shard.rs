@@ -24,8 +24,9 @@ pub(crate) struct Mesh {
 }
 
 impl Mesh {
+    /// The number of devices (saturating: a mesh that large matches no program).
     fn size(&self) -> u64 {
-        self.axes.iter().map(|a| a.1).product()
+        self.axes.iter().fold(1u64, |a, x| a.saturating_mul(x.1))
     }
 
     fn axis(&self, name: &str) -> Option<usize> {
@@ -350,7 +351,9 @@ fn split_dims(op: &Op, mesh: &Mesh, s: &Sharding, global: &[u64]) -> R<Vec<(u64,
     s.iter()
         .zip(global)
         .map(|(axes, g)| {
-            let k: u64 = axes.iter().map(|a| mesh.axes[*a].1).product();
+            let k = axes
+                .iter()
+                .fold(1u64, |k, a| k.saturating_mul(mesh.axes[*a].1));
             if g % k != 0 {
                 return Err(ImportError::invalid(
                     op,
