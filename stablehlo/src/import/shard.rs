@@ -123,7 +123,9 @@ fn parse_sharding(
         .and_then(|p| p.strip_prefix('@'))
         .ok_or("an inline mesh (only `@name` meshes are supported)")?
         .to_string();
-    let mesh = mesh_of(&name).ok_or(format!("no mesh @{name}"))?;
+    let mesh = mesh_of(&name).ok_or(format!(
+        "no mesh @{name} that xthunk reads (explicit device ids are not supported)"
+    ))?;
     let dims = parts
         .get(1)
         .and_then(|d| d.strip_prefix('['))
