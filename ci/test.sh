@@ -174,6 +174,13 @@ jaxset=(stablehlo/jax/run.py --xthunk "${CARGO_TARGET_DIR:-target}/debug/xthunk"
 step jax-host "${venv}/bin/python" "${jaxset[@]}" --backend host --count 1 --programs
 step jax-emu env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend cuda,rocm --count 1 --per-op 1 --programs
 step jax-aot env XTHUNK_EMU_DEVICES=1 ci/with-emulator.sh "${venv}/bin/python" "${jaxset[@]}" --backend host,cuda,rocm --programs-only --compile sm_90,gfx90a
+# Sharded JAX programs (stablehlo/jax/spmd.py; docs/stablehlo.md "Sharded programs"): a
+# shard_map MLP training step with pmean, psum, all_gather, ppermute and a pmap program on 4
+# forced CPU devices against JAX, through `run --devices 4` and `launch -n 4 -- run`, on the
+# host and on emulated CUDA (NCCL within one process, then across four processes).
+spmdset=(stablehlo/jax/spmd.py --xthunk "${CARGO_TARGET_DIR:-target}/debug/xthunk" --cases '^(train_step|psum|all_gather|ppermute|pmap)$' --mode devices,launch)
+step jax-spmd "${venv}/bin/python" "${spmdset[@]}" --backend host
+step jax-spmd-emu env XTHUNK_EMU_DEVICES=4 ci/with-emulator.sh "${venv}/bin/python" "${spmdset[@]}" --backend cuda
 scratch="$(mktemp -d "${TMPDIR:-/tmp}/xthunk-ci.XXXXXX")"
 trap 'rm -rf "${scratch}"' EXIT
 # Release wheels are built for x86_64 (above) and aarch64: the Python package and everything it

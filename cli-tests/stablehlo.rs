@@ -282,3 +282,74 @@ fn donated_arguments_are_listed_as_aliases_and_run() {
     let stdout = ok(&["run", step, "--backend", "host"]);
     assert!(stdout.contains("output out4: f32[]"), "{stdout}");
 }
+
+#[test]
+fn a_shard_map_program_takes_and_gives_global_values_on_its_ranks() {
+    const SHARD_MAP: &str = "stablehlo/tests/fixtures/shard_map.mlir";
+    let dir = scratch("shard_map");
+    // Integers in f32: every sum exact in any order.
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(1, |d| d.as_nanos() as u64);
+    let mut state = seed | 1;
+    let x: Vec<f32> = (0..32)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state % 41) as f32 - 20.0
+        })
+        .collect();
+    let input = dir.join("x.npy");
+    write_npy(&input, &[8, 4], &x);
+    let arg = format!("arg0={}", input.display());
+    let out = dir.join("out");
+    let o = out.to_str().unwrap();
+    // The fixture (stablehlo/tests/fixtures/make.py): rank r holds rows 2r..2r+2 (a_r) and
+    // gives psum(a) + psum_scatter(all_gather(a)) = 4 a_r + all_to_all(a, 1, 1) (column i
+    // from a_i's column r) + ppermute (a_{r-1}) + r; the global result is those blocks.
+    let a = |r: usize, i: usize, j: usize| x[(2 * r + i) * 4 + j];
+    let mut want = vec![];
+    for r in 0..4 {
+        for i in 0..2 {
+            for j in 0..4 {
+                let s: f32 = (0..4).map(|q| a(q, i, j)).sum();
+                want.push(s + 4.0 * a(r, i, j) + a(j, i, r) + a((r + 3) % 4, i, j) + r as f32);
+            }
+        }
+    }
+    let args = [
+        "run",
+        SHARD_MAP,
+        "--backend",
+        "host",
+        "--devices",
+        "4",
+        "--input",
+        &arg,
+        "--output-dir",
+        o,
+    ];
+    ok(&args);
+    for r in 0..4 {
+        let got = read_npy(&out.join(format!("rank{r}")).join("out0.npy"));
+        assert_eq!(got, want, "rank {r} (seed {seed})");
+    }
+    // Random inputs: rank 0's global values on every rank, so every rank gives one result.
+    let stdout = ok(&["run", SHARD_MAP, "--backend", "host", "--devices", "4"]);
+    let hashes: Vec<&str> = stdout
+        .lines()
+        .filter(|l| l.contains("output out0"))
+        .filter_map(|l| l.split("fnv1a=").nth(1))
+        .collect();
+    assert_eq!(hashes.len(), 4, "{stdout}");
+    assert!(hashes.iter().all(|h| *h == hashes[0]), "{stdout}");
+    // Its mesh has 4 devices: any other count is a usage error naming 4.
+    let o = xthunk(&["run", SHARD_MAP, "--backend", "host", "--devices", "2"]);
+    let err = text(&o.stderr);
+    assert_eq!(o.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("a sharded program of 4 ranks") && err.contains("not 2"),
+        "{err}"
+    );
+}

@@ -8,6 +8,7 @@ use std::path::Path;
 use xthunk_core::executor::Program;
 use xthunk_core::ir::Executable;
 use xthunk_proto::ProtoError;
+pub use xthunk_stablehlo::import::SpmdInfo;
 
 /// The name [`ProtoError::Import`] gives StableHLO programs.
 const FORMAT: &str = "StableHLO";
@@ -47,7 +48,7 @@ pub fn program_from_mlir(text: &str) -> Result<Executable, ProtoError> {
 /// lowering recurses once per nested region (and the reader and importer once per nesting
 /// level): all of it runs on a thread with `xthunk_stablehlo::STACK` bytes of stack, so a
 /// program a hundred `while`/`case` levels deep loads from any caller's thread.
-fn import_mlir(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
+fn import_mlir(text: &str) -> Result<(Executable, JaxNames, Option<SpmdInfo>), ProtoError> {
     std::thread::scope(|s| {
         std::thread::Builder::new()
             .name("xthunk-import".into())
@@ -67,7 +68,7 @@ fn import_mlir(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
     })
 }
 
-fn import_mlir_here(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
+fn import_mlir_here(text: &str) -> Result<(Executable, JaxNames, Option<SpmdInfo>), ProtoError> {
     let fail = |message: String| ProtoError::Import {
         format: FORMAT,
         message,
@@ -95,7 +96,7 @@ fn import_mlir_here(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
             names.push((format!("out{i}"), info.clone()));
         }
     }
-    Ok((lowered.executable, names))
+    Ok((lowered.executable, names, imported.spmd))
 }
 
 /// JAX's own names of a StableHLO program's parameters and results: per `argN` its
@@ -103,7 +104,7 @@ fn import_mlir_here(text: &str) -> Result<(Executable, JaxNames), ProtoError> {
 /// pairs of xthunk's name and JAX's.
 pub type JaxNames = Vec<(String, String)>;
 
-fn read_mlir(path: &Path) -> Result<(Executable, JaxNames), ProtoError> {
+fn read_mlir(path: &Path) -> Result<(Executable, JaxNames, Option<SpmdInfo>), ProtoError> {
     let bytes = std::fs::read(path).map_err(|source| ProtoError::Io {
         path: path.to_path_buf(),
         source,
@@ -136,12 +137,27 @@ pub fn load_program(path: impl AsRef<Path>) -> Result<Program, ProtoError> {
     }
 }
 
+/// [`load_program`], and for a StableHLO SPMD program the ranks it runs on and whether its
+/// inputs and outputs are global values (a `shard_map` or `pmap` program: every rank takes
+/// the same global inputs and gives the same global outputs); `None` for other programs.
+pub fn load_program_spmd(
+    path: impl AsRef<Path>,
+) -> Result<(Program, Option<SpmdInfo>), ProtoError> {
+    let path = path.as_ref();
+    if is_mlir_path(path) {
+        let (exe, _, spmd) = read_mlir(path)?;
+        Ok((Program::new(exe)?, spmd))
+    } else {
+        Ok((xthunk_proto::load_program(path)?, None))
+    }
+}
+
 /// [`load_file`], with JAX's names of a StableHLO program's parameters and results (empty
 /// for other formats, or when JAX named nothing); one import.
 pub fn load_file_with_names(path: impl AsRef<Path>) -> Result<(Executable, JaxNames), ProtoError> {
     let path = path.as_ref();
     if is_mlir_path(path) {
-        read_mlir(path)
+        read_mlir(path).map(|(e, n, _)| (e, n))
     } else {
         Ok((xthunk_proto::load_file(path)?, vec![]))
     }

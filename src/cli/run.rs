@@ -118,8 +118,8 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
     let rt = Runtime::with_host_devices(args.devices.max(1) as usize);
     check_backend_name(&rt, &args.backend)?;
     xthunk::plugins::load_plugins(&args.plugins).map_err(xthunk::Error::from)?;
-    let program =
-        xthunk::load_program(&args.program).map_err(|e| CliError::program(&args.program, e))?;
+    let (program, spmd) = xthunk::program_file::load_program_spmd(&args.program)
+        .map_err(|e| CliError::program(&args.program, e))?;
     let sig = program.signature.clone();
 
     // Check every input file (name, dtype, shape) before touching a device.
@@ -151,6 +151,25 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
         Some(c) => super::job::global_ranks(c, ranks)?,
         None => 0..ranks,
     };
+    // A sharded StableHLO program (shard_map, pmap) takes the GLOBAL inputs on every rank
+    // and splits them itself: it needs exactly its ranks, and the same inputs everywhere.
+    let global = spmd.is_some_and(|i| i.global);
+    if let Some(info) = spmd.filter(|i| i.global) {
+        let world = job
+            .as_ref()
+            .map_or(ranks, |c| c.world_size.saturating_mul(ranks));
+        if u64::try_from(world).ok() != Some(info.ranks) {
+            return Err(CliError::CommandLine(format!(
+                "`{}` is a sharded program of {} ranks (its mesh); run it on {} ranks \
+                 (`run --devices {}` or `launch -n {}`), not {world}",
+                args.program.display(),
+                info.ranks,
+                info.ranks,
+                info.ranks,
+                info.ranks
+            )));
+        }
+    }
     // Where the outputs of a single-device run go, checked before any input is made.
     let plan = match (&args.output_dir, &job) {
         (Some(dir), None) if ranks == 1 => Some(outfiles::Plan::new(dir, &sig.outputs)?),
@@ -164,8 +183,10 @@ pub fn run(args: &RunArgs, out: &mut dyn Write) -> CliResult<()> {
                 Some(path) => npy::read_rank_input(p, path, rank)?,
                 None => {
                     tracing::info!(parameter = %p.name, seed = args.seed, rank, "random input");
-                    // Rank 0 gets the same values as a single-device run.
-                    let stream = (i as u64).wrapping_add((rank as u64).wrapping_mul(0x1_0000));
+                    // Rank 0 gets the same values as a single-device run; every rank gets
+                    // rank 0's global values in a sharded program.
+                    let of = if global { 0 } else { rank as u64 };
+                    let stream = (i as u64).wrapping_add(of.wrapping_mul(0x1_0000));
                     random_input(p, args.seed, stream)?
                 }
             };

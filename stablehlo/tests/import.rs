@@ -44,12 +44,13 @@ const IMPORTED: &[&str] = &[
     "compare",
     "mlp",
     "mlp_bf16",
+    "pmap",
     "random",
     "reduce",
     "scan",
     "select_clamp",
     "shapes",
-    "sharded",
+    "shard_map",
     "sort",
     "transformer",
     "unary",
@@ -81,12 +82,14 @@ const REFUSED: &[(&str, &str)] = &[
         "handwritten",
         "parameter 2 tensor<?x4xf32>: a dynamic or unranked shape",
     ),
-    ("pmap", "op `sdy.manual_computation`"),
+    (
+        "sharded",
+        "a sharding constraint outside a manual computation",
+    ),
     (
         "rare",
         "parameter 0 tensor<?x4xf32>: a dynamic or unranked shape",
     ),
-    ("shard_map", "op `sdy.manual_computation`"),
 ];
 
 #[test]

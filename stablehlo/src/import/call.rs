@@ -42,6 +42,9 @@ impl Importer<'_> {
         if let Some(items) = self.lapack(g, op, env, &target)? {
             return Ok(items);
         }
+        if let Some(items) = self.gspmd_call(g, op, env, &target) {
+            return items;
+        }
         let refuse = |what: String| {
             Err(ImportError::unsupported(
                 op,

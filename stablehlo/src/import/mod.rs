@@ -14,10 +14,14 @@
 mod alias;
 mod batch_norm;
 mod call;
+mod collective;
 mod error;
+mod gspmd;
 mod linalg;
 mod ops;
+mod ranks;
 mod regions;
+mod shard;
 mod sort;
 mod types;
 mod window;
@@ -42,6 +46,17 @@ pub struct Imported {
     /// Input–output aliases as `(output, parameter)`, from `tf.aliasing_output` and
     /// `jax.buffer_donor` (JAX's `donate_argnums`).
     pub aliases: Vec<(u32, u32)>,
+    /// For an SPMD program (`mhlo.num_replicas × mhlo.num_partitions` > 1): how many ranks
+    /// it runs on. With `global`, every rank takes the same GLOBAL inputs and gives the same
+    /// GLOBAL outputs (a manual computation splits and gathers inside the program).
+    pub spmd: Option<SpmdInfo>,
+}
+
+/// The ranks an SPMD program runs on, and whether its inputs and outputs are global values.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SpmdInfo {
+    pub ranks: u64,
+    pub global: bool,
 }
 
 /// Reads MLIR text and imports it.
@@ -81,11 +96,16 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
     let name = m.op.symbol().unwrap_or("main").to_string();
     let mut g = Graph::new(name);
     let mut env = Env::new();
+    let spmd = ranks::Spmd::of(&m.op)?;
     let mut imp = Importer {
         module: m,
         calls: vec!["main".into()],
         nesting: 0,
         free: FreeValues::new(),
+        spmd,
+        in_manual: false,
+        manual_seen: false,
+        gspmd_pending: vec![],
     };
     let mut arg_info = vec![];
     for (i, arg) in block.args.iter().enumerate() {
@@ -113,13 +133,47 @@ fn import_here(m: &Module) -> Result<Imported, ImportError> {
             .map(|(_, v)| v);
         result_info.push(info);
     }
+    imp.gspmd_leftover()?;
+    if spmd.ranks() > 1 && !imp.manual_seen {
+        automatic_partitioning(m, main)?;
+    }
     let aliases = alias::aliases(main, &g)?;
+    let spmd = (spmd.ranks() > 1).then_some(SpmdInfo {
+        ranks: spmd.ranks(),
+        global: imp.manual_seen,
+    });
     Ok(Imported {
         graph: g,
         arg_info,
         result_info,
         aliases,
+        spmd,
     })
+}
+
+/// A program of several partitions or replicas without a manual computation: refused
+/// where a sharding splits a value (`sdy.sharding` or `mhlo.sharding` on `main`'s
+/// parameters or results), since only an automatic partitioner could run it; otherwise
+/// every rank runs it whole.
+fn automatic_partitioning(m: &Module, main: &Op) -> Result<(), ImportError> {
+    let split = ["arg_attrs", "res_attrs"].iter().any(|key| {
+        let Some(Attr::Array(dicts)) = main.attr(key) else {
+            return false;
+        };
+        dicts.iter().any(|d| {
+            d.field("sdy.sharding").is_some_and(ranks::splits)
+                || d.field("mhlo.sharding")
+                    .and_then(Attr::as_str)
+                    .is_some_and(|t| t.contains("devices="))
+        })
+    });
+    if split {
+        return Err(ImportError::unsupported(
+            &m.op,
+            "sharded parameters or results outside a manual computation: this program needs an automatic partitioner (GSPMD/Shardy), which xthunk does not have; write it with shard_map or pmap",
+        ));
+    }
+    Ok(())
 }
 
 /// The entries of a function's `arg_attrs`/`res_attrs` dictionary `i`, values as text.
@@ -162,6 +216,15 @@ pub(crate) struct Importer<'m> {
     nesting: usize,
     /// The free values of the blocks walked so far (`regions::captures`).
     free: FreeValues,
+    /// The ranks the program runs on (`collective.rs`).
+    spmd: ranks::Spmd,
+    /// Inside a manual computation's body (`shard.rs`).
+    in_manual: bool,
+    /// A manual computation was imported.
+    manual_seen: bool,
+    /// GSPMD's tiled `@Sharding` values not yet consumed by a full-to-shard (`gspmd.rs`):
+    /// the value, its sharding, and the op's position and name.
+    gspmd_pending: Vec<(Value, ranks::HloSharding, crate::ast::Pos, String)>,
 }
 
 impl Importer<'_> {
@@ -193,9 +256,21 @@ impl Importer<'_> {
         env: &mut Env,
     ) -> Result<Vec<Item>, ImportError> {
         for op in &block.ops {
-            if matches!(op.name.as_str(), "func.return" | "stablehlo.return") {
+            if matches!(
+                op.name.as_str(),
+                "func.return" | "stablehlo.return" | "sdy.return"
+            ) {
                 check_attrs(op, &[])?;
                 return op.operands.iter().map(|r| lookup(env, r, op)).collect();
+            }
+            if self.spmd.ranks() > 1
+                && !self.in_manual
+                && op.attr("sdy.sharding").is_some_and(ranks::splits)
+            {
+                return Err(ImportError::unsupported(
+                    op,
+                    "a sharding on a value outside a manual computation: this needs an automatic partitioner, which xthunk does not have",
+                ));
             }
             let items = self.op(g, op, env)?;
             if items.len() != op.result_count() {

@@ -237,7 +237,11 @@ impl Importer<'_> {
             arity(op, &x, 2)?;
             return Ok(one(g.binary(*b, x[0], x[1]).map_err(gr)?));
         }
+        if let Some(r) = self.collective_op(g, op, env) {
+            return r;
+        }
         match name {
+            "sdy.manual_computation" => self.manual_computation(g, op, env),
             "func.call" => {
                 check_attrs(op, &["callee", "arg_attrs", "res_attrs", "no_inline"])?;
                 let callee = match op.attr("callee") {
@@ -298,6 +302,15 @@ impl Importer<'_> {
             // A sharding annotation: the value itself on one device (its attributes are
             // Shardy's, all ignored).
             "sdy.sharding_constraint" | "sdy.reshard" => {
+                if self.spmd.ranks() > 1
+                    && !self.in_manual
+                    && op.attr("sharding").is_some_and(super::ranks::splits)
+                {
+                    return Err(ImportError::unsupported(
+                        op,
+                        "a sharding constraint outside a manual computation: this needs an automatic partitioner, which xthunk does not have",
+                    ));
+                }
                 let x = tensors(env, op)?;
                 arity(op, &x, 1)?;
                 Ok(one(x[0]))

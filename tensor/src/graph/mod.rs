@@ -10,6 +10,7 @@
 
 mod build;
 mod build_call;
+mod build_collective;
 mod build_index;
 mod build_linalg;
 mod build_sort;

@@ -2,6 +2,7 @@
 //! rules, comparisons, dot dimension numbers, and [`Op`], one node's operation.
 
 use super::Graph;
+pub use xthunk_core::ir::ReduceOp;
 use xthunk_core::ir::{Attributes, DType};
 
 /// Which family an element type belongs to, for the ops' type rules.
@@ -397,6 +398,54 @@ pub enum Op {
     },
     /// A call of a registered handler: `operands…` → the results.
     CustomCall(Box<CustomCall>),
+    /// A collective among the ranks of an SPMD program (`build_collective.rs`).
+    Collective(Box<Collective>),
+}
+
+/// A collective's kind. The block-wise ones (`AllGather`, `ReduceScatter`, `AllToAll`) work
+/// on the leading dimension, as the IR's collectives work on the flat buffer; an importer
+/// moves another dimension to the front with transposes.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CollectiveKind {
+    /// The operand reduced over the group (same type).
+    AllReduce(ReduceOp),
+    /// The group's operands joined along dimension 0, in group order.
+    AllGather,
+    /// The operand's dimension 0 cut into group-size blocks; block `i` reduced over the
+    /// group goes to the group's member `i`.
+    ReduceScatter(ReduceOp),
+    /// Dimension 0 holds group-size blocks: block `j` goes to member `j`, and block `i` of
+    /// the result comes from member `i` (same type).
+    AllToAll,
+    /// The value of the group's member at position `root` (same type).
+    Broadcast { root: u32 },
+    /// Every rank sends its operand to the rank the `(source, target)` pairs map it to; a
+    /// rank no one sends to gets zeros (same type).
+    Permute { pairs: Vec<(u32, u32)> },
+    /// No operand: this device's global rank, an i32 scalar.
+    RankId,
+}
+
+impl CollectiveKind {
+    /// StableHLO's name of the op (`rank_id` for the rank).
+    pub fn name(&self) -> &'static str {
+        match self {
+            CollectiveKind::AllReduce(_) => "all_reduce",
+            CollectiveKind::AllGather => "all_gather",
+            CollectiveKind::ReduceScatter(_) => "reduce_scatter",
+            CollectiveKind::AllToAll => "all_to_all",
+            CollectiveKind::Broadcast { .. } => "collective_broadcast",
+            CollectiveKind::Permute { .. } => "collective_permute",
+            CollectiveKind::RankId => "rank_id",
+        }
+    }
+}
+
+/// A collective: its kind and its replica groups (global ranks; explicit, equal sizes).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Collective {
+    pub kind: CollectiveKind,
+    pub groups: Vec<Vec<u32>>,
 }
 
 /// A `custom_call`'s target and what it passes besides the buffers.
@@ -451,6 +500,7 @@ impl Op {
             Op::While { .. } => "while",
             Op::Case { .. } => "case",
             Op::CustomCall(_) => "custom_call",
+            Op::Collective(c) => c.kind.name(),
         }
     }
 }

@@ -35,6 +35,7 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
         | Op::Reduce { .. }
         | Op::While { .. }
         | Op::Case { .. }
+        | Op::Collective(_)
         | Op::CustomCall(_) => false,
         Op::Constant { .. } => g.ty(node.results[0]).elements() == 1,
         _ => true,

@@ -4,11 +4,13 @@
 //! (`fusion.rs` decides, `emit.rs` writes), reductions fuse their producers (`reduce.rs`),
 //! `sort` is a kernel sorting rows (`sort.rs`), dots become `Gemm` thunks or a generated
 //! kernel (`dot.rs`), `while` and `case` the IR's control-flow thunks (`control.rs`),
-//! `custom_call` a `CustomCall` thunk (`call.rs`). The kernels form one portable source
+//! `custom_call` a `CustomCall` thunk (`call.rs`), collectives the IR's collective thunks
+//! (`collective.rs`). The kernels form one portable source
 //! module, `tensor`, that starts with `prelude.rs`'s helpers; identical kernels are generated
 //! once.
 
 mod call;
+mod collective;
 mod control;
 mod dot;
 mod emit;
@@ -337,6 +339,7 @@ impl Lowerer {
                 | Op::TriangularSolve { .. }
                 | Op::RngBitGenerator { .. }
                 | Op::Rng { .. }
+                | Op::Collective(_)
                 | Op::CustomCall(_) => {
                     let dests: Vec<Slice> = node
                         .results
@@ -368,6 +371,9 @@ impl Lowerer {
                         }
                         Op::CustomCall(call) => {
                             self.custom_call(&s, node, call, &dests, &mut out)?;
+                        }
+                        Op::Collective(c) => {
+                            self.collective(&s, node, c, dests[0], &mut out)?;
                         }
                         Op::RngBitGenerator { algorithm } => {
                             self.rng_bit_generator(&s, node, *algorithm, &dests, &mut out)?;
