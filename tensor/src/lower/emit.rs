@@ -63,9 +63,9 @@ pub(crate) fn linear(idx: &[String], dims: &[u64]) -> String {
     super::index::linear(idx, dims)
 }
 
-/// [`linear`] as an element offset (a buffer's subscript).
+/// [`linear`] as an element offset (a buffer's subscript): the same expression.
 pub(crate) fn offset(idx: &[String], dims: &[u64]) -> String {
-    super::index::offset(idx, dims)
+    super::index::linear(idx, dims)
 }
 
 impl KernelText {

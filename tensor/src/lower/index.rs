@@ -13,7 +13,9 @@
 //! The expressions are C text: the forms this module writes are the forms it reads back
 //! ([`Terms::parse`]), so an index passed through several ops keeps its structure. A digit is
 //! a plain identifier, `(b / dLL)` or `((b / dLL) % mLL)`; a sum is `(t + t + …)` with each
-//! `t` a digit, optionally `* sLL`.
+//! `t` a digit, optionally `* sLL`, and a digit without a modulus whose range is known wrapped
+//! as `xh_r(digit, rangeLL)` (the prelude's identity function: the range costs nothing at run
+//! time, and the sum read back knows it).
 
 /// `(base / div) % modulus` (no modulus: the quotient itself).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -67,6 +69,18 @@ impl Digit {
     }
 }
 
+/// A digit and its range: `xh_r(digit, rLL)`, or a digit (its modulus as its range).
+fn parse_ranged(s: &str) -> Option<(Digit, Option<u64>)> {
+    if let Some(inner) = s.strip_prefix("xh_r(").and_then(|r| r.strip_suffix("LL)")) {
+        let (d, r) = inner.rsplit_once(", ")?;
+        let digit = Digit::parse(d)?;
+        return Some((digit, Some(r.parse().ok()?)));
+    }
+    let digit = Digit::parse(s)?;
+    let range = digit.modulus;
+    Some((digit, range))
+}
+
 fn is_ident(s: &str) -> bool {
     let mut c = s.chars();
     c.next()
@@ -92,10 +106,9 @@ impl Terms {
         if s == "0LL" {
             return Some(Terms(vec![]));
         }
-        if let Some(d) = Digit::parse(s) {
-            let range = d.modulus;
+        if let Some((digit, range)) = parse_ranged(s) {
             return Some(Terms(vec![Term {
-                digit: d,
+                digit,
                 stride: 1,
                 range,
             }]));
@@ -109,8 +122,7 @@ impl Terms {
                 }
                 _ => (t, 1),
             };
-            let digit = Digit::parse(d)?;
-            let range = digit.modulus;
+            let (digit, range) = parse_ranged(d)?;
             terms.push(Term {
                 digit,
                 stride,
@@ -120,10 +132,9 @@ impl Terms {
         Some(Terms(terms))
     }
 
-    /// The C expression; `annotate`: a term of a sum carries its range as its modulus, so
-    /// that the sum read back knows it (the same value: the digit is below it), at the cost
-    /// of a modulo where the expression is used as it is (an offset does not need it).
-    fn render(&self, annotate: bool) -> String {
+    /// The C expression (a digit without a modulus whose range is known is wrapped in
+    /// `xh_r` inside a sum, so that the sum read back knows its range).
+    fn render(&self) -> String {
         match self.0.as_slice() {
             [] => "0LL".into(),
             [t] if t.stride == 1 => t.digit.render(),
@@ -131,14 +142,14 @@ impl Terms {
                 let parts: Vec<String> = ts
                     .iter()
                     .map(|t| {
-                        let mut d = t.digit.clone();
-                        if annotate && d.modulus.is_none() {
-                            d.modulus = t.range;
-                        }
+                        let d = match (t.digit.modulus, t.range) {
+                            (None, Some(r)) => format!("xh_r({}, {r}LL)", t.digit.render()),
+                            _ => t.digit.render(),
+                        };
                         if t.stride == 1 {
-                            d.render()
+                            d
                         } else {
-                            format!("{} * {}LL", d.render(), t.stride)
+                            format!("{d} * {}LL", t.stride)
                         }
                     })
                     .collect();
@@ -262,18 +273,10 @@ pub(crate) fn linear(idx: &[String], dims: &[u64]) -> String {
     if idx.is_empty() {
         return "0".into();
     }
-    structured_linear(idx, dims, true).unwrap_or_else(|| plain_linear(idx, dims))
+    structured_linear(idx, dims).unwrap_or_else(|| plain_linear(idx, dims))
 }
 
-/// [`linear`] for use as an element offset (not read back: no range annotations).
-pub(crate) fn offset(idx: &[String], dims: &[u64]) -> String {
-    if idx.is_empty() {
-        return "0".into();
-    }
-    structured_linear(idx, dims, false).unwrap_or_else(|| plain_linear(idx, dims))
-}
-
-fn structured_linear(idx: &[String], dims: &[u64], annotate: bool) -> Option<String> {
+fn structured_linear(idx: &[String], dims: &[u64]) -> Option<String> {
     let mut all = vec![];
     let mut stride = 1u64;
     for (e, &d) in idx.iter().zip(dims).rev() {
@@ -289,7 +292,7 @@ fn structured_linear(idx: &[String], dims: &[u64], annotate: bool) -> Option<Str
         }
         stride = stride.checked_mul(d)?;
     }
-    Some(Terms(all).normalize().render(annotate))
+    Some(Terms(all).normalize().render())
 }
 
 fn plain_linear(idx: &[String], dims: &[u64]) -> String {
@@ -367,7 +370,7 @@ fn window(terms: &Terms, lo: u64, hi: Option<u64>) -> Option<String> {
         x.stride /= lo;
         inside.push(x);
     }
-    Some(Terms(inside).normalize().render(true))
+    Some(Terms(inside).normalize().render())
 }
 
 #[cfg(test)]
@@ -434,6 +437,19 @@ mod tests {
     fn atom(t: &[String], p: &mut usize, vars: &[(&str, i64)]) -> i64 {
         let tok = t[*p].clone();
         *p += 1;
+        if tok == "xh_r" {
+            // The prelude's identity on an index with its range.
+            assert_eq!(t[*p], "(");
+            *p += 1;
+            let v = sum(t, p, vars);
+            assert_eq!(t[*p], ",");
+            *p += 1;
+            let r = sum(t, p, vars);
+            assert_eq!(t[*p], ")");
+            *p += 1;
+            assert!((0..r).contains(&v), "xh_r({v}, {r}): out of range");
+            return v;
+        }
         if tok == "(" {
             let v = sum(t, p, vars);
             assert_eq!(t[*p], ")");

@@ -355,4 +355,7 @@ __device__ inline float xh_next_h(float x, float y) { return xh_next16(x, y, fal
 __device__ inline float xh_next_b(float x, float y) { return xh_next16(x, y, true); }
 // Clamps a dynamic start index into [0, hi].
 __device__ inline long long xh_clampi(long long v, long long hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+// An index `v` known to be below `range`: `v` itself (the range is for the index arithmetic of
+// the lowering, which reads it back from the text; see lower/index.rs).
+__device__ inline long long xh_r(long long v, long long range) { (void)range; return v; }
 "#;
