@@ -149,9 +149,10 @@ python_package() {
     if [ ! -x "${venv}/bin/python" ]; then
         python3 -m venv "${venv}"
     fi
-    # jax and jaxlib (CPU): the reference of the StableHLO tests (stablehlo/jax/).
-    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib, scipy, mpmath" 2>/dev/null; then
-        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib scipy mpmath
+    # jax and jaxlib (CPU): the reference of the StableHLO tests (stablehlo/jax/); flatbuffers
+    # for jax.export's serializer (the portable-artifact tests).
+    if ! "${venv}/bin/python" -c "import maturin, numpy, pytest, ml_dtypes, jax, jaxlib, scipy, mpmath, flatbuffers" 2>/dev/null; then
+        "${venv}/bin/python" -m pip install --quiet --disable-pip-version-check maturin numpy pytest ml_dtypes jax jaxlib scipy mpmath flatbuffers
     fi
     # A release build, as `pip install .` makes it: the Python tests below run on what users get.
     VIRTUAL_ENV="${venv}" PATH="${venv}/bin:${PATH}" maturin develop --release --quiet
@@ -164,6 +165,9 @@ step pytest env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/b
 step py-emu env XTHUNK_EMU_DEVICES=4 XTHUNK_PY_REQUIRE_EMULATOR=1 ci/with-emulator.sh "${venv}/bin/python" -m pytest -q python/tests/test_emulated.py python/tests/test_jax.py::test_program_emulated
 # The StableHLO test set's comparison (bit-exact, ULP and relative bounds) checked on its own.
 step jax-compare "${venv}/bin/python" -m pytest -q stablehlo/jax/test_compare.py
+# Portable artifacts: programs exported with jax.export run from their bytes (the serialized
+# Exported and the bare VHLO bytecode) through the CLI and Python, against JAX and the text.
+step jax-portable env XTHUNK_CLI="${CARGO_TARGET_DIR:-target}/debug/xthunk" "${venv}/bin/python" -m pytest -q stablehlo/jax/test_portable.py
 # StableHLO through xthunk against JAX's CPU results (stablehlo/jax/README.md): one random case
 # per op and type plus the user programs on the host; one random case per op (any type) plus
 # the programs on emulated CUDA and ROCm (each case lowered by JAX once, run on both); the

@@ -2,7 +2,7 @@
 //! programs from bytes of either encoding (as a verified [`Program`] too), the checks of a caller's array against a signature
 //! entry, the clique provider of an SPMD run, and an error's cause chain as text.
 
-use crate::program_file::{looks_like_mlir, program_from_mlir};
+use crate::program_file::{is_portable, looks_like_mlir, program_from_mlir, program_from_portable};
 use crate::{Backend, BackendChoice, Device, Error, Result, Runtime};
 use std::sync::Arc;
 use xthunk_core::collectives::{CliqueProvider, Timeouts, UnavailableCliques};
@@ -19,12 +19,16 @@ pub fn backend_choice(name: &str) -> BackendChoice {
     }
 }
 
-/// Decodes, converts and validates a program given as bytes of either encoding, or StableHLO
-/// text (told by [`looks_like_mlir`], imported): the text
+/// Decodes, converts and validates a program given as bytes of either encoding, StableHLO
+/// text (told by [`looks_like_mlir`], imported) or a StableHLO portable artifact (VHLO
+/// bytecode or `jax.export`'s serialized bytes, told by [`is_portable`]): the text
 /// format when the bytes are UTF-8 text that parses as one, the binary format otherwise.
 /// When neither works, the error is the binary decoder's for non-text bytes and the text
 /// parser's for text (a `.txtpb` with a typo should be told where the typo is).
 pub fn program_from_bytes(bytes: &[u8]) -> Result<Executable, ProtoError> {
+    if is_portable(bytes) {
+        return program_from_portable(bytes);
+    }
     match std::str::from_utf8(bytes) {
         Ok(text) if looks_like_mlir(text) => program_from_mlir(text),
         Ok(text) if looks_like_text(text) => xthunk_proto::parse_text(text),
@@ -34,6 +38,9 @@ pub fn program_from_bytes(bytes: &[u8]) -> Result<Executable, ProtoError> {
 
 /// [`program_from_bytes`] as a [`Program`], what the executor loads (verified once, here).
 pub fn load_program_bytes(bytes: &[u8]) -> Result<Program, ProtoError> {
+    if is_portable(bytes) {
+        return Ok(Program::new(program_from_portable(bytes)?)?);
+    }
     match std::str::from_utf8(bytes) {
         Ok(text) if looks_like_mlir(text) => Ok(Program::new(program_from_mlir(text)?)?),
         Ok(text) if looks_like_text(text) => xthunk_proto::parse_program(text),

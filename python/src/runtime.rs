@@ -70,9 +70,11 @@ impl Runtime {
         })
     }
 
-    /// Loads a program onto device `device`: a path (`.txtpb` / `.pb` / `.mlir`), the bytes of
-    /// a program in either encoding or of StableHLO text, StableHLO text as a `str`, or a
-    /// `Program` from `ProgramBuilder.build()`.
+    /// Loads a program onto device `device`: a path (`.txtpb` / `.pb` / `.mlir`, or a StableHLO
+    /// portable artifact by content), the bytes of a program in either encoding, of StableHLO
+    /// text or of a portable artifact (`jax.export`'s `serialize()`, or its
+    /// `mlir_module_serialized`), StableHLO text as a `str`, or a `Program` from
+    /// `ProgramBuilder.build()`.
     #[pyo3(signature = (program, device = 0))]
     fn load(
         slf: &Bound<'_, Self>,

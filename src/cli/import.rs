@@ -24,9 +24,10 @@ pub struct ImportArgs {
 
 /// Imports `program` and writes it to `output` (compiled for the targets, if any).
 pub fn import(args: &ImportArgs, out: &mut dyn Write) -> CliResult<()> {
-    if !xthunk::program_file::is_mlir_path(&args.program) {
+    if !xthunk::program_file::is_stablehlo_file(&args.program) {
         return Err(CliError::CommandLine(format!(
-            "{}: `import` reads StableHLO text (.mlir); other programs: `convert`",
+            "{}: `import` reads StableHLO (text .mlir, or a portable artifact: VHLO bytecode \
+             or jax.export's serialized bytes); other programs: `convert`",
             args.program.display()
         )));
     }

@@ -13,7 +13,9 @@ use xthunk::ir::{AllocationKind, Executable, Thunk, ThunkPath};
 /// `xthunk inspect` as parsed (its command-line arguments).
 #[derive(Debug, clap::Args)]
 pub struct InspectArgs {
-    /// The program file (.txtpb, .pb, or .mlir: StableHLO, JAX's names listed too).
+    /// The program file (.txtpb, .pb, or StableHLO: .mlir text or a portable artifact —
+    /// VHLO bytecode or jax.export's serialized bytes, told by content —, JAX's names listed
+    /// too).
     pub program: PathBuf,
     /// A custom-call plugin whose handlers' traits the listing shows (repeatable; with
     /// `XTHUNK_PLUGINS`).
@@ -28,6 +30,9 @@ pub fn inspect(args: &InspectArgs, out: &mut dyn std::io::Write) -> CliResult<()
     let (exe, names) = xthunk::program_file::load_file_with_names(program)
         .map_err(|e| CliError::program(program, e))?;
     out.write_all(listing(&exe).as_bytes())?;
+    if let Some(d) = xthunk::program_file::portable_description(program) {
+        out.write_all(format!("\n{d}\n").as_bytes())?;
+    }
     if !names.is_empty() {
         let mut s = String::from("\nJAX names:\n");
         for (ours, theirs) in names {

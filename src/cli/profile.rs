@@ -18,7 +18,8 @@ use xthunk::{ExecuteOptions, Runtime};
 /// `xthunk profile` as parsed.
 #[derive(Debug, clap::Args)]
 pub struct ProfileArgs {
-    /// The program file (.txtpb text or .pb binary).
+    /// The program file (.txtpb text or .pb binary; StableHLO: .mlir text, or a portable
+    /// artifact — VHLO bytecode or jax.export's serialized bytes — told by content).
     pub program: PathBuf,
     /// auto (cuda, then rocm, then host), or a backend name (host, cuda, rocm).
     #[arg(long, default_value = "auto")]

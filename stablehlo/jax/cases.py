@@ -144,6 +144,16 @@ def lower(case: Case, args=None) -> str:
     return text
 
 
+def export_bytes(case: Case) -> bytes:
+    """`jax.export`'s serialization of case.fn for the case's argument shapes (needs the
+    `flatbuffers` package): a StableHLO portable artifact."""
+    from jax import export
+
+    specs = jax.tree_util.tree_map(
+        lambda a: jax.ShapeDtypeStruct(np.shape(a), np.asarray(a).dtype), call_args(case, case.args))
+    return bytes(export.export(jax.jit(case.fn, keep_unused=True))(*specs).serialize())
+
+
 def widen(a):
     a = np.asarray(a)
     if a.dtype in (V.DTYPES["f16"], V.DTYPES["bf16"], V.DTYPES["f32"]):

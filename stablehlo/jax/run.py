@@ -69,10 +69,12 @@ class CliAdapter:
     IMAGE = {"cuda": ("sm_", "image=cubin({})"), "rocm": ("gfx", "image=hsaco({})")}
 
     def __init__(self, xthunk: str, backend: str, unsupported: str, timeout: float,
-                 compile_targets=None):
+                 compile_targets=None, portable=False):
         self.xthunk, self.backend = xthunk, backend
         self.targets = list(compile_targets or [])
-        self.name = f"cli-{backend}" + ("-aot" if self.targets else "")
+        self.portable = portable
+        self.name = (f"cli-{backend}" + ("-aot" if self.targets else "")
+                     + ("-portable" if portable else ""))
         self.unsupported = re.compile(unsupported)
         self.timeout = timeout
 
@@ -95,6 +97,11 @@ class CliAdapter:
         prog = os.path.join(workdir, "case.mlir")
         with open(prog, "w") as f:
             f.write(text)
+        if self.portable and case.fn is not None and case.text is None and case.patch is None:
+            # jax.export's serialized bytes (a StableHLO portable artifact) in place of the text.
+            prog = os.path.join(workdir, "case.jaxexport")
+            with open(prog, "wb") as f:
+                f.write(C.export_bytes(case))
         env = None
         if self.targets:
             pb = os.path.join(workdir, "case.pb")
@@ -356,6 +363,9 @@ def main(argv=None) -> int:
     p.add_argument("--compile", metavar="TARGETS", type=lambda t: [x for x in t.split(",") if x],
                    help="compile each module ahead of time for these targets (sm_90,gfx90a)\n"
                         "into one .pb and run that; a GPU backend must load its image")
+    p.add_argument("--portable", action="store_true",
+                   help="run jax.export's serialized bytes (VHLO bytecode) instead of the text, "
+                        "where the case is a JAX function (not a patched or written text)")
     p.add_argument("--keep", help="keep every case's folder (module, inputs, outputs) here")
     p.add_argument("--allow-unsupported", action="store_true")
     p.add_argument("--unsupported-pattern", default=r"(?i)unsupported")
@@ -378,7 +388,8 @@ def main(argv=None) -> int:
     elif a.via == "jit":
         adapters = [JitAdapter(b, a.unsupported_pattern) for b in a.backend]
     else:
-        adapters = [CliAdapter(a.xthunk, b, a.unsupported_pattern, a.timeout, a.compile)
+        adapters = [CliAdapter(a.xthunk, b, a.unsupported_pattern, a.timeout, a.compile,
+                               a.portable)
                     for b in a.backend]
     keep = a.keep
     tmp = None

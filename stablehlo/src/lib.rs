@@ -30,6 +30,7 @@
 
 pub mod ast;
 mod attrs;
+pub mod bytecode;
 pub mod canon;
 mod cursor;
 pub mod dense;
@@ -37,12 +38,15 @@ mod display;
 pub mod error;
 mod func;
 pub mod import;
+pub mod jax_export;
 mod ops;
 mod pretty;
 mod pretty_regions;
 mod stack;
 pub mod types;
 mod values;
+pub mod vhlo;
+mod vhlo_ops;
 
 pub use ast::{
     Attr, Block, BlockArg, Dim, ElementType, Location, Module, Op, Pos, Region, Type, ValueRef,

@@ -10,6 +10,9 @@ pub enum ImportError {
     /// The text could not be read.
     #[error(transparent)]
     Parse(#[from] ParseError),
+    /// A portable artifact (MLIR bytecode, a `jax.export` file) could not be read.
+    #[error(transparent)]
+    Bytecode(#[from] crate::bytecode::BytecodeError),
     /// An op, attribute or type outside what xthunk supports.
     #[error("{pos}: unsupported: {what} (in {op})")]
     Unsupported { what: String, pos: Pos, op: String },
@@ -51,6 +54,7 @@ impl ImportError {
     pub fn pos(&self) -> Pos {
         match self {
             ImportError::Parse(e) => e.pos(),
+            ImportError::Bytecode(_) => Pos::default(),
             ImportError::Unsupported { pos, .. } | ImportError::Invalid { pos, .. } => *pos,
         }
     }

@@ -64,6 +64,23 @@ pub fn import_text(text: &str) -> Result<Imported, ImportError> {
     import(&crate::parse(text)?)
 }
 
+/// Reads and imports a StableHLO portable artifact: MLIR bytecode of the VHLO dialect, or a
+/// whole `jax.export` serialization holding one ([`crate::jax_export`]).
+pub fn import_portable(bytes: &[u8]) -> Result<Imported, ImportError> {
+    let read = || {
+        if crate::bytecode::is_bytecode(bytes) {
+            crate::vhlo::read(bytes)
+        } else {
+            crate::vhlo::read(crate::jax_export::read(bytes)?.module)
+        }
+    };
+    // The reader recurses once per nesting level: on a thread with the importer's stack.
+    let module = crate::stack::on_big_stack("bytecode", read).unwrap_or_else(|message| {
+        Err(crate::bytecode::BytecodeError::Unsupported { what: message })
+    })?;
+    import(&module)
+}
+
 /// A value of the program being imported: a tensor, or a tuple resolved at import.
 #[derive(Clone, Debug)]
 pub(crate) enum Item {
