@@ -119,9 +119,16 @@ impl KernelText {
         name
     }
 
-    /// The name of the input buffer `slice` (one parameter per distinct slice).
+    /// The name of the input buffer `slice` read as `dtype` (one parameter per distinct slice
+    /// and type).
     pub fn input(&mut self, slice: Slice, dtype: DType) -> String {
-        let i = match self.inputs.iter().position(|(s, _)| *s == slice) {
+        // By slice and type: a buffer read as two types (a value and its `bitcast_convert`,
+        // which shares the buffer) is two typed parameters, never one read as the other.
+        let i = match self
+            .inputs
+            .iter()
+            .position(|&(s, d)| s == slice && d == dtype)
+        {
             Some(i) => i,
             None => {
                 self.inputs.push((slice, dtype));

@@ -5,7 +5,7 @@
 use crate::check_exact as check;
 use crate::data::{Arr, random};
 use xthunk_core::ir::DType;
-use xthunk_tensor::graph::{BinaryOp, Graph, UnaryOp, Value};
+use xthunk_tensor::graph::{BinaryOp, CompareDirection, CompareType, Graph, UnaryOp, Value};
 
 fn int_const(g: &mut Graph, v: i32) -> Value {
     g.constant(DType::I32, &[], v.to_le_bytes().to_vec())
@@ -202,4 +202,42 @@ fn fused_bitcasts_reinterpret_bits() {
         .collect();
     let low = check(&g, &inputs);
     assert_eq!(low.launches, 8);
+}
+
+/// A parameter read both as itself and through `bitcast_convert` in one fused kernel: the
+/// bitcast shares the parameter's buffer, and the kernel reads it once per type (a buffer
+/// read as the other type converted the value instead of its bits; found by a
+/// `chlo.next_after` decomposition in a jax.export artifact).
+#[test]
+fn a_buffer_read_as_two_types_in_one_kernel() {
+    let mut g = Graph::new("two_types");
+    for (k, (from, to)) in [
+        (DType::F32, DType::I32),
+        (DType::F64, DType::U64),
+        (DType::F16, DType::I16),
+        (DType::U8, DType::I8),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let x = g.parameter(&format!("x{k}"), from, &[29]).unwrap();
+        let bits = g.bitcast_convert(x, to).unwrap();
+        // The value itself in the same kernel: select(x == x, bits, bits ^ bits).
+        let kind = match from {
+            DType::U8 => CompareType::Unsigned,
+            _ => CompareType::Float,
+        };
+        let eq = g.compare(CompareDirection::Eq, kind, x, x).unwrap();
+        let zero = g.binary(BinaryOp::Xor, bits, bits).unwrap();
+        let r = g.select(eq, bits, zero).unwrap();
+        g.result(&format!("{from}_as_{to}"), r).unwrap();
+    }
+    let inputs: Vec<Arr> = g
+        .params()
+        .iter()
+        .enumerate()
+        .map(|(k, p)| random(g.ty(*p).dtype, &[29], 300 + k as u64))
+        .collect();
+    let low = check(&g, &inputs);
+    assert_eq!(low.launches, 4);
 }
