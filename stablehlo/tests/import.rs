@@ -792,7 +792,7 @@ fn the_excluded_op_classes_are_refused_naming_why() {
         ),
         (
             "    %e = stablehlo.einsum %a, %a, config = \"i,i->i\" : (tensor<4xf32>, tensor<4xf32>) -> tensor<4xf32>",
-            "deprecated in StableHLO",
+            "outside the StableHLO specification",
         ),
     ];
     for (body, want) in cases {

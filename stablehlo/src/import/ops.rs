@@ -661,8 +661,8 @@ impl Importer<'_> {
             | "stablehlo.trace" => Err(ImportError::unsupported(
                 op,
                 format!(
-                    "op `{name}`: deprecated in StableHLO and not emitted by JAX (its replacement: \
-                     dot_general, gather or all_reduce)"
+                    "op `{name}`: outside the StableHLO specification (its \"Not in HLO\" ops, \
+                     which JAX does not emit; use dot_general, gather or all_reduce)"
                 ),
             )),
             _ => Err(ImportError::unsupported(op, format!("op `{name}`"))),
