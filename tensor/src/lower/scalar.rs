@@ -21,6 +21,10 @@ pub fn storage(d: DType) -> &'static str {
         DType::U16 => "unsigned short",
         DType::U32 => "unsigned int",
         DType::U64 => "unsigned long long",
+        DType::C64 => "xt_c64",
+        DType::C128 => "xt_c128",
+        DType::F8E4M3FN => "xt_f8e4m3fn",
+        DType::F8E5M2 => "xt_f8e5m2",
     }
 }
 
@@ -64,7 +68,8 @@ pub fn round(d: DType, e: String) -> String {
 /// The literal of one element given by its little-endian bytes.
 pub fn literal(d: DType, b: &[u8]) -> String {
     let mut le = [0u8; 8];
-    le[..b.len()].copy_from_slice(b);
+    let n = b.len().min(8);
+    le[..n].copy_from_slice(&b[..n]);
     let u = u64::from_le_bytes(le);
     match d {
         DType::Pred => (if u != 0 { "true" } else { "false" }).into(),
@@ -80,6 +85,22 @@ pub fn literal(d: DType, b: &[u8]) -> String {
         DType::U16 => format!("(unsigned short){u}"),
         DType::U32 => format!("0x{:x}u", u as u32),
         DType::U64 => format!("0x{u:x}ull"),
+        DType::F8E4M3FN => format!("xt_f8e4m3fn_to_f32((unsigned char)0x{u:x})"),
+        DType::F8E5M2 => format!("xt_f8e5m2_to_f32((unsigned char)0x{u:x})"),
+        DType::C64 | DType::C128 => {
+            // Two parts, real first.
+            let (part, half) = match d {
+                DType::C64 => (DType::F32, 4),
+                _ => (DType::F64, 8),
+            };
+            let (re, im) = b.split_at(half.min(b.len()));
+            format!(
+                "{}({}, {})",
+                compute(d),
+                literal(part, re),
+                literal(part, im)
+            )
+        }
     }
 }
 
