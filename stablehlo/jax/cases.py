@@ -574,6 +574,7 @@ GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_powe
 
 def all_ops() -> list:
     import cases_chlo
+    import cases_complex
     import cases_ctrl
     import cases_linalg
     import cases_norm
@@ -584,6 +585,7 @@ def all_ops() -> list:
 
     ops = dict(GENERATORS)
     ops.update(cases_chlo.GENERATORS)
+    ops.update(cases_complex.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)

@@ -154,6 +154,27 @@ def normalize(got: np.ndarray, want_dtype) -> np.ndarray:
     return got
 
 
+def _compare_complex(got, want, tol, alts, mag) -> Optional[Mismatch]:
+    """Complex: the real and the imaginary parts each under tol; a relative bound is taken
+    against the complex magnitude |want| (so a part that cancels to near zero is held to the
+    accuracy of the whole value, as a complex result is)."""
+    if isinstance(tol, Rel) and mag is None:
+        # Where |want| is not finite the finite parts must match exactly.
+        with np.errstate(all="ignore"):
+            m = np.abs(want).astype(np.float64)
+        mag = np.where(np.isfinite(m), m, 0.0)
+    for part, name in ((np.real, "real"), (np.imag, "imag")):
+        m = compare(np.ascontiguousarray(part(got)), np.ascontiguousarray(part(want)), tol,
+                    [np.ascontiguousarray(part(np.asarray(a))) for a in alts
+                     if np.asarray(a).dtype == want.dtype and np.asarray(a).shape == want.shape],
+                    mag)
+        if m is not None:
+            m.reason = f"{name} part: {m.reason}"
+            m.got, m.want = got[m.index] if m.index else got, want[m.index] if m.index else want
+            return m
+    return None
+
+
 def compare(
     got: np.ndarray,
     want: np.ndarray,
@@ -168,6 +189,8 @@ def compare(
         return Mismatch((), str(got.dtype), str(want.dtype), "dtype")
     if got.shape != want.shape:
         return Mismatch((), got.shape, want.shape, "shape")
+    if np.iscomplexobj(want):
+        return _compare_complex(got, want, tol, alts, mag)
     ok = _matches(got, want, tol, mag)
     for alt in alts:
         if ok.all():

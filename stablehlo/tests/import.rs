@@ -40,6 +40,7 @@ const IMPORTED: &[&str] = &[
     "ffi",
     "gather_scatter",
     "linalg",
+    "binary",
     "binary_int",
     "compare",
     "mlp",
@@ -59,10 +60,9 @@ const IMPORTED: &[&str] = &[
 ];
 
 const REFUSED: &[(&str, &str)] = &[
-    ("binary", "op `stablehlo.complex`"),
     (
         "constants",
-        "result 0 tensor<2xcomplex<f32>>: element type complex<f32>",
+        "result 0 tensor<4xf8E4M3FN>: element type f8E4M3FN",
     ),
     (
         "convert",
@@ -71,12 +71,9 @@ const REFUSED: &[(&str, &str)] = &[
     ("custom_call", "custom_call @lapack_sgeqrf_ffi"),
     (
         "dtypes",
-        "parameter 3 tensor<2xcomplex<f64>>: element type complex<f64>",
+        "parameter 4 tensor<2xf8E4M3FNUZ>: element type f8E4M3FNUZ",
     ),
-    (
-        "fft",
-        "parameter 1 tensor<4x8xcomplex<f32>>: element type complex<f32>",
-    ),
+    ("fft", "op `stablehlo.fft`"),
     (
         "handwritten",
         "parameter 2 tensor<?x4xf32>: a dynamic or unranked shape",

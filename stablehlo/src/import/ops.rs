@@ -130,7 +130,7 @@ fn direction(op: &Op) -> R<CompareDirection> {
 
 fn compare_type(op: &Op, d: DType) -> R<CompareType> {
     match op.attr("compare_type").and_then(Attr::enum_value) {
-        None | Some("NOTYPE") => Ok(if d.is_float() {
+        None | Some("NOTYPE") => Ok(if d.is_float() || d.is_complex() {
             CompareType::Float
         } else if is_signed_int(d) {
             CompareType::Signed

@@ -60,6 +60,8 @@ op_enum!(
         Atanh => "atanh", BesselI1e => "bessel_i1e", Cosh => "cosh", Digamma => "digamma",
         Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", IsInf => "is_inf",
         IsNegInf => "is_neg_inf", IsPosInf => "is_pos_inf", Lgamma => "lgamma", Sinh => "sinh",
+        // A complex value's parts (of a real value: itself and zero).
+        Real => "real", Imag => "imag",
     }
 );
 
@@ -73,6 +75,8 @@ op_enum!(
         ShiftRightLogical => "shift_right_logical", Subtract => "subtract", Xor => "xor",
         // CHLO's.
         NextAfter => "next_after", Polygamma => "polygamma", Zeta => "zeta",
+        // Two f32 (f64) parts → c64 (c128).
+        Complex => "complex",
     }
 );
 
@@ -90,6 +94,13 @@ impl UnaryOp {
     /// Whether the op takes operands of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         use UnaryOp::*;
+        if d.is_complex() {
+            // The ones the generated kernels compute on complex values (the spec allows more).
+            return matches!(
+                self,
+                Abs | Sign | Negate | Exponential | Log | Sqrt | Rsqrt | Real | Imag
+            );
+        }
         match self {
             Abs | Sign => is_signed_int(d) || d.is_float(),
             Negate => is_int(d) || d.is_float(),
@@ -104,6 +115,9 @@ impl UnaryOp {
         use UnaryOp::*;
         if matches!(self, IsFinite | IsInf | IsNegInf | IsPosInf) {
             DType::Pred
+        } else if matches!(self, Abs | Real | Imag) {
+            // Of a complex value: its part type.
+            d.complex_part().unwrap_or(d)
         } else {
             d
         }
@@ -138,7 +152,11 @@ impl BinaryOp {
     /// Whether the op takes operands of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         use BinaryOp::*;
+        if d.is_complex() {
+            return matches!(self, Add | Subtract | Multiply | Divide);
+        }
         match self {
+            Complex => matches!(d, DType::F32 | DType::F64),
             Add | Multiply | Maximum | Minimum => true,
             Subtract | Divide | Remainder | Power => is_int(d) || d.is_float(),
             Atan2 | NextAfter | Polygamma | Zeta => d.is_float(),
@@ -149,6 +167,14 @@ impl BinaryOp {
 }
 
 impl BinaryOp {
+    /// The result's element type for operands of type `d`.
+    pub fn result(self, d: DType) -> DType {
+        match self {
+            BinaryOp::Complex => d.complex_of().unwrap_or(d),
+            _ => d,
+        }
+    }
+
     /// Whether the op is CHLO's (`chlo.<name>`) rather than StableHLO's.
     pub const fn is_chlo(self) -> bool {
         matches!(
@@ -162,7 +188,8 @@ impl CompareType {
     /// The comparison types StableHLO allows for elements of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         match self {
-            CompareType::Float | CompareType::TotalOrder => d.is_float(),
+            CompareType::Float => d.is_float() || d.is_complex(),
+            CompareType::TotalOrder => d.is_float(),
             CompareType::Signed => is_signed_int(d),
             CompareType::Unsigned => is_unsigned_int(d) || d == DType::Pred,
         }

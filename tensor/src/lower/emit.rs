@@ -242,7 +242,7 @@ impl KernelText {
             Op::Compare { direction, kind } => {
                 let a = self.value_at(s, ops[0], idx)?;
                 let b = self.value_at(s, ops[1], idx)?;
-                scalar::compare(*direction, *kind, &a, &b)
+                scalar::compare_typed(*direction, *kind, ot(0).dtype, &a, &b)
             }
             Op::Select => {
                 let p = self.at_or_scalar(s, ops[0], idx)?;

@@ -355,4 +355,112 @@ __device__ inline float xh_next_h(float x, float y) { return xh_next16(x, y, fal
 __device__ inline float xh_next_b(float x, float y) { return xh_next16(x, y, true); }
 // Clamps a dynamic start index into [0, hi].
 __device__ inline long long xh_clampi(long long v, long long hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+// Complex numbers (c64, c128): two parts, real first (the buffers' layout too). Products and
+// quotients follow XLA's elemental formulas: (ac - bd) + (ad + bc)i, division by Smith's
+// scaling (the larger part of the divisor first), so no intermediate overflows needlessly.
+template <typename F> struct xh_cx {
+  F re, im;
+  xh_cx() = default;
+  __device__ xh_cx(F r, F i) : re(r), im(i) {}
+  __device__ explicit xh_cx(int z) : re((F)z), im((F)0) {}
+};
+typedef xh_cx<float> xt_c64;
+typedef xh_cx<double> xt_c128;
+#define XH_CX(F, S)                                                                             \
+  __device__ inline xh_cx<F> xh_cadd(xh_cx<F> a, xh_cx<F> b) { return xh_cx<F>(a.re + b.re, a.im + b.im); } \
+  __device__ inline xh_cx<F> xh_csub(xh_cx<F> a, xh_cx<F> b) { return xh_cx<F>(a.re - b.re, a.im - b.im); } \
+  __device__ inline xh_cx<F> xh_cmul(xh_cx<F> a, xh_cx<F> b) {                                   \
+    return xh_cx<F>(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);                      \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cneg(xh_cx<F> a) { return xh_cx<F>(-a.re, -a.im); }              \
+  __device__ inline bool xh_ceq(xh_cx<F> a, xh_cx<F> b) { return a.re == b.re && a.im == b.im; } \
+  /* Smith's division; where it gives (NaN, NaN), XLA's corner cases: a zero divisor (inf     \
+     with the sign of re times each part), an infinite dividend over a finite divisor (inf      \
+     times the quotient of the dividend's infinities' signs), a finite dividend over an         \
+     infinite divisor (zero times the same). */                                                 \
+  __device__ inline xh_cx<F> xh_cdiv(xh_cx<F> a, xh_cx<F> b) {                                   \
+    xh_cx<F> c;                                                                                 \
+    if (fabs##S(b.re) < fabs##S(b.im)) {                                                        \
+      const F r = b.re / b.im, d = b.im + r * b.re;                                             \
+      c = xh_cx<F>((r * a.re + a.im) / d, (r * a.im - a.re) / d);                               \
+    } else {                                                                                    \
+      const F r = b.im / b.re, d = b.re + r * b.im;                                             \
+      c = xh_cx<F>((r * a.im + a.re) / d, (a.im - r * a.re) / d);                               \
+    }                                                                                           \
+    if (!(isnan(c.re) && isnan(c.im))) return c;                                                \
+    const F inf = (F)1 / (F)0, zero = (F)0, one = (F)1;                                         \
+    const bool a_re_fin = !isnan(a.re) && !isinf(a.re), a_im_fin = !isnan(a.im) && !isinf(a.im); \
+    const bool b_re_fin = !isnan(b.re) && !isinf(b.re), b_im_fin = !isnan(b.im) && !isinf(b.im); \
+    if (b.re == zero && b.im == zero && (!(a.re != zero) || !(a.im != zero))) {                 \
+      const F s = copysign##S(inf, a.re);                                                       \
+      return xh_cx<F>(s * a.re, s * a.im);                                                      \
+    }                                                                                           \
+    if ((isinf(a.re) || isinf(a.im)) && b_re_fin && b_im_fin) {                                 \
+      const F x = copysign##S(isinf(a.re) ? one : zero, a.re);                                  \
+      const F y = copysign##S(isinf(a.im) ? one : zero, a.im);                                  \
+      return xh_cx<F>(inf * (x * b.re + y * b.im), inf * (y * b.re - x * b.im));                \
+    }                                                                                           \
+    if ((isinf(b.re) || isinf(b.im)) && a_re_fin && a_im_fin) {                                 \
+      const F x = copysign##S(isinf(b.re) ? one : zero, b.re);                                  \
+      const F y = copysign##S(isinf(b.im) ? one : zero, b.im);                                  \
+      return xh_cx<F>(zero * (a.re * x + a.im * y), zero * (a.im * x - a.re * y));              \
+    }                                                                                           \
+    return c;                                                                                   \
+  }                                                                                             \
+  /* |z|: NaN when a part is NaN (XLA's, also for an infinite other part). */                 \
+  __device__ inline F xh_cabs(xh_cx<F> a) {                                                     \
+    if (isnan(a.re) || isnan(a.im)) return a.re + a.im;                                         \
+    return hypot##S(a.re, a.im);                                                                \
+  }                                                                                             \
+  /* exp: e^re (cos im + i sin im); a zero imaginary part gives +0 (as XLA). */                 \
+  __device__ inline xh_cx<F> xh_cexp(xh_cx<F> a) {                                              \
+    const F e = exp##S(a.re);                                                                   \
+    if (a.im == (F)0) return xh_cx<F>(e, (F)0);                                                 \
+    return xh_cx<F>(e * cos##S(a.im), e * sin##S(a.im));                                        \
+  }                                                                                             \
+  /* log: log|z| as log(max) + log1p((min/max)^2)/2, accurate next to |z| = 1; arg by atan2. */ \
+  __device__ inline xh_cx<F> xh_clog(xh_cx<F> a) {                                              \
+    const F x = fabs##S(a.re), y = fabs##S(a.im);                                               \
+    const F mx = x > y ? x : y, mn = x > y ? y : x;                                             \
+    F lr;                                                                                       \
+    if (isnan(a.re) || isnan(a.im)) lr = a.re + a.im;                                           \
+    else if (mx == (F)0 || isinf(mx)) lr = log##S(mx);                                          \
+    else { const F q = mn / mx; lr = log##S(mx) + (F)0.5 * log1p##S(q * q); }                   \
+    return xh_cx<F>(lr, atan2##S(a.im, a.re));                                                  \
+  }                                                                                             \
+  /* sqrt: the principal root; a NaN part gives NaN, an infinite imaginary part (inf, im),     \
+     zero gives +0, and a -0 imaginary part counts as +0 (XLA's results). */                    \
+  __device__ inline xh_cx<F> xh_csqrt(xh_cx<F> a) {                                             \
+    const F nan = a.re + a.im;                                                                  \
+    if (isnan(a.re) || isnan(a.im)) return xh_cx<F>(nan, nan);                                  \
+    if (isinf(a.im)) return xh_cx<F>(fabs##S(a.im), a.im);                                      \
+    if (a.re == (F)0 && a.im == (F)0) return xh_cx<F>((F)0, (F)0);                              \
+    const F t = sqrt##S((fabs##S(a.re) + hypot##S(a.re, a.im)) * (F)0.5);                       \
+    if (a.re >= (F)0) return xh_cx<F>(t, a.im / (t + t));                                       \
+    return xh_cx<F>(fabs##S(a.im) / (t + t), a.im < (F)0 ? -t : t);                             \
+  }                                                                                             \
+  /* rsqrt: polar, |z|^-1/2 (cos(-t/2) + i sin(-t/2)) with t = atan2(im, re), and XLA's        \
+     special cases: 0 gives (inf, NaN); an infinite real part, or an infinite imaginary part    \
+     beside a NaN, gives (copysign(0, re), -copysign(0, im)). */                                \
+  __device__ inline xh_cx<F> xh_crsqrt(xh_cx<F> a) {                                            \
+    const F x = fabs##S(a.re), y = fabs##S(a.im);                                               \
+    if (a.re == (F)0 && a.im == (F)0) return xh_cx<F>((F)1 / (F)0, (F)0 / (F)0 * (F)0);         \
+    if (isinf(x) || (isinf(y) && isnan(a.re)))                                                  \
+      return xh_cx<F>(copysign##S((F)0, a.re), -copysign##S((F)0, a.im));                       \
+    const F mx = x > y ? x : y, mn = x > y ? y : x;                                             \
+    const F q = mn / mx;                                                                        \
+    F r = (F)1 / sqrt##S(mx) * ((F)1 / sqrt##S(sqrt##S((F)1 + q * q)));                         \
+    if (isnan(r)) r = (F)1 / sqrt##S(mn);                                                       \
+    const F h = (F)-0.5 * atan2##S(a.im, a.re);                                                 \
+    return xh_cx<F>(r * cos##S(h), r * sin##S(h));                                              \
+  }                                                                                             \
+  /* sign: z / |z| (so an infinite part gives NaN), z itself for 0. */                          \
+  __device__ inline xh_cx<F> xh_csign(xh_cx<F> a) {                                             \
+    const F m = xh_cabs(a);                                                                     \
+    if (m == (F)0) return a;                                                                    \
+    return xh_cx<F>(a.re / m, a.im / m);                                                        \
+  }
+XH_CX(float, f)
+XH_CX(double, )
+#undef XH_CX
 "#;

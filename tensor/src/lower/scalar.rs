@@ -117,7 +117,12 @@ fn f1(d: DType, f: &str, x: &str) -> String {
 pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
     use UnaryOp::*;
     let t = compute(d);
+    if d.is_complex() {
+        return complex_unary(op, x);
+    }
     match op {
+        Real => x.to_string(),
+        Imag => format!("({t})0"),
         Abs if d.is_float() => f1(d, "fabs", x),
         Abs => format!("xh_iabs<{t}>({x})"),
         Cbrt => f1(d, "cbrt", x),
@@ -167,10 +172,24 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
     }
 }
 
-/// A binary op of two values of type `d`.
+/// A binary op of two values giving a value of type `d` (the operands' type but for
+/// `complex`, whose operands are `d`'s parts).
 pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
     use BinaryOp::*;
     let t = compute(d);
+    if op == Complex {
+        return format!("{t}({a}, {b})");
+    }
+    if d.is_complex() {
+        return match op {
+            Add => format!("xh_cadd({a}, {b})"),
+            Subtract => format!("xh_csub({a}, {b})"),
+            Multiply => format!("xh_cmul({a}, {b})"),
+            Divide => format!("xh_cdiv({a}, {b})"),
+            // Refused by `BinaryOp::accepts`.
+            other => format!("xh_complex_{}({a}, {b})", other.name()),
+        };
+    }
     let pred = d == DType::Pred;
     let float = d.is_float();
     let f64 = d == DType::F64;
@@ -211,6 +230,27 @@ pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         ShiftLeft => format!("xh_shl<{t}>({a}, {b})"),
         ShiftRightArithmetic => format!("xh_shra<{t}>({a}, {b})"),
         ShiftRightLogical => format!("xh_shrl<{t}>({a}, {b})"),
+        // Handled above.
+        Complex => format!("{t}({a}, {b})"),
+    }
+}
+
+/// A unary op of a complex value (the ops `UnaryOp::accepts` lets through; the others
+/// cannot reach here).
+fn complex_unary(op: UnaryOp, x: &str) -> String {
+    use UnaryOp::*;
+    match op {
+        Abs => format!("xh_cabs({x})"),
+        Real => format!("({x}).re"),
+        Imag => format!("({x}).im"),
+        Negate => format!("xh_cneg({x})"),
+        Sign => format!("xh_csign({x})"),
+        Exponential => format!("xh_cexp({x})"),
+        Log => format!("xh_clog({x})"),
+        Sqrt => format!("xh_csqrt({x})"),
+        Rsqrt => format!("xh_crsqrt({x})"),
+        // Refused by `UnaryOp::accepts`; a call that compiles to an error names it.
+        other => format!("xh_complex_{}({x})", other.name()),
     }
 }
 
@@ -222,7 +262,22 @@ fn f1b(d: DType, f: &str, a: &str, b: &str, f64: bool) -> String {
     }
 }
 
-/// `compare` of two values of type `d`.
+/// `compare` of two values of type `d` (complex: EQ and NE, both parts).
+pub fn compare_typed(
+    dir: CompareDirection,
+    kind: CompareType,
+    d: DType,
+    a: &str,
+    b: &str,
+) -> String {
+    if d.is_complex() {
+        let not = if dir == CompareDirection::Ne { "!" } else { "" };
+        return format!("({not}xh_ceq({a}, {b}))");
+    }
+    compare(dir, kind, a, b)
+}
+
+/// `compare` of two real values.
 pub fn compare(dir: CompareDirection, kind: CompareType, a: &str, b: &str) -> String {
     let op = match dir {
         CompareDirection::Eq => "==",
@@ -259,6 +314,19 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
         return x.to_string();
     }
     let t = compute(to);
+    match (from.complex_part(), to.complex_part()) {
+        (Some(fp), Some(tp)) => {
+            return format!(
+                "{t}({}, {})",
+                convert(fp, tp, &format!("({x}).re")),
+                convert(fp, tp, &format!("({x}).im"))
+            );
+        }
+        // Complex to real: the real part (the imaginary one is dropped, as XLA does).
+        (Some(fp), None) => return convert(fp, to, &format!("({x}).re")),
+        (None, Some(tp)) => return format!("{t}({}, {}(0))", convert(from, tp, x), compute(tp)),
+        (None, None) => {}
+    }
     if to == DType::Pred {
         return format!("({x} != 0)");
     }

@@ -79,6 +79,8 @@ fn unary_f(op: UnaryOp, x: f64) -> f64 {
         Atanh => x.atanh(),
         Cosh => x.cosh(),
         Sinh => x.sinh(),
+        Real => x,
+        Imag => 0.0,
         other => panic!("{} on floats", other.name()),
     }
 }
@@ -203,7 +205,7 @@ fn binary_i(op: BinaryOp, d: DType, a: i128, b: i128) -> i128 {
                 _ => wrap(d, sa >> amount),
             }
         }
-        Atan2 | NextAfter | Polygamma | Zeta => panic!("{} on integers", op.name()),
+        Atan2 | NextAfter | Polygamma | Zeta | Complex => panic!("{} on integers", op.name()),
     }
 }
 
