@@ -576,6 +576,7 @@ def all_ops() -> list:
     import cases_chlo
     import cases_complex
     import cases_ctrl
+    import cases_fft
     import cases_linalg
     import cases_norm
     import cases_rng
@@ -586,6 +587,7 @@ def all_ops() -> list:
     ops = dict(GENERATORS)
     ops.update(cases_chlo.GENERATORS)
     ops.update(cases_complex.GENERATORS)
+    ops.update(cases_fft.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)

@@ -38,6 +38,7 @@ const IMPORTED: &[&str] = &[
     "dot",
     "embedding",
     "ffi",
+    "fft",
     "gather_scatter",
     "linalg",
     "binary",
@@ -73,7 +74,6 @@ const REFUSED: &[(&str, &str)] = &[
         "dtypes",
         "parameter 4 tensor<2xf8E4M3FNUZ>: element type f8E4M3FNUZ",
     ),
-    ("fft", "op `stablehlo.fft`"),
     (
         "handwritten",
         "parameter 2 tensor<?x4xf32>: a dynamic or unranked shape",

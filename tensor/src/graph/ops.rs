@@ -196,6 +196,28 @@ impl CompareType {
     }
 }
 
+/// `fft`'s transform: complex to complex forward (`Fft`, e^-2πi·jk/n) and inverse (`Ifft`,
+/// e^+2πi·jk/n, divided by n per dimension); real to the non-negative frequencies (`Rfft`:
+/// the last dimension n becomes n/2 + 1); those frequencies back to real (`Irfft`: the last
+/// dimension n/2 + 1 becomes n, the others completed by Hermitian symmetry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FftType {
+    Fft,
+    Ifft,
+    Rfft,
+    Irfft,
+}
+
+impl FftType {
+    /// Every type, with StableHLO's name.
+    pub const ALL: [(FftType, &'static str); 4] = [
+        (FftType::Fft, "FFT"),
+        (FftType::Ifft, "IFFT"),
+        (FftType::Rfft, "RFFT"),
+        (FftType::Irfft, "IRFFT"),
+    ];
+}
+
 /// `dot_general`'s dimension numbers.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct DotDims {
@@ -303,6 +325,11 @@ pub enum Op {
     ReducePrecision {
         exponent_bits: u32,
         mantissa_bits: u32,
+    },
+    /// `fft` over the trailing `lengths.len()` (1 to 3) dimensions: see [`FftType`].
+    Fft {
+        kind: FftType,
+        lengths: Vec<u64>,
     },
     /// Cholesky factorization of the matrices in the last two dimensions (symmetric
     /// positive definite; only the `lower` or upper triangle is read). `lapack`: LAPACK's
@@ -436,6 +463,7 @@ impl Op {
             Op::Convert => "convert",
             Op::BitcastConvert => "bitcast_convert",
             Op::ReducePrecision { .. } => "reduce_precision",
+            Op::Fft { .. } => "fft",
             Op::Cholesky { .. } => "cholesky",
             Op::RngBitGenerator { .. } => "rng_bit_generator",
             Op::TriangularSolve { .. } => "triangular_solve",

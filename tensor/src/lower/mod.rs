@@ -12,6 +12,7 @@ mod call;
 mod control;
 mod dot;
 mod emit;
+mod fft;
 mod fusion;
 mod linalg;
 mod place;
@@ -329,6 +330,7 @@ impl Lowerer {
                 }
                 // Ops writing every result into a buffer of its own (claimed, or a temp).
                 Op::Reduce { .. }
+                | Op::Fft { .. }
                 | Op::Scatter { .. }
                 | Op::Sort { .. }
                 | Op::Cholesky { .. }
@@ -368,6 +370,9 @@ impl Lowerer {
                         }
                         Op::RngBitGenerator { algorithm } => {
                             self.rng_bit_generator(&s, node, *algorithm, &dests, &mut out)?;
+                        }
+                        Op::Fft { kind, lengths } => {
+                            self.fft(&s, node, *kind, lengths, dests[0], &mut out)?;
                         }
                         Op::Cholesky { lower, lapack } => {
                             self.cholesky(&s, node, *lower, *lapack, &dests, &mut out)?;

@@ -1,0 +1,212 @@
+//! `fft`: one generated kernel per transformed dimension, each a direct DFT along that
+//! dimension (a thread per output element, a sequential sum over the dimension's n inputs),
+//! so a transform of lengths n1..nk costs (n1 + … + nk) complex multiply-adds per element.
+//! Twiddles are exact in their argument: the exponent's index j·k is reduced modulo n in
+//! integers and the angle 2π·(jk mod n)/n taken in double, so no error grows with the index;
+//! sums are accumulated in double for c64 and c128 alike and rounded once per pass.
+//!
+//! FFT and IFFT: a complex-to-complex pass per dimension (IFFT divides by n in each pass).
+//! RFFT: the last dimension first, from the real operand to its n/2 + 1 non-negative
+//! frequencies, then complex passes over the others. IRFFT: complex inverse passes over the
+//! leading dimensions first, then the last one from n/2 + 1 frequencies to n real values,
+//! the missing ones being the conjugates X[n - k] (the imaginary parts of X[0] and, for even
+//! n, X[n/2] do not contribute, as in numpy's and XLA's irfft).
+
+use super::emit::{KernelText, Scope, linear};
+use super::{LowerError, Lowerer, scalar};
+use crate::graph::{FftType, Node, TensorType};
+use xthunk_core::ir::{DType, Slice, Thunk};
+
+/// One pass: along dimension `axis` of a buffer of type `from` into one of type `to` (the
+/// dimension's length may differ: RFFT's n → n/2 + 1, IRFFT's n/2 + 1 → n).
+struct Pass {
+    axis: usize,
+    /// The transform's length along the axis.
+    n: u64,
+    /// -1 forward, +1 inverse.
+    sign: f64,
+    kind: PassKind,
+}
+
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum PassKind {
+    /// Complex in, complex out, n of each.
+    Complex,
+    /// Real in (n), complex out (n/2 + 1).
+    RealToHalf,
+    /// Complex in (n/2 + 1, completed by symmetry), real out (n).
+    HalfToReal,
+}
+
+impl Lowerer {
+    /// Lowers the fft `node` into `dest`.
+    pub(super) fn fft(
+        &mut self,
+        s: &Scope,
+        node: &Node,
+        kind: FftType,
+        lengths: &[u64],
+        dest: Slice,
+        out: &mut Vec<Thunk>,
+    ) -> Result<(), LowerError> {
+        let x = node.operands[0];
+        let t = s.graph.ty(x).clone();
+        let rt = s.graph.ty(node.results[0]).clone();
+        if rt.elements() == 0 {
+            return Ok(());
+        }
+        let rank = t.rank();
+        let lead = rank - lengths.len();
+        let last = rank - 1;
+        let mut passes = vec![];
+        match kind {
+            FftType::Fft | FftType::Ifft => {
+                let sign = if kind == FftType::Fft { -1.0 } else { 1.0 };
+                for (i, &n) in lengths.iter().enumerate().rev() {
+                    passes.push(Pass {
+                        axis: lead + i,
+                        n,
+                        sign,
+                        kind: PassKind::Complex,
+                    });
+                }
+            }
+            FftType::Rfft => {
+                for (i, &n) in lengths.iter().enumerate().rev() {
+                    let kind = if lead + i == last {
+                        PassKind::RealToHalf
+                    } else {
+                        PassKind::Complex
+                    };
+                    passes.push(Pass {
+                        axis: lead + i,
+                        n,
+                        sign: -1.0,
+                        kind,
+                    });
+                }
+            }
+            FftType::Irfft => {
+                for (i, &n) in lengths.iter().enumerate() {
+                    let kind = if lead + i == last {
+                        PassKind::HalfToReal
+                    } else {
+                        PassKind::Complex
+                    };
+                    passes.push(Pass {
+                        axis: lead + i,
+                        n,
+                        sign: 1.0,
+                        kind,
+                    });
+                }
+            }
+        }
+        let mut src = self.buffer_of(s, x, out)?;
+        let mut cur = t.clone();
+        let count = passes.len();
+        for (p, pass) in passes.iter().enumerate() {
+            let mut dims = cur.dims.clone();
+            let dtype = match pass.kind {
+                PassKind::Complex => cur.dtype,
+                PassKind::RealToHalf => {
+                    dims[pass.axis] = pass.n / 2 + 1;
+                    cur.dtype.complex_of().unwrap_or(cur.dtype)
+                }
+                PassKind::HalfToReal => {
+                    dims[pass.axis] = pass.n;
+                    cur.dtype.complex_part().unwrap_or(cur.dtype)
+                }
+            };
+            let next_t = TensorType::new(dtype, &dims);
+            let dst = if p + 1 == count {
+                dest
+            } else {
+                self.temp(&next_t)
+            };
+            let k = fft_pass(pass, src, &cur, dst, &next_t);
+            out.extend(self.launch(k, next_t.elements()));
+            src = dst;
+            cur = next_t;
+        }
+        Ok(())
+    }
+}
+
+/// The kernel of one pass from `src` (of type `from`) into `dst` (of type `to`).
+fn fft_pass(pass: &Pass, src: Slice, from: &TensorType, dst: Slice, to: &TensorType) -> KernelText {
+    let mut k = KernelText::new();
+    let o = k.output(dst, to.dtype);
+    let p = k.input(src, from.dtype);
+    let n = pass.n;
+    let axis = pass.axis;
+    // The number of inputs summed: n, or the n/2 + 1 stored frequencies for HalfToReal
+    // (the others by symmetry: the loop still runs over all n).
+    k.open("XT_FOR(i, n) {");
+    let idx = k.delinearize("i", &to.dims);
+    k.line("double ar = 0.0, ai = 0.0;");
+    k.line(format!("const long long kk = {};", idx[axis]));
+    k.open(format!("for (long long c = 0; c < {n}LL; ++c) {{"));
+    // The twiddle e^{sign·2πi·(kk·c mod n)/n}, exact in its index.
+    k.line(format!(
+        "const double ang = {:?} * 6.283185307179586 * (double)((kk * c) % {n}LL) / {n}.0;",
+        pass.sign
+    ));
+    k.line("const double w_re = cos(ang), w_im = sin(ang);");
+    let mut sub = idx.clone();
+    match pass.kind {
+        PassKind::Complex => {
+            sub[axis] = "c".into();
+            let lin = linear(&sub, &from.dims);
+            k.line(format!(
+                "const double x_re = (double){p}[{lin}].re, x_im = (double){p}[{lin}].im;"
+            ));
+        }
+        PassKind::RealToHalf => {
+            sub[axis] = "c".into();
+            let lin = linear(&sub, &from.dims);
+            k.line(format!(
+                "const double x_re = (double){}, x_im = 0.0;",
+                scalar::load(from.dtype, &format!("{p}[{lin}]"))
+            ));
+        }
+        PassKind::HalfToReal => {
+            // X[c] for c <= n/2, else conj(X[n - c]).
+            sub[axis] = "cc".into();
+            let lin = linear(&sub, &from.dims);
+            let half = n / 2;
+            k.line(format!(
+                "const long long cc = c <= {half}LL ? c : {n}LL - c;"
+            ));
+            k.line(format!(
+                "const double x_re = (double){p}[{lin}].re, x_im = c <= {half}LL ? (double){p}[{lin}].im : -(double){p}[{lin}].im;"
+            ));
+        }
+    }
+    k.line("ar += x_re * w_re - x_im * w_im;");
+    k.line("ai += x_re * w_im + x_im * w_re;");
+    k.close("}");
+    if pass.sign > 0.0 {
+        k.line(format!("ar /= {n}.0; ai /= {n}.0;"));
+    }
+    match pass.kind {
+        PassKind::HalfToReal => {
+            let part = to.dtype;
+            let c = scalar::compute(part);
+            k.line(format!(
+                "{o}[i] = {};",
+                scalar::store(part, &format!("({c})ar"))
+            ));
+        }
+        _ => {
+            let part = to.dtype.complex_part().unwrap_or(DType::F64);
+            let c = scalar::compute(part);
+            k.line(format!(
+                "{o}[i] = {}(({c})ar, ({c})ai);",
+                scalar::compute(to.dtype)
+            ));
+        }
+    }
+    k.close("}");
+    k
+}
