@@ -576,6 +576,7 @@ def all_ops() -> list:
     import cases_chlo
     import cases_complex
     import cases_ctrl
+    import cases_f8
     import cases_fft
     import cases_linalg
     import cases_norm
@@ -588,6 +589,7 @@ def all_ops() -> list:
     ops.update(cases_chlo.GENERATORS)
     ops.update(cases_complex.GENERATORS)
     ops.update(cases_fft.GENERATORS)
+    ops.update(cases_f8.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)

@@ -25,7 +25,8 @@ import ml_dtypes
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-FLOAT_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
+F8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+FLOAT_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)) + F8
 _UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT_OF_WIDTH = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -151,6 +152,10 @@ def normalize(got: np.ndarray, want_dtype) -> np.ndarray:
     if want_dtype == BF16 and got.dtype != BF16 and got.dtype.itemsize == 2:
         if got.dtype.kind in "uV":
             return got.view(BF16)
+    # The 8-bit floats likewise travel as their raw bits (`|u1`).
+    if want_dtype in F8 and got.dtype != want_dtype and got.dtype.itemsize == 1:
+        if got.dtype.kind in "uV":
+            return got.view(want_dtype)
     return got
 
 

@@ -546,7 +546,9 @@ impl Graph {
                 ));
             }
         }
-        if result_type.is_float() != a.dtype.is_float() || result_type == DType::Pred {
+        if super::ops::is_float(result_type) != super::ops::is_float(a.dtype)
+            || result_type == DType::Pred
+        {
             return Err(invalid(
                 op,
                 format!("result elements {result_type} for operands {}", a.dtype),

@@ -19,6 +19,12 @@ pub fn is_unsigned_int(d: DType) -> bool {
     d.is_unsigned_int()
 }
 
+/// The real float types of the ops' rules: f16, bf16, f32, f64 and the 8-bit floats (which
+/// compute in f32 and round once to their type).
+pub fn is_float(d: DType) -> bool {
+    d.is_float() || d.is_f8()
+}
+
 /// Bits of an element.
 pub fn bits(d: DType) -> u32 {
     if d == DType::Pred {
@@ -102,11 +108,12 @@ impl UnaryOp {
             );
         }
         match self {
-            Abs | Sign => is_signed_int(d) || d.is_float(),
-            Negate => is_int(d) || d.is_float(),
+            Abs | Sign => is_signed_int(d) || is_float(d),
+            Negate => is_int(d) || is_float(d),
             CountLeadingZeros | Popcnt => is_int(d),
             Not => is_int(d) || d == DType::Pred,
-            _ => d.is_float(),
+            // The 8-bit floats compute in f32 and round once.
+            _ => is_float(d),
         }
     }
 
@@ -158,8 +165,9 @@ impl BinaryOp {
         match self {
             Complex => matches!(d, DType::F32 | DType::F64),
             Add | Multiply | Maximum | Minimum => true,
-            Subtract | Divide | Remainder | Power => is_int(d) || d.is_float(),
-            Atan2 | NextAfter | Polygamma | Zeta => d.is_float(),
+            Subtract | Divide | Remainder | Power => is_int(d) || is_float(d),
+            Atan2 => is_float(d),
+            NextAfter | Polygamma | Zeta => d.is_float(),
             And | Or | Xor => is_int(d) || d == DType::Pred,
             ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => is_int(d),
         }
@@ -188,8 +196,8 @@ impl CompareType {
     /// The comparison types StableHLO allows for elements of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         match self {
-            CompareType::Float => d.is_float() || d.is_complex(),
-            CompareType::TotalOrder => d.is_float(),
+            CompareType::Float => is_float(d) || d.is_complex(),
+            CompareType::TotalOrder => is_float(d),
             CompareType::Signed => is_signed_int(d),
             CompareType::Unsigned => is_unsigned_int(d) || d == DType::Pred,
         }

@@ -158,7 +158,7 @@ impl Lowerer {
         );
         if rt.dtype.is_complex() {
             kt.line(format!("{acc} = xh_cadd({acc}, xh_cmul({x}, {y}));"));
-        } else if rt.dtype.is_float() {
+        } else if crate::graph::is_float(rt.dtype) {
             kt.line(format!("{acc} = {acc} + ({ct})({x}) * ({ct})({y});"));
         } else {
             kt.line(format!(

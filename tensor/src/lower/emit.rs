@@ -260,7 +260,7 @@ impl KernelText {
                 let lo = self.at_or_scalar(s, ops[0], idx)?;
                 let x = self.value_at(s, ops[1], idx)?;
                 let hi = self.at_or_scalar(s, ops[2], idx)?;
-                if t.dtype.is_float() {
+                if crate::graph::is_float(t.dtype) {
                     format!("xh_fmin({hi}, xh_fmax({lo}, {x}))")
                 } else {
                     format!("xh_imin<{ct}>({hi}, xh_imax<{ct}>({lo}, {x}))")

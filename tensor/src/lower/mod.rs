@@ -86,12 +86,6 @@ fn lower_here(g: &Graph) -> Result<Lowered, LowerError> {
             message: "no results".into(),
         });
     }
-    if let Some(t) = g.values().iter().find(|t| t.dtype.is_f8()) {
-        return Err(LowerError::Unsupported {
-            op: "element type",
-            reason: format!("{} tensors are not lowered yet", t.dtype),
-        });
-    }
     let mut l = Lowerer {
         b: ExecutableBuilder::new(g.name()),
         kernels: vec![],

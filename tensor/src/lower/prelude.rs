@@ -355,6 +355,60 @@ __device__ inline float xh_next_h(float x, float y) { return xh_next16(x, y, fal
 __device__ inline float xh_next_b(float x, float y) { return xh_next16(x, y, true); }
 // Clamps a dynamic start index into [0, hi].
 __device__ inline long long xh_clampi(long long v, long long hi) { return v < 0 ? 0 : (v > hi ? hi : v); }
+// 8-bit floats (f8E4M3FN: M = 3, bias 7, finite only, S.1111.111 NaN; f8E5M2: M = 2, bias 15,
+// IEEE-like): one byte of bits; values are computed in float and rounded once to the type.
+// Decoding is exact; encoding rounds to nearest even once from a double (so f64 sources are
+// not rounded twice), with the format's overflow: NaN for e4m3fn (no infinity), inf for e5m2.
+__device__ inline float xh_pow2f(int k) { return xt_bits_f32((unsigned int)(127 + k) << 23); }
+template <int M, int B, bool IEEE> __device__ inline float xh_f8_dec(unsigned char b) {
+  const int E = 7 - M;
+  const float s = (b & 0x80) ? -1.0f : 1.0f;
+  const int e = (b >> M) & ((1 << E) - 1);
+  const int m = b & ((1 << M) - 1);
+  if (IEEE && e == (1 << E) - 1) return m == 0 ? s * xt_bits_f32(0x7f800000u) : xt_bits_f32(0x7fc00000u);
+  if (!IEEE && (b & 0x7f) == 0x7f) return xt_bits_f32(0x7fc00000u);
+  if (e == 0) return s * (float)m * xh_pow2f(1 - B - M);
+  return s * (float)(m | (1 << M)) * xh_pow2f(e - B - M);
+}
+template <int M, int B, bool IEEE> __device__ inline unsigned char xh_f8_enc(double x) {
+  const int E = 7 - M;
+  const unsigned char sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return (unsigned char)(sign | (IEEE ? ((((1 << E) - 1) << M) | (1 << (M - 1))) : 0x7f));
+  const unsigned char ovf = (unsigned char)(sign | (IEEE ? (((1 << E) - 1) << M) : 0x7f));
+  const double a = fabs(x);
+  if (isinf(a)) return ovf;
+  const int emin = 1 - B;
+  int e2 = emin;
+  if (a != 0.0) { int fe; frexp(a, &fe); e2 = fe - 1 > emin ? fe - 1 : emin; }
+  const double q = ldexp(1.0, e2 - M);
+  const double r = rint(a / q) * q;
+  const double maxv = IEEE ? ldexp((double)((2 << M) - 1), (1 << E) - 2 - B - M)
+                           : ldexp((double)((2 << M) - 2), (1 << E) - 1 - B - M);
+  if (r > maxv) return ovf;
+  unsigned int v = (unsigned int)(r / ldexp(1.0, emin - M));
+  unsigned int bits = v;
+  if (v >= (1u << M)) {
+    unsigned int ex = 1;
+    while (v >= (2u << M)) { v >>= 1; ++ex; }
+    bits = (ex << M) | (v - (1u << M));
+  }
+  return (unsigned char)(sign | bits);
+}
+#define XH_F8_TYPE(N, M, B, IEEE)                                                               \
+  struct N {                                                                                    \
+    unsigned char bits;                                                                         \
+    N() = default;                                                                              \
+    __device__ N(float f) : bits(xh_f8_enc<M, B, IEEE>((double)f)) {}                           \
+    __device__ N(double d) : bits(xh_f8_enc<M, B, IEEE>(d)) {}                                  \
+    __device__ operator float() const { return xh_f8_dec<M, B, IEEE>(bits); }                   \
+  };
+XH_F8_TYPE(xt_f8e4m3fn, 3, 7, false)
+XH_F8_TYPE(xt_f8e5m2, 2, 15, true)
+#undef XH_F8_TYPE
+__device__ inline float xt_f8e4m3fn_to_f32(unsigned char b) { return xh_f8_dec<3, 7, false>(b); }
+__device__ inline float xt_f8e5m2_to_f32(unsigned char b) { return xh_f8_dec<2, 15, true>(b); }
+__device__ inline float xh_r8e4(double x) { return xh_f8_dec<3, 7, false>(xh_f8_enc<3, 7, false>(x)); }
+__device__ inline float xh_r8e5(double x) { return xh_f8_dec<2, 15, true>(xh_f8_enc<2, 15, true>(x)); }
 // Complex numbers (c64, c128): two parts, real first (the buffers' layout too). Products and
 // quotients follow XLA's elemental formulas: (ac - bd) + (ad + bc)i, division by Smith's
 // scaling (the larger part of the divisor first), so no intermediate overflows needlessly.

@@ -3,7 +3,7 @@
 //! `prelude.rs`). f16 and bf16 compute in `float` holding values of the type, rounded after
 //! every operation, so each op rounds once, as in the type itself.
 
-use crate::graph::{BinaryOp, CompareDirection, CompareType, UnaryOp};
+use crate::graph::{BinaryOp, CompareDirection, CompareType, UnaryOp, is_float};
 use xthunk_core::ir::DType;
 
 /// The C type of a buffer's elements.
@@ -32,7 +32,7 @@ pub fn storage(d: DType) -> &'static str {
 pub fn compute(d: DType) -> &'static str {
     match d {
         DType::Pred => "bool",
-        DType::F16 | DType::BF16 | DType::F32 => "float",
+        DType::F16 | DType::BF16 | DType::F32 | DType::F8E4M3FN | DType::F8E5M2 => "float",
         _ => storage(d),
     }
 }
@@ -41,7 +41,7 @@ pub fn compute(d: DType) -> &'static str {
 pub fn load(d: DType, elem: &str) -> String {
     match d {
         DType::Pred => format!("({elem} != 0)"),
-        DType::F16 | DType::BF16 => format!("(float){elem}"),
+        DType::F16 | DType::BF16 | DType::F8E4M3FN | DType::F8E5M2 => format!("(float){elem}"),
         _ => elem.to_string(),
     }
 }
@@ -52,6 +52,8 @@ pub fn store(d: DType, v: &str) -> String {
         DType::Pred => format!("(unsigned char)({v} ? 1 : 0)"),
         DType::F16 => format!("xt_f16({v})"),
         DType::BF16 => format!("xt_bf16({v})"),
+        DType::F8E4M3FN => format!("xt_f8e4m3fn({v})"),
+        DType::F8E5M2 => format!("xt_f8e5m2({v})"),
         _ => v.to_string(),
     }
 }
@@ -61,6 +63,8 @@ pub fn round(d: DType, e: String) -> String {
     match d {
         DType::F16 => format!("xh_r16({e})"),
         DType::BF16 => format!("xh_rb16({e})"),
+        DType::F8E4M3FN => format!("xh_r8e4({e})"),
+        DType::F8E5M2 => format!("xh_r8e5({e})"),
         _ => e,
     }
 }
@@ -123,7 +127,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
     match op {
         Real => x.to_string(),
         Imag => format!("({t})0"),
-        Abs if d.is_float() => f1(d, "fabs", x),
+        Abs if is_float(d) => f1(d, "fabs", x),
         Abs => format!("xh_iabs<{t}>({x})"),
         Cbrt => f1(d, "cbrt", x),
         Ceil => f1(d, "ceil", x),
@@ -136,7 +140,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Log => f1(d, "log", x),
         LogPlusOne => f1(d, "log1p", x),
         Logistic => round(d, format!("xh_logistic({x})")),
-        Negate if d.is_float() => format!("(-{x})"),
+        Negate if is_float(d) => format!("(-{x})"),
         Negate => format!("xh_neg<{t}>({x})"),
         Not if d == DType::Pred => format!("(!{x})"),
         Not => format!("({t})(~{x})"),
@@ -145,7 +149,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         RoundNearestEven => f1(d, "rint", x),
         Rsqrt if d == DType::F64 => format!("(1.0 / sqrt({x}))"),
         Rsqrt => round(d, format!("(1.0f / sqrtf({x}))")),
-        Sign if d.is_float() => format!("xh_fsign({x})"),
+        Sign if is_float(d) => format!("xh_fsign({x})"),
         Sign => format!("xh_isign<{t}>({x})"),
         Sine => f1(d, "sin", x),
         Sqrt => f1(d, "sqrt", x),
@@ -191,7 +195,7 @@ pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         };
     }
     let pred = d == DType::Pred;
-    let float = d.is_float();
+    let float = is_float(d);
     let f64 = d == DType::F64;
     match op {
         Add if pred => format!("({a} || {b})"),
@@ -331,13 +335,13 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
         return format!("({x} != 0)");
     }
     if from == DType::Pred {
-        return if to.is_float() {
+        return if is_float(to) {
             format!("({x} ? 1.0f : 0.0f)")
         } else {
             format!("({t})({x} ? 1 : 0)")
         };
     }
-    match (from.is_float(), to.is_float()) {
+    match (is_float(from), is_float(to)) {
         (false, false) => format!("({t}){x}"),
         (true, false) => {
             let (lo, hi) = int_bounds(to);
@@ -349,6 +353,10 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
             // integer is rounded twice; the spec leaves inexact conversions open).
             DType::F16 => format!("xh_r16((float){x})"),
             DType::BF16 => format!("xh_rb16((float){x})"),
+            // Once, from the value as a double (exact for every source type but u64/i64,
+            // whose conversion to double rounds first).
+            DType::F8E4M3FN => format!("xh_r8e4((double){x})"),
+            DType::F8E5M2 => format!("xh_r8e5((double){x})"),
             _ => format!("(float){x}"),
         },
     }
