@@ -104,7 +104,21 @@ impl UnaryOp {
             // The ones the generated kernels compute on complex values (the spec allows more).
             return matches!(
                 self,
-                Abs | Sign | Negate | Exponential | Log | Sqrt | Rsqrt | Real | Imag
+                Abs | Sign
+                    | Negate
+                    | Exponential
+                    | ExponentialMinusOne
+                    | Log
+                    | LogPlusOne
+                    | Logistic
+                    | Sqrt
+                    | Rsqrt
+                    | Cosine
+                    | Sine
+                    | Tan
+                    | Tanh
+                    | Real
+                    | Imag
             );
         }
         match self {
@@ -160,7 +174,7 @@ impl BinaryOp {
     pub fn accepts(self, d: DType) -> bool {
         use BinaryOp::*;
         if d.is_complex() {
-            return matches!(self, Add | Subtract | Multiply | Divide);
+            return matches!(self, Add | Subtract | Multiply | Divide | Power);
         }
         match self {
             Complex => matches!(d, DType::F32 | DType::F64),

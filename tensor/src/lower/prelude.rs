@@ -508,6 +508,42 @@ typedef xh_cx<double> xt_c128;
     const F h = (F)-0.5 * atan2##S(a.im, a.re);                                                 \
     return xh_cx<F>(r * cos##S(h), r * sin##S(h));                                              \
   }                                                                                             \
+  /* The trigonometric and hyperbolic functions by their real-part formulas; expm1 with     \
+     cos(im) - 1 as -2 sin^2(im/2) and log1p with log|1 + z| as log1p(re(2 + re) + im^2)/2,   \
+     accurate for small z; power by XLA's formula (0^w = 1 for w = 0, 0 for re(w) > 0). */     \
+  __device__ inline xh_cx<F> xh_ccos(xh_cx<F> a) {                                              \
+    return xh_cx<F>(cos##S(a.re) * cosh##S(a.im), -(sin##S(a.re) * sinh##S(a.im)));            \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_csin(xh_cx<F> a) {                                              \
+    return xh_cx<F>(sin##S(a.re) * cosh##S(a.im), cos##S(a.re) * sinh##S(a.im));                \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_ctan(xh_cx<F> a) { return xh_cdiv(xh_csin(a), xh_ccos(a)); }    \
+  __device__ inline xh_cx<F> xh_ctanh(xh_cx<F> a) {                                             \
+    /* tanh z = -i tan(iz) */                                                                   \
+    const xh_cx<F> t = xh_ctan(xh_cx<F>(-a.im, a.re));                                          \
+    return xh_cx<F>(t.im, -t.re);                                                               \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cexpm1(xh_cx<F> a) {                                            \
+    const F s = sin##S(a.im * (F)0.5);                                                          \
+    return xh_cx<F>(expm1##S(a.re) * cos##S(a.im) - (F)2 * s * s, exp##S(a.re) * sin##S(a.im)); \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_clog1p(xh_cx<F> a) {                                            \
+    const F x = a.re + (F)1;                                                                    \
+    return xh_cx<F>((F)0.5 * log1p##S(a.re * ((F)2 + a.re) + a.im * a.im), atan2##S(a.im, x));  \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_clogistic(xh_cx<F> a) {                                         \
+    const xh_cx<F> e = xh_cexp(xh_cx<F>(-a.re, -a.im));                                         \
+    return xh_cdiv(xh_cx<F>((F)1, (F)0), xh_cx<F>((F)1 + e.re, e.im));                          \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cpow(xh_cx<F> z, xh_cx<F> w) {                                  \
+    const F r2 = z.re * z.re + z.im * z.im;                                                     \
+    if (r2 == (F)0 && w.im == (F)0 && w.re >= (F)0)                                             \
+      return xh_cx<F>(w.re == (F)0 ? (F)1 : (F)0, (F)0);                                        \
+    const F t = atan2##S(z.im, z.re);                                                           \
+    const F coeff = pow##S(r2, (F)0.5 * w.re) * exp##S(-w.im * t);                              \
+    const F q = w.re * t + (F)0.5 * w.im * log##S(r2);                                          \
+    return xh_cx<F>(coeff * cos##S(q), coeff * sin##S(q));                                      \
+  }                                                                                             \
   /* sign: z / |z| (so an infinite part gives NaN), z itself for 0. */                          \
   __device__ inline xh_cx<F> xh_csign(xh_cx<F> a) {                                             \
     const F m = xh_cabs(a);                                                                     \

@@ -190,6 +190,7 @@ pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
             Subtract => format!("xh_csub({a}, {b})"),
             Multiply => format!("xh_cmul({a}, {b})"),
             Divide => format!("xh_cdiv({a}, {b})"),
+            Power => format!("xh_cpow({a}, {b})"),
             // Refused by `BinaryOp::accepts`.
             other => format!("xh_complex_{}({a}, {b})", other.name()),
         };
@@ -253,6 +254,13 @@ fn complex_unary(op: UnaryOp, x: &str) -> String {
         Log => format!("xh_clog({x})"),
         Sqrt => format!("xh_csqrt({x})"),
         Rsqrt => format!("xh_crsqrt({x})"),
+        Cosine => format!("xh_ccos({x})"),
+        Sine => format!("xh_csin({x})"),
+        Tan => format!("xh_ctan({x})"),
+        Tanh => format!("xh_ctanh({x})"),
+        ExponentialMinusOne => format!("xh_cexpm1({x})"),
+        LogPlusOne => format!("xh_clog1p({x})"),
+        Logistic => format!("xh_clogistic({x})"),
         // Refused by `UnaryOp::accepts`; a call that compiles to an error names it.
         other => format!("xh_complex_{}({x})", other.name()),
     }
