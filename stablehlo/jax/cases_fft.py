@@ -1,5 +1,6 @@
 """Per-op cases of `fft` against jnp.fft: FFT, IFFT, RFFT and IRFFT over the trailing 1 to 3
-dimensions, lengths 1 to 12 (powers of two or not, odd and even), batch dimensions in front,
+dimensions, lengths 1 to 12 (powers of two or not, odd and even) and powers of two up to 256
+in 1 or 2 dimensions, batch dimensions in front,
 c64 and c128 (f32 and f64 for the real sides).
 
 Inputs: fresh standard-normal values (no NaN or inf: a NaN input makes every output along its
@@ -32,6 +33,9 @@ def _complex(rng, d: str, shape) -> np.ndarray:
 def _shape(rng):
     k = int(rng.integers(1, 4))
     lengths = [int(v) for v in rng.integers(1, 13, k)]
+    if rng.random() < 0.4:  # powers of two up to 256 (the radix-2 passes)
+        k = int(rng.integers(1, 3))
+        lengths = [int(2 ** rng.integers(2, 9)) for _ in range(k)]
     batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
     return batch, lengths
 

@@ -1,9 +1,13 @@
-//! `fft`: one generated kernel per transformed dimension, each a direct DFT along that
-//! dimension (a thread per output element, a sequential sum over the dimension's n inputs),
-//! so a transform of lengths n1..nk costs (n1 + … + nk) complex multiply-adds per element.
+//! `fft`: one generated kernel per transformed dimension. A complex pass over a power-of-two
+//! length n >= 4 is a radix-2 FFT (a thread per row: a bit-reversed copy, then log2 n
+//! butterfly stages in place, O(n log n) per row); every other pass (other lengths, and the
+//! real-to-half and half-to-real passes of RFFT/IRFFT) is a direct DFT along the dimension (a
+//! thread per output element, a sequential sum over the dimension's n inputs, O(n) per
+//! element).
 //! Twiddles are exact in their argument: the exponent's index j·k is reduced modulo n in
 //! integers and the angle 2π·(jk mod n)/n taken in double, so no error grows with the index;
-//! sums are accumulated in double for c64 and c128 alike and rounded once per pass.
+//! direct sums are accumulated in double for c64 and c128 alike and rounded once per pass;
+//! butterflies are computed in double and rounded to the type once per stage.
 //!
 //! FFT and IFFT: a complex-to-complex pass per dimension (IFFT divides by n in each pass).
 //! RFFT: the last dimension first, from the real operand to its n/2 + 1 non-negative
@@ -124,13 +128,82 @@ impl Lowerer {
             } else {
                 self.temp(&next_t)
             };
-            let k = fft_pass(pass, src, &cur, dst, &next_t);
-            out.extend(self.launch(k, next_t.elements()));
+            if pass.kind == PassKind::Complex && pass.n.is_power_of_two() && pass.n >= 4 {
+                let k = radix2_pass(pass, src, &cur, dst);
+                out.extend(self.launch(k, next_t.elements() / pass.n));
+            } else {
+                let k = fft_pass(pass, src, &cur, dst, &next_t);
+                out.extend(self.launch(k, next_t.elements()));
+            }
             src = dst;
             cur = next_t;
         }
         Ok(())
     }
+}
+
+/// A complex pass over a power-of-two length: a thread per row along the axis, the row
+/// copied into `dst` in bit-reversed order, then log2(n) in-place radix-2 butterfly stages
+/// (each butterfly in double, its two results rounded to the type), then the 1/n of an
+/// inverse transform (exact: a power of two).
+fn radix2_pass(pass: &Pass, src: Slice, t: &TensorType, dst: Slice) -> KernelText {
+    let mut k = KernelText::new();
+    let o = k.inout(dst, t.dtype);
+    let p = k.input(src, t.dtype);
+    let (n, axis) = (pass.n, pass.axis);
+    let bits = n.trailing_zeros();
+    let stride: u64 = t.dims[axis + 1..].iter().product();
+    let mut row_dims = t.dims.clone();
+    row_dims.remove(axis);
+    let ct = scalar::compute(t.dtype);
+    let c = scalar::compute(t.dtype.complex_part().unwrap_or(DType::F64));
+    k.open("XT_FOR(r, n) {");
+    let mut idx = k.delinearize("r", &row_dims);
+    idx.insert(axis, "0".into());
+    let base = k.var("long long", linear(&idx, &t.dims));
+    k.open(format!("for (long long j = 0; j < {n}LL; ++j) {{"));
+    k.line(format!(
+        "long long rj = 0; for (int b = 0; b < {bits}; ++b) rj |= ((j >> b) & 1LL) << ({} - b);",
+        bits - 1
+    ));
+    k.line(format!(
+        "{o}[{base} + rj * {stride}LL] = {p}[{base} + j * {stride}LL];"
+    ));
+    k.close("}");
+    k.open(format!(
+        "for (long long len = 2; len <= {n}LL; len <<= 1) {{"
+    ));
+    k.line("const long long half = len >> 1;");
+    k.open(format!("for (long long i0 = 0; i0 < {n}LL; i0 += len) {{"));
+    k.open("for (long long j = 0; j < half; ++j) {");
+    // The twiddle e^{sign·2πi·j/len} = e^{sign·2πi·(j·n/len)/n}, exact in its index.
+    k.line(format!(
+        "const double ang = {:?} * 6.283185307179586 * (double)(j * ({n}LL / len)) / {n}.0;",
+        pass.sign
+    ));
+    k.line("const double w_re = cos(ang), w_im = sin(ang);");
+    k.line(format!(
+        "const long long ia = {base} + (i0 + j) * {stride}LL, ib = ia + half * {stride}LL;"
+    ));
+    k.line(format!(
+        "const double ur = (double){o}[ia].re, ui = (double){o}[ia].im, xr = (double){o}[ib].re, xi = (double){o}[ib].im;"
+    ));
+    k.line("const double vr = xr * w_re - xi * w_im, vi = xr * w_im + xi * w_re;");
+    k.line(format!("{o}[ia] = {ct}(({c})(ur + vr), ({c})(ui + vi));"));
+    k.line(format!("{o}[ib] = {ct}(({c})(ur - vr), ({c})(ui - vi));"));
+    k.close("}");
+    k.close("}");
+    k.close("}");
+    if pass.sign > 0.0 {
+        k.open(format!("for (long long j = 0; j < {n}LL; ++j) {{"));
+        k.line(format!("const long long ia = {base} + j * {stride}LL;"));
+        k.line(format!(
+            "{o}[ia] = {ct}(({c})((double){o}[ia].re / {n}.0), ({c})((double){o}[ia].im / {n}.0));"
+        ));
+        k.close("}");
+    }
+    k.close("}");
+    k
 }
 
 /// The kernel of one pass from `src` (of type `from`) into `dst` (of type `to`).
