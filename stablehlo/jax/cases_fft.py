@@ -33,9 +33,13 @@ def _complex(rng, d: str, shape) -> np.ndarray:
 def _shape(rng):
     k = int(rng.integers(1, 4))
     lengths = [int(v) for v in rng.integers(1, 13, k)]
-    if rng.random() < 0.4:  # powers of two up to 256 (the radix-2 passes)
+    r = rng.random()
+    if r < 0.3:  # powers of two up to 256 (the radix-2 passes)
         k = int(rng.integers(1, 3))
         lengths = [int(2 ** rng.integers(2, 9)) for _ in range(k)]
+    elif r < 0.5:  # other lengths up to 300, primes too (Bluestein's passes)
+        k = int(rng.integers(1, 3))
+        lengths = [int(rng.choice([9, 17, 31, 100, 127, 243, 257, 300])) for _ in range(k)]
     batch = [int(v) for v in rng.integers(1, 4, int(rng.integers(0, 3)))]
     return batch, lengths
 

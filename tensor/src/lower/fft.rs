@@ -1,9 +1,10 @@
 //! `fft`: one generated kernel per transformed dimension. A complex pass over a power-of-two
 //! length n >= 4 is a radix-2 FFT (a thread per row: a bit-reversed copy, then log2 n
-//! butterfly stages in place, O(n log n) per row); every other pass (other lengths, and the
-//! real-to-half and half-to-real passes of RFFT/IRFFT) is a direct DFT along the dimension (a
-//! thread per output element, a sequential sum over the dimension's n inputs, O(n) per
-//! element).
+//! butterfly stages in place, O(n log n) per row); one over another length n > 8 is
+//! Bluestein's algorithm (the chirp convolution by radix-2 FFTs of length m >= 2n - 1 in a
+//! double scratch row, O(m log m) per row); the rest (n <= 8, and the real-to-half and
+//! half-to-real passes of RFFT/IRFFT) is a direct DFT along the dimension (a thread per
+//! output element, a sequential sum over the dimension's n inputs, O(n) per element).
 //! Twiddles are exact in their argument: the exponent's index j·k is reduced modulo n in
 //! integers and the angle 2π·(jk mod n)/n taken in double, so no error grows with the index;
 //! direct sums are accumulated in double for c64 and c128 alike and rounded once per pass;
@@ -131,6 +132,12 @@ impl Lowerer {
             if pass.kind == PassKind::Complex && pass.n.is_power_of_two() && pass.n >= 4 {
                 let k = radix2_pass(pass, src, &cur, dst);
                 out.extend(self.launch(k, next_t.elements() / pass.n));
+            } else if pass.kind == PassKind::Complex && pass.n > BLUESTEIN_FROM {
+                let rows = next_t.elements() / pass.n;
+                let m = (2 * pass.n - 1).next_power_of_two();
+                let scratch = self.temp(&TensorType::new(DType::C128, &[rows, 2 * m]));
+                let k = bluestein_pass(pass, src, &cur, dst, scratch, m);
+                out.extend(self.launch(k, rows));
             } else {
                 let k = fft_pass(pass, src, &cur, dst, &next_t);
                 out.extend(self.launch(k, next_t.elements()));
@@ -140,6 +147,82 @@ impl Lowerer {
         }
         Ok(())
     }
+}
+
+/// Lengths above which a complex pass of a length that is not a power of two uses
+/// Bluestein's algorithm instead of the direct sum.
+const BLUESTEIN_FROM: u64 = 8;
+
+/// A complex pass over any length n by Bluestein's algorithm: with c_j = e^{s·πi·j²/n}
+/// (j² reduced modulo 2n in integers), X_k = c_k · Σ_j (x_j c_j) conj(c_{k−j}), the
+/// convolution taken by radix-2 FFTs of length m ≥ 2n − 1 on a thread's two rows of the
+/// double `scratch` (rows × 2m): O(m log m) per row, in double, rounded once at the end.
+fn bluestein_pass(
+    pass: &Pass,
+    src: Slice,
+    t: &TensorType,
+    dst: Slice,
+    scratch: Slice,
+    m: u64,
+) -> KernelText {
+    let mut k = KernelText::new();
+    let o = k.output(dst, t.dtype);
+    let p = k.input(src, t.dtype);
+    let w = k.inout(scratch, DType::C128);
+    let (n, axis, s) = (pass.n, pass.axis, pass.sign);
+    let stride: u64 = t.dims[axis + 1..].iter().product();
+    let mut row_dims = t.dims.clone();
+    row_dims.remove(axis);
+    let ct = scalar::compute(t.dtype);
+    let c = scalar::compute(t.dtype.complex_part().unwrap_or(DType::F64));
+    k.open("XT_FOR(r, n) {");
+    let mut idx = k.delinearize("r", &row_dims);
+    idx.insert(axis, "0".into());
+    let base = k.var("long long", linear(&idx, &t.dims));
+    k.line(format!("xt_c128* A = {w} + r * {}LL;", 2 * m));
+    k.line(format!("xt_c128* B = A + {m}LL;"));
+    k.line(format!(
+        "for (long long j = 0; j < {m}LL; ++j) {{ A[j] = xt_c128(0.0, 0.0); B[j] = xt_c128(0.0, 0.0); }}"
+    ));
+    k.open(format!("for (long long j = 0; j < {n}LL; ++j) {{"));
+    k.line(format!(
+        "const double ang = {s:?} * 3.141592653589793 * (double)((j * j) % {}LL) / {n}.0;",
+        2 * n
+    ));
+    k.line("const double cr = cos(ang), ci = sin(ang);");
+    k.line(format!(
+        "const double xr = (double){p}[{base} + j * {stride}LL].re, xi = (double){p}[{base} + j * {stride}LL].im;"
+    ));
+    k.line("A[j] = xt_c128(xr * cr - xi * ci, xr * ci + xi * cr);");
+    k.line("B[j] = xt_c128(cr, -ci);");
+    k.line(format!("if (j > 0) B[{m}LL - j] = xt_c128(cr, -ci);"));
+    k.close("}");
+    k.line(format!("xh_fft_pow2(A, {m}LL, -1.0);"));
+    k.line(format!("xh_fft_pow2(B, {m}LL, -1.0);"));
+    k.line(format!(
+        "for (long long j = 0; j < {m}LL; ++j) A[j] = xh_cmul(A[j], B[j]);"
+    ));
+    k.line(format!("xh_fft_pow2(A, {m}LL, 1.0);"));
+    let scale = if s > 0.0 {
+        format!("{}.0 * {n}.0", m)
+    } else {
+        format!("{m}.0")
+    };
+    k.open(format!("for (long long j = 0; j < {n}LL; ++j) {{"));
+    k.line(format!(
+        "const double ang = {s:?} * 3.141592653589793 * (double)((j * j) % {}LL) / {n}.0;",
+        2 * n
+    ));
+    k.line("const double cr = cos(ang), ci = sin(ang);");
+    k.line(format!(
+        "const double yr = A[j].re / ({scale}), yi = A[j].im / ({scale});"
+    ));
+    k.line(format!(
+        "{o}[{base} + j * {stride}LL] = {ct}(({c})(yr * cr - yi * ci), ({c})(yr * ci + yi * cr));"
+    ));
+    k.close("}");
+    k.close("}");
+    k
 }
 
 /// A complex pass over a power-of-two length: a thread per row along the axis, the row

@@ -553,4 +553,28 @@ typedef xh_cx<double> xt_c128;
 XH_CX(float, f)
 XH_CX(double, )
 #undef XH_CX
+// In-place radix-2 FFT of m (a power of two) double complex values, e^{sign 2 pi i jk/m},
+// unscaled; twiddles exact in their index. Bluestein's passes use it on rows of a temp.
+__device__ inline void xh_fft_pow2(xt_c128* a, long long m, double sign) {
+  int bits = 0;
+  while ((1LL << bits) < m) ++bits;
+  for (long long j = 0; j < m; ++j) {
+    long long rj = 0;
+    for (int b = 0; b < bits; ++b) rj |= ((j >> b) & 1LL) << (bits - 1 - b);
+    if (rj > j) { const xt_c128 t = a[j]; a[j] = a[rj]; a[rj] = t; }
+  }
+  for (long long len = 2; len <= m; len <<= 1) {
+    const long long half = len >> 1;
+    for (long long i0 = 0; i0 < m; i0 += len) {
+      for (long long j = 0; j < half; ++j) {
+        const double ang = sign * 6.283185307179586 * (double)(j * (m / len)) / (double)m;
+        const double wr = cos(ang), wi = sin(ang);
+        const xt_c128 u = a[i0 + j], x = a[i0 + j + half];
+        const double vr = x.re * wr - x.im * wi, vi = x.re * wi + x.im * wr;
+        a[i0 + j] = xt_c128(u.re + vr, u.im + vi);
+        a[i0 + j + half] = xt_c128(u.re - vr, u.im - vi);
+      }
+    }
+  }
+}
 "#;
