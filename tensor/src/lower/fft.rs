@@ -2,9 +2,13 @@
 //! length n >= 4 is a radix-2 FFT (a thread per row: a bit-reversed copy, then log2 n
 //! butterfly stages in place, O(n log n) per row); one over another length n > 8 is
 //! Bluestein's algorithm (the chirp convolution by radix-2 FFTs of length m >= 2n - 1 in a
-//! double scratch row, O(m log m) per row); the rest (n <= 8, and the real-to-half and
-//! half-to-real passes of RFFT/IRFFT) is a direct DFT along the dimension (a thread per
-//! output element, a sequential sum over the dimension's n inputs, O(n) per element).
+//! double scratch row, O(m log m) per row); the rest (lengths up to 8 that are not powers
+//! of two) is a direct DFT along the dimension (a thread per output element, a sequential
+//! sum over the dimension's n inputs, O(n) per element). RFFT's and IRFFT's last dimension,
+//! when its length takes a fast pass, goes through a complex pass of the full length: the
+//! real operand widened to complex, the pass, the first n/2 + 1 outputs kept; or the half
+//! spectrum completed by symmetry, the inverse pass, the real parts kept. Shorter ones are
+//! direct sums from the real values or over the half spectrum.
 //! Twiddles are exact in their argument: the exponent's index j·k is reduced modulo n in
 //! integers and the angle 2π·(jk mod n)/n taken in double, so no error grows with the index;
 //! direct sums are accumulated in double for c64 and c128 alike and rounded once per pass;
@@ -24,6 +28,7 @@ use xthunk_core::ir::{DType, Slice, Thunk};
 
 /// One pass: along dimension `axis` of a buffer of type `from` into one of type `to` (the
 /// dimension's length may differ: RFFT's n → n/2 + 1, IRFFT's n/2 + 1 → n).
+#[derive(Clone, Copy)]
 struct Pass {
     axis: usize,
     /// The transform's length along the axis.
@@ -129,24 +134,116 @@ impl Lowerer {
             } else {
                 self.temp(&next_t)
             };
-            if pass.kind == PassKind::Complex && pass.n.is_power_of_two() && pass.n >= 4 {
-                let k = radix2_pass(pass, src, &cur, dst);
-                out.extend(self.launch(k, next_t.elements() / pass.n));
-            } else if pass.kind == PassKind::Complex && pass.n > BLUESTEIN_FROM {
-                let rows = next_t.elements() / pass.n;
-                let m = (2 * pass.n - 1).next_power_of_two();
-                let scratch = self.temp(&TensorType::new(DType::C128, &[rows, 2 * m]));
-                let k = bluestein_pass(pass, src, &cur, dst, scratch, m);
-                out.extend(self.launch(k, rows));
-            } else {
-                let k = fft_pass(pass, src, &cur, dst, &next_t);
-                out.extend(self.launch(k, next_t.elements()));
+            match pass.kind {
+                PassKind::Complex => self.complex_pass(pass, src, &cur, dst, out),
+                // The real sides of a long dimension through a complex pass of the full
+                // length: real -> complex, the pass, the first n/2 + 1 kept; or the half
+                // spectrum completed by symmetry, the inverse pass, the real parts kept.
+                PassKind::RealToHalf if fast(pass.n) => {
+                    let full = TensorType::new(next_t.dtype, &cur.dims);
+                    let (a, b) = (self.temp(&full), self.temp(&full));
+                    let k = map_kernel(src, &cur, a, &full, |k, x, _| {
+                        let c = scalar::compute(cur.dtype);
+                        let v = k.var(c, scalar::load(cur.dtype, &x("i")));
+                        format!("{}({v}, ({c})0)", scalar::compute(full.dtype))
+                    });
+                    out.extend(self.launch(k, full.elements()));
+                    self.complex_pass(pass, a, &full, b, out);
+                    let k = map_kernel(b, &full, dst, &next_t, |k, x, idx| {
+                        let lin = linear(idx, &full.dims);
+                        let _ = k;
+                        x(&lin)
+                    });
+                    out.extend(self.launch(k, next_t.elements()));
+                }
+                PassKind::HalfToReal if fast(pass.n) => {
+                    let full = TensorType::new(cur.dtype, &next_t.dims);
+                    let (a, b) = (self.temp(&full), self.temp(&full));
+                    let (n, axis, half) = (pass.n, pass.axis, pass.n / 2);
+                    let k = map_kernel(src, &cur, a, &full, |k, x, idx| {
+                        let mut sub = idx.to_vec();
+                        let kk = k.var("long long", &idx[axis]);
+                        sub[axis] = format!("({kk} <= {half}LL ? {kk} : {n}LL - {kk})");
+                        let v = k.var(scalar::compute(cur.dtype), x(&linear(&sub, &cur.dims)));
+                        format!(
+                            "({kk} <= {half}LL ? {v} : {}({v}.re, -{v}.im))",
+                            scalar::compute(cur.dtype)
+                        )
+                    });
+                    out.extend(self.launch(k, full.elements()));
+                    self.complex_pass(pass, a, &full, b, out);
+                    let k = map_kernel(b, &full, dst, &next_t, |_, x, _| {
+                        let c = scalar::compute(next_t.dtype);
+                        scalar::store(next_t.dtype, &format!("({c})({}).re", x("i")))
+                    });
+                    out.extend(self.launch(k, next_t.elements()));
+                }
+                _ => {
+                    let k = fft_pass(pass, src, &cur, dst, &next_t);
+                    out.extend(self.launch(k, next_t.elements()));
+                }
             }
             src = dst;
             cur = next_t;
         }
         Ok(())
     }
+
+    /// A complex pass (forward or inverse by `pass.sign`) from `src` into `dst`, both of
+    /// type `t`: radix-2, Bluestein or the direct sum by the length.
+    fn complex_pass(
+        &mut self,
+        pass: &Pass,
+        src: Slice,
+        t: &TensorType,
+        dst: Slice,
+        out: &mut Vec<Thunk>,
+    ) {
+        let pass = &Pass {
+            kind: PassKind::Complex,
+            ..*pass
+        };
+        if pass.n.is_power_of_two() && pass.n >= 4 {
+            let k = radix2_pass(pass, src, t, dst);
+            out.extend(self.launch(k, t.elements() / pass.n));
+        } else if pass.n > BLUESTEIN_FROM {
+            let rows = t.elements() / pass.n;
+            let m = (2 * pass.n - 1).next_power_of_two();
+            let scratch = self.temp(&TensorType::new(DType::C128, &[rows, 2 * m]));
+            let k = bluestein_pass(pass, src, t, dst, scratch, m);
+            out.extend(self.launch(k, rows));
+        } else {
+            let k = fft_pass(pass, src, t, dst, t);
+            out.extend(self.launch(k, t.elements()));
+        }
+    }
+}
+
+/// Whether a length takes the fast complex passes (radix-2 or Bluestein).
+fn fast(n: u64) -> bool {
+    (n.is_power_of_two() && n >= 4) || n > BLUESTEIN_FROM
+}
+
+/// A kernel writing each element `i` of `dst` (type `to`) as `f(kernel, read, index)`, where
+/// `read(lin)` is element `lin` of `src` (type `from`) and `index` the element's indices in
+/// `to`'s dimensions.
+fn map_kernel(
+    src: Slice,
+    from: &TensorType,
+    dst: Slice,
+    to: &TensorType,
+    f: impl FnOnce(&mut KernelText, &dyn Fn(&str) -> String, &[String]) -> String,
+) -> KernelText {
+    let mut k = KernelText::new();
+    let o = k.output(dst, to.dtype);
+    let p = k.input(src, from.dtype);
+    k.open("XT_FOR(i, n) {");
+    let idx = k.delinearize("i", &to.dims);
+    let read = |lin: &str| format!("{p}[{lin}]");
+    let v = f(&mut k, &read, &idx);
+    k.line(format!("{o}[i] = {v};"));
+    k.close("}");
+    k
 }
 
 /// Lengths above which a complex pass of a length that is not a power of two uses
