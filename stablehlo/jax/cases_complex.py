@@ -223,7 +223,30 @@ def gen_dot(rng, count: int) -> list:
     return cases
 
 
+def gen_reduce(rng, count: int) -> list:
+    """`reduce` of complex values with an add body (jnp.sum) and a multiply body (jnp.prod,
+    over at most 6 elements), over one axis: k·eps of the largest result for sums (another
+    order than XLA's), 8k·eps of |want| for products."""
+    cases = []
+    for d in COMPLEX:
+        for _ in range(count):
+            shape = tuple(int(v) for v in rng.integers(1, 7, 2))
+            axis = int(rng.integers(0, 2))
+            x = draw(rng, d, shape, p_special=0.0)
+            k = shape[axis]
+            cases.append(Case("complex_reduce", d, [x],
+                              fn=lambda a, axis=axis: jnp.sum(a, axis=axis),
+                              tol=Rel(4 * k * EPS[d], atol_of_max=4 * k * EPS[d]),
+                              attrs={"body": "add"}, expect=("stablehlo.reduce",)))
+            cases.append(Case("complex_reduce", d, [x],
+                              fn=lambda a, axis=axis: jnp.prod(a, axis=axis),
+                              tol=_rel(d, 8 * k), attrs={"body": "multiply"},
+                              expect=("stablehlo.reduce",)))
+    return cases
+
+
 GENERATORS: dict = {
+    "complex_reduce": gen_reduce,
     "complex_dot_general": gen_dot,
     "real": lambda rng, count: gen_real_imag("real", rng, count),
     "imag": lambda rng, count: gen_real_imag("imag", rng, count),
