@@ -66,7 +66,11 @@ typedef enum XthunkFfiDType {
   XTHUNK_FFI_I16 = 10,
   XTHUNK_FFI_U16 = 11,
   XTHUNK_FFI_U32 = 12,
-  XTHUNK_FFI_U64 = 13
+  XTHUNK_FFI_U64 = 13,
+  XTHUNK_FFI_C64 = 14,      /* two floats, real part first */
+  XTHUNK_FFI_C128 = 15,     /* two doubles, real part first */
+  XTHUNK_FFI_F8E4M3FN = 16, /* one byte: 1 sign, 4 exponent (bias 7), 3 mantissa; no inf */
+  XTHUNK_FFI_F8E5M2 = 17    /* one byte: 1 sign, 5 exponent (bias 15), 2 mantissa */
 } XthunkFfiDType;
 
 /* Attribute types. */

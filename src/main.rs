@@ -44,12 +44,15 @@ RUST_LOG=xthunk_core=debug) overrides -v.";
 
 const RUN_AFTER_HELP: &str = "\
 Inputs are .npy files whose dtype and shape must equal the parameter's:
-  pred '|b1', i8 '|i1', u8 '|u1', i32 '<i4', i64 '<i8', f16 '<f2', f32 '<f4', f64 '<f8'.
+  pred '|b1', i8 '|i1', u8 '|u1', i32 '<i4', i64 '<i8', f16 '<f2', f32 '<f4', f64 '<f8',
+  c64 '<c8', c128 '<c16'.
 bfloat16 has no numpy dtype: a bf16 parameter takes its raw bits as '<u2' (or a 2-byte void
 'V2'), and a bf16 output is written as '<u2' (view it with a.view(ml_dtypes.bfloat16)).
+The 8-bit floats f8e4m3fn and f8e5m2 likewise take '|u1' (or what np.save writes for
+ml_dtypes' types, '<V1' and '<f1') and are written as '|u1'.
 
-Parameters without --input get seeded random values: floats uniform in [-1, 1), signed
-integers in [-8, 8), u8 in [0, 16), pred 0 or 1.
+Parameters without --input get seeded random values: floats (and both parts of complex
+values) uniform in [-1, 1), signed integers in [-8, 8), u8 in [0, 16), pred 0 or 1.
 
 With --output-dir, NAME.npy is written for every output only after the whole run succeeded,
 each through a temporary file and a rename: never a partial file. Characters other than

@@ -23,6 +23,10 @@ pub enum XthunkDtype {
     U16 = 10,
     U32 = 11,
     U64 = 12,
+    C64 = 13,
+    C128 = 14,
+    F8e4m3fn = 15,
+    F8e5m2 = 16,
 }
 
 impl From<DType> for XthunkDtype {
@@ -41,6 +45,10 @@ impl From<DType> for XthunkDtype {
             DType::U16 => XthunkDtype::U16,
             DType::U32 => XthunkDtype::U32,
             DType::U64 => XthunkDtype::U64,
+            DType::C64 => XthunkDtype::C64,
+            DType::C128 => XthunkDtype::C128,
+            DType::F8E4M3FN => XthunkDtype::F8e4m3fn,
+            DType::F8E5M2 => XthunkDtype::F8e5m2,
         }
     }
 }

@@ -30,7 +30,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use xthunk_core::backend::{Buffer, Device, DeviceMemory, DevicePtr};
 use xthunk_core::executor::{ExecuteOptions, LoadedExecutable};
-use xthunk_core::ir::{DType, Executable, MemorySpace, Scalar};
+use xthunk_core::ir::{DType, Executable, MemorySpace, Scalar, f8};
 
 /// What a check returns.
 pub type CheckResult<T = ()> = Result<T, CheckFailure>;
@@ -175,7 +175,9 @@ pub fn round_to(dtype: DType, v: f64) -> f64 {
     match dtype {
         DType::F16 => round_to_format(v, 11, -14, F16_MAX),
         DType::BF16 => round_to_format(v, 8, -126, BF16_MAX),
-        DType::F32 => v as f32 as f64,
+        DType::F32 | DType::C64 => v as f32 as f64,
+        DType::F8E4M3FN => f8::E4M3FN.to_f64(f8::E4M3FN.from_f64(v)),
+        DType::F8E5M2 => f8::E5M2.to_f64(f8::E5M2.from_f64(v)),
         _ => v,
     }
 }
@@ -192,13 +194,24 @@ pub fn bf16_bits(v: f64) -> u16 {
 }
 
 /// Little-endian bytes of `values` as `dtype`. Float values are rounded to nearest even;
-/// integer values must be in the type's range.
+/// integer values must be in the type's range. A complex tensor takes its parts, real then
+/// imaginary (as [`decode`] gives them).
 pub fn encode(dtype: DType, values: &Values) -> CheckResult<Vec<u8>> {
     let mut out = Vec::with_capacity(values.len() * dtype.size());
-    match (values, dtype.is_float()) {
+    let floating = dtype.is_float() || dtype.is_complex() || dtype.is_f8();
+    match (values, floating) {
+        (Values::F(v), true) if dtype.is_complex() && v.len() % 2 != 0 => {
+            return Err(fail(format!(
+                "{} parts are not whole {dtype} elements",
+                v.len()
+            )));
+        }
         (Values::F(v), true) => {
             for &x in v {
                 match dtype {
+                    DType::C64 => out.extend_from_slice(&(x as f32).to_le_bytes()),
+                    DType::F8E4M3FN => out.push(f8::E4M3FN.from_f64(x)),
+                    DType::F8E5M2 => out.push(f8::E5M2.from_f64(x)),
                     DType::F16 => out.extend_from_slice(&f16_bits(x).to_le_bytes()),
                     DType::BF16 => out.extend_from_slice(&bf16_bits(x).to_le_bytes()),
                     DType::F32 => out.extend_from_slice(&(x as f32).to_le_bytes()),
@@ -254,6 +267,20 @@ pub fn decode(dtype: DType, bytes: &[u8]) -> Values {
         DType::U32 => Values::I(chunks.map(|c| u32::from_le_bytes(le4(c)) as i64).collect()),
         // The bit pattern (see `int_range`).
         DType::U64 => Values::I(chunks.map(|c| u64::from_le_bytes(le8(c)) as i64).collect()),
+        // The parts, real then imaginary, one value each.
+        DType::C64 => Values::F(
+            chunks
+                .flat_map(|c| [f32::from_le_bytes(le4(c)), f32::from_le_bytes(le4(&c[4..]))])
+                .map(f64::from)
+                .collect(),
+        ),
+        DType::C128 => Values::F(
+            chunks
+                .flat_map(|c| [f64::from_le_bytes(le8(c)), f64::from_le_bytes(le8(&c[8..]))])
+                .collect(),
+        ),
+        DType::F8E4M3FN => Values::F(chunks.map(|c| f8::E4M3FN.to_f64(c[0])).collect()),
+        DType::F8E5M2 => Values::F(chunks.map(|c| f8::E5M2.to_f64(c[0])).collect()),
     }
 }
 
@@ -739,13 +766,25 @@ mod tests {
     fn encode_decode_roundtrip() {
         let mut rng = rng_from(2);
         for dt in DType::ALL {
-            let v = if dt.is_float() {
+            let v = if dt.is_complex() {
+                // 50 elements, as their parts.
+                Values::F(uniform(&mut rng, dt, 100, -10.0, 10.0))
+            } else if dt.is_f8() {
+                // Values the type holds exactly.
+                let f = if dt == DType::F8E4M3FN {
+                    f8::E4M3FN
+                } else {
+                    f8::E5M2
+                };
+                Values::F((0..100u8).map(|i| f.to_f64(i % 0x78)).collect())
+            } else if dt.is_float() {
                 Values::F(uniform(&mut rng, dt, 100, -10.0, 10.0))
             } else {
                 Values::I(random_ints(&mut rng, dt, 100))
             };
             let bytes = encode(dt, &v).unwrap_or_default();
-            assert_eq!(bytes.len(), 100 * dt.size());
+            let elems = if dt.is_complex() { 50 } else { 100 };
+            assert_eq!(bytes.len(), elems * dt.size(), "{dt}");
             assert_eq!(decode(dt, &bytes), v, "{dt}");
         }
     }

@@ -85,6 +85,7 @@ fn encode(t: DType, v: f64, i: i64) -> Vec<u8> {
         DType::U16 => (i as u16).to_le_bytes().to_vec(),
         DType::U32 => (i as u32).to_le_bytes().to_vec(),
         DType::U64 => (i as u64).to_le_bytes().to_vec(),
+        other => panic!("no standard kernel takes {other}"),
     }
 }
 
@@ -102,6 +103,7 @@ fn decode(t: DType, b: &[u8]) -> f64 {
         DType::U16 => u16::from_le_bytes(b.try_into().unwrap()) as f64,
         DType::U32 => u32::from_le_bytes(b.try_into().unwrap()) as f64,
         DType::U64 => u64::from_le_bytes(b.try_into().unwrap()) as f64,
+        other => panic!("no standard kernel takes {other}"),
     }
 }
 
@@ -120,6 +122,7 @@ fn scalar(t: DType, v: f64, i: i64) -> Scalar {
         DType::U16 => Scalar::U16(i as u16),
         DType::U32 => Scalar::U32(i as u32),
         DType::U64 => Scalar::U64(i as u64),
+        other => panic!("no standard kernel takes {other}"),
     }
 }
 

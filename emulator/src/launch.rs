@@ -445,6 +445,8 @@ fn scalar_from(dt: DType, b: &[u8]) -> Option<Scalar> {
         DType::U16 => Scalar::U16(u16::from_le_bytes(b.get(..2)?.try_into().ok()?)),
         DType::U32 => Scalar::U32(u32::from_le_bytes(b.get(..4)?.try_into().ok()?)),
         DType::U64 => Scalar::U64(u64::from_le_bytes(b.get(..8)?.try_into().ok()?)),
+        // No immediates of these types exist (kernels take them through buffers).
+        DType::C64 | DType::C128 | DType::F8E4M3FN | DType::F8E5M2 => return None,
     })
 }
 

@@ -169,6 +169,7 @@ fn scalar_for(name: &str, dt: DType) -> Scalar {
         (_, DType::U16) => Scalar::U16(60000),
         (_, DType::U32) => Scalar::U32(4_000_000_000),
         (_, DType::U64) => Scalar::U64(10_000_000_000_000_000_000),
+        (_, other) => panic!("no standard kernel takes {other}"),
     }
 }
 
@@ -191,6 +192,7 @@ fn input(dt: DType, count: usize) -> Vec<u8> {
                 DType::U16 => Scalar::U16(i as u16 * 10),
                 DType::U32 => Scalar::U32(i as u32 * 1000),
                 DType::U64 => Scalar::U64(i as u64 * 100_000),
+                other => panic!("no standard kernel takes {other}"),
             };
             s.to_le_bytes()
         })

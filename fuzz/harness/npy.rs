@@ -57,6 +57,10 @@ pub fn seeds() -> Vec<Vec<u8>> {
         (">i8", 8, 4),
         ("V2", 2, 6),
         ("<c8", 8, 7),
+        ("<c8", 8, 13),
+        ("<c16", 16, 14),
+        ("<V1", 1, 15),
+        ("<f1", 1, 0x40),
     ];
     let shapes: &[&[u64]] = &[&[], &[0], &[3], &[2, 3], &[1, 4], &[2, 1, 2]];
     let mut out = Vec::new();
@@ -238,7 +242,9 @@ pub fn spec_of(input: &[u8]) -> (TensorSpec, &[u8]) {
         Some((s, f)) => (*s, f),
         None => (0, &[][..]),
     };
-    let dtype = DType::ALL[(sel & 0x0f) as usize % DType::ALL.len()];
+    // Bits 0-3 and 6 pick the type (17 of them), bits 4-5 the shape.
+    let pick = (sel & 0x0f) as usize | (((sel >> 6) & 1) as usize) << 4;
+    let dtype = DType::ALL[pick % DType::ALL.len()];
     let claimed = claimed_shape(file);
     let dims = match (sel >> 4) & 3 {
         0 => claimed,

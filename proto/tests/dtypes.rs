@@ -137,3 +137,38 @@ fn out_of_range_16_bit_scalars_are_refused() {
         assert!(e.to_string().contains(bounds), "{e}");
     }
 }
+
+#[test]
+fn complex_and_f8_types_round_trip_with_their_numbers() {
+    for (dtype, name, number, size) in [
+        (DType::C64, "DTYPE_C64", 14, 8),
+        (DType::C128, "DTYPE_C128", 15, 16),
+        (DType::F8E4M3FN, "DTYPE_F8E4M3FN", 16, 1),
+        (DType::F8E5M2, "DTYPE_F8E5M2", 17, 1),
+    ] {
+        assert_eq!(dtype.size(), size);
+        assert_eq!(DType::from_name(dtype.name()), Some(dtype));
+        assert!(!dtype.is_float() && !dtype.is_int());
+        assert_eq!(dtype.is_complex(), size >= 8);
+        assert_eq!(dtype.is_f8(), size == 1);
+        let elems = 64 / size;
+        let exe = parse_text(&program(name, elems, "u8: 1")).unwrap();
+        assert_eq!(exe.signature.parameters[0].dtype, dtype);
+        assert_eq!(exe.signature.parameters[0].dims, vec![elems as u64]);
+        let msg = to_proto(&exe);
+        let sig = msg.signature.as_ref().unwrap();
+        assert_eq!(sig.outputs[0].dtype, number, "{dtype}");
+        assert_eq!(pb::DType::try_from(number).unwrap().as_str_name(), name);
+        assert_eq!(decode(&encode(&exe)).unwrap(), exe, "{dtype} binary");
+        let text = to_text(&exe);
+        assert!(text.contains(name), "{text}");
+        assert_eq!(parse_text(&text).unwrap(), exe, "{dtype} text");
+    }
+    assert_eq!(DType::C64.complex_part(), Some(DType::F32));
+    assert_eq!(DType::C128.complex_part(), Some(DType::F64));
+    assert_eq!(DType::F64.complex_of(), Some(DType::C128));
+    assert_eq!(DType::F16.complex_of(), None);
+    // The next number is not a type yet.
+    let e = parse_text(&program("DTYPE_C64", 8, "u8: 1").replace("DTYPE_C64", "18"));
+    assert!(e.is_err(), "{e:?}");
+}

@@ -894,7 +894,11 @@ fn every_kind_is_generated() {
     ] {
         assert!(seen.contains(want), "never generated {want}");
     }
-    for d in DType::ALL {
+    // Complex and the 8-bit floats have no immediates (Scalar) yet.
+    for d in DType::ALL
+        .into_iter()
+        .filter(|d| !d.is_complex() && !d.is_f8())
+    {
         assert!(
             seen.contains(&format!("scalar:{d}")),
             "never generated a {d} scalar"

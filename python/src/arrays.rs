@@ -1,6 +1,6 @@
-//! numpy arrays in and out: xthunk's element types as numpy dtypes (bf16 through `ml_dtypes`),
-//! a caller's array checked against a signature entry and read in place, new arrays written
-//! in place.
+//! numpy arrays in and out: xthunk's element types as numpy dtypes (bf16 and the 8-bit floats
+//! through `ml_dtypes`), a caller's array checked against a signature entry and read in place,
+//! new arrays written in place.
 
 use crate::errors::{XResult, invalid, unsupported};
 use numpy::npyffi::objects::_PyArray_GET_ITEM_DATA;
@@ -31,6 +31,10 @@ pub fn numpy_name(d: DType) -> &'static str {
         DType::U16 => "uint16",
         DType::U32 => "uint32",
         DType::U64 => "uint64",
+        DType::C64 => "complex64",
+        DType::C128 => "complex128",
+        DType::F8E4M3FN => "float8_e4m3fn",
+        DType::F8E5M2 => "float8_e5m2",
     }
 }
 
@@ -55,7 +59,7 @@ pub fn parse_dtype(obj: &Bound<'_, PyAny>) -> XResult<DType> {
         .ok_or_else(|| invalid(format!("unknown element type `{name}`")).into())
 }
 
-/// The numpy dtype object of `d` (bf16 needs `ml_dtypes`).
+/// The numpy dtype object of `d` (bf16 and the 8-bit floats need `ml_dtypes`).
 pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> XResult<Bound<'py, PyAny>> {
     let slot = DType::ALL
         .iter()
@@ -64,11 +68,13 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> XResult<Bound<'py, PyAny>>
         .ok_or_else(|| invalid(format!("no numpy dtype for {d}")))?;
     let dtype = slot.get_or_try_init(py, || -> XResult<Py<PyAny>> {
         let np = py.import("numpy")?;
-        let arg = if d == DType::BF16 {
+        let arg = if matches!(d, DType::BF16 | DType::F8E4M3FN | DType::F8E5M2) {
             let ml = py.import("ml_dtypes").map_err(|_| {
-                unsupported("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)")
+                unsupported(format!(
+                    "{d} arrays need the ml_dtypes package (pip install ml_dtypes)"
+                ))
             })?;
-            ml.getattr("bfloat16")?
+            ml.getattr(numpy_name(d))?
         } else {
             pyo3::types::PyString::new(py, numpy_name(d)).into_any()
         };

@@ -105,6 +105,12 @@ fn typed_scalar(value: &Bound<'_, PyAny>, d: DType) -> XResult<Scalar> {
         DType::U16 => Scalar::U16(value.extract()?),
         DType::U32 => Scalar::U32(value.extract()?),
         DType::U64 => Scalar::U64(value.extract()?),
+        DType::C64 | DType::C128 | DType::F8E4M3FN | DType::F8E5M2 => {
+            return Err(crate::errors::unsupported(format!(
+                "{d} scalar kernel arguments (the IR has no {d} immediates yet)"
+            ))
+            .into());
+        }
     })
 }
 

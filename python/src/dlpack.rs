@@ -85,6 +85,12 @@ fn dl_dtype(d: DType) -> DLDataType {
         DType::U16 => (1, 16),
         DType::U32 => (1, 32),
         DType::U64 => (1, 64),
+        // kDLComplex; the 8-bit floats' codes are DLPack 1.1's (kDLFloat8_e4m3fn,
+        // kDLFloat8_e5m2), as ml_dtypes registers them.
+        DType::C64 => (5, 64),
+        DType::C128 => (5, 128),
+        DType::F8E4M3FN => (10, 8),
+        DType::F8E5M2 => (12, 8),
     };
     DLDataType {
         code,

@@ -163,3 +163,33 @@ def test_new_integer_types_copy_round_trip(host, name, np_dtype):
         exe(x=xv.astype(other))
     # Immediates of the type.
     assert xthunk.scalar(int(info.max), name) is not None
+
+
+@pytest.mark.parametrize("name, np_name", [("c64", "complex64"), ("c128", "complex128"),
+                                           ("f8e4m3fn", "float8_e4m3fn"),
+                                           ("f8e5m2", "float8_e5m2")])
+def test_complex_and_f8_types_copy_round_trip(host, name, np_name):
+    """c64/c128 as numpy's complex types, the 8-bit floats as ml_dtypes'; a copy gives the
+    bits back, the dtype is checked exactly, and no immediate of these types exists yet."""
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    np_dtype = np.dtype(getattr(ml_dtypes, np_name) if name.startswith("f8") else np_name)
+    b = xthunk.ProgramBuilder(f"copy_{name}")
+    x = b.parameter("x", name, [6])
+    y = b.output("y", np_name, [6])
+    b.copy(x, y)
+    exe = host.load(b.build())
+    assert exe.parameters[0].dtype == np_name
+    rng = np.random.default_rng(7)
+    if name.startswith("f8"):
+        # Every kind of code: NaN, +-0, the largest values, subnormals.
+        xv = np.array([0x7F, 0x80, 0x7E, 0x01, 0xFE, 0x3C], np.uint8).view(np_dtype)
+    else:
+        xv = (rng.standard_normal(6) + 1j * rng.standard_normal(6)).astype(np_dtype)
+        xv[0] = complex(np.nan, -0.0)
+    out = exe(x=xv)
+    assert out.dtype == np_dtype
+    np.testing.assert_array_equal(out.view(np.uint8), xv.view(np.uint8))
+    with pytest.raises(xthunk.InvalidArgumentError):
+        exe(x=xv.view(np.uint8) if name.startswith("f8") else np.ascontiguousarray(xv.real))
+    with pytest.raises(xthunk.UnsupportedError, match="immediates"):
+        xthunk.scalar(1.0, name)

@@ -142,6 +142,24 @@ def test_bf16(host, rng):
     np.testing.assert_array_equal(wide, np.asarray(want).astype(np.float32))
 
 
+def test_complex_fft_and_f8(host, rng):
+    """Complex arrays in and out (numpy's complex64), an fft, and an f8 result (ml_dtypes')."""
+    x = (rng.standard_normal((4, 6)) + 1j * rng.standard_normal((4, 6))).astype(np.complex64)
+
+    def fn(a):
+        return jnp.fft.fft(a), jnp.abs(a * a), jnp.real(a).astype(ml_dtypes.float8_e5m2)
+
+    spec, mag, f8 = xj.jit(fn, runtime=host)(x)
+    want = jax.jit(fn)(x)
+    assert spec.dtype == np.complex64 and mag.dtype == np.float32
+    assert f8.dtype == np.dtype(ml_dtypes.float8_e5m2)
+    scale = float(np.abs(np.asarray(want[0])).max())
+    assert np.abs(spec - np.asarray(want[0])).max() <= 64 * np.finfo(np.float32).eps * scale
+    np.testing.assert_allclose(mag, np.asarray(want[1]), rtol=4 * np.finfo(np.float32).eps)
+    # A conversion is exact: the same bits.
+    np.testing.assert_array_equal(f8.view(np.uint8), np.asarray(want[2]).view(np.uint8))
+
+
 def test_no_outputs(host):
     f = xj.jit(lambda x: None, runtime=host)
     assert f(np.ones(3, np.float32)) is None

@@ -72,7 +72,8 @@ def test_dlpack_round_trip_with_numpy(host, rng):
     assert back[1, 2] == 42.0
 
 
-@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64", "float16", "float64", "bool"])
+@pytest.mark.parametrize("dtype", ["int8", "uint8", "int32", "int64", "float16", "float64", "bool",
+                                   "complex64", "complex128"])
 def test_dlpack_dtypes(dtype, rng):
     a = (np.abs(rng.standard_normal(7)) * 10).astype(dtype)
     np.testing.assert_array_equal(np.from_dlpack(xthunk.from_dlpack(a)), a)

@@ -46,11 +46,12 @@ def _runtime(backend: str) -> _xthunk.Runtime:
 
 
 def _numpy_dtype(name: str) -> np.dtype:
-    """The numpy dtype of a parameter's dtype name (bf16 through ml_dtypes)."""
-    if name == "bfloat16":
+    """The numpy dtype of a parameter's dtype name (bf16 and the 8-bit floats through
+    ml_dtypes)."""
+    if name in ("bfloat16", "float8_e4m3fn", "float8_e5m2"):
         import ml_dtypes
 
-        return np.dtype(ml_dtypes.bfloat16)
+        return np.dtype(getattr(ml_dtypes, name))
     return np.dtype(name)
 
 

@@ -50,6 +50,10 @@ pub fn type_str(dtype: DType) -> &'static str {
         DType::U16 => "<u2",
         DType::U32 => "<u4",
         DType::U64 => "<u8",
+        DType::C64 => "<c8",
+        DType::C128 => "<c16",
+        // Raw bits as uint8, which numpy itself loads (`.view(ml_dtypes.float8_e4m3fn)`).
+        DType::F8E4M3FN | DType::F8E5M2 => "|u1",
     }
 }
 
@@ -71,6 +75,12 @@ fn accepts(dtype: DType, ty: &TypeStr) -> bool {
         (DType::F64, TypeChar::Float) => size == 8,
         // bfloat16 has no numpy dtype: raw bits as uint16 or a 2-byte void.
         (DType::BF16, TypeChar::Uint | TypeChar::RawData) => size == 2,
+        (DType::C64, TypeChar::Complex) => size == 8,
+        (DType::C128, TypeChar::Complex) => size == 16,
+        // The 8-bit floats: raw bits as uint8, or a 1-byte void (what ml_dtypes' np.save
+        // writes for float8_e4m3fn; its '<f1' for float8_e5m2 is mapped to this in
+        // `read_input`, since no numpy reader parses it).
+        (DType::F8E4M3FN | DType::F8E5M2, TypeChar::Uint | TypeChar::RawData) => size == 1,
         _ => false,
     }
 }
@@ -82,10 +92,11 @@ fn shape_str(dims: &[u64]) -> String {
 
 /// What a parameter needs, e.g. `f32[64,512] (numpy '<f4')`.
 fn wanted(spec: &TensorSpec) -> String {
-    let extra = if spec.dtype == DType::BF16 {
-        ", raw bfloat16 bits"
-    } else {
-        ""
+    let extra = match spec.dtype {
+        DType::BF16 => ", raw bfloat16 bits",
+        DType::F8E4M3FN => ", raw float8_e4m3fn bits",
+        DType::F8E5M2 => ", raw float8_e5m2 bits",
+        _ => "",
     };
     format!(
         "{}{} (numpy '{}'{extra})",
@@ -364,7 +375,13 @@ pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
         12 + MAX_HEADER_LEN as u64,
     ))
     .map_err(|e| fail(format!("not a valid .npy file: {e}")))?;
-    let ty: TypeStr = header.descr.parse().map_err(|e| {
+    // ml_dtypes writes float8_e5m2 as '<f1', a float size that numpy's own readers refuse:
+    // for an 8-bit float parameter it means the same as a 1-byte void.
+    let descr = match header.descr.as_str() {
+        "<f1" | "|f1" | "=f1" | ">f1" if spec.dtype.is_f8() => "|V1",
+        d => d,
+    };
+    let ty: TypeStr = descr.parse().map_err(|e| {
         fail(format!(
             "not a valid .npy file: 'descr' {:?}: {e}",
             header.descr
@@ -422,7 +439,8 @@ pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
             out.len()
         )));
     }
-    let width = spec.dtype.size();
+    // A big-endian complex swaps each part, not the pair.
+    let width = spec.dtype.complex_part().unwrap_or(spec.dtype).size();
     if ty.endianness() == Endianness::Big && width > 1 {
         for chunk in out.chunks_exact_mut(width) {
             chunk.reverse();
@@ -708,6 +726,66 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("'<u2'"), "{e}");
+    }
+
+    #[test]
+    fn complex_swaps_each_part_and_f8_reads_what_ml_dtypes_writes() {
+        // A big-endian complex64 (1 + 2i as two big-endian f32) reads as two little-endian f32.
+        let mut be = Vec::new();
+        be.extend_from_slice(&1.0f32.to_be_bytes());
+        be.extend_from_slice(&2.0f32.to_be_bytes());
+        let file = with_header(
+            "{'descr': '>c8', 'fortran_order': False, 'shape': (1,), }",
+            &be,
+        );
+        let p = write_tmp("c8be.npy", &file);
+        let mut want = 1.0f32.to_le_bytes().to_vec();
+        want.extend_from_slice(&2.0f32.to_le_bytes());
+        assert_eq!(read_input(&spec(DType::C64, &[1]), &p).unwrap(), want);
+        let mut be = Vec::new();
+        be.extend_from_slice(&(-3.5f64).to_be_bytes());
+        be.extend_from_slice(&0.25f64.to_be_bytes());
+        let file = with_header(
+            "{'descr': '>c16', 'fortran_order': False, 'shape': (1,), }",
+            &be,
+        );
+        let p = write_tmp("c16be.npy", &file);
+        let mut want = (-3.5f64).to_le_bytes().to_vec();
+        want.extend_from_slice(&0.25f64.to_le_bytes());
+        assert_eq!(read_input(&spec(DType::C128, &[1]), &p).unwrap(), want);
+        // c8 is not c16, nor f8.
+        let e = read_input(
+            &spec(DType::C128, &[1]),
+            &write_tmp("c8.npy", &encode(DType::C64, &[1], &[0; 8]).unwrap()),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(e.contains("'<c8'") && e.contains("'<c16'"), "{e}");
+        // ml_dtypes' np.save writes '<V1' for float8_e4m3fn and '<f1' for float8_e5m2.
+        for (descr, dt) in [
+            ("<V1", DType::F8E4M3FN),
+            ("<f1", DType::F8E5M2),
+            ("<V1", DType::F8E5M2),
+            ("|u1", DType::F8E4M3FN),
+        ] {
+            let header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (3,), }}");
+            let p = write_tmp(
+                &format!("f8_{dt}.npy"),
+                &with_header(&header, &[0x7e, 0x80, 0x01]),
+            );
+            assert_eq!(
+                read_input(&spec(dt, &[3]), &p).unwrap(),
+                vec![0x7e, 0x80, 0x01],
+                "{descr} {dt}"
+            );
+        }
+        // '<f1' means nothing for other types, and 2-byte voids are no 8-bit float.
+        let header = "{'descr': '<f1', 'fortran_order': False, 'shape': (3,), }";
+        let p = write_tmp("f1_u8.npy", &with_header(header, &[1, 2, 3]));
+        assert!(read_input(&spec(DType::U8, &[3]), &p).is_err());
+        let header = "{'descr': '<V2', 'fortran_order': False, 'shape': (3,), }";
+        let p = write_tmp("v2_f8.npy", &with_header(header, &[1; 6]));
+        assert!(read_input(&spec(DType::F8E5M2, &[3]), &p).is_err());
     }
 
     #[test]

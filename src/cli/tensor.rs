@@ -8,7 +8,7 @@
 
 use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
-use xthunk::ir::{DType, TensorSpec};
+use xthunk::ir::{DType, TensorSpec, f8};
 
 /// A host buffer that could not be had: its size and why.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -130,12 +130,23 @@ pub fn random_bytes(
             DType::U16 => out.extend(rng.random_range(0u16..16).to_le_bytes()),
             DType::U32 => out.extend(rng.random_range(0u32..16).to_le_bytes()),
             DType::U64 => out.extend(rng.random_range(0u64..16).to_le_bytes()),
+            DType::C64 => {
+                out.extend(rng.random_range(-1.0f32..1.0).to_le_bytes());
+                out.extend(rng.random_range(-1.0f32..1.0).to_le_bytes());
+            }
+            DType::C128 => {
+                out.extend(rng.random_range(-1.0f64..1.0).to_le_bytes());
+                out.extend(rng.random_range(-1.0f64..1.0).to_le_bytes());
+            }
+            DType::F8E4M3FN => out.push(f8::E4M3FN.from_f64(rng.random_range(-1.0f64..1.0))),
+            DType::F8E5M2 => out.push(f8::E5M2.from_f64(rng.random_range(-1.0f64..1.0))),
         }
     }
     Ok(out)
 }
 
-/// One element as f64 (`chunk` is its little-endian bytes, exactly `dtype.size()` long).
+/// One element as f64 (`chunk` is its little-endian bytes, exactly `dtype.size()` long); of a
+/// complex, its real part.
 fn element(dtype: DType, chunk: &[u8]) -> f64 {
     let b2 = || [chunk[0], chunk[1]];
     let b4 = || [chunk[0], chunk[1], chunk[2], chunk[3]];
@@ -157,6 +168,19 @@ fn element(dtype: DType, chunk: &[u8]) -> f64 {
         DType::U16 => u16::from_le_bytes(b2()) as f64,
         DType::U32 => u32::from_le_bytes(b4()) as f64,
         DType::U64 => u64::from_le_bytes(b8()) as f64,
+        DType::C64 => f32::from_le_bytes(b4()) as f64,
+        DType::C128 => f64::from_le_bytes(b8()),
+        DType::F8E4M3FN => f8::E4M3FN.to_f64(chunk[0]),
+        DType::F8E5M2 => f8::E5M2.to_f64(chunk[0]),
+    }
+}
+
+/// The imaginary part of a complex element (`chunk` as in [`element`]); 0 for other types.
+fn imaginary(dtype: DType, chunk: &[u8]) -> f64 {
+    match dtype {
+        DType::C64 => element(DType::F32, &chunk[4..]),
+        DType::C128 => element(DType::F64, &chunk[8..]),
+        _ => 0.0,
     }
 }
 
@@ -184,6 +208,17 @@ fn element_text(dtype: DType, chunk: &[u8]) -> String {
         }
         DType::F32 => float_text(f32::from_le_bytes([chunk[0], chunk[1], chunk[2], chunk[3]])),
         DType::F64 => float_text(element(dtype, chunk)),
+        DType::C64 | DType::C128 => {
+            let (re, im) = (element(dtype, chunk), imaginary(dtype, chunk));
+            let (re, im) = if dtype == DType::C64 {
+                (float_text(re as f32), float_text(im as f32))
+            } else {
+                (float_text(re), float_text(im))
+            };
+            let sep = if im.starts_with('-') { "" } else { "+" };
+            format!("{re}{sep}{im}i")
+        }
+        DType::F8E4M3FN | DType::F8E5M2 => float_text(element(dtype, chunk)),
         _ => element(dtype, chunk).to_string(),
     }
 }
@@ -199,11 +234,11 @@ pub fn float_text<T: Into<f64> + std::fmt::Display + std::fmt::LowerExp + Copy>(
     }
 }
 
-/// Sum of all elements in f64.
+/// Sum of all elements in f64 (of a complex tensor: of both parts of every element).
 pub fn sum(dtype: DType, bytes: &[u8]) -> f64 {
     bytes
         .chunks_exact(dtype.size())
-        .map(|c| element(dtype, c))
+        .map(|c| element(dtype, c) + imaginary(dtype, c))
         .sum()
 }
 

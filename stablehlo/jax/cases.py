@@ -592,7 +592,10 @@ GENERATORS["power"] = lambda rng, count: _float_power(rng, count) + gen_int_powe
 
 def all_ops() -> list:
     import cases_chlo
+    import cases_complex
     import cases_ctrl
+    import cases_f8
+    import cases_fft
     import cases_linalg
     import cases_misc
     import cases_norm
@@ -603,6 +606,9 @@ def all_ops() -> list:
 
     ops = dict(GENERATORS)
     ops.update(cases_chlo.GENERATORS)
+    ops.update(cases_complex.GENERATORS)
+    ops.update(cases_fft.GENERATORS)
+    ops.update(cases_f8.GENERATORS)
     ops.update(cases_shape.GENERATORS)
     ops.update(cases_ctrl.GENERATORS)
     ops.update(cases_norm.GENERATORS)

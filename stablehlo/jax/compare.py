@@ -25,7 +25,8 @@ import ml_dtypes
 import numpy as np
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
-FLOAT_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64))
+F8 = (np.dtype(ml_dtypes.float8_e4m3fn), np.dtype(ml_dtypes.float8_e5m2))
+FLOAT_DTYPES = (np.dtype(np.float16), BF16, np.dtype(np.float32), np.dtype(np.float64)) + F8
 _UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _INT_OF_WIDTH = {1: np.int8, 2: np.int16, 4: np.int32, 8: np.int64}
 
@@ -151,7 +152,32 @@ def normalize(got: np.ndarray, want_dtype) -> np.ndarray:
     if want_dtype == BF16 and got.dtype != BF16 and got.dtype.itemsize == 2:
         if got.dtype.kind in "uV":
             return got.view(BF16)
+    # The 8-bit floats likewise travel as their raw bits (`|u1`).
+    if want_dtype in F8 and got.dtype != want_dtype and got.dtype.itemsize == 1:
+        if got.dtype.kind in "uV":
+            return got.view(want_dtype)
     return got
+
+
+def _compare_complex(got, want, tol, alts, mag) -> Optional[Mismatch]:
+    """Complex: the real and the imaginary parts each under tol; a relative bound is taken
+    against the complex magnitude |want| (so a part that cancels to near zero is held to the
+    accuracy of the whole value, as a complex result is)."""
+    if isinstance(tol, Rel) and mag is None:
+        # Where |want| is not finite the finite parts must match exactly.
+        with np.errstate(all="ignore"):
+            m = np.abs(want).astype(np.float64)
+        mag = np.where(np.isfinite(m), m, 0.0)
+    for part, name in ((np.real, "real"), (np.imag, "imag")):
+        m = compare(np.ascontiguousarray(part(got)), np.ascontiguousarray(part(want)), tol,
+                    [np.ascontiguousarray(part(np.asarray(a))) for a in alts
+                     if np.asarray(a).dtype == want.dtype and np.asarray(a).shape == want.shape],
+                    mag)
+        if m is not None:
+            m.reason = f"{name} part: {m.reason}"
+            m.got, m.want = got[m.index] if m.index else got, want[m.index] if m.index else want
+            return m
+    return None
 
 
 def compare(
@@ -168,6 +194,8 @@ def compare(
         return Mismatch((), str(got.dtype), str(want.dtype), "dtype")
     if got.shape != want.shape:
         return Mismatch((), got.shape, want.shape, "shape")
+    if np.iscomplexobj(want):
+        return _compare_complex(got, want, tol, alts, mag)
     ok = _matches(got, want, tol, mag)
     for alt in alts:
         if ok.all():

@@ -53,6 +53,8 @@ def write_inputs(args, folder: str) -> list:
         a = np.asarray(a)
         if a.dtype == cmp.BF16:
             a = a.view(np.uint16)
+        elif a.dtype in cmp.F8:
+            a = a.view(np.uint8)
         p = os.path.join(folder, f"arg{i}.npy")
         np.save(p, a, allow_pickle=False)
         paths.append(p)

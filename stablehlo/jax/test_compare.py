@@ -8,6 +8,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
+import compare as cmp  # noqa: E402
 from compare import Exact, Rel, Ulp, compare, ulp_distance  # noqa: E402
 
 FLOATS = [np.float16, ml_dtypes.bfloat16, np.float32, np.float64]
@@ -128,3 +129,26 @@ def test_relative_to_the_largest_element():
     assert compare(got, want, Rel(1e-6)) is not None
     assert compare(got, want, Rel(1e-6, atol_of_max=1e-5)) is None
     assert compare(got, want, Rel(1e-6, atol_of_max=1e-7)) is not None
+
+
+def test_complex_parts_and_magnitude():
+    want = np.array([1 + 2j, np.nan + 0j, 3 - 4j], np.complex64)
+    assert cmp.compare(want.copy(), want, cmp.Exact()) is None
+    bad = want.copy()
+    bad[2] = 3 - 4.5j
+    m = cmp.compare(bad, want, cmp.Exact())
+    assert m is not None and m.index == (2,) and "imag part" in m.reason
+    # A relative bound is taken against |want| (5 here), so a part may be off by 5*rtol.
+    near = want.copy()
+    near[2] = 3 - (4 + 4e-6) * 1j
+    assert cmp.compare(near, want, cmp.Rel(1e-6)) is None
+    assert cmp.compare(near, want, cmp.Rel(1e-7)) is not None
+
+
+def test_f8_travels_as_bytes():
+    f8 = cmp.F8[0]
+    want = np.array([0x7F, 0x80, 0x01], np.uint8).view(f8)
+    got = np.array([0xFF, 0x80, 0x01], np.uint8)  # NaN of the other sign, -0, the subnormal
+    assert cmp.compare(got, want, cmp.Exact()) is None
+    got[2] = 0x02
+    assert cmp.compare(got, want, cmp.Exact()) is not None

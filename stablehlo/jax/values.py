@@ -25,12 +25,18 @@ DTYPES = {
     "bf16": np.dtype(ml_dtypes.bfloat16),
     "f32": np.dtype(np.float32),
     "f64": np.dtype(np.float64),
+    "c64": np.dtype(np.complex64),
+    "c128": np.dtype(np.complex128),
+    "f8e4m3fn": np.dtype(ml_dtypes.float8_e4m3fn),
+    "f8e5m2": np.dtype(ml_dtypes.float8_e5m2),
 }
 FLOATS = ["f16", "bf16", "f32", "f64"]
 SINTS = ["i8", "i16", "i32", "i64"]
 UINTS = ["u8", "u16", "u32", "u64"]
 INTS = SINTS + UINTS
 ALL = ["i1"] + INTS + FLOATS
+COMPLEX = ["c64", "c128"]
+F8 = ["f8e4m3fn", "f8e5m2"]
 NAME_OF = {v: k for k, v in DTYPES.items()}
 # Exponent spread of the ordinary (non-special) random floats, by type.
 _EXP_RANGE = {"f16": (-14, 15), "bf16": (-40, 40), "f32": (-40, 40), "f64": (-80, 80)}

@@ -142,6 +142,10 @@ fn dtype_code(d: DType) -> i32 {
         DType::U16 => 11,
         DType::U32 => 12,
         DType::U64 => 13,
+        DType::C64 => 14,
+        DType::C128 => 15,
+        DType::F8E4M3FN => 16,
+        DType::F8E5M2 => 17,
     }
 }
 

@@ -5,6 +5,7 @@ mod alias;
 mod dtype;
 mod error;
 mod executable;
+pub mod f8;
 mod gemm;
 mod path;
 mod signature;

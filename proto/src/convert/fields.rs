@@ -78,6 +78,10 @@ pub(crate) fn dtype_from(v: i32, loc: &Loc<'_>, field: &str) -> Result<DType, Pr
         Ok(pb::DType::DtypeU16) => Ok(DType::U16),
         Ok(pb::DType::DtypeU32) => Ok(DType::U32),
         Ok(pb::DType::DtypeU64) => Ok(DType::U64),
+        Ok(pb::DType::DtypeC64) => Ok(DType::C64),
+        Ok(pb::DType::DtypeC128) => Ok(DType::C128),
+        Ok(pb::DType::DtypeF8e4m3fn) => Ok(DType::F8E4M3FN),
+        Ok(pb::DType::DtypeF8e5m2) => Ok(DType::F8E5M2),
         Err(_) => Err(loc.invalid(field, format!("unknown element type value {v}"))),
     }
 }
@@ -169,6 +173,10 @@ pub(crate) fn dtype_to(d: DType) -> pb::DType {
         DType::U16 => pb::DType::DtypeU16,
         DType::U32 => pb::DType::DtypeU32,
         DType::U64 => pb::DType::DtypeU64,
+        DType::C64 => pb::DType::DtypeC64,
+        DType::C128 => pb::DType::DtypeC128,
+        DType::F8E4M3FN => pb::DType::DtypeF8e4m3fn,
+        DType::F8E5M2 => pb::DType::DtypeF8e5m2,
     }
 }
 

@@ -8,8 +8,8 @@ use crate::ast::{Attr, DenseData, Literal, Op, Type};
 use crate::dense;
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::{
-    BinaryOp, CompareDirection, CompareType, DotDims, GatherDims, Graph, ScatterDims, UnaryOp,
-    Value, is_signed_int,
+    BinaryOp, CompareDirection, CompareType, DotDims, FftType, GatherDims, Graph, ScatterDims,
+    UnaryOp, Value, is_signed_int,
 };
 
 pub(super) type R<T> = Result<T, ImportError>;
@@ -130,7 +130,7 @@ fn direction(op: &Op) -> R<CompareDirection> {
 
 fn compare_type(op: &Op, d: DType) -> R<CompareType> {
     match op.attr("compare_type").and_then(Attr::enum_value) {
-        None | Some("NOTYPE") => Ok(if d.is_float() {
+        None | Some("NOTYPE") => Ok(if d.is_float() || d.is_complex() {
             CompareType::Float
         } else if is_signed_int(d) {
             CompareType::Signed
@@ -622,6 +622,19 @@ impl Importer<'_> {
             "stablehlo.scatter" => self.scatter(g, op, env),
             "stablehlo.while" => self.while_(g, op, env),
             "stablehlo.case" | "stablehlo.if" => self.case(g, op, env),
+            "stablehlo.fft" => {
+                check_attrs(op, &["fft_type", "fft_length"])?;
+                let x = tensors(env, op)?;
+                arity(op, &x, 1)?;
+                let ty = op.attr("fft_type").and_then(Attr::enum_value).unwrap_or("");
+                let kind = FftType::ALL
+                    .iter()
+                    .find(|(_, n)| *n == ty)
+                    .map(|(k, _)| *k)
+                    .ok_or_else(|| ImportError::invalid(op, format!("fft_type `{ty}`")))?;
+                let lengths = sizes_of(op, "fft_length", &ints(op, "fft_length")?)?;
+                Ok(one(g.fft(x[0], kind, &lengths).map_err(gr)?))
+            }
             "stablehlo.custom_call" => self.custom_call(g, op, env),
             "stablehlo.after_all"
             | "stablehlo.create_token"

@@ -1,11 +1,12 @@
 //! Element and tensor types of the StableHLO text mapped to xthunk's: `i1` → pred, signless
 //! and `si` integers of 8, 16, 32 and 64 bits → the signed types, `ui` ones → the unsigned
-//! types, the four float types; anything xthunk lacks (complex, the f8 family, `index`,
+//! types, the four float types, complex<f32>/complex<f64> (c64/c128), f8E4M3FN and f8E5M2;
+//! anything xthunk lacks (the other narrow floats, `index`,
 //! dynamic or unranked shapes, tuples or tokens where a tensor is needed) refused naming the
 //! type.
 
 use super::ImportError;
-use crate::ast::{ElementType, Op, Type};
+use crate::ast::{ComplexOf, ElementType, NarrowFloat, Op, Type};
 use xthunk_core::ir::DType;
 use xthunk_tensor::graph::TensorType;
 
@@ -52,6 +53,10 @@ pub fn dtype(e: ElementType) -> Option<DType> {
         ElementType::BF16 => DType::BF16,
         ElementType::F32 => DType::F32,
         ElementType::F64 => DType::F64,
+        ElementType::Complex(ComplexOf::F32) => DType::C64,
+        ElementType::Complex(ComplexOf::F64) => DType::C128,
+        ElementType::Narrow(NarrowFloat::F8E4M3FN) => DType::F8E4M3FN,
+        ElementType::Narrow(NarrowFloat::F8E5M2) => DType::F8E5M2,
         _ => return None,
     })
 }

@@ -142,7 +142,8 @@ impl Graph {
         if !op.accepts(t.dtype) {
             return Err(invalid(op.name(), format!("elements of type {}", t.dtype)));
         }
-        self.add1(Op::Binary(op), vec![a, b], t)
+        let r = TensorType::new(op.result(t.dtype), &t.dims);
+        self.add1(Op::Binary(op), vec![a, b], r)
     }
 
     pub fn compare(
@@ -160,6 +161,16 @@ impl Graph {
                     "comparison type {} for elements of type {}",
                     kind.name(),
                     t.dtype
+                ),
+            ));
+        }
+        if t.dtype.is_complex() && !matches!(direction, CompareDirection::Eq | CompareDirection::Ne)
+        {
+            return Err(invalid(
+                "compare",
+                format!(
+                    "direction {} for complex elements (EQ or NE)",
+                    direction.name()
                 ),
             ));
         }
@@ -252,8 +263,8 @@ impl Graph {
                 return Err(invalid("clamp", format!("bound {u} for operand {t}")));
             }
         }
-        if t.dtype == DType::Pred {
-            return Err(invalid("clamp", "elements of type pred"));
+        if t.dtype == DType::Pred || t.dtype.is_complex() {
+            return Err(invalid("clamp", format!("elements of type {}", t.dtype)));
         }
         self.add1(Op::Clamp, vec![min, x, max], t)
     }
@@ -601,7 +612,9 @@ impl Graph {
                 ));
             }
         }
-        if result_type.is_float() != a.dtype.is_float() || result_type == DType::Pred {
+        if super::ops::is_float(result_type) != super::ops::is_float(a.dtype)
+            || result_type == DType::Pred
+        {
             return Err(invalid(
                 op,
                 format!("result elements {result_type} for operands {}", a.dtype),

@@ -1,10 +1,10 @@
-//! Adding `cholesky` and `triangular_solve` (over batches of matrices in the last two
-//! dimensions) to a [`Graph`].
+//! Adding `fft` (over trailing dimensions), `cholesky` and `triangular_solve` (over batches
+//! of matrices in the last two dimensions) to a [`Graph`].
 
 use super::build::R;
-use super::ops::Op;
+use super::ops::{FftType, Op};
 use super::{Graph, TensorType, Value};
-use crate::error::invalid;
+use crate::error::{GraphError, invalid};
 use xthunk_core::ir::DType;
 
 /// The batch dimensions and the two matrix dimensions of a float tensor of rank >= 2.
@@ -70,6 +70,12 @@ impl Graph {
                 format!("a {ta} and b {tb}: scalars of one type expected"),
             ));
         }
+        if ta.dtype.is_complex() || ta.dtype.is_f8() {
+            return Err(GraphError::Unsupported {
+                op,
+                reason: format!("elements of type {}", ta.dtype),
+            });
+        }
         if distribution == super::RngDistribution::Normal && !ta.dtype.is_float() {
             return Err(invalid(
                 op,
@@ -81,6 +87,64 @@ impl Graph {
             vec![a, b],
             vec![TensorType::new(ta.dtype, dims)],
         )?[0])
+    }
+
+    /// `fft` of `x` over its trailing `lengths.len()` dimensions (1 to 3, each at least 1);
+    /// see [`FftType`] for the types and shapes.
+    pub fn fft(&mut self, x: Value, kind: FftType, lengths: &[u64]) -> R<Value> {
+        let op = "fft";
+        let t = self.check(op, x)?.clone();
+        let l = lengths.len();
+        if !(1..=3).contains(&l) || t.rank() < l || lengths.contains(&0) {
+            return Err(invalid(
+                op,
+                format!(
+                    "fft_length {lengths:?} for {t} (1 to 3 positive lengths, at most its rank)"
+                ),
+            ));
+        }
+        let lead = t.rank() - l;
+        let n_last = lengths[l - 1];
+        let half = n_last / 2 + 1;
+        let mut want = lengths.to_vec();
+        let mut dims = t.dims.clone();
+        let dtype = match kind {
+            FftType::Fft | FftType::Ifft if t.dtype.is_complex() => t.dtype,
+            FftType::Rfft if matches!(t.dtype, DType::F32 | DType::F64) => {
+                dims[t.rank() - 1] = half;
+                t.dtype.complex_of().unwrap_or(t.dtype)
+            }
+            FftType::Irfft if t.dtype.is_complex() => {
+                want[l - 1] = half;
+                dims[t.rank() - 1] = n_last;
+                t.dtype.complex_part().unwrap_or(t.dtype)
+            }
+            _ => {
+                return Err(invalid(
+                    op,
+                    format!("{kind:?} of elements of type {}", t.dtype),
+                ));
+            }
+        };
+        if t.dims[lead..] != want[..] {
+            return Err(invalid(
+                op,
+                format!(
+                    "{kind:?} with fft_length {lengths:?}: the operand {t} must end in {want:?}"
+                ),
+            ));
+        }
+        self.add(
+            Op::Fft {
+                kind,
+                lengths: lengths.to_vec(),
+            },
+            vec![x],
+            vec![TensorType::new(dtype, &dims)],
+        )?
+        .first()
+        .copied()
+        .ok_or_else(|| invalid(op, "no result"))
     }
 
     /// `cholesky` of `a` (square matrices in the last two dimensions); see

@@ -20,6 +20,12 @@ pub fn is_unsigned_int(d: DType) -> bool {
     d.is_unsigned_int()
 }
 
+/// The real float types of the ops' rules: f16, bf16, f32, f64 and the 8-bit floats (which
+/// compute in f32 and round once to their type).
+pub fn is_float(d: DType) -> bool {
+    d.is_float() || d.is_f8()
+}
+
 /// Bits of an element.
 pub fn bits(d: DType) -> u32 {
     if d == DType::Pred {
@@ -61,6 +67,8 @@ op_enum!(
         Atanh => "atanh", BesselI1e => "bessel_i1e", Cosh => "cosh", Digamma => "digamma",
         Erf => "erf", Erfc => "erfc", ErfInv => "erf_inv", IsInf => "is_inf",
         IsNegInf => "is_neg_inf", IsPosInf => "is_pos_inf", Lgamma => "lgamma", Sinh => "sinh",
+        // A complex value's parts (of a real value: itself and zero).
+        Real => "real", Imag => "imag",
     }
 );
 
@@ -74,6 +82,8 @@ op_enum!(
         ShiftRightLogical => "shift_right_logical", Subtract => "subtract", Xor => "xor",
         // CHLO's.
         NextAfter => "next_after", Polygamma => "polygamma", Zeta => "zeta",
+        // Two f32 (f64) parts → c64 (c128).
+        Complex => "complex",
     }
 );
 
@@ -91,12 +101,34 @@ impl UnaryOp {
     /// Whether the op takes operands of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         use UnaryOp::*;
+        if d.is_complex() {
+            // The ones the generated kernels compute on complex values (the spec allows more).
+            return matches!(
+                self,
+                Abs | Sign
+                    | Negate
+                    | Exponential
+                    | ExponentialMinusOne
+                    | Log
+                    | LogPlusOne
+                    | Logistic
+                    | Sqrt
+                    | Rsqrt
+                    | Cosine
+                    | Sine
+                    | Tan
+                    | Tanh
+                    | Real
+                    | Imag
+            );
+        }
         match self {
-            Abs | Sign => is_signed_int(d) || d.is_float(),
-            Negate => is_int(d) || d.is_float(),
+            Abs | Sign => is_signed_int(d) || is_float(d),
+            Negate => is_int(d) || is_float(d),
             CountLeadingZeros | Popcnt => is_int(d),
             Not => is_int(d) || d == DType::Pred,
-            _ => d.is_float(),
+            // The 8-bit floats compute in f32 and round once.
+            _ => is_float(d),
         }
     }
 
@@ -105,6 +137,9 @@ impl UnaryOp {
         use UnaryOp::*;
         if matches!(self, IsFinite | IsInf | IsNegInf | IsPosInf) {
             DType::Pred
+        } else if matches!(self, Abs | Real | Imag) {
+            // Of a complex value: its part type.
+            d.complex_part().unwrap_or(d)
         } else {
             d
         }
@@ -139,10 +174,15 @@ impl BinaryOp {
     /// Whether the op takes operands of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         use BinaryOp::*;
+        if d.is_complex() {
+            return matches!(self, Add | Subtract | Multiply | Divide | Power);
+        }
         match self {
+            Complex => matches!(d, DType::F32 | DType::F64),
             Add | Multiply | Maximum | Minimum => true,
-            Subtract | Divide | Remainder | Power => is_int(d) || d.is_float(),
-            Atan2 | NextAfter | Polygamma | Zeta => d.is_float(),
+            Subtract | Divide | Remainder | Power => is_int(d) || is_float(d),
+            Atan2 => is_float(d),
+            NextAfter | Polygamma | Zeta => d.is_float(),
             And | Or | Xor => is_int(d) || d == DType::Pred,
             ShiftLeft | ShiftRightArithmetic | ShiftRightLogical => is_int(d),
         }
@@ -150,6 +190,14 @@ impl BinaryOp {
 }
 
 impl BinaryOp {
+    /// The result's element type for operands of type `d`.
+    pub fn result(self, d: DType) -> DType {
+        match self {
+            BinaryOp::Complex => d.complex_of().unwrap_or(d),
+            _ => d,
+        }
+    }
+
     /// Whether the op is CHLO's (`chlo.<name>`) rather than StableHLO's.
     pub const fn is_chlo(self) -> bool {
         matches!(
@@ -163,11 +211,34 @@ impl CompareType {
     /// The comparison types StableHLO allows for elements of type `d`.
     pub fn accepts(self, d: DType) -> bool {
         match self {
-            CompareType::Float | CompareType::TotalOrder => d.is_float(),
+            CompareType::Float => is_float(d) || d.is_complex(),
+            CompareType::TotalOrder => is_float(d),
             CompareType::Signed => is_signed_int(d),
             CompareType::Unsigned => is_unsigned_int(d) || d == DType::Pred,
         }
     }
+}
+
+/// `fft`'s transform: complex to complex forward (`Fft`, e^-2πi·jk/n) and inverse (`Ifft`,
+/// e^+2πi·jk/n, divided by n per dimension); real to the non-negative frequencies (`Rfft`:
+/// the last dimension n becomes n/2 + 1); those frequencies back to real (`Irfft`: the last
+/// dimension n/2 + 1 becomes n, the others completed by Hermitian symmetry).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum FftType {
+    Fft,
+    Ifft,
+    Rfft,
+    Irfft,
+}
+
+impl FftType {
+    /// Every type, with StableHLO's name.
+    pub const ALL: [(FftType, &'static str); 4] = [
+        (FftType::Fft, "FFT"),
+        (FftType::Ifft, "IFFT"),
+        (FftType::Rfft, "RFFT"),
+        (FftType::Irfft, "IRFFT"),
+    ];
 }
 
 /// `dot_general`'s dimension numbers.
@@ -291,6 +362,11 @@ pub enum Op {
     ReducePrecision {
         exponent_bits: u32,
         mantissa_bits: u32,
+    },
+    /// `fft` over the trailing `lengths.len()` (1 to 3) dimensions: see [`FftType`].
+    Fft {
+        kind: FftType,
+        lengths: Vec<u64>,
     },
     /// Cholesky factorization of the matrices in the last two dimensions (symmetric
     /// positive definite; only the `lower` or upper triangle is read). `lapack`: LAPACK's
@@ -478,6 +554,7 @@ impl Op {
             Op::Convert => "convert",
             Op::BitcastConvert => "bitcast_convert",
             Op::ReducePrecision { .. } => "reduce_precision",
+            Op::Fft { .. } => "fft",
             Op::Cholesky { .. } => "cholesky",
             Op::RngBitGenerator { .. } => "rng_bit_generator",
             Op::Rng { .. } => "rng",

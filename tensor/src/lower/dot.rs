@@ -156,7 +156,9 @@ impl Lowerer {
             scalar::convert(a.dtype, rt.dtype, &x),
             scalar::convert(b.dtype, rt.dtype, &y),
         );
-        if rt.dtype.is_float() {
+        if rt.dtype.is_complex() {
+            kt.line(format!("{acc} = xh_cadd({acc}, xh_cmul({x}, {y}));"));
+        } else if crate::graph::is_float(rt.dtype) {
             kt.line(format!("{acc} = {acc} + ({ct})({x}) * ({ct})({y});"));
         } else {
             kt.line(format!(

@@ -256,7 +256,7 @@ impl KernelText {
             Op::Compare { direction, kind } => {
                 let a = self.value_at(s, ops[0], idx)?;
                 let b = self.value_at(s, ops[1], idx)?;
-                scalar::compare(*direction, *kind, &a, &b)
+                scalar::compare_typed(*direction, *kind, ot(0).dtype, &a, &b)
             }
             Op::Select => {
                 let p = self.at_or_scalar(s, ops[0], idx)?;
@@ -296,7 +296,7 @@ impl KernelText {
                 let lo = self.at_or_scalar(s, ops[0], idx)?;
                 let x = self.value_at(s, ops[1], idx)?;
                 let hi = self.at_or_scalar(s, ops[2], idx)?;
-                if t.dtype.is_float() {
+                if crate::graph::is_float(t.dtype) {
                     format!("xh_fmin({hi}, xh_fmax({lo}, {x}))")
                 } else {
                     format!("xh_imin<{ct}>({hi}, xh_imax<{ct}>({lo}, {x}))")

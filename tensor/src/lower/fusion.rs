@@ -28,6 +28,7 @@ pub(super) fn fusible(g: &Graph, node: &Node) -> bool {
         | Op::Scatter { .. }
         | Op::Sort { .. }
         | Op::Cholesky { .. }
+        | Op::Fft { .. }
         | Op::RngBitGenerator { .. }
         | Op::Rng { .. }
         | Op::TriangularSolve { .. }

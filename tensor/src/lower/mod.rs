@@ -14,6 +14,7 @@ mod collective;
 mod control;
 mod dot;
 mod emit;
+mod fft;
 mod fusion;
 mod index;
 mod linalg;
@@ -333,6 +334,7 @@ impl Lowerer {
                 }
                 // Ops writing every result into a buffer of its own (claimed, or a temp).
                 Op::Reduce { .. }
+                | Op::Fft { .. }
                 | Op::Scatter { .. }
                 | Op::Sort { .. }
                 | Op::Cholesky { .. }
@@ -380,6 +382,9 @@ impl Lowerer {
                         }
                         Op::Rng { distribution } => {
                             self.rng(&s, node, *distribution, dests[0], &mut out)?;
+                        }
+                        Op::Fft { kind, lengths } => {
+                            self.fft(&s, node, *kind, lengths, dests[0], &mut out)?;
                         }
                         Op::Cholesky { lower, lapack } => {
                             self.cholesky(&s, node, *lower, *lapack, &dests, &mut out)?;

@@ -358,4 +358,226 @@ __device__ inline long long xh_clampi(long long v, long long hi) { return v < 0 
 // An index `v` known to be below `range`: `v` itself (the range is for the index arithmetic of
 // the lowering, which reads it back from the text; see lower/index.rs).
 __device__ inline long long xh_r(long long v, long long range) { (void)range; return v; }
+// 8-bit floats (f8E4M3FN: M = 3, bias 7, finite only, S.1111.111 NaN; f8E5M2: M = 2, bias 15,
+// IEEE-like): one byte of bits; values are computed in float and rounded once to the type.
+// Decoding is exact; encoding rounds to nearest even once from a double (so f64 sources are
+// not rounded twice), with the format's overflow: NaN for e4m3fn (no infinity), inf for e5m2.
+__device__ inline float xh_pow2f(int k) { return xt_bits_f32((unsigned int)(127 + k) << 23); }
+template <int M, int B, bool IEEE> __device__ inline float xh_f8_dec(unsigned char b) {
+  const int E = 7 - M;
+  const float s = (b & 0x80) ? -1.0f : 1.0f;
+  const int e = (b >> M) & ((1 << E) - 1);
+  const int m = b & ((1 << M) - 1);
+  if (IEEE && e == (1 << E) - 1) return m == 0 ? s * xt_bits_f32(0x7f800000u) : xt_bits_f32(0x7fc00000u);
+  if (!IEEE && (b & 0x7f) == 0x7f) return xt_bits_f32(0x7fc00000u);
+  if (e == 0) return s * (float)m * xh_pow2f(1 - B - M);
+  return s * (float)(m | (1 << M)) * xh_pow2f(e - B - M);
+}
+template <int M, int B, bool IEEE> __device__ inline unsigned char xh_f8_enc(double x) {
+  const int E = 7 - M;
+  const unsigned char sign = signbit(x) ? 0x80 : 0;
+  if (isnan(x)) return (unsigned char)(sign | (IEEE ? ((((1 << E) - 1) << M) | (1 << (M - 1))) : 0x7f));
+  const unsigned char ovf = (unsigned char)(sign | (IEEE ? (((1 << E) - 1) << M) : 0x7f));
+  const double a = fabs(x);
+  if (isinf(a)) return ovf;
+  const int emin = 1 - B;
+  int e2 = emin;
+  if (a != 0.0) { int fe; frexp(a, &fe); e2 = fe - 1 > emin ? fe - 1 : emin; }
+  const double q = ldexp(1.0, e2 - M);
+  const double r = rint(a / q) * q;
+  const double maxv = IEEE ? ldexp((double)((2 << M) - 1), (1 << E) - 2 - B - M)
+                           : ldexp((double)((2 << M) - 2), (1 << E) - 1 - B - M);
+  if (r > maxv) return ovf;
+  unsigned int v = (unsigned int)(r / ldexp(1.0, emin - M));
+  unsigned int bits = v;
+  if (v >= (1u << M)) {
+    unsigned int ex = 1;
+    while (v >= (2u << M)) { v >>= 1; ++ex; }
+    bits = (ex << M) | (v - (1u << M));
+  }
+  return (unsigned char)(sign | bits);
+}
+#define XH_F8_TYPE(N, M, B, IEEE)                                                               \
+  struct N {                                                                                    \
+    unsigned char bits;                                                                         \
+    N() = default;                                                                              \
+    __device__ N(float f) : bits(xh_f8_enc<M, B, IEEE>((double)f)) {}                           \
+    __device__ N(double d) : bits(xh_f8_enc<M, B, IEEE>(d)) {}                                  \
+    __device__ operator float() const { return xh_f8_dec<M, B, IEEE>(bits); }                   \
+  };
+XH_F8_TYPE(xt_f8e4m3fn, 3, 7, false)
+XH_F8_TYPE(xt_f8e5m2, 2, 15, true)
+#undef XH_F8_TYPE
+__device__ inline float xt_f8e4m3fn_to_f32(unsigned char b) { return xh_f8_dec<3, 7, false>(b); }
+__device__ inline float xt_f8e5m2_to_f32(unsigned char b) { return xh_f8_dec<2, 15, true>(b); }
+__device__ inline float xh_r8e4(double x) { return xh_f8_dec<3, 7, false>(xh_f8_enc<3, 7, false>(x)); }
+__device__ inline float xh_r8e5(double x) { return xh_f8_dec<2, 15, true>(xh_f8_enc<2, 15, true>(x)); }
+// Complex numbers (c64, c128): two parts, real first (the buffers' layout too). Products and
+// quotients follow XLA's elemental formulas: (ac - bd) + (ad + bc)i, division by Smith's
+// scaling (the larger part of the divisor first), so no intermediate overflows needlessly.
+template <typename F> struct xh_cx {
+  F re, im;
+  xh_cx() = default;
+  __device__ xh_cx(F r, F i) : re(r), im(i) {}
+  __device__ explicit xh_cx(int z) : re((F)z), im((F)0) {}
+};
+typedef xh_cx<float> xt_c64;
+typedef xh_cx<double> xt_c128;
+#define XH_CX(F, S)                                                                             \
+  __device__ inline xh_cx<F> xh_cadd(xh_cx<F> a, xh_cx<F> b) { return xh_cx<F>(a.re + b.re, a.im + b.im); } \
+  __device__ inline xh_cx<F> xh_csub(xh_cx<F> a, xh_cx<F> b) { return xh_cx<F>(a.re - b.re, a.im - b.im); } \
+  __device__ inline xh_cx<F> xh_cmul(xh_cx<F> a, xh_cx<F> b) {                                   \
+    return xh_cx<F>(a.re * b.re - a.im * b.im, a.re * b.im + a.im * b.re);                      \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cneg(xh_cx<F> a) { return xh_cx<F>(-a.re, -a.im); }              \
+  __device__ inline bool xh_ceq(xh_cx<F> a, xh_cx<F> b) { return a.re == b.re && a.im == b.im; } \
+  /* Smith's division; where it gives (NaN, NaN), XLA's corner cases: a zero divisor (inf     \
+     with the sign of re times each part), an infinite dividend over a finite divisor (inf      \
+     times the quotient of the dividend's infinities' signs), a finite dividend over an         \
+     infinite divisor (zero times the same). */                                                 \
+  __device__ inline xh_cx<F> xh_cdiv(xh_cx<F> a, xh_cx<F> b) {                                   \
+    xh_cx<F> c;                                                                                 \
+    if (fabs##S(b.re) < fabs##S(b.im)) {                                                        \
+      const F r = b.re / b.im, d = b.im + r * b.re;                                             \
+      c = xh_cx<F>((r * a.re + a.im) / d, (r * a.im - a.re) / d);                               \
+    } else {                                                                                    \
+      const F r = b.im / b.re, d = b.re + r * b.im;                                             \
+      c = xh_cx<F>((r * a.im + a.re) / d, (a.im - r * a.re) / d);                               \
+    }                                                                                           \
+    if (!(isnan(c.re) && isnan(c.im))) return c;                                                \
+    const F inf = (F)1 / (F)0, zero = (F)0, one = (F)1;                                         \
+    const bool a_re_fin = !isnan(a.re) && !isinf(a.re), a_im_fin = !isnan(a.im) && !isinf(a.im); \
+    const bool b_re_fin = !isnan(b.re) && !isinf(b.re), b_im_fin = !isnan(b.im) && !isinf(b.im); \
+    if (b.re == zero && b.im == zero && (!(a.re != zero) || !(a.im != zero))) {                 \
+      const F s = copysign##S(inf, a.re);                                                       \
+      return xh_cx<F>(s * a.re, s * a.im);                                                      \
+    }                                                                                           \
+    if ((isinf(a.re) || isinf(a.im)) && b_re_fin && b_im_fin) {                                 \
+      const F x = copysign##S(isinf(a.re) ? one : zero, a.re);                                  \
+      const F y = copysign##S(isinf(a.im) ? one : zero, a.im);                                  \
+      return xh_cx<F>(inf * (x * b.re + y * b.im), inf * (y * b.re - x * b.im));                \
+    }                                                                                           \
+    if ((isinf(b.re) || isinf(b.im)) && a_re_fin && a_im_fin) {                                 \
+      const F x = copysign##S(isinf(b.re) ? one : zero, b.re);                                  \
+      const F y = copysign##S(isinf(b.im) ? one : zero, b.im);                                  \
+      return xh_cx<F>(zero * (a.re * x + a.im * y), zero * (a.im * x - a.re * y));              \
+    }                                                                                           \
+    return c;                                                                                   \
+  }                                                                                             \
+  /* |z|: NaN when a part is NaN (XLA's, also for an infinite other part). */                 \
+  __device__ inline F xh_cabs(xh_cx<F> a) {                                                     \
+    if (isnan(a.re) || isnan(a.im)) return a.re + a.im;                                         \
+    return hypot##S(a.re, a.im);                                                                \
+  }                                                                                             \
+  /* exp: e^re (cos im + i sin im); a zero imaginary part gives +0 (as XLA). */                 \
+  __device__ inline xh_cx<F> xh_cexp(xh_cx<F> a) {                                              \
+    const F e = exp##S(a.re);                                                                   \
+    if (a.im == (F)0) return xh_cx<F>(e, (F)0);                                                 \
+    return xh_cx<F>(e * cos##S(a.im), e * sin##S(a.im));                                        \
+  }                                                                                             \
+  /* log: log|z| as log(max) + log1p((min/max)^2)/2, accurate next to |z| = 1; arg by atan2. */ \
+  __device__ inline xh_cx<F> xh_clog(xh_cx<F> a) {                                              \
+    const F x = fabs##S(a.re), y = fabs##S(a.im);                                               \
+    const F mx = x > y ? x : y, mn = x > y ? y : x;                                             \
+    F lr;                                                                                       \
+    if (isnan(a.re) || isnan(a.im)) lr = a.re + a.im;                                           \
+    else if (mx == (F)0 || isinf(mx)) lr = log##S(mx);                                          \
+    else { const F q = mn / mx; lr = log##S(mx) + (F)0.5 * log1p##S(q * q); }                   \
+    return xh_cx<F>(lr, atan2##S(a.im, a.re));                                                  \
+  }                                                                                             \
+  /* sqrt: the principal root; a NaN part gives NaN, an infinite imaginary part (inf, im),     \
+     zero gives +0, and a -0 imaginary part counts as +0 (XLA's results). */                    \
+  __device__ inline xh_cx<F> xh_csqrt(xh_cx<F> a) {                                             \
+    const F nan = a.re + a.im;                                                                  \
+    if (isnan(a.re) || isnan(a.im)) return xh_cx<F>(nan, nan);                                  \
+    if (isinf(a.im)) return xh_cx<F>(fabs##S(a.im), a.im);                                      \
+    if (a.re == (F)0 && a.im == (F)0) return xh_cx<F>((F)0, (F)0);                              \
+    const F t = sqrt##S((fabs##S(a.re) + hypot##S(a.re, a.im)) * (F)0.5);                       \
+    if (a.re >= (F)0) return xh_cx<F>(t, a.im / (t + t));                                       \
+    return xh_cx<F>(fabs##S(a.im) / (t + t), a.im < (F)0 ? -t : t);                             \
+  }                                                                                             \
+  /* rsqrt: polar, |z|^-1/2 (cos(-t/2) + i sin(-t/2)) with t = atan2(im, re), and XLA's        \
+     special cases: 0 gives (inf, NaN); an infinite real part, or an infinite imaginary part    \
+     beside a NaN, gives (copysign(0, re), -copysign(0, im)). */                                \
+  __device__ inline xh_cx<F> xh_crsqrt(xh_cx<F> a) {                                            \
+    const F x = fabs##S(a.re), y = fabs##S(a.im);                                               \
+    if (a.re == (F)0 && a.im == (F)0) return xh_cx<F>((F)1 / (F)0, (F)0 / (F)0 * (F)0);         \
+    if (isinf(x) || (isinf(y) && isnan(a.re)))                                                  \
+      return xh_cx<F>(copysign##S((F)0, a.re), -copysign##S((F)0, a.im));                       \
+    const F mx = x > y ? x : y, mn = x > y ? y : x;                                             \
+    const F q = mn / mx;                                                                        \
+    F r = (F)1 / sqrt##S(mx) * ((F)1 / sqrt##S(sqrt##S((F)1 + q * q)));                         \
+    if (isnan(r)) r = (F)1 / sqrt##S(mn);                                                       \
+    const F h = (F)-0.5 * atan2##S(a.im, a.re);                                                 \
+    return xh_cx<F>(r * cos##S(h), r * sin##S(h));                                              \
+  }                                                                                             \
+  /* The trigonometric and hyperbolic functions by their real-part formulas; expm1 with     \
+     cos(im) - 1 as -2 sin^2(im/2) and log1p with log|1 + z| as log1p(re(2 + re) + im^2)/2,   \
+     accurate for small z; power by XLA's formula (0^w = 1 for w = 0, 0 for re(w) > 0). */     \
+  __device__ inline xh_cx<F> xh_ccos(xh_cx<F> a) {                                              \
+    return xh_cx<F>(cos##S(a.re) * cosh##S(a.im), -(sin##S(a.re) * sinh##S(a.im)));            \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_csin(xh_cx<F> a) {                                              \
+    return xh_cx<F>(sin##S(a.re) * cosh##S(a.im), cos##S(a.re) * sinh##S(a.im));                \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_ctan(xh_cx<F> a) { return xh_cdiv(xh_csin(a), xh_ccos(a)); }    \
+  __device__ inline xh_cx<F> xh_ctanh(xh_cx<F> a) {                                             \
+    /* tanh z = -i tan(iz) */                                                                   \
+    const xh_cx<F> t = xh_ctan(xh_cx<F>(-a.im, a.re));                                          \
+    return xh_cx<F>(t.im, -t.re);                                                               \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cexpm1(xh_cx<F> a) {                                            \
+    const F s = sin##S(a.im * (F)0.5);                                                          \
+    return xh_cx<F>(expm1##S(a.re) * cos##S(a.im) - (F)2 * s * s, exp##S(a.re) * sin##S(a.im)); \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_clog1p(xh_cx<F> a) {                                            \
+    const F x = a.re + (F)1;                                                                    \
+    return xh_cx<F>((F)0.5 * log1p##S(a.re * ((F)2 + a.re) + a.im * a.im), atan2##S(a.im, x));  \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_clogistic(xh_cx<F> a) {                                         \
+    const xh_cx<F> e = xh_cexp(xh_cx<F>(-a.re, -a.im));                                         \
+    return xh_cdiv(xh_cx<F>((F)1, (F)0), xh_cx<F>((F)1 + e.re, e.im));                          \
+  }                                                                                             \
+  __device__ inline xh_cx<F> xh_cpow(xh_cx<F> z, xh_cx<F> w) {                                  \
+    const F r2 = z.re * z.re + z.im * z.im;                                                     \
+    if (r2 == (F)0 && w.im == (F)0 && w.re >= (F)0)                                             \
+      return xh_cx<F>(w.re == (F)0 ? (F)1 : (F)0, (F)0);                                        \
+    const F t = atan2##S(z.im, z.re);                                                           \
+    const F coeff = pow##S(r2, (F)0.5 * w.re) * exp##S(-w.im * t);                              \
+    const F q = w.re * t + (F)0.5 * w.im * log##S(r2);                                          \
+    return xh_cx<F>(coeff * cos##S(q), coeff * sin##S(q));                                      \
+  }                                                                                             \
+  /* sign: z / |z| (so an infinite part gives NaN), z itself for 0. */                          \
+  __device__ inline xh_cx<F> xh_csign(xh_cx<F> a) {                                             \
+    const F m = xh_cabs(a);                                                                     \
+    if (m == (F)0) return a;                                                                    \
+    return xh_cx<F>(a.re / m, a.im / m);                                                        \
+  }
+XH_CX(float, f)
+XH_CX(double, )
+#undef XH_CX
+// In-place radix-2 FFT of m (a power of two) double complex values, e^{sign 2 pi i jk/m},
+// unscaled; twiddles exact in their index. Bluestein's passes use it on rows of a temp.
+__device__ inline void xh_fft_pow2(xt_c128* a, long long m, double sign) {
+  int bits = 0;
+  while ((1LL << bits) < m) ++bits;
+  for (long long j = 0; j < m; ++j) {
+    long long rj = 0;
+    for (int b = 0; b < bits; ++b) rj |= ((j >> b) & 1LL) << (bits - 1 - b);
+    if (rj > j) { const xt_c128 t = a[j]; a[j] = a[rj]; a[rj] = t; }
+  }
+  for (long long len = 2; len <= m; len <<= 1) {
+    const long long half = len >> 1;
+    for (long long i0 = 0; i0 < m; i0 += len) {
+      for (long long j = 0; j < half; ++j) {
+        const double ang = sign * 6.283185307179586 * (double)(j * (m / len)) / (double)m;
+        const double wr = cos(ang), wi = sin(ang);
+        const xt_c128 u = a[i0 + j], x = a[i0 + j + half];
+        const double vr = x.re * wr - x.im * wi, vi = x.re * wi + x.im * wr;
+        a[i0 + j] = xt_c128(u.re + vr, u.im + vi);
+        a[i0 + j + half] = xt_c128(u.re - vr, u.im - vi);
+      }
+    }
+  }
+}
 "#;

@@ -3,7 +3,7 @@
 //! `prelude.rs`). f16 and bf16 compute in `float` holding values of the type, rounded after
 //! every operation, so each op rounds once, as in the type itself.
 
-use crate::graph::{BinaryOp, CompareDirection, CompareType, UnaryOp};
+use crate::graph::{BinaryOp, CompareDirection, CompareType, UnaryOp, is_float};
 use xthunk_core::ir::DType;
 
 /// The C type of a buffer's elements.
@@ -21,6 +21,10 @@ pub fn storage(d: DType) -> &'static str {
         DType::U16 => "unsigned short",
         DType::U32 => "unsigned int",
         DType::U64 => "unsigned long long",
+        DType::C64 => "xt_c64",
+        DType::C128 => "xt_c128",
+        DType::F8E4M3FN => "xt_f8e4m3fn",
+        DType::F8E5M2 => "xt_f8e5m2",
     }
 }
 
@@ -28,7 +32,7 @@ pub fn storage(d: DType) -> &'static str {
 pub fn compute(d: DType) -> &'static str {
     match d {
         DType::Pred => "bool",
-        DType::F16 | DType::BF16 | DType::F32 => "float",
+        DType::F16 | DType::BF16 | DType::F32 | DType::F8E4M3FN | DType::F8E5M2 => "float",
         _ => storage(d),
     }
 }
@@ -37,7 +41,7 @@ pub fn compute(d: DType) -> &'static str {
 pub fn load(d: DType, elem: &str) -> String {
     match d {
         DType::Pred => format!("({elem} != 0)"),
-        DType::F16 | DType::BF16 => format!("(float){elem}"),
+        DType::F16 | DType::BF16 | DType::F8E4M3FN | DType::F8E5M2 => format!("(float){elem}"),
         _ => elem.to_string(),
     }
 }
@@ -48,6 +52,8 @@ pub fn store(d: DType, v: &str) -> String {
         DType::Pred => format!("(unsigned char)({v} ? 1 : 0)"),
         DType::F16 => format!("xt_f16({v})"),
         DType::BF16 => format!("xt_bf16({v})"),
+        DType::F8E4M3FN => format!("xt_f8e4m3fn({v})"),
+        DType::F8E5M2 => format!("xt_f8e5m2({v})"),
         _ => v.to_string(),
     }
 }
@@ -57,6 +63,8 @@ pub fn round(d: DType, e: String) -> String {
     match d {
         DType::F16 => format!("xh_r16({e})"),
         DType::BF16 => format!("xh_rb16({e})"),
+        DType::F8E4M3FN => format!("xh_r8e4({e})"),
+        DType::F8E5M2 => format!("xh_r8e5({e})"),
         _ => e,
     }
 }
@@ -64,7 +72,8 @@ pub fn round(d: DType, e: String) -> String {
 /// The literal of one element given by its little-endian bytes.
 pub fn literal(d: DType, b: &[u8]) -> String {
     let mut le = [0u8; 8];
-    le[..b.len()].copy_from_slice(b);
+    let n = b.len().min(8);
+    le[..n].copy_from_slice(&b[..n]);
     let u = u64::from_le_bytes(le);
     match d {
         DType::Pred => (if u != 0 { "true" } else { "false" }).into(),
@@ -80,6 +89,22 @@ pub fn literal(d: DType, b: &[u8]) -> String {
         DType::U16 => format!("(unsigned short){u}"),
         DType::U32 => format!("0x{:x}u", u as u32),
         DType::U64 => format!("0x{u:x}ull"),
+        DType::F8E4M3FN => format!("xt_f8e4m3fn_to_f32((unsigned char)0x{u:x})"),
+        DType::F8E5M2 => format!("xt_f8e5m2_to_f32((unsigned char)0x{u:x})"),
+        DType::C64 | DType::C128 => {
+            // Two parts, real first.
+            let (part, half) = match d {
+                DType::C64 => (DType::F32, 4),
+                _ => (DType::F64, 8),
+            };
+            let (re, im) = b.split_at(half.min(b.len()));
+            format!(
+                "{}({}, {})",
+                compute(d),
+                literal(part, re),
+                literal(part, im)
+            )
+        }
     }
 }
 
@@ -96,8 +121,13 @@ fn f1(d: DType, f: &str, x: &str) -> String {
 pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
     use UnaryOp::*;
     let t = compute(d);
+    if d.is_complex() {
+        return complex_unary(op, x);
+    }
     match op {
-        Abs if d.is_float() => f1(d, "fabs", x),
+        Real => x.to_string(),
+        Imag => format!("({t})0"),
+        Abs if is_float(d) => f1(d, "fabs", x),
         Abs => format!("xh_iabs<{t}>({x})"),
         Cbrt => f1(d, "cbrt", x),
         Ceil => f1(d, "ceil", x),
@@ -110,7 +140,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Log => f1(d, "log", x),
         LogPlusOne => f1(d, "log1p", x),
         Logistic => round(d, format!("xh_logistic({x})")),
-        Negate if d.is_float() => format!("(-{x})"),
+        Negate if is_float(d) => format!("(-{x})"),
         Negate => format!("xh_neg<{t}>({x})"),
         Not if d == DType::Pred => format!("(!{x})"),
         Not => format!("({t})(~{x})"),
@@ -119,7 +149,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         RoundNearestEven => f1(d, "rint", x),
         Rsqrt if d == DType::F64 => format!("(1.0 / sqrt({x}))"),
         Rsqrt => round(d, format!("(1.0f / sqrtf({x}))")),
-        Sign if d.is_float() => format!("xh_fsign({x})"),
+        Sign if is_float(d) => format!("xh_fsign({x})"),
         Sign => format!("xh_isign<{t}>({x})"),
         Sine => f1(d, "sin", x),
         Sqrt => f1(d, "sqrt", x),
@@ -146,12 +176,27 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
     }
 }
 
-/// A binary op of two values of type `d`.
+/// A binary op of two values giving a value of type `d` (the operands' type but for
+/// `complex`, whose operands are `d`'s parts).
 pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
     use BinaryOp::*;
     let t = compute(d);
+    if op == Complex {
+        return format!("{t}({a}, {b})");
+    }
+    if d.is_complex() {
+        return match op {
+            Add => format!("xh_cadd({a}, {b})"),
+            Subtract => format!("xh_csub({a}, {b})"),
+            Multiply => format!("xh_cmul({a}, {b})"),
+            Divide => format!("xh_cdiv({a}, {b})"),
+            Power => format!("xh_cpow({a}, {b})"),
+            // Refused by `BinaryOp::accepts`.
+            other => format!("xh_complex_{}({a}, {b})", other.name()),
+        };
+    }
     let pred = d == DType::Pred;
-    let float = d.is_float();
+    let float = is_float(d);
     let f64 = d == DType::F64;
     match op {
         Add if pred => format!("({a} || {b})"),
@@ -190,6 +235,34 @@ pub fn binary(op: BinaryOp, d: DType, a: &str, b: &str) -> String {
         ShiftLeft => format!("xh_shl<{t}>({a}, {b})"),
         ShiftRightArithmetic => format!("xh_shra<{t}>({a}, {b})"),
         ShiftRightLogical => format!("xh_shrl<{t}>({a}, {b})"),
+        // Handled above.
+        Complex => format!("{t}({a}, {b})"),
+    }
+}
+
+/// A unary op of a complex value (the ops `UnaryOp::accepts` lets through; the others
+/// cannot reach here).
+fn complex_unary(op: UnaryOp, x: &str) -> String {
+    use UnaryOp::*;
+    match op {
+        Abs => format!("xh_cabs({x})"),
+        Real => format!("({x}).re"),
+        Imag => format!("({x}).im"),
+        Negate => format!("xh_cneg({x})"),
+        Sign => format!("xh_csign({x})"),
+        Exponential => format!("xh_cexp({x})"),
+        Log => format!("xh_clog({x})"),
+        Sqrt => format!("xh_csqrt({x})"),
+        Rsqrt => format!("xh_crsqrt({x})"),
+        Cosine => format!("xh_ccos({x})"),
+        Sine => format!("xh_csin({x})"),
+        Tan => format!("xh_ctan({x})"),
+        Tanh => format!("xh_ctanh({x})"),
+        ExponentialMinusOne => format!("xh_cexpm1({x})"),
+        LogPlusOne => format!("xh_clog1p({x})"),
+        Logistic => format!("xh_clogistic({x})"),
+        // Refused by `UnaryOp::accepts`; a call that compiles to an error names it.
+        other => format!("xh_complex_{}({x})", other.name()),
     }
 }
 
@@ -201,7 +274,22 @@ fn f1b(d: DType, f: &str, a: &str, b: &str, f64: bool) -> String {
     }
 }
 
-/// `compare` of two values of type `d`.
+/// `compare` of two values of type `d` (complex: EQ and NE, both parts).
+pub fn compare_typed(
+    dir: CompareDirection,
+    kind: CompareType,
+    d: DType,
+    a: &str,
+    b: &str,
+) -> String {
+    if d.is_complex() {
+        let not = if dir == CompareDirection::Ne { "!" } else { "" };
+        return format!("({not}xh_ceq({a}, {b}))");
+    }
+    compare(dir, kind, a, b)
+}
+
+/// `compare` of two real values.
 pub fn compare(dir: CompareDirection, kind: CompareType, a: &str, b: &str) -> String {
     let op = match dir {
         CompareDirection::Eq => "==",
@@ -238,17 +326,30 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
         return x.to_string();
     }
     let t = compute(to);
+    match (from.complex_part(), to.complex_part()) {
+        (Some(fp), Some(tp)) => {
+            return format!(
+                "{t}({}, {})",
+                convert(fp, tp, &format!("({x}).re")),
+                convert(fp, tp, &format!("({x}).im"))
+            );
+        }
+        // Complex to real: the real part (the imaginary one is dropped, as XLA does).
+        (Some(fp), None) => return convert(fp, to, &format!("({x}).re")),
+        (None, Some(tp)) => return format!("{t}({}, {}(0))", convert(from, tp, x), compute(tp)),
+        (None, None) => {}
+    }
     if to == DType::Pred {
         return format!("({x} != 0)");
     }
     if from == DType::Pred {
-        return if to.is_float() {
+        return if is_float(to) {
             format!("({x} ? 1.0f : 0.0f)")
         } else {
             format!("({t})({x} ? 1 : 0)")
         };
     }
-    match (from.is_float(), to.is_float()) {
+    match (is_float(from), is_float(to)) {
         (false, false) => format!("({t}){x}"),
         (true, false) => {
             let (lo, hi) = int_bounds(to);
@@ -260,6 +361,10 @@ pub fn convert(from: DType, to: DType, x: &str) -> String {
             // integer is rounded twice; the spec leaves inexact conversions open).
             DType::F16 => format!("xh_r16((float){x})"),
             DType::BF16 => format!("xh_rb16((float){x})"),
+            // Once, from the value as a double (exact for every source type but u64/i64,
+            // whose conversion to double rounds first).
+            DType::F8E4M3FN => format!("xh_r8e4((double){x})"),
+            DType::F8E5M2 => format!("xh_r8e5((double){x})"),
             _ => format!("(float){x}"),
         },
     }

@@ -85,8 +85,9 @@ fn check_dtype(d: DType) {
             add(&mut g, op.name().into(), v);
         }
     }
+    // (`complex` makes a complex result: checked against XLA in stablehlo/jax/cases_complex.py.)
     for op in BinaryOp::ALL {
-        if op.accepts(d) && !special(op.name()) {
+        if op.accepts(d) && !special(op.name()) && op.result(d) == d {
             let v = g.binary(*op, a, b).unwrap();
             add(&mut g, op.name().into(), v);
         }
@@ -126,7 +127,12 @@ fn check_dtype(d: DType) {
             add(&mut g, format!("reduce_precision_e{e}m{m}"), v);
         }
     }
-    for to in DType::ALL {
+    // Complex and 8-bit float results are outside this reference's value model: they are
+    // checked against XLA in stablehlo/jax/cases_complex.py.
+    for to in DType::ALL
+        .into_iter()
+        .filter(|t| !t.is_complex() && !t.is_f8())
+    {
         let v = g.convert(a, to).unwrap();
         add(&mut g, format!("convert_{to}"), v);
     }

@@ -157,3 +157,86 @@ fn empty_reductions_and_contractions() {
     assert_eq!(Arr::from_bytes(d, &[3], &outs[0]).f, vec![7.0; 3]);
     assert_eq!(Arr::from_bytes(d, &[3, 2], &outs[1]).f, vec![0.0; 6]);
 }
+
+#[test]
+fn complex_f8_and_fft_rules() {
+    use xthunk_tensor::graph::FftType;
+    let mut g = Graph::new("rules_complex");
+    let c = g.parameter("c", DType::C64, &[2, 8]).unwrap();
+    let f = g.parameter("f", DType::F32, &[2, 8]).unwrap();
+    let d = g.parameter("d", DType::F64, &[2, 8]).unwrap();
+    let h = g.parameter("h", DType::C128, &[2, 5]).unwrap();
+    let e4 = g.parameter("e4", DType::F8E4M3FN, &[3]).unwrap();
+    // Parts and their types.
+    let re = g.unary(UnaryOp::Real, c).unwrap();
+    assert_eq!(g.ty(re).dtype, DType::F32);
+    let ab = g.unary(UnaryOp::Abs, h).unwrap();
+    assert_eq!(g.ty(ab).dtype, DType::F64);
+    let z = g.binary(BinaryOp::Complex, d, d).unwrap();
+    assert_eq!(g.ty(z).dtype, DType::C128);
+    assert_eq!(
+        op_of(g.binary(BinaryOp::Complex, c, c).unwrap_err()),
+        "complex"
+    );
+    assert_eq!(
+        op_of(g.binary(BinaryOp::Complex, f, d).unwrap_err()),
+        "complex"
+    );
+    // What complex values do not take.
+    assert_eq!(op_of(g.unary(UnaryOp::Cbrt, c).unwrap_err()), "cbrt");
+    assert_eq!(
+        op_of(g.binary(BinaryOp::Maximum, c, c).unwrap_err()),
+        "maximum"
+    );
+    assert_eq!(
+        op_of(
+            g.compare(CompareDirection::Lt, CompareType::Float, c, c)
+                .unwrap_err()
+        ),
+        "compare"
+    );
+    assert!(
+        g.compare(CompareDirection::Ne, CompareType::Float, c, c)
+            .is_ok()
+    );
+    assert_eq!(op_of(g.clamp(c, c, c).unwrap_err()), "clamp");
+    // The 8-bit floats take the float ops, not the ones on their bits.
+    assert!(g.unary(UnaryOp::Exponential, e4).is_ok());
+    assert!(g.binary(BinaryOp::Add, e4, e4).is_ok());
+    assert_eq!(
+        op_of(g.binary(BinaryOp::NextAfter, e4, e4).unwrap_err()),
+        "next_after"
+    );
+    assert_eq!(
+        op_of(g.reduce_precision(e4, 4, 3).unwrap_err()),
+        "reduce_precision"
+    );
+    // fft: the spec's shapes.
+    let x = g.fft(c, FftType::Fft, &[8]).unwrap();
+    assert_eq!(
+        (g.ty(x).dtype, g.ty(x).dims.clone()),
+        (DType::C64, vec![2, 8])
+    );
+    let r = g.fft(f, FftType::Rfft, &[2, 8]).unwrap();
+    assert_eq!(
+        (g.ty(r).dtype, g.ty(r).dims.clone()),
+        (DType::C64, vec![2, 5])
+    );
+    let back = g.fft(h, FftType::Irfft, &[2, 8]).unwrap();
+    assert_eq!(
+        (g.ty(back).dtype, g.ty(back).dims.clone()),
+        (DType::F64, vec![2, 8])
+    );
+    let bad = [
+        g.fft(c, FftType::Fft, &[4]),
+        g.fft(c, FftType::Fft, &[]),
+        g.fft(c, FftType::Fft, &[1, 2, 2, 8]),
+        g.fft(c, FftType::Rfft, &[8]),
+        g.fft(f, FftType::Fft, &[8]),
+        g.fft(h, FftType::Irfft, &[5]),
+        g.fft(c, FftType::Fft, &[0]),
+    ];
+    for e in bad {
+        assert_eq!(op_of(e.unwrap_err()), "fft");
+    }
+}

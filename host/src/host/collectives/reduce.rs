@@ -94,6 +94,13 @@ pub(crate) unsafe fn reduce(
             DType::F64 => native::<f64>(op, inputs, outputs, n, st),
             DType::F16 => halfs::<f16>(op, inputs, outputs, n, st),
             DType::BF16 => halfs::<bf16>(op, inputs, outputs, n, st),
+            // Not collective types (the verifier refuses them, `COLLECTIVE_DTYPES`).
+            DType::C64 | DType::C128 | DType::F8E4M3FN | DType::F8E5M2 => {
+                return Err(Error::Unsupported {
+                    backend: "host".into(),
+                    feature: format!("{dtype} reductions in collectives"),
+                });
+            }
         }
     }
     st.finish();

@@ -19,6 +19,12 @@ pub(super) fn ctype(t: DType) -> &'static str {
         DType::U16 => "unsigned short",
         DType::U32 => "unsigned int",
         DType::U64 => "unsigned long long",
+        // Storage only: the standard library registers no kernel of these types (its families
+        // are instantiated from `Elem` types, which they are not), so no template computes in
+        // them; the names keep the mapping total.
+        DType::F8E4M3FN | DType::F8E5M2 => "unsigned char",
+        DType::C64 => "xt_c64",
+        DType::C128 => "xt_c128",
     }
 }
 
