@@ -865,34 +865,27 @@ impl<'a> File<'a> {
         }
     }
 
-    fn attr_list(&mut self, c: &mut Cur<'_>) -> R<Vec<V>> {
+    /// A count, then that many indices, each read with `at` (attributes, types, locations).
+    fn list<T>(&mut self, c: &mut Cur<'_>, at: fn(&mut Self, u64, &Cur<'_>) -> R<T>) -> R<Vec<T>> {
         let n = c.count()?;
         let mut out = Vec::with_capacity(n);
         for _ in 0..n {
             let i = c.varint()?;
-            out.push(self.attr_at(i, c)?);
+            out.push(at(self, i, c)?);
         }
         Ok(out)
+    }
+
+    fn attr_list(&mut self, c: &mut Cur<'_>) -> R<Vec<V>> {
+        self.list(c, Self::attr_at)
     }
 
     fn type_list(&mut self, c: &mut Cur<'_>) -> R<Vec<Type>> {
-        let n = c.count()?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let i = c.varint()?;
-            out.push(self.type_at(i, c)?);
-        }
-        Ok(out)
+        self.list(c, Self::type_at)
     }
 
     fn loc_list(&mut self, c: &mut Cur<'_>) -> R<Vec<Location>> {
-        let n = c.count()?;
-        let mut out = Vec::with_capacity(n);
-        for _ in 0..n {
-            let i = c.varint()?;
-            out.push(self.loc_at(i, c)?);
-        }
-        Ok(out)
+        self.list(c, Self::loc_at)
     }
 
     fn builtin_attr(&mut self, c: &mut Cur<'_>) -> R<V> {

@@ -11,6 +11,18 @@ use crate::error::{ParseError, one_line};
 /// The default cap on decoded bytes.
 pub const MAX_BYTES: u64 = 1 << 30;
 
+/// The little-endian i64 elements of decoded `i64` (or `index`) bytes.
+pub fn i64s(bytes: &[u8]) -> Vec<i64> {
+    bytes
+        .chunks_exact(8)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(c);
+            i64::from_le_bytes(b)
+        })
+        .collect()
+}
+
 /// Bytes per element of `e` (integers round up to whole bytes; `i1` is one byte).
 pub fn element_size(e: ElementType) -> usize {
     match e {

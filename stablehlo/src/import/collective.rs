@@ -59,14 +59,7 @@ fn int_matrix(imp: &Importer, op: &Op, name: &str) -> R<Vec<Vec<i64>>> {
         return Ok(vec![]);
     }
     let bytes = dense::decode(a, &imp.module.resources, n * 8, &op.name)?;
-    let vals: Vec<i64> = bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            i64::from_le_bytes(b)
-        })
-        .collect();
+    let vals = dense::i64s(&bytes);
     Ok(vals
         .chunks(usize::try_from(*cols).unwrap_or(1).max(1))
         .map(<[i64]>::to_vec)
@@ -227,13 +220,19 @@ impl Importer<'_> {
         Some(r)
     }
 
-    fn all_reduce(&mut self, g: &mut Graph, op: &Op, env: &Env) -> R<Vec<Item>> {
-        check_attrs(
-            op,
-            &["replica_groups", "channel_handle", "use_global_device_ids"],
-        )?;
+    /// Checks `op`'s attributes (`own` ones and the group attributes every grouped collective
+    /// has) and gives its groups of global ranks, ascending (`order_matters`: refused when
+    /// they are not, rather than sorted).
+    fn grouped(&mut self, op: &Op, own: &[&str], order_matters: bool) -> R<Vec<Vec<u32>>> {
+        let mut known = own.to_vec();
+        known.extend(["replica_groups", "channel_handle", "use_global_device_ids"]);
+        check_attrs(op, &known)?;
         let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = ascending(op, self.rank_groups(op, mode)?, false)?;
+        ascending(op, self.rank_groups(op, mode)?, order_matters)
+    }
+
+    fn all_reduce(&mut self, g: &mut Graph, op: &Op, env: &Env) -> R<Vec<Item>> {
+        let groups = self.grouped(op, &[], false)?;
         let red = self.reduction(op)?;
         let gr = |e| ImportError::graph(op, e);
         tensors(env, op)?
@@ -248,17 +247,7 @@ impl Importer<'_> {
     }
 
     fn all_gather(&mut self, g: &mut Graph, op: &Op, env: &Env) -> R<Vec<Item>> {
-        check_attrs(
-            op,
-            &[
-                "all_gather_dim",
-                "replica_groups",
-                "channel_handle",
-                "use_global_device_ids",
-            ],
-        )?;
-        let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = ascending(op, self.rank_groups(op, mode)?, true)?;
+        let groups = self.grouped(op, &["all_gather_dim"], true)?;
         let dim = self.dim_attr(op, "all_gather_dim")?;
         let gr = |e| ImportError::graph(op, e);
         tensors(env, op)?
@@ -274,17 +263,7 @@ impl Importer<'_> {
     }
 
     fn reduce_scatter(&mut self, g: &mut Graph, op: &Op, env: &Env) -> R<Vec<Item>> {
-        check_attrs(
-            op,
-            &[
-                "scatter_dimension",
-                "replica_groups",
-                "channel_handle",
-                "use_global_device_ids",
-            ],
-        )?;
-        let mode = self.mode(op, op.attr("use_global_device_ids").is_some())?;
-        let groups = ascending(op, self.rank_groups(op, mode)?, true)?;
+        let groups = self.grouped(op, &["scatter_dimension"], true)?;
         let red = self.reduction(op)?;
         let dim = self.dim_attr(op, "scatter_dimension")?;
         let x = one_operand(env, op)?;

@@ -57,14 +57,7 @@ fn padding(imp: &Importer<'_>, op: &Op, n: usize) -> R<Vec<(i64, i64)>> {
         ));
     }
     let bytes = dense::decode(a, &imp.module.resources, 16 * n as u64, &op.name)?;
-    let v: Vec<i64> = bytes
-        .chunks_exact(8)
-        .map(|c| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(c);
-            i64::from_le_bytes(b)
-        })
-        .collect();
+    let v = dense::i64s(&bytes);
     Ok(v.chunks_exact(2).map(|p| (p[0], p[1])).collect())
 }
 

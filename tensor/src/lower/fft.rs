@@ -250,6 +250,34 @@ fn map_kernel(
 /// Bluestein's algorithm instead of the direct sum.
 const BLUESTEIN_FROM: u64 = 8;
 
+/// What a pass over the rows of `t` along `axis` needs, once its row loop is open.
+struct Rows {
+    /// Elements between two of a row's.
+    stride: u64,
+    /// The C types of an element and of one of its parts.
+    ct: &'static str,
+    c: &'static str,
+    /// The variable holding the row's first element's offset.
+    base: String,
+}
+
+/// Opens the loop over the rows of `t` along `axis` (a thread per row).
+fn open_rows(k: &mut KernelText, t: &TensorType, axis: usize) -> Rows {
+    let stride: u64 = t.dims[axis + 1..].iter().product();
+    let mut row_dims = t.dims.clone();
+    row_dims.remove(axis);
+    k.open("XT_FOR(r, n) {");
+    let mut idx = k.delinearize("r", &row_dims);
+    idx.insert(axis, "0LL".into());
+    let base = k.var("long long", linear(&idx, &t.dims));
+    Rows {
+        stride,
+        ct: scalar::compute(t.dtype),
+        c: scalar::compute(t.dtype.complex_part().unwrap_or(DType::F64)),
+        base,
+    }
+}
+
 /// A complex pass over any length n by Bluestein's algorithm: with c_j = e^{s·πi·j²/n}
 /// (j² reduced modulo 2n in integers), X_k = c_k · Σ_j (x_j c_j) conj(c_{k−j}), the
 /// convolution taken by radix-2 FFTs of length m ≥ 2n − 1 on a thread's two rows of the
@@ -266,16 +294,13 @@ fn bluestein_pass(
     let o = k.output(dst, t.dtype);
     let p = k.input(src, t.dtype);
     let w = k.inout(scratch, DType::C128);
-    let (n, axis, s) = (pass.n, pass.axis, pass.sign);
-    let stride: u64 = t.dims[axis + 1..].iter().product();
-    let mut row_dims = t.dims.clone();
-    row_dims.remove(axis);
-    let ct = scalar::compute(t.dtype);
-    let c = scalar::compute(t.dtype.complex_part().unwrap_or(DType::F64));
-    k.open("XT_FOR(r, n) {");
-    let mut idx = k.delinearize("r", &row_dims);
-    idx.insert(axis, "0".into());
-    let base = k.var("long long", linear(&idx, &t.dims));
+    let (n, s) = (pass.n, pass.sign);
+    let Rows {
+        stride,
+        ct,
+        c,
+        base,
+    } = open_rows(&mut k, t, pass.axis);
     k.line(format!("xt_c128* A = {w} + r * {}LL;", 2 * m));
     k.line(format!("xt_c128* B = A + {m}LL;"));
     k.line(format!(
@@ -330,17 +355,14 @@ fn radix2_pass(pass: &Pass, src: Slice, t: &TensorType, dst: Slice) -> KernelTex
     let mut k = KernelText::new();
     let o = k.inout(dst, t.dtype);
     let p = k.input(src, t.dtype);
-    let (n, axis) = (pass.n, pass.axis);
+    let n = pass.n;
     let bits = n.trailing_zeros();
-    let stride: u64 = t.dims[axis + 1..].iter().product();
-    let mut row_dims = t.dims.clone();
-    row_dims.remove(axis);
-    let ct = scalar::compute(t.dtype);
-    let c = scalar::compute(t.dtype.complex_part().unwrap_or(DType::F64));
-    k.open("XT_FOR(r, n) {");
-    let mut idx = k.delinearize("r", &row_dims);
-    idx.insert(axis, "0".into());
-    let base = k.var("long long", linear(&idx, &t.dims));
+    let Rows {
+        stride,
+        ct,
+        c,
+        base,
+    } = open_rows(&mut k, t, pass.axis);
     k.open(format!("for (long long j = 0; j < {n}LL; ++j) {{"));
     k.line(format!(
         "long long rj = 0; for (int b = 0; b < {bits}; ++b) rj |= ((j >> b) & 1LL) << ({} - b);",
