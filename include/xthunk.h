@@ -52,10 +52,10 @@ typedef enum XthunkDtype {
   XTHUNK_DTYPE_U16 = 10,
   XTHUNK_DTYPE_U32 = 11,
   XTHUNK_DTYPE_U64 = 12,
-  XTHUNK_DTYPE_C64 = 13,      /* two floats, real part first */
-  XTHUNK_DTYPE_C128 = 14,     /* two doubles, real part first */
-  XTHUNK_DTYPE_F8E4M3FN = 15, /* one byte, 4 exponent bits (bias 7), 3 mantissa bits, no inf */
-  XTHUNK_DTYPE_F8E5M2 = 16,   /* one byte, 5 exponent bits (bias 15), 2 mantissa bits */
+  XTHUNK_DTYPE_C64 = 13,
+  XTHUNK_DTYPE_C128 = 14,
+  XTHUNK_DTYPE_F8E4M3FN = 15,
+  XTHUNK_DTYPE_F8E5M2 = 16,
 } XthunkDtype;
 
 // Memory on a device; it stays there between runs.
