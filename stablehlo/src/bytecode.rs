@@ -259,6 +259,9 @@ struct Entry {
     end: usize,
 }
 
+/// A lazily decoded table's entries: the value and its weight, once decoded.
+type Cache<T> = Vec<Option<(T, u64)>>;
+
 struct File<'a> {
     version: u64,
     strings: Vec<&'a str>,
@@ -269,8 +272,8 @@ struct File<'a> {
     attrs: Vec<Entry>,
     types: Vec<Entry>,
     /// Decoded attributes and types, with their weight (see [`File::spend`]).
-    attr_cache: Vec<Option<(V, u64)>>,
-    type_cache: Vec<Option<(Type, u64)>>,
+    attr_cache: Cache<V>,
+    type_cache: Cache<Type>,
     /// What has been decoded so far and the most it may be: shared attributes and types are
     /// copied into each use, so a small file could otherwise decode to an exponential size.
     spent: u64,
@@ -782,41 +785,55 @@ impl<'a> File<'a> {
     }
 
     fn attr_at(&mut self, i: u64, c: &Cur<'_>) -> R<V> {
-        let Some(idx) = usize::try_from(i).ok().filter(|&i| i < self.attrs.len()) else {
-            return c.fail(format!("attribute index {i} out of range"));
+        self.cached(
+            i,
+            c,
+            "attribute",
+            |r| &mut r.attr_cache,
+            Self::decode_attr,
+            weigh_attr,
+        )
+    }
+
+    fn type_at(&mut self, i: u64, c: &Cur<'_>) -> R<Type> {
+        self.cached(
+            i,
+            c,
+            "type",
+            |r| &mut r.type_cache,
+            Self::decode_type,
+            weigh_type,
+        )
+    }
+
+    /// Entry `i` of a lazily decoded table (attributes or types): decoded once (nesting
+    /// counted), its weight charged to the decoding budget at every use.
+    fn cached<T: Clone>(
+        &mut self,
+        i: u64,
+        c: &Cur<'_>,
+        what: &str,
+        cache: fn(&mut Self) -> &mut Cache<T>,
+        decode: fn(&mut Self, usize) -> R<T>,
+        weigh: fn(&T) -> u64,
+    ) -> R<T> {
+        let len = cache(self).len();
+        let Some(idx) = usize::try_from(i).ok().filter(|&i| i < len) else {
+            return c.fail(format!("{what} index {i} out of range"));
         };
-        if let Some((v, w)) = &self.attr_cache[idx] {
+        if let Some((v, w)) = &cache(self)[idx] {
             let (v, w) = (v.clone(), *w);
             self.spend(w)?;
             return Ok(v);
         }
         self.enter(c)?;
-        let r = self.decode_attr(idx);
+        let r = decode(self, idx);
         self.depth -= 1;
         let v = r?;
-        let w = weigh_attr(&v);
+        let w = weigh(&v);
         self.spend(w)?;
-        self.attr_cache[idx] = Some((v.clone(), w));
+        cache(self)[idx] = Some((v.clone(), w));
         Ok(v)
-    }
-
-    fn type_at(&mut self, i: u64, c: &Cur<'_>) -> R<Type> {
-        let Some(idx) = usize::try_from(i).ok().filter(|&i| i < self.types.len()) else {
-            return c.fail(format!("type index {i} out of range"));
-        };
-        if let Some((t, w)) = &self.type_cache[idx] {
-            let (t, w) = (t.clone(), *w);
-            self.spend(w)?;
-            return Ok(t);
-        }
-        self.enter(c)?;
-        let r = self.decode_type(idx);
-        self.depth -= 1;
-        let t = r?;
-        let w = weigh_type(&t);
-        self.spend(w)?;
-        self.type_cache[idx] = Some((t.clone(), w));
-        Ok(t)
     }
 
     fn string(&self, c: &mut Cur<'_>) -> R<String> {
