@@ -815,7 +815,9 @@ impl Launch {
         // allocations is the kernel's own, as on a GPU.
         let r = match &self.run {
             // SAFETY: as above.
-            Runner::Cpu { program, entry } => unsafe { program.launch(entry, self.shape, &slots) },
+            Runner::Cpu { program, entry } => unsafe {
+                program.launch_as_asked(entry, self.shape, &slots)
+            },
             Runner::Host(k) => return self.run_host(k),
         };
         r.map_err(|e| {

@@ -175,6 +175,61 @@ mod tests {
         (crate::kernels::portable::with_prelude(&code), salt)
     }
 
+    /// `XT_FOR_EACH` runs each iteration exactly once whatever the launch's shape: a marked
+    /// kernel (launched on a few one-thread blocks by `Program::launch`) and the same loop
+    /// unmarked (run with every thread of the shape asked, all but each block's first
+    /// without iterations), for lengths around the 16-element rounding of the runs.
+    #[test]
+    fn for_each_kernels_run_every_iteration_once_whatever_the_shape() -> Result<(), CpuError> {
+        if let Err(e) = build::compiler() {
+            eprintln!("skipped: no C++ compiler ({e})");
+            return Ok(());
+        }
+        let code = "__global__ void each_count(unsigned int* o, long long n) {\n  \
+                    XT_FOR_EACH(i, n) { o[i] += (unsigned int)i + 1u; }\n}\n\
+                    XT_EACH_KERNEL(each_count)\n\
+                    __global__ void plain_count(unsigned int* o, long long n) {\n  \
+                    XT_FOR_EACH(i, n) { o[i] += (unsigned int)i + 1u; }\n}\n";
+        let unit = crate::kernels::portable::with_prelude(code);
+        let p = load("each_test", &unit)?;
+        let (Some(each), Some(plain)) = (p.entry("each_count"), p.entry("plain_count")) else {
+            return Err(CpuError::Load(format!(
+                "the table lacks a kernel: {:?}",
+                p.entries()
+            )));
+        };
+        let (each, plain) = (each.clone(), plain.clone());
+        assert!(each.each, "XT_EACH_KERNEL marks the entry");
+        assert!(!plain.each, "an unmarked kernel is launched as asked");
+        for n in [1usize, 15, 16, 17, 255, 1000, 100_003] {
+            for (grid, block) in [(1u32, 1u32), (3, 256), (391, 256), (65535, 32), (7, 1000)] {
+                for entry in [&each, &plain] {
+                    let mut o = vec![0u32; n];
+                    let slots = [o.as_mut_ptr() as u64, n as u64];
+                    let shape = Shape {
+                        grid: [grid, 1, 1],
+                        block: [block, 1, 1],
+                        shared_bytes: 0,
+                        warp_size: 32,
+                    };
+                    // SAFETY: `o` holds the n elements the kernel writes, and lives across
+                    // the launch, which returns when every block has run.
+                    unsafe { p.launch(entry, shape, &slots)? };
+                    let wrong = (0..n).find(|&i| o[i] != i as u32 + 1);
+                    assert_eq!(
+                        wrong,
+                        None,
+                        "{} n={n} grid={grid} block={block}: element {:?} is {:?}",
+                        entry.name,
+                        wrong,
+                        wrong.map(|i| o[i])
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
     #[test]
     fn a_second_load_of_a_unit_runs_no_compiler() -> Result<(), CpuError> {
         if let Err(e) = build::compiler() {

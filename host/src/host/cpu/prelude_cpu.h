@@ -61,6 +61,40 @@ unsigned long long xt_cpu_warp_exchange(unsigned long long mine, int src, int* v
 inline unsigned char* xt_cpu_dynamic_shared() { return xt_cpu_cur->dynamic_shared; }
 
 inline void __syncthreads() { xt_cpu_syncthreads(); }
+
+// ---- XT_FOR_EACH: a kernel that is one loop of independent iterations ---------------------
+// prelude.cuh runs XT_FOR_EACH(i, n) as XT_FOR (a grid-stride loop). Here block b of the
+// grid's G blocks runs the iterations [b*c, min((b+1)*c, n)), c = ceil(n / G) rounded up to a
+// multiple of 16, as one plain loop on the block's first thread (its other threads have none):
+// a loop the compiler can vectorize. Every iteration runs once, as on a GPU; only their order
+// differs, which such a kernel may not depend on. XT_EACH_KERNEL(k), after a kernel whose
+// body is that loop alone, tells the runtime, which then launches k on a few one-thread
+// blocks (core/src/host/cpu/program.rs).
+template <auto F> struct xt_cpu_each_kernel { static constexpr bool value = false; };
+#if defined(XT_CPU_SCAN)
+#define XT_EACH_KERNEL(k)
+#else
+// (In C++ linkage: the kernels may be inside `extern "C"`, where no template may be.)
+#define XT_EACH_KERNEL(k) \
+  extern "C++" {          \
+  template <> struct xt_cpu_each_kernel<&k> { static constexpr bool value = true; }; \
+  }
+#endif
+inline long long xt_cpu_each_bound(long long n, int hi) {
+  const xt_cpu_state& s = *xt_cpu_cur;
+  if (s.tid != 0 || n <= 0) return 0;
+  const long long g = (long long)s.grid_dim.x * s.grid_dim.y * s.grid_dim.z;
+  const long long b = (long long)s.block_idx.x +
+                      (long long)s.grid_dim.x * ((long long)s.block_idx.y + (long long)s.grid_dim.y * s.block_idx.z);
+  long long c = n / g + (n % g != 0);
+  c = (c + 15) / 16 * 16;
+  const long long lo = b < n / c + 1 ? b * c : n;  // b * c without overflow
+  const long long at = hi ? (lo < n - c ? lo + c : n) : lo;
+  return at < n ? at : n;
+}
+#define XT_FOR_EACH(i, n) \
+  for (long long i = xt_cpu_each_bound((n), 0), xt_hi_##i = xt_cpu_each_bound((n), 1); i < xt_hi_##i; ++i)
+
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 

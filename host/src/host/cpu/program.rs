@@ -5,12 +5,20 @@
 use super::error::CpuError;
 use crossbeam_channel::{Receiver, Sender, bounded, unbounded};
 use std::ffi::{CStr, c_char, c_void};
-use std::sync::atomic::{AtomicU32, AtomicU64};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// The C interface's version (`XT_CPU_ABI` in runtime.cpp).
-const ABI: u32 = 1;
+const ABI: u32 = 2;
 const MAX_PARAMS: usize = 64;
+/// `XT_CPU_EACH` of runtime.cpp: an entry marked `XT_EACH_KERNEL`.
+const EACH: u32 = 1;
+/// An `XT_EACH_KERNEL` launch gets a block per this many of its threads (each block a
+/// contiguous run of the iterations), at least 1 and at most [`EACH_BLOCKS_PER_WORKER`] per
+/// worker of the pool: enough blocks to balance the workers, few enough that the per-block
+/// cost (a claim, a fiber switch) is nothing beside a block's run.
+const EACH_THREADS_PER_BLOCK: u64 = 8192;
+const EACH_BLOCKS_PER_WORKER: u64 = 4;
 
 /// `xt_cpu_run_args` of runtime.cpp.
 #[repr(C)]
@@ -54,6 +62,9 @@ pub struct Entry {
     /// The linker's name (mangled unless `extern "C"`): what GPU images call the kernel.
     pub symbol: String,
     pub params: Vec<Param>,
+    /// Marked `XT_EACH_KERNEL`: its body is one `XT_FOR_EACH` loop of independent
+    /// iterations, whatever the launch's shape (see [`Program::launch`]).
+    pub each: bool,
     index: u32,
 }
 
@@ -105,7 +116,7 @@ impl Program {
         })?;
         drop(dir);
         // SAFETY: the symbols are the runtime's, with these exact C signatures.
-        let (abi, count, info, run) = unsafe {
+        let (abi, count, info, flags, run) = unsafe {
             let abi = *lib
                 .get::<unsafe extern "C" fn() -> u32>(b"xt_cpu_abi")
                 .map_err(|e| CpuError::Load(e.to_string()))?;
@@ -115,10 +126,13 @@ impl Program {
             let info = *lib
                 .get::<InfoFn>(b"xt_cpu_entry_info")
                 .map_err(|e| CpuError::Load(e.to_string()))?;
+            let flags = *lib
+                .get::<unsafe extern "C" fn(u32) -> u32>(b"xt_cpu_entry_flags")
+                .map_err(|e| CpuError::Load(e.to_string()))?;
             let run = *lib
                 .get::<RunFn>(b"xt_cpu_run")
                 .map_err(|e| CpuError::Load(e.to_string()))?;
-            (abi(), count(), info, run)
+            (abi(), count(), info, flags, run)
         };
         if abi != ABI {
             return Err(CpuError::Load(format!(
@@ -155,6 +169,8 @@ impl Program {
                 .into_owned();
             let symbol = symbol_name(addr).unwrap_or_else(|| name.clone());
             let n = (arity as usize).min(MAX_PARAMS);
+            // SAFETY: the runtime's `xt_cpu_entry_flags`, any index accepted.
+            let each = unsafe { flags(i) } & EACH != 0;
             entries.push(Entry {
                 name,
                 symbol,
@@ -165,6 +181,7 @@ impl Program {
                         align: pointer[j].max(1),
                     })
                     .collect(),
+                each,
                 index: i,
             });
         }
@@ -194,11 +211,44 @@ impl Program {
     /// # Safety
     /// Every pointer in `slots` must be valid for everything the kernel does with it, and
     /// nothing else may touch that memory during the launch.
+    ///
+    /// An entry marked `XT_EACH_KERNEL` runs on a few one-thread blocks whatever `shape` says
+    /// (its iterations do not depend on it): see [`Program::launch_as_asked`] for the shape
+    /// as given.
     pub unsafe fn launch(
         self: &Arc<Self>,
         entry: &Entry,
         shape: Shape,
         slots: &[u64],
+    ) -> Result<(), CpuError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_shaped(entry, shape, slots, entry.each) }
+    }
+
+    /// [`Program::launch`] with `shape` as given, every entry alike: what the driver emulator
+    /// runs (it plays the GPU's grid; an `XT_FOR_EACH` loop there runs its iterations on each
+    /// block's first thread, the others idle).
+    ///
+    /// # Safety
+    /// As [`Program::launch`].
+    pub unsafe fn launch_as_asked(
+        self: &Arc<Self>,
+        entry: &Entry,
+        shape: Shape,
+        slots: &[u64],
+    ) -> Result<(), CpuError> {
+        // SAFETY: the caller's contract.
+        unsafe { self.launch_shaped(entry, shape, slots, false) }
+    }
+
+    /// # Safety
+    /// As [`Program::launch`].
+    unsafe fn launch_shaped(
+        self: &Arc<Self>,
+        entry: &Entry,
+        shape: Shape,
+        slots: &[u64],
+        reshape: bool,
     ) -> Result<(), CpuError> {
         if slots.len() != entry.params.len() {
             return Err(CpuError::Launch {
@@ -210,13 +260,26 @@ impl Program {
                 ),
             });
         }
-        let total = shape
+        let mut shape = shape;
+        let mut total = shape
             .grid
             .iter()
             .try_fold(1u64, |a, &g| a.checked_mul(g as u64))
             .unwrap_or(0);
         if total == 0 {
             return Ok(());
+        }
+        if reshape {
+            // The kernel's iterations do not depend on the shape: a few one-thread blocks,
+            // each running a contiguous share of them as one loop.
+            let threads = shape
+                .block
+                .iter()
+                .fold(total, |a, &b| a.saturating_mul(b as u64));
+            let most = (pool().size as u64).saturating_mul(EACH_BLOCKS_PER_WORKER);
+            total = (threads / EACH_THREADS_PER_BLOCK).clamp(1, most.max(1));
+            shape.grid = [u32::try_from(total).unwrap_or(u32::MAX), 1, 1];
+            shape.block = [1, 1, 1];
         }
         let job = Arc::new(Job {
             program: self.clone(),
@@ -320,6 +383,72 @@ impl Job {
     }
 }
 
+/// Runs `piece(0)` … `piece(pieces - 1)` over the pool's workers and the calling thread, each
+/// piece once, and returns when all have run. Pieces are claimed in turn from a counter, so a
+/// worker busy elsewhere (another stream's launch) only delays a piece it has claimed; the
+/// caller takes every piece no worker got to. Used for gemms that xthunk splits itself
+/// (`super::super::gemm`), beside the kernels' launches on the same threads.
+pub fn parallel<F: Fn(usize) + Send + Sync + 'static>(pieces: usize, piece: F) {
+    struct Shared<F> {
+        piece: F,
+        next: AtomicU64,
+        pieces: u64,
+    }
+    impl<F: Fn(usize)> Shared<F> {
+        fn run(&self) {
+            loop {
+                let i = self.next.fetch_add(1, Ordering::Relaxed);
+                if i >= self.pieces {
+                    return;
+                }
+                (self.piece)(i as usize);
+            }
+        }
+    }
+    if pieces == 0 {
+        return;
+    }
+    let shared = Arc::new(Shared {
+        piece,
+        next: AtomicU64::new(0),
+        pieces: pieces as u64,
+    });
+    let helpers = pool().size.min(pieces).saturating_sub(1);
+    let (done_tx, done_rx) = bounded::<()>(helpers);
+    for _ in 0..helpers {
+        let s = shared.clone();
+        let d = done_tx.clone();
+        let sent = pool().jobs.send(Box::new(move || {
+            s.run();
+            let _ = d.send(());
+        }));
+        if sent.is_err() {
+            break;
+        }
+    }
+    drop(done_tx);
+    shared.run();
+    // Every helper that claimed a piece finishes it before this returns.
+    for () in done_rx.iter() {}
+}
+
+/// How long an idle worker polls for work before it sleeps (`XTHUNK_CPU_SPIN_US`, in
+/// microseconds; default 200, 0 to sleep at once).
+fn spin_window() -> std::time::Duration {
+    let us = std::env::var("XTHUNK_CPU_SPIN_US")
+        .ok()
+        .and_then(|v| v.trim().parse::<u64>().ok())
+        .unwrap_or(200)
+        .min(100_000);
+    std::time::Duration::from_micros(us)
+}
+
+/// The number of threads [`parallel`] and launches spread work over (the pool's workers and
+/// the caller).
+pub fn workers() -> usize {
+    pool().size
+}
+
 type Work = Box<dyn FnOnce() + Send>;
 
 struct Pool {
@@ -342,7 +471,36 @@ fn pool() -> &'static Pool {
             let ok = std::thread::Builder::new()
                 .name(format!("xthunk-cpu-{i}"))
                 .spawn(move || {
-                    for w in rx.iter() {
+                    let spin = spin_window();
+                    loop {
+                        // Back-to-back launches of a step come microseconds apart: the worker
+                        // polls for a short while before it sleeps, since waking a sleeping
+                        // thread can take a millisecond on a virtual machine.
+                        let mut work = None;
+                        if !spin.is_zero() {
+                            let start = std::time::Instant::now();
+                            while start.elapsed() < spin {
+                                match rx.try_recv() {
+                                    Ok(w) => {
+                                        work = Some(w);
+                                        break;
+                                    }
+                                    Err(crossbeam_channel::TryRecvError::Empty) => {
+                                        std::thread::yield_now()
+                                    }
+                                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
+                                        return;
+                                    }
+                                }
+                            }
+                        }
+                        let w = match work {
+                            Some(w) => w,
+                            None => match rx.recv() {
+                                Ok(w) => w,
+                                Err(_) => return,
+                            },
+                        };
                         w();
                     }
                 })

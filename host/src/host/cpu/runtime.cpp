@@ -24,7 +24,7 @@
 
 thread_local xt_cpu_state* xt_cpu_cur = nullptr;
 
-#define XT_CPU_ABI 1
+#define XT_CPU_ABI 2
 #define XT_CPU_MAX_THREADS 1024
 #define XT_CPU_MAX_PARAMS 64
 #define XT_CPU_STACK (256u * 1024u)
@@ -436,7 +436,9 @@ struct xt_cpu_entry {
   void (*sizes)(unsigned int*, unsigned int*);
   const void* address;
   unsigned int arity;
+  unsigned int flags;  // XT_CPU_EACH: a kernel marked XT_EACH_KERNEL
 };
+#define XT_CPU_EACH 1u
 
 extern "C" const xt_cpu_entry xt_cpu_entries[];
 extern "C" const unsigned int xt_cpu_entry_count;
@@ -447,6 +449,11 @@ extern "C" __attribute__((visibility("default"))) unsigned int xt_cpu_count() { 
 
 // Entry `i`: its source name, its address (for the symbol name), its arity, and for each
 // parameter its size and whether it is a pointer (`sizes` and `pointer` hold 64).
+// Entry i's flags (XT_CPU_EACH), 0 for an index out of range.
+extern "C" __attribute__((visibility("default"))) unsigned int xt_cpu_entry_flags(unsigned int i) {
+  return i < xt_cpu_entry_count ? xt_cpu_entries[i].flags : 0u;
+}
+
 extern "C" __attribute__((visibility("default"))) int xt_cpu_entry_info(unsigned int i, const char** name,
                                                                          const void** address,
                                                                          unsigned int* arity,
@@ -551,4 +558,5 @@ extern "C" __attribute__((visibility("default"))) int xt_cpu_run(const xt_cpu_ru
 }
 
 #define XT_CPU_ENTRY(name, fn) \
-  { name, &xt_cpu_thread_loop<fn>, &xt_cpu_param_sizes<fn>, (const void*)fn, xt_cpu_sig<decltype(fn)>::arity }
+  { name, &xt_cpu_thread_loop<fn>, &xt_cpu_param_sizes<fn>, (const void*)fn, xt_cpu_sig<decltype(fn)>::arity, \
+    xt_cpu_each_kernel<fn>::value ? XT_CPU_EACH : 0u }

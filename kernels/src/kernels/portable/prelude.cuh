@@ -166,6 +166,17 @@ __device__ inline T xt_block_reduce(T v, T* sh, Op op) {
 
 // A grid-stride loop over [0, n): correct for any grid and block shape.
 #define XT_FOR(i, n) for (long long i = xt_global_id(), xt_step_##i = xt_global_threads(); i < (n); i += xt_step_##i)
+// XT_FOR_EACH(i, n): XT_FOR's iterations, for a kernel whose iterations are independent of
+// each other and of which thread runs them. GPUs run it as XT_FOR; the CPU execution
+// (prelude_cpu.h defines it first) as contiguous runs that vectorize. XT_EACH_KERNEL(k) after
+// a kernel whose body is one XT_FOR_EACH loop and nothing else lets the CPU launch it on a few
+// one-thread blocks; on GPUs it says nothing.
+#ifndef XT_FOR_EACH
+#define XT_FOR_EACH(i, n) XT_FOR(i, n)
+#endif
+#ifndef XT_EACH_KERNEL
+#define XT_EACH_KERNEL(k)
+#endif
 
 // ---- constants (v2) ----------------------------------------------------------------------
 #ifndef M_PI
