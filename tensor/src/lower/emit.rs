@@ -43,6 +43,10 @@ pub(crate) struct KernelText {
     /// Whether each output is also read (`inout`).
     pub read_outputs: Vec<bool>,
     tmp: usize,
+    /// Lines written at the body's top level, and whether any line synchronizes threads:
+    /// a body of one `XT_FOR` loop and nothing else is an `XT_FOR_EACH` kernel.
+    top_lines: usize,
+    syncs: bool,
     /// Values already computed, by (graph, value, index), one layer per open block: a
     /// value read twice at one index inside a kernel is computed once.
     known: Vec<HashMap<Key, String>>,
@@ -78,8 +82,36 @@ impl KernelText {
     }
 
     pub fn line(&mut self, s: impl AsRef<str>) {
+        let s = s.as_ref();
+        if self.depth == 1 {
+            self.top_lines += 1;
+        }
+        if [
+            "__syncthreads",
+            "__shared__",
+            "xt_warp",
+            "xt_block_reduce",
+            "xt_shfl",
+        ]
+        .iter()
+        .any(|w| s.contains(w))
+        {
+            self.syncs = true;
+        }
         let pad = "  ".repeat(self.depth);
-        self.lines.push(format!("{pad}{}", s.as_ref()));
+        self.lines.push(format!("{pad}{s}"));
+    }
+
+    /// Whether the body is one `XT_FOR` loop and nothing else, with no barrier or warp
+    /// operation: its iterations are independent (they run in parallel on a GPU in any order),
+    /// so it is an `XT_FOR_EACH` kernel (a contiguous loop per worker on the CPU).
+    fn each(&self) -> bool {
+        self.top_lines == 2
+            && !self.syncs
+            && self
+                .lines
+                .first()
+                .is_some_and(|l| l.trim_start().starts_with("XT_FOR("))
     }
 
     /// Writes `s` and opens a block.
@@ -198,6 +230,15 @@ impl KernelText {
             params.push(format!("const {}* __restrict__ p{i}", scalar::storage(*d)));
         }
         params.push("long long n".into());
+        if self.each() {
+            let mut lines = self.lines.clone();
+            lines[0] = lines[0].replacen("XT_FOR(", "XT_FOR_EACH(", 1);
+            return format!(
+                "__global__ void {name}({}) {{\n{}\n}}\nXT_EACH_KERNEL({name})\n",
+                params.join(", "),
+                lines.join("\n")
+            );
+        }
         format!(
             "__global__ void {name}({}) {{\n{}\n}}\n",
             params.join(", "),

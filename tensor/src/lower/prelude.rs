@@ -110,7 +110,55 @@ __device__ inline double xh_fmin(double a, double b) {
 }
 __device__ inline float xh_fsign(float x) { return (isnan(x) || x == 0.0f) ? x : (x < 0.0f ? -1.0f : 1.0f); }
 __device__ inline double xh_fsign(double x) { return (isnan(x) || x == 0.0) ? x : (x < 0.0 ? -1.0 : 1.0); }
-__device__ inline float xh_logistic(float x) { return 1.0f / (1.0f + expf(-x)); }
+// exp and tanh of f32 values (f16 and bf16 are computed in f32). GPUs: the C library's. The
+// CPU: computed in double without branches or calls, so the kernels' loops vectorize (the C
+// library's are scalar calls), and rounded once to float: within 0.5 ulp but for the double
+// rounding of values within about 1e-9 ulp of a midpoint.
+#if defined(XT_CPU)
+// e^y for y in [-745, 709] (NaN gives NaN): y = k ln2 + r, |r| <= ln2/2; e^r by its Taylor
+// polynomial to r^10 (remainder below 1e-11 relative); 2^k built in the exponent bits.
+__device__ inline double xh_cpu_exp(double y) {
+  const double shifter = 6755399441055744.0;  // 1.5 * 2^52: adding it rounds to an integer
+  double kd = y * 1.4426950408889634 + shifter;
+  const unsigned long long kb = xt_f64_bits(kd);
+  kd -= shifter;
+  const double r = (y - kd * 0.693147180369123816490) - kd * 1.90821492927058770002e-10;
+  double p = 1.0 / 3628800.0;
+  p = p * r + 1.0 / 362880.0;
+  p = p * r + 1.0 / 40320.0;
+  p = p * r + 1.0 / 5040.0;
+  p = p * r + 1.0 / 720.0;
+  p = p * r + 1.0 / 120.0;
+  p = p * r + 1.0 / 24.0;
+  p = p * r + 1.0 / 6.0;
+  p = p * r + 0.5;
+  p = p * r + 1.0;
+  p = p * r + 1.0;
+  // kb's low bits hold k (two's complement): (k + 1023) << 52 is 2^k's bits.
+  return p * xt_bits_f64((kb + 1023ull) << 52);
+}
+__device__ inline float xh_expf(float x) {
+  double y = (double)x;
+  // Beyond these every float result is +inf or 0; NaN compares false and stays.
+  y = y > 89.0 ? 89.0 : y;
+  y = y < -104.0 ? -104.0 : y;
+  return (float)xh_cpu_exp(y);
+}
+__device__ inline float xh_tanhf(float x) {
+  double a = fabs((double)x);
+  a = a > 9.1 ? 9.1 : a;  // tanh rounds to 1 from 9.01 on; NaN stays
+  const double e = xh_cpu_exp(2.0 * a);
+  const double big = (e - 1.0) / (e + 1.0);
+  // Below 1e-3, e - 1 cancels: the series x - x^3/3 + 2x^5/15 (next term below 1e-21 x).
+  const double a2 = a * a;
+  const double small = a * (1.0 + a2 * (-1.0 / 3.0 + a2 * (2.0 / 15.0)));
+  return (float)copysign(a < 1e-3 ? small : big, (double)x);
+}
+#else
+__device__ inline float xh_expf(float x) { return expf(x); }
+__device__ inline float xh_tanhf(float x) { return tanhf(x); }
+#endif
+__device__ inline float xh_logistic(float x) { return 1.0f / (1.0f + xh_expf(-x)); }
 __device__ inline double xh_logistic(double x) { return 1.0 / (1.0 + exp(-x)); }
 // Total order (IEEE totalOrder): the bits as a signed integer, negative values mirrored.
 __device__ inline long long xh_tkey(float x) {

@@ -133,6 +133,8 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Ceil => f1(d, "ceil", x),
         CountLeadingZeros => format!("({t})xh_clz({x})"),
         Cosine => f1(d, "cos", x),
+        // The prelude's: on the CPU, forms that vectorize.
+        Exponential if d != DType::F64 => round(d, format!("xh_expf({x})")),
         Exponential => f1(d, "exp", x),
         ExponentialMinusOne => f1(d, "expm1", x),
         Floor => f1(d, "floor", x),
@@ -154,6 +156,7 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Sine => f1(d, "sin", x),
         Sqrt => f1(d, "sqrt", x),
         Tan => f1(d, "tan", x),
+        Tanh if d != DType::F64 => round(d, format!("xh_tanhf({x})")),
         Tanh => f1(d, "tanh", x),
         Acos => f1(d, "acos", x),
         Acosh => f1(d, "acosh", x),

@@ -141,7 +141,10 @@ fn scatters_as_jax_emits_them() {
     // The gradient's rows in parallel (a thread per window element), the overlapping windows
     // by one thread.
     let src = crate::source_of(&low);
-    assert!(src.contains("XT_FOR(w, n)") && src.contains("xt_global_id() == 0"));
+    assert!(src.contains("XT_FOR_EACH(w, n)") && src.contains("xt_global_id() == 0"));
+    // The window kernel is one loop of independent iterations: marked for the CPU's
+    // contiguous runs; the one-thread kernel is not.
+    assert!(src.contains("XT_EACH_KERNEL("));
 }
 
 #[test]
