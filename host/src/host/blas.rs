@@ -22,15 +22,17 @@
 //! refused unless `XTHUNK_BLAS_PATH` names it. `XTHUNK_HOST_BLAS=off` (or `0`, `none`,
 //! `builtin`) skips the search. The choice is made once per process and logged once.
 //!
-//! Threads: OpenBLAS runs a gemm on its own pool (`OPENBLAS_NUM_THREADS`, by default one
-//! thread per core), as the built-in gemm runs on Rayon's pool of one thread per core; a gemm
-//! runs on one of the two, so they are not busy at once. BLIS runs single-threaded unless told
-//! otherwise: when neither `BLIS_NUM_THREADS` nor `OMP_NUM_THREADS` is set, it is given one
-//! thread per core. Small gemms are left to the library (OpenBLAS runs them on one thread).
-//! Work on other streams (kernels over the CPU worker pool, [`super::cpu`]) may run beside a
-//! gemm, as it did beside the gemm crate's pool; `OPENBLAS_NUM_THREADS` caps the gemm's share.
-//! Concurrent gemms of several streams or devices call the library from several threads, which
-//! OpenBLAS's threaded builds and BLIS allow.
+//! Threads: unless the user sets the library's threads (`OPENBLAS_NUM_THREADS`,
+//! `GOTO_NUM_THREADS`, `BLIS_NUM_THREADS`, `OMP_NUM_THREADS`), the system OpenBLAS and BLIS are
+//! set to one thread and xthunk splits each large gemm into row or column panels run on its
+//! CPU worker pool ([`super::cpu::program::parallel`]), the threads that run the generated
+//! kernels: one set of threads, idle ones asleep. (OpenBLAS's own threads spin in
+//! `sched_yield` after each gemm, which took a third of the CPU time of a transformer step on a
+//! 2-core machine from the kernels beside it.) With a thread variable set, the library runs
+//! each gemm on its own threads as told. numpy's bundled OpenBLAS is left as it is (setting its
+//! threads would change numpy's in the same process). Concurrent gemms of several streams or
+//! devices call the library from several threads, which OpenBLAS's threaded builds and BLIS
+//! allow.
 
 use crate::backend::dylib::{Loaded, Loader, Probe, Version, symbol_table};
 use crate::backend::search::{self, split_paths};
@@ -62,6 +64,8 @@ type GetIntFn = unsafe extern "C" fn() -> c_int;
 type GetDimFn = unsafe extern "C" fn() -> c_longlong;
 /// `void bli_thread_set_num_threads(dim_t)`.
 type SetDimFn = unsafe extern "C" fn(c_longlong);
+/// `void openblas_set_num_threads(int)`.
+type SetIntFn = unsafe extern "C" fn(c_int);
 
 symbol_table! {
     /// The CBLAS gemms, and what tells OpenBLAS and BLIS apart and sets their threads.
@@ -73,6 +77,7 @@ symbol_table! {
         optional {
             openblas_get_config: StrFn,
             openblas_get_num_threads: GetIntFn,
+            openblas_set_num_threads: SetIntFn,
             bli_info_get_version_str: StrFn,
             bli_thread_get_num_threads: GetDimFn,
             bli_thread_set_num_threads: SetDimFn,
@@ -135,6 +140,34 @@ pub(crate) struct CpuBlas {
     pub(crate) version: Option<Version>,
     /// The threads a gemm runs on, when the library says.
     pub(crate) threads: Option<u64>,
+    /// Whether xthunk splits large gemms over its CPU workers itself (the library set to one
+    /// thread), rather than leaving them to the library's own threads.
+    pub(crate) split: bool,
+    /// Sets the library's thread count (with `split`: for the very large gemms it runs on
+    /// its own threads, [`super::gemm`]).
+    pub(crate) set_threads: Option<SetThreads>,
+}
+
+/// A library's thread-count setter.
+#[derive(Clone, Copy)]
+pub(crate) enum SetThreads {
+    OpenBlas(SetIntFn),
+    Blis(SetDimFn),
+}
+
+impl SetThreads {
+    /// # Safety
+    /// The library's global thread count: no call of the library may be partitioning its
+    /// work meanwhile (callers serialize the calls that change it).
+    pub(crate) unsafe fn set(self, n: usize) {
+        // SAFETY: the caller's contract; both take any positive count.
+        unsafe {
+            match self {
+                SetThreads::OpenBlas(f) => f(c_int::try_from(n).unwrap_or(c_int::MAX).max(1)),
+                SetThreads::Blis(f) => f(c_longlong::try_from(n).unwrap_or(c_longlong::MAX).max(1)),
+            }
+        }
+    }
 }
 
 impl CpuBlas {
@@ -146,10 +179,16 @@ impl CpuBlas {
             Flavour::Other => "CBLAS",
         };
         let version = self.version.map(|v| format!(" {v}")).unwrap_or_default();
-        let threads = self
+        let mut threads = self
             .threads
             .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
             .unwrap_or_default();
+        if self.split {
+            threads.push_str(&format!(
+                ", large gemms split over xthunk's {} CPU workers",
+                super::cpu::program::workers()
+            ));
+        }
         let ilp64 = match self.api {
             Api::Scipy64(_) => " ILP64",
             Api::Lp64(_) => "",
@@ -367,21 +406,40 @@ fn cpu_blas<T>(l: Loaded<T, Flavour>, threads: Option<i64>, api: fn(T) -> Api) -
             .and_then(|n| u64::try_from(n).ok())
             .map(|n| n.max(1)),
         api: api(l.table),
+        split: false,
+        set_threads: None,
     }
 }
+
+/// The environment variables through which a user sets a library's threads: when one is
+/// set, the library keeps its own threading.
+const THREAD_VARS: [&str; 4] = [
+    "OPENBLAS_NUM_THREADS",
+    "GOTO_NUM_THREADS",
+    "BLIS_NUM_THREADS",
+    "OMP_NUM_THREADS",
+];
 
 /// The loaded library with its threads set (BLIS) and read back.
 fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
     let t = &l.table;
-    if l.extra == Flavour::Blis
-        && std::env::var_os("BLIS_NUM_THREADS").is_none()
-        && std::env::var_os("OMP_NUM_THREADS").is_none()
-    {
-        if let Some(set) = t.bli_thread_set_num_threads {
-            let n = std::thread::available_parallelism().map_or(1, |n| n.get());
-            // SAFETY: BLIS's global thread count, set once before any gemm of ours.
-            unsafe { set(n as c_longlong) };
-        }
+    // Unless the user set the library's threads, it runs each call on the calling thread and
+    // xthunk splits large gemms over its CPU workers (gemm.rs): OpenBLAS's own threads spin
+    // (`sched_yield`) between gemms, taking the CPUs from the kernels running beside them
+    // (a third of the transformer step's CPU time on a 2-core machine), and BLIS is
+    // single-threaded by default.
+    let user_threads = THREAD_VARS.iter().any(|v| std::env::var_os(v).is_some());
+    let setter = match l.extra {
+        Flavour::OpenBlas => t.openblas_set_num_threads.map(SetThreads::OpenBlas),
+        Flavour::Blis => t.bli_thread_set_num_threads.map(SetThreads::Blis),
+        Flavour::Other => None,
+    };
+    let mut split = false;
+    if let Some(set) = setter.filter(|_| !user_threads) {
+        // SAFETY: the library's global thread count, set once before any gemm of ours (this
+        // library is loaded by us, not numpy's bundled copy).
+        unsafe { set.set(1) };
+        split = true;
     }
     // SAFETY: plain getters of the library's thread count.
     let threads = unsafe {
@@ -391,7 +449,10 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
             Flavour::Other => None,
         }
     };
-    cpu_blas(l, threads, Api::Lp64)
+    let mut b = cpu_blas(l, threads, Api::Lp64);
+    b.split = split;
+    b.set_threads = setter;
+    b
 }
 
 /// True when `XTHUNK_HOST_BLAS`'s value turns the CPU BLAS off.

@@ -7,6 +7,7 @@
 
 use super::blas::{
     Api, CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CblasApi, CblasGemm, CpuBlas, Scipy64Api,
+    SetThreads,
 };
 use super::memory::Region;
 use crate::backend::GemmLaunch;
@@ -114,7 +115,7 @@ pub(crate) fn run_with(
     }
 }
 
-trait Zero: Copy + 'static {
+trait Zero: Copy + Send + Sync + 'static {
     const ZERO: Self;
     fn mul(self, o: Self) -> Self;
     /// The library's `cblas_?gemm` for this type.
@@ -161,11 +162,29 @@ unsafe fn dispatch<T: Zero>(
     beta: T,
     blas: Option<&CpuBlas>,
 ) {
-    let done = match blas.filter(|_| g.k > 0).map(|b| &b.api) {
+    let blas = blas.filter(|_| g.k > 0);
+    let parts = blas.map_or(1, |b| split_parts(g, b.split));
+    // A very large gemm runs on the library's own threads (which share their packed panels),
+    // the thread count raised for this call only, one such call at a time.
+    let library_threads = blas
+        .filter(|b| b.split && parts > 1 && work(g) >= LIBRARY_THREADS_MIN_WORK)
+        .and_then(|b| b.set_threads);
+    let _serial = library_threads.map(|set| {
+        let guard = LIBRARY_THREADS
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        // SAFETY: calls that change the count hold LIBRARY_THREADS; a concurrent call of
+        // another stream reads either count, both of which the library supports (its
+        // threaded level-3 calls serialize among themselves).
+        unsafe { set.set(super::cpu::program::workers()) };
+        RestoreThreads(set, guard)
+    });
+    let parts = if library_threads.is_some() { 1 } else { parts };
+    let done = match blas.map(|b| &b.api) {
         // SAFETY: the caller's contract.
-        Some(Api::Lp64(t)) => unsafe { cblas(g, T::lp64(t), a, b, c, alpha, beta) },
+        Some(Api::Lp64(t)) => unsafe { cblas(g, T::lp64(t), a, b, c, alpha, beta, parts) },
         // SAFETY: the caller's contract.
-        Some(Api::Scipy64(t)) => unsafe { cblas(g, T::ilp64(t), a, b, c, alpha, beta) },
+        Some(Api::Scipy64(t)) => unsafe { cblas(g, T::ilp64(t), a, b, c, alpha, beta, parts) },
         None => false,
     };
     if !done {
@@ -174,12 +193,104 @@ unsafe fn dispatch<T: Zero>(
     }
 }
 
+/// From this many multiply-adds (a 512x512x1024 gemm) a gemm runs on the library's own
+/// threads rather than split over xthunk's workers: measured on a 2-CPU virtual machine,
+/// OpenBLAS's threads (which pack shared panels and stay on their CPUs) ran f32 1024^3 in
+/// 8.6 ms where two independent half-size calls took 8 to 16 ms (the woken worker often
+/// landed on the caller's CPU). Their spinning after the call is then amortized by its length.
+const LIBRARY_THREADS_MIN_WORK: u64 = 1 << 28;
+/// Serializes the calls that raise the library's thread count.
+static LIBRARY_THREADS: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Sets the library back to one thread when dropped.
+struct RestoreThreads(
+    SetThreads,
+    #[allow(dead_code)] std::sync::MutexGuard<'static, ()>,
+);
+
+impl Drop for RestoreThreads {
+    fn drop(&mut self) {
+        // SAFETY: LIBRARY_THREADS is still held (the guard drops after this).
+        unsafe { self.0.set(1) };
+    }
+}
+
+fn work(g: &GemmLaunch) -> u64 {
+    g.m.saturating_mul(g.n).saturating_mul(g.k)
+}
+
+/// A gemm of fewer multiply-adds than this runs in one library call: splitting it would
+/// cost more in waking workers than it saves.
+const SPLIT_MIN_WORK: u64 = 1 << 21;
+/// Each piece of a split gemm does at least this many multiply-adds.
+const SPLIT_PIECE_WORK: u64 = 1 << 20;
+
+/// The pieces each batch entry of `g` is split into when xthunk splits the library's gemms
+/// (`split`): one per CPU worker for a large enough gemm, else 1 (also when the batch alone
+/// gives every worker entries).
+fn split_parts(g: &GemmLaunch, split: bool) -> u64 {
+    let workers = super::cpu::program::workers() as u64;
+    if !split || workers < 2 || g.batch >= workers {
+        return 1;
+    }
+    let work = work(g);
+    if work < SPLIT_MIN_WORK {
+        return 1;
+    }
+    workers.min(work / SPLIT_PIECE_WORK).clamp(1, g.m.max(g.n))
+}
+
+/// One `cblas_?gemm` call, row-major: C (m×n, ldc) = alpha·op(A)·op(B) + beta·C.
+struct Call<T, I> {
+    f: CblasGemm<T, I>,
+    trans_a: bool,
+    trans_b: bool,
+    k: I,
+    lda: I,
+    ldb: I,
+    ldc: I,
+    alpha: T,
+    beta: T,
+}
+
+impl<T: Copy, I: Copy> Call<T, I> {
+    /// # Safety
+    /// `a`, `b`, `c` and `m`, `n` must describe a sub-gemm inside operands the caller checked;
+    /// nothing else may touch that part of C meanwhile.
+    unsafe fn run(&self, m: I, n: I, a: *const T, b: *const T, c: *mut T) {
+        let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
+        // SAFETY: the caller's contract; CBLAS reads op(A) and op(B) and writes C only within
+        // the row-major shapes and leading dimensions given, and with beta = 0 it does not
+        // read C (which may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
+        unsafe {
+            (self.f)(
+                CBLAS_ROW_MAJOR,
+                op(self.trans_a),
+                op(self.trans_b),
+                m,
+                n,
+                self.k,
+                self.alpha,
+                a,
+                self.lda,
+                b,
+                self.ldb,
+                self.beta,
+                c,
+                self.ldc,
+            );
+        }
+    }
+}
+
 /// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`, one call per
-/// batch entry; false (nothing done) when a size does not fit in `I`.
+/// batch entry, or `parts` calls per entry over the CPU workers (panels of C's rows, or of its
+/// columns when it is wider than tall); false (nothing done) when a size does not fit in `I`.
 ///
 /// # Safety
 /// As [`native`]; `f` must be the library's gemm for `T` with integers `I`.
-unsafe fn cblas<T: Zero, I: TryFrom<u64> + Copy>(
+#[allow(clippy::too_many_arguments)]
+unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 'static>(
     g: &GemmLaunch,
     f: CblasGemm<T, I>,
     a: *const T,
@@ -187,6 +298,7 @@ unsafe fn cblas<T: Zero, I: TryFrom<u64> + Copy>(
     c: *mut T,
     alpha: T,
     beta: T,
+    parts: u64,
 ) -> bool {
     let i = |v: u64| I::try_from(v).ok();
     let (Some(m), Some(n), Some(k), Some(lda), Some(ldb), Some(ldc)) =
@@ -194,31 +306,86 @@ unsafe fn cblas<T: Zero, I: TryFrom<u64> + Copy>(
     else {
         return false;
     };
-    let op = |t: bool| if t { CBLAS_TRANS } else { CBLAS_NO_TRANS };
-    for bi in 0..g.batch as usize {
-        // SAFETY: each batch entry lies inside the operands (checked against their sizes);
-        // CBLAS reads op(A) and op(B) and writes C only within the row-major shapes and
-        // leading dimensions the check covered, and with beta = 0 it does not read C (which
-        // may hold NaN poison): it stores beta·C as zeros, as BLAS specifies.
-        unsafe {
-            f(
-                CBLAS_ROW_MAJOR,
-                op(g.trans_a),
-                op(g.trans_b),
-                m,
-                n,
-                k,
-                alpha,
-                a.add(bi * g.stride_a as usize),
-                lda,
-                b.add(bi * g.stride_b as usize),
-                ldb,
-                beta,
-                c.add(bi * g.stride_c as usize),
-                ldc,
-            );
+    let call = Call {
+        f,
+        trans_a: g.trans_a,
+        trans_b: g.trans_b,
+        k,
+        lda,
+        ldb,
+        ldc,
+        alpha,
+        beta,
+    };
+    if parts <= 1 {
+        for bi in 0..g.batch as usize {
+            // SAFETY: each batch entry lies inside the operands (checked against their
+            // sizes); the stream gives this call exclusive use of C.
+            unsafe {
+                call.run(
+                    m,
+                    n,
+                    a.add(bi * g.stride_a as usize),
+                    b.add(bi * g.stride_b as usize),
+                    c.add(bi * g.stride_c as usize),
+                );
+            }
         }
+        return true;
     }
+    // Panels of rows of C (and of op(A)), or of columns of C (and of op(B)) for a wide C;
+    // whole multiples of 16 but the last, so the library's kernels see full tiles.
+    let rows = g.m >= g.n;
+    let len = if rows { g.m } else { g.n };
+    let panel = len.div_ceil(parts).next_multiple_of(16).min(len);
+    let per_entry = len.div_ceil(panel);
+    let Some(sizes) = (0..per_entry)
+        .map(|j| i((len - j * panel).min(panel)))
+        .collect::<Option<Vec<I>>>()
+    else {
+        return false;
+    };
+    let (lda_, ldb_, ldc_) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
+    let (ta, tb) = (g.trans_a, g.trans_b);
+    let (sa, sb, sc) = (
+        g.stride_a as usize,
+        g.stride_b as usize,
+        g.stride_c as usize,
+    );
+    // Addresses as integers: the pieces run on other threads, which the caller waits for.
+    let (a, b, c) = (a as usize, b as usize, c as usize);
+    let pieces = (g.batch * per_entry) as usize;
+    let per_entry = per_entry as usize;
+    let panel = panel as usize;
+    super::cpu::program::parallel(pieces, move |p| {
+        let (bi, j) = (p / per_entry, p % per_entry);
+        let at = j * panel;
+        let (pa, pb, pc) = (
+            (a as *const T).wrapping_add(bi * sa),
+            (b as *const T).wrapping_add(bi * sb),
+            (c as *mut T).wrapping_add(bi * sc),
+        );
+        // Row panel: rows `at..` of op(A) (row `at` of A, or column `at` of a transposed A)
+        // and of C. Column panel: columns `at..` of op(B) (column `at` of B, or row `at` of a
+        // transposed B) and of C.
+        let (pa, pb, pc, pm, pn) = if rows {
+            let off_a = if ta { at } else { at * lda_ };
+            (
+                pa.wrapping_add(off_a),
+                pb,
+                pc.wrapping_add(at * ldc_),
+                sizes[j],
+                n,
+            )
+        } else {
+            let off_b = if tb { at * ldb_ } else { at };
+            (pa, pb.wrapping_add(off_b), pc.wrapping_add(at), m, sizes[j])
+        };
+        // SAFETY: the panel lies inside batch entry `bi` of the operands (checked against
+        // their sizes); panels of C are disjoint, and the caller waits for every piece
+        // before the stream goes on.
+        unsafe { call.run(pm, pn, pa, pb, pc) };
+    });
     true
 }
 
