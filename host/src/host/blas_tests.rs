@@ -57,6 +57,12 @@ fn random_shape(rng: &mut ChaCha8Rng, dtype: DType) -> GemmLaunch {
         }
     };
     let (m, n, k) = (dim(rng), dim(rng), dim(rng));
+    shape_of(rng, dtype, m, n, k)
+}
+
+/// A random layout (transposes, padded leading dimensions and strides, batch, alpha and
+/// beta) of an m×n×k gemm.
+fn shape_of(rng: &mut ChaCha8Rng, dtype: DType, m: u64, n: u64, k: u64) -> GemmLaunch {
     let (trans_a, trans_b) = (rng.random_bool(0.5), rng.random_bool(0.5));
     let pad = |rng: &mut ChaCha8Rng| {
         if rng.random_bool(0.5) {
@@ -196,15 +202,21 @@ fn compare(dtype: DType, cases: usize, seed: u64) {
 }
 
 fn compare_with(blas: &CpuBlas, dtype: DType, cases: usize, seed: u64) {
+    let mut rng = ChaCha8Rng::seed_from_u64(seed);
+    let shapes: Vec<GemmLaunch> = (0..cases).map(|_| random_shape(&mut rng, dtype)).collect();
+    compare_shapes(blas, dtype, &shapes, seed);
+}
+
+fn compare_shapes(blas: &CpuBlas, dtype: DType, shapes: &[GemmLaunch], seed: u64) {
     let tol = match dtype {
         DType::F64 => 1e-12,
         DType::F32 => 1e-5,
         // f16/bf16 round the same f32 results once: at most one step apart.
         _ => 1e-2,
     };
-    let mut rng = ChaCha8Rng::seed_from_u64(seed);
-    for case in 0..cases {
-        let shape = random_shape(&mut rng, dtype);
+    let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
+    for (case, shape) in shapes.iter().enumerate() {
+        let shape = shape.clone();
         let (got, want, written) = both(&mut rng, &shape, blas);
         for &idx in &written {
             let (x, y) = (got[idx], want[idx]);
@@ -238,6 +250,45 @@ fn blas_f32_gemms_match_the_builtin_gemm() {
 #[test]
 fn blas_f64_gemms_match_the_builtin_gemm() {
     compare(DType::F64, 40, 2);
+}
+
+/// Gemms large enough to be split into panels over the CPU workers (rows of C, or columns
+/// when it is wider than tall; batches of 1 and more; every layout), and one large enough for
+/// the library's own threads, against the built-in gemm.
+#[test]
+fn split_gemms_match_the_builtin_gemm() {
+    let Some(blas) = blas_or_skip("split_gemms_match_the_builtin_gemm") else {
+        return;
+    };
+    if !blas.split {
+        eprintln!(
+            "split_gemms_match_the_builtin_gemm: skipped, {} keeps its own threads (a thread \
+             variable is set, or it cannot set its threads)",
+            blas.describe()
+        );
+        return;
+    }
+    let mut rng = ChaCha8Rng::seed_from_u64(7);
+    let mut shapes = vec![];
+    for _ in 0..12 {
+        let (m, n) = (rng.random_range(40..420), rng.random_range(40..420));
+        let k = rng.random_range(2_200_000 / (m * n) + 1..2_200_000 / (m * n) + 200);
+        shapes.push(shape_of(&mut rng, DType::F32, m, n, k));
+    }
+    // Row panels (tall) and column panels (wide), with a last partial panel.
+    shapes.push(shape_of(&mut rng, DType::F32, 1000, 37, 300));
+    shapes.push(shape_of(&mut rng, DType::F64, 37, 1000, 300));
+    shapes.push(shape_of(&mut rng, DType::F32, 1024, 1024, 256));
+    let split = shapes
+        .iter()
+        .filter(|g| super::gemm::split_parts(g, true) > 1)
+        .count();
+    if super::cpu::program::workers() > 1 {
+        assert!(split >= 10, "only {split} of the shapes are split");
+    }
+    for (i, g) in shapes.iter().enumerate() {
+        compare_shapes(&blas, g.dtype, std::slice::from_ref(g), 100 + i as u64);
+    }
 }
 
 #[test]

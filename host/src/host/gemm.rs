@@ -228,7 +228,7 @@ const SPLIT_PIECE_WORK: u64 = 1 << 20;
 /// The pieces each batch entry of `g` is split into when xthunk splits the library's gemms
 /// (`split`): one per CPU worker for a large enough gemm, else 1 (also when the batch alone
 /// gives every worker entries).
-fn split_parts(g: &GemmLaunch, split: bool) -> u64 {
+pub(crate) fn split_parts(g: &GemmLaunch, split: bool) -> u64 {
     let workers = super::cpu::program::workers() as u64;
     if !split || workers < 2 || g.batch >= workers {
         return 1;
