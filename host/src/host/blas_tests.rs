@@ -215,8 +215,7 @@ fn compare_shapes(blas: &CpuBlas, dtype: DType, shapes: &[GemmLaunch], seed: u64
         _ => 1e-2,
     };
     let mut rng = ChaCha8Rng::seed_from_u64(seed ^ 0x5eed);
-    for (case, shape) in shapes.iter().enumerate() {
-        let shape = shape.clone();
+    for (case, &shape) in shapes.iter().enumerate() {
         let (got, want, written) = both(&mut rng, &shape, blas);
         for &idx in &written {
             let (x, y) = (got[idx], want[idx]);
