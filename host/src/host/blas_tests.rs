@@ -271,16 +271,29 @@ fn split_gemms_match_the_builtin_gemm() {
     let mut shapes = vec![];
     for _ in 0..12 {
         let (m, n) = (rng.random_range(40..420), rng.random_range(40..420));
-        let k = rng.random_range(2_200_000 / (m * n) + 1..2_200_000 / (m * n) + 200);
+        let k = rng.random_range(9_000_000 / (m * n) + 1..9_000_000 / (m * n) + 200);
         shapes.push(shape_of(&mut rng, DType::F32, m, n, k));
     }
     // Row panels (tall) and column panels (wide), with a last partial panel.
     shapes.push(shape_of(&mut rng, DType::F32, 1000, 37, 300));
     shapes.push(shape_of(&mut rng, DType::F64, 37, 1000, 300));
     shapes.push(shape_of(&mut rng, DType::F32, 1024, 1024, 256));
+    // Batches spread whole entries, or entries cut in panels, over the workers.
+    let mut batched = shape_of(&mut rng, DType::F32, 128, 64, 128);
+    batched.batch = 8;
+    batched.stride_a = 128 * batched.lda + 3;
+    batched.stride_b = 128 * batched.ldb + 5;
+    batched.stride_c = 128 * batched.ldc + 1;
+    shapes.push(batched);
+    let mut two = shape_of(&mut rng, DType::F32, 300, 200, 100);
+    two.batch = 2;
+    two.stride_a = if two.trans_a { 100 } else { 300 } * two.lda;
+    two.stride_b = if two.trans_b { 200 } else { 100 } * two.ldb;
+    two.stride_c = 300 * two.ldc;
+    shapes.push(two);
     let split = shapes
         .iter()
-        .filter(|g| super::gemm::split_parts(g, true) > 1)
+        .filter(|g| super::gemm::split_parts(g, true) > 0)
         .count();
     if super::cpu::program::workers() > 1 {
         assert!(split >= 10, "only {split} of the shapes are split");

@@ -163,11 +163,11 @@ unsafe fn dispatch<T: Zero>(
     blas: Option<&CpuBlas>,
 ) {
     let blas = blas.filter(|_| g.k > 0);
-    let parts = blas.map_or(1, |b| split_parts(g, b.split));
+    let parts = blas.map_or(0, |b| split_parts(g, b.split));
     // A very large gemm runs on the library's own threads (which share their packed panels),
     // the thread count raised for this call only, one such call at a time.
     let library_threads = blas
-        .filter(|b| b.split && parts > 1 && work(g) >= LIBRARY_THREADS_MIN_WORK)
+        .filter(|b| b.split && parts > 0 && work(g) >= LIBRARY_THREADS_MIN_WORK)
         .and_then(|b| b.set_threads);
     let _serial = library_threads.map(|set| {
         let guard = LIBRARY_THREADS
@@ -179,7 +179,7 @@ unsafe fn dispatch<T: Zero>(
         unsafe { set.set(super::cpu::program::workers()) };
         RestoreThreads(set, guard)
     });
-    let parts = if library_threads.is_some() { 1 } else { parts };
+    let parts = if library_threads.is_some() { 0 } else { parts };
     let done = match blas.map(|b| &b.api) {
         // SAFETY: the caller's contract.
         Some(Api::Lp64(t)) => unsafe { cblas(g, T::lp64(t), a, b, c, alpha, beta, parts) },
@@ -221,23 +221,33 @@ fn work(g: &GemmLaunch) -> u64 {
 
 /// A gemm of fewer multiply-adds than this runs in one library call: splitting it would
 /// cost more in waking workers than it saves.
-const SPLIT_MIN_WORK: u64 = 1 << 21;
-/// Each piece of a split gemm does at least this many multiply-adds.
-const SPLIT_PIECE_WORK: u64 = 1 << 20;
+const SPLIT_MIN_WORK: u64 = 1 << 23;
+/// Pieces per worker of a split gemm: more pieces than workers, so that a worker busy with
+/// another stream's launch, or slow to wake, joins late instead of leaving its one piece to
+/// the caller's end.
+const PIECES_PER_WORKER: u64 = 2;
+/// Each piece of a split gemm does at least this many multiply-adds (each piece packs its
+/// panels again: a 256^3 gemm in 8 pieces ran below one thread's rate).
+const SPLIT_PIECE_WORK: u64 = 1 << 22;
 
-/// The pieces each batch entry of `g` is split into when xthunk splits the library's gemms
-/// (`split`): one per CPU worker for a large enough gemm, else 1 (also when the batch alone
-/// gives every worker entries).
+/// How xthunk runs `g` over its CPU workers when it splits the library's gemms (`split`):
+/// 0 for one call per batch entry on the calling thread (a small gemm, one worker, or no
+/// split), else the pieces each batch entry is cut into (1: whole entries), the batch's
+/// pieces then spread over the workers: about [`PIECES_PER_WORKER`] per worker, each of at
+/// least [`SPLIT_PIECE_WORK`] multiply-adds where the entry allows.
 pub(crate) fn split_parts(g: &GemmLaunch, split: bool) -> u64 {
     let workers = super::cpu::program::workers() as u64;
-    if !split || workers < 2 || g.batch >= workers {
-        return 1;
-    }
     let work = work(g);
-    if work < SPLIT_MIN_WORK {
+    if !split || workers < 2 || work.saturating_mul(g.batch) < SPLIT_MIN_WORK {
+        return 0;
+    }
+    let want = workers * PIECES_PER_WORKER;
+    if g.batch >= want {
         return 1;
     }
-    workers.min(work / SPLIT_PIECE_WORK).clamp(1, g.m.max(g.n))
+    want.div_ceil(g.batch.max(1))
+        .min(work / SPLIT_PIECE_WORK)
+        .clamp(1, g.m.max(g.n))
 }
 
 /// One `cblas_?gemm` call, row-major: C (m×n, ldc) = alpha·op(A)·op(B) + beta·C.
@@ -283,9 +293,10 @@ impl<T: Copy, I: Copy> Call<T, I> {
     }
 }
 
-/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`, one call per
-/// batch entry, or `parts` calls per entry over the CPU workers (panels of C's rows, or of its
-/// columns when it is wider than tall); false (nothing done) when a size does not fit in `I`.
+/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`: one call per
+/// batch entry on this thread (`parts` 0), or `parts` calls per entry (panels of C's rows, or
+/// of its columns when it is wider than tall; 1: the whole entry) spread over the CPU
+/// workers ([`split_parts`]); false (nothing done) when a size does not fit in `I`.
 ///
 /// # Safety
 /// As [`native`]; `f` must be the library's gemm for `T` with integers `I`.
@@ -317,7 +328,7 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
         alpha,
         beta,
     };
-    if parts <= 1 {
+    if parts == 0 || (parts == 1 && g.batch == 1) {
         for bi in 0..g.batch as usize {
             // SAFETY: each batch entry lies inside the operands (checked against their
             // sizes); the stream gives this call exclusive use of C.
