@@ -316,11 +316,34 @@ impl Lowerer {
             }
         }
         let mut out = vec![];
-        for node in g.nodes() {
+        let transposed = dot::transposed_dots(g, &results);
+        let skipped: std::collections::HashSet<usize> =
+            transposed.values().map(|&(_, t)| t).collect();
+        for (ni, node) in g.nodes().iter().enumerate() {
             let v = node.results.first().copied();
+            if skipped.contains(&ni) {
+                // A transpose whose value its dot wrote (below).
+                continue;
+            }
             match &node.op {
                 Op::Parameter { index, .. } => {
                     homes[node.results[0].0 as usize] = Home::Buf(params[*index]);
+                }
+                Op::DotGeneral(dims) if transposed.contains_key(&node.results[0]) => {
+                    let t = transposed[&node.results[0]].1;
+                    let tv = g.nodes()[t].results[0];
+                    let dest = self.dest(&claims, g, tv);
+                    let s = Scope {
+                        graph: g,
+                        homes: &homes,
+                    };
+                    let swapped = crate::graph::Node {
+                        op: node.op.clone(),
+                        operands: node.operands.iter().rev().copied().collect(),
+                        results: vec![tv],
+                    };
+                    self.dot(&s, &swapped, &dot::swapped(dims), dest, &mut out)?;
+                    homes[tv.0 as usize] = Home::Buf(dest);
                 }
                 Op::DotGeneral(dims) => {
                     let v = node.results[0];

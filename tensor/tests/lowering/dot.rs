@@ -236,3 +236,90 @@ fn gram_matrix_reads_one_buffer_twice() {
     .unwrap();
     assert_eq!(gemm_flags(&low.executable.entry), vec![(false, true)]);
 }
+
+/// A dot read only through a transpose that swaps its free dimensions is computed transposed
+/// (the gemm of the swapped operands, writing the transpose's value: no kernel); a dot also
+/// read otherwise, or a transpose that moves a batch dimension, is not. Each against the
+/// reference, for a plain, a batched and a multi-free-dimension dot, with the layout flags.
+#[test]
+fn a_dot_read_transposed_is_the_dot_of_the_swapped_operands() {
+    let d = DType::F32;
+    // (lhs, rhs, dims, transpose of the result, computed transposed)
+    type Shapes = (Vec<u64>, Vec<u64>, DotDims, Vec<usize>, bool);
+    let cases: Vec<Shapes> = vec![
+        (
+            vec![3, 4],
+            vec![4, 5],
+            dims(&[], &[], &[1], &[0]),
+            vec![1, 0],
+            true,
+        ),
+        (
+            vec![4, 3],
+            vec![5, 4],
+            dims(&[], &[], &[0], &[1]),
+            vec![1, 0],
+            true,
+        ),
+        (
+            vec![2, 3, 4],
+            vec![2, 4, 5],
+            dims(&[0], &[0], &[2], &[1]),
+            vec![0, 2, 1],
+            true,
+        ),
+        (
+            vec![6, 2, 4],
+            vec![4, 5],
+            dims(&[], &[], &[2], &[0]),
+            vec![2, 0, 1],
+            true,
+        ),
+        // Not the free groups swapped: a batch dimension moves, or the groups' order inside.
+        (
+            vec![2, 3, 4],
+            vec![2, 4, 5],
+            dims(&[0], &[0], &[2], &[1]),
+            vec![1, 0, 2],
+            false,
+        ),
+        (
+            vec![6, 2, 4],
+            vec![4, 5],
+            dims(&[], &[], &[2], &[0]),
+            vec![2, 1, 0],
+            false,
+        ),
+    ];
+    for (i, (l, r, dd, perm, swapped)) in cases.into_iter().enumerate() {
+        for also_plain in [false, true] {
+            let mut g = Graph::new(format!("dot_t{i}"));
+            let a = g.parameter("a", d, &l).unwrap();
+            let b = g.parameter("b", d, &r).unwrap();
+            let p = g.dot_general(a, b, dd.clone(), d).unwrap();
+            let t = g.transpose(p, &perm).unwrap();
+            let e = g.unary(UnaryOp::Exponential, t).unwrap();
+            g.result("t", e).unwrap();
+            if also_plain {
+                g.result("p", p).unwrap();
+            }
+            let inputs = vec![small(d, &l, 5 + i as u64), small(d, &r, 6 + i as u64)];
+            let (low, outs) = run(&g, &inputs.iter().map(Arr::to_bytes).collect::<Vec<_>>());
+            let want = eval(&g, &inputs);
+            for (k, (_, v)) in g.results().iter().enumerate() {
+                let ty = g.ty(*v);
+                agree(&want[k], &Arr::from_bytes(d, &ty.dims, &outs[k]), 1e-6)
+                    .unwrap_or_else(|e| panic!("case {i} (plain read {also_plain}): {e}"));
+            }
+            assert_eq!(low.gemms, 1, "case {i}");
+            let src = crate::source_of(&low);
+            // The exp kernel reads the transposed value: linearly when the gemm wrote it so.
+            let linear = src.contains("= p0[i];");
+            assert_eq!(
+                linear,
+                swapped && !also_plain,
+                "case {i} (plain read {also_plain}):\n{src}"
+            );
+        }
+    }
+}
