@@ -898,7 +898,10 @@ fn program_of(m: &ModuleCore, call: &str) -> EmuResult<Arc<Program>> {
             ),
         ));
     };
-    let p = cpu::load(&m.what, source).map_err(|e| {
+    // The GPUs' forms of the portable prelude's CPU-specific loops (XT_FOR_EACH as a
+    // grid-stride loop, barriers between XT_BLOCK_PHASEs): the emulator plays the GPU.
+    let unit = format!("#define XT_CPU_GPU_FORMS 1\n{source}");
+    let p = cpu::load(&m.what, &unit).map_err(|e| {
         EmuError::new(
             Code::NotFound,
             Kind::Unsupported,

@@ -5,7 +5,7 @@
 
 use super::emit::{KernelText, Scope};
 use super::{LowerError, Lowerer, scalar};
-use crate::graph::{DotDims, Graph, Node, Op, Value};
+use crate::graph::{DotDims, Node, Value};
 use xthunk_core::ir::{GEMM_DTYPES, GemmThunk, Slice, Thunk};
 
 fn free(rank: usize, batch: &[usize], con: &[usize]) -> Vec<usize> {
@@ -170,64 +170,5 @@ impl Lowerer {
         kt.close("}");
         out.extend(self.launch(kt, rt.elements()));
         Ok(())
-    }
-}
-
-/// The dots computed transposed: a `dot_general` whose only reader is a `transpose` putting
-/// the rhs's free dimensions before the lhs's (batch dimensions first and in place) is
-/// lowered as the `dot_general` of the swapped operands, which gives the transpose's value
-/// itself (C^T = B^T A^T: the gemm's operands and their transposes trade places) instead of
-/// a kernel gathering the dot's result across its rows (a training step's weight gradient
-/// read transposed by its update). By the dot's value: (its node, the transpose's node).
-/// `results`: values written to result buffers (a dot among them is computed as it is).
-pub(super) fn transposed_dots(
-    g: &Graph,
-    results: &std::collections::HashSet<Value>,
-) -> std::collections::HashMap<Value, (usize, usize)> {
-    let nodes = g.nodes();
-    let mut readers: Vec<Vec<usize>> = vec![vec![]; g.values().len()];
-    for (i, n) in nodes.iter().enumerate() {
-        for v in &n.operands {
-            if let Some(r) = readers.get_mut(v.0 as usize) {
-                r.push(i);
-            }
-        }
-    }
-    let mut out = std::collections::HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
-        let Op::DotGeneral(d) = &n.op else { continue };
-        let (Some(&v), [lhs, rhs]) = (n.results.first(), n.operands.as_slice()) else {
-            continue;
-        };
-        if results.contains(&v) {
-            continue;
-        }
-        let [t] = readers[v.0 as usize].as_slice() else {
-            continue;
-        };
-        let Op::Transpose { perm } = &nodes[*t].op else {
-            continue;
-        };
-        let nb = d.lhs_batch.len();
-        let nl = free(g.ty(*lhs).rank(), &d.lhs_batch, &d.lhs_contracting).len();
-        let nr = free(g.ty(*rhs).rank(), &d.rhs_batch, &d.rhs_contracting).len();
-        let want: Vec<usize> = (0..nb)
-            .chain(nb + nl..nb + nl + nr)
-            .chain(nb..nb + nl)
-            .collect();
-        if nl > 0 && nr > 0 && *perm == want {
-            out.insert(v, (i, *t));
-        }
-    }
-    out
-}
-
-/// `d` with its operands' roles swapped (the dot of rhs and lhs).
-pub(super) fn swapped(d: &DotDims) -> DotDims {
-    DotDims {
-        lhs_batch: d.rhs_batch.clone(),
-        rhs_batch: d.lhs_batch.clone(),
-        lhs_contracting: d.rhs_contracting.clone(),
-        rhs_contracting: d.lhs_contracting.clone(),
     }
 }

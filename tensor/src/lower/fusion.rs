@@ -7,7 +7,7 @@
 //! reading a fused value computes it in its own kernel. `reshape` and `bitcast_convert` of a
 //! value in a buffer alias that buffer (same bytes, no kernel).
 
-use crate::graph::{Graph, Node, Op, Value};
+use crate::graph::{DotDims, Graph, Node, Op, Value};
 use std::collections::HashSet;
 
 /// How many times one kernel may compute a fused value (at different indices) before it is
@@ -135,4 +135,68 @@ pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
         }
     }
     root
+}
+
+/// The dots computed transposed: a `dot_general` whose only reader is a `transpose` putting
+/// the rhs's free dimensions before the lhs's (batch dimensions first and in place) is
+/// lowered as the `dot_general` of the swapped operands, which gives the transpose's value
+/// itself (C^T = B^T A^T: the gemm's operands and their transposes trade places) instead of
+/// a kernel gathering the dot's result across its rows (a training step's weight gradient
+/// read transposed by its update). By the dot's value: (its node, the transpose's node).
+/// `results`: values written to result buffers (a dot among them is computed as it is).
+pub(super) fn transposed_dots(
+    g: &Graph,
+    results: &std::collections::HashSet<Value>,
+) -> std::collections::HashMap<Value, (usize, usize)> {
+    let nodes = g.nodes();
+    let mut readers: Vec<Vec<usize>> = vec![vec![]; g.values().len()];
+    for (i, n) in nodes.iter().enumerate() {
+        for v in &n.operands {
+            if let Some(r) = readers.get_mut(v.0 as usize) {
+                r.push(i);
+            }
+        }
+    }
+    let mut out = std::collections::HashMap::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let Op::DotGeneral(d) = &n.op else { continue };
+        let (Some(&v), [lhs, rhs]) = (n.results.first(), n.operands.as_slice()) else {
+            continue;
+        };
+        if results.contains(&v) {
+            continue;
+        }
+        let [t] = readers[v.0 as usize].as_slice() else {
+            continue;
+        };
+        let Op::Transpose { perm } = &nodes[*t].op else {
+            continue;
+        };
+        let nb = d.lhs_batch.len();
+        let free = |rank: usize, b: &[usize], c: &[usize]| {
+            (0..rank)
+                .filter(|x| !b.contains(x) && !c.contains(x))
+                .count()
+        };
+        let nl = free(g.ty(*lhs).rank(), &d.lhs_batch, &d.lhs_contracting);
+        let nr = free(g.ty(*rhs).rank(), &d.rhs_batch, &d.rhs_contracting);
+        let want: Vec<usize> = (0..nb)
+            .chain(nb + nl..nb + nl + nr)
+            .chain(nb..nb + nl)
+            .collect();
+        if nl > 0 && nr > 0 && *perm == want {
+            out.insert(v, (i, *t));
+        }
+    }
+    out
+}
+
+/// `d` with its operands' roles swapped (the dot of rhs and lhs).
+pub(super) fn swapped(d: &DotDims) -> DotDims {
+    DotDims {
+        lhs_batch: d.rhs_batch.clone(),
+        rhs_batch: d.lhs_batch.clone(),
+        lhs_contracting: d.rhs_contracting.clone(),
+        rhs_contracting: d.lhs_contracting.clone(),
+    }
 }

@@ -316,7 +316,7 @@ impl Lowerer {
             }
         }
         let mut out = vec![];
-        let transposed = dot::transposed_dots(g, &results);
+        let transposed = fusion::transposed_dots(g, &results);
         let skipped: std::collections::HashSet<usize> =
             transposed.values().map(|&(_, t)| t).collect();
         for (ni, node) in g.nodes().iter().enumerate() {
@@ -342,7 +342,7 @@ impl Lowerer {
                         operands: node.operands.iter().rev().copied().collect(),
                         results: vec![tv],
                     };
-                    self.dot(&s, &swapped, &dot::swapped(dims), dest, &mut out)?;
+                    self.dot(&s, &swapped, &fusion::swapped(dims), dest, &mut out)?;
                     homes[tv.0 as usize] = Home::Buf(dest);
                 }
                 Op::DotGeneral(dims) => {

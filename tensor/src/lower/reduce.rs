@@ -108,13 +108,20 @@ impl Lowerer {
             k.open("XT_FOR(o, n) {");
         }
         let oidx = k.delinearize("o", &kept_dims);
+        let mut inits = vec![];
+        for init in &node.operands[n..] {
+            inits.push(k.value_at(s, *init, &[])?);
+        }
+        if block {
+            // Phase 1 of the block form: each thread folds its chunk into its slot.
+            k.open("XT_BLOCK_PHASE(xt_t) {");
+        }
         let mut accs = vec![];
-        for (init, ty) in node.operands[n..].iter().zip(&types) {
-            let init = k.value_at(s, *init, &[])?;
+        for (init, ty) in inits.into_iter().zip(&types) {
             accs.push(k.mut_var(ty, init));
         }
         let t = if block {
-            let t = k.var("long long", "(long long)xt_thread_in_block()");
+            let t = k.var("long long", "xt_t");
             let chunk = count.div_ceil(u64::from(BLOCK));
             k.open(format!(
                 "for (long long r = {t} * {chunk}LL; r < ({t} + 1) * {chunk}LL && r < {count}LL; ++r) {{"
@@ -146,14 +153,20 @@ impl Lowerer {
             k.close("}");
             return Ok(self.launch(k, elements));
         }
-        // The in-order tree: at stride `st`, thread t (a multiple of 2·st) takes t + st.
+        // The in-order tree: at stride `st`, thread t (a multiple of 2·st) takes t + st. The
+        // phases between barriers (`XT_BLOCK_PHASE`, `XT_BLOCK_SYNC`: each thread reads only
+        // slots written before the phase or its own) run on the CPU as loops over the
+        // threads on the block's first one, in the same order of operations.
         for j in 0..n {
             k.line(format!("{}[{t}] = {};", shared[j], accs[j]));
         }
-        k.line("__syncthreads();");
+        k.close("}");
+        k.line("XT_BLOCK_SYNC();");
         k.open(format!(
             "for (long long st = 1; st < {BLOCK}LL; st *= 2) {{"
         ));
+        k.open("XT_BLOCK_PHASE(xt_t) {");
+        let t = "xt_t";
         k.open(format!("if ({t} % (2 * st) == 0) {{"));
         let left: Vec<String> = (0..n).map(|j| format!("{}[{t}]", shared[j])).collect();
         let right: Vec<String> = (0..n).map(|j| format!("{}[{t} + st]", shared[j])).collect();
@@ -166,8 +179,10 @@ impl Lowerer {
             k.line(format!("{} = {};", left[j], tmp[j]));
         }
         k.close("}");
-        k.line("__syncthreads();");
         k.close("}");
+        k.line("XT_BLOCK_SYNC();");
+        k.close("}");
+        k.open("XT_BLOCK_PHASE(xt_t) {");
         k.open(format!("if ({t} == 0) {{"));
         for j in 0..n {
             let d = s.graph.ty(node.results[j]).dtype;
@@ -178,7 +193,8 @@ impl Lowerer {
             ));
         }
         k.close("}");
-        k.line("__syncthreads();");
+        k.close("}");
+        k.line("XT_BLOCK_SYNC();");
         k.close("}");
         let blocks = elements.clamp(1, 65535) as u32;
         Ok(self.launch_grid(k, elements, blocks))

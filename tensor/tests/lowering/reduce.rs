@@ -205,14 +205,14 @@ fn large_reductions_use_a_block_per_result() {
     ];
     let low = check(&g, &inputs);
     let src = crate::source_of(&low);
-    assert!(src.contains("__syncthreads"));
+    assert!(src.contains("XT_BLOCK_SYNC()") && src.contains("XT_BLOCK_PHASE(xt_t)"));
     assert_eq!(low.launches, 5);
     // The block reductions, with their barriers, are not marked as loops of independent
     // iterations (the CPU would run them on one-thread blocks).
     for k in src.split("__global__ void ").skip(1) {
         let name = &k[..k.find('(').unwrap_or(0)];
         let mark = format!("XT_EACH_KERNEL({name})");
-        if k.contains("__syncthreads") {
+        if k.contains("XT_BLOCK_SYNC") {
             assert!(!src.contains(&mark), "{name} has barriers but is marked");
         } else if src.contains(&mark) {
             assert!(k.contains("XT_FOR_EACH("), "{name}");

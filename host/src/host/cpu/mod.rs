@@ -230,6 +230,83 @@ mod tests {
         Ok(())
     }
 
+    /// `XT_BLOCK_PHASE` / `XT_BLOCK_SYNC`: a block's tree sum written as phases gives the
+    /// same values in the CPU's form (every thread's phase run by the block's first thread,
+    /// no barrier) and in the GPUs' form (`XT_CPU_GPU_FORMS`: a thread each, `__syncthreads`
+    /// between phases, as the emulator runs it), for several block sizes and grid shapes.
+    /// Floats in an order-sensitive mix (1e8 and small values), so a different order of the
+    /// additions shows.
+    #[test]
+    fn block_phases_give_the_gpu_forms_values() -> Result<(), CpuError> {
+        if let Err(e) = build::compiler() {
+            eprintln!("skipped: no C++ compiler ({e})");
+            return Ok(());
+        }
+        let code = "__global__ void tree(float* o, const float* x, long long rows, long long len) {\n\
+                    __shared__ float sh[1024];\n\
+                    for (long long r = xt_block_id(); r < rows; r += xt_num_blocks()) {\n\
+                      XT_BLOCK_PHASE(t) {\n\
+                        float acc = 0.0f;\n\
+                        for (long long i = t; i < len; i += xt_block_threads()) acc += x[r * len + i];\n\
+                        sh[t] = acc;\n\
+                      }\n\
+                      XT_BLOCK_SYNC();\n\
+                      for (long long st = 1; st < xt_block_threads(); st *= 2) {\n\
+                        XT_BLOCK_PHASE(t) {\n\
+                          if (t % (2 * st) == 0 && t + st < xt_block_threads()) sh[t] += sh[t + st];\n\
+                        }\n\
+                        XT_BLOCK_SYNC();\n\
+                      }\n\
+                      XT_BLOCK_PHASE(t) { if (t == 0) o[r] = sh[0]; }\n\
+                      XT_BLOCK_SYNC();\n\
+                    }\n\
+                    }\n";
+        let cpu_unit = crate::kernels::portable::with_prelude(code);
+        let gpu_unit = format!("#define XT_CPU_GPU_FORMS 1\n{cpu_unit}");
+        let (rows, len) = (5usize, 3001usize);
+        let x: Vec<f32> = (0..rows * len)
+            .map(|i| match i % 7 {
+                0 => 1e8,
+                3 => -1e8,
+                _ => (i % 13) as f32 * 0.37 + 0.01,
+            })
+            .collect();
+        for (threads, grid) in [(256u32, 5u32), (96, 2), (1, 3), (1024, 1)] {
+            let mut got = vec![];
+            for unit in [&cpu_unit, &gpu_unit] {
+                let p = load("phase_test", unit)?;
+                let Some(e) = p.entry("tree") else {
+                    return Err(CpuError::Load(format!("no tree: {:?}", p.entries())));
+                };
+                let e = e.clone();
+                let mut o = vec![f32::NAN; rows];
+                let slots = [
+                    o.as_mut_ptr() as u64,
+                    x.as_ptr() as u64,
+                    rows as u64,
+                    len as u64,
+                ];
+                let shape = Shape {
+                    grid: [grid, 1, 1],
+                    block: [threads, 1, 1],
+                    shared_bytes: 0,
+                    warp_size: 32,
+                };
+                // SAFETY: `o` holds `rows` floats and `x` rows * len; both outlive the launch.
+                unsafe { p.launch(&e, shape, &slots)? };
+                got.push(o);
+            }
+            assert!(got[0].iter().all(|v| v.is_finite()), "{:?}", got[0]);
+            let bits = |v: &Vec<f32>| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(
+                bits(&got[0]),
+                bits(&got[1]),
+                "{threads} threads, {grid} blocks"
+            );
+        }
+        Ok(())
+    }
+
     #[test]
     fn a_second_load_of_a_unit_runs_no_compiler() -> Result<(), CpuError> {
         if let Err(e) = build::compiler() {

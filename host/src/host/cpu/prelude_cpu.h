@@ -63,7 +63,10 @@ inline unsigned char* xt_cpu_dynamic_shared() { return xt_cpu_cur->dynamic_share
 inline void __syncthreads() { xt_cpu_syncthreads(); }
 
 // ---- XT_FOR_EACH: a kernel that is one loop of independent iterations ---------------------
-// prelude.cuh runs XT_FOR_EACH(i, n) as XT_FOR (a grid-stride loop). Here block b of the
+// The CPU forms of prelude.cuh's XT_FOR_EACH, XT_EACH_KERNEL, XT_BLOCK_PHASE and
+// XT_BLOCK_SYNC (XT_CPU_*: prelude.cuh takes them on the CPU unless the unit defines
+// XT_CPU_GPU_FORMS, as the driver emulator's units do, which then run the GPUs' forms).
+// GPUs run XT_FOR_EACH(i, n) as XT_FOR (a grid-stride loop). Here block b of the
 // grid's G blocks runs the iterations [b*c, min((b+1)*c, n)), c = ceil(n / G) rounded up to a
 // multiple of 16, as one plain loop on the block's first thread (its other threads have none):
 // a loop the compiler can vectorize. Every iteration runs once, as on a GPU; only their order
@@ -72,10 +75,10 @@ inline void __syncthreads() { xt_cpu_syncthreads(); }
 // blocks (core/src/host/cpu/program.rs).
 template <auto F> struct xt_cpu_each_kernel { static constexpr bool value = false; };
 #if defined(XT_CPU_SCAN)
-#define XT_EACH_KERNEL(k)
+#define XT_CPU_EACH_KERNEL(k)
 #else
 // (In C++ linkage: the kernels may be inside `extern "C"`, where no template may be.)
-#define XT_EACH_KERNEL(k) \
+#define XT_CPU_EACH_KERNEL(k) \
   extern "C++" {          \
   template <> struct xt_cpu_each_kernel<&k> { static constexpr bool value = true; }; \
   }
@@ -92,7 +95,17 @@ inline long long xt_cpu_each_bound(long long n, int hi) {
   const long long at = hi ? (lo < n - c ? lo + c : n) : lo;
   return at < n ? at : n;
 }
-#define XT_FOR_EACH(i, n) \
+// XT_BLOCK_PHASE / XT_BLOCK_SYNC on the CPU (prelude.cuh picks these forms): the block's
+// first thread runs the phase for every thread index in order; the others have none, and
+// nothing waits.
+#define XT_CPU_BLOCK_PHASE(t)                                                                \
+  for (long long t = 0, xt_phase_##t = xt_cpu_cur->tid == 0 ? (long long)xt_cpu_cur->block_dim.x * \
+                                                                  xt_cpu_cur->block_dim.y *        \
+                                                                  xt_cpu_cur->block_dim.z          \
+                                                            : 0;                                   \
+       t < xt_phase_##t; ++t)
+#define XT_CPU_BLOCK_SYNC() ((void)0)
+#define XT_CPU_FOR_EACH(i, n) \
   for (long long i = xt_cpu_each_bound((n), 0), xt_hi_##i = xt_cpu_each_bound((n), 1); i < xt_hi_##i; ++i)
 
 inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }

@@ -167,15 +167,28 @@ __device__ inline T xt_block_reduce(T v, T* sh, Op op) {
 // A grid-stride loop over [0, n): correct for any grid and block shape.
 #define XT_FOR(i, n) for (long long i = xt_global_id(), xt_step_##i = xt_global_threads(); i < (n); i += xt_step_##i)
 // XT_FOR_EACH(i, n): XT_FOR's iterations, for a kernel whose iterations are independent of
-// each other and of which thread runs them. GPUs run it as XT_FOR; the CPU execution
-// (prelude_cpu.h defines it first) as contiguous runs that vectorize. XT_EACH_KERNEL(k) after
-// a kernel whose body is one XT_FOR_EACH loop and nothing else lets the CPU launch it on a few
-// one-thread blocks; on GPUs it says nothing.
-#ifndef XT_FOR_EACH
+// each other and of which thread runs them. GPUs run it as XT_FOR; the CPU execution as
+// contiguous runs that vectorize. XT_EACH_KERNEL(k) after a kernel whose body is one
+// XT_FOR_EACH loop and nothing else lets the CPU launch it on a few one-thread blocks; on
+// GPUs it says nothing.
+// XT_BLOCK_PHASE(t) { ... } XT_BLOCK_SYNC(); — a block's work between barriers, written for
+// thread t of the block, where thread t reads only shared memory written before the phase or
+// by itself: on GPUs each thread runs its t once and XT_BLOCK_SYNC is __syncthreads(); the
+// CPU execution runs every t of the phase in order on the block's first thread, with no
+// barrier (no fiber switch), which computes the same values.
+// The CPU's forms are prelude_cpu.h's XT_CPU_*; a unit defining XT_CPU_GPU_FORMS (the driver
+// emulator's) runs the GPUs' forms on the CPU too.
+#if defined(XT_CPU) && !defined(XT_CPU_GPU_FORMS)
+#define XT_FOR_EACH(i, n) XT_CPU_FOR_EACH(i, n)
+#define XT_EACH_KERNEL(k) XT_CPU_EACH_KERNEL(k)
+#define XT_BLOCK_PHASE(t) XT_CPU_BLOCK_PHASE(t)
+#define XT_BLOCK_SYNC() XT_CPU_BLOCK_SYNC()
+#else
 #define XT_FOR_EACH(i, n) XT_FOR(i, n)
-#endif
-#ifndef XT_EACH_KERNEL
 #define XT_EACH_KERNEL(k)
+#define XT_BLOCK_PHASE(t) \
+  for (long long t = (long long)xt_thread_in_block(), xt_phase_##t = 0; xt_phase_##t < 1; ++xt_phase_##t)
+#define XT_BLOCK_SYNC() __syncthreads()
 #endif
 
 // ---- constants (v2) ----------------------------------------------------------------------
