@@ -41,11 +41,19 @@ pub const OPTIONS: [&str; 11] = [
 
 /// [`OPTIONS`], and `-march=native` on x86-64 and AArch64 (the vector width and instructions
 /// of the CPU the image runs on: images are compiled where they run, and the cache key holds
-/// the CPU's identity, [`host_cpu`]), unless `XTHUNK_CPU_NATIVE=0`.
+/// the CPU's identity, [`host_cpu`]), unless `XTHUNK_CPU_NATIVE=0`. On x86-64 without
+/// AVX-512 (`-mno-avx512f`): Debian 12's GCC 12.2 miscompiles with it — the runtime's
+/// parameter table of a kernel `(float*, …, int, int)` came out with every parameter a
+/// pointer (a vector store of the constant {4,4,4,4,4,4,0,0} emitted as a broadcast of 4;
+/// `-O2 -march=native` and `-O3 -mavx512f` alike, `-mno-avx512f` correct), caught by the
+/// conformance suite's CUDA-style layernorm. AVX2 keeps the 256-bit vectors.
 pub fn options() -> Vec<&'static str> {
     let mut o = OPTIONS.to_vec();
     if native() {
         o.insert(2, "-march=native");
+        if cfg!(target_arch = "x86_64") {
+            o.insert(3, "-mno-avx512f");
+        }
     }
     o
 }
