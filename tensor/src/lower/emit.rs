@@ -92,6 +92,8 @@ impl KernelText {
             "xt_warp",
             "xt_block_reduce",
             "xt_shfl",
+            "XT_BLOCK_PHASE",
+            "XT_BLOCK_SYNC",
         ]
         .iter()
         .any(|w| s.contains(w))

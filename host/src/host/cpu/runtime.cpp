@@ -447,13 +447,13 @@ extern "C" __attribute__((visibility("default"))) unsigned int xt_cpu_abi() { re
 
 extern "C" __attribute__((visibility("default"))) unsigned int xt_cpu_count() { return xt_cpu_entry_count; }
 
-// Entry `i`: its source name, its address (for the symbol name), its arity, and for each
-// parameter its size and whether it is a pointer (`sizes` and `pointer` hold 64).
 // Entry i's flags (XT_CPU_EACH), 0 for an index out of range.
 extern "C" __attribute__((visibility("default"))) unsigned int xt_cpu_entry_flags(unsigned int i) {
   return i < xt_cpu_entry_count ? xt_cpu_entries[i].flags : 0u;
 }
 
+// Entry `i`: its source name, its address (for the symbol name), its arity, and for each
+// parameter its size and whether it is a pointer (`sizes` and `pointer` hold 64).
 extern "C" __attribute__((visibility("default"))) int xt_cpu_entry_info(unsigned int i, const char** name,
                                                                          const void** address,
                                                                          unsigned int* arity,
