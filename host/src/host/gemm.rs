@@ -328,27 +328,12 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
         alpha,
         beta,
     };
-    if parts == 0 || (parts == 1 && g.batch == 1) {
-        for bi in 0..g.batch as usize {
-            // SAFETY: each batch entry lies inside the operands (checked against their
-            // sizes); the stream gives this call exclusive use of C.
-            unsafe {
-                call.run(
-                    m,
-                    n,
-                    a.add(bi * g.stride_a as usize),
-                    b.add(bi * g.stride_b as usize),
-                    c.add(bi * g.stride_c as usize),
-                );
-            }
-        }
-        return true;
-    }
-    // Panels of rows of C (and of op(A)), or of columns of C (and of op(B)) for a wide C;
-    // whole multiples of 16 but the last, so the library's kernels see full tiles.
+    // A piece per batch entry, or `parts` panels per entry: rows of C (and of op(A)), or
+    // columns of C (and of op(B)) for a wide C; whole multiples of 16 but the last, so the
+    // library's kernels see full tiles.
     let rows = g.m >= g.n;
     let len = if rows { g.m } else { g.n };
-    let panel = len.div_ceil(parts).next_multiple_of(16).min(len);
+    let panel = len.div_ceil(parts.max(1)).next_multiple_of(16).min(len);
     let per_entry = len.div_ceil(panel);
     let Some(sizes) = (0..per_entry)
         .map(|j| i((len - j * panel).min(panel)))
@@ -363,12 +348,12 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
         g.stride_b as usize,
         g.stride_c as usize,
     );
-    // Addresses as integers: the pieces run on other threads, which the caller waits for.
+    // Addresses as integers: the pieces may run on other threads, which the caller waits for.
     let (a, b, c) = (a as usize, b as usize, c as usize);
     let pieces = (g.batch * per_entry) as usize;
     let per_entry = per_entry as usize;
     let panel = panel as usize;
-    super::cpu::program::parallel(pieces, move |p| {
+    let piece = move |p: usize| {
         let (bi, j) = (p / per_entry, p % per_entry);
         let at = j * panel;
         let (pa, pb, pc) = (
@@ -393,10 +378,15 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
             (pa, pb.wrapping_add(off_b), pc.wrapping_add(at), m, sizes[j])
         };
         // SAFETY: the panel lies inside batch entry `bi` of the operands (checked against
-        // their sizes); panels of C are disjoint, and the caller waits for every piece
-        // before the stream goes on.
+        // their sizes); panels of C are disjoint, the stream gives this call exclusive use
+        // of C, and the caller waits for every piece before the stream goes on.
         unsafe { call.run(pm, pn, pa, pb, pc) };
-    });
+    };
+    if parts == 0 {
+        (0..pieces).for_each(piece);
+    } else {
+        super::cpu::program::parallel(pieces, piece);
+    }
     true
 }
 
