@@ -140,11 +140,9 @@ pub(crate) struct CpuBlas {
     pub(crate) version: Option<Version>,
     /// The threads a gemm runs on, when the library says.
     pub(crate) threads: Option<u64>,
-    /// Whether xthunk splits large gemms over its CPU workers itself (the library set to one
-    /// thread), rather than leaving them to the library's own threads.
-    pub(crate) split: bool,
-    /// Sets the library's thread count (with `split`: for the very large gemms it runs on
-    /// its own threads, [`super::gemm`]).
+    /// Set when xthunk splits large gemms over its CPU workers itself (the library set to one
+    /// thread, rather than left to its own threads): the library's thread-count setter, for
+    /// the very large gemms it runs on its own threads ([`super::gemm`]).
     pub(crate) set_threads: Option<SetThreads>,
 }
 
@@ -171,6 +169,11 @@ impl SetThreads {
 }
 
 impl CpuBlas {
+    /// Whether xthunk splits large gemms over its CPU workers (see `set_threads`).
+    pub(crate) fn splits(&self) -> bool {
+        self.set_threads.is_some()
+    }
+
     /// `OpenBLAS 0.3.21 (/usr/lib/…/libopenblas.so.0, 2 threads)`.
     pub(crate) fn describe(&self) -> String {
         let name = match self.flavour {
@@ -183,7 +186,7 @@ impl CpuBlas {
             .threads
             .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
             .unwrap_or_default();
-        if self.split {
+        if self.splits() {
             threads.push_str(&format!(
                 ", large gemms split over xthunk's {} CPU workers",
                 super::cpu::program::workers()
@@ -406,7 +409,6 @@ fn cpu_blas<T>(l: Loaded<T, Flavour>, threads: Option<i64>, api: fn(T) -> Api) -
             .and_then(|n| u64::try_from(n).ok())
             .map(|n| n.max(1)),
         api: api(l.table),
-        split: false,
         set_threads: None,
     }
 }
@@ -420,7 +422,7 @@ const THREAD_VARS: [&str; 4] = [
     "OMP_NUM_THREADS",
 ];
 
-/// The loaded library with its threads set (BLIS) and read back.
+/// The loaded library, set to one thread unless the user set its threads, its count read back.
 fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
     let t = &l.table;
     // Unless the user set the library's threads, it runs each call on the calling thread and
@@ -434,12 +436,11 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
         Flavour::Blis => t.bli_thread_set_num_threads.map(SetThreads::Blis),
         Flavour::Other => None,
     };
-    let mut split = false;
-    if let Some(set) = setter.filter(|_| !user_threads) {
+    let setter = setter.filter(|_| !user_threads);
+    if let Some(set) = setter {
         // SAFETY: the library's global thread count, set once before any gemm of ours (this
         // library is loaded by us, not numpy's bundled copy).
         unsafe { set.set(1) };
-        split = true;
     }
     // SAFETY: plain getters of the library's thread count.
     let threads = unsafe {
@@ -450,7 +451,6 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
         }
     };
     let mut b = cpu_blas(l, threads, Api::Lp64);
-    b.split = split;
     b.set_threads = setter;
     b
 }

@@ -259,7 +259,7 @@ fn split_gemms_match_the_builtin_gemm() {
     let Some(blas) = blas_or_skip("split_gemms_match_the_builtin_gemm") else {
         return;
     };
-    if !blas.split {
+    if !blas.splits() {
         eprintln!(
             "split_gemms_match_the_builtin_gemm: skipped, {} keeps its own threads (a thread \
              variable is set, or it cannot set its threads)",

@@ -163,11 +163,11 @@ unsafe fn dispatch<T: Zero>(
     blas: Option<&CpuBlas>,
 ) {
     let blas = blas.filter(|_| g.k > 0);
-    let parts = blas.map_or(0, |b| split_parts(g, b.split));
+    let parts = blas.map_or(0, |b| split_parts(g, b.splits()));
     // A very large gemm runs on the library's own threads (which share their packed panels),
     // the thread count raised for this call only, one such call at a time.
     let library_threads = blas
-        .filter(|b| b.split && parts > 0 && work(g) >= LIBRARY_THREADS_MIN_WORK)
+        .filter(|_| parts > 0 && work(g) >= LIBRARY_THREADS_MIN_WORK)
         .and_then(|b| b.set_threads);
     let _serial = library_threads.map(|set| {
         let guard = LIBRARY_THREADS
