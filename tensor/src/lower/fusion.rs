@@ -59,16 +59,22 @@ fn cheap(g: &Graph, node: &Node) -> bool {
         || (index_only && !fusible(g, g.def(node.operands[0])))
 }
 
-/// Which fusible values are roots (computed by a kernel of their own), by value index.
-/// `results`: the values written to result buffers.
-pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
-    let nodes = g.nodes();
+/// The nodes reading each value, by value index.
+fn readers(g: &Graph) -> Vec<Vec<usize>> {
     let mut readers: Vec<Vec<usize>> = vec![vec![]; g.values().len()];
-    for (i, n) in nodes.iter().enumerate() {
+    for (i, n) in g.nodes().iter().enumerate() {
         for v in &n.operands {
             readers[v.0 as usize].push(i);
         }
     }
+    readers
+}
+
+/// Which fusible values are roots (computed by a kernel of their own), by value index.
+/// `results`: the values written to result buffers.
+pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
+    let nodes = g.nodes();
+    let readers = readers(g);
     let mut root = vec![false; g.values().len()];
     // The kernel (named by its root's node) computing each fused value, and how many times.
     let mut kernel: Vec<Option<usize>> = vec![None; g.values().len()];
@@ -142,23 +148,16 @@ pub(super) fn roots(g: &Graph, results: &HashSet<Value>) -> Vec<bool> {
 /// lowered as the `dot_general` of the swapped operands, which gives the transpose's value
 /// itself (C^T = B^T A^T: the gemm's operands and their transposes trade places) instead of
 /// a kernel gathering the dot's result across its rows (a training step's weight gradient
-/// read transposed by its update). By the dot's value: (its node, the transpose's node).
+/// read transposed by its update). By the dot's value: the transpose's node.
 /// `results`: values written to result buffers (a dot among them is computed as it is).
 pub(super) fn transposed_dots(
     g: &Graph,
-    results: &std::collections::HashSet<Value>,
-) -> std::collections::HashMap<Value, (usize, usize)> {
+    results: &HashSet<Value>,
+) -> std::collections::HashMap<Value, usize> {
     let nodes = g.nodes();
-    let mut readers: Vec<Vec<usize>> = vec![vec![]; g.values().len()];
-    for (i, n) in nodes.iter().enumerate() {
-        for v in &n.operands {
-            if let Some(r) = readers.get_mut(v.0 as usize) {
-                r.push(i);
-            }
-        }
-    }
+    let readers = readers(g);
     let mut out = std::collections::HashMap::new();
-    for (i, n) in nodes.iter().enumerate() {
+    for n in nodes {
         let Op::DotGeneral(d) = &n.op else { continue };
         let (Some(&v), [lhs, rhs]) = (n.results.first(), n.operands.as_slice()) else {
             continue;
@@ -185,7 +184,7 @@ pub(super) fn transposed_dots(
             .chain(nb..nb + nl)
             .collect();
         if nl > 0 && nr > 0 && *perm == want {
-            out.insert(v, (i, *t));
+            out.insert(v, *t);
         }
     }
     out

@@ -317,8 +317,7 @@ impl Lowerer {
         }
         let mut out = vec![];
         let transposed = fusion::transposed_dots(g, &results);
-        let skipped: std::collections::HashSet<usize> =
-            transposed.values().map(|&(_, t)| t).collect();
+        let skipped: std::collections::HashSet<usize> = transposed.values().copied().collect();
         for (ni, node) in g.nodes().iter().enumerate() {
             let v = node.results.first().copied();
             if skipped.contains(&ni) {
@@ -330,8 +329,7 @@ impl Lowerer {
                     homes[node.results[0].0 as usize] = Home::Buf(params[*index]);
                 }
                 Op::DotGeneral(dims) if transposed.contains_key(&node.results[0]) => {
-                    let t = transposed[&node.results[0]].1;
-                    let tv = g.nodes()[t].results[0];
+                    let tv = g.nodes()[transposed[&node.results[0]]].results[0];
                     let dest = self.dest(&claims, g, tv);
                     let s = Scope {
                         graph: g,
