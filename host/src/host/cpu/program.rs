@@ -281,7 +281,7 @@ impl Program {
             shape.grid = [u32::try_from(total).unwrap_or(u32::MAX), 1, 1];
             shape.block = [1, 1, 1];
         }
-        let job = Arc::new(Job {
+        let job = Job {
             program: self.clone(),
             slots: slots.to_vec().into_boxed_slice(),
             entry: entry.index,
@@ -289,29 +289,13 @@ impl Program {
             next: AtomicU64::new(0),
             total,
             failed: AtomicU32::new(0),
-        });
+        };
         let workers = pool()
             .size
             .min(usize::try_from(total).unwrap_or(usize::MAX));
-        let (done_tx, done_rx) = bounded::<Result<(), String>>(workers);
-        for _ in 1..workers {
-            let j = job.clone();
-            let d = done_tx.clone();
-            let sent = pool().jobs.send(Box::new(move || {
-                let _ = d.send(j.run());
-            }));
-            if sent.is_err() {
-                break;
-            }
-        }
         // The caller takes part too; it returns when no block is left.
-        let mut first = job.run();
-        drop(done_tx);
-        for r in done_rx.iter() {
-            if first.is_ok() {
-                first = r;
-            }
-        }
+        let (mine, helpers) = fan_out(workers - 1, move || job.run());
+        let first = helpers.into_iter().fold(mine, |first, r| first.and(r));
         first.map_err(|message| CpuError::Launch {
             kernel: entry.name.clone(),
             message,
@@ -408,28 +392,37 @@ pub fn parallel<F: Fn(usize) + Send + Sync + 'static>(pieces: usize, piece: F) {
     if pieces == 0 {
         return;
     }
-    let shared = Arc::new(Shared {
+    let shared = Shared {
         piece,
         next: AtomicU64::new(0),
         pieces: pieces as u64,
-    });
+    };
     let helpers = pool().size.min(pieces).saturating_sub(1);
-    let (done_tx, done_rx) = bounded::<()>(helpers);
+    fan_out(helpers, move || shared.run());
+}
+
+/// Runs `work` on the calling thread and on up to `helpers` of the pool's workers at once,
+/// and returns the caller's result and each helper's, after every helper has finished (a
+/// helper the pool cannot take is left out).
+fn fan_out<T: Send + 'static>(
+    helpers: usize,
+    work: impl Fn() -> T + Send + Sync + 'static,
+) -> (T, Vec<T>) {
+    let work = Arc::new(work);
+    let (done_tx, done_rx) = bounded::<T>(helpers);
     for _ in 0..helpers {
-        let s = shared.clone();
+        let w = work.clone();
         let d = done_tx.clone();
         let sent = pool().jobs.send(Box::new(move || {
-            s.run();
-            let _ = d.send(());
+            let _ = d.send(w());
         }));
         if sent.is_err() {
             break;
         }
     }
     drop(done_tx);
-    shared.run();
-    // Every helper that claimed a piece finishes it before this returns.
-    for () in done_rx.iter() {}
+    let mine = work();
+    (mine, done_rx.iter().collect())
 }
 
 /// How long an idle worker polls for work before it sleeps (`XTHUNK_CPU_SPIN_US`, in
@@ -450,6 +443,21 @@ pub fn workers() -> usize {
 }
 
 type Work = Box<dyn FnOnce() + Send>;
+
+/// A worker's next work, `None` once the pool is gone. Back-to-back launches of a step come
+/// microseconds apart: the worker polls for `spin` before it sleeps, since waking a sleeping
+/// thread can take a millisecond on a virtual machine.
+fn next_work(rx: &Receiver<Work>, spin: std::time::Duration) -> Option<Work> {
+    let start = std::time::Instant::now();
+    while start.elapsed() < spin {
+        match rx.try_recv() {
+            Ok(w) => return Some(w),
+            Err(crossbeam_channel::TryRecvError::Empty) => std::thread::yield_now(),
+            Err(crossbeam_channel::TryRecvError::Disconnected) => return None,
+        }
+    }
+    rx.recv().ok()
+}
 
 struct Pool {
     jobs: Sender<Work>,
@@ -472,35 +480,7 @@ fn pool() -> &'static Pool {
                 .name(format!("xthunk-cpu-{i}"))
                 .spawn(move || {
                     let spin = spin_window();
-                    loop {
-                        // Back-to-back launches of a step come microseconds apart: the worker
-                        // polls for a short while before it sleeps, since waking a sleeping
-                        // thread can take a millisecond on a virtual machine.
-                        let mut work = None;
-                        if !spin.is_zero() {
-                            let start = std::time::Instant::now();
-                            while start.elapsed() < spin {
-                                match rx.try_recv() {
-                                    Ok(w) => {
-                                        work = Some(w);
-                                        break;
-                                    }
-                                    Err(crossbeam_channel::TryRecvError::Empty) => {
-                                        std::thread::yield_now()
-                                    }
-                                    Err(crossbeam_channel::TryRecvError::Disconnected) => {
-                                        return;
-                                    }
-                                }
-                            }
-                        }
-                        let w = match work {
-                            Some(w) => w,
-                            None => match rx.recv() {
-                                Ok(w) => w,
-                                Err(_) => return,
-                            },
-                        };
+                    while let Some(w) = next_work(&rx, spin) {
                         w();
                     }
                 })
