@@ -58,15 +58,20 @@ pub fn options() -> Vec<&'static str> {
     o
 }
 
+/// Whether images are compiled for the machine's CPU: read once per process, so that every
+/// cache key and compile of the process agree.
 fn native() -> bool {
-    let wanted = !matches!(
-        std::env::var("XTHUNK_CPU_NATIVE")
-            .ok()
-            .as_deref()
-            .map(str::trim),
-        Some("0" | "off" | "no" | "false")
-    );
-    wanted && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
+    static NATIVE: OnceLock<bool> = OnceLock::new();
+    *NATIVE.get_or_init(|| {
+        let wanted = !matches!(
+            std::env::var("XTHUNK_CPU_NATIVE")
+                .ok()
+                .as_deref()
+                .map(str::trim),
+            Some("0" | "off" | "no" | "false")
+        );
+        wanted && cfg!(any(target_arch = "x86_64", target_arch = "aarch64"))
+    })
 }
 
 /// The CPU's identity for the cache key: its model and feature flags from `/proc/cpuinfo`
