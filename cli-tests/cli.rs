@@ -387,32 +387,51 @@ fn devices_lists_host() {
 }
 
 /// The host's line names the gemm it runs on: a CPU BLAS where one is found (CI installs
-/// OpenBLAS), the built-in gemm crate with `XTHUNK_HOST_BLAS=off`.
+/// OpenBLAS), or the built-in gemm crate where the BLAS's kernels lack the CPU's AVX-512;
+/// `XTHUNK_HOST_BLAS=off` forces the built-in gemm, `=on` the BLAS found.
 #[test]
 fn devices_names_the_host_gemm_and_the_switch_turns_the_blas_off() {
-    let s = ok(&["devices"]);
-    let host = s
-        .lines()
-        .find(|l| l.starts_with("host: available"))
-        .unwrap();
+    let devices = |setting: Option<&str>| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_xthunk"));
+        cmd.arg("devices")
+            .current_dir(root())
+            .env_remove("RUST_LOG")
+            .env_remove("XTHUNK_HOST_BLAS");
+        if let Some(v) = setting {
+            cmd.env("XTHUNK_HOST_BLAS", v);
+        }
+        let o = cmd.output().unwrap();
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let s = text(&o.stdout);
+        s.lines()
+            .find(|l| l.starts_with("host: available"))
+            .unwrap_or_else(|| panic!("{s}"))
+            .to_string()
+    };
+    let host = devices(None);
+    let library = host.contains("; gemm: OpenBLAS") || host.contains("; gemm: BLIS");
+    let narrower =
+        host.contains("; gemm: built-in gemm crate, AVX-512 kernels (the CPU BLAS found, ");
     assert!(
-        host.contains("; gemm: OpenBLAS")
-            || host.contains("; gemm: BLIS")
+        library
+            || narrower
             || host.contains("; gemm: built-in gemm crate (no OpenBLAS or BLIS found"),
         "{host}"
     );
-    let o = Command::new(env!("CARGO_BIN_EXE_xthunk"))
-        .arg("devices")
-        .current_dir(root())
-        .env_remove("RUST_LOG")
-        .env("XTHUNK_HOST_BLAS", "off")
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    let s = text(&o.stdout);
+    if narrower {
+        assert!(host.contains("XTHUNK_HOST_BLAS=on uses it"), "{host}");
+    }
+    if library || narrower {
+        let on = devices(Some("on"));
+        assert!(
+            on.contains("; gemm: OpenBLAS") || on.contains("; gemm: BLIS"),
+            "{on}"
+        );
+    }
+    let off = devices(Some("off"));
     assert!(
-        s.contains("; gemm: built-in gemm crate (XTHUNK_HOST_BLAS turns the CPU BLAS off)"),
-        "{s}"
+        off.contains("; gemm: built-in gemm crate (XTHUNK_HOST_BLAS turns the CPU BLAS off)"),
+        "{off}"
     );
 }
 

@@ -5,7 +5,9 @@
 //! machine the comparisons are skipped, saying why (`ci/test.sh` installs one).
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
-use super::blas::{Api, Choice, CpuBlas, Flavour, Search, choose, forced_off};
+use super::blas::{
+    Api, Builtin, Choice, CpuBlas, Flavour, Search, choose, decide, forced_off, forced_on,
+};
 use super::gemm::run_with;
 use super::memory::{MemoryRegistry, Region};
 use crate::backend::{DevicePtr, DeviceRange, GemmLaunch};
@@ -267,6 +269,16 @@ fn split_gemms_match_the_builtin_gemm() {
         );
         return;
     }
+    for (i, g) in split_shapes().iter().enumerate() {
+        compare_shapes(&blas, g.dtype, std::slice::from_ref(g), 100 + i as u64);
+    }
+}
+
+/// Gemms that [`super::gemm::split_parts`] cuts into panels (at least ten of them where there
+/// are two CPU workers or more): rows of C, or columns when it is wider than tall, with a last
+/// partial panel; batches of 1 and more; every layout; one large enough for a BLAS's own
+/// threads.
+fn split_shapes() -> Vec<GemmLaunch> {
     let mut rng = ChaCha8Rng::seed_from_u64(7);
     let mut shapes = vec![];
     for _ in 0..12 {
@@ -298,9 +310,142 @@ fn split_gemms_match_the_builtin_gemm() {
     if super::cpu::program::workers() > 1 {
         assert!(split >= 10, "only {split} of the shapes are split");
     }
-    for (i, g) in shapes.iter().enumerate() {
-        compare_shapes(&blas, g.dtype, std::slice::from_ref(g), 100 + i as u64);
+    shapes
+}
+
+/// The built-in gemm (split over the CPU workers as the BLAS's gemms are) against a plain
+/// f64 loop written here, on the split shapes and on small random ones: every written entry
+/// within rounding, nothing else touched, NaN-poisoned C unread when beta is 0.
+#[test]
+fn builtin_gemms_match_a_plain_loop() {
+    let mut rng = ChaCha8Rng::seed_from_u64(11);
+    let mut shapes = split_shapes();
+    shapes.extend((0..30).map(|_| random_shape(&mut rng, DType::F32)));
+    shapes.extend((0..10).map(|_| random_shape(&mut rng, DType::F64)));
+    for (case, g) in shapes.iter().enumerate() {
+        let dt = g.dtype;
+        let (ra, ca) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
+        let (rb, cb) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
+        let na = elems(g.batch, g.stride_a, ra, ca, g.lda);
+        let nb = elems(g.batch, g.stride_b, rb, cb, g.ldb);
+        let nc = elems(g.batch, g.stride_c, g.m, g.n, g.ldc);
+        let (a, b) = (
+            values(&mut rng, dt, na, false),
+            values(&mut rng, dt, nb, false),
+        );
+        let c = values(&mut rng, dt, nc, g.beta == 0.0);
+        let reg = MemoryRegistry::default();
+        let (ra_, rb_, rc_) = (region(&reg, &a), region(&reg, &b), region(&reg, &c));
+        let range = |r: &Region| DeviceRange {
+            ptr: DevicePtr(r.ptr() as u64),
+            len: r.len() as u64,
+        };
+        let launch = GemmLaunch {
+            a: range(&ra_),
+            b: range(&rb_),
+            c: range(&rc_),
+            ..*g
+        };
+        run_with(&launch, &ra_, &rb_, &rc_, None).unwrap();
+        let got = decode(dt, &read(&rc_));
+        let (a, b, c0) = (decode(dt, &a), decode(dt, &b), decode(dt, &c));
+        let mut want = c0.clone();
+        let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
+        for bi in 0..g.batch as usize {
+            let (oa, ob, oc) = (
+                bi * g.stride_a as usize,
+                bi * g.stride_b as usize,
+                bi * g.stride_c as usize,
+            );
+            for i in 0..g.m as usize {
+                for j in 0..g.n as usize {
+                    let mut sum = 0.0;
+                    for l in 0..g.k as usize {
+                        let x = if g.trans_a {
+                            a[oa + l * lda + i]
+                        } else {
+                            a[oa + i * lda + l]
+                        };
+                        let y = if g.trans_b {
+                            b[ob + j * ldb + l]
+                        } else {
+                            b[ob + l * ldb + j]
+                        };
+                        sum += x * y;
+                    }
+                    let at = oc + i * ldc + j;
+                    let old = if g.beta == 0.0 { 0.0 } else { g.beta * c0[at] };
+                    want[at] = g.alpha * sum + old;
+                }
+            }
+        }
+        let tol = if dt == DType::F64 { 1e-12 } else { 1e-5 } * (g.k as f64 + 2.0);
+        for idx in 0..got.len() {
+            let (x, y) = (got[idx], want[idx]);
+            let same = x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan());
+            assert!(
+                same || (x - y).abs() <= tol,
+                "case {case} {g:?}: C[{idx}] = {x}, the plain loop gives {y}"
+            );
+        }
     }
+}
+
+/// A BLAS whose kernels lack AVX-512 gives way to the built-in gemm where the built-in one
+/// has AVX-512 kernels, unless `XTHUNK_HOST_BLAS=on`; kernel sets that use AVX-512, or that
+/// the rule does not know, keep the BLAS.
+#[test]
+fn a_blas_without_avx512_kernels_gives_way_where_the_builtin_gemm_has_them() {
+    let Some(real) = blas_or_skip("a_blas_without_avx512_kernels_gives_way") else {
+        return;
+    };
+    if real.flavour == Flavour::OpenBlas {
+        let k = real.kernels.as_deref().unwrap_or("");
+        assert!(
+            !k.is_empty(),
+            "OpenBLAS names its core: {}",
+            real.describe()
+        );
+        assert!(real.describe().contains(&format!(", {k} kernels")));
+    }
+    let with = |kernels: Option<&str>| {
+        let mut b = Search::from_env().load().unwrap();
+        b.kernels = kernels.map(str::to_string);
+        Ok(b)
+    };
+    for (kernels, wide, setting, builtin) in [
+        (Some("Haswell"), true, None, true),
+        (Some("Haswell"), true, Some("auto"), true),
+        (Some("zen3"), true, None, true),
+        (Some("Haswell"), true, Some("on"), false),
+        (Some("Haswell"), true, Some("blas"), false),
+        (Some("Haswell"), false, None, false),
+        (Some("SkylakeX"), true, None, false),
+        (Some("Cooperlake"), true, None, false),
+        (Some("skx"), true, None, false),
+        (Some("zen4"), true, None, false),
+        (Some("SomeFutureCore"), true, None, false),
+        (None, true, None, false),
+    ] {
+        let c = decide(setting, with(kernels), wide);
+        let what = format!("{kernels:?} wide={wide} {setting:?}: {}", c.describe());
+        assert_eq!(c.blas().is_none(), builtin, "{what}");
+        if builtin {
+            let Choice::Builtin(Builtin::Narrower { kernels: k, .. }) = &c else {
+                panic!("{what}");
+            };
+            assert_eq!(Some(k.as_str()), kernels, "{what}");
+            assert!(c.describe().contains("XTHUNK_HOST_BLAS=on"), "{what}");
+        }
+    }
+    for v in ["on", "ON", "1", "yes", "blas"] {
+        assert!(forced_on(Some(v)), "{v}");
+    }
+    for v in [None, Some("auto"), Some(""), Some("off")] {
+        assert!(!forced_on(v), "{v:?}");
+    }
+    let not_found = decide(None, Err("nowhere".into()), true);
+    assert!(matches!(not_found, Choice::Builtin(Builtin::NotFound(_))));
 }
 
 #[test]
@@ -325,9 +470,9 @@ fn a_found_blas_is_openblas_or_blis_and_describes_itself() {
 fn xthunk_host_blas_off_forces_the_builtin_gemm() {
     for v in ["off", "OFF", "0", "none", "builtin"] {
         assert!(forced_off(Some(v)), "{v}");
-        let c = choose(Some(v), &Search::from_env());
+        let c = choose(Some(v), &Search::from_env(), true);
         assert!(c.blas().is_none(), "{v}");
-        assert!(matches!(c, Choice::Builtin { forced: true, .. }));
+        assert!(matches!(c, Choice::Builtin(Builtin::Forced(_))));
         assert!(
             c.describe().contains("XTHUNK_HOST_BLAS"),
             "{}",
@@ -349,8 +494,8 @@ fn without_a_blas_the_search_says_where_it_looked() {
         system_search: false,
         python_dirs: vec![],
     };
-    let c = choose(None, &search);
-    let Choice::Builtin { forced: false, why } = &c else {
+    let c = choose(None, &search, false);
+    let Choice::Builtin(Builtin::NotFound(why)) = &c else {
         panic!("expected the built-in gemm: {}", c.describe());
     };
     assert!(why.contains("no-blas"), "{why}");

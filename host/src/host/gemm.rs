@@ -1,9 +1,11 @@
-//! Host gemm: through the CPU BLAS when one was found ([`super::blas`]: OpenBLAS or BLIS,
-//! `cblas_sgemm`/`cblas_dgemm` row-major, one call per batch entry), else through the `gemm`
-//! crate (blocked, SIMD, multithreaded). f16 and bf16 are widened to f32, multiplied with f32
-//! accumulation (by the same f32 path) and rounded once when stored, which is what
-//! cuBLAS/rocBLAS do with an f32 compute type. A gemm with k = 0, or a size past the CBLAS's
-//! 32-bit integers, takes the `gemm` crate.
+//! Host gemm: through the CPU BLAS when [`super::blas`] chose one (OpenBLAS or BLIS,
+//! `cblas_sgemm`/`cblas_dgemm` row-major), else through the built-in `gemm` crate (blocked,
+//! SIMD: AVX-512 kernels where the CPU has them). Either way a large gemm is cut into panels
+//! of C run on the CPU workers ([`panels`], [`split_parts`]), a small one runs on the calling
+//! thread. f16 and bf16 are widened to f32, multiplied with f32 accumulation (by the same f32
+//! path) and rounded once when stored, which is what cuBLAS/rocBLAS do with an f32 compute
+//! type. A gemm with k = 0, or a size past the CBLAS's 32-bit integers, takes the `gemm`
+//! crate.
 
 use super::blas::{
     Api, CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CblasApi, CblasGemm, CpuBlas, Scipy64Api,
@@ -15,9 +17,6 @@ use crate::error::{Error, Result};
 use crate::ir::DType;
 use gemm::Parallelism;
 use std::ffi::c_int;
-
-/// Below this many multiply-adds a single thread is faster.
-const PARALLEL_THRESHOLD: u64 = 1 << 18;
 
 fn err(msg: impl Into<String>) -> Error {
     Error::backend("host", "gemm", msg)
@@ -31,16 +30,6 @@ fn load<T: bytemuck::Pod>(r: &Region) -> Vec<T> {
         .chunks_exact(std::mem::size_of::<T>())
         .map(bytemuck::pod_read_unaligned)
         .collect()
-}
-
-/// Row and column strides of `op(X)` for a column-major `X` with leading dimension `ld`
-/// (element (i, j) of `X` at `i + j·ld`).
-fn blas_strides(trans: bool, ld: u64) -> (isize, isize) {
-    if trans {
-        (ld as isize, 1)
-    } else {
-        (1, ld as isize)
-    }
 }
 
 /// Runs a gemm on its operands' regions (`g`'s ranges, looked up: host addresses are device
@@ -74,9 +63,8 @@ pub(crate) fn run_with(
                     g.alpha as f32,
                     g.beta as f32,
                     blas,
-                );
+                )
             }
-            Ok(())
         }
         DType::F64 => {
             // SAFETY: as for f32.
@@ -89,9 +77,8 @@ pub(crate) fn run_with(
                     g.alpha,
                     g.beta,
                     blas,
-                );
+                )
             }
-            Ok(())
         }
         DType::F16 => widened(
             g,
@@ -161,7 +148,7 @@ unsafe fn dispatch<T: Zero>(
     alpha: T,
     beta: T,
     blas: Option<&CpuBlas>,
-) {
+) -> Result<()> {
     let blas = blas.filter(|_| g.k > 0);
     let parts = blas.map_or(0, |b| split_parts(g, b.splits()));
     // A very large gemm runs on the library's own threads (which share their packed panels),
@@ -187,10 +174,91 @@ unsafe fn dispatch<T: Zero>(
         Some(Api::Scipy64(t)) => unsafe { cblas(g, T::ilp64(t), a, b, c, alpha, beta, parts) },
         None => false,
     };
-    if !done {
-        // SAFETY: the caller's contract.
-        unsafe { native(g, a, b, c, alpha, beta) };
+    // SAFETY: the caller's contract.
+    if done || unsafe { native(g, a, b, c, alpha, beta) } {
+        Ok(())
+    } else {
+        Err(err(format!(
+            "a {}x{}x{} gemm is too large for this platform's address space",
+            g.m, g.n, g.k
+        )))
     }
+}
+
+/// Runs `g` as row-major sub-gemms `run(m, n, a, b, c)` that share its `k`, leading
+/// dimensions and transposes: one per batch entry on this thread (`parts` 0), or `parts` per
+/// entry (panels of C's rows, or of its columns when it is wider than tall; 1: the whole
+/// entry) spread over the CPU workers ([`split_parts`]). Sizes are passed as `S` (`conv`);
+/// false (nothing done) when one does not convert.
+///
+/// # Safety
+/// As [`native`]; `run` must compute the sub-gemm it is given and touch nothing else.
+unsafe fn panels<T: 'static, S: Copy + Send + Sync + 'static>(
+    g: &GemmLaunch,
+    conv: impl Fn(u64) -> Option<S>,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    parts: u64,
+    run: impl Fn(S, S, *const T, *const T, *mut T) + Send + Sync + 'static,
+) -> bool {
+    // Whole multiples of 16 rows or columns but the last, so the kernels see full tiles.
+    let rows = g.m >= g.n;
+    let len = if rows { g.m } else { g.n };
+    let panel = len.div_ceil(parts.max(1)).next_multiple_of(16).min(len);
+    let per_entry = len.div_ceil(panel);
+    let (Some(m), Some(n)) = (conv(g.m), conv(g.n)) else {
+        return false;
+    };
+    let Some(sizes) = (0..per_entry)
+        .map(|j| conv((len - j * panel).min(panel)))
+        .collect::<Option<Vec<S>>>()
+    else {
+        return false;
+    };
+    let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
+    let (ta, tb) = (g.trans_a, g.trans_b);
+    let (sa, sb, sc) = (
+        g.stride_a as usize,
+        g.stride_b as usize,
+        g.stride_c as usize,
+    );
+    // Addresses as integers: the pieces may run on other threads, which the caller waits for.
+    let (a, b, c) = (a as usize, b as usize, c as usize);
+    let pieces = (g.batch * per_entry) as usize;
+    let per_entry = per_entry as usize;
+    let panel = panel as usize;
+    let piece = move |p: usize| {
+        let (bi, j) = (p / per_entry, p % per_entry);
+        let at = j * panel;
+        let (pa, pb, pc) = (
+            (a as *const T).wrapping_add(bi * sa),
+            (b as *const T).wrapping_add(bi * sb),
+            (c as *mut T).wrapping_add(bi * sc),
+        );
+        // Row panel: rows `at..` of op(A) (row `at` of A, or column `at` of a transposed A)
+        // and of C. Column panel: columns `at..` of op(B) (column `at` of B, or row `at` of a
+        // transposed B) and of C.
+        if rows {
+            let off_a = if ta { at } else { at * lda };
+            run(
+                sizes[j],
+                n,
+                pa.wrapping_add(off_a),
+                pb,
+                pc.wrapping_add(at * ldc),
+            );
+        } else {
+            let off_b = if tb { at * ldb } else { at };
+            run(m, sizes[j], pa, pb.wrapping_add(off_b), pc.wrapping_add(at));
+        }
+    };
+    if parts == 0 {
+        (0..pieces).for_each(piece);
+    } else {
+        super::cpu::program::parallel(pieces, piece);
+    }
+    true
 }
 
 /// From this many multiply-adds (a 512x512x1024 gemm) a gemm runs on the library's own
@@ -293,10 +361,8 @@ impl<T: Copy, I: Copy> Call<T, I> {
     }
 }
 
-/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`: one call per
-/// batch entry on this thread (`parts` 0), or `parts` calls per entry (panels of C's rows, or
-/// of its columns when it is wider than tall; 1: the whole entry) spread over the CPU
-/// workers ([`split_parts`]); false (nothing done) when a size does not fit in `I`.
+/// Runs the gemm through a row-major `cblas_?gemm` with sizes of type `I`, in the pieces
+/// [`panels`] makes of it; false (nothing done) when a size does not fit in `I`.
 ///
 /// # Safety
 /// As [`native`]; `f` must be the library's gemm for `T` with integers `I`.
@@ -312,9 +378,7 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
     parts: u64,
 ) -> bool {
     let i = |v: u64| I::try_from(v).ok();
-    let (Some(m), Some(n), Some(k), Some(lda), Some(ldb), Some(ldc)) =
-        (i(g.m), i(g.n), i(g.k), i(g.lda), i(g.ldb), i(g.ldc))
-    else {
+    let (Some(k), Some(lda), Some(ldb), Some(ldc)) = (i(g.k), i(g.lda), i(g.ldb), i(g.ldc)) else {
         return false;
     };
     let call = Call {
@@ -328,77 +392,30 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
         alpha,
         beta,
     };
-    // A piece per batch entry, or `parts` panels per entry: rows of C (and of op(A)), or
-    // columns of C (and of op(B)) for a wide C; whole multiples of 16 but the last, so the
-    // library's kernels see full tiles.
-    let rows = g.m >= g.n;
-    let len = if rows { g.m } else { g.n };
-    let panel = len.div_ceil(parts.max(1)).next_multiple_of(16).min(len);
-    let per_entry = len.div_ceil(panel);
-    let Some(sizes) = (0..per_entry)
-        .map(|j| i((len - j * panel).min(panel)))
-        .collect::<Option<Vec<I>>>()
-    else {
-        return false;
-    };
-    let (lda_, ldb_, ldc_) = (g.lda as usize, g.ldb as usize, g.ldc as usize);
-    let (ta, tb) = (g.trans_a, g.trans_b);
-    let (sa, sb, sc) = (
-        g.stride_a as usize,
-        g.stride_b as usize,
-        g.stride_c as usize,
-    );
-    // Addresses as integers: the pieces may run on other threads, which the caller waits for.
-    let (a, b, c) = (a as usize, b as usize, c as usize);
-    let pieces = (g.batch * per_entry) as usize;
-    let per_entry = per_entry as usize;
-    let panel = panel as usize;
-    let piece = move |p: usize| {
-        let (bi, j) = (p / per_entry, p % per_entry);
-        let at = j * panel;
-        let (pa, pb, pc) = (
-            (a as *const T).wrapping_add(bi * sa),
-            (b as *const T).wrapping_add(bi * sb),
-            (c as *mut T).wrapping_add(bi * sc),
-        );
-        // Row panel: rows `at..` of op(A) (row `at` of A, or column `at` of a transposed A)
-        // and of C. Column panel: columns `at..` of op(B) (column `at` of B, or row `at` of a
-        // transposed B) and of C.
-        let (pa, pb, pc, pm, pn) = if rows {
-            let off_a = if ta { at } else { at * lda_ };
-            (
-                pa.wrapping_add(off_a),
-                pb,
-                pc.wrapping_add(at * ldc_),
-                sizes[j],
-                n,
-            )
-        } else {
-            let off_b = if tb { at * ldb_ } else { at };
-            (pa, pb.wrapping_add(off_b), pc.wrapping_add(at), m, sizes[j])
-        };
-        // SAFETY: the panel lies inside batch entry `bi` of the operands (checked against
-        // their sizes); panels of C are disjoint, the stream gives this call exclusive use
-        // of C, and the caller waits for every piece before the stream goes on.
-        unsafe { call.run(pm, pn, pa, pb, pc) };
-    };
-    if parts == 0 {
-        (0..pieces).for_each(piece);
-    } else {
-        super::cpu::program::parallel(pieces, piece);
+    // SAFETY: the caller's contract; each piece is a sub-gemm inside a batch entry of the
+    // checked operands, pieces write disjoint parts of C, and `panels` waits for them all.
+    unsafe {
+        panels(g, i, a, b, c, parts, move |m, n, a, b, c| {
+            call.run(m, n, a, b, c)
+        })
     }
-    true
 }
 
+/// The built-in `gemm` crate: C = alpha·op(A)·op(B) + beta·C, split over the CPU workers as
+/// the library's gemms are ([`split_parts`]), each piece on one thread.
+///
 /// # Safety
 /// `a`, `b`, `c` must be valid for the shapes, strides and batch of `g`; `c` must not overlap
 /// `a` or `b` and must not be accessed by anyone else during the call.
-unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, alpha: T, beta: T) {
-    let par = if g.m * g.n * g.k.max(1) >= PARALLEL_THRESHOLD {
-        Parallelism::Rayon(0)
-    } else {
-        Parallelism::None
-    };
+/// False (nothing done) when a size does not fit `usize`.
+unsafe fn native<T: Zero>(
+    g: &GemmLaunch,
+    a: *const T,
+    b: *const T,
+    c: *mut T,
+    alpha: T,
+    beta: T,
+) -> bool {
     if g.k == 0 {
         for bi in 0..g.batch as usize {
             for i in 0..g.m as usize {
@@ -415,49 +432,53 @@ unsafe fn native<T: Zero>(g: &GemmLaunch, a: *const T, b: *const T, c: *mut T, a
                 }
             }
         }
-        return;
+        return true;
     }
-    // The column-major restatement, as cuBLAS and rocBLAS get it: `gemm` takes any strides.
-    let cm = g.with_operands(a, b, c.cast_const()).column_major();
-    let (lhs_rs, lhs_cs) = blas_strides(cm.trans_a, cm.lda);
-    let (rhs_rs, rhs_cs) = blas_strides(cm.trans_b, cm.ldb);
-    let (dst_rs, dst_cs) = blas_strides(false, cm.ldc);
-    for bi in 0..g.batch as usize {
-        // SAFETY: offsets stay inside the operands (checked against their sizes).
-        let (lhs, rhs, dst) = unsafe {
-            (
-                cm.a.add(bi * cm.stride_a as usize),
-                cm.b.add(bi * cm.stride_b as usize),
-                cm.c.cast_mut().add(bi * cm.stride_c as usize),
-            )
-        };
-        // SAFETY: shapes and strides describe memory inside the operands (see above);
-        // `gemm` computes dst := alpha·dst + beta·lhs·rhs, so our alpha/beta swap places, and
-        // dst is not read when our beta is 0 (it may hold NaN poison).
+    // Row and column strides of op(A), op(B) and C (row-major, with leading dimensions):
+    // `gemm` takes any strides.
+    let strides = |trans: bool, ld: u64| -> (isize, isize) {
+        if trans {
+            (1, ld as isize)
+        } else {
+            (ld as isize, 1)
+        }
+    };
+    let (a_rs, a_cs) = strides(g.trans_a, g.lda);
+    let (b_rs, b_cs) = strides(g.trans_b, g.ldb);
+    let c_rs = g.ldc as isize;
+    let k = g.k as usize;
+    let read_c = g.beta != 0.0;
+    let run = move |m: usize, n: usize, a: *const T, b: *const T, c: *mut T| {
+        // SAFETY: a sub-gemm inside the checked operands (`panels`); `gemm` computes
+        // dst := alpha·dst + beta·lhs·rhs, so our alpha/beta swap places, and dst is not read
+        // when our beta is 0 (it may hold NaN poison).
         unsafe {
             gemm::gemm(
-                cm.m as usize,
-                cm.n as usize,
-                cm.k as usize,
-                dst,
-                dst_cs,
-                dst_rs,
-                g.beta != 0.0,
-                lhs,
-                lhs_cs,
-                lhs_rs,
-                rhs,
-                rhs_cs,
-                rhs_rs,
+                m,
+                n,
+                k,
+                c,
+                1,
+                c_rs,
+                read_c,
+                a,
+                a_cs,
+                a_rs,
+                b,
+                b_cs,
+                b_rs,
                 beta,
                 alpha,
                 false,
                 false,
                 false,
-                par,
+                Parallelism::None,
             );
         }
-    }
+    };
+    let parts = split_parts(g, true);
+    // SAFETY: the caller's contract.
+    unsafe { panels(g, |v| usize::try_from(v).ok(), a, b, c, parts, run) }
 }
 
 fn widened<H: bytemuck::Pod>(
@@ -487,7 +508,7 @@ fn widened<H: bytemuck::Pod>(
             g.alpha as f32,
             g.beta as f32,
             blas,
-        );
+        )?;
     }
     let es = std::mem::size_of::<H>();
     for bi in 0..g.batch as usize {

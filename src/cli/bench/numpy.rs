@@ -110,7 +110,8 @@ pub fn gemm_f32_numpy(s: &Setup) -> Res<Row> {
     row.ratio = Some(Spread::of(&rate_ratio));
     row.notes.push(format!(
         "each timed run follows a {} ms pause (a BLAS's worker threads spin for a while after \
-         a call); XTHUNK_HOST_BLAS=off measures the built-in gemm crate instead",
+         a call); XTHUNK_HOST_BLAS=off measures the built-in gemm crate, XTHUNK_HOST_BLAS=on \
+         the CPU BLAS found",
         PAUSE.as_millis()
     ));
     Ok(row)

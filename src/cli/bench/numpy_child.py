@@ -17,6 +17,7 @@ Any failure: `error <message>` and exit status 1.
 """
 
 import json
+import os
 import sys
 import time
 
@@ -33,9 +34,12 @@ def blas_of(np):
         blas = cfg["Build Dependencies"]["blas"]
         text = "%s %s" % (blas.get("name", "?"), blas.get("version", "?"))
         details = blas.get("openblas configuration") or ""
-        return "%s (%s)" % (text, details) if details else text
+        text = "%s (%s)" % (text, details) if details else text
     except Exception:  # older numpy: no dict form
-        return "unknown"
+        text = "unknown"
+    # OpenBLAS's kernels are chosen at run time, and this variable pins them.
+    pinned = os.environ.get("OPENBLAS_CORETYPE")
+    return text + ("; OPENBLAS_CORETYPE=%s pins its kernels" % pinned if pinned else "")
 
 
 def main():
