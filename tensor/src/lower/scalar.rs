@@ -167,7 +167,12 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Cosh => f1(d, "cosh", x),
         Sinh => f1(d, "sinh", x),
         Erf => f1(d, "erf", x),
+        // glibc's float forms are off by up to 3 (erfcf) and 6 (lgammaf) ulp (2·10^6 draws
+        // each, against the double form rounded): narrower floats take the double form,
+        // rounded once.
+        Erfc if d != DType::F64 => round(d, format!("(float)erfc((double)({x}))")),
         Erfc => f1(d, "erfc", x),
+        Lgamma if d != DType::F64 => round(d, format!("(float)lgamma((double)({x}))")),
         Lgamma => f1(d, "lgamma", x),
         // The prelude's (no C library has them); floats are computed in double.
         ErfInv => round(d, format!("xh_erfinv({x})")),
