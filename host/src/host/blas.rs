@@ -27,8 +27,8 @@
 //! AVX-512, where the built-in gemm crate runs its AVX-512 kernels: then the built-in gemm
 //! runs them, split over the CPU workers the same way ([`super::gemm`]). On a 2-core AMD EPYC
 //! (Zen 5, full-width AVX-512) whose environment pins OpenBLAS 0.3.21 to its Haswell kernels
-//! (`OPENBLAS_CORETYPE=Haswell`), one thread did an f32 256³ gemm in 269 µs through OpenBLAS,
-//! 142 µs through OpenBLAS's SkylakeX kernels and 137 µs through the built-in gemm.
+//! (`OPENBLAS_CORETYPE=Haswell`), one thread did an f32 256³ gemm in 268 µs through OpenBLAS,
+//! 143 µs through OpenBLAS's SkylakeX kernels and 131 µs through the built-in gemm.
 //! `XTHUNK_HOST_BLAS=on` (or `1`, `yes`, `blas`) keeps the library whatever its kernels.
 //!
 //! Threads: unless the user sets the library's threads (`OPENBLAS_NUM_THREADS`,
@@ -288,8 +288,8 @@ pub(crate) enum Builtin {
     /// A CPU BLAS was found, but it runs kernels without AVX-512 on a CPU that has it, where
     /// the built-in gemm crate's AVX-512 kernels are wider: the library, described, and its
     /// kernel set (on a 2-core AMD EPYC with AVX-512, OpenBLAS 0.3.21 told to run its
-    /// Haswell kernels by `OPENBLAS_CORETYPE` took 269 µs for an f32 256³ gemm on one thread,
-    /// the built-in gemm 137 µs).
+    /// Haswell kernels by `OPENBLAS_CORETYPE` took 268 µs for an f32 256³ gemm on one thread,
+    /// the built-in gemm 131 µs).
     Narrower { blas: String, kernels: String },
 }
 
