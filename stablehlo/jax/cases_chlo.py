@@ -56,9 +56,9 @@ UNARY = {
 }
 
 # Tolerance per op for f64 (f16, bf16 and f32 are held to 2 ulp: xthunk computes erfc, lgamma,
-# erf_inv, digamma and bessel_i1e in double and rounds once, the others through the C
-# library's float functions). digamma has a root near 1.4616 and lgamma roots at 1 and 2,
-# where only an absolute bound means anything.
+# erf_inv, digamma and bessel_i1e in double and rounds to the type (f16/bf16 through float),
+# the others through the C library's float functions). digamma has a root near 1.4616 and
+# lgamma roots at 1 and 2, where only an absolute bound means anything.
 F64_TOL = {
     "digamma": Rel(1e-13, atol=1e-14),
     "lgamma": Rel(1e-13, atol=1e-14),

@@ -161,8 +161,9 @@ pub(crate) struct CpuBlas {
     /// `Haswell`, `SkylakeX`…; BLIS's configuration, `haswell`, `skx`, `zen4`…).
     pub(crate) kernels: Option<String>,
     /// Set when xthunk splits large gemms over its CPU workers itself (the library set to one
-    /// thread, rather than left to its own threads): the library's thread-count setter, for
-    /// the very large gemms it runs on its own threads ([`super::gemm`]).
+    /// thread by [`take_over`](Self::take_over), rather than left to its own threads): the
+    /// library's thread-count setter, also for the very large gemms it runs on its own
+    /// threads ([`super::gemm`]).
     pub(crate) set_threads: Option<SetThreads>,
 }
 
@@ -196,17 +197,25 @@ impl CpuBlas {
 
     /// `OpenBLAS 0.3.21 (/usr/lib/…/libopenblas.so.0, 2 threads)`.
     pub(crate) fn describe(&self) -> String {
+        self.describe_with(true)
+    }
+
+    /// [`describe`](Self::describe), without the threads when `threads` is false.
+    fn describe_with(&self, threads: bool) -> String {
         let name = match self.flavour {
             Flavour::OpenBlas => "OpenBLAS",
             Flavour::Blis => "BLIS",
             Flavour::Other => "CBLAS",
         };
         let version = self.version.map(|v| format!(" {v}")).unwrap_or_default();
+        let show = threads;
         let mut threads = self
             .threads
             .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
             .unwrap_or_default();
-        if self.splits() {
+        if !show {
+            threads.clear();
+        } else if self.splits() {
             threads.push_str(&format!(
                 ", large gemms split over xthunk's {} CPU workers",
                 super::cpu::program::workers()
@@ -225,6 +234,22 @@ impl CpuBlas {
             "{name}{version}{ilp64} ({}{kernels}{threads})",
             self.path.display()
         )
+    }
+
+    /// Makes the library ours to run gemms on: unless the user set its threads
+    /// ([`THREAD_VARS`]), it is set to one thread, and xthunk splits large gemms over its CPU
+    /// workers (`gemm.rs`). OpenBLAS's own threads spin (`sched_yield`) between gemms, taking
+    /// the CPUs from the kernels running beside them (a third of the transformer step's CPU
+    /// time on a 2-core machine), and BLIS is single-threaded by default. Only done once the
+    /// library is chosen: one that is found but not used keeps its threads (numpy may share
+    /// a system OpenBLAS in the same process).
+    pub(crate) fn take_over(&mut self) {
+        if let Some(set) = self.set_threads {
+            // SAFETY: the library's global thread count, set once before any gemm of ours
+            // (this is a library loaded by us, not numpy's bundled copy).
+            unsafe { set.set(1) };
+            self.threads = Some(1);
+        }
     }
 
     /// Whether the library's kernels are known to leave AVX-512 unused: a kernel set it names
@@ -290,7 +315,12 @@ pub(crate) enum Builtin {
     /// kernel set (on a 2-core AMD EPYC with AVX-512, OpenBLAS 0.3.21 told to run its
     /// Haswell kernels by `OPENBLAS_CORETYPE` took 268 µs for an f32 256³ gemm on one thread,
     /// the built-in gemm 131 µs).
-    Narrower { blas: String, kernels: String },
+    /// `note`: why the library runs those kernels, when known (`OPENBLAS_CORETYPE`).
+    Narrower {
+        blas: String,
+        kernels: String,
+        note: String,
+    },
 }
 
 impl Choice {
@@ -313,10 +343,13 @@ impl Choice {
                  at info level)"
                     .into()
             }
-            Choice::Builtin(Builtin::Narrower { blas, kernels }) => format!(
+            Choice::Builtin(Builtin::Narrower {
+                blas,
+                kernels,
+                note,
+            }) => format!(
                 "built-in gemm crate, AVX-512 kernels (the CPU BLAS found, {blas}, runs its \
-                 {kernels} kernels without AVX-512{}; XTHUNK_HOST_BLAS=on uses it)",
-                coretype_note()
+                 {kernels} kernels without AVX-512{note}; XTHUNK_HOST_BLAS=on uses it)"
             ),
         }
     }
@@ -521,14 +554,10 @@ const THREAD_VARS: [&str; 4] = [
     "OMP_NUM_THREADS",
 ];
 
-/// The loaded library, set to one thread unless the user set its threads, its count read back.
+/// The loaded library, with its thread setter unless the user set its threads
+/// ([`CpuBlas::take_over`] uses it once the library is chosen).
 fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
     let t = &l.table;
-    // Unless the user set the library's threads, it runs each call on the calling thread and
-    // xthunk splits large gemms over its CPU workers (gemm.rs): OpenBLAS's own threads spin
-    // (`sched_yield`) between gemms, taking the CPUs from the kernels running beside them
-    // (a third of the transformer step's CPU time on a 2-core machine), and BLIS is
-    // single-threaded by default.
     let user_threads = THREAD_VARS.iter().any(|v| std::env::var_os(v).is_some());
     let setter = match l.extra {
         Flavour::OpenBlas => t.openblas_set_num_threads.map(SetThreads::OpenBlas),
@@ -536,11 +565,6 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
         Flavour::Other => None,
     };
     let setter = setter.filter(|_| !user_threads);
-    if let Some(set) = setter {
-        // SAFETY: the library's global thread count, set once before any gemm of ours (this
-        // library is loaded by us, not numpy's bundled copy).
-        unsafe { set.set(1) };
-    }
     // SAFETY: plain getters of the library's thread count.
     let threads = unsafe {
         match l.extra {
@@ -631,10 +655,18 @@ pub(crate) fn decide(
         Ok(b) if !forced_on(setting) && wide_builtin && b.kernels_lack_avx512() == Some(true) => {
             Choice::Builtin(Builtin::Narrower {
                 kernels: b.kernels.clone().unwrap_or_default(),
-                blas: b.describe(),
+                blas: b.describe_with(false),
+                note: if b.flavour == Flavour::OpenBlas {
+                    coretype_note()
+                } else {
+                    String::new()
+                },
             })
         }
-        Ok(b) => Choice::Blas(b),
+        Ok(mut b) => {
+            b.take_over();
+            Choice::Blas(b)
+        }
         Err(why) => Choice::Builtin(Builtin::NotFound(why)),
     }
 }

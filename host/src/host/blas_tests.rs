@@ -16,10 +16,14 @@ use rand::{Rng, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 use std::path::PathBuf;
 
-/// The BLAS the environment finds, or `None` after saying why the test is skipped.
+/// The BLAS the environment finds, taken over as when it is chosen, or `None` after saying
+/// why the test is skipped.
 fn blas_or_skip(test: &str) -> Option<super::blas::CpuBlas> {
     match Search::from_env().load() {
-        Ok(b) => Some(b),
+        Ok(mut b) => {
+            b.take_over();
+            Some(b)
+        }
         Err(why) => {
             eprintln!("{test}: skipped, no CPU BLAS: {why}");
             None

@@ -4,8 +4,8 @@
 //! of C run on the CPU workers ([`panels`], [`split_parts`]), a small one runs on the calling
 //! thread. f16 and bf16 are widened to f32, multiplied with f32 accumulation (by the same f32
 //! path) and rounded once when stored, which is what cuBLAS/rocBLAS do with an f32 compute
-//! type. A gemm with k = 0, or a size past the CBLAS's 32-bit integers, takes the `gemm`
-//! crate.
+//! type. A gemm with a size past the CBLAS's 32-bit integers takes the `gemm` crate; one with
+//! k = 0 only scales C by beta, in a plain loop on the calling thread.
 
 use super::blas::{
     Api, CBLAS_NO_TRANS, CBLAS_ROW_MAJOR, CBLAS_TRANS, CblasApi, CblasGemm, CpuBlas, Scipy64Api,

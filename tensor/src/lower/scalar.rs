@@ -168,8 +168,9 @@ pub fn unary(op: UnaryOp, d: DType, x: &str) -> String {
         Sinh => f1(d, "sinh", x),
         Erf => f1(d, "erf", x),
         // glibc's float forms are off by up to 3 (erfcf) and 6 (lgammaf) ulp (2·10^6 draws
-        // each, against the double form rounded): narrower floats take the double form,
-        // rounded once.
+        // each, against the double form rounded), and CUDA documents its lgammaf at 6 ulp and
+        // more: narrower floats take the double form (f32 rounded once; f16 and bf16 through
+        // float), on GPUs too, where double math is slower (these two are rare in models).
         Erfc if d != DType::F64 => round(d, format!("(float)erfc((double)({x}))")),
         Erfc => f1(d, "erfc", x),
         Lgamma if d != DType::F64 => round(d, format!("(float)lgamma((double)({x}))")),
