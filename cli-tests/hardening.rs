@@ -92,7 +92,7 @@ fn a_huge_parameter_without_input_is_one_error_not_an_abort() {
 /// A version-1 `.npy` file with this header text, padded as numpy pads it, and `data`.
 fn npy(header: &str, data: &[u8]) -> Vec<u8> {
     let mut h = header.as_bytes().to_vec();
-    while (10 + h.len() + 1) % 64 != 0 {
+    while !(10 + h.len() + 1).is_multiple_of(64) {
         h.push(b' ');
     }
     h.push(b'\n');

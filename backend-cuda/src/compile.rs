@@ -101,12 +101,12 @@ impl Nvrtc {
                 if r != 0 {
                     return Err(format!("nvrtcVersion failed: {}", nvrtc_describe(r)));
                 }
-                if let Some(m) = max_major {
-                    if major > m {
-                        return Err(format!(
-                            "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
-                        ));
-                    }
+                if let Some(m) = max_major
+                    && major > m
+                {
+                    return Err(format!(
+                        "NVRTC {major}.{minor} is newer than the driver's CUDA {m}"
+                    ));
                 }
                 let version = Version::new(major.max(0) as u32, minor.max(0) as u32, 0);
                 Ok(Probe::with(Some(version), (major, minor)))
@@ -495,10 +495,10 @@ impl Compiler {
             started.elapsed(),
             image.len()
         );
-        if let Some(c) = &self.cache {
-            if let Err(e) = c.put(&key, &image) {
-                tracing::warn!(dir = %c.dir().display(), "could not write the kernel cache: {e}");
-            }
+        if let Some(c) = &self.cache
+            && let Err(e) = c.put(&key, &image)
+        {
+            tracing::warn!(dir = %c.dir().display(), "could not write the kernel cache: {e}");
         }
         Ok(CompileOutput {
             target,

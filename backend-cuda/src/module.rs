@@ -130,10 +130,10 @@ pub(crate) fn select_images(images: &[ModuleImage], sm: u32) -> Vec<ImageChoice<
     let arch = format!("sm_{sm}");
     let mut out = vec![];
     for img in images {
-        if let ModuleImage::Cubin { arch: a, data } = img {
-            if *a == arch {
-                out.push(ImageChoice::Cubin(data));
-            }
+        if let ModuleImage::Cubin { arch: a, data } = img
+            && *a == arch
+        {
+            out.push(ImageChoice::Cubin(data));
         }
     }
     if images.iter().any(|i| matches!(i, ModuleImage::Standard)) {

@@ -72,15 +72,15 @@ pub fn options_for_unit(target: &Target, source: &str) -> Vec<String> {
 /// Checks that `image` is an AMD GPU code object for `target`; returns it parsed.
 pub fn check_code_object(image: &[u8], target: &Target) -> Result<CodeObject, String> {
     let co = CodeObject::parse(image).map_err(|e| e.to_string())?;
-    if let Some(want) = mach_of(&target.base) {
-        if co.mach() != want {
-            return Err(format!(
-                "e_flags mach is {:#x} ({}), expected {want:#x} ({})",
-                co.mach(),
-                co.target().unwrap_or("unknown"),
-                target.base
-            ));
-        }
+    if let Some(want) = mach_of(&target.base)
+        && co.mach() != want
+    {
+        return Err(format!(
+            "e_flags mach is {:#x} ({}), expected {want:#x} ({})",
+            co.mach(),
+            co.target().unwrap_or("unknown"),
+            target.base
+        ));
     }
     Ok(co)
 }
@@ -575,10 +575,10 @@ impl Compiler {
             ms = started.elapsed().as_millis() as u64,
             "compiled portable source with hipRTC"
         );
-        if let Some(cache) = &self.cache {
-            if let Err(e) = cache.put(&key, &img) {
-                tracing::warn!(dir = %cache.dir().display(), "could not write the hsaco cache: {e}");
-            }
+        if let Some(cache) = &self.cache
+            && let Err(e) = cache.put(&key, &img)
+        {
+            tracing::warn!(dir = %cache.dir().display(), "could not write the hsaco cache: {e}");
         }
         let img = Arc::new(img);
         self.memory.lock().insert(key, img.clone());

@@ -109,7 +109,7 @@ const _: () = assert!(props_r0000::GCN_ARCH_NAME + GCN_ARCH_NAME_LEN <= props_r0
 const _: () = assert!(props_r0600::GCN_ARCH_NAME + GCN_ARCH_NAME_LEN <= props_r0600::SIZE);
 const _: () =
     assert!(PROPS_BUFFER_SIZE >= props_r0000::SIZE && PROPS_BUFFER_SIZE >= props_r0600::SIZE);
-const _: () = assert!(PROPS_BUFFER_SIZE % 8 == 0);
+const _: () = assert!(PROPS_BUFFER_SIZE.is_multiple_of(8));
 
 pub type hipInit_t = unsafe extern "C" fn(flags: c_uint) -> hipError_t;
 pub type hipVersion_t = unsafe extern "C" fn(version: *mut c_int) -> hipError_t;

@@ -115,13 +115,13 @@ fn gemm_dims(
                 ),
             ));
         }
-        if let Some(bt) = batch {
-            if t.dims[0] != bt {
-                return Err(err(
-                    name,
-                    format!("has batch size {}, `a` has {bt}", t.dims[0]),
-                ));
-            }
+        if let Some(bt) = batch
+            && t.dims[0] != bt
+        {
+            return Err(err(
+                name,
+                format!("has batch size {}, `a` has {bt}", t.dims[0]),
+            ));
         }
     }
     let (b0, b1) = (b.dims[want_rank - 2], b.dims[want_rank - 1]);
@@ -542,7 +542,7 @@ impl ExecutableBuilder {
     /// must be a multiple of the pattern's width.
     pub fn try_memset(&mut self, dst: &Tensor, pattern: MemsetPattern) -> Result<(), BuildError> {
         let w = pattern.width();
-        if dst.slice.size % w != 0 {
+        if !dst.slice.size.is_multiple_of(w) {
             return Err(build_err(
                 "memset",
                 "dst",
@@ -663,13 +663,13 @@ impl ExecutableBuilder {
             ));
         }
         let n = group_size(call, groups)?;
-        if let (CollectiveOp::Broadcast { root }, Some(n)) = (&op, n) {
-            if u64::from(*root) >= n {
-                return Err(e(
-                    "root",
-                    format!("is {root}, a position in groups of {n} ranks"),
-                ));
-            }
+        if let (CollectiveOp::Broadcast { root }, Some(n)) = (&op, n)
+            && u64::from(*root) >= n
+        {
+            return Err(e(
+                "root",
+                format!("is {root}, a position in groups of {n} ranks"),
+            ));
         }
         let in_place = src.slice == dst.slice;
         if src.slice.overlaps(&dst.slice)
@@ -853,14 +853,14 @@ impl ExecutableBuilder {
                 return Err(build_err(call, name, "overlaps `output`"));
             }
         }
-        if let Some(n) = group_size(call, groups)? {
-            if entries != n {
-                return Err(build_err(
-                    call,
-                    "input_offsets",
-                    format!("has {entries} entries for groups of {n} ranks"),
-                ));
-            }
+        if let Some(n) = group_size(call, groups)?
+            && entries != n
+        {
+            return Err(build_err(
+                call,
+                "input_offsets",
+                format!("has {entries} entries for groups of {n} ranks"),
+            ));
         }
         let row_elements = operand.dims[1..].iter().product::<u64>().max(1);
         self.push(
@@ -1133,10 +1133,10 @@ impl ExecutableBuilder {
 
     /// Closes the innermost nested sequence.
     pub fn end_sequence(&mut self) {
-        if self.stack.len() > 1 {
-            if let Some(body) = self.stack.pop() {
-                self.push(Thunk::from(body));
-            }
+        if self.stack.len() > 1
+            && let Some(body) = self.stack.pop()
+        {
+            self.push(Thunk::from(body));
         }
     }
 

@@ -1073,10 +1073,10 @@ fn abort_unblocks_waiters_and_eviction_recovers() {
     // The watchdog's view: who is missing.
     let t = Instant::now();
     let pending = loop {
-        if let Some(p) = comms[2].pending() {
-            if p.contains("arrived: 0, 1") {
-                break p;
-            }
+        if let Some(p) = comms[2].pending()
+            && p.contains("arrived: 0, 1")
+        {
+            break p;
         }
         assert!(t.elapsed() < Duration::from_secs(5));
         std::thread::sleep(Duration::from_millis(5));

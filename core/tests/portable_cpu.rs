@@ -40,7 +40,7 @@ impl Rng {
     }
     /// Mostly uniform in [-4, 4], sometimes a special value.
     fn float(&mut self) -> f64 {
-        if self.next() % 16 == 0 {
+        if self.next().is_multiple_of(16) {
             const SPECIAL: [f64; 10] = [
                 f64::NAN,
                 f64::INFINITY,

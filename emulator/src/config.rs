@@ -178,11 +178,11 @@ impl Config {
             "MEMORY_POOLS",
             "NCCL_MODE",
         ] {
-            if let Ok(v) = std::env::var(format!("XTHUNK_EMU_{key}")) {
-                if let Err(e) = c.set(key, &v) {
-                    // Printed directly: diagnostics need the configuration being built.
-                    eprintln!("xthunk-emulator: ignoring the environment: {e}");
-                }
+            if let Ok(v) = std::env::var(format!("XTHUNK_EMU_{key}"))
+                && let Err(e) = c.set(key, &v)
+            {
+                // Printed directly: diagnostics need the configuration being built.
+                eprintln!("xthunk-emulator: ignoring the environment: {e}");
             }
         }
         c

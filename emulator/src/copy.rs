@@ -187,7 +187,7 @@ pub fn memset(
         return Ok(());
     }
     crate::memory::check(dst, bytes, "destination", call, Code::InvalidValue)?;
-    if dst % width != 0 {
+    if !dst.is_multiple_of(width) {
         return Err(crate::error::invalid(
             call,
             format!("a {width}-byte memset needs a {width}-byte aligned address, got {dst:#x}"),

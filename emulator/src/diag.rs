@@ -126,14 +126,13 @@ pub fn record(kind: Kind, call: impl Into<String>, message: impl Into<String>) {
             .lock()
             .write_all(format!("{line}\n").as_bytes());
     }
-    if let Some(path) = &cfg.report {
-        if let Ok(mut f) = std::fs::OpenOptions::new()
+    if let Some(path) = &cfg.report
+        && let Ok(mut f) = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
             .open(path)
-        {
-            let _ = writeln!(f, "{line}");
-        }
+    {
+        let _ = writeln!(f, "{line}");
     }
     let mut s = STORE.lock();
     if kind.is_memory_error() {

@@ -157,10 +157,11 @@ pub fn memset<D: Driver>(
         None => D::ctx(call)?.legacy.clone(),
     };
     copy::memset(&st, dst, width, v, n, call)?;
-    if s.is_none() && D::sync_memset_completes(dst) {
-        if let Some(c) = st.owner() {
-            stream::legacy_barrier(&*c, call)?;
-        }
+    if s.is_none()
+        && D::sync_memset_completes(dst)
+        && let Some(c) = st.owner()
+    {
+        stream::legacy_barrier(&*c, call)?;
     }
     Ok(())
 }

@@ -354,15 +354,15 @@ pub fn parse_ptx(text: &str) -> Result<Image, String> {
         }
         let mut words = t.split_whitespace().peekable();
         while let Some(w) = words.next() {
-            if w == ".entry" {
-                if let Some(name) = words.peek() {
-                    let n: String = name
-                        .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
-                        .collect();
-                    if !n.is_empty() && !functions.contains(&n) {
-                        functions.push(n);
-                    }
+            if w == ".entry"
+                && let Some(name) = words.peek()
+            {
+                let n: String = name
+                    .chars()
+                    .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == '$')
+                    .collect();
+                if !n.is_empty() && !functions.contains(&n) {
+                    functions.push(n);
                 }
             }
         }

@@ -243,10 +243,10 @@ pub fn from_cubin(data: &[u8], sections: &[Section]) -> Kernels {
         })
         .collect();
     for s in sections {
-        if let Some(name) = s.name.strip_prefix(".nv.shared.") {
-            if let Some((_, info)) = out.iter_mut().find(|(n, _)| n == name) {
-                info.static_shared = u32::try_from(s.size).ok();
-            }
+        if let Some(name) = s.name.strip_prefix(".nv.shared.")
+            && let Some((_, info)) = out.iter_mut().find(|(n, _)| n == name)
+        {
+            info.static_shared = u32::try_from(s.size).ok();
         }
     }
     out
@@ -273,12 +273,13 @@ pub fn from_amdgpu(data: &[u8], sections: &[Section]) -> Kernels {
             let next = desc_at.saturating_add((descsz as usize).next_multiple_of(4));
             let name = notes.get(name_at..name_at.saturating_add(namesz as usize));
             let desc = notes.get(desc_at..desc_at.saturating_add(descsz as usize));
-            if let (Some(name), Some(desc)) = (name, desc) {
-                if name.starts_with(b"AMDGPU") && ty == NT_AMDGPU_METADATA {
-                    return msgpack::decode(desc)
-                        .map(|v| amdgpu_kernels(&v))
-                        .unwrap_or_default();
-                }
+            if let (Some(name), Some(desc)) = (name, desc)
+                && name.starts_with(b"AMDGPU")
+                && ty == NT_AMDGPU_METADATA
+            {
+                return msgpack::decode(desc)
+                    .map(|v| amdgpu_kernels(&v))
+                    .unwrap_or_default();
             }
             if next <= o {
                 break;

@@ -128,15 +128,15 @@ fn check_target(img: &Image, ctx: &Ctx, call: &str) -> EmuResult<String> {
         }
         (Target::Ptx { sm }, crate::context::Api::Cuda) => {
             let dev = cfg.sm;
-            if let Some(sm) = sm {
-                if *sm > dev {
-                    return Err(EmuError::new(
-                        Code::InvalidPtx,
-                        Kind::InvalidValue,
-                        call,
-                        format!("the PTX targets sm_{sm}, newer than the device (sm_{dev})"),
-                    ));
-                }
+            if let Some(sm) = sm
+                && *sm > dev
+            {
+                return Err(EmuError::new(
+                    Code::InvalidPtx,
+                    Kind::InvalidValue,
+                    call,
+                    format!("the PTX targets sm_{sm}, newer than the device (sm_{dev})"),
+                ));
             }
             Ok(format!(
                 "PTX {}",
@@ -144,18 +144,18 @@ fn check_target(img: &Image, ctx: &Ctx, call: &str) -> EmuResult<String> {
             ))
         }
         (Target::Hsaco { mach }, crate::context::Api::Hip) => {
-            if let Some(want) = crate::image::amdgpu_mach(&cfg.gfx) {
-                if want != *mach {
-                    return Err(EmuError::new(
-                        Code::NoBinaryForGpu,
-                        Kind::InvalidValue,
-                        call,
-                        format!(
-                            "the code object is for EF_AMDGPU_MACH {mach:#x}; the device is {} ({want:#x})",
-                            cfg.gfx
-                        ),
-                    ));
-                }
+            if let Some(want) = crate::image::amdgpu_mach(&cfg.gfx)
+                && want != *mach
+            {
+                return Err(EmuError::new(
+                    Code::NoBinaryForGpu,
+                    Kind::InvalidValue,
+                    call,
+                    format!(
+                        "the code object is for EF_AMDGPU_MACH {mach:#x}; the device is {} ({want:#x})",
+                        cfg.gfx
+                    ),
+                ));
             }
             Ok(format!("code object {}", cfg.gfx))
         }
@@ -587,7 +587,7 @@ fn check_aligned(ptr: usize, dtype: DType, what: &str, call: &str) -> EmuResult<
 
 /// Checks that `ptr` is a multiple of `es` (an element's size or alignment).
 fn check_aligned_to(ptr: usize, es: usize, what: &str, call: &str) -> EmuResult<()> {
-    if es <= 1 || ptr % es == 0 {
+    if es <= 1 || ptr.is_multiple_of(es) {
         return Ok(());
     }
     Err(EmuError::new(
@@ -720,13 +720,13 @@ fn standard_args(
             let s = scalar_from(dt, b).ok_or_else(|| {
                 crate::error::invalid(&call, format!("parameter {i} `{}` is short", p.name))
             })?;
-            if let Scalar::Pred(_) = s {
-                if b[0] > 1 {
-                    return Err(crate::error::invalid(
-                        &call,
-                        format!("pred parameter `{}` holds {} (not 0 or 1)", p.name, b[0]),
-                    ));
-                }
+            if let Scalar::Pred(_) = s
+                && b[0] > 1
+            {
+                return Err(crate::error::invalid(
+                    &call,
+                    format!("pred parameter `{}` holds {} (not 0 or 1)", p.name, b[0]),
+                ));
             }
             scalars[i] = Some(s);
         }

@@ -365,17 +365,17 @@ fn classify(r: &Registry, ptr: usize, len: usize) -> Result<Place, (Kind, String
         ));
     }
     // A range that starts outside but reaches into an allocation.
-    if let Some(e) = end {
-        if let Some((_, info)) = r.live.range(ptr..e).next() {
-            return Err((
-                Kind::OutOfBounds,
-                format!(
-                    "{len} bytes at {ptr:#x} start {} bytes before {}",
-                    info.base - ptr,
-                    info.describe()
-                ),
-            ));
-        }
+    if let Some(e) = end
+        && let Some((_, info)) = r.live.range(ptr..e).next()
+    {
+        return Err((
+            Kind::OutOfBounds,
+            format!(
+                "{len} bytes at {ptr:#x} start {} bytes before {}",
+                info.base - ptr,
+                info.describe()
+            ),
+        ));
     }
     Ok(Place::Host)
 }

@@ -163,10 +163,10 @@ pub fn create(c: &Ctx, device: i32, default: bool) -> usize {
 /// The default pool of `device` in context `c` (made on first use).
 pub fn default_pool(c: &Ctx, device: i32) -> usize {
     let mut d = DEFAULTS.lock();
-    if let Some(h) = d.get(&c.id) {
-        if POOLS.try_get(*h).is_some() {
-            return *h;
-        }
+    if let Some(h) = d.get(&c.id)
+        && POOLS.try_get(*h).is_some()
+    {
+        return *h;
     }
     let h = create(c, device, true);
     d.insert(c.id, h);

@@ -120,7 +120,7 @@ pub fn to_hex(bytes: &[u8]) -> String {
 /// Parses [`to_hex`] output (whitespace ignored); `None` when it is not hex.
 pub fn from_hex(text: &str) -> Option<Vec<u8>> {
     let digits: Vec<u8> = text.bytes().filter(|b| !b.is_ascii_whitespace()).collect();
-    if digits.len() % 2 != 0 {
+    if !digits.len().is_multiple_of(2) {
         return None;
     }
     digits

@@ -260,10 +260,10 @@ impl Fuzzer for HostFuzzer {
     }
 
     fn learn(&mut self, rng: &mut Rng, input: &[u8], outcome: &Outcome) {
-        if let Outcome::Accepted { ran: true } = outcome {
-            if let Ok(exe) = xthunk_proto::decode(input) {
-                self.valid.add(rng, exe);
-            }
+        if let Outcome::Accepted { ran: true } = outcome
+            && let Ok(exe) = xthunk_proto::decode(input)
+        {
+            self.valid.add(rng, exe);
         }
     }
 

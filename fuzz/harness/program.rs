@@ -257,10 +257,10 @@ pub fn mutate_knob(rng: &mut Rng, exe: &mut Executable) {
     let mut count = 0usize;
     visit(exe, &mut |k| {
         count += 1;
-        if let Knob::Slice(s) = k {
-            if cx.slices.len() < 256 {
-                cx.slices.push(*s);
-            }
+        if let Knob::Slice(s) = k
+            && cx.slices.len() < 256
+        {
+            cx.slices.push(*s);
         }
     });
     let Some(target) = rng.index(count) else {

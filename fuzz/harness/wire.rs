@@ -329,10 +329,10 @@ fn nth_path(fields: &[Field], n: &mut usize, path: &mut Vec<usize>) -> bool {
             return true;
         }
         *n -= 1;
-        if let Value::Message(m) = &f.value {
-            if nth_path(m, n, path) {
-                return true;
-            }
+        if let Value::Message(m) = &f.value
+            && nth_path(m, n, path)
+        {
+            return true;
         }
         path.pop();
     }

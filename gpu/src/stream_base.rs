@@ -222,7 +222,7 @@ impl<V: StreamVendor> StreamBase<V> {
         pattern: MemsetPattern,
     ) -> Result<CheckedMemset<V>> {
         let w = pattern.width();
-        if size % w != 0 {
+        if !size.is_multiple_of(w) {
             return Err(Error::InvalidArgument(format!(
                 "memset of {size} bytes is not a multiple of the {w}-byte pattern"
             )));

@@ -350,10 +350,10 @@ impl NcclJobCliqueProvider {
             begun,
         );
         self.cliques.with(|map| {
-            if let Some(e) = map.get_mut(key).filter(|e| e.generation == generation) {
-                if let Some(slot) = e.comms.get_mut(rank) {
-                    *slot = Some(comm.clone());
-                }
+            if let Some(e) = map.get_mut(key).filter(|e| e.generation == generation)
+                && let Some(slot) = e.comms.get_mut(rank)
+            {
+                *slot = Some(comm.clone());
             }
         });
         Ok(comm)

@@ -47,10 +47,10 @@ fn root() -> PathBuf {
 /// The emulator library: `$XTHUNK_EMULATOR_LIB`, else beside this test binary's folder
 /// (`target/debug/deps/..`) or in it.
 fn emulator_lib() -> Option<PathBuf> {
-    if let Some(p) = std::env::var_os("XTHUNK_EMULATOR_LIB").map(PathBuf::from) {
-        if p.is_file() {
-            return Some(p);
-        }
+    if let Some(p) = std::env::var_os("XTHUNK_EMULATOR_LIB").map(PathBuf::from)
+        && p.is_file()
+    {
+        return Some(p);
     }
     let exe = std::env::current_exe().ok()?;
     let deps = exe.parent()?;

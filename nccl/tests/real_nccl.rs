@@ -34,11 +34,11 @@ fn loads_the_wheel_and_reports_its_version() {
     );
     assert!(v >= xthunk_nccl::MIN_VERSION);
     // The library and its header come from one wheel: the versions agree.
-    if let Some(h) = common::wheel_root().map(|r| r.join("include/nccl.h")) {
-        if let Some(code) = common::header_version_code(&h) {
-            assert_eq!(Some(v), NcclVersion::from_code(code), "header says {code}");
-            println!("nccl.h NCCL_VERSION_CODE = {code} = {v}");
-        }
+    if let Some(h) = common::wheel_root().map(|r| r.join("include/nccl.h"))
+        && let Some(code) = common::header_version_code(&h)
+    {
+        assert_eq!(Some(v), NcclVersion::from_code(code), "header says {code}");
+        println!("nccl.h NCCL_VERSION_CODE = {code} = {v}");
     }
     // The wheel is 2.2x or later: every optional feature is there.
     if v >= NcclVersion::new(2, 18, 0) {

@@ -86,10 +86,10 @@ pub fn numpy_dtype<'py>(py: Python<'py>, d: DType) -> XResult<Bound<'py, PyAny>>
 /// A C-contiguous numpy array of `obj` (no conversion of its dtype: a wrong dtype is refused
 /// by [`check`], never silently cast); `obj` itself when it is one.
 pub fn contiguous<'py>(obj: &Bound<'py, PyAny>) -> XResult<Bound<'py, PyUntypedArray>> {
-    if let Ok(arr) = obj.cast::<PyUntypedArray>() {
-        if arr.is_c_contiguous() {
-            return Ok(arr.clone());
-        }
+    if let Ok(arr) = obj.cast::<PyUntypedArray>()
+        && arr.is_c_contiguous()
+    {
+        return Ok(arr.clone());
     }
     let py = obj.py();
     let kwargs = pyo3::types::PyDict::new(py);

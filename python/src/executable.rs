@@ -200,21 +200,23 @@ impl Executable {
             .allocations
             .get(s.allocation as usize)
             .ok_or_else(|| invalid(format!("`{}` has no allocation", s.name)))?;
-        Ok(if a.alignment > 0 && m.ptr().0 % a.alignment != 0 {
-            Some(format!(
-                "its memory at {} is not aligned to the program's {} bytes",
-                m.ptr(),
-                a.alignment
-            ))
-        } else if m.size() < a.size {
-            Some(format!(
-                "it has {} bytes, the program's buffer {}",
-                m.size(),
-                a.size
-            ))
-        } else {
-            None
-        })
+        Ok(
+            if a.alignment > 0 && !m.ptr().0.is_multiple_of(a.alignment) {
+                Some(format!(
+                    "its memory at {} is not aligned to the program's {} bytes",
+                    m.ptr(),
+                    a.alignment
+                ))
+            } else if m.size() < a.size {
+                Some(format!(
+                    "it has {} bytes, the program's buffer {}",
+                    m.size(),
+                    a.size
+                ))
+            } else {
+                None
+            },
+        )
     }
 
     fn param(&self, s: &TensorSpec, value: &Bound<'_, PyAny>, shared: bool) -> XResult<Param> {
@@ -525,10 +527,10 @@ impl Executable {
         let arrays = arrays.unwrap_or_else(|| PyDict::new(py));
         let outputs = self.execute(py, &arrays, &[], None, None)?;
         let mut results = self.results(py, outputs, false)?;
-        if results.len() == 1 {
-            if let Some(r) = results.pop() {
-                return Ok(r);
-            }
+        if results.len() == 1
+            && let Some(r) = results.pop()
+        {
+            return Ok(r);
         }
         Ok(PyTuple::new(py, results)?.into_any())
     }

@@ -163,13 +163,13 @@ impl PyExecution {
                 self.exec.cancel();
                 return Err(e.into());
             }
-            if let (Some(u), Some(l)) = (until, limit) {
-                if Instant::now() >= u {
-                    return Err(PyTimeoutError::new_err(format!(
-                        "the execution has not finished after {l:?}"
-                    ))
-                    .into());
-                }
+            if let (Some(u), Some(l)) = (until, limit)
+                && Instant::now() >= u
+            {
+                return Err(PyTimeoutError::new_err(format!(
+                    "the execution has not finished after {l:?}"
+                ))
+                .into());
             }
         }
     }

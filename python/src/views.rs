@@ -90,7 +90,7 @@ pub fn reshape(dims: &[u64], n: u64, shape: &[i64]) -> XResult<Vec<u64>> {
     }
     let mut out: Vec<u64> = shape.iter().map(|&d| d.max(0) as u64).collect();
     if let Some(i) = inferred {
-        if known == 0 || n % known != 0 {
+        if known == 0 || !n.is_multiple_of(known) {
             return Err(invalid(format!(
                 "reshape: cannot infer shape[{i}] of {shape:?} for an array of shape {dims:?} \
                  ({n} elements)"

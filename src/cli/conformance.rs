@@ -30,15 +30,14 @@ pub struct ConformanceArgs {
 
 /// Runs the suite; returns the exit status.
 pub fn conformance(rt: &Runtime, args: &ConformanceArgs, out: &mut dyn Write) -> CliResult<u8> {
-    if let Some(f) = &args.filter {
-        if !xthunk_conformance::all_checks()
+    if let Some(f) = &args.filter
+        && !xthunk_conformance::all_checks()
             .iter()
             .any(|c| c.name.contains(f.as_str()))
-        {
-            return Err(CliError::Usage(format!(
-                "no conformance check matches --filter `{f}` (names look like `kernels/add_f32`, `gemm/`, `memory/`)"
-            )));
-        }
+    {
+        return Err(CliError::Usage(format!(
+            "no conformance check matches --filter `{f}` (names look like `kernels/add_f32`, `gemm/`, `memory/`)"
+        )));
     }
     // By default every backend of this build, in the registry's order.
     let names: Vec<String> = match &args.backend {

@@ -446,13 +446,13 @@ pub fn read_input(spec: &TensorSpec, path: &Path) -> CliResult<Vec<u8>> {
             chunk.reverse();
         }
     }
-    if spec.dtype == DType::Pred {
-        if let Some(i) = out.iter().position(|b| *b > 1) {
-            return Err(fail(format!(
-                "element {i} of the bool array is {} (must be 0 or 1)",
-                out[i]
-            )));
-        }
+    if spec.dtype == DType::Pred
+        && let Some(i) = out.iter().position(|b| *b > 1)
+    {
+        return Err(fail(format!(
+            "element {i} of the bool array is {} (must be 0 or 1)",
+            out[i]
+        )));
     }
     Ok(out)
 }
@@ -545,7 +545,7 @@ mod tests {
     /// A version-1 `.npy` file with this header text (padded as numpy pads it) and data.
     fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
         let mut h = header.as_bytes().to_vec();
-        while (10 + h.len() + 1) % 64 != 0 {
+        while !(10 + h.len() + 1).is_multiple_of(64) {
             h.push(b' ');
         }
         h.push(b'\n');

@@ -49,13 +49,13 @@ pub fn reserve(size: u64) -> Result<Vec<u8>, HostAllocError> {
         .ok()
         .filter(|n| isize::try_from(*n).is_ok())
         .ok_or_else(|| fail("more than the address space holds".into()))?;
-    if let Some(available) = available_host_memory() {
-        if size > available {
-            return Err(fail(format!(
-                "more than the {} ({available} bytes) of host memory available",
-                bytes_text(available)
-            )));
-        }
+    if let Some(available) = available_host_memory()
+        && size > available
+    {
+        return Err(fail(format!(
+            "more than the {} ({available} bytes) of host memory available",
+            bytes_text(available)
+        )));
     }
     let mut v = Vec::new();
     v.try_reserve_exact(n).map_err(|e| fail(e.to_string()))?;

@@ -187,16 +187,15 @@ impl<'a> Cursor<'a> {
         if !name.contains('.') {
             let save = self.clone();
             self.expect(b'<')?;
-            if let Some(kind) = self.ident() {
-                if let Some(value) = self.ident() {
-                    if self.eat(b'>') {
-                        return Ok(Attr::Enum {
-                            dialect: name,
-                            kind: kind.to_string(),
-                            value: value.to_string(),
-                        });
-                    }
-                }
+            if let Some(kind) = self.ident()
+                && let Some(value) = self.ident()
+                && self.eat(b'>')
+            {
+                return Ok(Attr::Enum {
+                    dialect: name,
+                    kind: kind.to_string(),
+                    value: value.to_string(),
+                });
             }
             *self = save;
         }

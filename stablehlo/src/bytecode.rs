@@ -310,7 +310,7 @@ pub fn read(data: &[u8], props_of: &PropertyNames) -> R<Bytecode> {
             if !align.is_power_of_two() || align > 1 << 16 {
                 return c.fail(format!("section alignment {align}"));
             }
-            while (c.pos as u64) % align != 0 {
+            while !(c.pos as u64).is_multiple_of(align) {
                 if c.byte()? != 0xCB {
                     return c.fail("section padding byte other than 0xCB");
                 }

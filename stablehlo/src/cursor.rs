@@ -519,7 +519,7 @@ pub fn hex_val(c: u8) -> u8 {
 /// Bytes of a hex string (`0x` already removed); `None` if odd or not hex.
 pub fn hex_bytes(digits: &str) -> Option<Vec<u8>> {
     let b = digits.as_bytes();
-    if b.len() % 2 != 0 || !b.iter().all(u8::is_ascii_hexdigit) {
+    if !b.len().is_multiple_of(2) || !b.iter().all(u8::is_ascii_hexdigit) {
         return None;
     }
     Some(

@@ -41,10 +41,10 @@ impl Scopes {
     }
 
     fn define(&mut self, op: &Op, name: &str, count: u32) -> Result<(), ParseError> {
-        if let Some(Some(scope)) = self.stack.last_mut() {
-            if scope.insert(name.to_string(), count).is_some() {
-                return Err(err(op, op.pos, format!("value `%{name}` defined twice")));
-            }
+        if let Some(Some(scope)) = self.stack.last_mut()
+            && scope.insert(name.to_string(), count).is_some()
+        {
+            return Err(err(op, op.pos, format!("value `%{name}` defined twice")));
         }
         Ok(())
     }

@@ -382,13 +382,13 @@ impl Loader {
     ) -> Result<Loaded<T, X>, String> {
         let mut table = T::bind(library.clone())?;
         let Probe { version, extra } = probe(&table)?;
-        if let (Some(min), Some(v)) = (self.min_version, version) {
-            if v < min {
-                return Err(format!(
-                    "{} {v} is older than the minimum {min} xthunk supports",
-                    self.what
-                ));
-            }
+        if let (Some(min), Some(v)) = (self.min_version, version)
+            && v < min
+        {
+            return Err(format!(
+                "{} {v} is older than the minimum {min} xthunk supports",
+                self.what
+            ));
         }
         let gated_off = table.gate(version);
         if !gated_off.is_empty() {

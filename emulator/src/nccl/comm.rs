@@ -87,10 +87,10 @@ pub(super) fn settle(cl: &Clique, r: Result<(), Failure>) {
     }
     if let Some(uid) = cl.uid {
         let mut g = PENDING.lock();
-        if let Some(map) = g.as_mut() {
-            if map.get(&uid).is_some_and(|p| std::ptr::eq(&*p.clique, cl)) {
-                map.remove(&uid);
-            }
+        if let Some(map) = g.as_mut()
+            && map.get(&uid).is_some_and(|p| std::ptr::eq(&*p.clique, cl))
+        {
+            map.remove(&uid);
         }
     }
     if let (Err(f), Some(net)) = (&r, cl.net()) {
@@ -182,10 +182,10 @@ pub struct Comm {
 
 /// The calling thread's current device context: CUDA's current context, else HIP's device.
 pub(super) fn current_ctx(call: &str) -> Option<Arc<Ctx>> {
-    if context::current_handle() != 0 {
-        if let Ok(c) = context::current(call) {
-            return Some(c);
-        }
+    if context::current_handle() != 0
+        && let Ok(c) = context::current(call)
+    {
+        return Some(c);
     }
     context::hip_ctx(call).ok()
 }

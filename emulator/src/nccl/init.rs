@@ -121,11 +121,11 @@ pub(super) fn join(
             ));
         }
         let cl = p.clique.clone();
-        if let Some(net) = cl.net() {
-            if let Err(e) = net.add_local(rank) {
-                let msg = format!("{}: {e}", cl.label());
-                return Err(fail(INVALID_USAGE, call, Kind::InvalidValue, msg));
-            }
+        if let Some(net) = cl.net()
+            && let Err(e) = net.add_local(rank)
+        {
+            let msg = format!("{}: {e}", cl.label());
+            return Err(fail(INVALID_USAGE, call, Kind::InvalidValue, msg));
         }
         p.joined[rank] = true;
         let h = new_comm(&cl, rank, ctx, blocking);

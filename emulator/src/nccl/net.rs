@@ -312,10 +312,10 @@ impl Net {
         if start {
             let (l, n) = (link.clone(), Arc::downgrade(self));
             let failed = move |why: String| {
-                if let Some(n) = n.upgrade() {
-                    if !n.closed.load(Ordering::SeqCst) {
-                        n.peer_gone(pid, &why);
-                    }
+                if let Some(n) = n.upgrade()
+                    && !n.closed.load(Ordering::SeqCst)
+                {
+                    n.peer_gone(pid, &why);
                 }
             };
             let spawned = std::thread::Builder::new()
@@ -429,16 +429,16 @@ impl Net {
             }
             self.connect_peers();
             self.announce();
-            if cl.is_forming() {
-                if let Some(owners) = self.complete() {
-                    let _ = self.fixed.set(owners);
-                    // Every peer is known from a join it sent in, so nobody needs the socket
-                    // any more: it is gone before the ranks' calls return.
-                    if self.all_joined_in() {
-                        self.unlink();
-                    }
-                    cl.settle(Ok(()));
+            if cl.is_forming()
+                && let Some(owners) = self.complete()
+            {
+                let _ = self.fixed.set(owners);
+                // Every peer is known from a join it sent in, so nobody needs the socket
+                // any more: it is gone before the ranks' calls return.
+                if self.all_joined_in() {
+                    self.unlink();
                 }
+                cl.settle(Ok(()));
             }
             if !cl.is_forming() && self.all_joined_in() {
                 break;

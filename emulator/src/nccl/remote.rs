@@ -117,11 +117,11 @@ pub(super) fn performed(
     r: &Result<(), Failure>,
     out: &mut Outbox,
 ) {
-    if let SlotKey::P2p(s, _, _) = key {
-        if let Some(p) = net.owner(s).filter(|p| *p != net.pid) {
-            let result = r.clone().map_err(|f| (f.code, f.msg));
-            out.push(net, p, Msg::Done { key, result });
-        }
+    if let SlotKey::P2p(s, _, _) = key
+        && let Some(p) = net.owner(s).filter(|p| *p != net.pid)
+    {
+        let result = r.clone().map_err(|f| (f.code, f.msg));
+        out.push(net, p, Msg::Done { key, result });
     }
 }
 
@@ -195,15 +195,15 @@ pub(super) fn on_done(
         ));
     }
     let mut slots = cl.slots.lock();
-    if let Some(slot) = slots.get_mut(&key) {
-        if slot.done.is_none() {
-            slot.done = Some(result.map_err(|(code, msg)| {
-                let msg = format!("{msg} (reported by process {from}, which holds rank {r})");
-                diag::record(Kind::InvalidValue, "ncclSend", msg.clone());
-                Failure { code, msg }
-            }));
-            cl.cv.notify_all();
-        }
+    if let Some(slot) = slots.get_mut(&key)
+        && slot.done.is_none()
+    {
+        slot.done = Some(result.map_err(|(code, msg)| {
+            let msg = format!("{msg} (reported by process {from}, which holds rank {r})");
+            diag::record(Kind::InvalidValue, "ncclSend", msg.clone());
+            Failure { code, msg }
+        }));
+        cl.cv.notify_all();
     }
     Ok(())
 }
@@ -244,10 +244,11 @@ pub(super) fn dead_needed(cl: &Clique, net: &Net, key: SlotKey, slot: &Slot) -> 
 pub(super) fn fail_needing(cl: &Clique, net: &Net) {
     let mut slots = cl.slots.lock();
     for (key, slot) in slots.iter_mut() {
-        if slot.done.is_none() && slot.reached.iter().any(|r| *r) {
-            if let Some(f) = dead_needed(cl, net, *key, slot) {
-                slot.done = Some(Err(f));
-            }
+        if slot.done.is_none()
+            && slot.reached.iter().any(|r| *r)
+            && let Some(f) = dead_needed(cl, net, *key, slot)
+        {
+            slot.done = Some(Err(f));
         }
     }
     cl.cv.notify_all();

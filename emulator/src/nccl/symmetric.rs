@@ -291,7 +291,7 @@ pub unsafe extern "C" fn ncclCommWindowRegister(
                 format!("{size} bytes at {p:#x} are not memory from ncclMemAlloc"),
             ));
         };
-        if p % WINDOW_ALIGNMENT != 0 {
+        if !p.is_multiple_of(WINDOW_ALIGNMENT) {
             return Err(invalid(
                 C,
                 format!(

@@ -160,10 +160,10 @@ impl Slot {
     /// Lets the queued local parts' streams run up to them (but `except`).
     pub(super) fn release(&self, except: Option<usize>) {
         for (i, q) in self.queued.iter().enumerate() {
-            if Some(i) != except {
-                if let Some((s, seq)) = q {
-                    s.release(*seq);
-                }
+            if Some(i) != except
+                && let Some((s, seq)) = q
+            {
+                s.release(*seq);
             }
         }
     }

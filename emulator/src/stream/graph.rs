@@ -45,14 +45,14 @@ pub fn update_exec(exec: &ExecCore, g: &GraphCore) -> Result<(), (u32, Option<us
         if a.work.node_type() != b.work.node_type() {
             return Err((3, Some(i), format!("node {i} changed type")));
         }
-        if let (Work::Kernel(x), Work::Kernel(y)) = (&a.work, &b.work) {
-            if x.name() != y.name() {
-                return Err((
-                    4,
-                    Some(i),
-                    format!("node {i} runs `{}` instead of `{}`", y.name(), x.name()),
-                ));
-            }
+        if let (Work::Kernel(x), Work::Kernel(y)) = (&a.work, &b.work)
+            && x.name() != y.name()
+        {
+            return Err((
+                4,
+                Some(i),
+                format!("node {i} runs `{}` instead of `{}`", y.name(), x.name()),
+            ));
         }
         if let (Work::Conditional(x), Work::Conditional(y)) = (&a.work, &b.work) {
             same_shape(x, y).map_err(|m| (3, Some(i), format!("node {i}: {m}")))?;

@@ -367,10 +367,10 @@ pub fn synchronize_stream(s: &Arc<StreamCore>, call: &str) -> EmuResult<()> {
             format!("{} is capturing: it cannot be synchronized", s.label()),
         ));
     }
-    if s.kind == StreamKind::Legacy {
-        if let Some(ctx) = s.owner() {
-            return legacy_barrier(&*ctx, call);
-        }
+    if s.kind == StreamKind::Legacy
+        && let Some(ctx) = s.owner()
+    {
+        return legacy_barrier(&*ctx, call);
     }
     s.wait_all()
 }

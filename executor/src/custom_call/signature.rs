@@ -84,10 +84,10 @@ impl HandlerSignature {
             ("operands", self.operands, c.operands.len()),
             ("results", self.results, c.results.len()),
         ] {
-            if let Some(n) = want {
-                if n != have {
-                    return Err(format!("the handler takes {n} {what}, the call has {have}"));
-                }
+            if let Some(n) = want
+                && n != have
+            {
+                return Err(format!("the handler takes {n} {what}, the call has {have}"));
             }
         }
         let Some(attrs) = &self.attributes else {

@@ -73,10 +73,10 @@ impl CancelToken {
     /// Calls the probe (if any); cancels the token when it says so. Returns whether the token
     /// is cancelled.
     pub(super) fn probe(&self) -> bool {
-        if let Some((probe, _)) = &self.0.probe {
-            if probe() {
-                self.cancel();
-            }
+        if let Some((probe, _)) = &self.0.probe
+            && probe()
+        {
+            self.cancel();
         }
         self.is_cancelled()
     }

@@ -213,10 +213,10 @@ impl<'a> Run<'a> {
             if let (true, Some(t)) = (timed, &self.trace) {
                 t.after(i, stream.as_ref(), state)?;
             }
-            if node.record {
-                if let Some(e) = state.events.get(&i) {
-                    stream.record(e.as_ref())?;
-                }
+            if node.record
+                && let Some(e) = state.events.get(&i)
+            {
+                stream.record(e.as_ref())?;
             }
             if tracking {
                 stream.record(state.tracking[i].as_ref())?;
@@ -234,13 +234,13 @@ impl<'a> Run<'a> {
     /// Fails with `DeadlineExceeded` past the deadline, or `Cancelled` once the cancel token
     /// is (its probe called when due).
     pub(super) fn check_stop(&self, state: &ExecState) -> Result<()> {
-        if let Some((d, at)) = self.deadline {
-            if Instant::now() >= at {
-                return Err(Error::DeadlineExceeded {
-                    deadline: d,
-                    pending: self.pending(state),
-                });
-            }
+        if let Some((d, at)) = self.deadline
+            && Instant::now() >= at
+        {
+            return Err(Error::DeadlineExceeded {
+                deadline: d,
+                pending: self.pending(state),
+            });
         }
         if let Some((token, next_probe)) = &self.cancel {
             let mut cancelled = token.is_cancelled();

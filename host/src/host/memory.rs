@@ -258,14 +258,14 @@ impl MemoryRegistry {
         for (base, alloc) in &cache.entries {
             if ptr.0 >= *base {
                 let offset = ptr.0 - base;
-                if let Some(end) = offset.checked_add(len) {
-                    if end <= alloc.size {
-                        return Ok(Region {
-                            alloc: alloc.clone(),
-                            offset: offset as usize,
-                            len: len as usize,
-                        });
-                    }
+                if let Some(end) = offset.checked_add(len)
+                    && end <= alloc.size
+                {
+                    return Ok(Region {
+                        alloc: alloc.clone(),
+                        offset: offset as usize,
+                        len: len as usize,
+                    });
                 }
             }
         }

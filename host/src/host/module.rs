@@ -145,7 +145,7 @@ pub(crate) fn cpu_slots(
                 }
                 // A GPU faults on a misaligned access (the emulator too); the CPU would read
                 // across elements silently.
-                if (*ptr as u64) % u64::from(p.align.max(1)) != 0 {
+                if !(*ptr as u64).is_multiple_of(u64::from(p.align.max(1))) {
                     return Err(format!(
                         "argument {i} ({:#x}) is not aligned to its pointee's {} bytes",
                         *ptr as u64, p.align

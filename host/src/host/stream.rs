@@ -116,10 +116,8 @@ impl HostStream {
                     match op {
                         Op::Work(w) => {
                             let failed = p.failed.load(Ordering::SeqCst);
-                            if !failed {
-                                if let Err(e) = w() {
-                                    p.set_error(e);
-                                }
+                            if !failed && let Err(e) = w() {
+                                p.set_error(e);
                             }
                         }
                         Op::Control(c) => c(),
@@ -406,7 +404,7 @@ impl Stream for HostStream {
 
     fn memset(&self, dst: DevicePtr, size: u64, pattern: MemsetPattern) -> Result<()> {
         let w = pattern.width();
-        if size % w != 0 {
+        if !size.is_multiple_of(w) {
             return Err(Error::InvalidArgument(format!(
                 "memset of {size} bytes is not a multiple of the {w}-byte pattern"
             )));
@@ -453,10 +451,11 @@ impl Stream for HostStream {
             )));
         };
         let func = k.kernel.func;
-        if self.immediate.load(Ordering::Relaxed) && !self.capturing.load(Ordering::SeqCst) {
-            if let Some(r) = self.launch_inline(func, kernel, args) {
-                return r;
-            }
+        if self.immediate.load(Ordering::Relaxed)
+            && !self.capturing.load(Ordering::SeqCst)
+            && let Some(r) = self.launch_inline(func, kernel, args)
+        {
+            return r;
         }
         let handle = kernel.clone();
         let mut regions: SmallVec<[Region; 6]> = SmallVec::new();

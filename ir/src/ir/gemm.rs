@@ -293,7 +293,7 @@ impl<T: GemmOperand> Gemm<T> {
                 ));
             }
         }
-        if op.start() % es != 0 {
+        if !op.start().is_multiple_of(es) {
             return Err(gemm_error(
                 name,
                 format!("{} is not aligned to {}", op.describe_start(), self.dtype),

@@ -383,14 +383,12 @@ impl Checker for ThunkChecker<'_> {
                 ));
             }
         }
-        if write {
-            if let AllocationKind::Constant(_) = a.kind {
-                return Err(err(
-                    path,
-                    field,
-                    format!("writes constant allocation {}", s.allocation),
-                ));
-            }
+        if write && let AllocationKind::Constant(_) = a.kind {
+            return Err(err(
+                path,
+                field,
+                format!("writes constant allocation {}", s.allocation),
+            ));
         }
         Ok(())
     }
@@ -411,7 +409,7 @@ impl Checker for ThunkChecker<'_> {
             ));
         }
         self.slice(s, path, field, write)?;
-        if s.size % dtype.size() as u64 != 0 {
+        if !s.size.is_multiple_of(dtype.size() as u64) {
             return Err(err(
                 path,
                 field,

@@ -323,26 +323,26 @@ impl NcclCommunicator {
                     return Err(self.lib.error(call, e));
                 }
             }
-            if let Some(limit) = self.options.timeout {
-                if start.elapsed() >= limit {
-                    {
-                        let mut r = self.abort_reason.lock();
-                        if r.is_none() {
-                            *r = Some(format!("{call} did not complete within {limit:?}"));
-                        }
+            if let Some(limit) = self.options.timeout
+                && start.elapsed() >= limit
+            {
+                {
+                    let mut r = self.abort_reason.lock();
+                    if r.is_none() {
+                        *r = Some(format!("{call} did not complete within {limit:?}"));
                     }
-                    self.abort_requested.store(true, Ordering::SeqCst);
-                    self.abort_now(inner);
-                    return Err(Error::DeadlineExceeded {
-                        deadline: limit,
-                        pending: format!(
-                            "{call} on {} rank {} of {} (the communicator was aborted)",
-                            self.lib.flavor(),
-                            self.rank,
-                            self.size
-                        ),
-                    });
                 }
+                self.abort_requested.store(true, Ordering::SeqCst);
+                self.abort_now(inner);
+                return Err(Error::DeadlineExceeded {
+                    deadline: limit,
+                    pending: format!(
+                        "{call} on {} rank {} of {} (the communicator was aborted)",
+                        self.lib.flavor(),
+                        self.rank,
+                        self.size
+                    ),
+                });
             }
             // Spin briefly (most calls finish within microseconds), then back off to 1 ms.
             spins = spins.saturating_add(1);

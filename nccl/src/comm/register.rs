@@ -82,7 +82,7 @@ impl NcclCommunicator {
             .map_err(|_| xthunk_core::Error::InvalidArgument(format!("{bytes} bytes")))?;
         if features.windows
             && from_library
-            && ptr.0 % sys::NCCL_WIN_REQUIRED_ALIGNMENT == 0
+            && ptr.0.is_multiple_of(sys::NCCL_WIN_REQUIRED_ALIGNMENT)
             && let Some(f) = lib.api.ncclCommWindowRegister
         {
             let mut win: sys::ncclWindow_t = std::ptr::null_mut();

@@ -165,13 +165,13 @@ fn parse_size(v: &str) -> Result<u64, String> {
 /// Runs the benchmarks; returns the exit status.
 pub fn bench(rt: &Runtime, args: &BenchArgs, out: &mut dyn Write) -> CliResult<u8> {
     let filter = args.filter.as_deref();
-    if let Some(f) = filter {
-        if !NAMES.iter().any(|n| n.contains(f)) {
-            return Err(CliError::Usage(format!(
-                "no benchmark matches --filter `{f}` (benchmarks: {})",
-                NAMES.join(", ")
-            )));
-        }
+    if let Some(f) = filter
+        && !NAMES.iter().any(|n| n.contains(f))
+    {
+        return Err(CliError::Usage(format!(
+            "no benchmark matches --filter `{f}` (benchmarks: {})",
+            NAMES.join(", ")
+        )));
     }
     let built = rt.registry().names();
     if args.backend != "auto" && !built.contains(&args.backend.as_str()) {

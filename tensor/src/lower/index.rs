@@ -195,7 +195,7 @@ impl Terms {
                 out.push(t);
                 continue;
             }
-            if boundary % t.stride != 0 {
+            if !boundary.is_multiple_of(t.stride) {
                 return None;
             }
             let p = boundary / t.stride;
@@ -567,7 +567,7 @@ mod tests {
     fn factor(mut n: u64, rng: &mut Rng) -> Vec<u64> {
         let mut out = vec![];
         while n > 1 {
-            let ds: Vec<u64> = (2..=n).filter(|d| n % d == 0).collect();
+            let ds: Vec<u64> = (2..=n).filter(|d| n.is_multiple_of(*d)).collect();
             let d = ds[rng.below(ds.len() as u64) as usize];
             out.push(d);
             n /= d;

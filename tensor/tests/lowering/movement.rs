@@ -156,10 +156,11 @@ fn random_movement_chains() {
                 }
                 _ => g.binary(BinaryOp::Multiply, v, v),
             };
-            if let Ok(n) = next {
-                if g.ty(n).elements() > 0 && g.ty(n).elements() < 4000 {
-                    v = n;
-                }
+            if let Ok(n) = next
+                && g.ty(n).elements() > 0
+                && g.ty(n).elements() < 4000
+            {
+                v = n;
             }
         }
         if v != x {

@@ -279,7 +279,7 @@ fn from_hex(s: &str) -> Result<Vec<u8>, String> {
         }
     }
     let s = s.as_bytes();
-    if s.len() % 2 != 0 {
+    if !s.len().is_multiple_of(2) {
         return Err(format!("a hex value of odd length {}", s.len()));
     }
     s.chunks_exact(2)

@@ -251,15 +251,15 @@ pub fn build(module: &str, tu: &str) -> Result<Built, CpuError> {
     let cc = compiler()?;
     let key = cache_key(&cc, tu);
     let cache = KernelCache::default_location("cpu");
-    if let Some(c) = &cache {
-        if let Lookup::Hit(image) = c.get(&key) {
-            return Ok(Built {
-                image,
-                key,
-                log: String::new(),
-                cached: true,
-            });
-        }
+    if let Some(c) = &cache
+        && let Lookup::Hit(image) = c.get(&key)
+    {
+        return Ok(Built {
+            image,
+            key,
+            log: String::new(),
+            cached: true,
+        });
     }
     let dir = tempfile::Builder::new()
         .prefix("xthunk-cpu-build-")
@@ -290,10 +290,10 @@ pub fn build(module: &str, tu: &str) -> Result<Built, CpuError> {
     }
     let image =
         std::fs::read(&so).map_err(|e| CpuError::Io(format!("cannot read the library: {e}")))?;
-    if let Some(c) = &cache {
-        if let Err(e) = c.put(&key, &image) {
-            tracing::debug!("the CPU kernel cache was not written: {e}");
-        }
+    if let Some(c) = &cache
+        && let Err(e) = c.put(&key, &image)
+    {
+        tracing::debug!("the CPU kernel cache was not written: {e}");
     }
     Ok(Built {
         image,

@@ -184,22 +184,23 @@ pub fn scan(code: &str) -> Scanned {
             }
             (Some("__global__" | KERNEL_MARKER), _) => {
                 let at_namespace = scopes.iter().all(|s| !matches!(s, Scope::Other));
-                if let Some(name) = kernel_name(code, &toks[i + 1..]) {
-                    if at_namespace && !templated {
-                        let mut q: Vec<&str> = scopes
-                            .iter()
-                            .filter_map(|s| match s {
-                                Scope::Namespace(n) => Some(n.as_str()),
-                                _ => None,
-                            })
-                            .collect();
-                        // Anonymous namespaces are reachable from the table unqualified.
-                        q.retain(|n| !n.is_empty());
-                        q.push(name);
-                        let full = q.join("::");
-                        if !kernels.contains(&full) {
-                            kernels.push(full);
-                        }
+                if let Some(name) = kernel_name(code, &toks[i + 1..])
+                    && at_namespace
+                    && !templated
+                {
+                    let mut q: Vec<&str> = scopes
+                        .iter()
+                        .filter_map(|s| match s {
+                            Scope::Namespace(n) => Some(n.as_str()),
+                            _ => None,
+                        })
+                        .collect();
+                    // Anonymous namespaces are reachable from the table unqualified.
+                    q.retain(|n| !n.is_empty());
+                    q.push(name);
+                    let full = q.join("::");
+                    if !kernels.contains(&full) {
+                        kernels.push(full);
                     }
                 }
             }

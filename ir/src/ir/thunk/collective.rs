@@ -244,7 +244,9 @@ pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'stat
         CollectiveOp::AllToAll => {
             // n blocks of whole elements: n · es bytes must divide the size (a block size that
             // overflows cannot).
-            let divides = n.checked_mul(es).is_some_and(|unit| c.src.size % unit == 0);
+            let divides = n
+                .checked_mul(es)
+                .is_some_and(|unit| c.src.size.is_multiple_of(unit));
             if c.src.size != c.dst.size || !divides {
                 return Err((
                     "src",
@@ -256,13 +258,13 @@ pub fn check_collective_sizes(c: &CollectiveThunk, n: u64) -> Result<(), (&'stat
             }
         }
     }
-    if let CollectiveOp::Broadcast { root } = c.op {
-        if u64::from(root) >= n {
-            return Err((
-                "root",
-                format!("root position {root} is outside a group of {n}"),
-            ));
-        }
+    if let CollectiveOp::Broadcast { root } = c.op
+        && u64::from(root) >= n
+    {
+        return Err((
+            "root",
+            format!("root position {root} is outside a group of {n}"),
+        ));
     }
     Ok(())
 }

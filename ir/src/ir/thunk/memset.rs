@@ -44,7 +44,7 @@ impl ThunkKind for MemsetThunk {
         let dst = &self.dst;
         cx.slice(dst, path, "dst", true)?;
         let w = self.pattern.width();
-        if dst.size % w != 0 || dst.offset % w != 0 {
+        if !dst.size.is_multiple_of(w) || !dst.offset.is_multiple_of(w) {
             return Err(err(
                 path,
                 "dst",

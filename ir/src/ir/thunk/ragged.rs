@@ -255,14 +255,14 @@ impl ThunkKind for RaggedAllToAllThunk {
             }
         }
         // With explicit groups, the arrays' lengths can be checked now; otherwise at run time.
-        if let Some(n) = check_groups(&self.groups, path)? {
-            if self.entries() != n as u64 {
-                return Err(err(
-                    path,
-                    "input_offsets",
-                    format!("{} entries for groups of {n}", self.entries()),
-                ));
-            }
+        if let Some(n) = check_groups(&self.groups, path)?
+            && self.entries() != n as u64
+        {
+            return Err(err(
+                path,
+                "input_offsets",
+                format!("{} entries for groups of {n}", self.entries()),
+            ));
         }
         Ok(())
     }

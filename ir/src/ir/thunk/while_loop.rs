@@ -29,17 +29,17 @@ impl<T> ThunkKind for While<T> {
     }
 
     fn validate(&self, cx: &mut dyn Checker, path: &ThunkPath) -> Result<(), ValidationError> {
-        if let Some(n) = self.trip_count {
-            if n > i64::MAX as u64 {
-                return Err(err(
-                    path,
-                    "trip_count",
-                    format!(
-                        "{n} is larger than the largest supported count {}",
-                        i64::MAX
-                    ),
-                ));
-            }
+        if let Some(n) = self.trip_count
+            && n > i64::MAX as u64
+        {
+            return Err(err(
+                path,
+                "trip_count",
+                format!(
+                    "{n} is larger than the largest supported count {}",
+                    i64::MAX
+                ),
+            ));
         }
         let pred = &self.pred;
         cx.slice(pred, path, "pred", false)?;

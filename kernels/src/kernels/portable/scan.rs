@@ -64,14 +64,14 @@ pub fn vendor_constructs_in(code: &str, headers: &[HeaderSource]) -> Vec<Finding
                 // A directive's own identifiers (`#define SHFL __shfl_sync`), each on its line.
                 let offset = t.line;
                 for inner in lex(body) {
-                    if inner.kind == Kind::Ident {
-                        if let Some(hint) = vendor_hint(inner.text) {
-                            out.push(Finding {
-                                line: offset + inner.line - 1,
-                                construct: inner.text.to_string(),
-                                hint,
-                            });
-                        }
+                    if inner.kind == Kind::Ident
+                        && let Some(hint) = vendor_hint(inner.text)
+                    {
+                        out.push(Finding {
+                            line: offset + inner.line - 1,
+                            construct: inner.text.to_string(),
+                            hint,
+                        });
                     }
                 }
             }

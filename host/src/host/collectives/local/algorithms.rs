@@ -364,10 +364,10 @@ impl LocalRank {
                 touching.release(matched);
             }
         }
-        if first_err.is_none() {
-            if let Err(e) = kernel::copy_to_self(ops, self.member.rank()) {
-                first_err = Some(e);
-            }
+        if first_err.is_none()
+            && let Err(e) = kernel::copy_to_self(ops, self.member.rank())
+        {
+            first_err = Some(e);
         }
         for t in sent {
             if !t.wait() && first_err.is_none() {

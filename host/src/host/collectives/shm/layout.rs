@@ -70,16 +70,17 @@ impl Layout {
             mbox_data.checked_add(n.checked_mul(n)?.checked_mul(2)?.checked_mul(mbox)?)?,
             PAGE,
         )?;
-        (slot % 64 == 0 && mbox % 64 == 0 && slot > 0 && mbox > 0 && n > 0).then_some(Layout {
-            n,
-            slot,
-            mbox,
-            ranks,
-            mbox_ctl,
-            slots,
-            mbox_data,
-            len,
-        })
+        (slot.is_multiple_of(64) && mbox.is_multiple_of(64) && slot > 0 && mbox > 0 && n > 0)
+            .then_some(Layout {
+                n,
+                slot,
+                mbox,
+                ranks,
+                mbox_ctl,
+                slots,
+                mbox_data,
+                len,
+            })
     }
 
     /// The sizes a clique of `n` ranks gets from `opts`: at most about 16 MiB of slots and

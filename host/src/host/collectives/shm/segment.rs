@@ -256,7 +256,7 @@ impl Segment {
 
     /// The 8-byte word at byte offset `off`.
     pub(super) fn word(&self, off: usize) -> &AtomicU64 {
-        assert!(off % 8 == 0 && off + 8 <= self.layout.len);
+        assert!(off.is_multiple_of(8) && off + 8 <= self.layout.len);
         // SAFETY: in bounds (checked) and 8-aligned (the mapping is page-aligned); the memory
         // lives as long as `self`, and is only ever accessed atomically at this offset.
         unsafe { AtomicU64::from_ptr(self.ptr.add(off).cast()) }
