@@ -151,13 +151,14 @@ fn decode(dtype: DType, bytes: &[u8]) -> Vec<f64> {
         .collect()
 }
 
-/// Runs `shape` on fresh random operands through `blas` and through the built-in gemm; returns
-/// both C's, decoded, and the entries of C the gemm writes.
-fn both(
+/// Fresh random operands for `shape` (C NaN-poisoned when beta is 0), run through each of
+/// `engines` (`None`: the built-in gemm) on its own copies: the operands' bytes and each
+/// engine's C.
+fn run_engines(
     rng: &mut ChaCha8Rng,
     shape: &GemmLaunch,
-    blas: &super::blas::CpuBlas,
-) -> (Vec<f64>, Vec<f64>, Vec<usize>) {
+    engines: &[Option<&CpuBlas>],
+) -> ([Vec<u8>; 3], Vec<Vec<f64>>) {
     let g = shape;
     let dt = g.dtype;
     let (ra, ca) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
@@ -169,7 +170,7 @@ fn both(
     let c = values(rng, dt, nc, g.beta == 0.0);
     let es = dt.size() as u64;
     let mut out = vec![];
-    for use_blas in [true, false] {
+    for &engine in engines {
         let reg = MemoryRegistry::default();
         let (ra, rb, rc) = (region(&reg, &a), region(&reg, &b), region(&reg, &c));
         let range = |r: &Region| DeviceRange {
@@ -186,9 +187,21 @@ fn both(
             (ra.len() as u64, rb.len() as u64, rc.len() as u64),
             (na * es, nb * es, nc * es)
         );
-        run_with(&launch, &ra, &rb, &rc, use_blas.then_some(blas)).unwrap();
+        run_with(&launch, &ra, &rb, &rc, engine).unwrap();
         out.push(decode(dt, &read(&rc)));
     }
+    ([a, b, c], out)
+}
+
+/// Runs `shape` on fresh random operands through `blas` and through the built-in gemm; returns
+/// both C's, decoded, and the entries of C the gemm writes.
+fn both(
+    rng: &mut ChaCha8Rng,
+    shape: &GemmLaunch,
+    blas: &super::blas::CpuBlas,
+) -> (Vec<f64>, Vec<f64>, Vec<usize>) {
+    let g = shape;
+    let (_, mut out) = run_engines(rng, g, &[Some(blas), None]);
     let mut written = vec![];
     for bi in 0..g.batch {
         for i in 0..g.m {
@@ -328,30 +341,8 @@ fn builtin_gemms_match_a_plain_loop() {
     shapes.extend((0..10).map(|_| random_shape(&mut rng, DType::F64)));
     for (case, g) in shapes.iter().enumerate() {
         let dt = g.dtype;
-        let (ra, ca) = if g.trans_a { (g.k, g.m) } else { (g.m, g.k) };
-        let (rb, cb) = if g.trans_b { (g.n, g.k) } else { (g.k, g.n) };
-        let na = elems(g.batch, g.stride_a, ra, ca, g.lda);
-        let nb = elems(g.batch, g.stride_b, rb, cb, g.ldb);
-        let nc = elems(g.batch, g.stride_c, g.m, g.n, g.ldc);
-        let (a, b) = (
-            values(&mut rng, dt, na, false),
-            values(&mut rng, dt, nb, false),
-        );
-        let c = values(&mut rng, dt, nc, g.beta == 0.0);
-        let reg = MemoryRegistry::default();
-        let (ra_, rb_, rc_) = (region(&reg, &a), region(&reg, &b), region(&reg, &c));
-        let range = |r: &Region| DeviceRange {
-            ptr: DevicePtr(r.ptr() as u64),
-            len: r.len() as u64,
-        };
-        let launch = GemmLaunch {
-            a: range(&ra_),
-            b: range(&rb_),
-            c: range(&rc_),
-            ..*g
-        };
-        run_with(&launch, &ra_, &rb_, &rc_, None).unwrap();
-        let got = decode(dt, &read(&rc_));
+        let ([a, b, c], out) = run_engines(&mut rng, g, &[None]);
+        let got = &out[0];
         let (a, b, c0) = (decode(dt, &a), decode(dt, &b), decode(dt, &c));
         let mut want = c0.clone();
         let (lda, ldb, ldc) = (g.lda as usize, g.ldb as usize, g.ldc as usize);

@@ -402,12 +402,12 @@ unsafe fn cblas<T: Zero + Send + Sync, I: TryFrom<u64> + Copy + Send + Sync + 's
 }
 
 /// The built-in `gemm` crate: C = alpha·op(A)·op(B) + beta·C, split over the CPU workers as
-/// the library's gemms are ([`split_parts`]), each piece on one thread.
+/// the library's gemms are ([`split_parts`]), each piece on one thread. False (nothing done)
+/// when a size does not fit `usize`.
 ///
 /// # Safety
 /// `a`, `b`, `c` must be valid for the shapes, strides and batch of `g`; `c` must not overlap
 /// `a` or `b` and must not be accessed by anyone else during the call.
-/// False (nothing done) when a size does not fit `usize`.
 unsafe fn native<T: Zero>(
     g: &GemmLaunch,
     a: *const T,
