@@ -201,21 +201,19 @@ impl CpuBlas {
     }
 
     /// [`describe`](Self::describe), without the threads when `threads` is false.
-    fn describe_with(&self, threads: bool) -> String {
+    fn describe_with(&self, show_threads: bool) -> String {
         let name = match self.flavour {
             Flavour::OpenBlas => "OpenBLAS",
             Flavour::Blis => "BLIS",
             Flavour::Other => "CBLAS",
         };
         let version = self.version.map(|v| format!(" {v}")).unwrap_or_default();
-        let show = threads;
         let mut threads = self
             .threads
+            .filter(|_| show_threads)
             .map(|t| format!(", {t} thread{}", if t == 1 { "" } else { "s" }))
             .unwrap_or_default();
-        if !show {
-            threads.clear();
-        } else if self.splits() {
+        if show_threads && self.splits() {
             threads.push_str(&format!(
                 ", large gemms split over xthunk's {} CPU workers",
                 super::cpu::program::workers()
@@ -467,12 +465,19 @@ impl Search {
 /// `f` must return NULL or a NUL-terminated string that lives as long as the library.
 unsafe fn c_string(f: Option<StrFn>) -> Option<String> {
     let f = f?;
-    // SAFETY: the caller's contract: NULL or a static NUL-terminated string.
-    let p = unsafe { f() };
+    // SAFETY: the caller's contract.
+    unsafe { owned(f()) }
+}
+
+/// The string at `p`, if not NULL.
+///
+/// # Safety
+/// `p` must be NULL or point to a NUL-terminated string.
+unsafe fn owned(p: *const c_char) -> Option<String> {
     if p.is_null() {
         return None;
     }
-    // SAFETY: not NULL, NUL-terminated (above).
+    // SAFETY: not NULL, NUL-terminated (the caller's contract).
     Some(unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned())
 }
 
@@ -578,14 +583,7 @@ fn finish(l: Loaded<CblasApi, Flavour>) -> CpuBlas {
     let kernels = unsafe {
         match (l.extra, t.bli_arch_query_id, t.bli_arch_string) {
             (Flavour::OpenBlas, ..) => c_string(t.openblas_get_corename),
-            (Flavour::Blis, Some(id), Some(name)) => {
-                let p = name(id());
-                if p.is_null() {
-                    None
-                } else {
-                    Some(CStr::from_ptr(p).to_string_lossy().into_owned())
-                }
-            }
+            (Flavour::Blis, Some(id), Some(name)) => owned(name(id())),
             _ => None,
         }
     };
